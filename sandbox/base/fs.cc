@@ -1,0 +1,61 @@
+// Small file helpers: read and write whole files, with errors that name the path.
+#include "sandbox/base/fs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/unique_fd.h"
+
+namespace nsbox {
+
+StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return Status::Errno(fmt::format("open({})", path));
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Errno(fmt::format("read({})", path));
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max_bytes)
+      return Status::Error(fmt::format("{}: larger than {} bytes", path, max_bytes));
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+Status WriteFile(const std::string& path, std::string_view content, int flags_extra, int mode) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | flags_extra, mode));
+  if (!fd) return Status::Errno(fmt::format("open({})", path));
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Errno(fmt::format("write({})", path));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+Status WriteControlFile(const std::string& path, std::string_view content) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return Status::Errno(fmt::format("open({})", path));
+  if (::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size()))
+    return Status::Errno(fmt::format("write({}, \"{}\")", path, content));
+  return OkStatus();
+}
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,28 @@
+// Executor: what to run inside the sandbox (argv, environment, stdin, code file, output and time limits).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace nsbox {
+
+struct Executor {
+  std::vector<std::string> argv;          // argv[0] is an absolute path inside the sandbox, or a name found on PATH
+  std::map<std::string, std::string> env; // the complete environment (nothing is inherited)
+  std::string cwd = "/workspace";
+  // stdin: -1 means /dev/null; otherwise a host fd passed in (not closed by the sandbox).
+  int stdin_fd = -1;
+  uint64_t output_limit_bytes = 1 << 20;  // bytes kept per stream (head and tail)
+  std::chrono::milliseconds wall_timeout{30'000};
+  // When set, this content is written to code_path inside the sandbox before the program starts.
+  std::string code_path;
+  std::string code;
+};
+
+// The small clean environment a sandbox starts from; callers add --env entries on top.
+std::map<std::string, std::string> DefaultSandboxEnv();
+
+}  // namespace nsbox

@@ -1,0 +1,111 @@
+// PolicyBuilder: validates each setting as it is given; the first error is kept for TryBuild().
+#include "sandbox/policy.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace nsbox {
+namespace {
+
+Status CheckSandboxPath(const std::string& path, std::string_view what) {
+  if (path.empty() || path[0] != '/') return Status::Error(fmt::format("{} '{}' must be an absolute path", what, path));
+  if (path.find("/../") != std::string::npos || path.ends_with("/..") || path.find("/./") != std::string::npos)
+    return Status::Error(fmt::format("{} '{}' must not contain '.' or '..' components", what, path));
+  if (path.size() > 1024) return Status::Error(fmt::format("{} is longer than 1024 bytes", what));
+  return OkStatus();
+}
+
+Status CheckHostPath(const std::string& path, std::string_view what, bool want_dir) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Status::Errno(fmt::format("{} '{}'", what, path));
+  if (want_dir && !S_ISDIR(st.st_mode)) return Status::Error(fmt::format("{} '{}' is not a directory", what, path));
+  return OkStatus();
+}
+
+}  // namespace
+
+PolicyBuilder::PolicyBuilder() = default;
+
+PolicyBuilder& PolicyBuilder::Fail(Status status) {
+  if (error_.ok()) error_ = std::move(status);
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::SetRootfsDir(const std::string& dir) {
+  if (Status s = CheckHostPath(dir, "rootfs", true); !s.ok()) return Fail(s);
+  char resolved[PATH_MAX];
+  if (!::realpath(dir.c_str(), resolved)) return Fail(Status::Errno(fmt::format("realpath({})", dir)));
+  if (std::string(resolved) == "/") return Fail(Status::Error("rootfs '/' is the host's own root: use --rootfs host"));
+  policy_.rootfs_dir_ = resolved;
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::AddReadOnlyBind(const std::string& source, const std::string& destination) {
+  if (Status s = CheckHostPath(source, "bind source", false); !s.ok()) return Fail(s);
+  if (Status s = CheckSandboxPath(destination, "bind destination"); !s.ok()) return Fail(s);
+  policy_.binds_.push_back({source, destination, false});
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::AddWritableBind(const std::string& source, const std::string& destination) {
+  if (Status s = CheckHostPath(source, "bind source", false); !s.ok()) return Fail(s);
+  if (Status s = CheckSandboxPath(destination, "bind destination"); !s.ok()) return Fail(s);
+  policy_.binds_.push_back({source, destination, true});
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::SetWorkspaceDir(const std::string& dir) {
+  if (Status s = CheckHostPath(dir, "workspace", true); !s.ok()) return Fail(s);
+  policy_.workspace_dir_ = dir;
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::SetTmpfsSize(uint64_t bytes) {
+  if (bytes < 4096) return Fail(Status::Error("tmpfs size must be at least 4K"));
+  policy_.tmpfs_size_bytes_ = bytes;
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::SetHostname(const std::string& hostname) {
+  if (hostname.empty() || hostname.size() > 63) return Fail(Status::Error("hostname must be 1 to 63 characters"));
+  policy_.hostname_ = hostname;
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::DangerAllowHostNetwork() {
+  policy_.network_ = NetworkMode::kHost;
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::SetHostIds(uint32_t uid, uint32_t gid) {
+  policy_.host_uid_ = uid;
+  policy_.host_gid_ = gid;
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::SetSeccompProgram(std::shared_ptr<const SeccompProgram> program) {
+  policy_.seccomp_ = std::move(program);
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::SetCgroupLimits(const CgroupLimits& limits) {
+  if (limits.memory_max_bytes < (4u << 20)) return Fail(Status::Error("memory limit must be at least 4M"));
+  if (limits.pids_max < 1) return Fail(Status::Error("pids limit must be at least 1"));
+  if (!(limits.cpus > 0) || limits.cpus > 4096) return Fail(Status::Error("cpus must be a number above 0"));
+  policy_.cgroup_limits_ = limits;
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::DangerDisableCgroupLimits() {
+  policy_.cgroup_limits_.reset();
+  return *this;
+}
+
+StatusOr<Policy> PolicyBuilder::TryBuild() {
+  if (!error_.ok()) return error_;
+  return policy_;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,60 @@
+// Result: what happened to one sandboxed program (setup failure kept apart from the program's own outcome), and its JSON form.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nsbox {
+
+enum class RunStatus { kOk, kExit, kSignal, kTimeout, kOom, kViolation, kSetupError };
+
+const char* RunStatusName(RunStatus status);
+
+// Which mechanism enforced a limit, and what it measured; filled by the cgroup backend.
+struct LimitsReport {
+  std::string backend;                      // "cgroup2", "cgroup1", or "none"
+  std::map<std::string, std::string> enforced_by;  // limit name -> mechanism
+  uint64_t memory_max_bytes = 0;
+  uint64_t pids_max = 0;
+  double cpus = 0;
+  bool pids_limit_hit = false;
+  uint64_t cpu_throttled_ms = 0;
+  uint64_t oom_kills = 0;
+};
+
+struct Result {
+  RunStatus status = RunStatus::kSetupError;
+  int exit_code = -1;    // the program's exit code, -1 when it did not exit normally
+  int signal = 0;        // the signal that ended it, 0 if none
+  std::string reason;    // human-readable: why it ended, or which setup step failed
+  std::string stdout_data;
+  std::string stderr_data;
+  uint64_t stdout_bytes = 0;  // bytes the program produced, kept or not
+  uint64_t stderr_bytes = 0;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  int64_t wall_ms = 0;
+  int64_t cpu_ms = 0;
+  uint64_t peak_memory_bytes = 0;
+  std::optional<LimitsReport> limits;
+  std::map<std::string, uint64_t> denied_syscalls;  // syscall name -> count
+  std::map<std::string, uint64_t> denied_hosts;     // host -> count
+  nlohmann::json extra = nlohmann::json::object();  // front-end additions (changed files, REPL value …)
+
+  // The process exit code nsbox itself uses for this result: the program's code, 124 time-out,
+  // 125 setup error, 128+N for signal N (137 for OOM and kill verdicts).
+  int ShellExitCode() const;
+};
+
+// Replaces invalid UTF-8 with U+FFFD so the result is always valid JSON text.
+std::string SanitizeUtf8(const std::string& bytes);
+nlohmann::json ResultToJson(const Result& result);
+// The inverse, for front ends that receive results from another process (sessions, runtimes).
+Result ResultFromJson(const nlohmann::json& json);
+
+}  // namespace nsbox

@@ -1,0 +1,53 @@
+// Unit tests: the JSON result object, its key names, exit-code mapping and UTF-8 safety.
+#include <catch2/catch.hpp>
+
+#include "sandbox/result.h"
+
+using namespace nsbox;
+
+TEST_CASE("result JSON carries every documented key") {
+  Result r;
+  r.status = RunStatus::kExit;
+  r.exit_code = 3;
+  r.stdout_data = "hi\n";
+  r.stdout_bytes = 3;
+  r.denied_syscalls["ptrace"] = 2;
+  nlohmann::json j = ResultToJson(r);
+  for (const char* key : {"status", "exit_code", "signal", "reason", "stdout", "stderr", "stdout_bytes", "stderr_bytes",
+                          "stdout_truncated", "stderr_truncated", "wall_ms", "cpu_ms", "peak_memory_bytes"})
+    CHECK(j.contains(key));
+  CHECK(j["status"] == "exit");
+  CHECK(j["exit_code"] == 3);
+  CHECK(j["denied_syscalls"][0]["name"] == "ptrace");
+  Result back = ResultFromJson(j);
+  CHECK(back.status == RunStatus::kExit);
+  CHECK(back.stdout_data == "hi\n");
+  CHECK(back.denied_syscalls.at("ptrace") == 2);
+}
+
+TEST_CASE("exit codes follow the shell conventions") {
+  Result r;
+  r.status = RunStatus::kTimeout;
+  CHECK(r.ShellExitCode() == 124);
+  r.status = RunStatus::kSetupError;
+  CHECK(r.ShellExitCode() == 125);
+  r.status = RunStatus::kSignal;
+  r.signal = 15;
+  CHECK(r.ShellExitCode() == 143);
+  r.status = RunStatus::kExit;
+  r.exit_code = 7;
+  CHECK(r.ShellExitCode() == 7);
+}
+
+TEST_CASE("binary output becomes valid UTF-8") {
+  CHECK(SanitizeUtf8("plain") == "plain");
+  CHECK(SanitizeUtf8("caf\xC3\xA9") == "caf\xC3\xA9");
+  CHECK(SanitizeUtf8("\xFF\xFE") == "\xEF\xBF\xBD\xEF\xBF\xBD");
+  CHECK(SanitizeUtf8("\xC0\xAF") == "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'
+  CHECK(SanitizeUtf8("\xED\xA0\x80").find("\xED") == std::string::npos);  // surrogate
+  std::string binary;
+  for (int i = 0; i < 256; ++i) binary += static_cast<char>(i);
+  Result r;
+  r.stdout_data = binary;
+  CHECK_NOTHROW(ResultToJson(r).dump());
+}
