@@ -1,0 +1,19 @@
+// The CLI verbs: each verb file registers its subcommand on the root CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace nsbox::cli {
+
+// A verb's callback sets this to the process exit code; main() returns it.
+struct ExitCode {
+  int value = 0;
+};
+
+// Exit code for failures of nsbox itself: bad options, setup errors.
+inline constexpr int kExitNsboxFailure = 125;
+
+void RegisterRun(CLI::App& app, ExitCode& exit_code);
+// Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
+
+}  // namespace nsbox::cli
