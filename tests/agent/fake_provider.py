@@ -111,7 +111,7 @@ def next_move(fmt, prompt, turn, results):
         notes = [line for line in r.splitlines() if line.startswith("[... ")]
         require(notes, "flood: expected a note of what was cut, got: " + r[:300])
         require(out.startswith("0\n1\n2\n"), "flood: expected the head of the output, got: " + out[:100])
-        last = out.rstrip("\n").splitlines()[-1]
+        last = [line for line in out.splitlines() if line and not line.startswith("[")][-1]
         return ("text", "The output was clipped (%s); it was %d bytes as I received it and its last line was %s."
                 % (notes[0], len(r.encode()), last))
     if "[scenario:ratelimit]" in prompt:
