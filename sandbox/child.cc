@@ -1,0 +1,188 @@
+// The in-child sequence, in order: wait for id maps, hostname, mounts, pivot, loopback, code file, then fork the payload
+// and serve as pid 1. Runs after clone: no allocation, every failure reported to nsbox with its step and errno.
+#include "sandbox/child.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <sched.h>
+#include <sys/fsuid.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "sandbox/caps.h"
+#include "sandbox/init.h"
+#include "sandbox/mount_ns.h"
+#include "sandbox/net.h"
+
+namespace nsbox {
+
+std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan) {
+  using Kind = MountStep::Kind;
+  std::vector<ChildMount> out;
+  out.reserve(plan.size());
+  for (const auto& step : plan) {
+    ChildMount m{step.kind, step.source, "/newroot" + step.target, step.data, step.optional};
+    bool has_host_source = step.kind == Kind::kBindReadOnly || step.kind == Kind::kBindWritable ||
+                           step.kind == Kind::kBindDevice;
+    if (has_host_source) m.source = "/oldroot" + step.source;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+namespace {
+
+[[noreturn]] void Fail(const ChildPlan& plan, const char* step, int err) {
+  InitMessage msg;
+  msg.kind = InitMessage::kSetupError;
+  msg.err = err;
+  snprintf(msg.text, sizeof msg.text, "%s", step);
+  ssize_t ignored = ::write(plan.control_fd, &msg, sizeof msg);
+  (void)ignored;
+  _exit(125);
+}
+
+int WriteCodeFile(const ChildPlan& plan) {
+  int fd = ::open(plan.code_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return -1;
+  const char* data = plan.code.data();
+  size_t left = plan.code.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      return -1;
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  return ::close(fd);
+}
+
+// Sends the seccomp listener to nsbox, which answers the notifications from outside the sandbox.
+[[maybe_unused]] int SendFd(int socket, int fd) {
+  char byte = 'L';
+  struct iovec iov = {&byte, 1};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+  return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+void ExecPayload(const ChildPlan& plan) {
+  char* const* argv = const_cast<char* const*>(plan.argv.data());
+  char* const* envp = const_cast<char* const*>(plan.envp.data());
+  const char* file = plan.argv[0];
+  if (strchr(file, '/')) {
+    ::execve(file, argv, envp);
+    return;
+  }
+  int first_error = ENOENT;
+  for (const auto& dir : plan.path_dirs) {
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir.c_str(), file) >= static_cast<int>(sizeof path)) continue;
+    ::execve(path, argv, envp);
+    if (errno != ENOENT && errno != ENOTDIR) first_error = errno;
+  }
+  errno = first_error;
+}
+
+// The payload: a new session, its stdio, the sandbox user, no capabilities, no_new_privs, seccomp last, execve.
+[[noreturn]] void RunPayload(const ChildPlan& plan) {
+  if (::setsid() < 0) Fail(plan, "setsid()", errno);
+  ::signal(SIGPIPE, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) Fail(plan, "sigprocmask(unblock all)", errno);
+
+  int in = plan.stdin_fd;
+  if (in < 0) {
+    in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in < 0) Fail(plan, "open(/dev/null)", errno);
+  }
+  if (::dup2(in, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 || ::dup2(plan.stderr_fd, 2) < 0)
+    Fail(plan, "dup2(stdio)", errno);
+  // Every other descriptor closes at execve; the control pipe and seccomp socket stay usable until then.
+  if (::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) Fail(plan, "close_range(3, ~0, CLOEXEC)", errno);
+
+  const char* step = nullptr;
+  if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
+  if (plan.may_setgroups) {
+    gid_t groups[1] = {plan.gid};
+    if (::setgroups(1, groups) != 0) Fail(plan, "setgroups([sandbox gid])", errno);
+  }
+  if (::setresgid(plan.gid, plan.gid, plan.gid) != 0) Fail(plan, "setresgid(sandbox gid)", errno);
+  if (::setresuid(plan.uid, plan.uid, plan.uid) != 0) Fail(plan, "setresuid(sandbox uid)", errno);
+  if (ClearCapabilities(plan.no_caps, &step) != 0) Fail(plan, step, errno);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_NO_NEW_PRIVS, 1)", errno);
+  if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
+
+  // seccomp: installed here once sandbox/seccomp lands
+  ExecPayload(plan);
+  // Only reached when execve failed; the message names the program.
+  int err = errno;
+  char step_text[200];
+  snprintf(step_text, sizeof step_text, "execve(%s)", plan.argv[0]);
+  Fail(plan, step_text, err);
+}
+
+}  // namespace
+
+void ChildMain(const ChildPlan& plan) {
+  // 1. Die with nsbox: if nsbox is killed, the kernel kills pid 1 and with it the whole pid namespace.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
+  // 2. Wait until nsbox has written our id maps (and joined us to the cgroup). EOF means nsbox is gone.
+  char go = 0;
+  ssize_t n;
+  do n = ::read(plan.sync_fd, &go, 1); while (n < 0 && errno == EINTR);
+  if (n != 1) _exit(125);
+  ::close(plan.sync_fd);
+  // A cgroup namespace rooted at the sandbox's own cgroup, which nsbox has placed us in by now.
+  if (::unshare(CLONE_NEWCGROUP) != 0) Fail(plan, "unshare(CLONE_NEWCGROUP)", errno);
+  // Files we create (the code file, /etc) belong to the sandbox user, a uid mapped in our namespace.
+  ::setfsuid(plan.uid);
+  ::setfsgid(plan.gid);
+
+  // 3. Own hostname (uts namespace).
+  if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) Fail(plan, "sethostname", errno);
+  // 4. The root filesystem.
+  const char* step = nullptr;
+  if (MountBaseAndPivotToIt(&step) != 0) Fail(plan, step, errno);
+  for (const auto& m : plan.mounts)
+    if (ApplyChildMount(m, plan.uid, plan.gid, &step) != 0) Fail(plan, step, errno);
+  if (FinishRoot(&step) != 0) Fail(plan, step, errno);
+  // 5. Loopback up in the new network namespace; nothing else exists there.
+  if (plan.new_network && BringUpLoopback(&step) != 0) Fail(plan, step, errno);
+  // 6. The code to run, written where the program will find it.
+  if (!plan.code_path.empty() && WriteCodeFile(plan) != 0) Fail(plan, "write(code file)", errno);
+
+  // 7. The payload, and pid 1 for as long as it runs.
+  sigset_t all;
+  sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, nullptr);
+  pid_t payload = ::fork();
+  if (payload < 0) Fail(plan, "fork(payload)", errno);
+  if (payload == 0) RunPayload(plan);
+  RunInit(plan, payload);
+}
+
+}  // namespace nsbox

@@ -1,0 +1,64 @@
+// ChildPlan and the in-child sequence: everything the cloned child does between clone and the payload's execve.
+#pragma once
+
+#include <sys/capability.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sandbox/spec/mount_plan.h"
+
+namespace nsbox {
+
+struct SeccompProgram;
+
+// One message from the sandbox's pid 1 (or the payload before exec) to nsbox, atomic on a pipe.
+struct InitMessage {
+  enum Kind : int32_t { kSetupError = 1, kExited = 2 };
+  int32_t kind = 0;
+  int32_t value = 0;  // kExited: the payload's wait status
+  int32_t err = 0;    // kSetupError: errno
+  char text[244] = {};  // kSetupError: the step and call that failed
+};
+static_assert(sizeof(InitMessage) == 256);
+
+// A mount step with absolute paths as the child sees them before pivot_root: targets under /newroot,
+// host sources under /oldroot. Built in the parent; the child only reads it (no allocation after clone).
+struct ChildMount {
+  MountStep::Kind kind;
+  std::string source;
+  std::string target;
+  std::string data;
+  bool optional;
+};
+
+struct ChildPlan {
+  std::vector<ChildMount> mounts;
+  std::string hostname;
+  bool new_network = true;
+  uint32_t uid = 1000, gid = 1000;
+  bool may_setgroups = true;  // false where setgroups is denied (unprivileged user namespaces)
+  std::vector<std::string> argv_storage, env_storage, path_dirs;
+  std::vector<char*> argv, envp;
+  std::string cwd;
+  std::string code_path;  // inside the sandbox; empty when there is no code file
+  std::string code;
+  // File descriptors, as numbered in the parent (the child inherits them).
+  int stdin_fd = -1;       // -1: /dev/null inside the sandbox
+  int stdout_fd = -1, stderr_fd = -1;
+  int control_fd = -1;     // write end: InitMessage to nsbox
+  int sync_fd = -1;        // read end: one byte from nsbox once the id maps are written
+  int seccomp_socket = -1; // where the payload sends its seccomp listener fd, -1 when unused
+  const SeccompProgram* seccomp = nullptr;
+  cap_t no_caps = nullptr;  // an empty capability set, made before clone
+};
+
+// Builds the child view of a mount plan.
+std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan);
+
+// The cloned child's entry point: sets up the sandbox, forks the payload, then serves as pid 1. Never returns.
+[[noreturn]] void ChildMain(const ChildPlan& plan);
+
+}  // namespace nsbox

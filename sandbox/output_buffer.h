@@ -1,0 +1,30 @@
+// OutputBuffer: keeps the head and the tail of one output stream within a byte budget, counting what was cut.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace nsbox {
+
+class OutputBuffer {
+ public:
+  // limit: bytes kept in all (half head, half tail). 0 keeps nothing but still counts.
+  explicit OutputBuffer(uint64_t limit);
+  void Append(std::string_view data);
+  uint64_t total_bytes() const { return total_; }
+  bool truncated() const { return total_ > limit_; }
+  // The kept bytes; when cut, head + "\n[nsbox: N bytes cut]\n" + tail.
+  std::string Contents() const;
+
+ private:
+  uint64_t limit_;
+  uint64_t head_limit_;
+  uint64_t tail_limit_;
+  uint64_t total_ = 0;
+  std::string head_;
+  std::string tail_;        // ring buffer of the last tail_limit_ bytes once full
+  size_t tail_start_ = 0;   // index of the oldest byte in tail_ when it is full
+};
+
+}  // namespace nsbox

@@ -1,0 +1,359 @@
+// Sandbox: the parent side: plan, clone into new namespaces, id maps, supervise (output, time, signals), verdict.
+#include "sandbox/sandbox.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/data_dir.h"
+#include "sandbox/base/defer.h"
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/child.h"
+#include "sandbox/output_buffer.h"
+#include "sandbox/spec/mount_plan.h"
+#include "sandbox/user_ns.h"
+
+namespace nsbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Result SetupError(std::string reason) {
+  Result r;
+  r.status = RunStatus::kSetupError;
+  r.reason = std::move(reason);
+  return r;
+}
+
+struct Pipe {
+  UniqueFd read, write;
+};
+
+StatusOr<Pipe> MakePipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2");
+  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+std::vector<std::string> SplitPath(const std::string& path) {
+  std::vector<std::string> dirs;
+  std::stringstream in(path);
+  std::string dir;
+  while (std::getline(in, dir, ':'))
+    if (!dir.empty() && dir[0] == '/') dirs.push_back(dir);
+  return dirs;
+}
+
+// The clone itself: fork-like (no new stack), child continues in ChildMain.
+pid_t CloneSandbox(uint64_t flags, int* pidfd) {
+  struct clone_args args = {};
+  args.flags = flags | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(pidfd);
+  args.exit_signal = SIGCHLD;
+  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+}
+
+const HostView* CachedHostView(Status* error) {
+  static StatusOr<HostView> view = LoadHostView(DataDir() + "/rootfs/host.json");
+  if (!view.ok()) {
+    *error = view.status();
+    return nullptr;
+  }
+  return &*view;
+}
+
+std::string ExitReason(int wait_status) {
+  if (WIFEXITED(wait_status)) return fmt::format("exited with code {}", WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    const char* name = sigabbrev_np(WTERMSIG(wait_status));
+    return fmt::format("killed by signal {} (SIG{})", WTERMSIG(wait_status), name ? name : "?");
+  }
+  return fmt::format("ended with wait status {}", wait_status);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> DefaultSandboxEnv() {
+  return {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
+          {"HOME", "/home/sandbox"},
+          {"USER", "sandbox"},
+          {"LOGNAME", "sandbox"},
+          {"SHELL", "/bin/sh"},
+          {"LANG", "C.UTF-8"},
+          {"TMPDIR", "/tmp"}};
+}
+
+Sandbox::Sandbox(Executor executor, Policy policy) : executor_(std::move(executor)), policy_(std::move(policy)) {}
+
+void Sandbox::Kill() {
+  kill_requested_ = true;
+  if (kill_eventfd_ >= 0) {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(kill_eventfd_, &one, sizeof one);
+    (void)ignored;
+  }
+}
+
+Result Sandbox::Run() {
+  const auto started = Clock::now();
+  if (executor_.argv.empty()) return SetupError("nothing to run: empty command");
+
+  // 1. Plan, in the parent, as plain data.
+  Status error;
+  const HostView* host_view = policy_.host_rootfs() ? CachedHostView(&error) : nullptr;
+  if (policy_.host_rootfs() && !host_view) return SetupError(error.message());
+  MountPlanInputs inputs;
+  inputs.policy = &policy_;
+  inputs.host_view = host_view;
+  if (policy_.network() == NetworkMode::kHost) {
+    auto resolv = ReadFile("/etc/resolv.conf", 1 << 16);
+    inputs.resolv_conf = resolv.ok() ? *resolv : "";
+  } else {
+    inputs.resolv_conf = "# nsbox: this sandbox has no network\n";
+  }
+  auto mount_plan = BuildMountPlan(inputs);
+  if (!mount_plan.ok()) return SetupError(mount_plan.status().Wrap("planning the root filesystem").message());
+
+  ChildPlan plan;
+  plan.mounts = PrepareChildMounts(*mount_plan);
+  plan.hostname = policy_.hostname();
+  plan.new_network = policy_.network() == NetworkMode::kNone;
+  plan.uid = policy_.sandbox_uid();
+  plan.gid = policy_.sandbox_gid();
+  const bool privileged = ::geteuid() == 0;
+  plan.may_setgroups = privileged;
+  plan.argv_storage = executor_.argv;
+  for (const auto& [key, value] : executor_.env) plan.env_storage.push_back(key + "=" + value);
+  for (auto& s : plan.argv_storage) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+  for (auto& s : plan.env_storage) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+  auto path_it = executor_.env.find("PATH");
+  plan.path_dirs = SplitPath(path_it != executor_.env.end() ? path_it->second : "/usr/bin:/bin");
+  plan.cwd = executor_.cwd;
+  plan.code_path = executor_.code_path;
+  plan.code = executor_.code;
+  cap_t no_caps = cap_init();
+  if (!no_caps) return SetupError(Status::Errno("cap_init").message());
+  Defer free_caps([&] { cap_free(no_caps); });
+  plan.no_caps = no_caps;
+
+  // 2. Channels: output pipes, control (child -> nsbox), sync (nsbox -> child), kill requests, signals.
+  auto out = MakePipe(), err = MakePipe(), control = MakePipe(), sync = MakePipe();
+  for (auto* p : {&out, &err, &control, &sync})
+    if (!p->ok()) return SetupError(p->status().Wrap("creating pipes").message());
+  plan.stdin_fd = executor_.stdin_fd;
+  plan.stdout_fd = out->write.get();
+  plan.stderr_fd = err->write.get();
+  plan.control_fd = control->write.get();
+  plan.sync_fd = sync->read.get();
+  UniqueFd kill_event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!kill_event) return SetupError(Status::Errno("eventfd").message());
+  kill_eventfd_ = kill_event.get();
+  Defer forget_eventfd([&] { kill_eventfd_ = -1; });
+
+  sigset_t forwarded, previous_mask;
+  sigemptyset(&forwarded);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&forwarded, sig);
+  UniqueFd signal_fd;
+  if (forward_signals_) {
+    ::sigprocmask(SIG_BLOCK, &forwarded, &previous_mask);
+    signal_fd.reset(::signalfd(-1, &forwarded, SFD_CLOEXEC | SFD_NONBLOCK));
+  }
+  Defer restore_mask([&] {
+    if (forward_signals_) ::sigprocmask(SIG_SETMASK, &previous_mask, nullptr);
+  });
+
+  // 3. Clone into fresh user, pid, mount, network, ipc and uts namespaces (the cgroup namespace follows in the
+  //    child, once it sits in its own cgroup).
+  uint64_t flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+  if (plan.new_network) flags |= CLONE_NEWNET;
+  int raw_pidfd = -1;
+  pid_t child = CloneSandbox(flags, &raw_pidfd);
+  if (child < 0) return SetupError(Status::Errno("clone3(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS|...)").message());
+  if (child == 0) ChildMain(plan);  // never returns
+  UniqueFd pidfd(raw_pidfd);
+  // From here on the child exists: every path out must kill and reap it.
+  bool reaped = false;
+  Defer kill_child([&] {
+    if (!reaped) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, nullptr, __WALL);
+    }
+  });
+  out->write.reset();
+  err->write.reset();
+  control->write.reset();
+  sync->read.reset();
+
+  // 4. Id maps, then release the child.
+  if (Status s = WriteIdMaps(child, policy_, privileged); !s.ok())
+    return SetupError(s.Wrap("writing the user namespace id maps").message());
+  const char go = 'G';
+  if (::write(sync->write.get(), &go, 1) != 1) return SetupError(Status::Errno("write(sync pipe)").message());
+  sync->write.reset();
+
+  // 5. Supervise: drain output, watch the clock, the child, kill requests and signals.
+  OutputBuffer stdout_buf(executor_.output_limit_bytes), stderr_buf(executor_.output_limit_bytes);
+  SetNonBlocking(out->read.get());
+  SetNonBlocking(err->read.get());
+  const auto deadline = started + executor_.wall_timeout;
+  bool timed_out = false, cancelled = false, child_exited = false;
+  InitMessage setup_error{}, exit_message{};
+  bool have_setup_error = false, have_exit = false;
+  std::string control_bytes;
+  std::vector<char> buffer(1 << 16);
+
+  auto drain = [&](UniqueFd& fd, OutputBuffer& sink) {
+    for (;;) {
+      ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+      if (n > 0) {
+        sink.Append(std::string_view(buffer.data(), static_cast<size_t>(n)));
+        continue;
+      }
+      if (n == 0) fd.reset();
+      return;  // EAGAIN or EOF
+    }
+  };
+  auto read_control = [&] {
+    for (;;) {
+      ssize_t n = ::read(control->read.get(), buffer.data(), buffer.size());
+      if (n > 0) {
+        control_bytes.append(buffer.data(), static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0 || errno != EINTR) break;
+    }
+    while (control_bytes.size() >= sizeof(InitMessage)) {
+      InitMessage msg;
+      memcpy(&msg, control_bytes.data(), sizeof msg);
+      control_bytes.erase(0, sizeof msg);
+      if (msg.kind == InitMessage::kSetupError && !have_setup_error) {
+        setup_error = msg;
+        have_setup_error = true;
+      } else if (msg.kind == InitMessage::kExited) {
+        exit_message = msg;
+        have_exit = true;
+      }
+    }
+  };
+  SetNonBlocking(control->read.get());
+
+  struct rusage usage = {};
+  int init_status = 0;
+  while (!child_exited) {
+    auto now = Clock::now();
+    if (!timed_out && !cancelled && now >= deadline) {
+      timed_out = true;
+      ::kill(child, SIGKILL);  // pid 1's death takes the whole pid namespace with it
+    }
+    int wait_ms = timed_out || cancelled ? 50 :
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
+    struct pollfd fds[6];
+    int nfds = 0;
+    auto add = [&](int fd) {
+      if (fd >= 0) fds[nfds++] = {fd, POLLIN, 0};
+    };
+    add(pidfd.get());
+    add(out->read.get());
+    add(err->read.get());
+    add(control->read.get());
+    add(kill_event.get());
+    add(signal_fd.get());
+    int rc = ::poll(fds, static_cast<nfds_t>(nfds), wait_ms);
+    if (rc < 0 && errno != EINTR) return SetupError(Status::Errno("poll").message());
+    if (out->read) drain(out->read, stdout_buf);
+    if (err->read) drain(err->read, stderr_buf);
+    read_control();
+    if (kill_requested_ && !cancelled) {
+      cancelled = true;
+      ::kill(child, SIGKILL);
+    }
+    if (signal_fd) {
+      struct signalfd_siginfo info;
+      while (::read(signal_fd.get(), &info, sizeof info) == sizeof info) ::kill(child, static_cast<int>(info.ssi_signo));
+    }
+    for (int i = 0; i < nfds; ++i) {
+      if (fds[i].fd == pidfd.get() && (fds[i].revents & POLLIN)) {
+        if (::wait4(child, &init_status, __WALL, &usage) == child) {
+          reaped = true;
+          child_exited = true;
+        }
+      }
+    }
+  }
+  const auto ended = Clock::now();
+
+  // 6. Every process of the sandbox is gone now; collect the output still in the pipes.
+  for (int round = 0; round < 100 && (out->read || err->read); ++round) {
+    struct pollfd fds[2];
+    int nfds = 0;
+    if (out->read) fds[nfds++] = {out->read.get(), POLLIN, 0};
+    if (err->read) fds[nfds++] = {err->read.get(), POLLIN, 0};
+    ::poll(fds, static_cast<nfds_t>(nfds), 20);
+    if (out->read) drain(out->read, stdout_buf);
+    if (err->read) drain(err->read, stderr_buf);
+  }
+  read_control();
+  if (!policy_.workspace_dir().empty() && executor_.code_path.starts_with("/workspace/"))
+    ::unlink((policy_.workspace_dir() + executor_.code_path.substr(strlen("/workspace"))).c_str());
+
+  // 7. The verdict.
+  Result result;
+  result.stdout_data = stdout_buf.Contents();
+  result.stderr_data = stderr_buf.Contents();
+  result.stdout_bytes = stdout_buf.total_bytes();
+  result.stderr_bytes = stderr_buf.total_bytes();
+  result.stdout_truncated = stdout_buf.truncated();
+  result.stderr_truncated = stderr_buf.truncated();
+  result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(ended - started).count();
+  result.cpu_ms = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000 +
+                  (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000;
+  result.peak_memory_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+
+  if (have_setup_error) {
+    result.status = RunStatus::kSetupError;
+    result.reason = fmt::format("sandbox setup failed at {}: {} ({})", setup_error.text, strerror(setup_error.err),
+                                ErrnoName(setup_error.err));
+  } else if (timed_out || cancelled) {
+    result.status = RunStatus::kTimeout;
+    result.signal = SIGKILL;
+    result.reason = cancelled ? "cancelled" :
+        fmt::format("wall-clock time limit of {} ms exceeded; every process of the sandbox was killed",
+                    executor_.wall_timeout.count());
+  } else if (have_exit) {
+    int ws = exit_message.value;
+    if (WIFEXITED(ws)) {
+      result.exit_code = WEXITSTATUS(ws);
+      result.status = result.exit_code == 0 ? RunStatus::kOk : RunStatus::kExit;
+    } else if (WIFSIGNALED(ws)) {
+      result.signal = WTERMSIG(ws);
+      result.status = result.signal == SIGSYS ? RunStatus::kViolation : RunStatus::kSignal;
+    }
+    result.reason = result.status == RunStatus::kViolation ? "killed by the seccomp policy (SIGSYS)" : ExitReason(ws);
+  } else {
+    result.status = RunStatus::kSetupError;
+    result.reason = fmt::format("the sandbox's pid 1 ended before the program finished ({})", ExitReason(init_status));
+  }
+  return result;
+}
+
+}  // namespace nsbox

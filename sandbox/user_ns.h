@@ -1,0 +1,14 @@
+// The user namespace from the parent side: the sandbox uid/gid mapped to one unprivileged host uid/gid.
+#pragma once
+
+#include <sys/types.h>
+
+#include "sandbox/base/status.h"
+#include "sandbox/policy.h"
+
+namespace nsbox {
+
+// Writes /proc/PID/{setgroups,uid_map,gid_map}. Unprivileged callers map to themselves and deny setgroups.
+Status WriteIdMaps(pid_t pid, const Policy& policy, bool privileged);
+
+}  // namespace nsbox

@@ -1,0 +1,177 @@
+// The options shared by the sandbox-making verbs: CLI11 declarations, validation, and the Policy/Executor they make.
+#include "src/cli/sandbox_options.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/spec/units.h"
+#include "src/cli/languages.h"
+
+namespace nsbox::cli {
+namespace {
+
+constexpr size_t kMaxCodeBytes = 16 << 20;
+
+// "SRC[:DST]" → {SRC, DST}; DST defaults to SRC.
+std::pair<std::string, std::string> SplitBind(const std::string& spec) {
+  auto colon = spec.find(':');
+  if (colon == std::string::npos) return {spec, spec};
+  return {spec.substr(0, colon), spec.substr(colon + 1)};
+}
+
+}  // namespace
+
+void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
+  app->add_option("--rootfs", o.rootfs, "root filesystem: host (the built-in read-only view of the host) or a directory")
+      ->capture_default_str();
+  app->add_option("--workspace", o.workspace, "bind this host directory read-write at /workspace (default: a fresh tmpfs)");
+  app->add_option("--ro-bind", o.ro_binds, "SRC[:DST]: bind a host path read-only (repeatable)");
+  app->add_option("--bind", o.binds, "SRC[:DST]: bind a host path read-write (repeatable)");
+  app->add_option("--network", o.network, "none (own namespace, loopback only) or host (gives up network isolation)")
+      ->capture_default_str();
+  app->add_option("--memory", o.memory, "memory limit, e.g. 256M, 1G")->capture_default_str();
+  app->add_option("--memory-swap", o.memory_swap, "swap allowed on top of --memory (default: none)");
+  app->add_option("--pids", o.pids, "maximum number of processes and threads")->capture_default_str();
+  app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")->capture_default_str();
+  app->add_option("--tmpfs-size", o.tmpfs_size, "size cap of /tmp, /workspace and the home directory")->capture_default_str();
+  app->add_flag("--dangerously-run-without-limits", o.no_limits,
+                "run with NO memory, pids or CPU limits when no cgroup controller is usable");
+}
+
+StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
+  PolicyBuilder builder;
+  if (o.rootfs != "host") {
+    if (!PathExists(o.rootfs))
+      return Status::Error(fmt::format("--rootfs '{}': no such directory (use 'host' or a prepared root directory)", o.rootfs));
+    builder.SetRootfsDir(o.rootfs);
+  }
+  if (!o.workspace.empty()) builder.SetWorkspaceDir(o.workspace);
+  for (const auto& spec : o.ro_binds) {
+    auto [src, dst] = SplitBind(spec);
+    builder.AddReadOnlyBind(src, dst);
+  }
+  for (const auto& spec : o.binds) {
+    auto [src, dst] = SplitBind(spec);
+    builder.AddWritableBind(src, dst);
+  }
+  if (o.network == "host") builder.DangerAllowHostNetwork();
+  else if (o.network != "none")
+    return Status::Error(fmt::format("--network '{}': expected none or host", o.network));
+  auto tmpfs = ParseSize(o.tmpfs_size);
+  if (!tmpfs.ok()) return tmpfs.status().Wrap("--tmpfs-size");
+  builder.SetTmpfsSize(*tmpfs);
+  if (o.no_limits) {
+    builder.DangerDisableCgroupLimits();
+  } else {
+    CgroupLimits limits;
+    auto memory = ParseSize(o.memory);
+    if (!memory.ok()) return memory.status().Wrap("--memory");
+    limits.memory_max_bytes = *memory;
+    if (!o.memory_swap.empty()) {
+      auto swap = ParseSize(o.memory_swap);
+      if (!swap.ok()) return swap.status().Wrap("--memory-swap");
+      limits.memory_swap_max_bytes = *swap;
+    }
+    limits.pids_max = o.pids;
+    limits.cpus = o.cpus;
+    builder.SetCgroupLimits(limits);
+  }
+  return builder.TryBuild();
+}
+
+void AddProgramOptions(CLI::App* app, ProgramOptions& o) {
+  app->add_flag("--json", o.json, "print one JSON result object on stdout instead of passing output through");
+  app->add_option("--timeout", o.timeout, "wall-clock limit, e.g. 500ms, 10s, 2m")->capture_default_str();
+  app->add_option("--output-limit", o.output_limit, "bytes kept per stream (head and tail), e.g. 64K, 1M")
+      ->capture_default_str();
+  app->add_option("--stdin", o.stdin_source, "FILE or - (default: /dev/null)");
+  app->add_option("--env", o.env, "KEY=VALUE added to the small clean environment (repeatable)");
+  app->add_option("--lang", o.lang, "language of --code/--file: python, bash, sh, node");
+  app->add_option("--code", o.code, "the program text to run");
+  app->add_option("--file", o.file, "a file holding the program text, or - for stdin");
+  app->add_option("command", o.command, "the command to run, after --");
+}
+
+StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std::string_view what) {
+  std::string path = source == "-" ? "/dev/stdin" : source;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return Status::Errno(fmt::format("{}: open({})", what, source));
+  struct stat st;
+  if (::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Error(fmt::format("{}: {} is a directory", what, source));
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Errno(fmt::format("{}: read({})", what, source));
+    }
+    if (n == 0) break;
+    if (data.size() + static_cast<size_t>(n) > max_bytes)
+      return Status::Error(fmt::format("{}: {} is larger than {} bytes", what, source, max_bytes));
+    data.append(buf, static_cast<size_t>(n));
+  }
+  return data;
+}
+
+StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& rootfs_dir) {
+  Executor ex;
+  auto timeout = ParseDuration(o.timeout);
+  if (!timeout.ok()) return timeout.status().Wrap("--timeout");
+  ex.wall_timeout = *timeout;
+  auto limit = ParseSize(o.output_limit);
+  if (!limit.ok()) return limit.status().Wrap("--output-limit");
+  ex.output_limit_bytes = *limit;
+  ex.env = DefaultSandboxEnv();
+
+  bool has_code = !o.code.empty() || !o.file.empty();
+  if (!o.lang.empty()) {
+    if (!o.command.empty()) return Status::Error("give either --lang with --code/--file, or a command after --, not both");
+    if (!o.code.empty() && !o.file.empty()) return Status::Error("give --code or --file, not both");
+    if (!has_code) return Status::Error(fmt::format("--lang {} needs --code STRING or --file PATH", o.lang));
+    auto lang = LookupLanguage(o.lang);
+    if (!lang.ok()) return lang.status();
+    std::string interpreter = rootfs_dir + lang->argv[0];
+    if (::access(interpreter.c_str(), X_OK) != 0)
+      return Status::Error(fmt::format("language '{}': interpreter {} is not in the root filesystem ({})", o.lang,
+                                       lang->argv[0], rootfs_dir.empty() ? "host" : rootfs_dir));
+    if (!o.file.empty()) {
+      if (o.file == "-" && o.stdin_source == "-")
+        return Status::Error("--file - and --stdin - both want nsbox's standard input");
+      auto code = ReadInput(o.file, kMaxCodeBytes, "--file");
+      if (!code.ok()) return code.status();
+      ex.code = std::move(*code);
+    } else {
+      if (o.code.size() > kMaxCodeBytes) return Status::Error(fmt::format("--code is larger than {} bytes", kMaxCodeBytes));
+      ex.code = o.code;
+    }
+    ex.code_path = "/workspace/" + lang->file;
+    ex.argv = lang->argv;
+    ex.argv.push_back(ex.code_path);
+    for (const auto& [key, value] : lang->env) ex.env[key] = value;
+  } else {
+    if (has_code) return Status::Error("--code and --file need --lang");
+    if (o.command.empty()) return Status::Error("nothing to run: give a command after --, or --lang with --code/--file");
+    ex.argv = o.command;
+  }
+  for (const auto& kv : o.env) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return Status::Error(fmt::format("--env '{}': expected KEY=VALUE", kv));
+    ex.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (o.stdin_source == "-") {
+    ex.stdin_fd = 0;
+  } else if (!o.stdin_source.empty()) {
+    int fd = ::open(o.stdin_source.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::Errno(fmt::format("--stdin: open({})", o.stdin_source));
+    ex.stdin_fd = fd;  // lives until nsbox exits
+  }
+  return ex;
+}
+
+}  // namespace nsbox::cli

@@ -1,0 +1,50 @@
+// The options shared by every verb that makes a sandbox (run, session create, mcp), and how they become a Policy.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "sandbox/base/status.h"
+#include "sandbox/executor.h"
+#include "sandbox/policy.h"
+
+namespace nsbox::cli {
+
+struct SandboxOptions {
+  std::string rootfs = "host";
+  std::string workspace;
+  std::vector<std::string> ro_binds, binds;
+  std::string network = "none";
+  std::string memory = "512M";
+  std::string memory_swap;
+  uint64_t pids = 256;
+  double cpus = 1.0;
+  std::string tmpfs_size = "256M";
+  bool no_limits = false;
+  std::string profile = "default";
+};
+
+void AddSandboxOptions(CLI::App* app, SandboxOptions& options);
+StatusOr<Policy> BuildPolicy(const SandboxOptions& options);
+
+// What to run and how: shared by run and exec.
+struct ProgramOptions {
+  bool json = false;
+  std::string timeout = "30s";
+  std::string output_limit = "1M";
+  std::string stdin_source;  // "" → /dev/null, "-" → nsbox's stdin, else a file
+  std::vector<std::string> env;
+  std::string lang, code, file;
+  std::vector<std::string> command;
+};
+
+void AddProgramOptions(CLI::App* app, ProgramOptions& options);
+// Fills argv, env, code file, limits and stdin. `rootfs_dir` (empty for host) is where interpreters are checked.
+StatusOr<Executor> BuildExecutor(const ProgramOptions& options, const std::string& rootfs_dir);
+
+// Reads a whole input (a file, or "-" for stdin) with a size cap, naming the problem when it fails.
+StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std::string_view what);
+
+}  // namespace nsbox::cli

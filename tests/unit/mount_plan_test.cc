@@ -1,0 +1,153 @@
+// Unit tests: the mount plan built from a Policy, against a fake host tree in a temp directory.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "sandbox/spec/mount_plan.h"
+
+using namespace nsbox;
+using Kind = MountStep::Kind;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct FakeHost {
+  fs::path root;
+  FakeHost() {
+    char tmpl[] = "/tmp/mount-plan-test-XXXXXX";
+    root = ::mkdtemp(tmpl);
+    fs::create_directories(root / "usr/bin");
+    fs::create_directories(root / "etc/ssl/certs");
+    fs::create_directory_symlink("usr/bin", root / "bin");
+    fs::create_directories(root / "lib64");
+    std::ofstream(root / "etc/ld.so.cache") << "cache";
+    std::ofstream(root / "etc/shadow") << "secret";
+  }
+  ~FakeHost() { fs::remove_all(root); }
+};
+
+const MountStep* Find(const std::vector<MountStep>& plan, Kind kind, const std::string& target) {
+  auto it = std::find_if(plan.begin(), plan.end(), [&](const MountStep& s) { return s.kind == kind && s.target == target; });
+  return it == plan.end() ? nullptr : &*it;
+}
+
+MountPlanInputs Inputs(const Policy* policy, const HostView* view, const std::string& host_root) {
+  MountPlanInputs in;
+  in.policy = policy;
+  in.host_view = view;
+  in.host_root = host_root;
+  return in;
+}
+
+HostView TestView() {
+  HostView view;
+  view.read_only_binds = {{"/usr", false}, {"/etc/ld.so.cache", true}, {"/etc/ssl/certs", true}, {"/etc/missing", true}};
+  view.root_links = {"/bin", "/lib64", "/sbin"};
+  return view;
+}
+
+}  // namespace
+
+TEST_CASE("host view binds /usr read-only, recreates merged-usr links and binds real directories") {
+  FakeHost host;
+  auto policy = PolicyBuilder().TryBuild();
+  HostView view = TestView();
+  auto plan = BuildMountPlan(Inputs(&*policy, &view, host.root.string()));
+  REQUIRE(plan.ok());
+  const MountStep* usr = Find(*plan, Kind::kBindReadOnly, "/usr");
+  REQUIRE(usr);
+  CHECK(usr->source == (host.root / "usr").string());
+  const MountStep* bin = Find(*plan, Kind::kSymlink, "/bin");
+  REQUIRE(bin);
+  CHECK(bin->data == "usr/bin");
+  CHECK(Find(*plan, Kind::kBindReadOnly, "/lib64"));
+  CHECK_FALSE(Find(*plan, Kind::kSymlink, "/sbin"));  // absent on the host: nothing
+  CHECK(Find(*plan, Kind::kBindReadOnly, "/etc/ld.so.cache"));
+  CHECK_FALSE(Find(*plan, Kind::kBindReadOnly, "/etc/missing"));
+}
+
+TEST_CASE("the host's /etc secrets never enter the plan; identity files are generated") {
+  FakeHost host;
+  auto policy = PolicyBuilder().TryBuild();
+  HostView view = TestView();
+  auto plan = BuildMountPlan(Inputs(&*policy, &view, host.root.string()));
+  REQUIRE(plan.ok());
+  for (const auto& step : *plan) {
+    CHECK(step.source.find("shadow") == std::string::npos);
+    CHECK(step.target != "/etc/shadow");
+  }
+  const MountStep* passwd = Find(*plan, Kind::kFile, "/etc/passwd");
+  REQUIRE(passwd);
+  CHECK(passwd->data.find("sandbox:x:1000:1000:") != std::string::npos);
+  CHECK(Find(*plan, Kind::kFile, "/etc/hosts"));
+}
+
+TEST_CASE("proc is fresh with sensitive entries masked and /proc/sys read-only") {
+  FakeHost host;
+  auto policy = PolicyBuilder().TryBuild();
+  HostView view = TestView();
+  auto plan = BuildMountPlan(Inputs(&*policy, &view, host.root.string()));
+  REQUIRE(plan.ok());
+  CHECK(Find(*plan, Kind::kProc, "/proc"));
+  CHECK(Find(*plan, Kind::kMaskFile, "/proc/kcore"));
+  CHECK(Find(*plan, Kind::kMaskFile, "/proc/sysrq-trigger"));
+  CHECK(Find(*plan, Kind::kReadOnly, "/proc/sys"));
+  CHECK_FALSE(Find(*plan, Kind::kBindReadOnly, "/sys"));
+}
+
+TEST_CASE("tmpfs mounts carry the size cap, and a workspace dir becomes a writable bind") {
+  FakeHost host;
+  HostView view = TestView();
+  auto policy = PolicyBuilder().SetTmpfsSize(64 << 20).SetWorkspaceDir(host.root.string()).TryBuild();
+  REQUIRE(policy.ok());
+  auto plan = BuildMountPlan(Inputs(&*policy, &view, host.root.string()));
+  REQUIRE(plan.ok());
+  const MountStep* tmp = Find(*plan, Kind::kTmpfs, "/tmp");
+  REQUIRE(tmp);
+  CHECK(tmp->data.find("size=67108864") != std::string::npos);
+  const MountStep* ws = Find(*plan, Kind::kBindWritable, "/workspace");
+  REQUIRE(ws);
+  CHECK(ws->source == host.root.string());
+}
+
+TEST_CASE("user binds come last so they may cover anything") {
+  FakeHost host;
+  HostView view = TestView();
+  auto policy = PolicyBuilder().AddReadOnlyBind(host.root.string() + "/usr", "/opt/tools").TryBuild();
+  REQUIRE(policy.ok());
+  auto plan = BuildMountPlan(Inputs(&*policy, &view, host.root.string()));
+  REQUIRE(plan.ok());
+  CHECK(plan->back().target == "/opt/tools");
+  CHECK(plan->back().kind == Kind::kBindReadOnly);
+}
+
+TEST_CASE("a prepared root's entries are bound, reserved mount points are not") {
+  FakeHost host;
+  fs::create_directories(host.root / "proc");
+  fs::create_directories(host.root / "tmp");
+  auto policy = PolicyBuilder().SetRootfsDir(host.root.string()).TryBuild();
+  REQUIRE(policy.ok());
+  auto plan = BuildMountPlan(Inputs(&*policy, nullptr, "/"));
+  REQUIRE(plan.ok());
+  CHECK(Find(*plan, Kind::kBindReadOnly, "/usr"));
+  CHECK(Find(*plan, Kind::kSymlink, "/bin"));
+  CHECK(Find(*plan, Kind::kBindReadOnly, "/etc/ld.so.cache"));
+  CHECK_FALSE(Find(*plan, Kind::kBindReadOnly, "/etc/shadow"));
+  CHECK_FALSE(Find(*plan, Kind::kBindReadOnly, "/proc"));
+  CHECK_FALSE(Find(*plan, Kind::kBindReadOnly, "/tmp"));
+}
+
+TEST_CASE("policy builder reports its first error once") {
+  auto policy = PolicyBuilder().AddReadOnlyBind("/nonexistent-source", "/x").SetTmpfsSize(1).TryBuild();
+  REQUIRE_FALSE(policy.ok());
+  CHECK(policy.status().message().find("/nonexistent-source") != std::string::npos);
+  CHECK_FALSE(PolicyBuilder().AddReadOnlyBind("/usr", "relative").TryBuild().ok());
+  CHECK_FALSE(PolicyBuilder().AddReadOnlyBind("/usr", "/a/../etc").TryBuild().ok());
+  CHECK_FALSE(PolicyBuilder().SetRootfsDir("/").TryBuild().ok());
+}
