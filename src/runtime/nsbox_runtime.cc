@@ -59,8 +59,9 @@ std::vector<std::string> NsboxRuntime::ExecArgv(const std::string& nsbox_bin, co
 bool NsboxRuntime::LooksLikeUnknownSubcommand(const std::string& stderr_text) {
   std::string lower = stderr_text;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  // CLI11 says "The following argument was not expected: session"; other parsers say "unknown/invalid command".
-  for (const char* phrase : {"not expected", "unknown subcommand", "unknown command", "invalid subcommand",
+  // CLI11 says "A subcommand is required" or "The following argument was not expected: session";
+  // other parsers say "unknown/invalid command".
+  for (const char* phrase : {"a subcommand is required", "not expected", "unknown subcommand", "unknown command", "invalid subcommand",
                              "invalid command", "unrecognized", "extraneous"})
     if (lower.find(phrase) != std::string::npos) return true;
   return false;

@@ -56,11 +56,19 @@ struct TempPath {
   ~TempPath() { unlink(path.c_str()); }
 };
 
-// Sets an environment variable for the scope of a test.
+// Sets (or, with nullopt, unsets) an environment variable for the scope of a test, then restores it.
 struct ScopedEnv {
   std::string name;
-  ScopedEnv(const std::string& n, const std::string& value) : name(n) { setenv(n.c_str(), value.c_str(), 1); }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
+  std::optional<std::string> saved;
+  ScopedEnv(const std::string& n, const std::optional<std::string>& value) : name(n) {
+    if (const char* old = getenv(n.c_str())) saved = old;
+    if (value) setenv(n.c_str(), value->c_str(), 1);
+    else unsetenv(n.c_str());
+  }
+  ~ScopedEnv() {
+    if (saved) setenv(name.c_str(), saved->c_str(), 1);
+    else unsetenv(name.c_str());
+  }
 };
 
 }  // namespace
@@ -212,6 +220,7 @@ TEST_CASE("nsbox runtime argv follows the CLI contract of sessions and of run") 
   CHECK(run == std::vector<std::string>{"/bin/nsbox", "run", "--network", "none", "--json", "--timeout", "2000ms",
                                         "--output-limit", "100", "--lang", "bash", "--file", "-"});
   CHECK(NsboxRuntime::LooksLikeUnknownSubcommand("The following argument was not expected: session\n"));
+  CHECK(NsboxRuntime::LooksLikeUnknownSubcommand("nsbox: A subcommand is required\n"));
   CHECK_FALSE(NsboxRuntime::LooksLikeUnknownSubcommand("mkdir(/run/nsbox): Permission denied (EACCES)"));
 }
 
@@ -281,7 +290,7 @@ TEST_CASE("nsbox runtime binary defaults to NSBOX_BIN, else this program") {
     ScopedEnv bin("NSBOX_BIN", "/opt/nsbox");
     CHECK(NsboxRuntime().nsbox_bin() == "/opt/nsbox");
   }
-  unsetenv("NSBOX_BIN");
+  ScopedEnv no_bin("NSBOX_BIN", std::nullopt);
   std::string self = NsboxRuntime().nsbox_bin();
   CHECK(self.find("agent_tests") != std::string::npos);
 }
