@@ -1,6 +1,7 @@
 // DockerRuntime: runs each call in a throw-away `docker run --rm` container with no network, capped resources, a read-only root and no privileges.
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,7 @@ class DockerRuntime : public SandboxRuntime {
 
  private:
   DockerRuntimeOptions options_;
-  int calls_ = 0;
+  std::atomic<int> calls_{0};
 };
 
 }  // namespace nsbox::runtime

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -21,10 +22,10 @@ StatusOr<LocalRuntime::Interpreter> LocalRuntime::InterpreterFor(const std::stri
   std::string lang = language;
   std::transform(lang.begin(), lang.end(), lang.begin(), [](unsigned char c) { return std::tolower(c); });
   Interpreter interp;
-  if (lang == "python" || lang == "python3" || lang == "py") interp = {"/usr/bin/python3", "main.py"};
-  else if (lang == "bash") interp = {"/bin/bash", "main.sh"};
-  else if (lang == "sh" || lang == "shell") interp = {"/bin/sh", "main.sh"};
-  else if (lang == "node" || lang == "javascript" || lang == "js") interp = {FindExecutable("node"), "main.js"};
+  if (lang == "python" || lang == "python3" || lang == "py") interp = {"/usr/bin/python3", ".py"};
+  else if (lang == "bash") interp = {"/bin/bash", ".sh"};
+  else if (lang == "sh" || lang == "shell") interp = {"/bin/sh", ".sh"};
+  else if (lang == "node" || lang == "javascript" || lang == "js") interp = {FindExecutable("node"), ".js"};
   else return Status::Error(fmt::format("unknown language \"{}\" (the local runtime knows python, bash, sh, node)", language));
   if (interp.path.empty() || !PathExists(interp.path))
     return Status::Error(fmt::format("no interpreter for \"{}\" on this host ({})", language,
@@ -36,25 +37,31 @@ StatusOr<ExecutionResult> LocalRuntime::execute(const std::string& language, con
                                                 const ExecuteOptions& options) {
   auto interp = InterpreterFor(language);
   if (!interp.ok()) return interp.status();
-  if (workdir_.empty()) {
-    std::string templ = (std::filesystem::temp_directory_path() / "nsbox-local-XXXXXX").string();
-    if (!mkdtemp(templ.data())) return Status::Errno(fmt::format("mkdtemp({})", templ));
-    workdir_ = templ;
+  std::string workdir;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (workdir_.empty()) {
+      std::string templ = (std::filesystem::temp_directory_path() / "nsbox-local-XXXXXX").string();
+      if (!mkdtemp(templ.data())) return Status::Errno(fmt::format("mkdtemp({})", templ));
+      workdir_ = templ;
+    }
+    workdir = workdir_;
   }
-  std::string script = workdir_ + "/" + interp->file_name;
+  std::string script = fmt::format("{}/.nsbox-script-{}{}", workdir, ++scripts_, interp->extension);
   NSBOX_RETURN_IF_ERROR(WriteFile(script, code).Wrap("writing the script"));
 
   Clock::time_point own_deadline = Clock::now() + options.timeout;
   bool caller_deadline_tighter = options.deadline && *options.deadline < own_deadline;
   SubprocessSpec spec;
   spec.argv = {interp->path, script};
-  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workdir_, "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
-              "TMPDIR=" + workdir_};
-  spec.cwd = workdir_;
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workdir, "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
+              "TMPDIR=" + workdir};
+  spec.cwd = workdir;
   spec.output_limit_bytes = options.output_limit_bytes;
   spec.deadline = caller_deadline_tighter ? *options.deadline : own_deadline;
   spec.cancel = options.cancel;
   auto outcome = RunSubprocess(spec);
+  unlink(script.c_str());
   if (!outcome.ok()) return outcome.status().Wrap("local runtime");
 
   ExecutionResult r;
@@ -88,6 +95,7 @@ StatusOr<ExecutionResult> LocalRuntime::execute(const std::string& language, con
 }
 
 void LocalRuntime::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (workdir_.empty()) return;
   std::error_code ec;
   std::filesystem::remove_all(workdir_, ec);

@@ -1,6 +1,8 @@
 // LocalRuntime: runs code with the host's own interpreters, WITHOUT ANY ISOLATION (trusted code in development only).
 #pragma once
 
+#include <atomic>
+#include <mutex>
 #include <string>
 
 #include "src/runtime/sandbox_runtime.h"
@@ -10,6 +12,7 @@ namespace nsbox::runtime {
 // Each call runs the interpreter directly as this user, in a scratch directory kept for the
 // conversation (so files persist between calls, like a session) and removed by close().
 // Time-out and cancellation kill the interpreter's whole process group; output keeps head and tail.
+// Calls may run concurrently: each writes its own script file.
 class LocalRuntime : public SandboxRuntime {
  public:
   LocalRuntime() = default;
@@ -25,12 +28,14 @@ class LocalRuntime : public SandboxRuntime {
   // The interpreter for a language name (python, bash, sh, node and their usual aliases), or an error.
   struct Interpreter {
     std::string path;
-    std::string file_name;  // the script's name in the scratch directory
+    std::string extension;  // of the script file in the scratch directory
   };
   static StatusOr<Interpreter> InterpreterFor(const std::string& language);
 
  private:
+  std::mutex mutex_;  // guards workdir_
   std::string workdir_;
+  std::atomic<int> scripts_{0};
 };
 
 }  // namespace nsbox::runtime

@@ -104,7 +104,14 @@ Status NsboxRuntime::CreateSession(const ExecuteOptions& options) {
 
 StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, const std::string& code,
                                                 const ExecuteOptions& options) {
-  if (mode_ == Mode::kUnknown) NSBOX_RETURN_IF_ERROR(CreateSession(options));
+  Mode mode;
+  std::string session_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (mode_ == Mode::kUnknown) NSBOX_RETURN_IF_ERROR(CreateSession(options));
+    mode = mode_;
+    session_id = session_id_;
+  }
 
   // The sandbox's own wall limit is the tighter of the call's limit and the caller's deadline, so
   // that the sandbox itself reports the time-out (with the output so far) rather than being killed.
@@ -119,7 +126,7 @@ StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, con
     }
   }
   SubprocessSpec spec;
-  spec.argv = ExecArgv(options_.nsbox_bin, mode_ == Mode::kSession ? session_id_ : "", options_.sandbox_args, language,
+  spec.argv = ExecArgv(options_.nsbox_bin, mode == Mode::kSession ? session_id : "", options_.sandbox_args, language,
                        sandbox_timeout, options.output_limit_bytes, options.repl);
   spec.env = InheritedEnvironment();
   spec.stdin_data = code;
@@ -147,24 +154,28 @@ StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, con
   result = ResultFromJson(json);
   if (caller_deadline_tighter && result.status == RunStatus::kTimeout)
     result.reason += " (the caller's deadline was the tighter limit)";
-  result.extra["runtime"] = mode_ == Mode::kSession ? "nsbox-session" : "nsbox-run";
+  result.extra["runtime"] = mode == Mode::kSession ? "nsbox-session" : "nsbox-run";
   return result;
 }
 
 void NsboxRuntime::close() {
-  if (session_id_.empty()) return;
+  std::string session_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    session_id.swap(session_id_);
+    mode_ = Mode::kUnknown;
+  }
+  if (session_id.empty()) return;
   SubprocessSpec spec;
-  spec.argv = {options_.nsbox_bin, "session", "rm", session_id_};
+  spec.argv = {options_.nsbox_bin, "session", "rm", session_id};
   spec.env = InheritedEnvironment();
   spec.deadline = Clock::now() + milliseconds(20'000);
   auto outcome = RunSubprocess(spec);
   if (!outcome.ok() || !outcome->exited || outcome->exit_code != 0)
-    Log(fmt::format("nsbox runtime: session rm {} failed: {}", session_id_,
+    Log(fmt::format("nsbox runtime: session rm {} failed: {}", session_id,
                     outcome.ok() ? FirstLine(outcome->stderr_data) : outcome.status().message()));
   else
-    Log(fmt::format("nsbox runtime: session {} removed", session_id_));
-  session_id_.clear();
-  mode_ = Mode::kUnknown;
+    Log(fmt::format("nsbox runtime: session {} removed", session_id));
 }
 
 }  // namespace nsbox::runtime

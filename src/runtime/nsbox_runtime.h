@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,7 +28,8 @@ struct NsboxRuntimeOptions {
 
 // The first execute() creates the session (`nsbox session create --json`); each call runs
 // `nsbox exec ID --json --timeout … --output-limit … --lang … --file -` with the code on stdin;
-// close() (also the destructor) runs `nsbox session rm ID`. When this nsbox has no sessions
+// close() (also the destructor) runs `nsbox session rm ID`. Calls may come from several threads at
+// once (the MCP server), and close() from a signal-watching thread. When this nsbox has no sessions
 // (`session create` fails as an unknown subcommand) every call is a one-shot `nsbox run --json`.
 class NsboxRuntime : public SandboxRuntime {
  public:
@@ -42,8 +44,14 @@ class NsboxRuntime : public SandboxRuntime {
   void close() override;
 
   const std::string& nsbox_bin() const { return options_.nsbox_bin; }
-  const std::string& session_id() const { return session_id_; }
-  bool one_shot() const { return mode_ == Mode::kOneShot; }
+  std::string session_id() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return session_id_;
+  }
+  bool one_shot() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return mode_ == Mode::kOneShot;
+  }
 
   // The argv of one execution (pure, for tests): session exec when session_id is non-empty, else run.
   static std::vector<std::string> ExecArgv(const std::string& nsbox_bin, const std::string& session_id,
@@ -54,12 +62,13 @@ class NsboxRuntime : public SandboxRuntime {
 
  private:
   enum class Mode { kUnknown, kSession, kOneShot };
-  Status CreateSession(const ExecuteOptions& options);
+  Status CreateSession(const ExecuteOptions& options);  // with mutex_ held
   void Log(const std::string& line) const {
     if (options_.log) options_.log(line);
   }
 
   NsboxRuntimeOptions options_;
+  mutable std::mutex mutex_;  // guards mode_ and session_id_; held while the session is created
   Mode mode_ = Mode::kUnknown;
   std::string session_id_;
 };

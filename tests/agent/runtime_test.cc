@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <sstream>
@@ -352,4 +353,34 @@ TEST_CASE("runtimes are made by name and unknown names are refused") {
   REQUIRE(nsbox_rt.ok());
   CHECK((*nsbox_rt)->name() == "nsbox");
   CHECK(MakeRuntime("vm", RuntimeConfig{}).status().message() == "unknown runtime \"vm\" (choose nsbox|local|docker)");
+}
+
+TEST_CASE("concurrent calls share one session, and each local call has its own script") {
+  TempPath log;
+  ScopedEnv mode("FAKE_NSBOX_MODE", "sessions");
+  ScopedEnv log_env("FAKE_NSBOX_LOG", log.path);
+  NsboxRuntimeOptions options;
+  options.nsbox_bin = testing::SourcePath("tests/agent/fake_nsbox.py");
+  NsboxRuntime nsbox_rt(options);
+  LocalRuntime local_rt;
+  std::vector<std::string> nsbox_out(4), local_out(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      std::string code = "import time\ntime.sleep(0.2)\nprint(" + std::to_string(i) + ")";
+      auto a = nsbox_rt.execute("python", code, ExecuteOptions{});
+      auto b = local_rt.execute("python", code, ExecuteOptions{});
+      if (a.ok()) nsbox_out[i] = a->stdout_data;
+      if (b.ok()) local_out[i] = b->stdout_data;
+    });
+  for (auto& t : threads) t.join();
+  nsbox_rt.close();
+  for (int i = 0; i < 4; ++i) {
+    CHECK(nsbox_out[i] == std::to_string(i) + "\n");
+    CHECK(local_out[i] == std::to_string(i) + "\n");
+  }
+  auto lines = ReadLines(log.path);
+  CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("create ", 0) == 0; }) == 1);
+  CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("exec ", 0) == 0; }) == 4);
+  CHECK(lines.back().rfind("rm ", 0) == 0);
 }
