@@ -125,7 +125,7 @@ void ExecPayload(const ChildPlan& plan) {
   if (::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) Fail(plan, "close_range(3, ~0, CLOEXEC)", errno);
 
   const char* step = nullptr;
-  if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
+  // The bounding set is already empty: pid 1 emptied it before the fork (each drop costs a credential commit).
   if (plan.may_setgroups) {
     gid_t groups[1] = {plan.gid};
     if (::setgroups(1, groups) != 0) Fail(plan, "setgroups([sandbox gid])", errno);
@@ -175,7 +175,9 @@ void ChildMain(const ChildPlan& plan) {
   // 6. The code to run, written where the program will find it.
   if (!plan.code_path.empty() && WriteCodeFile(plan) != 0) Fail(plan, "write(code file)", errno);
 
-  // 7. The payload, and pid 1 for as long as it runs.
+  // 7. An empty capability bounding set, inherited by the payload and everything it starts.
+  if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
+  // 8. The payload, and pid 1 for as long as it runs.
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_BLOCK, &all, nullptr);
