@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <signal.h>
 #include <sched.h>
 #include <sys/fsuid.h>
@@ -38,6 +39,12 @@ std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan) {
     out.push_back(std::move(m));
   }
   return out;
+}
+
+void ArmDeathSignal(int control_fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  struct pollfd pfd = {control_fd, POLLOUT, 0};
+  if (::poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLERR | POLLHUP))) _exit(125);
 }
 
 namespace {
@@ -161,6 +168,7 @@ void ChildMain(const ChildPlan& plan) {
   // Files we create (the code file, /etc) belong to the sandbox user, a uid mapped in our namespace.
   ::setfsuid(plan.uid);
   ::setfsgid(plan.gid);
+  ArmDeathSignal(plan.control_fd);
 
   // 3. Own hostname (uts namespace).
   if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) Fail(plan, "sethostname", errno);

@@ -60,6 +60,9 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
     _exit(125);
   }
 
+  // The credential changes above cleared the parent-death signal; nsbox's death must still end the sandbox.
+  ArmDeathSignal(plan.control_fd);
+
   sigset_t wanted;
   sigemptyset(&wanted);
   sigaddset(&wanted, SIGCHLD);
