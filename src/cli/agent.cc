@@ -1,6 +1,7 @@
 // The `nsbox agent` verb: a prompt in, an LLM that runs real code in a SandboxRuntime, the final answer out.
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -24,7 +25,10 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
-void OnSignal(int) { g_interrupted.store(true); }
+// A second Ctrl-C leaves at once; the session still ends by itself (its --max-lifetime).
+void OnSignal(int) {
+  if (g_interrupted.exchange(true)) _exit(130);
+}
 
 struct AgentOptions {
   std::string provider;
