@@ -114,7 +114,7 @@ class Loop {
   AgentOutcome End(AgentEnd end, const std::string& error) {
     outcome_.end = end;
     outcome_.error = error;
-    transcript_.Write({{"kind", "end"}, {"outcome", static_cast<int>(end)}, {"error", error}, {"answer", outcome_.answer},
+    transcript_.Write({{"kind", "end"}, {"outcome", AgentEndName(end)}, {"error", error}, {"answer", outcome_.answer},
                        {"model_calls", outcome_.model_calls}, {"tool_calls", outcome_.tool_calls},
                        {"elapsed_ms", std::chrono::duration_cast<milliseconds>(Clock::now() - start_).count()}});
     return outcome_;
@@ -291,6 +291,20 @@ int64_t RetryAfterMs(const std::map<std::string, std::string>& headers) {
 AgentOutcome RunAgent(Provider& provider, runtime::SandboxRuntime& runtime, const AgentConfig& config,
                       const std::string& prompt) {
   return Loop(provider, runtime, config).Run(prompt);
+}
+
+const char* AgentEndName(AgentEnd end) {
+  switch (end) {
+    case AgentEnd::kAnswered: return "answered";
+    case AgentEnd::kAuthError: return "auth_error";
+    case AgentEnd::kProviderError: return "provider_error";
+    case AgentEnd::kMalformed: return "malformed";
+    case AgentEnd::kMaxSteps: return "max_steps";
+    case AgentEnd::kTimeout: return "timeout";
+    case AgentEnd::kCancelled: return "cancelled";
+    case AgentEnd::kRuntimeError: return "runtime_error";
+  }
+  return "provider_error";
 }
 
 int AgentExitCode(AgentEnd end) {

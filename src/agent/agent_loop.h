@@ -55,6 +55,9 @@ struct AgentOutcome {
 AgentOutcome RunAgent(Provider& provider, runtime::SandboxRuntime& runtime, const AgentConfig& config,
                       const std::string& prompt);
 
+// "answered", "auth_error", "provider_error", "malformed", "max_steps", "timeout", "cancelled", "runtime_error".
+const char* AgentEndName(AgentEnd end);
+
 // 0 answered, 1 provider/model failure, 2 key rejected, 124 time-out, 130 interrupted, 125 runtime failure.
 int AgentExitCode(AgentEnd end);
 

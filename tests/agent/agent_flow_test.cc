@@ -331,10 +331,13 @@ TEST_CASE("the transcript has every request, response and tool call as JSONL, an
   std::ifstream in(path);
   std::vector<std::string> kinds;
   std::string all;
+  json last;
   for (std::string line; std::getline(in, line);) {
     all += line;
-    kinds.push_back(json::parse(line)["kind"]);
+    last = json::parse(line);
+    kinds.push_back(last["kind"]);
   }
+  CHECK(last["outcome"] == "answered");
   unlink(path);
   CHECK(kinds == std::vector<std::string>{"start", "request", "response", "tool_call", "tool_result", "request",
                                           "response", "end"});
