@@ -299,9 +299,24 @@ TEST_CASE("the run time-out is the tightest limit on a tool call") {
 TEST_CASE("max steps ends a model that never stops calling tools") {
   testing::FakeProviderServer server;
   runtime::LocalRuntime rt;
-  FlowRun run = RunFlow(server, "anthropic", rt, "Count runs [scenario:repeat]", [](AgentConfig& c) { c.max_steps = 2; });
+  FlowRun run = RunFlow(server, "anthropic", rt, "Again [scenario:forever]", [](AgentConfig& c) { c.max_steps = 3; });
   CHECK(run.outcome.end == AgentEnd::kMaxSteps);
-  CHECK(run.outcome.error == "the model gave no final answer within 2 steps (--max-steps)");
+  CHECK(run.outcome.error == "the model gave no final answer within 3 steps (--max-steps)");
+  CHECK(run.outcome.tool_calls == 3);
+  CHECK(server.Problems().empty());
+}
+
+TEST_CASE("a runtime that cannot run code at all ends the run after three failed calls") {
+  testing::FakeProviderServer server;
+  runtime::NsboxRuntimeOptions options;
+  options.nsbox_bin = "/nonexistent/nsbox";
+  runtime::NsboxRuntime rt(options);
+  FlowRun run = RunFlow(server, "openai", rt, "Again [scenario:forever]");
+  CHECK(run.outcome.end == AgentEnd::kRuntimeError);
+  CHECK(run.outcome.error.rfind("the nsbox runtime could not run code: starting nsbox session create: "
+                                "posix_spawn(/nonexistent/nsbox): No such file or directory (ENOENT)", 0) == 0);
+  CHECK(run.outcome.tool_calls == 3);
+  CHECK(AgentExitCode(run.outcome.end) == 125);
 }
 
 TEST_CASE("cancellation stops a running tool call and the run at once") {

@@ -128,6 +128,8 @@ def next_move(fmt, prompt, turn, results):
         if turn < 2:
             return ("tools", [python_call(fmt, COUNT_CODE)])  # turn 1 reuses turn 0's id (see below)
         return ("text", "second answer: " + results[0].splitlines()[0] + " | " + stdout_of(results[0]).strip())
+    if "[scenario:forever]" in prompt:
+        return ("tools", [python_call(fmt, "print('again')")])
     if "[scenario:badargs]" in prompt:
         if turn == 0:
             return ("tools", [("execute_code", {"code": "print(1)"})])  # no language
