@@ -54,7 +54,7 @@ StatusOr<ExecutionResult> LocalRuntime::execute(const std::string& language, con
   bool caller_deadline_tighter = options.deadline && *options.deadline < own_deadline;
   SubprocessSpec spec;
   spec.argv = {interp->path, script};
-  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workdir, "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workdir, "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1",
               "TMPDIR=" + workdir};
   spec.cwd = workdir;
   spec.output_limit_bytes = options.output_limit_bytes;
