@@ -138,9 +138,28 @@ std::string_view StatusText(int status) {
   }
 }
 
-// An answer from the proxy itself, then a lingering close: stop writing, and read (and drop) what the
-// client still sends for a moment, so that closing with unread data does not reset the connection and
-// destroy the answer before the client has read it.
+// Ends a client connection gracefully: stop writing, then read (and drop) what the client still sends for a
+// moment. Closing with unread data would reset the connection and could destroy an answer or the tail of a
+// response that the client has not read yet.
+void LingerClose(const ProxyState& state, int client) {
+  shutdown(client, SHUT_WR);
+  Clock::time_point linger_until = Clock::now() + std::chrono::milliseconds(500);
+  char discard[4096];
+  for (size_t drained = 0; drained < (256u << 10);) {
+    ssize_t got = recv(client, discard, sizeof discard, 0);
+    if (got > 0) {
+      drained += static_cast<size_t>(got);
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && WouldBlock(errno) && WaitFor(state, client, POLLIN, linger_until) == WaitResult::kReady) {
+      continue;
+    }
+    break;
+  }
+}
+
+// An answer from the proxy itself, as a short text naming the reason, then a lingering close.
 void ReplyAndClose(const ProxyState& state, UniqueFd& client, int status, std::string_view why) {
   std::string body = fmt::format("nsbox egress proxy: {}\n", why);
   // The reason phrase carries the reason too: for CONNECT, most clients show only the status line
@@ -154,21 +173,7 @@ void ReplyAndClose(const ProxyState& state, UniqueFd& client, int status, std::s
       "Connection: close\r\nProxy-Agent: nsbox\r\n\r\n{}",
       status, StatusText(status), phrase, body.size(), body);
   if (!SendAll(state, client.get(), reply, Clock::now() + std::chrono::seconds(5))) return;
-  shutdown(client.get(), SHUT_WR);
-  Clock::time_point linger_until = Clock::now() + std::chrono::milliseconds(500);
-  char discard[4096];
-  for (size_t drained = 0; drained < (256u << 10);) {
-    ssize_t got = recv(client.get(), discard, sizeof discard, 0);
-    if (got > 0) {
-      drained += static_cast<size_t>(got);
-      continue;
-    }
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0 && WouldBlock(errno) && WaitFor(state, client.get(), POLLIN, linger_until) == WaitResult::kReady) {
-      continue;
-    }
-    break;
-  }
+  LingerClose(state, client.get());
 }
 
 void Deny(ProxyState& state, UniqueFd& client, const std::string& host, std::string_view why) {
@@ -468,6 +473,7 @@ void ServeConnection(ProxyState& state, UniqueFd client) {
     to_upstream = BuildOriginHead(request) + leftover;
   }
   Relay(state, client.get(), upstream.get(), std::move(to_upstream), !request.is_connect);
+  if (!state.stopping) LingerClose(state, client.get());
 }
 
 void RunConnection(std::shared_ptr<ProxyState> state, UniqueFd client) {

@@ -3,7 +3,9 @@
 #include "src/netproxy/egress_proxy.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
@@ -11,6 +13,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <cctype>
+#include <map>
+#include <vector>
 
 #include "tests/netproxy/test_servers.h"
 
@@ -344,10 +349,7 @@ TEST_CASE("Stop ends open tunnels and closes the port promptly, and the counts s
 }
 
 TEST_CASE("HTTPS through CONNECT reaches a real TLS server that is allowed") {
-  if (access("/usr/bin/openssl", X_OK) != 0) {
-    RecordSkip("HTTPS through CONNECT", "/usr/bin/openssl is not installed");
-    return;
-  }
+  REQUIRE(access("/usr/bin/openssl", X_OK) == 0);  // tools/setup installs it
   char dir_template[] = "/tmp/nsbox-netproxy-tls-XXXXXX";
   REQUIRE(mkdtemp(dir_template) != nullptr);
   std::filesystem::path dir = dir_template;
@@ -399,4 +401,122 @@ TEST_CASE("HTTPS through CONNECT reaches a real TLS server that is allowed") {
   CHECK_THAT(fetched.body, Catch::Contains("s_server"));
   CHECK(proxy->BytesIn() > 1000);  // the certificate and the page, encrypted
   CHECK(proxy->DeniedHosts().empty());
+}
+
+namespace {
+
+// Runs argv with `environment` added, output to `log`; returns the exit status (or -1).
+int RunWithEnvironment(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
+                       const std::string& log) {
+  std::vector<std::string> env_strings;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string text = *entry;
+    std::string name = text.substr(0, text.find('='));
+    std::string lower = name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    // The caller's own proxy settings must not leak into what is under test.
+    if (lower.find("proxy") != std::string::npos || name.rfind("PIP_", 0) == 0) continue;
+    env_strings.push_back(text);
+  }
+  for (const auto& [name, value] : environment) env_strings.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& text : env_strings) envp.push_back(text.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = argv;
+  std::vector<char*> argp;
+  for (std::string& arg : args) argp.push_back(arg.data());
+  argp.push_back(nullptr);
+  pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    dup2(out, 1);
+    dup2(out, 2);
+    execve(argp[0], argp.data(), envp.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string ReadWholeFile(const std::string& path) {
+  std::string data;
+  if (FILE* file = std::fopen(path.c_str(), "rb")) {
+    char buffer[4096];
+    size_t got;
+    while ((got = std::fread(buffer, 1, sizeof buffer, file)) > 0) data.append(buffer, got);
+    std::fclose(file);
+  }
+  return data;
+}
+
+}  // namespace
+
+TEST_CASE("pip installs from a local package index through the proxy using only ProxyEnvironment") {
+  REQUIRE(access("/usr/bin/python3", X_OK) == 0);
+  char dir_template[] = "/tmp/nsbox-netproxy-pip-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  std::filesystem::path dir = dir_template;
+  struct RemoveDir {
+    std::filesystem::path path;
+    ~RemoveDir() { std::filesystem::remove_all(path); }
+  } remove_dir{dir};
+
+  // A one-module wheel, made with the standard library's zipfile.
+  std::string wheel_path = (dir / "nsboxdemo-1.0-py3-none-any.whl").string();
+  std::string make_wheel =
+      "import sys, zipfile\n"
+      "files = {'nsboxdemo/__init__.py': 'GREETING = \"installed through the proxy\"\\n',\n"
+      "  'nsboxdemo-1.0.dist-info/METADATA': 'Metadata-Version: 2.1\\nName: nsboxdemo\\nVersion: 1.0\\n',\n"
+      "  'nsboxdemo-1.0.dist-info/WHEEL': 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\n"
+      "Tag: py3-none-any\\n'}\n"
+      "files['nsboxdemo-1.0.dist-info/RECORD'] = ''.join(n + ',,\\n' for n in files) + "
+      "'nsboxdemo-1.0.dist-info/RECORD,,\\n'\n"
+      "with zipfile.ZipFile(sys.argv[1], 'w') as z:\n"
+      "    [z.writestr(n, c) for n, c in files.items()]\n";
+  REQUIRE(RunWithEnvironment({"/usr/bin/python3", "-c", make_wheel, wheel_path}, {}, (dir / "wheel.log").string()) == 0);
+  std::string wheel = ReadWholeFile(wheel_path);
+  REQUIRE(!wheel.empty());
+
+  TestHttpServer index([&](const std::string& head) {
+    if (head.rfind("GET /simple/nsboxdemo/ ", 0) == 0) {
+      return HttpResponse(200,
+                          "<!DOCTYPE html><html><body><a href=\"/files/nsboxdemo-1.0-py3-none-any.whl\">"
+                          "nsboxdemo-1.0-py3-none-any.whl</a></body></html>\n",
+                          "Content-Type: text/html\r\n");
+    }
+    if (head.rfind("GET /files/nsboxdemo-1.0-py3-none-any.whl ", 0) == 0) return HttpResponse(200, wheel);
+    return HttpResponse(404, "not found\n");
+  });
+  ProxyConfig config = LocalConfig();
+  config.resolver_override["index.test"] = "127.0.0.1";
+  config.allowed_domains.push_back("index.test");
+  RunningProxy proxy = StartProxy(config);
+
+  std::map<std::string, std::string> environment = ProxyEnvironment(proxy.port);
+  environment["PIP_DISABLE_PIP_VERSION_CHECK"] = "1";
+  environment["PIP_NO_CACHE_DIR"] = "1";
+  environment["PIP_RETRIES"] = "0";
+  environment["PIP_TRUSTED_HOST"] = "index.test refused.test";  // plain http, as a local index is
+  std::string log = (dir / "pip.log").string();
+  std::string index_url = "http://index.test:" + std::to_string(index.port()) + "/simple/";
+  int status = RunWithEnvironment({"/usr/bin/python3", "-m", "pip", "install", "--no-deps", "--target",
+                                   (dir / "site").string(), "--index-url", index_url, "nsboxdemo"},
+                                  environment, log);
+  INFO(ReadWholeFile(log));
+  REQUIRE(status == 0);
+  CHECK_THAT(ReadWholeFile((dir / "site" / "nsboxdemo" / "__init__.py").string()),
+             Catch::Contains("installed through the proxy"));
+  CHECK(index.heads().size() >= 2);
+  CHECK(proxy->BytesIn() > wheel.size());
+
+  // The same pip, pointed at an index outside the list, fails, and the refusal is on record.
+  environment["PIP_TIMEOUT"] = "5";
+  status = RunWithEnvironment({"/usr/bin/python3", "-m", "pip", "download", "--no-deps", "-d", (dir / "dl").string(),
+                               "--index-url", "http://refused.test:" + std::to_string(index.port()) + "/simple/",
+                               "nsboxdemo"},
+                              environment, log);
+  CHECK(status != 0);
+  CHECK(proxy->DeniedHosts().at("refused.test") >= 1);
 }
