@@ -542,9 +542,11 @@ StatusOr<std::unique_ptr<EgressProxy>> EgressProxy::Start(ProxyConfig config, Un
   if (flags < 0 || fcntl(listen_fd.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
     return Status::Errno("fcntl(listen socket, O_NONBLOCK)");
   }
+  // Entries from ParseAllowList are already in this form; hand-built configs get the same treatment.
   for (std::string& domain : config.allowed_domains) {
     std::transform(domain.begin(), domain.end(), domain.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (domain.size() > 1 && domain.back() == '.') domain.pop_back();
   }
   std::map<std::string, std::string> normalized_override;
   for (const auto& [name, address] : config.resolver_override) {

@@ -16,6 +16,10 @@
 
 namespace nsbox::netproxy {
 
+// The port the proxy listens on inside a sandbox's network namespace. Any port works (the namespace is the
+// sandbox's own, so nothing collides); a fixed one lets the environment be computed before the clone.
+inline constexpr uint16_t kSandboxProxyPort = 3128;
+
 struct ProxyConfig {
   // As ParseAllowList returns them: "pypi.org", "*.example.com".
   std::vector<std::string> allowed_domains;

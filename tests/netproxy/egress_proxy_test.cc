@@ -232,6 +232,30 @@ TEST_CASE("a redirect to a refused host is refused when the client follows it") 
   CHECK(proxy->DeniedHosts() == std::map<std::string, uint64_t>{{"refused.test", 1}});
 }
 
+TEST_CASE("a request body is forwarded behind the rewritten head, whether it came with the head or later") {
+  // The origin reads the head, then exactly Content-Length bytes, and answers with what it got.
+  TestServer origin([](int fd) {
+    std::string head = ReadHeadBlocking(fd);
+    size_t length = std::stoul(head.substr(head.find("Content-Length: ") + 16));
+    std::string body(length, '\0');
+    size_t got = 0;
+    while (got < length) {
+      ssize_t n = recv(fd, body.data() + got, length - got, 0);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    SendAllBlocking(fd, HttpResponse(200, "got " + body.substr(0, got)));
+  });
+  RunningProxy proxy = StartProxy(LocalConfig());
+  std::string authority = "allowed.test:" + std::to_string(origin.port());
+  UniqueFd client = ConnectLoopback(proxy.port);
+  SendAllBlocking(client.get(), "POST http://" + authority + "/upload HTTP/1.1\r\nHost: " + authority +
+                                    "\r\nContent-Length: 11\r\n\r\nhello");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  SendAllBlocking(client.get(), " world");
+  CHECK(Body(ReadToEof(client.get())) == "got hello world");
+}
+
 TEST_CASE("CONNECT opens a tunnel that carries bytes both ways and passes on the half-close") {
   EchoServer echo;
   RunningProxy proxy = StartProxy(LocalConfig());
