@@ -23,6 +23,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "src/netproxy/address_class.h"
 #include "src/netproxy/allow_list.h"
@@ -441,7 +442,9 @@ void ServeConnection(ProxyState& state, UniqueFd client) {
   std::string host = NormalizeHostName(request.host);
   if (host.empty()) return ReplyAndClose(state, client, 400, "the request's host is not a valid domain name");
   if (!HostAllowed(state.config.allowed_domains, host)) {
-    return Deny(state, client, host, fmt::format("{} is not in the --network allow list", host));
+    return Deny(state, client, host,
+                fmt::format("{} is not in the --network allow list (allowed: {})", host,
+                            fmt::join(state.config.allowed_domains, ", ")));
   }
   if (state.limit_reached) return ReplyAndClose(state, client, 403, LimitMessage(state));
 

@@ -25,10 +25,10 @@ struct ChildReport {
 };
 
 // Runs in the forked child: only system calls from here on (the parent has threads).
-[[noreturn]] void ChildInNewNetns(int ready_fd, int go_fd, int report_fd, uint16_t origin_port, uint16_t proxy_port,
-                                  const char* request, size_t request_length) {
+[[noreturn]] void ChildInNewNetns(int unshare_flags, int ready_fd, int go_fd, int report_fd, uint16_t origin_port,
+                                  uint16_t proxy_port, const char* request, size_t request_length) {
   ChildReport report;
-  if (unshare(CLONE_NEWNET) != 0) {
+  if (unshare(unshare_flags) != 0) {
     report.unshare_errno = errno;
     (void)!write(report_fd, &report, sizeof report);
     _exit(1);
@@ -66,6 +66,11 @@ struct ChildReport {
 }  // namespace
 
 TEST_CASE("a process in its own network namespace is served by the host-side proxy through ListenInNetns") {
+  // With a user namespace too, the network namespace belongs to the sandbox's user namespace; the host's
+  // root can still enter it and bring its loopback up.
+  int unshare_flags = GENERATE(CLONE_NEWNET, CLONE_NEWNET | CLONE_NEWUSER);
+  std::string variant = unshare_flags & CLONE_NEWUSER ? "user+net namespaces" : "net namespace";
+  INFO(variant);
   TestHttpServer origin([](const std::string&) { return HttpResponse(200, "served across namespaces\n"); });
   // A port that is free on the host (listened on, then closed), to show the proxy is not reachable there.
   uint16_t proxy_port = LocalPort(MustListen().get()).value();
@@ -82,7 +87,7 @@ TEST_CASE("a process in its own network namespace is served by the host-side pro
     close(ready[0]);
     close(go[1]);
     close(report_pipe[0]);
-    ChildInNewNetns(ready[1], go[0], report_pipe[1], origin.port(), proxy_port, request.data(), request.size());
+    ChildInNewNetns(unshare_flags, ready[1], go[0], report_pipe[1], origin.port(), proxy_port, request.data(), request.size());
   }
   UniqueFd ready_read(ready[0]), go_write(go[1]), report_read(report_pipe[0]);
   close(ready[1]);
@@ -101,10 +106,10 @@ TEST_CASE("a process in its own network namespace is served by the host-side pro
     ChildReport report;
     REQUIRE(read(report_read.get(), &report, sizeof report) == static_cast<ssize_t>(sizeof report));
     if (report.unshare_errno == EPERM) {
-      RecordSkip("ListenInNetns", "unshare(CLONE_NEWNET) needs root (EPERM)");
+      RecordSkip("ListenInNetns (" + variant + ")", "unshare needs root (EPERM)");
       return;
     }
-    FAIL("unshare(CLONE_NEWNET) failed: " << std::strerror(report.unshare_errno));
+    FAIL("unshare(" << variant << ") failed: " << std::strerror(report.unshare_errno));
   }
 
   auto listener = ListenInNetns(child, proxy_port);
