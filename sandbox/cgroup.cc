@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -109,8 +110,22 @@ uint64_t ProcessStartTime(pid_t pid) {
 
 std::string NewGroupName() {
   static std::atomic<uint64_t> sequence{0};
-  static const uint64_t self_start = ProcessStartTime(::getpid());
-  return fmt::format("{}-{}-{}", ::getpid(), self_start, sequence++);
+  // Cached per pid: a forked child that creates groups has a start time of its own, and a name with its
+  // parent's would look stale to every other nsbox.
+  static std::mutex cache_mutex;
+  static pid_t cached_pid = 0;
+  static uint64_t cached_start = 0;
+  pid_t self = ::getpid();
+  uint64_t start;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (cached_pid != self) {
+      cached_start = ProcessStartTime(self);
+      cached_pid = self;
+    }
+    start = cached_start;
+  }
+  return fmt::format("{}-{}-{}", self, start, sequence++);
 }
 
 bool IsStaleGroupName(const std::string& name) {
@@ -337,7 +352,26 @@ namespace {
 
 }  // namespace
 
+namespace {
+
+// Dismissed reapers that had not exited yet: reaped without blocking on later calls, so tearing a sandbox
+// down does not wait for the reaper to be scheduled (about 2 ms on a busy machine).
+std::mutex dismissed_mutex;
+std::vector<pid_t> dismissed_reapers;
+
+void ReapDismissed(pid_t also) {
+  std::lock_guard<std::mutex> lock(dismissed_mutex);
+  if (also > 0) dismissed_reapers.push_back(also);
+  std::erase_if(dismissed_reapers, [](pid_t pid) {
+    pid_t done = ::waitpid(pid, nullptr, WNOHANG);
+    return done == pid || (done < 0 && errno == ECHILD);  // ECHILD: someone else reaped it
+  });
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Reaper>> Reaper::Start(const ReaperPlan& plan) {
+  ReapDismissed(0);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2(reaper)");
   UniqueFd read_end(fds[0]);
@@ -361,8 +395,7 @@ void Reaper::Dismiss() {
   }
   ::close(pipe_fd_);
   pipe_fd_ = -1;
-  while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-  }
+  ReapDismissed(pid_);
   pid_ = -1;
 }
 
@@ -370,7 +403,8 @@ void Reaper::Abandon() {
   if (pid_ <= 0) return;
   ::close(pipe_fd_);  // end of file without a byte: the reaper cleans up now
   pipe_fd_ = -1;
-  pid_ = -1;  // not waited for: that takes as long as the cleanup; it is reaped when nsbox exits
+  ReapDismissed(pid_);  // reaped once it is done, by a later call
+  pid_ = -1;
 }
 
 Reaper::~Reaper() { Dismiss(); }
@@ -385,7 +419,7 @@ constexpr const char* kFixHint =
     "To give nsbox cgroups: run it as root; or, as a user, start it inside a delegated cgroup "
     "(systemd-run --user --scope -p Delegate=yes nsbox ...) on a cgroup v2 host; on a hybrid or v1 host, "
     "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 with every controller) or run as root. "
-    "Or run without limits with the option that disables cgroup limits (dangerous).";
+    "Or run without any limits: --dangerously-run-without-limits.";
 
 bool UseOwnCgroup(const CgroupConfig& config) {
   switch (config.placement) {

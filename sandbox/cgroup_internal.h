@@ -83,7 +83,7 @@ class Reaper {
   ~Reaper();  // Dismiss()
   Reaper(const Reaper&) = delete;
   Reaper& operator=(const Reaper&) = delete;
-  // Tells the reaper the group is gone and reaps it.
+  // Tells the reaper the group is gone; it is reaped without blocking, now or on a later call.
   void Dismiss();
   // Leaves the cleanup to the reaper (nsbox failed to do it itself); it starts at once.
   void Abandon();
