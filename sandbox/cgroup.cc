@@ -458,7 +458,13 @@ StatusOr<Plan> Detect(const CgroupConfig& config) {
                              : "";
       problems.push_back("cgroup v2: " + config.cgroup_root + " is not a cgroup2 mount" + note);
     } else {
-      std::string parent = own ? JoinPath(config.cgroup_root, *self.unified_path) : config.cgroup_root;
+      std::string own_path = *self.unified_path;
+      // After its first sandbox a non-root nsbox sits in the "supervisor" leaf it made; its groups still
+      // go next to that leaf.
+      size_t slash = own_path.rfind('/');
+      if (slash != std::string::npos && own_path.compare(slash + 1, std::string::npos, kSupervisorLeaf) == 0)
+        own_path.resize(slash);
+      std::string parent = own ? JoinPath(config.cgroup_root, own_path) : config.cgroup_root;
       Status usable = CheckCgroupV2(config, parent);
       if (usable.ok()) {
         Plan plan;

@@ -16,6 +16,9 @@
 
 namespace nsbox::cgroup_internal {
 
+// The leaf a non-root nsbox moves itself into, so that its delegated cgroup can give controllers to children.
+inline constexpr const char* kSupervisorLeaf = "supervisor";
+
 // nsbox's own cgroup membership, from /proc/self/cgroup.
 struct SelfCgroup {
   std::optional<std::string> unified_path;          // the "0::/path" line

@@ -177,7 +177,7 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, con
     // "No internal processes": a delegated cgroup that holds nsbox itself cannot give controllers to
     // children. Move nsbox into a leaf of its own (what systemd's delegation documentation asks for).
     bool created = false;
-    std::string leaf = parent + "/supervisor";
+    std::string leaf = parent + "/" + kSupervisorLeaf;
     NSBOX_RETURN_IF_ERROR(MakeDir(leaf, config, &created, &err));
     NSBOX_RETURN_IF_ERROR(WriteCgroupFile(leaf + "/cgroup.procs", "0").Wrap("moving nsbox into " + leaf));
     enabled = EnableControllers(parent, &err);

@@ -173,6 +173,21 @@ TEST_CASE("v2: groups of a non-root nsbox go inside its own delegated cgroup") {
   CHECK(Get(own / "cgroup.subtree_control") == "+memory +pids +cpu");
 }
 
+TEST_CASE("v2: a non-root nsbox already moved into its supervisor leaf still puts groups beside that leaf") {
+  FakeTree tree;
+  tree.MakeV2();
+  fs::path own = tree.cg() / "user.slice" / "run-1.scope";
+  Put(own / "cgroup.controllers", "cpu memory pids\n");
+  Put(own / "cgroup.subtree_control", "memory pids cpu\n");
+  Put(own / "supervisor" / "cgroup.procs", "");
+  Put(tree.cg() / ".." / "proc-self-cgroup", "0::/user.slice/run-1.scope/supervisor\n");
+  tree.config.placement = CgroupConfig::Placement::kOwnCgroup;
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1), tree.config);
+  REQUIRE(group.ok());
+  CHECK(fs::path((*group)->path()).parent_path() == own / "nsbox");
+  CHECK(Get(own / "cgroup.subtree_control") == "memory pids cpu\n");  // already enabled: left alone
+}
+
 TEST_CASE("v2 without the memory controller delegated falls back to v1, or fails naming what is missing and the fix") {
   FakeTree tree;
   tree.MakeV2("cpuset cpu io pids\n");
