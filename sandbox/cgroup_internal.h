@@ -44,8 +44,10 @@ bool IsStaleGroupName(const std::string& name);
 // Writes a control file with one write(2); *err (if given) gets the errno of a failure.
 Status WriteCgroupFile(const std::string& path, std::string_view content, int* err = nullptr);
 
-// mkdir <parent>/<subtree> (if needed), runs prepare_subtree(int* err) on it, then mkdir <parent>/<subtree>/<name>.
-// Another nsbox may remove the subtree directory in between when its last group goes: retried on ENOENT.
+// mkdir <parent>/<subtree> (if needed), then mkdir <parent>/<subtree>/<name>, then prepare_subtree() on the
+// subtree (v2: enable the controllers). Another nsbox may remove the subtree directory in between when its
+// last group goes (ENOENT): retried. The subtree is prepared only once our group is in it, as only then
+// can it not be removed and re-created bare under us.
 template <typename Prepare>
 Status MakeGroupDir(const std::string& subtree_dir, const std::string& group_dir, const CgroupConfig& config,
                     Prepare prepare_subtree);
@@ -117,22 +119,17 @@ template <typename Prepare>
 Status MakeGroupDir(const std::string& subtree_dir, const std::string& group_dir, const CgroupConfig& config,
                     Prepare prepare_subtree) {
   Status last;
-  for (int attempt = 0; attempt < 20; ++attempt) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
     bool created = false;
     int err = 0;
     last = MakeDir(subtree_dir, config, &created, &err);
     if (!last.ok()) return last;
-    last = prepare_subtree(&err);
-    if (!last.ok()) {
-      if (err == ENOENT) continue;  // removed under us by another nsbox: start over
-      return last;
-    }
     last = MakeDir(group_dir, config, &created, &err);
     if (last.ok()) {
       if (!created) return Status::Error("mkdir(" + group_dir + "): exists already (a name clash)");
-      return OkStatus();
+      return prepare_subtree();
     }
-    if (err != ENOENT) return last;
+    if (err != ENOENT) return last;  // ENOENT: the subtree went away under us; start over
   }
   return last;
 }

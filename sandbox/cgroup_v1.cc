@@ -162,7 +162,7 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, con
   auto group = std::make_unique<CgroupV1>(parents, config.subtree, NewGroupName());
   for (const Hierarchy& hierarchy : group->hierarchies()) {
     // v1 needs nothing enabled in the subtree: the controllers are the hierarchy's own.
-    NSBOX_RETURN_IF_ERROR(MakeGroupDir(hierarchy.subtree_dir, hierarchy.dir, config, [](int*) { return OkStatus(); })
+    NSBOX_RETURN_IF_ERROR(MakeGroupDir(hierarchy.subtree_dir, hierarchy.dir, config, [] { return OkStatus(); })
                               .Wrap("creating the sandbox's cgroup"));
   }
   NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));

@@ -186,10 +186,11 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, con
 
   std::string subtree_dir = parent + "/" + config.subtree;
   std::string dir = subtree_dir + "/" + NewGroupName();
-  NSBOX_RETURN_IF_ERROR(MakeGroupDir(subtree_dir, dir, config, [&](int* prepare_err) {
-    return EnableControllers(subtree_dir, prepare_err);
-  }).Wrap("creating the sandbox's cgroup"));
   auto group = std::make_unique<CgroupV2>(subtree_dir, dir);  // from here on, its destructor removes dir
+  NSBOX_RETURN_IF_ERROR(MakeGroupDir(subtree_dir, dir, config, [&] {
+    int prepare_err = 0;
+    return EnableControllers(subtree_dir, &prepare_err);
+  }).Wrap("creating the sandbox's cgroup"));
   NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
   NSBOX_RETURN_IF_ERROR(group->OpenDirFd());
   if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper());
