@@ -337,9 +337,11 @@ namespace {
       break;                     // end of file: nsbox is gone
     }
     if (parent_pidfd >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-      // nsbox exited; a byte it wrote just before still counts as a dismissal.
+      // nsbox exited; a byte it wrote just before still counts as a dismissal. Without blocking: a child
+      // that did not exec may still hold the write end.
+      struct pollfd pipe_ready = {pipe_fd, POLLIN, 0};
       char byte;
-      if (::read(pipe_fd, &byte, 1) == 1) ::_exit(0);
+      if (::poll(&pipe_ready, 1, 0) == 1 && (pipe_ready.revents & POLLIN) && ::read(pipe_fd, &byte, 1) == 1) ::_exit(0);
       break;
     }
   }
