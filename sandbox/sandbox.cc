@@ -254,12 +254,14 @@ Result Sandbox::Run() {
     }
   };
   auto read_control = [&] {
-    for (;;) {
+    while (control->read) {
       ssize_t n = ::read(control->read.get(), buffer.data(), buffer.size());
       if (n > 0) {
         control_bytes.append(buffer.data(), static_cast<size_t>(n));
         continue;
       }
+      // End of file: stop polling it, or poll() would report the hang-up again and again.
+      if (n == 0) control->read.reset();
       if (n == 0 || errno != EINTR) break;
     }
     while (control_bytes.size() >= sizeof(InitMessage)) {
