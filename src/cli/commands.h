@@ -14,6 +14,7 @@ struct ExitCode {
 inline constexpr int kExitNsboxFailure = 125;
 
 void RegisterRun(CLI::App& app, ExitCode& exit_code);
+void RegisterProfile(CLI::App& app, ExitCode& exit_code);  // src/cli/profile.cc
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
 
 }  // namespace nsbox::cli

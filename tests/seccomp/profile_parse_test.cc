@@ -1,8 +1,16 @@
 // Seccomp profile loading without privileges: the format, its error messages, rule gating, and compiling real profiles.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -225,4 +233,41 @@ TEST_CASE("SyscallName names x86_64 calls, including ones newer than libseccomp'
   CHECK(SyscallName(462) == "mseal");
   CHECK(SyscallName(1000) == "syscall_1000");
   CHECK(SyscallName(-1) == "syscall_-1");
+}
+
+TEST_CASE("nsbox profile check prints a summary, or one line naming the fault, with exit 0 or 125") {
+  const char* bin = std::getenv("NSBOX_BIN");
+  if (!bin || !PathExists(bin)) {
+    std::printf("skipped: NSBOX_BIN is not set to a built nsbox (tools/test sets it)\n");
+    if (const char* file = std::getenv("NSBOX_SKIP_FILE")) {
+      std::ofstream(file, std::ios::app) << "seccomp_tests::nsbox profile check: NSBOX_BIN not set\n";
+    }
+    return;
+  }
+  auto run = [&](const std::string& args, std::string& output) {
+    const std::string command = fmt::format("{} profile check {} 2>&1", bin, args);
+    FILE* pipe = popen(command.c_str(), "r");
+    REQUIRE(pipe);
+    char buffer[4096];
+    output.clear();
+    while (size_t n = std::fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+    int status = pclose(pipe);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  std::string output;
+  CHECK(run("default --profiles-dir " + kProfilesDir, output) == 0);
+  CHECK(output.find("default action: SCMP_ACT_ERRNO(EPERM), delivered by user notification") != std::string::npos);
+  CHECK(output.find("rules applied: 30 (allow 27, errno 3, kill 0, notify 0, other 0)") != std::string::npos);
+  CHECK(run(kDockerFixture, output) == 0);
+  CHECK(output.find("rules skipped: 14 need capabilities") != std::string::npos);
+
+  char dir_template[] = "/tmp/nsbox-seccomp-test-XXXXXX";
+  REQUIRE(mkdtemp(dir_template));
+  const std::string bad = std::string(dir_template) + "/bad.json";
+  REQUIRE(WriteFile(bad, R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"},
+    {"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 1, "value": 1, "op": "SCMP_CMP_FOO"}]}]})").ok());
+  CHECK(run(bad, output) == 125);
+  CHECK(output == "nsbox: profile check: " + bad + ": syscalls[1].args[0].op: unknown operator \"SCMP_CMP_FOO\"\n");
+  std::remove(bad.c_str());
+  rmdir(dir_template);
 }
