@@ -81,8 +81,10 @@ uint32_t LibseccompAction(SeccompAction action, const std::optional<uint32_t>& e
   switch (action) {
     case SeccompAction::kAllow: return SCMP_ACT_ALLOW;
     case SeccompAction::kErrno: return SCMP_ACT_ERRNO(ErrnoOf(errno_ret));
+    // Every kill ends the whole process: a thread killed alone would leave a half-dead program
+    // behind, and nsbox reports a kill as the run's `violation` verdict.
     case SeccompAction::kKill:
-    case SeccompAction::kKillThread: return SCMP_ACT_KILL_THREAD;
+    case SeccompAction::kKillThread:
     case SeccompAction::kKillProcess: return SCMP_ACT_KILL_PROCESS;
     case SeccompAction::kTrap: return SCMP_ACT_TRAP;
     case SeccompAction::kTrace: return SCMP_ACT_TRACE(errno_ret.value_or(0));
@@ -156,7 +158,7 @@ StatusOr<std::vector<sock_filter>> ExportBpf(void* ctx) {
 }
 
 // Numbers below the x32 bit that no x86_64 call owns, as [first, end) ranges.
-std::vector<std::pair<uint32_t, uint32_t>> UnassignedSyscallRanges() {
+std::vector<std::pair<uint32_t, uint32_t>> ScanUnassignedSyscallRanges() {
   std::vector<std::pair<uint32_t, uint32_t>> ranges;
   int start = -1;
   for (int nr = 0; nr < kSyscallScanLimit; ++nr) {
@@ -170,6 +172,12 @@ std::vector<std::pair<uint32_t, uint32_t>> UnassignedSyscallRanges() {
   // Everything from the first unknown number past the table up to the x32 bit: future calls.
   ranges.emplace_back(static_cast<uint32_t>(start >= 0 ? start : kSyscallScanLimit), kX32SyscallBit);
   return ranges;
+}
+
+// The table is fixed for the life of the process; scanning it costs a thousand lookups.
+const std::vector<std::pair<uint32_t, uint32_t>>& UnassignedSyscallRanges() {
+  static const auto* const ranges = new std::vector<std::pair<uint32_t, uint32_t>>(ScanUnassignedSyscallRanges());
+  return *ranges;
 }
 
 // A prologue ahead of libseccomp's program: on x86_64, numbers no call owns return ENOSYS. libseccomp
@@ -277,7 +285,7 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
   auto bpf = ExportBpf(ctx.get());
   if (!bpf.ok()) return bpf.status();
   if (profile.default_action == SeccompAction::kErrno || profile.default_action == SeccompAction::kNotify) {
-    const auto ranges = UnassignedSyscallRanges();
+    const auto& ranges = UnassignedSyscallRanges();
     // BPF jump offsets are 8 bits wide; the prologue's longest jump is 2n + 3.
     if (2 * ranges.size() + 3 > 255) return Status::Error("too many unassigned syscall ranges for the ENOSYS prologue");
     sum.enosys_ranges = static_cast<int>(ranges.size());

@@ -83,6 +83,12 @@ std::string_view TypeName(const Json& value) {
   }
 }
 
+// Echoes text from the profile as a JSON string: quoted, escaped, one line, no control characters
+// (a message may reach a terminal), invalid UTF-8 replaced.
+std::string Quote(std::string_view text) {
+  return Json(std::string(text)).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 Status At(std::string_view path, std::string_view message) {
   return Status::Error(fmt::format("{}: {}", path.empty() ? "(top level)" : path, message));
 }
@@ -99,7 +105,7 @@ Status CheckKeys(const Json& object, std::string_view path, std::initializer_lis
     if (std::find(known.begin(), known.end(), item.key()) == known.end()) {
       std::string list;
       for (std::string_view k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
-      return At(path, fmt::format("unknown key \"{}\" (known: {})", item.key(), list));
+      return At(path, fmt::format("unknown key {} (known: {})", Quote(item.key()), list));
     }
   }
   return OkStatus();
@@ -141,7 +147,7 @@ StatusOr<SeccompAction> ParseAction(const Json& value, const std::string& path) 
   for (const auto& [text, action] : kActions) {
     if (text == *name) return action;
   }
-  return At(path, fmt::format("unknown action \"{}\"", *name));
+  return At(path, fmt::format("unknown action {}", Quote(*name)));
 }
 
 StatusOr<uint32_t> ParseErrno(const Json& value, const std::string& path) {
@@ -176,7 +182,7 @@ Status ParseGate(const Json& value, const std::string& path, SeccompGate& gate) 
     if (!list.ok()) return list.status();
     for (size_t i = 0; i < list->size(); ++i) {
       if (!ValidCapName((*list)[i])) {
-        return At(Index(Join(path, "caps"), i), fmt::format("\"{}\" is not a capability name (CAP_…)", (*list)[i]));
+        return At(Index(Join(path, "caps"), i), fmt::format("{} is not a capability name (CAP_…)", Quote((*list)[i])));
       }
     }
     gate.caps = std::move(*list);
@@ -186,7 +192,7 @@ Status ParseGate(const Json& value, const std::string& path, SeccompGate& gate) 
     if (!list.ok()) return list.status();
     for (size_t i = 0; i < list->size(); ++i) {
       if (!InTable(kGateArches, (*list)[i]) && !InTable(kScmpArches, (*list)[i])) {
-        return At(Index(Join(path, "arches"), i), fmt::format("unknown architecture \"{}\"", (*list)[i]));
+        return At(Index(Join(path, "arches"), i), fmt::format("unknown architecture {}", Quote((*list)[i])));
       }
     }
     gate.arches = std::move(*list);
@@ -196,7 +202,7 @@ Status ParseGate(const Json& value, const std::string& path, SeccompGate& gate) 
     auto text = GetString(*min_kernel, field_path);
     if (!text.ok()) return text.status();
     if (!ParseKernelVersion(*text)) {
-      return At(field_path, fmt::format("\"{}\" is not a kernel version (MAJOR.MINOR)", *text));
+      return At(field_path, fmt::format("{} is not a kernel version (MAJOR.MINOR)", Quote(*text)));
     }
     gate.min_kernel = std::move(*text);
   }
@@ -234,7 +240,7 @@ Status ParseArg(const Json& value, const std::string& path, SeccompArg& arg) {
       found = true;
     }
   }
-  if (!found) return At(Join(path, "op"), fmt::format("unknown operator \"{}\"", *op_name));
+  if (!found) return At(Join(path, "op"), fmt::format("unknown operator {}", Quote(*op_name)));
   return OkStatus();
 }
 
@@ -257,7 +263,7 @@ Status ParseRule(const Json& value, const std::string& path, SeccompRule& rule) 
   for (size_t i = 0; i < rule.names.size(); ++i) {
     if (!ValidSyscallName(rule.names[i])) {
       return At(Field(value, "names") ? Index(Join(path, "names"), i) : Join(path, "name"),
-                fmt::format("\"{}\" is not a system call name", rule.names[i]));
+                fmt::format("{} is not a system call name", Quote(rule.names[i])));
     }
   }
   const Json* action = Field(value, "action");
@@ -332,8 +338,21 @@ StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
     // e.what() reads "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error …".
     std::string what = e.what();
     const auto colon = what.find(": ");
-    return Status::Error(fmt::format("{}: invalid JSON: {}", LineColumn(json_text, e.byte),
-                                     colon == std::string::npos ? what : what.substr(colon + 2)));
+    if (colon != std::string::npos) what = what.substr(colon + 2);
+    // "last read: '…'" quotes raw input bytes: keep the message to one line of printable ASCII.
+    for (char& c : what) {
+      if (c < 0x20 || c > 0x7e) c = '?';
+    }
+    return Status::Error(fmt::format("{}: invalid JSON: {}", LineColumn(json_text, e.byte), what));
+  } catch (const Json::exception& e) {
+    // Found by the fuzzer: a number like 1e999999 throws out_of_range (406), which carries no position.
+    std::string what = e.what();
+    const auto bracket = what.find("] ");
+    if (bracket != std::string::npos) what = what.substr(bracket + 2);
+    for (char& c : what) {
+      if (c < 0x20 || c > 0x7e) c = '?';
+    }
+    return Status::Error(fmt::format("invalid JSON: {}", what));
   }
   if (!document.is_object()) return At("", fmt::format("expected a JSON object, got {}", TypeName(document)));
   NSBOX_RETURN_IF_ERROR(CheckKeys(document, "",
@@ -359,7 +378,7 @@ StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
     if (!list.ok()) return list.status();
     for (size_t i = 0; i < list->size(); ++i) {
       if (!InTable(kScmpArches, (*list)[i])) {
-        return At(Index("architectures", i), fmt::format("unknown architecture \"{}\"", (*list)[i]));
+        return At(Index("architectures", i), fmt::format("unknown architecture {}", Quote((*list)[i])));
       }
     }
     profile.architectures = std::move(*list);
@@ -376,14 +395,14 @@ StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
       if (!arch) return At(path, "missing \"architecture\"");
       auto name = GetString(*arch, Join(path, "architecture"));
       if (!name.ok()) return name.status();
-      if (!InTable(kScmpArches, *name)) return At(Join(path, "architecture"), fmt::format("unknown architecture \"{}\"", *name));
+      if (!InTable(kScmpArches, *name)) return At(Join(path, "architecture"), fmt::format("unknown architecture {}", Quote(*name)));
       parsed.architecture = std::move(*name);
       if (const Json* subs = Field(entry, "subArchitectures")) {
         auto list = GetStringArray(*subs, Join(path, "subArchitectures"));
         if (!list.ok()) return list.status();
         for (size_t j = 0; j < list->size(); ++j) {
           if (!InTable(kScmpArches, (*list)[j])) {
-            return At(Index(Join(path, "subArchitectures"), j), fmt::format("unknown architecture \"{}\"", (*list)[j]));
+            return At(Index(Join(path, "subArchitectures"), j), fmt::format("unknown architecture {}", Quote((*list)[j])));
           }
         }
         parsed.sub_architectures = std::move(*list);
@@ -395,7 +414,7 @@ StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
     auto list = GetStringArray(*flags, "flags");
     if (!list.ok()) return list.status();
     for (size_t i = 0; i < list->size(); ++i) {
-      if (!InTable(kFilterFlags, (*list)[i])) return At(Index("flags", i), fmt::format("unknown filter flag \"{}\"", (*list)[i]));
+      if (!InTable(kFilterFlags, (*list)[i])) return At(Index("flags", i), fmt::format("unknown filter flag {}", Quote((*list)[i])));
     }
     profile.flags = std::move(*list);
   }

@@ -12,7 +12,7 @@
 namespace nsbox {
 
 // The SCMP_ACT_* actions of the format. kKill is Docker's SCMP_ACT_KILL, which libseccomp defines as
-// killing the thread (SCMP_ACT_KILL_THREAD).
+// killing the thread (SCMP_ACT_KILL_THREAD); nsbox compiles all three kills to kill the process.
 enum class SeccompAction { kAllow, kErrno, kKill, kKillThread, kKillProcess, kTrap, kTrace, kLog, kNotify };
 
 // The SCMP_CMP_* operators. For kMaskedEq the format puts the mask in `value` and the datum in

@@ -319,6 +319,29 @@ TEST_CASE("a kill rule ends the process with SIGSYS") {
   CHECK(RunUnder(*program, [] { return static_cast<int>(getppid() > 0); }).signal() == SIGSYS);
   CHECK(RunUnder(*program, [] { return static_cast<int>(getpgrp() > 0); }).signal() == SIGSYS);
   CHECK(RunUnder(*program, [] { return getpid() > 0 ? 0 : 1; }).exit_code() == 0);
+  // Docker's SCMP_ACT_KILL means "kill the thread"; nsbox ends the whole process, so a violation in a
+  // worker thread cannot leave the rest of the program running.
+  CHECK(RunUnder(*program, [] {
+          std::thread worker([] { (void)getpgrp(); });
+          worker.join();
+          return 0;
+        }).signal() == SIGSYS);
+}
+
+TEST_CASE("the notification listener the child receives is close-on-exec") {
+  auto program = Load("default");
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int listener = -1;
+    if (InstallSeccompProgram(*program, &listener) != 0 || listener < 0) _exit(2);
+    _exit((fcntl(listener, F_GETFD) & FD_CLOEXEC) ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("a profile's errnoRet reaches the caller, and allow-by-default profiles do not answer ENOSYS") {

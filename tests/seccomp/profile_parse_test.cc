@@ -106,6 +106,12 @@ TEST_CASE("profile errors name the JSON path of the fault") {
   CHECK(ErrorOf(R"({"defaultAction": "SCMP_ACT_ALLOW", "nsboxNotifyDenials": true})") ==
         "nsboxNotifyDenials: needs defaultAction SCMP_ACT_ERRNO (the errno is what nsbox answers), not SCMP_ACT_ALLOW");
   CHECK(ErrorOf("[1, 2]") == "(top level): expected a JSON object, got array");
+  // Echoed strings are JSON-quoted: a message stays on one line and carries no control characters.
+  CHECK(ErrorOf("{\"defaultAction\": \"SCMP_ACT_ERRNO\", \"a\\n\\u001b[2Jb\": 1}").rfind(
+            R"((top level): unknown key "a\n\u001b[2Jb" (known: )", 0) == 0);
+  // Found by the fuzzer: a number too large for a double threw out_of_range past the parse_error handler.
+  CHECK(ErrorOf(R"({"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": 1e999999})") ==
+        "invalid JSON: number overflow parsing '1e999999'");
   CHECK(ErrorOf("{\n  \"defaultAction\": \"SCMP_ACT_ERRNO\",\n  \"syscalls\": [ }").rfind("line 3, column 17: invalid JSON: ", 0) == 0);
 }
 
