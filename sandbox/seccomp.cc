@@ -247,6 +247,14 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
 
   std::map<std::string, std::set<std::string>> names_by_action;
   std::set<std::string> not_native, unknown;
+  // Per syscall number: its unconditional rule and its conditional ones, to find rules that cannot match.
+  struct RuleRef {
+    std::string path;
+    std::string label;
+    uint32_t action;
+  };
+  std::map<int, RuleRef> unconditional;
+  std::map<int, std::vector<RuleRef>> conditional;
   for (const SeccompRule& rule : profile.syscalls) {
     switch (RuleAppliesTo(rule, host)) {
       case RuleApplicability::kApplies: break;
@@ -276,6 +284,23 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
       }
       NSBOX_RETURN_IF_ERROR(AddRule(ctx.get(), rule, syscall, nr, action));
       names_by_action[label].insert(syscall);
+      if (rule.args.empty()) {
+        unconditional.emplace(nr, RuleRef{rule.json_path, label, action});
+      } else {
+        conditional[nr].push_back(RuleRef{rule.json_path, label, action});
+      }
+    }
+  }
+  // libseccomp keeps only the unconditional rule of a syscall that has both: a conditional rule with
+  // another action would silently never match (an author's "kill on this argument" would vanish).
+  for (const auto& [nr, rules] : conditional) {
+    auto it = unconditional.find(nr);
+    if (it == unconditional.end()) continue;
+    for (const RuleRef& rule : rules) {
+      if (rule.action == it->second.action) continue;
+      return Status::Error(fmt::format(
+          "{}: the conditional {} rule for \"{}\" can never match: {} gives \"{}\" {} unconditionally",
+          rule.path, rule.label, SyscallName(nr), it->second.path, SyscallName(nr), it->second.label));
     }
   }
   for (const auto& [label, names] : names_by_action) sum.syscalls_by_action[label] = static_cast<int>(names.size());
@@ -351,8 +376,17 @@ int InstallSeccompProgram(const SeccompProgram& program, int* listener_fd) {
   struct sock_fprog fprog {};
   fprog.len = static_cast<unsigned short>(program.filter.size());
   fprog.filter = const_cast<sock_filter*>(program.filter.data());
-  const unsigned long flags = program.uses_notify ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
+  unsigned long flags = 0;
+  if (program.uses_notify) {
+    // WAIT_KILLABLE_RECV (5.19+): once nsbox has the notification, an ordinary signal cannot restart
+    // the call and have one denial counted twice. Older kernels refuse the flag; they get without it.
+    flags = SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+  }
   long rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog);
+  if (rc < 0 && errno == EINVAL && (flags & SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV)) {
+    flags &= ~static_cast<unsigned long>(SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV);
+    rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog);
+  }
   if (rc < 0) return -errno;
   if (program.uses_notify) *listener_fd = static_cast<int>(rc);
   return 0;
@@ -399,7 +433,10 @@ std::map<std::string, uint64_t> SeccompNotifier::Denied() const {
 void SeccompNotifier::Loop() {
   struct seccomp_notif* request = nullptr;
   struct seccomp_notif_resp* response = nullptr;
-  if (seccomp_notify_alloc(&request, &response) < 0) return;
+  if (seccomp_notify_alloc(&request, &response) < 0) {
+    listener_.reset();
+    return;
+  }
   for (;;) {
     struct pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
     const nfds_t count = wake_ ? 2 : 1;
@@ -427,6 +464,9 @@ void SeccompNotifier::Loop() {
     if (fds[0].revents & (POLLHUP | POLLERR | POLLNVAL)) break;
   }
   seccomp_notify_free(request, response);
+  // With no listener left the kernel answers further notifications ENOSYS at once, so a sandboxed
+  // call can never hang on a notifier that has stopped.
+  listener_.reset();
 }
 
 }  // namespace nsbox

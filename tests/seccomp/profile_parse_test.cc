@@ -218,19 +218,22 @@ TEST_CASE("profile names resolve in the profiles directory; anything with a slas
   CHECK(bad.status().message().find("/nonexistent/profile.json") != std::string::npos);
 }
 
-TEST_CASE("a profile whose fault only libseccomp sees fails to compile with the rule's path") {
-  // Two conditions on different arguments with the same action compile; a rule on a syscall
-  // number libseccomp rejects is reported with its JSON path.
+TEST_CASE("a conditional rule that an unconditional rule would silently override is an error") {
+  // libseccomp keeps only the unconditional rule for a syscall that has both; the kill rule would vanish.
   auto profile = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
     {"names": ["read"], "action": "SCMP_ACT_ALLOW"},
     {"names": ["read"], "action": "SCMP_ACT_KILL_PROCESS", "args": [{"index": 0, "value": 5, "op": "SCMP_CMP_EQ"}]}]})");
   REQUIRE(profile.ok());
   auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
-  if (program.ok()) {
-    SUCCEED("libseccomp accepted the conflicting rules");
-  } else {
-    CHECK(program.status().message().rfind("syscalls[1]: seccomp_rule_add(read", 0) == 0);
-  }
+  REQUIRE_FALSE(program.ok());
+  CHECK(program.status().message() ==
+        R"(syscalls[1]: the conditional SCMP_ACT_KILL_PROCESS rule for "read" can never match: syscalls[0] gives "read" SCMP_ACT_ALLOW unconditionally)");
+  // The same action under a condition is merely redundant.
+  auto redundant = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+    {"names": ["read"], "action": "SCMP_ACT_ALLOW"},
+    {"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 5, "op": "SCMP_CMP_EQ"}]}]})");
+  REQUIRE(redundant.ok());
+  CHECK(CompileSeccompProfile(*redundant, "test", NativeSeccompHost()).ok());
 }
 
 TEST_CASE("SyscallName names x86_64 calls, including ones newer than libseccomp's table") {
