@@ -303,6 +303,21 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
           rule.path, rule.label, SyscallName(nr), it->second.path, SyscallName(nr), it->second.label));
     }
   }
+  if (program->uses_notify) {
+    for (const char* needed : kSyscallsAfterInstall) {
+      const int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, needed);
+      auto it = unconditional.find(nr);
+      const bool allowed = it != unconditional.end()
+                               ? it->second.action == SCMP_ACT_ALLOW
+                               : default_action == SCMP_ACT_ALLOW && conditional.count(nr) == 0;
+      if (!allowed) {
+        return Status::Error(fmt::format(
+            "a profile that notifies must allow \"{}\" unconditionally: the sandbox hands its notification "
+            "listener to nsbox with sendmsg and close before execve, and reports failures with write and exit_group",
+            needed));
+      }
+    }
+  }
   for (const auto& [label, names] : names_by_action) sum.syscalls_by_action[label] = static_cast<int>(names.size());
   sum.names_not_on_native_arch.assign(not_native.begin(), not_native.end());
   sum.names_unknown.assign(unknown.begin(), unknown.end());

@@ -60,6 +60,12 @@ StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::st
 // $NSBOX_PROFILES_DIR, else the installed data directory, else the source tree (an uninstalled build).
 std::string DefaultSeccompProfilesDir();
 
+// The only calls the child may make between InstallSeccompProgram and execve: hand the listener
+// over (sendmsg over a unix socket, close), report a failure (write, exit_group), and exec. A
+// profile that notifies must allow them unconditionally, or the child would wait on a notification
+// that only the listener it still holds could answer; CompileSeccompProfile refuses it otherwise.
+inline constexpr const char* kSyscallsAfterInstall[] = {"sendmsg", "close", "write", "exit_group", "execve"};
+
 // In the sandboxed child, right before execve: async-signal-safe, no allocation. Sets no_new_privs
 // (needed without CAP_SYS_ADMIN) and installs the filter. Returns 0 or -errno. When
 // program.uses_notify, *listener_fd receives the user-notification fd (SECCOMP_FILTER_FLAG_NEW_LISTENER);

@@ -312,6 +312,17 @@ TEST_CASE("the notifier counts denials by syscall name while the caller still se
   CHECK(outcome.denied == std::map<std::string, uint64_t>{{"mount", 3}, {"socket", 1}, {"unshare", 1}});
 }
 
+TEST_CASE("a SCMP_ACT_NOTIFY rule is answered with EPERM and counted") {
+  auto program = Compile(R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+      {"names": ["mount", "umount2"], "action": "SCMP_ACT_NOTIFY"}]})");
+  REQUIRE(program->uses_notify);
+  auto outcome = RunUnder(*program, [] {
+    return ErrnoOf(mount("none", "/tmp", "tmpfs", 0, nullptr)) == EPERM && ErrnoOf(umount2("/tmp", 0)) == EPERM ? 0 : 1;
+  });
+  CHECK(outcome.exit_code() == 0);
+  CHECK(outcome.denied == std::map<std::string, uint64_t>{{"mount", 1}, {"umount2", 1}});
+}
+
 TEST_CASE("a kill rule ends the process with SIGSYS") {
   auto program = Compile(R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
       {"names": ["getppid"], "action": "SCMP_ACT_KILL_PROCESS"},

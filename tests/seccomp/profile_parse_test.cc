@@ -236,6 +236,24 @@ TEST_CASE("a conditional rule that an unconditional rule would silently override
   CHECK(CompileSeccompProfile(*redundant, "test", NativeSeccompHost()).ok());
 }
 
+TEST_CASE("a notifying profile must allow the calls the child makes after installing it") {
+  auto profile = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "nsboxNotifyDenials": true, "syscalls": [
+    {"names": ["close", "write", "exit_group", "execve"], "action": "SCMP_ACT_ALLOW"}]})");
+  REQUIRE(profile.ok());
+  auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
+  REQUIRE_FALSE(program.ok());
+  CHECK(program.status().message().rfind(R"(a profile that notifies must allow "sendmsg" unconditionally)", 0) == 0);
+  profile->notify_denials = false;
+  CHECK(CompileSeccompProfile(*profile, "test", NativeSeccompHost()).ok());
+  // Under an allow default the calls need no rule of their own.
+  auto allow_default = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+    {"names": ["mount"], "action": "SCMP_ACT_NOTIFY"}]})");
+  REQUIRE(allow_default.ok());
+  auto notifying = CompileSeccompProfile(*allow_default, "test", NativeSeccompHost());
+  REQUIRE(notifying.ok());
+  CHECK((*notifying)->uses_notify);
+}
+
 TEST_CASE("SyscallName names x86_64 calls, including ones newer than libseccomp's table") {
   CHECK(SyscallName(0) == "read");
   CHECK(SyscallName(165) == "mount");
