@@ -378,6 +378,7 @@ StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::st
 
 std::string DefaultSeccompProfilesDir() {
   if (const char* env = std::getenv("NSBOX_PROFILES_DIR"); env && *env) return env;
+  if (const char* env = std::getenv("NSBOX_DATADIR"); env && *env) return std::string(env) + "/seccomp-profiles";
   const std::string installed = NSBOX_DATADIR "/seccomp-profiles";
   if (PathExists(installed + "/default.json")) return installed;
   return NSBOX_SOURCE_DIR "/seccomp-profiles";

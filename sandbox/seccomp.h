@@ -57,7 +57,8 @@ StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path,
 StatusOr<SeccompProfile> ReadSeccompProfile(const std::string& path);
 StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::string& name_or_path,
                                                                    const std::string& profiles_dir);
-// $NSBOX_PROFILES_DIR, else the installed data directory, else the source tree (an uninstalled build).
+// $NSBOX_PROFILES_DIR, else $NSBOX_DATADIR/seccomp-profiles, else the installed data directory, else
+// the source tree (an uninstalled build).
 std::string DefaultSeccompProfilesDir();
 
 // The only calls the child may make between InstallSeccompProgram and execve: hand the listener
