@@ -148,8 +148,12 @@ void ExecPayload(const ChildPlan& plan) {
 }  // namespace
 
 void ChildMain(const ChildPlan& plan) {
-  // 1. Die with nsbox: if nsbox is killed, the kernel kills pid 1 and with it the whole pid namespace.
+  // 1. Die with nsbox: if nsbox is killed, the kernel kills pid 1 and with it the whole pid namespace. The watch
+  //    (through the host's /proc, still mounted here) re-arms that signal after each credential change.
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
+  ParentWatch watch;
+  if (OpenParentWatch(&watch) != 0) Fail(plan, "open(/proc/self/stat) to watch nsbox", errno);
+  HideNsboxCommandLine(watch);
   // 2. Wait until nsbox has written our id maps (and joined us to the cgroup). EOF means nsbox is gone.
   char go = 0;
   ssize_t n;
@@ -161,6 +165,7 @@ void ChildMain(const ChildPlan& plan) {
   // Files we create (the code file, /etc) belong to the sandbox user, a uid mapped in our namespace.
   ::setfsuid(plan.uid);
   ::setfsgid(plan.gid);
+  if (RearmParentDeathSignal(watch) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG) after setfsuid", errno);
 
   // 3. Own hostname (uts namespace).
   if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) Fail(plan, "sethostname", errno);
@@ -182,7 +187,7 @@ void ChildMain(const ChildPlan& plan) {
   pid_t payload = ::fork();
   if (payload < 0) Fail(plan, "fork(payload)", errno);
   if (payload == 0) RunPayload(plan);
-  RunInit(plan, payload);
+  RunInit(plan, payload, watch);
 }
 
 }  // namespace nsbox
