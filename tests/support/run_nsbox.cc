@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -149,7 +150,9 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const SpawnOption
   for (int fd : fds)
     if (fd >= 0) ::close(fd);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  struct rusage usage = {};
+  ::wait4(pid, &status, 0, &usage);
+  r.max_rss_kb = usage.ru_maxrss;
   r.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
   DecodeStatus(status, r);
   return r;

@@ -33,6 +33,7 @@ struct ProcessResult {
   bool guard_fired = false;  // the test's guard killed it
   std::string out, err;
   std::chrono::milliseconds elapsed{0};
+  long max_rss_kb = 0;   // the program's own peak resident memory (not its children's)
 };
 
 // Runs argv[0] (a path) with argv, capturing stdout and stderr concurrently. Descriptors without CLOEXEC in the test
