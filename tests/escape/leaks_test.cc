@@ -128,7 +128,8 @@ print("ok" if rc >= 0 else errno.errorcode[ctypes.get_errno()], err(open, "/dev/
 
 // TIOCSTI pushes characters into a terminal's input: a sandboxed program handed the user's terminal could type
 // commands into the user's shell after it exits (CVE-2017-5226 in bubblewrap, CVE-2016-7545 in SELinux's sandbox).
-// The program runs in a new session without a controlling terminal, so the kernel refuses.
+// nsbox runs with the terminal as its controlling tty; the program runs in a new session without one, so the
+// kernel refuses (TIOCSTI needs the caller's controlling terminal).
 TEST_CASE("TIOCSTI on a terminal given as stdin is refused and injects nothing (CVE-2017-5226)", "[escape][leaks]") {
   int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
   REQUIRE(master >= 0);
@@ -142,6 +143,7 @@ TEST_CASE("TIOCSTI on a terminal given as stdin is refused and injects nothing (
   REQUIRE(::tcsetattr(slave, TCSANOW, &raw) == 0);
   SpawnOptions spawn;
   spawn.stdin_fd = slave;
+  spawn.stdin_is_controlling_tty = true;  // nsbox started from an interactive shell on that terminal
   auto r = RunPython(R"(
 import fcntl, termios
 print(os.isatty(0), err(fcntl.ioctl, 0, termios.TIOCSTI, b"X"))
@@ -166,8 +168,7 @@ TEST_CASE("TIOCSTI and TIOCLINUX are denied even on the program's own pty and wi
   auto r = RunPython(R"(
 import fcntl, termios, pty
 master, slave = pty.openpty()
-os.setsid()
-fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+fcntl.ioctl(slave, termios.TIOCSCTTY, 0)   # the program already leads its own session
 libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_char_p]
 def ioctl(fd, req, arg):
     ctypes.set_errno(0)

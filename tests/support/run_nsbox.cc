@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -66,6 +67,8 @@ pid_t Spawn(const std::vector<std::string>& argv, const SpawnOptions& options, i
     ::dup2(out, 1);
     ::dup2(err, 2);
     if (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0) _exit(126);
+    // As from an interactive shell: the terminal is the session's controlling terminal.
+    if (options.stdin_is_controlling_tty && (::setsid() < 0 || ::ioctl(0, TIOCSCTTY, 0) != 0)) _exit(126);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -25,6 +25,7 @@ struct SpawnOptions {
   std::map<std::string, std::string> extra_env;  // added to the test's own environment
   std::chrono::milliseconds timeout{60000};      // the test's own guard: SIGKILL after this
   std::string cwd;                               // working directory of the program (default: the test's)
+  bool stdin_is_controlling_tty = false;         // new session with stdin (a terminal) as its controlling tty
 };
 
 struct ProcessResult {
