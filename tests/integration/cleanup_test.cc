@@ -34,8 +34,8 @@ void CheckNothingLeft(const std::string& scenario, const std::vector<std::string
   std::string status;
   if (kill_nsbox) {
     auto bg = StartProcess(argv, spawn);
-    REQUIRE(WaitForPidWithMarker(marker, 5s));
-    std::this_thread::sleep_for(300ms);
+    REQUIRE(WaitForPidsWithMarker(marker, 3, 10s));  // nsbox, the program and its child
+
     ::kill(bg.pid, SIGKILL);
     bg.Wait();
     status = "killed";

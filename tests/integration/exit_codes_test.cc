@@ -1,8 +1,10 @@
 // Integration: exit codes and signals: 0, N, 128+N, 124 on time-out, 125 on setup errors; the JSON status and
 // fields that go with each; signals sent to nsbox reach the program.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -85,14 +87,20 @@ TEST_CASE("a command found through PATH runs; one that is not found is a setup e
 }
 
 TEST_CASE("SIGTERM sent to nsbox reaches the program, whose handler runs", "[integration][exit]") {
-  std::string marker = UniqueMarker("term");
-  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "20s", "--", "/usr/bin/python3", "-c",
+  // The program says it is ready (handler installed) through a file in a bound directory.
+  TempDir ready;
+  REQUIRE(::chmod(ready.path().c_str(), 0777) == 0);
+  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "20s", "--bind", ready.path() + ":/ready", "--",
+                          "/usr/bin/python3", "-c",
                           "import signal, sys, time\n"
                           "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(7)))\n"
-                          "print('ready', flush=True)\ntime.sleep(30)",
-                          marker});
-  REQUIRE(WaitForPidWithMarker(marker, 5s));
-  std::this_thread::sleep_for(500ms);  // python has installed its handler
+                          "print('ready', flush=True)\nopen('/ready/ok', 'w').close()\ntime.sleep(30)"});
+  bool is_ready = false;
+  for (int i = 0; i < 500 && !is_ready; ++i) {
+    is_ready = std::filesystem::exists(ready.path() + "/ok");
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(is_ready);
   ::kill(bg.pid, SIGTERM);
   int status = bg.Wait();
   auto json = nlohmann::json::parse(bg.Out(), nullptr, false);

@@ -81,3 +81,13 @@ TEST_CASE("--version and --help succeed", "[integration][options]") {
   CHECK(help.exit_code == 0);
   CHECK(help.out.find("--timeout") != std::string::npos);
 }
+
+TEST_CASE("after repeatable options, the command's own dash arguments following -- belong to the command",
+          "[integration][options]") {
+  TempDir dir;
+  auto r = RunNsboxJson({"--env", "A=1", "--ro-bind", "/usr:/y", "--bind", dir.path() + ":/z", "--", "/bin/sh", "-c",
+                         "echo \"$A\" -n"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "1 -n\n");
+}

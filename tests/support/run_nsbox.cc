@@ -288,8 +288,12 @@ bool WaitForNoPidsWithMarker(const std::string& marker, std::chrono::millisecond
 }
 
 bool WaitForPidWithMarker(const std::string& marker, std::chrono::milliseconds within) {
+  return WaitForPidsWithMarker(marker, 1, within);
+}
+
+bool WaitForPidsWithMarker(const std::string& marker, size_t count, std::chrono::milliseconds within) {
   const auto until = Clock::now() + within;
-  while (PidsWithMarker(marker).empty()) {
+  while (PidsWithMarker(marker).size() < count) {
     if (Clock::now() >= until) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

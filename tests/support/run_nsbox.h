@@ -82,6 +82,7 @@ extern const char* const kPythonPrelude;
 std::vector<pid_t> PidsWithMarker(const std::string& marker);  // processes whose cmdline or environ holds marker
 bool WaitForNoPidsWithMarker(const std::string& marker, std::chrono::milliseconds within);
 bool WaitForPidWithMarker(const std::string& marker, std::chrono::milliseconds within);
+bool WaitForPidsWithMarker(const std::string& marker, size_t count, std::chrono::milliseconds within);
 std::vector<std::string> MountLinesContaining(const std::string& needle);  // in the host's /proc/self/mounts
 std::string UniqueMarker(const std::string& what);  // "nsbox-test-WHAT-<pid>-<n>-<random>"
 
