@@ -42,12 +42,6 @@ std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan) {
   return out;
 }
 
-void ArmDeathSignal(int control_fd) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  struct pollfd pfd = {control_fd, POLLOUT, 0};
-  if (::poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLERR | POLLHUP))) _exit(125);
-}
-
 namespace {
 
 [[noreturn]] void Fail(const ChildPlan& plan, const char* step, int err) {
@@ -165,8 +159,12 @@ void ExecPayload(const ChildPlan& plan) {
 }  // namespace
 
 void ChildMain(const ChildPlan& plan) {
-  // 1. Die with nsbox: if nsbox is killed, the kernel kills pid 1 and with it the whole pid namespace.
+  // 1. Die with nsbox: if nsbox is killed, the kernel kills pid 1 and with it the whole pid namespace. The watch
+  //    (through the host's /proc, still mounted here) re-arms that signal after each credential change.
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
+  ParentWatch watch;
+  if (OpenParentWatch(&watch) != 0) Fail(plan, "open(/proc/self/stat) to watch nsbox", errno);
+  HideNsboxCommandLine(watch);
   // 2. Wait until nsbox has written our id maps (and joined us to the cgroup). EOF means nsbox is gone.
   char go = 0;
   ssize_t n;
@@ -178,7 +176,7 @@ void ChildMain(const ChildPlan& plan) {
   // Files we create (the code file, /etc) belong to the sandbox user, a uid mapped in our namespace.
   ::setfsuid(plan.uid);
   ::setfsgid(plan.gid);
-  ArmDeathSignal(plan.control_fd);
+  if (RearmParentDeathSignal(watch) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG) after setfsuid", errno);
 
   // 3. Own hostname (uts namespace).
   if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) Fail(plan, "sethostname", errno);
@@ -202,7 +200,7 @@ void ChildMain(const ChildPlan& plan) {
   pid_t payload = ::fork();
   if (payload < 0) Fail(plan, "fork(payload)", errno);
   if (payload == 0) RunPayload(plan);
-  RunInit(plan, payload);
+  RunInit(plan, payload, watch);
 }
 
 }  // namespace nsbox

@@ -6,8 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "sandbox/caps.h"
 
@@ -27,9 +31,63 @@ void Report(const ChildPlan& plan, int wait_status) {
   (void)ignored;
 }
 
+// Fields of /proc/<pid>/stat after the command name: state is field 3, ppid 4, arg_start 48, arg_end 49.
+int ReadStatFields(int fd, long* ppid, unsigned long* arg_start, unsigned long* arg_end) {
+  char buf[2048];
+  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  char* p = strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  if (!p) {
+    errno = EINVAL;
+    return -1;
+  }
+  ++p;
+  for (int field = 3; field <= 49; ++field) {
+    while (*p == ' ') ++p;
+    if (!*p) {
+      errno = EINVAL;
+      return -1;
+    }
+    if (field == 4) *ppid = strtol(p, nullptr, 10);
+    if (field == 48 && arg_start) *arg_start = strtoul(p, nullptr, 10);
+    if (field == 49 && arg_end) *arg_end = strtoul(p, nullptr, 10);
+    while (*p && *p != ' ') ++p;
+  }
+  return 0;
+}
+
 }  // namespace
 
-void RunInit(const ChildPlan& plan, pid_t payload) {
+int OpenParentWatch(ParentWatch* watch) {
+  watch->host_stat_fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (watch->host_stat_fd < 0) return -1;
+  return ReadStatFields(watch->host_stat_fd, &watch->nsbox_pid, &watch->arg_start, &watch->arg_end);
+}
+
+int RearmParentDeathSignal(const ParentWatch& watch) {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return -1;
+  long ppid = 0;
+  if (ReadStatFields(watch.host_stat_fd, &ppid, nullptr, nullptr) != 0) return -1;
+  if (ppid != watch.nsbox_pid) {
+    errno = ESRCH;
+    return -1;
+  }
+  return 0;
+}
+
+void HideNsboxCommandLine(const ParentWatch& watch) {
+  if (watch.arg_start == 0 || watch.arg_end <= watch.arg_start) return;
+  // A fork's private copy of nsbox's stack: only this process sees the change. Ends in NUL bytes, so the kernel
+  // reports it as plain argv.
+  char* args = reinterpret_cast<char*>(watch.arg_start);
+  size_t size = watch.arg_end - watch.arg_start;
+  memset(args, 0, size);
+  const char name[] = "nsbox-init";
+  if (size > sizeof name) memcpy(args, name, sizeof name);
+}
+
+void RunInit(const ChildPlan& plan, pid_t payload, ParentWatch& watch) {
   // pid 1 holds none of the payload's stdio: when the sandbox ends, nsbox sees end-of-file.
   if (plan.stdin_fd >= 0) ::close(plan.stdin_fd);
   ::close(plan.stdout_fd);
@@ -48,6 +106,13 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
   bool dropped = ::setresgid(plan.gid, plan.gid, plan.gid) == 0 &&
                  ::setresuid(plan.uid, plan.uid, plan.uid) == 0 && ClearCapabilities(plan.no_caps, &step) == 0 &&
                  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
+  // The credential changes above cleared the parent-death signal: arm it again, for good this time.
+  if (dropped && RearmParentDeathSignal(watch) != 0) {
+    ::kill(payload, SIGKILL);
+    _exit(125);  // nsbox is gone: nobody to report to
+  }
+  ::close(watch.host_stat_fd);
+  watch.host_stat_fd = -1;
   if (!dropped) {
     // Refuse to go on with a privileged pid 1 next to untrusted code.
     ::kill(payload, SIGKILL);
@@ -59,9 +124,6 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
     (void)ignored;
     _exit(125);
   }
-
-  // The credential changes above cleared the parent-death signal; nsbox's death must still end the sandbox.
-  ArmDeathSignal(plan.control_fd);
 
   sigset_t wanted;
   sigemptyset(&wanted);

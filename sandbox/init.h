@@ -7,7 +7,24 @@
 
 namespace nsbox {
 
+// nsbox's death must end the sandbox, through PR_SET_PDEATHSIG on pid 1. The kernel clears that signal at every
+// credential change (setfsuid, setresuid, capset), so pid 1 re-arms it after each and then checks that its parent is
+// still nsbox: nsbox may have died in between, leaving the signal nobody to wait for.
+struct ParentWatch {
+  int host_stat_fd = -1;  // pid 1's own stat file in the host's /proc, opened before the pivot
+  long nsbox_pid = 0;     // the parent's pid as the host's /proc shows it
+  unsigned long arg_start = 0, arg_end = 0;  // the argv strings inherited from nsbox
+};
+
+// Before the pivot: opens the host's /proc/self/stat and records the parent and the argv bounds.
+int OpenParentWatch(ParentWatch* watch);
+// Re-arms PR_SET_PDEATHSIG(SIGKILL) and fails (errno ESRCH) when the parent is no longer nsbox.
+int RearmParentDeathSignal(const ParentWatch& watch);
+// Wipes the argv strings inherited from nsbox: /proc/1/cmdline needs no ptrace permission to read, and nsbox's
+// command line holds host paths and option values.
+void HideNsboxCommandLine(const ParentWatch& watch);
+
 // Never returns: exits when the payload has exited, which makes the kernel kill the rest of the pid namespace.
-[[noreturn]] void RunInit(const ChildPlan& plan, pid_t payload);
+[[noreturn]] void RunInit(const ChildPlan& plan, pid_t payload, ParentWatch& watch);
 
 }  // namespace nsbox

@@ -178,7 +178,11 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
       if (::lstat(target, &st) != 0) return (m.optional && errno == ENOENT) ? 0 : (*step = Step("stat", target), -1);
       *step = Step("mount(/dev/null over)", target);
       if (S_ISDIR(st.st_mode)) return ::mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=0");
-      return ::mount("/oldroot/dev/null", target, nullptr, MS_BIND, nullptr);
+      if (::mount("/oldroot/dev/null", target, nullptr, MS_BIND, nullptr) != 0) return -1;
+      // The null device must stay usable as a device (no nodev), but the mask is read-only, nosuid and noexec
+      // like every other mount: a write to a masked file fails instead of vanishing.
+      *step = Step("mount_setattr(ro,nosuid,noexec)", target);
+      return SetMountAttr(target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false);
     }
     case Kind::kMaskDir: {
       struct stat st;

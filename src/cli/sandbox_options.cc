@@ -32,8 +32,10 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
   app->add_option("--rootfs", o.rootfs, "root filesystem: host (the built-in read-only view of the host) or a directory")
       ->capture_default_str();
   app->add_option("--workspace", o.workspace, "bind this host directory read-write at /workspace (default: a fresh tmpfs)");
-  app->add_option("--ro-bind", o.ro_binds, "SRC[:DST]: bind a host path read-only (repeatable)");
-  app->add_option("--bind", o.binds, "SRC[:DST]: bind a host path read-write (repeatable)");
+  // One value per occurrence: a greedy vector option would take a following "--" as the end of its own list, and
+  // the command's arguments after it ("-c", "-n") would then be parsed as nsbox options.
+  app->add_option("--ro-bind", o.ro_binds, "SRC[:DST]: bind a host path read-only (repeatable)")->allow_extra_args(false);
+  app->add_option("--bind", o.binds, "SRC[:DST]: bind a host path read-write (repeatable)")->allow_extra_args(false);
   app->add_option("--network", o.network,
                   "none (own namespace, loopback only), allow=DOMAIN[,DOMAIN...] (only these domains, through nsbox's "
                   "HTTP(S) proxy), or host (the host's network: gives up network isolation)")
@@ -123,7 +125,7 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& o) {
   app->add_option("--output-limit", o.output_limit, "bytes kept per stream (head and tail), e.g. 64K, 1M")
       ->capture_default_str();
   app->add_option("--stdin", o.stdin_source, "FILE or - (default: /dev/null)");
-  app->add_option("--env", o.env, "KEY=VALUE added to the small clean environment (repeatable)");
+  app->add_option("--env", o.env, "KEY=VALUE added to the small clean environment (repeatable)")->allow_extra_args(false);
   app->add_option("--lang", o.lang, "language of --code/--file: python, bash, sh, node");
   app->add_option("--code", o.code, "the program text to run");
   app->add_option("--file", o.file, "a file holding the program text, or - for stdin");

@@ -35,10 +35,11 @@ struct Origin {
       _exit(127);
     }
     ::close(fds[1]);
-    char buf[32] = {};
-    ssize_t n = ::read(fds[0], buf, sizeof buf - 1);
+    std::string line;
+    char c;
+    while (line.size() < 16 && ::read(fds[0], &c, 1) == 1 && c != '\n') line += c;
     ::close(fds[0]);
-    REQUIRE(n > 0);
+    const char* buf = line.c_str();
     port = std::atoi(buf);
     REQUIRE(port > 0);
   }
@@ -117,11 +118,13 @@ TEST_CASE("network allow: a refused domain fails fast and is reported in denied_
 TEST_CASE("network allow: IP literals are refused even for the allowed origin's address", "[network]") {
   Origin origin;
   ResolverOverride resolver;
-  json r = RunNsboxJson(Python(AllowArgs(), Fetch(fmt::format("http://127.0.0.1:{}/", origin.port)))).json;
+  // 127.0.0.1 itself is in NO_PROXY (the sandbox's own loopback); any other literal goes to the proxy, which
+  // refuses it without connecting anywhere.
+  json r = RunNsboxJson(Python(AllowArgs(), Fetch(fmt::format("http://10.11.12.13:{}/", origin.port)))).json;
   INFO(r.dump());
   CHECK(r["stdout"].get<std::string>().starts_with("FAILED"));
   REQUIRE(r["denied_hosts"].size() == 1);
-  CHECK(r["denied_hosts"][0]["host"] == "127.0.0.1");
+  CHECK(r["denied_hosts"][0]["host"] == "10.11.12.13");
 }
 
 TEST_CASE("network allow: a redirect to a refused host is refused", "[network]") {

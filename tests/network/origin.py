@@ -2,7 +2,7 @@
 # A stand-in origin server on 127.0.0.1 for the network policy tests: prints its port, serves until killed.
 import http.server
 import socketserver
-import sys
+import os
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -32,6 +32,10 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 server = Server(("127.0.0.1", 0), Handler)
-print(server.server_address[1], flush=True)
-sys.stdout.close()
+# One write of the whole line; the test may close its end as soon as it has read it.
+try:
+    os.write(1, f"{server.server_address[1]}\n".encode())
+    os.close(1)
+except BrokenPipeError:
+    pass
 server.serve_forever()

@@ -1,0 +1,210 @@
+// Escape suite: processes: signalling and tracing outside the sandbox, inherited descriptors and the working
+// directory (runc CVE-2024-21626), zombies and orphans, time-outs against evasive processes, nsbox's own death.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/run_nsbox.h"
+
+using namespace nsbox::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Python that leaves behind the processes a sloppy supervisor misses: a double-forked setsid daemon and a direct
+// child, both ignoring SIGTERM, each carrying MARKER in its argv so the host can find them.
+std::string EvasiveProcesses(const std::string& marker) {
+  return R"PY(
+import signal, subprocess, time
+MARKER = ")PY" + marker + R"PY("
+SLEEPER = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(1000)"
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", SLEEPER, MARKER])
+    os._exit(0)
+subprocess.Popen([sys.executable, "-c", SLEEPER, MARKER])
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("started", flush=True)
+time.sleep(1000)
+)PY";
+}
+
+}  // namespace
+
+// kill(-1, SIGKILL) signals every process the caller may signal. A host process running as the host uid the
+// sandbox user maps to (65534) would be a target without the pid namespace.
+TEST_CASE("kill(-1, SIGKILL) inside reaches no host process, even one running as the mapped host uid",
+          "[escape][processes]") {
+  std::string marker = UniqueMarker("victim");
+  auto victim = StartProcess({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                              "/usr/bin/python3", "-c", "import time; time.sleep(60)", marker});
+  REQUIRE(WaitForPidWithMarker(marker, 5s));
+  auto r = RunPython("print(err(os.kill, -1, 9))\n");
+  std::this_thread::sleep_for(200ms);
+  bool victim_alive = !PidsWithMarker(marker).empty();
+  ::kill(victim.pid, SIGKILL);
+  victim.Wait();
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  // No other process of the sandbox (pid 1 is exempt): nothing to signal at all.
+  CHECK(r.out() == "ESRCH\n");
+  CHECK(victim_alive);
+}
+
+// Host pids are not visible: signalling or tracing the test process by its host pid finds nothing, and /proc lists
+// only the sandbox's own two processes (pid 1 and the program).
+TEST_CASE("host processes are invisible: kill and ptrace by host pid give ESRCH, /proc shows pids 1 and 2",
+          "[escape][processes]") {
+  std::string host_pid = std::to_string(::getpid());
+  auto r = RunPython("print(err(os.kill, " + host_pid + ", 0), sc(101, 16, " + host_pid + ", 0, 0), err(os.stat, '/proc/" +
+                     host_pid + "'), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), os.getppid())\n");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  // ptrace: the default profile refuses it (EPERM) before the kernel would look the pid up (ESRCH).
+  CHECK((r.out() == "ESRCH ESRCH ENOENT [1, 2] 1\n" || r.out() == "ESRCH EPERM ENOENT [1, 2] 1\n"));
+}
+
+// Killing the sandbox's pid 1 from inside would end supervision early; the kernel drops signals to a namespace's init
+// that it has no handler for, and pid 1 forwards the ones it handles to the program.
+TEST_CASE("SIGKILL to pid 1 from inside is ignored and the run completes", "[escape][processes]") {
+  auto r = RunPython("import time\nos.kill(1, 9)\ntime.sleep(0.2)\nprint('alive')\n");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "alive\n");
+}
+
+// Descriptors leaked into a container (runc CVE-2024-21626, and the older CVE-2016-9962) give a handle on host
+// files and directories. The test opens a host file and a host directory WITHOUT O_CLOEXEC before running nsbox.
+TEST_CASE("descriptors inherited by nsbox are not visible inside (CVE-2024-21626)", "[escape][processes]") {
+  TempDir dir;
+  std::string secret = dir.Write("secret", "HOST-SECRET\n");
+  int file_fd = ::open(secret.c_str(), O_RDONLY);
+  int dir_fd = ::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY);
+  REQUIRE(file_fd >= 3);
+  REQUIRE(dir_fd >= 3);
+  auto r = RunPython("print(sorted(os.listdir('/proc/self/fd')), err(os.fstat, " + std::to_string(file_fd) +
+                     "), err(os.fstat, " + std::to_string(dir_fd) + "), err(os.listdir, '/proc/1/fd'))\n");
+  ::close(file_fd);
+  ::close(dir_fd);
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  // fd 3 is listdir's own directory handle.
+  CHECK(r.out() == "['0', '1', '2', '3'] EBADF EBADF EACCES\n");
+}
+
+// CVE-2024-21626: runc left the container's cwd on a host directory (/proc/self/fd/N as cwd), and ".." walked out.
+// nsbox runs from a host directory holding a secret; inside, the cwd is /workspace and nothing points back.
+TEST_CASE("the working directory is /workspace, not nsbox's host cwd (CVE-2024-21626)", "[escape][processes]") {
+  TempDir dir;
+  dir.Write("secret", "HOST-SECRET\n");
+  SpawnOptions spawn;
+  spawn.cwd = dir.path();
+  auto r = RunPython(R"(
+print(os.getcwd(), os.readlink("/proc/self/cwd"), err(os.readlink, "/proc/1/cwd"), err(open, "../secret"),
+      err(open, "secret"), os.path.realpath("../../.."))
+)",
+                     {}, spawn);
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "/workspace /workspace EACCES ENOENT ENOENT /\n");
+}
+
+// Orphans and zombies: pid 1 must reap re-parented processes, or a program fills the pid table with zombies.
+TEST_CASE("orphans are reaped by pid 1: no zombie remains", "[escape][processes]") {
+  auto r = RunPython(R"(
+import time
+for i in range(20):
+    if os.fork() == 0:
+        if os.fork() == 0:
+            os._exit(0)      # the grandchild: an orphan once its parent is gone
+        time.sleep(0.05)
+        os._exit(0)
+time.sleep(0.5)
+for i in range(20):
+    os.waitpid(-1, 0)        # our own children are ours to reap
+time.sleep(0.2)
+zombies = []
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            stat = open(f"/proc/{p}/stat").read()
+        except OSError:
+            continue
+        if stat.rsplit(')', 1)[1].split()[0] == "Z":
+            zombies.append(p)
+print("zombies:", zombies)
+)");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "zombies: []\n");
+}
+
+// A time-out that only kills the main process lets a double-forked, setsid, SIGTERM-ignoring daemon live on.
+TEST_CASE("a time-out kills double-forked, setsid and SIGTERM-ignoring processes; nothing survives",
+          "[escape][processes]") {
+  std::string marker = UniqueMarker("timeout");
+  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "4s", "--lang", "python", "--code",
+                          std::string(kPythonPrelude) + EvasiveProcesses(marker)});
+  // The evasive processes exist (the test can see them) before the limit strikes.
+  bool appeared = WaitForPidsWithMarker(marker, 3, 10s);  // nsbox and the two sleepers
+  int status = bg.Wait();
+  auto json = nlohmann::json::parse(bg.Out(), nullptr, false);
+  INFO(bg.Out());
+  CHECK(appeared);
+  CHECK(WIFEXITED(status));
+  CHECK(json.value("status", "") == "timeout");
+  CHECK(json.value("stdout", "") == "started\n");
+  CHECK(WaitForNoPidsWithMarker(marker, 2s));
+}
+
+// nsbox killed with SIGKILL cannot clean up: the kernel must (PR_SET_PDEATHSIG on pid 1, whose death ends the pid
+// namespace).
+TEST_CASE("nsbox killed with SIGKILL mid-run leaves no process behind", "[escape][processes]") {
+  std::string marker = UniqueMarker("sigkill");
+  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "60s", "--lang", "python", "--code",
+                          std::string(kPythonPrelude) + EvasiveProcesses(marker)});
+  // nsbox (the marker is in its --code) and the two sleepers; pid 1 has wiped its copy of nsbox's command line.
+  bool appeared = WaitForPidsWithMarker(marker, 3, 10s);
+  size_t before = PidsWithMarker(marker).size();
+  ::kill(bg.pid, SIGKILL);
+  bg.Wait();
+  CHECK(appeared);
+  CHECK(before >= 3);
+  CHECK(WaitForNoPidsWithMarker(marker, 3s));
+}
+
+// Fork bombs exhaust the host's pid table: the pids limit (cgroup) contains them.
+TEST_CASE("a fork bomb is contained by the pids limit", "[escape][processes][cgroup]") {
+  auto r = RunPython(R"(
+import time
+n, why = 0, "none"
+try:
+    while n < 5000:
+        if os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    why = errno.errorcode[e.errno]
+print(why, n <= 256)
+)",
+                     {"--timeout", "20s"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "EAGAIN True\n");
+}
+
+// A memory bomb must end as OOM inside the sandbox's own limit, not as host memory pressure.
+TEST_CASE("a memory bomb ends as status oom", "[escape][processes][cgroup]") {
+  // Touches every page, and stops by itself at 2 GiB so that a run without limits cannot hurt the host.
+  auto r = RunPython("chunks = []\nfor i in range(128):\n    chunks.append(b'x' * (16 << 20))\nprint('not limited')\n",
+                     {"--memory", "64M", "--timeout", "20s"});
+  INFO(r.Describe());
+  CHECK(r.status() == "oom");
+}

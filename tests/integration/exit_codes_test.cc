@@ -1,0 +1,112 @@
+// Integration: exit codes and signals: 0, N, 128+N, 124 on time-out, 125 on setup errors; the JSON status and
+// fields that go with each; signals sent to nsbox reach the program.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/run_nsbox.h"
+
+using namespace nsbox::testing;
+using namespace std::chrono_literals;
+
+TEST_CASE("exit 0 is status ok and nsbox exits 0", "[integration][exit]") {
+  auto raw = RunNsboxRaw({"run", "--", "/bin/true"});
+  CHECK(raw.exit_code == 0);
+  auto r = RunNsboxJson({"--", "/bin/true"});
+  INFO(r.Describe());
+  CHECK(r.process.exit_code == 0);
+  CHECK(r.status() == "ok");
+  CHECK(r.exit_code() == 0);
+  CHECK(r.json.value("signal", -1) == 0);
+}
+
+TEST_CASE("exit N is status exit with exit_code N, and nsbox exits N", "[integration][exit]") {
+  auto raw = RunNsboxRaw({"run", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 42"});
+  CHECK(raw.exit_code == 42);
+  CHECK(raw.out == "out\n");
+  CHECK(raw.err == "err\n");
+  auto r = RunNsboxJson({"--", "/bin/sh", "-c", "exit 3"});
+  INFO(r.Describe());
+  CHECK(r.process.exit_code == 3);  // with --json too, nsbox exits with the program's code
+  CHECK(r.status() == "exit");
+  CHECK(r.exit_code() == 3);
+  CHECK(r.json.value("reason", "") == "exited with code 3");
+}
+
+TEST_CASE("death by signal N is status signal and nsbox exits 128+N", "[integration][exit]") {
+  auto raw = RunNsboxRaw({"run", "--", "/bin/sh", "-c", "kill -TERM $$"});
+  CHECK(raw.exit_code == 128 + SIGTERM);
+  CHECK(raw.err.find("signal") != std::string::npos);
+  auto r = RunNsboxJson({"--", "/bin/sh", "-c", "kill -KILL $$"});
+  INFO(r.Describe());
+  CHECK(r.status() == "signal");
+  CHECK(r.json.value("signal", 0) == SIGKILL);
+  CHECK(r.json.value("reason", "") == "killed by signal 9 (SIGKILL)");
+}
+
+TEST_CASE("a time-out is status timeout, nsbox exits 124, close to the limit", "[integration][exit]") {
+  auto raw = RunNsboxRaw({"run", "--timeout", "300ms", "--", "/bin/sleep", "10"});
+  CHECK(raw.exit_code == 124);
+  CHECK(raw.elapsed < 3s);
+  auto r = RunNsboxJson({"--timeout", "500ms", "--", "/bin/sleep", "10"});
+  INFO(r.Describe());
+  CHECK(r.status() == "timeout");
+  CHECK(r.json.value("wall_ms", 0) >= 500);
+  CHECK(r.json.value("wall_ms", 0) < 2500);
+  CHECK(r.json.value("reason", "").find("500 ms") != std::string::npos);
+}
+
+TEST_CASE("a program that cannot be executed is a setup error: exit 125, reason names execve and errno",
+          "[integration][exit]") {
+  auto raw = RunNsboxRaw({"run", "--", "/nonexistent/program"});
+  CHECK(raw.exit_code == 125);
+  auto r = RunNsboxJson({"--", "/nonexistent/program"});
+  INFO(r.Describe());
+  CHECK(r.process.exit_code == 125);
+  CHECK(r.status() == "setup_error");
+  CHECK(r.json.value("reason", "").find("execve(/nonexistent/program)") != std::string::npos);
+  CHECK(r.json.value("reason", "").find("ENOENT") != std::string::npos);
+  auto not_exec = RunNsboxJson({"--", "/etc/passwd"});
+  CHECK(not_exec.status() == "setup_error");
+  CHECK(not_exec.json.value("reason", "").find("EACCES") != std::string::npos);
+}
+
+TEST_CASE("a command found through PATH runs; one that is not found is a setup error", "[integration][exit]") {
+  auto r = RunNsboxJson({"--", "echo", "hi"});
+  INFO(r.Describe());
+  CHECK(r.status() == "ok");
+  CHECK(r.out() == "hi\n");
+  auto missing = RunNsboxJson({"--", "no-such-command-anywhere"});
+  CHECK(missing.status() == "setup_error");
+  CHECK(missing.process.exit_code == 125);
+}
+
+TEST_CASE("SIGTERM sent to nsbox reaches the program, whose handler runs", "[integration][exit]") {
+  // The program says it is ready (handler installed) through a file in a bound directory.
+  TempDir ready;
+  REQUIRE(::chmod(ready.path().c_str(), 0777) == 0);
+  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "20s", "--bind", ready.path() + ":/ready", "--",
+                          "/usr/bin/python3", "-c",
+                          "import signal, sys, time\n"
+                          "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(7)))\n"
+                          "print('ready', flush=True)\nopen('/ready/ok', 'w').close()\ntime.sleep(30)"});
+  bool is_ready = false;
+  for (int i = 0; i < 500 && !is_ready; ++i) {
+    is_ready = std::filesystem::exists(ready.path() + "/ok");
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(is_ready);
+  ::kill(bg.pid, SIGTERM);
+  int status = bg.Wait();
+  auto json = nlohmann::json::parse(bg.Out(), nullptr, false);
+  INFO(bg.Out());
+  CHECK(WIFEXITED(status));
+  CHECK(json.value("status", "") == "exit");
+  CHECK(json.value("exit_code", 0) == 7);
+  CHECK(json.value("stdout", "") == "ready\ngot TERM\n");
+}

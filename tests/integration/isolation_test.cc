@@ -1,0 +1,148 @@
+// Integration: the isolation items of the run contract: namespaces, pid 1, hostname, loopback, the uid mapping seen
+// from the host, capabilities, no_new_privs, session and terminal, descriptors, environment.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/run_nsbox.h"
+
+using namespace nsbox::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string HostNamespace(const std::string& name) {
+  char buf[256] = {};
+  ssize_t n = ::readlink(("/proc/self/ns/" + name).c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+}  // namespace
+
+TEST_CASE("every namespace differs from the host's: user, pid, mnt, net, ipc, uts, cgroup", "[integration][isolation]") {
+  std::string names[] = {"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"};
+  std::string code = "print(' '.join(os.readlink('/proc/self/ns/' + n) for n in " +
+                     std::string("['user', 'pid', 'mnt', 'net', 'ipc', 'uts', 'cgroup']))\n");
+  auto r = RunPython(code);
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  std::istringstream inside(r.out());
+  for (const auto& name : names) {
+    std::string link;
+    inside >> link;
+    INFO(name << ": inside " << link << ", host " << HostNamespace(name));
+    CHECK(link.starts_with(name + ":["));
+    CHECK(link != HostNamespace(name));
+  }
+}
+
+TEST_CASE("--network host shares the host's network namespace and nothing else", "[integration][isolation]") {
+  auto r = RunPython("print(os.readlink('/proc/self/ns/net'), os.readlink('/proc/self/ns/uts'))\n", {"--network", "host"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  std::istringstream words(r.out());
+  std::string net, uts;
+  words >> net >> uts;
+  CHECK(net == HostNamespace("net"));
+  CHECK(uts != HostNamespace("uts"));
+}
+
+TEST_CASE("the program runs as pid 2 under nsbox's own pid 1", "[integration][isolation]") {
+  auto r = RunPython("print(os.getpid(), os.getppid(), open('/proc/1/comm').read().strip())\n");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "2 1 nsbox\n");
+}
+
+TEST_CASE("the hostname is nsbox", "[integration][isolation]") {
+  auto r = RunNsboxJson({"--", "/bin/hostname"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "nsbox\n");
+}
+
+TEST_CASE("loopback is up and usable; it is the only interface", "[integration][isolation]") {
+  auto r = RunPython(R"(
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+cli = socket.create_connection(srv.getsockname(), timeout=2)
+conn, _ = srv.accept(); cli.sendall(b"ping"); print(conn.recv(4).decode(), socket.if_nameindex())
+)");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "ping [(1, 'lo')]\n");
+}
+
+TEST_CASE("the sandbox user is uid 1000 inside and host uid 65534 outside", "[integration][isolation]") {
+  std::string marker = UniqueMarker("uid");
+  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "20s", "--", "/usr/bin/python3", "-c",
+                          "import os, sys, time\nprint(os.getuid(), os.getgid(), open('/proc/self/uid_map').read().split(), "
+                          "flush=True)\ntime.sleep(30)",
+                          marker});
+  REQUIRE(WaitForPidWithMarker(marker, 5s));
+  std::this_thread::sleep_for(100ms);
+  // The sandboxed python is the marker process whose parent is not nsbox itself (nsbox and its pid 1 carry the
+  // marker in their own command lines before pid 1 wipes its copy).
+  std::string uid_line, gid_line;
+  for (pid_t pid : PidsWithMarker(marker)) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line, name;
+    while (std::getline(status, line)) {
+      if (line.starts_with("Name:")) name = line;
+      if (line.starts_with("Uid:") && name.find("python3") != std::string::npos) uid_line = line;
+      if (line.starts_with("Gid:") && name.find("python3") != std::string::npos) gid_line = line;
+    }
+  }
+  ::kill(bg.pid, SIGTERM);
+  bg.Wait();
+  auto json = nlohmann::json::parse(bg.Out(), nullptr, false);
+  INFO(bg.Out());
+  CHECK(uid_line == "Uid:\t65534\t65534\t65534\t65534");
+  CHECK(gid_line == "Gid:\t65534\t65534\t65534\t65534");
+  CHECK(json.value("stdout", "").starts_with("1000 1000 ['1000', '65534', '1']\n"));
+}
+
+TEST_CASE("no capabilities in any set and no_new_privs set", "[integration][isolation]") {
+  auto r = RunShell("grep -E '^(Cap|NoNewPrivs)' /proc/self/status");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() ==
+        "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+        "CapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n");
+}
+
+TEST_CASE("the program leads a new session and has no controlling terminal", "[integration][isolation]") {
+  auto r = RunPython(R"(
+stat = open("/proc/self/stat").read().rsplit(')', 1)[1].split()
+print(os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid(), stat[4])   # field 7: tty_nr
+)");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "True True 0\n");
+}
+
+TEST_CASE("only descriptors 0, 1 and 2 are open", "[integration][isolation]") {
+  auto r = RunShell("ls /proc/self/fd");  // ls's own directory handle is 3
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "0\n1\n2\n3\n");
+}
+
+TEST_CASE("the environment is small and clean; --env adds to it", "[integration][isolation]") {
+  SpawnOptions spawn;
+  spawn.extra_env["NSBOX_TEST_LEAK"] = "1";
+  auto r = RunNsboxJson({"--env", "EXTRA=yes", "--env", "PATH=/usr/bin:/bin", "--", "/usr/bin/env"}, spawn);
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  std::istringstream lines(r.out());
+  std::vector<std::string> env;
+  for (std::string line; std::getline(lines, line);) env.push_back(line);
+  std::sort(env.begin(), env.end());
+  CHECK(env == std::vector<std::string>{"EXTRA=yes", "HOME=/home/sandbox", "LANG=C.UTF-8", "LOGNAME=sandbox",
+                                        "PATH=/usr/bin:/bin", "SHELL=/bin/sh", "TMPDIR=/tmp", "USER=sandbox"});
+}

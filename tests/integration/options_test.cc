@@ -1,0 +1,93 @@
+// Integration: bad options and inputs: each gets one line on stderr, nothing on stdout, and exit code 125, before
+// any sandbox is made.
+#include <catch2/catch.hpp>
+
+#include "tests/support/run_nsbox.h"
+
+using namespace nsbox::testing;
+
+namespace {
+
+void CheckOneLineError(const std::vector<std::string>& args, const std::string& expected_fragment) {
+  auto r = RunNsboxRaw(args);
+  INFO("nsbox " << [&] {
+    std::string s;
+    for (const auto& a : args) s += a.substr(0, 40) + " ";
+    return s;
+  }() << "\nstderr: " << r.err);
+  CHECK(r.exit_code == 125);
+  CHECK(r.out.empty());
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.ends_with("\n"));
+  CHECK(r.err.find(expected_fragment) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("an unknown flag is a one-line error, exit 125", "[integration][options]") {
+  CheckOneLineError({"run", "--frobnicate", "--", "/bin/true"}, "--frobnicate");
+}
+
+TEST_CASE("a bad size is a one-line error, exit 125", "[integration][options]") {
+  CheckOneLineError({"run", "--output-limit", "12Q", "--", "/bin/true"}, "--output-limit");
+  CheckOneLineError({"run", "--tmpfs-size", "lots", "--", "/bin/true"}, "--tmpfs-size");
+}
+
+TEST_CASE("a bad duration is a one-line error, exit 125", "[integration][options]") {
+  CheckOneLineError({"run", "--timeout", "forever", "--", "/bin/true"}, "--timeout");
+  CheckOneLineError({"run", "--timeout", "-5s", "--", "/bin/true"}, "--timeout");
+}
+
+TEST_CASE("a missing rootfs is a one-line error, exit 125", "[integration][options]") {
+  CheckOneLineError({"run", "--rootfs", "/nonexistent/root", "--", "/bin/true"}, "/nonexistent/root");
+}
+
+TEST_CASE("an unknown language is a one-line error naming the known ones, exit 125", "[integration][options]") {
+  CheckOneLineError({"run", "--lang", "cobol", "--code", "x"}, "unknown language 'cobol'");
+}
+
+TEST_CASE("an interpreter missing from the root filesystem is a one-line error, exit 125", "[integration][options]") {
+  TempDir root;
+  root.Write("bin/busybox", "");  // a root with /bin but no python
+  CheckOneLineError({"run", "--rootfs", root.path(), "--lang", "python", "--code", "print(1)"}, "interpreter");
+}
+
+TEST_CASE("a --file larger than 16 MiB is a one-line error, exit 125", "[integration][options]") {
+  TempDir dir;
+  std::string big = dir.Write("big.py", std::string((16 << 20) + 1, '#'));
+  CheckOneLineError({"run", "--lang", "python", "--file", big}, "larger than");
+}
+
+TEST_CASE("a missing --file, bind source or --stdin file is a one-line error, exit 125", "[integration][options]") {
+  CheckOneLineError({"run", "--lang", "python", "--file", "/nonexistent.py"}, "/nonexistent.py");
+  CheckOneLineError({"run", "--ro-bind", "/nonexistent/src:/x", "--", "/bin/true"}, "/nonexistent/src");
+  CheckOneLineError({"run", "--stdin", "/nonexistent/in", "--", "/bin/true"}, "/nonexistent/in");
+}
+
+TEST_CASE("contradictory or missing program options are one-line errors, exit 125", "[integration][options]") {
+  CheckOneLineError({"run", "--code", "print(1)"}, "--lang");
+  CheckOneLineError({"run"}, "nothing to run");
+  CheckOneLineError({"run", "--lang", "python", "--code", "1", "--", "/bin/true"}, "not both");
+  CheckOneLineError({"run", "--env", "NOEQUALS", "--", "/bin/true"}, "KEY=VALUE");
+  CheckOneLineError({"run", "--network", "bridge", "--", "/bin/true"}, "--network");
+  CheckOneLineError({"run", "--bind", "/tmp:relative/dst", "--", "/bin/true"}, "absolute");
+}
+
+TEST_CASE("--version and --help succeed", "[integration][options]") {
+  auto version = RunNsboxRaw({"--version"});
+  CHECK(version.exit_code == 0);
+  CHECK(version.out.starts_with("nsbox "));
+  auto help = RunNsboxRaw({"run", "--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("--timeout") != std::string::npos);
+}
+
+TEST_CASE("after repeatable options, the command's own dash arguments following -- belong to the command",
+          "[integration][options]") {
+  TempDir dir;
+  auto r = RunNsboxJson({"--env", "A=1", "--ro-bind", "/usr:/y", "--bind", dir.path() + ":/z", "--", "/bin/sh", "-c",
+                         "echo \"$A\" -n"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "1 -n\n");
+}

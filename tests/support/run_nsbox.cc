@@ -1,0 +1,348 @@
+// Test support: spawning nsbox and other programs with captured output, JSON parsing, and host-side observations.
+#include "tests/support/run_nsbox.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace nsbox::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> BuildEnv(const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : extra) env[k] = v;
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::vector<char*> Pointers(std::vector<std::string>& strings) {
+  std::vector<char*> p;
+  for (auto& s : strings) p.push_back(s.data());
+  p.push_back(nullptr);
+  return p;
+}
+
+// fork + exec with the given stdio; the child never returns.
+pid_t Spawn(const std::vector<std::string>& argv, const SpawnOptions& options, int in, int out, int err) {
+  std::vector<std::string> args = argv, env = BuildEnv(options.extra_env);
+  auto argp = Pointers(args), envp = Pointers(env);
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
+  if (pid == 0) {
+    if (in >= 0) ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    if (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0) _exit(126);
+    // As from an interactive shell: the terminal is the session's controlling terminal.
+    if (options.stdin_is_controlling_tty && (::setsid() < 0 || ::ioctl(0, TIOCSCTTY, 0) != 0)) _exit(126);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(argp[0], argp.data(), envp.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+void DecodeStatus(int status, ProcessResult& r) {
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) {
+    r.term_signal = WTERMSIG(status);
+    r.exit_code = 128 + r.term_signal;
+  }
+}
+
+}  // namespace
+
+std::string NsboxBinary() {
+  if (const char* env = std::getenv("NSBOX_BIN"); env && *env) return env;
+  return NSBOX_TEST_BIN;
+}
+
+std::string ProbePath(const std::string& name) { return std::string(NSBOX_TEST_PROBES_DIR) + "/" + name; }
+
+ProcessResult RunProcess(const std::vector<std::string>& argv, const SpawnOptions& options) {
+  int out[2], err[2], in[2] = {-1, -1};
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+  int stdin_fd = options.stdin_fd;
+  if (stdin_fd < 0) {
+    if (::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+    stdin_fd = in[0];
+  }
+  const auto started = Clock::now();
+  pid_t pid = Spawn(argv, options, stdin_fd, out[1], err[1]);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (in[0] >= 0) {
+    ::close(in[0]);
+    // Small inputs only (tests); a big one would need polling alongside the reads.
+    size_t done = 0;
+    signal(SIGPIPE, SIG_IGN);
+    while (done < options.stdin_data.size()) {
+      ssize_t n = ::write(in[1], options.stdin_data.data() + done, options.stdin_data.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::close(in[1]);
+  }
+  ProcessResult r;
+  int fds[2] = {out[0], err[0]};
+  std::string* sinks[2] = {&r.out, &r.err};
+  char buf[65536];
+  const auto deadline = started + options.timeout;
+  while (fds[0] >= 0 || fds[1] >= 0) {
+    struct pollfd p[2];
+    int map[2], n = 0;
+    for (int i = 0; i < 2; ++i)
+      if (fds[i] >= 0) {
+        p[n] = {fds[i], POLLIN, 0};
+        map[n++] = i;
+      }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      r.guard_fired = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    ::poll(p, static_cast<nfds_t>(n), static_cast<int>(left));
+    for (int k = 0; k < n; ++k) {
+      if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t got = ::read(fds[map[k]], buf, sizeof buf);
+      if (got > 0) {
+        sinks[map[k]]->append(buf, static_cast<size_t>(got));
+      } else if (got == 0 || errno != EINTR) {
+        ::close(fds[map[k]]);
+        fds[map[k]] = -1;
+      }
+    }
+  }
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
+  int status = 0;
+  struct rusage usage = {};
+  ::wait4(pid, &status, 0, &usage);
+  r.max_rss_kb = usage.ru_maxrss;
+  r.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+  DecodeStatus(status, r);
+  return r;
+}
+
+int BackgroundProcess::Wait() {
+  int status = 0;
+  if (pid > 0) ::waitpid(pid, &status, 0);
+  pid = -1;
+  return status;
+}
+
+std::string BackgroundProcess::Out() const { return ReadWhole(out_path); }
+
+BackgroundProcess StartProcess(const std::vector<std::string>& argv, const SpawnOptions& options) {
+  static std::atomic<int> counter{0};
+  BackgroundProcess bg;
+  std::string base = std::filesystem::temp_directory_path() /
+                     ("nsbox-test-bg-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  bg.out_path = base + ".out";
+  bg.err_path = base + ".err";
+  int out = ::open(bg.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int err = ::open(bg.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int in = options.stdin_fd >= 0 ? options.stdin_fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  bg.pid = Spawn(argv, options, in, out, err);
+  ::close(out);
+  ::close(err);
+  if (options.stdin_fd < 0) ::close(in);
+  // The files are only read through their paths; unlinking them after the read is the caller's business, so keep
+  // them out of the way: they are removed at exit.
+  static std::vector<std::string> to_remove;
+  static bool registered = false;
+  to_remove.push_back(bg.out_path);
+  to_remove.push_back(bg.err_path);
+  if (!registered) {
+    registered = true;
+    std::atexit([] {
+      for (const auto& p : to_remove) ::unlink(p.c_str());
+    });
+  }
+  return bg;
+}
+
+std::string NsboxResult::Describe() const {
+  std::ostringstream s;
+  s << "nsbox exit " << process.exit_code << (process.guard_fired ? " (test guard fired)" : "") << "\nstdout: "
+    << process.out.substr(0, 4000) << "\nstderr: " << process.err.substr(0, 4000);
+  return s.str();
+}
+
+NsboxResult RunNsboxJson(const std::vector<std::string>& args, const SpawnOptions& options) {
+  std::vector<std::string> argv = {NsboxBinary(), "run", "--json"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  NsboxResult r;
+  r.process = RunProcess(argv, options);
+  r.json = nlohmann::json::parse(r.process.out, nullptr, /*allow_exceptions=*/false);
+  if (r.json.is_discarded() || !r.json.is_object()) r.json = nlohmann::json();
+  return r;
+}
+
+NsboxResult RunPython(const std::string& code, const std::vector<std::string>& options, const SpawnOptions& spawn) {
+  std::vector<std::string> args = options;
+  args.insert(args.end(), {"--lang", "python", "--code", std::string(kPythonPrelude) + code});
+  return RunNsboxJson(args, spawn);
+}
+
+NsboxResult RunShell(const std::string& code, const std::vector<std::string>& options, const SpawnOptions& spawn) {
+  std::vector<std::string> args = options;
+  args.insert(args.end(), {"--lang", "sh", "--code", code});
+  return RunNsboxJson(args, spawn);
+}
+
+ProcessResult RunNsboxRaw(const std::vector<std::string>& args, const SpawnOptions& options) {
+  std::vector<std::string> argv = {NsboxBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProcess(argv, options);
+}
+
+const char* const kPythonPrelude = R"PY(
+import ctypes, errno, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def err(fn, *args):
+    try:
+        fn(*args)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def _arg(a):
+    if isinstance(a, int): return ctypes.c_long(a)
+    return a
+def sc(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[_arg(a) for a in args])
+    if r == -1:
+        e = ctypes.get_errno()
+        return errno.errorcode.get(e, str(e))
+    return "ok"
+)PY";
+
+std::vector<pid_t> PidsWithMarker(const std::string& marker) {
+  std::vector<pid_t> pids;
+  DIR* d = ::opendir("/proc");
+  if (!d) return pids;
+  const pid_t self = ::getpid();
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (!end || *end || pid <= 0 || pid == self) continue;
+    for (const char* file : {"cmdline", "environ"}) {
+      std::string text = ReadWhole("/proc/" + std::string(e->d_name) + "/" + file);
+      if (text.find(marker) != std::string::npos) {
+        // A zombie awaiting its parent is no longer running code; it still counts as left behind.
+        pids.push_back(static_cast<pid_t>(pid));
+        break;
+      }
+    }
+  }
+  ::closedir(d);
+  return pids;
+}
+
+bool WaitForNoPidsWithMarker(const std::string& marker, std::chrono::milliseconds within) {
+  const auto until = Clock::now() + within;
+  while (!PidsWithMarker(marker).empty()) {
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+bool WaitForPidWithMarker(const std::string& marker, std::chrono::milliseconds within) {
+  return WaitForPidsWithMarker(marker, 1, within);
+}
+
+bool WaitForPidsWithMarker(const std::string& marker, size_t count, std::chrono::milliseconds within) {
+  const auto until = Clock::now() + within;
+  while (PidsWithMarker(marker).size() < count) {
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+std::vector<std::string> MountLinesContaining(const std::string& needle) {
+  std::vector<std::string> lines;
+  std::istringstream in(ReadWhole("/proc/self/mounts"));
+  for (std::string line; std::getline(in, line);)
+    if (line.find(needle) != std::string::npos) lines.push_back(line);
+  return lines;
+}
+
+std::string UniqueMarker(const std::string& what) {
+  static std::atomic<int> counter{0};
+  static std::mt19937_64 rng{std::random_device{}()};
+  return "nsbox-test-" + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+         std::to_string(rng() % 1000000);
+}
+
+TempDir::TempDir() {
+  std::string tmpl = std::filesystem::temp_directory_path() / "nsbox-test-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::Write(const std::string& name, const std::string& contents, int mode) const {
+  std::string path = path_ + "/" + name;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << contents;
+  }
+  ::chmod(path.c_str(), static_cast<mode_t>(mode));
+  return path;
+}
+
+void RecordSkip(const std::string& suite, const std::string& test, const std::string& reason) {
+  std::fprintf(stderr, "SKIP %s::%s: %s\n", suite.c_str(), test.c_str(), reason.c_str());
+  if (const char* file = std::getenv("NSBOX_SKIP_FILE"); file && *file) {
+    std::ofstream out(file, std::ios::app);
+    out << suite << "::" << test << ": " << reason << "\n";
+  }
+}
+
+}  // namespace nsbox::testing
