@@ -582,7 +582,7 @@ std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, 
     else if (!c.writable) unwritable.push_back(c.dir);
     else usable.push_back(c.name);
   }
-  bool v1_usable = unmounted.empty() && unwritable.empty();
+  bool v1_usable = !facts.v1.empty() && unmounted.empty() && unwritable.empty();
   {
     const char* title = "cgroup v1 fallback: memory, pids, cpu, cpuacct";
     std::vector<std::string> v1_dirs;
