@@ -162,6 +162,10 @@ void UserNamespaceBody(int fd) {
   if (::unshare(CLONE_NEWUSER) != 0) return Report(fd, false, "unshare(CLONE_NEWUSER)", errno);
   const char* step = nullptr;
   if (MapSelf(uid, gid, &step) != 0) return Report(fd, false, step, errno);
+  // A namespace that grants no capabilities (Ubuntu's AppArmor restriction lets unshare succeed, then withholds
+  // them) is useless to nsbox: use one of them.
+  if (::unshare(CLONE_NEWNS) != 0)
+    return Report(fd, false, "unshare(CLONE_NEWNS) with the new user namespace's capabilities", errno);
   Report(fd, true, "", 0);
 }
 
@@ -395,7 +399,7 @@ std::string DescribeSysctls(const UsernsSysctls& s) {
 
 Check UserNamespaceCheck(const ProbeResult& probe, const UsernsSysctls& sysctls) {
   const char* title = "user namespace (created, ids mapped)";
-  if (probe.ok) return Make("namespace.user", title, Verdict::kPass, "created one and mapped this user into it" +
+  if (probe.ok) return Make("namespace.user", title, Verdict::kPass, "created one, mapped this user into it and used its capabilities" +
                             DescribeSysctls(sysctls), "", true);
   // Only the limit applies to every caller; the unprivileged-only switches are judged by userns.unprivileged.
   UsernsDiagnosis d = DiagnoseUserns(sysctls, false);
@@ -406,7 +410,7 @@ Check UserNamespaceCheck(const ProbeResult& probe, const UsernsSysctls& sysctls)
 }
 
 Check NamespaceCheck(const NamespaceType& type, const ProbeResult& probe, bool userns_ok,
-                     std::optional<long> max_sysctl_value) {
+                     std::optional<long> max_sysctl_value, bool apparmor_restricts) {
   std::string id = fmt::format("namespace.{}", type.name);
   std::string title = fmt::format("{} namespace ({})", type.name, type.flag_name);
   if (probe.ok) return Make(id, title, Verdict::kPass, "created one inside a new user namespace", "", true);
@@ -420,6 +424,8 @@ Check NamespaceCheck(const NamespaceType& type, const ProbeResult& probe, bool u
                       max_sysctl_value ? std::to_string(*max_sysctl_value) : "unknown");
   else if (probe.err == EINVAL)
     fix = fmt::format("the kernel was built without {}: use a kernel with {} namespaces", type.kconfig, type.name);
+  else if (probe.err == EPERM && apparmor_restricts)
+    fix = kAppArmorFix;
   else
     fix = "a security policy forbids it here (a container runtime's seccomp profile or an LSM): run nsbox on the host "
           "or in a container allowed to create namespaces";
@@ -781,7 +787,8 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
   for (const auto& type : NamespaceTypes()) {
     ProbeResult probe = ProbeNamespace(type.clone_flag, type.flag_name);
     checks.push_back(NamespaceCheck(type, probe, userns.ok,
-                                    ReadSysctlNumber(paths.proc, std::string("sys/user/") + type.max_sysctl)));
+                                    ReadSysctlNumber(paths.proc, std::string("sys/user/") + type.max_sysctl),
+                                    !caller.root() && sysctls.apparmor_restrict_unprivileged.value_or(0) != 0));
   }
   // As root, ask for an ordinary user (nobody) instead: root is never subject to the unprivileged restrictions.
   ProbeResult unprivileged = caller.root() ? ProbeUserNamespaceAs(65534, 65534) : userns;

@@ -47,7 +47,8 @@ struct ProbeResult {
 };
 
 // --- probes: each runs in a forked child and changes nothing outside it -----------------------------------------
-// A user namespace, with the caller's ids mapped into it (as nsbox maps the sandbox user).
+// A user namespace, with the caller's ids mapped into it (as nsbox maps the sandbox user), and capabilities in it
+// (checked by creating a mount namespace there).
 ProbeResult ProbeUserNamespace();
 // The same, after dropping to an ordinary uid first (root only: answers "can ordinary users?").
 ProbeResult ProbeUserNamespaceAs(uid_t uid, gid_t gid);
@@ -90,8 +91,9 @@ std::optional<long> ReadSysctlNumber(const std::string& proc, const std::string&
 // "namespace.user": can this process create the user namespace every sandbox starts with.
 Check UserNamespaceCheck(const ProbeResult& probe, const UsernsSysctls& sysctls);
 // "namespace.<type>" for the other types; `userns_ok` false makes them fail for that reason alone.
+// `apparmor_restricts`: Ubuntu's restriction applies to this caller, so an EPERM is most likely its doing.
 Check NamespaceCheck(const NamespaceType& type, const ProbeResult& probe, bool userns_ok,
-                     std::optional<long> max_sysctl_value);
+                     std::optional<long> max_sysctl_value, bool apparmor_restricts = false);
 // "userns.unprivileged": can ordinary users create user namespaces (required when the caller is not root).
 Check UnprivilegedUsernsCheck(const Caller& caller, const ProbeResult& unprivileged_probe, const UsernsSysctls& sysctls);
 // "proc.mount": a fresh /proc for the sandbox's pid namespace.

@@ -127,6 +127,8 @@ TEST_CASE("other namespace types: blamed on the user namespace when it failed, e
   CHECK_THAT(NamespaceCheck(net, Failed(ENOSPC), true, 0L).fix, Catch::Contains("user.max_net_namespaces"));
   CHECK_THAT(NamespaceCheck(net, Failed(EINVAL), true, std::nullopt).fix, Catch::Contains("CONFIG_NET_NS"));
   CHECK(NamespaceCheck(net, Passed(), true, std::nullopt).verdict == Verdict::kPass);
+  CHECK_THAT(NamespaceCheck(net, Failed(EPERM), true, std::nullopt, true).fix, Catch::Contains("apparmor"));
+  CHECK_THAT(NamespaceCheck(net, Failed(EPERM), true, std::nullopt, false).fix, Catch::Contains("security policy"));
   CHECK(NamespaceTypes().size() == 6);  // mount, pid, net, ipc, uts, cgroup (user has its own check)
 }
 
