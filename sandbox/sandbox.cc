@@ -211,6 +211,9 @@ Result Sandbox::Run() {
   // 4. Id maps, then release the child.
   if (Status s = WriteIdMaps(child, policy_, privileged); !s.ok())
     return SetupError(s.Wrap("writing the user namespace id maps").message());
+  if (hooks_) {
+    if (Status s = hooks_->OnChildCreated(child); !s.ok()) return SetupError(s.message());
+  }
   const char go = 'G';
   if (::write(sync->write.get(), &go, 1) != 1) return SetupError(Status::Errno("write(sync pipe)").message());
   sync->write.reset();
@@ -357,6 +360,7 @@ Result Sandbox::Run() {
     result.status = RunStatus::kSetupError;
     result.reason = fmt::format("the sandbox's pid 1 ended before the program finished ({})", ExitReason(init_status));
   }
+  if (hooks_) hooks_->OnFinished(result);
   return result;
 }
 
