@@ -380,6 +380,20 @@ TEST_CASE("an ordinary user's sandbox has its own pid, network and uts namespace
   CHECK(o.out == "2\nnsbox\n    lo\n");
 }
 
+TEST_CASE("an ordinary user's --network allow= sandbox reaches its egress proxy, which refuses other hosts") {
+  // The proxy listens inside the sandbox's network namespace, which an ordinary user enters through the sandbox's
+  // user namespace; no outside network is needed for a refusal.
+  Outcome o = Spawn(RunUnlimited({"--json", "--network", "allow=example.com", "--lang", "python", "--code",
+                                  "import urllib.request\n"
+                                  "try:\n    urllib.request.urlopen('http://denied.test/', timeout=10)\n"
+                                  "except Exception as e:\n    print(e)\n"}));
+  json result = ParseJson(o);
+  CHECK(result.at("status") == "ok");
+  CHECK_THAT(result.at("stdout").get<std::string>(), Catch::Contains("403"));
+  REQUIRE(result.at("denied_hosts").size() == 1);
+  CHECK(result.at("denied_hosts")[0].at("host") == "denied.test");
+}
+
 TEST_CASE("an ordinary user's sandbox has a read-only root with writable /tmp") {
   Outcome o = Spawn(RunUnlimited({"--", "/bin/sh", "-c",
                                   "touch /usr/nsbox-probe 2>/dev/null && echo usr-writable; "
