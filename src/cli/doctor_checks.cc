@@ -454,7 +454,7 @@ Check ProcMountCheck(const ProbeResult& probe) {
   const char* title = "fresh /proc in a new pid namespace";
   if (probe.ok) return Make("proc.mount", title, Verdict::kPass, "pid 1 of a new pid namespace mounted its own proc", "", true);
   std::string fix =
-      probe.err == EPERM
+      probe.err == EPERM && probe.step.starts_with("mount(proc")
           ? "the kernel refuses a new proc while this /proc has entries covered by other mounts (as inside a "
             "container or another sandbox, where /proc/kcore and others are masked): run nsbox on the host, or in a "
             "container started with an unmasked /proc (docker --security-opt systempaths=unconfined)"

@@ -137,6 +137,9 @@ TEST_CASE("a proc mount refused with EPERM points at the masked /proc of an encl
   CHECK(c.verdict == Verdict::kFail);
   CHECK(c.required);
   CHECK_THAT(c.fix, Catch::Contains("masked"));
+  // Refused earlier, at unshare, it is the namespaces' fault, not /proc's.
+  CHECK_THAT(ProcMountCheck(Failed(EPERM, "unshare(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS)")).fix,
+             !Catch::Contains("masked"));
 }
 
 TEST_CASE("cgroup: a pure v2 host with memory, pids and cpu gives root the cgroup2 backend") {
