@@ -51,6 +51,7 @@ void RegisterDoctor(CLI::App& app, ExitCode& exit_code) {
     if (json) {
       nlohmann::json out;
       out["ok"] = ready;
+      out["version"] = NSBOX_VERSION;
       out["uid"] = caller.uid;
       out["user"] = user;
       out["checks"] = nlohmann::json::array();
