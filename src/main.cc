@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   nsbox::cli::ExitCode exit_code;
   nsbox::cli::RegisterRun(app, exit_code);
   nsbox::cli::RegisterDoctor(app, exit_code);
+  nsbox::cli::RegisterAgent(app, exit_code);
+  nsbox::cli::RegisterMcp(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -15,6 +15,8 @@ inline constexpr int kExitNsboxFailure = 125;
 
 void RegisterRun(CLI::App& app, ExitCode& exit_code);
 void RegisterDoctor(CLI::App& app, ExitCode& exit_code);
+void RegisterAgent(CLI::App& app, ExitCode& exit_code);
+void RegisterMcp(CLI::App& app, ExitCode& exit_code);
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
 
 }  // namespace nsbox::cli

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "src/agent/tools.h"
+
 namespace nsbox::mcp {
 namespace {
 
@@ -46,54 +48,39 @@ std::string Base64(const std::string& in) {
 std::string PyString(const std::string& s) { return json(s).dump(); }
 
 json ToolList() {
-  json language_schema = {{"type", "string"},
-                          {"enum", {"python", "bash", "sh", "node"}},
-                          {"description", "The language of `code`."}};
-  return json::array({
-      {{"name", "execute_code"},
-       {"description",
-        "Run a short, self-contained program in an isolated Linux sandbox and get its real stdout, stderr and exit "
-        "code. Use it whenever an answer depends on computation, data processing, or checking how code behaves: "
-        "never guess or invent output, run the code and read it. Files in /workspace and the home directory persist "
-        "between calls of this conversation. There is no network access."},
-       {"inputSchema",
-        {{"type", "object"},
-         {"properties",
-          {{"language", language_schema},
-           {"code", {{"type", "string"}, {"description", "The complete program text."}}},
-           {"timeout_seconds",
-            {{"type", "number"}, {"description", "Wall-clock limit for this run (default 30)."}, {"minimum", 0.001}}}}},
-         {"required", {"language", "code"}}}}},
-      {{"name", "run_python"},
-       {"description",
-        "Run Python 3 code in an isolated sandbox and get its real output. The quickest way to compute, parse, or "
-        "verify anything: print what you need to see. Variables do not persist between calls, files in /workspace do."},
-       {"inputSchema",
-        {{"type", "object"},
-         {"properties", {{"code", {{"type", "string"}, {"description", "Python 3 source to run."}}}}},
-         {"required", {"code"}}}}},
-      {{"name", "write_file"},
-       {"description", "Create or overwrite a text file in the sandbox workspace (/workspace), e.g. input data or a "
-                       "module that later code imports."},
-       {"inputSchema",
-        {{"type", "object"},
-         {"properties",
-          {{"path", {{"type", "string"}, {"description", "Path relative to /workspace."}}},
-           {"content", {{"type", "string"}, {"description", "The file's full text."}}}}},
-         {"required", {"path", "content"}}}}},
-      {{"name", "read_file"},
-       {"description", "Read a text file from the sandbox workspace (/workspace), e.g. output that code wrote."},
-       {"inputSchema",
-        {{"type", "object"},
-         {"properties", {{"path", {{"type", "string"}, {"description", "Path relative to /workspace."}}}}},
-         {"required", {"path"}}}}},
-      {{"name", "list_files"},
-       {"description", "List the files in the sandbox workspace (/workspace) with their sizes."},
-       {"inputSchema",
-        {{"type", "object"},
-         {"properties",
-          {{"path", {{"type", "string"}, {"description", "Directory relative to /workspace (default: the whole workspace)."}}}}}}}},
-  });
+  // The code tools are the agent's own (same names, same model-facing descriptions); MCP adds a per-call time
+  // limit and the workspace file tools.
+  json tools = json::array();
+  for (const auto& spec : agent::CodeTools()) {
+    json schema = spec.input_schema;
+    if (spec.name == agent::kExecuteCodeTool)
+      schema["properties"]["timeout_seconds"] = {{"type", "number"},
+                                                 {"description", "Wall-clock limit for this run in seconds (default 30)."}};
+    tools.push_back({{"name", spec.name},
+                     {"description", fmt::format("{} Files in /workspace persist between calls of this connection.", spec.description)},
+                     {"inputSchema", schema}});
+  }
+  auto path_schema = [](const char* description) { return json{{"type", "string"}, {"description", description}}; };
+  tools.push_back({{"name", "write_file"},
+                   {"description", "Create or overwrite a text file in the sandbox workspace (/workspace), e.g. input "
+                                   "data or a module that later code imports."},
+                   {"inputSchema",
+                    {{"type", "object"},
+                     {"properties", {{"path", path_schema("Path relative to /workspace.")},
+                                     {"content", {{"type", "string"}, {"description", "The file's full text."}}}}},
+                     {"required", {"path", "content"}}}}});
+  tools.push_back({{"name", "read_file"},
+                   {"description", "Read a text file from the sandbox workspace (/workspace), e.g. output that code wrote."},
+                   {"inputSchema",
+                    {{"type", "object"},
+                     {"properties", {{"path", path_schema("Path relative to /workspace.")}}},
+                     {"required", {"path"}}}}});
+  tools.push_back({{"name", "list_files"},
+                   {"description", "List the files in the sandbox workspace (/workspace) with their sizes."},
+                   {"inputSchema",
+                    {{"type", "object"},
+                     {"properties", {{"path", path_schema("Directory relative to /workspace (default: all of it).")}}}}}});
+  return tools;
 }
 
 // Workspace paths: relative, no "..", no NUL; the sandbox itself confines what the code can reach.
@@ -117,27 +104,6 @@ Status CheckWorkspacePath(const std::string& path) {
 const std::vector<std::string>& SupportedProtocolVersions() {
   static const std::vector<std::string> versions = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", "2024-10-07"};
   return versions;
-}
-
-std::string ClipHeadTail(const std::string& text, size_t budget) {
-  if (text.size() <= budget) return text;
-  size_t head = budget / 2, tail = budget - head;
-  return fmt::format("{}\n[... {} bytes cut ...]\n{}", text.substr(0, head), text.size() - head - tail,
-                     text.substr(text.size() - tail));
-}
-
-std::string FormatToolText(const nsbox::Result& r, size_t budget) {
-  std::string text;
-  if (r.status == RunStatus::kSetupError) return fmt::format("sandbox error: {}", r.reason);
-  text = fmt::format("exit_code: {}", r.exit_code);
-  if (r.status != RunStatus::kOk && r.status != RunStatus::kExit)
-    text += fmt::format("\nstatus: {} ({})", RunStatusName(r.status), r.reason);
-  std::string out = SanitizeUtf8(r.stdout_data), err = SanitizeUtf8(r.stderr_data);
-  text += "\nstdout:\n" + ClipHeadTail(out, budget);
-  if (r.stdout_truncated) text += fmt::format("\n[stdout: {} bytes in all, cut by the sandbox]", r.stdout_bytes);
-  text += "\nstderr:\n" + ClipHeadTail(err, budget);
-  if (r.stderr_truncated) text += fmt::format("\n[stderr: {} bytes in all, cut by the sandbox]", r.stderr_bytes);
-  return text;
 }
 
 McpServer::McpServer(RuntimeFactory factory, ServerOptions options)
@@ -219,7 +185,7 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
     if (name != "list_files" && !get_string("path", path)) throw std::invalid_argument(name + " needs a string 'path'");
     if (name == "list_files" && args.contains("path") && !get_string("path", path))
       throw std::invalid_argument("'path' must be a string");
-    if (name == "list_files" && path.empty()) path = ".";
+    if (name == "list_files" && path.empty()) path.assign(1, '.');
     if (Status s = CheckWorkspacePath(path); !s.ok()) throw std::invalid_argument(s.message());
     if (name == "write_file" && !get_string("content", content)) throw std::invalid_argument("write_file needs a string 'content'");
     language = "python";
@@ -261,9 +227,9 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   json structured = ResultToJson(r);
   std::string text;
   if (name == "read_file" || name == "list_files" || name == "write_file")
-    text = failed ? FormatToolText(r, options_.result_budget_bytes) : ClipHeadTail(r.stdout_data, options_.result_budget_bytes * 2);
+    text = failed ? agent::FormatToolResult(r, options_.result_budget_bytes) : agent::ClipHeadTail(SanitizeUtf8(r.stdout_data), options_.result_budget_bytes * 2, "file").text;
   else
-    text = FormatToolText(r, options_.result_budget_bytes);
+    text = agent::FormatToolResult(r, options_.result_budget_bytes);
   return json{{"content", TextContent(text)}, {"structuredContent", structured}, {"isError", failed}};
 }
 

@@ -64,8 +64,4 @@ class McpServer {
   std::vector<std::thread> workers_;
 };
 
-// Tool results shown to a model: "exit_code: N", then stdout and stderr clipped head and tail with a note.
-std::string FormatToolText(const nsbox::Result& result, size_t budget_bytes);
-std::string ClipHeadTail(const std::string& text, size_t budget_bytes);
-
 }  // namespace nsbox::mcp

@@ -85,7 +85,7 @@ TEST_CASE("mcp tool results carry exit code, clipped output, structuredContent a
   CHECK(result["isError"] == true);
   std::string text = result["content"][0]["text"];
   CHECK(text.starts_with("exit_code: 1"));
-  CHECK(text.find("bytes cut") != std::string::npos);
+  CHECK(text.find("bytes of stdout cut") != std::string::npos);
   CHECK(text.find("END") != std::string::npos);
   CHECK(text.find("ZeroDivisionError") != std::string::npos);
   CHECK(text.size() < 50'000);
