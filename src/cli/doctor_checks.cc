@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/base/data_dir.h"
+#include "sandbox/cgroup.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/spec/mount_plan.h"
@@ -533,7 +534,8 @@ CgroupFacts GatherCgroupFacts(const HostPaths& paths, const Caller& caller) {
   return facts;
 }
 
-std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, const std::string& user_name) {
+std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, const std::string& user_name,
+                                const std::optional<EngineCgroupAnswer>& engine) {
   std::vector<Check> checks;
   // cgroup v2
   std::vector<std::string> missing;
@@ -620,7 +622,15 @@ std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, 
   // The verdict that matters: a backend for the default memory, pids and CPU limits.
   {
     const char* title = "cgroup backend for the default limits";
-    if (v2_usable) {
+    if (engine && engine->usable) {
+      checks.push_back(Make("cgroup.backend", title, Verdict::kPass,
+                            fmt::format("{}, as nsbox run will use it", engine->backend_or_error), "", true));
+    } else if (engine && (v2_usable || v1_usable)) {
+      // The files look usable but the engine refuses: its reason is the one that counts.
+      checks.push_back(Make("cgroup.backend", title, Verdict::kFail, engine->backend_or_error,
+                            "see the reason; or run without any limits: nsbox run --dangerously-run-without-limits",
+                            true));
+    } else if (v2_usable) {
       checks.push_back(Make("cgroup.backend", title, Verdict::kPass, fmt::format("cgroup2 under {}", facts.v2_dir), "", true));
     } else if (v1_usable) {
       checks.push_back(Make("cgroup.backend", title, Verdict::kPass, "cgroup1 (memory, pids, cpu, cpuacct)", "", true));
@@ -797,7 +807,13 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
 
   std::string user_name = std::to_string(caller.uid);
   if (struct passwd* pw = ::getpwuid(caller.uid)) user_name = pw->pw_name;
-  for (auto& check : CgroupChecks(GatherCgroupFacts(paths, caller), caller, user_name)) checks.push_back(std::move(check));
+  CgroupConfig engine_config;
+  engine_config.cgroup_root = paths.cgroup_root;
+  engine_config.proc_self_cgroup = paths.proc + "/self/cgroup";
+  auto detected = DetectCgroupBackend(engine_config);
+  EngineCgroupAnswer engine{detected.ok(), detected.ok() ? *detected : detected.status().message()};
+  for (auto& check : CgroupChecks(GatherCgroupFacts(paths, caller), caller, user_name, engine))
+    checks.push_back(std::move(check));
 
   checks.push_back(SeccompFilterCheck(ProbeSeccompFilter()));
   checks.push_back(SeccompNotifyCheck(ProbeSeccompNotifySizes(), ProbeSeccompListener(),

@@ -118,8 +118,16 @@ struct CgroupFacts {
   std::vector<V1Controller> v1;  // memory, pids, cpu, cpuacct
 };
 CgroupFacts GatherCgroupFacts(const HostPaths& paths, const Caller& caller);
-// "cgroup.v2", "cgroup.v1" (informational) and "cgroup.backend" (required: a backend for the default limits).
-std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, const std::string& user_name);
+// The engine's own answer (DetectCgroupBackend): the backend it would use, or its error.
+struct EngineCgroupAnswer {
+  bool usable = false;
+  std::string backend_or_error;
+};
+// "cgroup.v2", "cgroup.v1" (informational) and "cgroup.backend" (required: a backend for the default limits). With
+// `engine`, cgroup.backend states the engine's answer, so doctor and `nsbox run` cannot disagree; the facts add the
+// detail and the fixes.
+std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, const std::string& user_name,
+                                const std::optional<EngineCgroupAnswer>& engine = std::nullopt);
 
 Check SeccompFilterCheck(const ProbeResult& probe);
 Check SeccompNotifyCheck(const ProbeResult& sizes, const ProbeResult& listener, const std::string& actions_avail);

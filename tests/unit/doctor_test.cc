@@ -239,6 +239,23 @@ TEST_CASE("cgroup: writable v1 controllers delegated to a user make a backend; o
   CHECK_THAT(Find(checks, "cgroup.v1").detail, Catch::Contains("/sys/fs/cgroup/cpu/group"));
 }
 
+TEST_CASE("cgroup: the engine's own answer decides the backend verdict; the facts still give the fixes") {
+  CgroupFacts facts;
+  facts.cgroup_root = "/sys/fs/cgroup";
+  for (const char* c : {"memory", "pids", "cpu", "cpuacct"})
+    facts.v1.push_back({c, true, std::string("/sys/fs/cgroup/") + c + "/group", true});
+  auto agreed = CgroupChecks(facts, kUser, "alice", EngineCgroupAnswer{true, "cgroup1"});
+  CHECK(Find(agreed, "cgroup.backend").verdict == Verdict::kPass);
+  CHECK_THAT(Find(agreed, "cgroup.backend").detail, Catch::Contains("cgroup1, as nsbox run will use it"));
+  auto refused = CgroupChecks(facts, kUser, "alice", EngineCgroupAnswer{false, "cgroup v1: freezer is odd"});
+  CHECK(Find(refused, "cgroup.backend").verdict == Verdict::kFail);
+  CHECK(Find(refused, "cgroup.backend").detail == "cgroup v1: freezer is odd");
+  // Both agree nothing is usable: the facts' own detail and fixes.
+  facts.v1[0].writable = false;
+  auto neither = CgroupChecks(facts, kUser, "alice", EngineCgroupAnswer{false, "no usable cgroup backend"});
+  CHECK_THAT(Find(neither, "cgroup.backend").fix, Catch::Contains("Delegate=yes"));
+}
+
 TEST_CASE("cgroup: no cgroup file system at all (inside a sandbox) fails naming the missing mount") {
   Fixture sys, proc;
   proc.Write("self/cgroup", "0::/\n");
