@@ -24,6 +24,7 @@
 #include "sandbox/init.h"
 #include "sandbox/mount_ns.h"
 #include "sandbox/net.h"
+#include "sandbox/seccomp.h"
 
 namespace nsbox {
 
@@ -78,7 +79,7 @@ int WriteCodeFile(const ChildPlan& plan) {
 }
 
 // Sends the seccomp listener to nsbox, which answers the notifications from outside the sandbox.
-[[maybe_unused]] int SendFd(int socket, int fd) {
+int SendFd(int socket, int fd) {
   char byte = 'L';
   struct iovec iov = {&byte, 1};
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
@@ -143,7 +144,16 @@ void ExecPayload(const ChildPlan& plan) {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_NO_NEW_PRIVS, 1)", errno);
   if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
 
-  // seccomp: installed here once sandbox/seccomp lands
+  // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall).
+  if (plan.seccomp) {
+    int listener = -1;
+    int rc = InstallSeccompProgram(*plan.seccomp, &listener);
+    if (rc != 0) Fail(plan, "seccomp(SECCOMP_SET_MODE_FILTER)", -rc);
+    if (listener >= 0) {
+      if (SendFd(plan.seccomp_socket, listener) != 0) Fail(plan, "sendmsg(seccomp listener)", errno);
+      ::close(listener);
+    }
+  }
   ExecPayload(plan);
   // Only reached when execve failed; the message names the program.
   int err = errno;

@@ -27,6 +27,7 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/child.h"
 #include "sandbox/output_buffer.h"
+#include "sandbox/seccomp.h"
 #include "sandbox/spec/mount_plan.h"
 #include "sandbox/user_ns.h"
 
@@ -171,6 +172,19 @@ Result Sandbox::Run() {
   plan.stderr_fd = err->write.get();
   plan.control_fd = control->write.get();
   plan.sync_fd = sync->read.get();
+  // The payload hands its seccomp listener over this socket when the profile asks for denial reports.
+  UniqueFd seccomp_parent, seccomp_child;
+  const SeccompProgram* seccomp = policy_.seccomp().get();
+  if (seccomp && seccomp->uses_notify) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+      return SetupError(Status::Errno("socketpair(AF_UNIX) for the seccomp listener").message());
+    seccomp_parent.reset(pair[0]);
+    seccomp_child.reset(pair[1]);
+    SetNonBlocking(seccomp_parent.get());
+  }
+  plan.seccomp = seccomp;
+  plan.seccomp_socket = seccomp_child.get();
   UniqueFd kill_event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!kill_event) return SetupError(Status::Errno("eventfd").message());
   kill_eventfd_ = kill_event.get();
@@ -221,6 +235,7 @@ Result Sandbox::Run() {
   err->write.reset();
   control->write.reset();
   sync->read.reset();
+  seccomp_child.reset();
 
   // 5. Into the cgroup (v1 has no CLONE_INTO_CGROUP), id maps, front-end services, then release the child.
   if (cgroup && cgroup->clone_into_fd() < 0) {
@@ -257,6 +272,29 @@ Result Sandbox::Run() {
       return;  // EAGAIN or EOF
     }
   };
+  std::unique_ptr<SeccompNotifier> notifier;
+  auto receive_listener = [&] {
+    if (!seccomp_parent) return;
+    char byte;
+    struct iovec iov = {&byte, 1};
+    alignas(struct cmsghdr) char control_buf[CMSG_SPACE(sizeof(int))] = {};
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control_buf;
+    msg.msg_controllen = sizeof control_buf;
+    ssize_t n = ::recvmsg(seccomp_parent.get(), &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EAGAIN) return;
+    struct cmsghdr* cmsg = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+    if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+      notifier = std::make_unique<SeccompNotifier>(UniqueFd(fd), seccomp->notify_errno);
+      notifier->Start();
+    }
+    seccomp_parent.reset();  // one listener per sandbox; end-of-file means the payload never got that far
+  };
+
   auto read_control = [&] {
     while (control->read) {
       ssize_t n = ::read(control->read.get(), buffer.data(), buffer.size());
@@ -294,7 +332,7 @@ Result Sandbox::Run() {
     }
     int wait_ms = timed_out || cancelled ? 50 :
         static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
-    struct pollfd fds[6];
+    struct pollfd fds[7];
     int nfds = 0;
     auto add = [&](int fd) {
       if (fd >= 0) fds[nfds++] = {fd, POLLIN, 0};
@@ -305,8 +343,10 @@ Result Sandbox::Run() {
     add(control->read.get());
     add(kill_event.get());
     add(signal_fd.get());
+    add(seccomp_parent.get());
     int rc = ::poll(fds, static_cast<nfds_t>(nfds), wait_ms);
     if (rc < 0 && errno != EINTR) return SetupError(Status::Errno("poll").message());
+    receive_listener();
     if (out->read) drain(out->read, stdout_buf);
     if (err->read) drain(err->read, stderr_buf);
     read_control();
@@ -356,6 +396,10 @@ Result Sandbox::Run() {
                   (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000;
   result.peak_memory_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
 
+  if (notifier) {
+    notifier->Stop();
+    result.denied_syscalls = notifier->Denied();
+  }
   CgroupStats stats;
   if (cgroup) {
     stats = cgroup->ReadStats();

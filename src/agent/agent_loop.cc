@@ -1,6 +1,8 @@
 // RunAgent: steps, time-out layers, retries with backoff, at-most-once tool execution and the JSONL transcript.
 #include "src/agent/agent_loop.h"
 
+#include "src/agent/curl_api.h"
+
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -283,7 +285,9 @@ int64_t RetryAfterMs(const std::map<std::string, std::string>& headers) {
   char* end = nullptr;
   double seconds = std::strtod(it->second.c_str(), &end);
   if (end != it->second.c_str() && *end == '\0' && seconds >= 0) return static_cast<int64_t>(seconds * 1000);
-  time_t when = curl_getdate(it->second.c_str(), nullptr);
+  auto curl = Curl();
+  if (!curl.ok()) return -1;
+  time_t when = (*curl)->getdate(it->second.c_str(), nullptr);
   if (when < 0) return -1;
   return std::max<int64_t>(0, (static_cast<int64_t>(when) - static_cast<int64_t>(std::time(nullptr))) * 1000);
 }

@@ -1,7 +1,7 @@
 // HttpPost: the libcurl easy interface, with a progress callback for cancellation and a header callback for retry-after.
 #include "src/agent/http_client.h"
 
-#include <curl/curl.h>
+#include "src/agent/curl_api.h"
 
 #include <algorithm>
 #include <memory>
@@ -45,47 +45,51 @@ int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 }  // namespace
 
 HttpResult HttpPost(const HttpRequest& request) {
-  static std::once_flag init_once;
-  std::call_once(init_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-
   HttpResult result;
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
+  auto loaded = Curl();
+  if (!loaded.ok()) {
+    result.error = TransportError::kOther;
+    result.error_message = loaded.status().message();
+    return result;
+  }
+  const CurlApi* api = *loaded;
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(api->easy_init(), api->easy_cleanup);
   if (!curl) {
     result.error = TransportError::kOther;
     result.error_message = "curl_easy_init failed";
     return result;
   }
   struct curl_slist* header_list = nullptr;
-  for (const auto& h : request.headers) header_list = curl_slist_append(header_list, h.c_str());
+  for (const auto& h : request.headers) header_list = api->slist_append(header_list, h.c_str());
   // No "Expect: 100-continue" round trip for large bodies.
-  header_list = curl_slist_append(header_list, "Expect:");
-  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers_owner(header_list, curl_slist_free_all);
+  header_list = api->slist_append(header_list, "Expect:");
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers_owner(header_list, api->slist_free_all);
 
   CURL* c = curl.get();
   char error_buffer[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(c, CURLOPT_URL, request.url.c_str());
-  curl_easy_setopt(c, CURLOPT_POST, 1L);
-  curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.body.data());
-  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, header_list);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &result.response.body);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, &result.response.headers);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error_buffer);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM games in a multi-threaded program
-  curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
-  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
-  curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(request.cancel));
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 30'000L);
+  api->easy_setopt(c, CURLOPT_URL, request.url.c_str());
+  api->easy_setopt(c, CURLOPT_POST, 1L);
+  api->easy_setopt(c, CURLOPT_POSTFIELDS, request.body.data());
+  api->easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+  api->easy_setopt(c, CURLOPT_HTTPHEADER, header_list);
+  api->easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
+  api->easy_setopt(c, CURLOPT_WRITEDATA, &result.response.body);
+  api->easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
+  api->easy_setopt(c, CURLOPT_HEADERDATA, &result.response.headers);
+  api->easy_setopt(c, CURLOPT_ERRORBUFFER, error_buffer);
+  api->easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM games in a multi-threaded program
+  api->easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
+  api->easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  api->easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
+  api->easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(request.cancel));
+  api->easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 30'000L);
   if (request.deadline) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*request.deadline - std::chrono::steady_clock::now());
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(left.count(), 1)));
+    api->easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(left.count(), 1)));
   }
-  CURLcode code = curl_easy_perform(c);
+  CURLcode code = api->easy_perform(c);
   if (code != CURLE_OK) {
-    std::string detail = error_buffer[0] ? error_buffer : curl_easy_strerror(code);
+    std::string detail = error_buffer[0] ? error_buffer : api->easy_strerror(code);
     result.error_message = fmt::format("POST {}: {}", request.url, detail);
     switch (code) {
       case CURLE_COULDNT_CONNECT:
@@ -100,7 +104,7 @@ HttpResult HttpPost(const HttpRequest& request) {
     }
     return result;
   }
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &result.response.status);
+  api->easy_getinfo(c, CURLINFO_RESPONSE_CODE, &result.response.status);
   return result;
 }
 

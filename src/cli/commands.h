@@ -17,6 +17,7 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code);
 void RegisterDoctor(CLI::App& app, ExitCode& exit_code);
 void RegisterAgent(CLI::App& app, ExitCode& exit_code);
 void RegisterMcp(CLI::App& app, ExitCode& exit_code);
+void RegisterProfile(CLI::App& app, ExitCode& exit_code);  // src/cli/profile.cc
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
 
 }  // namespace nsbox::cli

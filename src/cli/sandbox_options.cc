@@ -9,6 +9,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include "sandbox/seccomp.h"
 #include "sandbox/spec/units.h"
 #include "src/cli/languages.h"
 #include "src/netproxy/allow_list.h"
@@ -45,6 +46,9 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
   app->add_option("--pids", o.pids, "maximum number of processes and threads")->capture_default_str();
   app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")->capture_default_str();
   app->add_option("--tmpfs-size", o.tmpfs_size, "size cap of /tmp, /workspace and the home directory")->capture_default_str();
+  app->add_option("--profile", o.profile,
+                  "seccomp profile: default, strict (no sockets but AF_UNIX), or a Docker/OCI JSON profile file")
+      ->capture_default_str();
   app->add_flag("--dangerously-run-without-limits", o.no_limits,
                 "run with NO memory, pids or CPU limits when no cgroup controller is usable");
 }
@@ -87,6 +91,9 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
     limits.cpus = o.cpus;
     builder.SetCgroupLimits(limits);
   }
+  auto seccomp = LoadSeccompProfile(o.profile, DefaultSeccompProfilesDir());
+  if (!seccomp.ok()) return seccomp.status().Wrap("--profile");
+  builder.SetSeccompProgram(*seccomp);
   return builder.TryBuild();
 }
 
