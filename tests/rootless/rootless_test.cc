@@ -515,22 +515,52 @@ TEST_CASE("doctor as an ordinary user in a cgroup delegated to it: the cgroup ba
   CHECK(delegated.Leftovers().empty());  // doctor creates no groups
 }
 
-TEST_CASE("doctor inside an nsbox sandbox: the masked /proc and the hidden cgroup tree fail with their fixes") {
-  // The doctor binary and its data bound into the sandbox; --timeout last, so `--` is not taken by --env.
-  Outcome o = Spawn(RunUnlimited({"--ro-bind", E().nsbox + ":/opt/nsbox", "--ro-bind", E().data_dir + ":/opt/nsbox-data",
-                                  "--env", "NSBOX_DATADIR=/opt/nsbox-data", "--timeout", "60s", "--",
-                                  "/opt/nsbox", "doctor", "--json"}));
-  json report = ParseJson(o);
+// doctor's JSON report from inside an nsbox sandbox run by the test user, with the doctor binary and its data bound in.
+json DoctorInsideSandbox(const std::string& profile, Outcome* outcome) {
+  // --timeout last, so the `--` is not taken as the end of --env's values.
+  *outcome = Spawn(RunUnlimited({"--profile", profile, "--ro-bind", E().nsbox + ":/opt/nsbox", "--ro-bind",
+                                 E().data_dir + ":/opt/nsbox-data", "--env", "NSBOX_DATADIR=/opt/nsbox-data",
+                                 "--timeout", "60s", "--", "/opt/nsbox", "doctor", "--json"}));
+  return ParseJson(*outcome);
+}
+
+TEST_CASE("doctor inside an nsbox sandbox: its seccomp policy, listener and hidden cgroup tree fail with their fixes") {
+  Outcome o;
+  json report = DoctorInsideSandbox("default", &o);
   CHECK(report.at("uid") == 1000);
-  const json& proc = CheckById(report, "proc.mount");
-  CHECK(proc.at("status") == "fail");
-  CHECK_THAT(proc.at("detail").get<std::string>(), Catch::Contains("EPERM"));
-  CHECK_THAT(proc.at("fix").get<std::string>(), Catch::Contains("masked"));
+  // The default profile refuses new user namespaces, and with them every namespace nsbox needs.
+  const json& userns = CheckById(report, "namespace.user");
+  CHECK(userns.at("status") == "fail");
+  CHECK_THAT(userns.at("detail").get<std::string>(), Catch::Contains("unshare(CLONE_NEWUSER)") && Catch::Contains("EPERM"));
+  CHECK_THAT(userns.at("fix").get<std::string>(), Catch::Contains("seccomp profile"));
+  CHECK(CheckById(report, "namespace.net").at("fix") == "fix namespace.user first");
+  // Filters stack, but a second user-notification listener in one filter chain is refused.
+  CHECK(CheckById(report, "seccomp.filter").at("status") == "pass");
+  const json& notify = CheckById(report, "seccomp.notify");
+  CHECK(notify.at("status") == "fail");
+  CHECK_THAT(notify.at("detail").get<std::string>(), Catch::Contains("EBUSY"));
+  CHECK_THAT(notify.at("fix").get<std::string>(), Catch::Contains("already has a listener"));
   const json& backend = CheckById(report, "cgroup.backend");
   CHECK(backend.at("status") == "fail");
   CHECK_THAT(backend.at("detail").get<std::string>(), Catch::Contains("no cgroup file system"));
   CHECK(report.at("ok") == false);
   CHECK(o.exit_code == 1);  // the program's exit code, passed through by the outer nsbox
+}
+
+TEST_CASE("doctor inside an nsbox sandbox that allows user namespaces: the masked /proc refuses a new proc") {
+  fs::path profile = E().dir / "allow-all.json";
+  std::ofstream(profile) << R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})";
+  fs::permissions(profile, fs::perms::others_read, fs::perm_options::add);
+  Outcome o;
+  json report = DoctorInsideSandbox(profile.string(), &o);
+  CHECK(CheckById(report, "namespace.user").at("status") == "pass");
+  CHECK(CheckById(report, "namespace.pid").at("status") == "pass");
+  const json& proc = CheckById(report, "proc.mount");
+  CHECK(proc.at("status") == "fail");
+  CHECK_THAT(proc.at("detail").get<std::string>(), Catch::Contains("mount(proc") && Catch::Contains("EPERM"));
+  CHECK_THAT(proc.at("fix").get<std::string>(), Catch::Contains("masked"));
+  CHECK(report.at("ok") == false);
+  CHECK(o.exit_code == 1);
 }
 
 TEST_CASE("doctor where user.max_user_namespaces is 0: the user namespace check fails and names the sysctl") {
