@@ -396,6 +396,15 @@ TEST_CASE("an ordinary user's --network allow= sandbox reaches its egress proxy,
   CHECK(result.at("denied_hosts")[0].at("host") == "denied.test");
 }
 
+TEST_CASE("an ordinary user's sandbox is under the default seccomp profile, which reports what it refused") {
+  Outcome o = Spawn(RunUnlimited({"--json", "--", "/usr/bin/unshare", "--user", "/bin/true"}));
+  json result = ParseJson(o);
+  CHECK(result.at("status") == "exit");
+  CHECK_THAT(result.at("stderr").get<std::string>(), Catch::Contains("Operation not permitted"));
+  REQUIRE(result.at("denied_syscalls").size() == 1);
+  CHECK(result.at("denied_syscalls")[0].at("name") == "unshare");
+}
+
 TEST_CASE("an ordinary user's sandbox has a read-only root with writable /tmp") {
   Outcome o = Spawn(RunUnlimited({"--", "/bin/sh", "-c",
                                   "touch /usr/nsbox-probe 2>/dev/null && echo usr-writable; "
