@@ -216,7 +216,11 @@ Result Sandbox::Run() {
   if (plan.new_network) flags |= CLONE_NEWNET;
   int raw_pidfd = -1;
   pid_t child = CloneSandbox(flags, &raw_pidfd, cgroup ? cgroup->clone_into_fd() : -1);
-  if (child < 0) return SetupError(Status::Errno("clone3(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS|...)").message());
+  if (child < 0) {
+    int err = errno;
+    return SetupError(Status::Errno("clone3(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS|...)", err).message() +
+                      NamespaceFailureHint(err));
+  }
   if (child == 0) ChildMain(plan);  // never returns
   UniqueFd pidfd(raw_pidfd);
   // From here on the child exists: every path out must kill and reap it.

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
@@ -19,6 +21,21 @@ Status WriteIdMaps(pid_t pid, const Policy& policy, bool privileged) {
   NSBOX_RETURN_IF_ERROR(WriteControlFile(base + "uid_map", fmt::format("{} {} 1\n", policy.sandbox_uid(), host_uid)));
   NSBOX_RETURN_IF_ERROR(WriteControlFile(base + "gid_map", fmt::format("{} {} 1\n", policy.sandbox_gid(), host_gid)));
   return OkStatus();
+}
+
+std::string NamespaceFailureHint(int err) {
+  const char* why = "";
+  switch (err) {
+    case ENOSPC: why = "a namespace limit is reached or set to 0 (user.max_user_namespaces and its siblings)"; break;
+    case EPERM:
+      why = "new user namespaces are forbidden here (kernel.unprivileged_userns_clone=0, Ubuntu's "
+            "kernel.apparmor_restrict_unprivileged_userns=1, or a container's seccomp profile)";
+      break;
+    case EINVAL: why = "the kernel lacks one of the namespace types nsbox needs"; break;
+    case EUSERS: why = "user namespaces are nested too deeply"; break;
+    default: return " (run `nsbox doctor` to check what this host lacks)";
+  }
+  return fmt::format(". Likely cause: {}; `nsbox doctor` names the fix", why);
 }
 
 }  // namespace nsbox

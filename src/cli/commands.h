@@ -14,6 +14,7 @@ struct ExitCode {
 inline constexpr int kExitNsboxFailure = 125;
 
 void RegisterRun(CLI::App& app, ExitCode& exit_code);
+void RegisterDoctor(CLI::App& app, ExitCode& exit_code);
 void RegisterAgent(CLI::App& app, ExitCode& exit_code);
 void RegisterMcp(CLI::App& app, ExitCode& exit_code);
 void RegisterProfile(CLI::App& app, ExitCode& exit_code);  // src/cli/profile.cc

@@ -14,7 +14,8 @@ namespace nsbox::netproxy {
 // namespace it was created in, so the sandbox reaches it over its own loopback while the proxy, serving it
 // from the host, connects out from the host's namespace. The switch happens on a short-lived thread
 // (setns affects only the calling thread), which also brings the namespace's "lo" up if it is down.
-// port 0 lets the kernel choose; LocalPort() tells which.
+// port 0 lets the kernel choose; LocalPort() tells which. Run by an ordinary user, a forked helper joins `pid`'s user
+// namespace (which that user owns) before its network namespace instead.
 StatusOr<UniqueFd> ListenInNetns(pid_t pid, uint16_t port);
 // The same for a namespace given as an open /proc/PID/ns/net (or bind-mounted nsfs) descriptor.
 StatusOr<UniqueFd> ListenInNetnsFd(int netns_fd, uint16_t port);

@@ -1,0 +1,604 @@
+// Integration tests as an ordinary user: `nsbox run` with the same isolation through user namespaces, and `nsbox
+// doctor`'s verdicts on this host, inside an nsbox sandbox, and in a user namespace whose namespace limit is 0.
+// Run as root, the suite creates the user "sbxtest" when missing and runs a copy of nsbox as that user.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Not "nsbox…": the name shows up in paths (home, delegated cgroups) that leftover checks match on.
+constexpr const char* kTestUser = "sbxtest";
+
+void Skip(const std::string& test, const std::string& reason) {
+  fmt::print(stderr, "SKIP {}: {}\n", test, reason);
+  if (const char* file = std::getenv("NSBOX_SKIP_FILE"); file && *file)
+    std::ofstream(file, std::ios::app) << "rootless_tests::" << test << ": " << reason << "\n";
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The suite's world: the test user, and a copy of nsbox and its data that the user can certainly read (the build tree
+// may sit under a directory only root can enter).
+struct Env {
+  bool root = ::geteuid() == 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string home;
+  fs::path dir;  // temp dir with bin/nsbox and data/rootfs
+  std::string nsbox, data_dir;
+
+  Env() {
+    if (root) {
+      if (!::getpwnam(kTestUser)) {
+        std::string cmd = fmt::format("useradd --create-home --shell /bin/sh {} >/dev/null 2>&1", kTestUser);
+        if (std::system(cmd.c_str()) != 0) throw std::runtime_error("useradd failed");
+      }
+      struct passwd* pw = ::getpwnam(kTestUser);
+      uid = pw->pw_uid;
+      gid = pw->pw_gid;
+      home = pw->pw_dir;
+    } else {
+      uid = ::getuid();
+      gid = ::getgid();
+      struct passwd* pw = ::getpwuid(uid);
+      home = pw ? pw->pw_dir : "/";
+    }
+    char tmpl[] = "/tmp/rootless-test-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec);
+    const char* bin = std::getenv("NSBOX_BIN");
+    fs::create_directories(dir / "bin");
+    fs::copy_file(bin && *bin ? bin : NSBOX_BUILD_BIN, dir / "bin/nsbox");
+    fs::create_directories(dir / "data");
+    for (const char* sub : {"rootfs", "seccomp-profiles"}) {
+      fs::path from = fs::path(NSBOX_SOURCE_DIR) / sub;
+      if (fs::exists(from)) fs::copy(from, dir / "data" / sub, fs::copy_options::recursive);
+    }
+    for (const auto& entry : fs::recursive_directory_iterator(dir))
+      fs::permissions(entry.path(), fs::perms::others_read | fs::perms::group_read |
+                          (entry.is_directory() || entry.path().filename() == "nsbox" ? fs::perms::others_exec |
+                                                                                            fs::perms::group_exec
+                                                                                      : fs::perms::none),
+                      fs::perm_options::add);
+    nsbox = (dir / "bin/nsbox").string();
+    data_dir = (dir / "data").string();
+  }
+  ~Env() { fs::remove_all(dir); }
+};
+
+Env& E() {
+  static Env env;
+  return env;
+}
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+struct SpawnOptions {
+  bool as_test_user = true;
+  // Runs the command in a new user namespace (the caller mapped to 0) whose user.max_user_namespaces is 0.
+  bool user_namespace_limit_zero = false;
+  // cgroup.procs files the command's process enters (as root) before it drops to the test user.
+  std::vector<std::string> join_cgroups;
+  int timeout_seconds = 60;
+};
+
+[[noreturn]] void ChildFail(const char* what) {
+  fmt::print(stderr, "spawn: {}: {}\n", what, strerror(errno));
+  _exit(127);
+}
+
+void WriteOrDie(const std::string& path, const std::string& content) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size()))
+    ChildFail(path.c_str());
+  ::close(fd);
+}
+
+Outcome Spawn(const std::vector<std::string>& argv, const SpawnOptions& o = {}) {
+  Env& env = E();
+  int out[2], err[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+  std::vector<std::string> env_storage = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "HOME=" + env.home,
+                                          "NSBOX_DATADIR=" + env.data_dir};
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : env_storage) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    for (const auto& procs : o.join_cgroups) WriteOrDie(procs, std::to_string(::getpid()));
+    if (o.as_test_user && env.root) {
+      if (::initgroups(kTestUser, env.gid) != 0) ChildFail("initgroups");
+      if (::setresgid(env.gid, env.gid, env.gid) != 0) ChildFail("setresgid");
+      if (::setresuid(env.uid, env.uid, env.uid) != 0) ChildFail("setresuid");
+    }
+    if (o.user_namespace_limit_zero) {
+      uid_t uid = ::geteuid();
+      gid_t gid = ::getegid();
+      ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  // changing ids handed /proc/self to root
+      if (::unshare(CLONE_NEWUSER) != 0) ChildFail("unshare(CLONE_NEWUSER)");
+      WriteOrDie("/proc/self/setgroups", "deny");
+      WriteOrDie("/proc/self/uid_map", fmt::format("0 {} 1", uid));
+      WriteOrDie("/proc/self/gid_map", fmt::format("0 {} 1", gid));
+      // This namespace's own limit: the host's stays as it is.
+      WriteOrDie("/proc/sys/user/max_user_namespaces", "0");
+    }
+    if (::chdir("/") != 0) ChildFail("chdir(/)");
+    ::execve(cargv[0], cargv.data(), cenv.data());
+    ChildFail("execve");
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  Outcome result;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_seconds);
+  struct pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      FAIL_CHECK("timed out: " << argv.back());
+      break;
+    }
+    if (::poll(fds, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) ::close(f.fd);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::vector<std::string> Nsbox(std::vector<std::string> args) {
+  args.insert(args.begin(), E().nsbox);
+  return args;
+}
+
+// `nsbox run` without cgroup limits: until a delegated cgroup is given, an ordinary user must ask for that loudly.
+std::vector<std::string> RunUnlimited(std::vector<std::string> args) {
+  args.insert(args.begin(), {"run", "--dangerously-run-without-limits"});
+  return Nsbox(args);
+}
+
+json ParseJson(const Outcome& o) {
+  INFO("stdout: " << o.out << "\nstderr: " << o.err);
+  try {
+    return json::parse(o.out);
+  } catch (const json::exception& e) {
+    FAIL("not JSON: " << e.what());
+  }
+  return {};
+}
+
+const json& CheckById(const json& report, const std::string& id) {
+  for (const auto& c : report.at("checks"))
+    if (c.at("id") == id) return c;
+  FAIL("doctor reported no check " << id);
+  static json none;
+  return none;
+}
+
+// Processes whose real uid is `uid`, by pid.
+std::vector<pid_t> ProcessesOf(uid_t uid) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::istringstream status(ReadWhole(entry.path() / "status"));
+    std::string line;
+    while (std::getline(status, line)) {
+      unsigned real = 0;
+      if (sscanf(line.c_str(), "Uid:\t%u", &real) == 1) {
+        if (real == uid) pids.push_back(std::stoi(name));
+        break;
+      }
+    }
+  }
+  return pids;
+}
+
+size_t HostMountCount() {
+  std::istringstream in(ReadWhole("/proc/self/mountinfo"));
+  std::string line;
+  size_t n = 0;
+  while (std::getline(in, line)) ++n;
+  return n;
+}
+
+// Whether `nsbox run` enforces --memory yet (the cgroup limits are wired into Sandbox::Run): a 256 MiB allocation
+// under a 64 MiB limit must not end "ok".
+bool CgroupLimitsEnforced() {
+  static std::optional<bool> enforced;
+  if (!enforced) {
+    SpawnOptions as_is;
+    as_is.as_test_user = false;
+    Outcome o = Spawn(Nsbox({"run", "--json", "--memory", "64M", "--lang", "python", "--code",
+                             "b = bytearray(256 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('survived')"}),
+                      as_is);
+    enforced = o.out.find("\"status\":\"ok\"") == std::string::npos;
+  }
+  return *enforced;
+}
+
+// A cgroup delegated to the test user, the way root hands one out on this host: cgroup v1 (a group of each limit
+// controller under the suite's own cgroup) or v2 (a group under the hierarchy root). Removed again at the end.
+struct DelegatedCgroup {
+  std::vector<std::string> dirs;
+  std::vector<std::string> procs_files;  // what a process writes its pid into to enter the group
+
+  DelegatedCgroup() {
+    std::string name = fmt::format("sbxdeleg-{}", ::getpid());
+    std::map<std::string, std::string> own;
+    std::istringstream self(ReadWhole("/proc/self/cgroup"));
+    std::string line;
+    while (std::getline(self, line)) {
+      auto a = line.find(':'), b = line.find(':', a + 1);
+      std::istringstream controllers(line.substr(a + 1, b - a - 1));
+      std::string c;
+      while (std::getline(controllers, c, ',')) own[c] = line.substr(b + 1);
+    }
+    if (fs::exists("/sys/fs/cgroup/cgroup.controllers")) {
+      Add("/sys/fs/cgroup/" + name);
+    } else {
+      // freezer too where it exists: the v1 backend uses it, when it may, to stop a sandbox before killing it.
+      for (const char* c : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
+        if (!fs::exists(std::string("/sys/fs/cgroup/") + c + "/cgroup.procs")) continue;
+        std::string parent = std::string("/sys/fs/cgroup/") + c + (own[c] == "/" ? "" : own[c]);
+        Add(parent + "/" + name);
+      }
+    }
+  }
+  void Add(const std::string& dir) {
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    dirs.push_back(dir);
+    // Delegation: the directory and its files belong to the user (what systemd's Delegate=yes does).
+    REQUIRE(::chown(dir.c_str(), E().uid, E().gid) == 0);
+    for (const auto& f : fs::directory_iterator(dir)) REQUIRE(::chown(f.path().c_str(), E().uid, E().gid) == 0);
+    procs_files.push_back(dir + "/cgroup.procs");
+  }
+  // Sandbox groups that nsbox left inside the delegated ones (its "nsbox" subtree goes once it is empty; the v2
+  // backend's "supervisor" leaf, which holds nsbox itself, is not a sandbox's group).
+  std::vector<std::string> Leftovers() const {
+    std::vector<std::string> left;
+    for (const auto& d : dirs)
+      for (const auto& e : fs::recursive_directory_iterator(d))
+        if (e.is_directory() && e.path().string().find("/nsbox") != std::string::npos) left.push_back(e.path());
+    return left;
+  }
+  ~DelegatedCgroup() {
+    for (const auto& d : dirs) {
+      std::vector<std::string> inner;
+      for (const auto& e : fs::recursive_directory_iterator(d))
+        if (e.is_directory()) inner.push_back(e.path());
+      std::sort(inner.rbegin(), inner.rend());  // deepest first
+      for (const auto& i : inner) ::rmdir(i.c_str());
+      ::rmdir(d.c_str());
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an ordinary user runs a script: its output and exit code come back") {
+  Outcome o = Spawn(RunUnlimited({"--lang", "python", "--code", "print(6 * 7)\nraise SystemExit(3)"}));
+  INFO(o.err);
+  CHECK(o.out == "42\n");
+  CHECK(o.exit_code == 3);
+}
+
+TEST_CASE("the sandbox user, uid 1000 inside, is the calling user's uid outside") {
+  Outcome o = Spawn(RunUnlimited({"--", "/bin/sh", "-c", "id -u; id -g; cat /proc/self/uid_map"}));
+  INFO(o.err);
+  REQUIRE(o.exit_code == 0);
+  std::istringstream lines(o.out);
+  std::string uid, gid;
+  unsigned inside = 0, outside = 0, count = 0;
+  lines >> uid >> gid >> inside >> outside >> count;
+  CHECK(uid == "1000");
+  CHECK(gid == "1000");
+  CHECK(inside == 1000);
+  CHECK(outside == E().uid);
+  CHECK(count == 1);
+  // A file the sandbox writes into a bound workspace belongs to the caller on the host.
+  fs::path workspace = E().dir / "workspace";
+  fs::create_directories(workspace);
+  REQUIRE(::chown(workspace.c_str(), E().uid, E().gid) == 0);
+  Outcome w = Spawn(RunUnlimited({"--workspace", workspace.string(), "--", "/bin/sh", "-c", "echo x > /workspace/made"}));
+  INFO(w.err);
+  REQUIRE(w.exit_code == 0);
+  struct stat st;
+  REQUIRE(::stat((workspace / "made").c_str(), &st) == 0);
+  CHECK(st.st_uid == E().uid);
+  CHECK(st.st_gid == E().gid);
+}
+
+TEST_CASE("an ordinary user's sandbox has no capabilities at all") {
+  Outcome o = Spawn(RunUnlimited({"--", "/bin/sh", "-c", "grep ^Cap /proc/self/status"}));
+  INFO(o.err);
+  REQUIRE(o.exit_code == 0);
+  for (const char* set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"})
+    CHECK_THAT(o.out, Catch::Contains(fmt::format("{}:\t0000000000000000", set)));
+}
+
+TEST_CASE("an ordinary user's sandbox has its own pid, network and uts namespaces") {
+  Outcome o = Spawn(RunUnlimited({"--", "/bin/sh", "-c", "echo $$; hostname; tail -n +3 /proc/net/dev | cut -d: -f1"}));
+  INFO(o.err);
+  REQUIRE(o.exit_code == 0);
+  // pid 1 is nsbox's init, the program pid 2; the only network interface is loopback.
+  CHECK(o.out == "2\nnsbox\n    lo\n");
+}
+
+TEST_CASE("an ordinary user's --network allow= sandbox reaches its egress proxy, which refuses other hosts") {
+  // The proxy listens inside the sandbox's network namespace, which an ordinary user enters through the sandbox's
+  // user namespace; no outside network is needed for a refusal.
+  Outcome o = Spawn(RunUnlimited({"--json", "--network", "allow=example.com", "--lang", "python", "--code",
+                                  "import urllib.request\n"
+                                  "try:\n    urllib.request.urlopen('http://denied.test/', timeout=10)\n"
+                                  "except Exception as e:\n    print(e)\n"}));
+  json result = ParseJson(o);
+  CHECK(result.at("status") == "ok");
+  CHECK_THAT(result.at("stdout").get<std::string>(), Catch::Contains("403"));
+  REQUIRE(result.at("denied_hosts").size() == 1);
+  CHECK(result.at("denied_hosts")[0].at("host") == "denied.test");
+}
+
+TEST_CASE("an ordinary user's sandbox is under the default seccomp profile, which reports what it refused") {
+  Outcome o = Spawn(RunUnlimited({"--json", "--", "/usr/bin/unshare", "--user", "/bin/true"}));
+  json result = ParseJson(o);
+  CHECK(result.at("status") == "exit");
+  CHECK_THAT(result.at("stderr").get<std::string>(), Catch::Contains("Operation not permitted"));
+  REQUIRE(result.at("denied_syscalls").size() == 1);
+  CHECK(result.at("denied_syscalls")[0].at("name") == "unshare");
+}
+
+TEST_CASE("an ordinary user's sandbox has a read-only root with writable /tmp") {
+  Outcome o = Spawn(RunUnlimited({"--", "/bin/sh", "-c",
+                                  "touch /usr/nsbox-probe 2>/dev/null && echo usr-writable; "
+                                  "touch /probe 2>/dev/null && echo root-writable; "
+                                  "echo x > /tmp/probe && echo tmp-writable"}));
+  INFO(o.err);
+  CHECK(o.out == "tmp-writable\n");
+  CHECK_FALSE(fs::exists("/usr/nsbox-probe"));
+}
+
+TEST_CASE("an ordinary user's time limit ends the sandbox with status timeout and exit code 124") {
+  auto started = std::chrono::steady_clock::now();
+  Outcome o = Spawn(RunUnlimited({"--json", "--timeout", "1s", "--", "/bin/sleep", "30"}));
+  auto took = std::chrono::steady_clock::now() - started;
+  CHECK(o.exit_code == 124);
+  CHECK(ParseJson(o).at("status") == "timeout");
+  CHECK(took < std::chrono::seconds(10));
+}
+
+TEST_CASE("an ordinary user's sandbox leaves no processes and no mounts behind, even detached ones") {
+  size_t mounts_before = HostMountCount();
+  Outcome o = Spawn(RunUnlimited({"--", "/bin/sh", "-c", "setsid sleep 300 & sleep 300 & echo started"}));
+  INFO(o.err);
+  CHECK(o.out == "started\n");
+  CHECK(o.exit_code == 0);
+  std::vector<pid_t> left;
+  for (int i = 0; i < 50; ++i) {  // the kernel tears a pid namespace down asynchronously
+    left = ProcessesOf(E().uid);
+    if (left.empty()) break;
+    ::usleep(20000);
+  }
+  CHECK(left.empty());
+  CHECK(HostMountCount() == mounts_before);
+}
+
+TEST_CASE("without a delegated cgroup an ordinary user's run with limits is refused, exit 125, naming the fix") {
+  if (!CgroupLimitsEnforced()) {
+    Skip("refusal without a delegated cgroup", "nsbox run does not enforce cgroup limits on this build yet "
+                                               "(they are not wired into Sandbox::Run)");
+    return;
+  }
+  Outcome o = Spawn(Nsbox({"run", "--", "/bin/true"}));
+  CHECK(o.exit_code == 125);
+  CHECK_THAT(o.err, Catch::Contains("Delegate=yes"));
+  CHECK_THAT(o.err, Catch::Contains("dangerous"));  // the way out without limits
+}
+
+TEST_CASE("with a delegated cgroup an ordinary user's run gets its memory limit and leaves no group behind") {
+  if (!E().root) return Skip("delegated cgroup run", "needs root to delegate a cgroup to the test user");
+  if (!CgroupLimitsEnforced()) {
+    Skip("delegated cgroup run", "nsbox run does not enforce cgroup limits on this build yet");
+    return;
+  }
+  DelegatedCgroup delegated;
+  SpawnOptions in_group;
+  in_group.join_cgroups = delegated.procs_files;
+  Outcome o = Spawn(Nsbox({"run", "--json", "--memory", "64M", "--lang", "python", "--code",
+                           "b = bytearray(256 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('survived')"}),
+                    in_group);
+  json result = ParseJson(o);
+  CHECK(result.at("status") == "oom");
+  CHECK(delegated.Leftovers().empty());
+}
+
+TEST_CASE("doctor as root on this host: every namespace, /proc and seccomp check passes, and the verdict matches") {
+  if (!E().root) return Skip("doctor as root", "the suite does not run as root");
+  SpawnOptions as_root;
+  as_root.as_test_user = false;
+  Outcome o = Spawn(Nsbox({"doctor", "--json"}), as_root);
+  json report = ParseJson(o);
+  // This suite's sandboxes run, so whatever they need must be reported as present.
+  for (const char* id : {"namespace.user", "namespace.mount", "namespace.pid", "namespace.net", "namespace.ipc",
+                         "namespace.uts", "namespace.cgroup", "proc.mount", "rootfs.host"})
+    CHECK(CheckById(report, id).at("status") == "pass");
+  // Root can always write the cgroup roots, so a backend exists exactly when the controllers are mounted.
+  bool v2 = fs::exists("/sys/fs/cgroup/cgroup.controllers") &&
+            ReadWhole("/sys/fs/cgroup/cgroup.controllers").find("memory") != std::string::npos;
+  bool v1 = fs::exists("/sys/fs/cgroup/memory/cgroup.procs") && fs::exists("/sys/fs/cgroup/pids/cgroup.procs") &&
+            fs::exists("/sys/fs/cgroup/cpu/cgroup.procs") && fs::exists("/sys/fs/cgroup/cpuacct/cgroup.procs");
+  CHECK(CheckById(report, "cgroup.backend").at("status") == (v2 || v1 ? "pass" : "fail"));
+  CHECK(o.exit_code == (report.at("ok").get<bool>() ? 0 : 1));
+  for (const auto& c : report.at("checks"))
+    if (c.at("status") != "pass") CHECK_FALSE(c.at("fix").get<std::string>().empty());
+}
+
+TEST_CASE("doctor as an ordinary user without a delegated cgroup: cgroups fail with the fix, exit 1") {
+  Outcome o = Spawn(Nsbox({"doctor", "--json"}));
+  json report = ParseJson(o);
+  CHECK(report.at("uid") == E().uid);
+  CHECK(CheckById(report, "namespace.user").at("status") == "pass");
+  CHECK(CheckById(report, "userns.unprivileged").at("status") == "pass");
+  CHECK(CheckById(report, "userns.unprivileged").at("required") == true);
+  // The suite's own cgroup belongs to root: not delegated to the test user.
+  const json& backend = CheckById(report, "cgroup.backend");
+  CHECK(backend.at("status") == "fail");
+  CHECK_THAT(backend.at("fix").get<std::string>(),
+             Catch::Contains("Delegate=yes") && Catch::Contains("--dangerously-run-without-limits"));
+  CHECK(report.at("ok") == false);
+  CHECK(o.exit_code == 1);
+  // The text report says the same, once, at the end.
+  Outcome text = Spawn(Nsbox({"doctor"}));
+  CHECK(text.exit_code == 1);
+  CHECK_THAT(text.out, Catch::Contains("cannot run here with its defaults: cgroup.backend failed"));
+}
+
+TEST_CASE("doctor as an ordinary user in a cgroup delegated to it: the cgroup backend passes, exit 0") {
+  if (!E().root) return Skip("doctor with a delegated cgroup", "needs root to delegate a cgroup to the test user");
+  DelegatedCgroup delegated;
+  SpawnOptions in_group;
+  in_group.join_cgroups = delegated.procs_files;
+  Outcome o = Spawn(Nsbox({"doctor", "--json"}), in_group);
+  json report = ParseJson(o);
+  INFO(report.dump(2));
+  CHECK(CheckById(report, "cgroup.backend").at("status") == "pass");
+  CHECK(report.at("ok") == true);
+  CHECK(o.exit_code == 0);
+  CHECK(delegated.Leftovers().empty());  // doctor creates no groups
+}
+
+// doctor's JSON report from inside an nsbox sandbox run by the test user, with the doctor binary and its data bound in.
+json DoctorInsideSandbox(const std::string& profile, Outcome* outcome) {
+  // --timeout last, so the `--` is not taken as the end of --env's values.
+  *outcome = Spawn(RunUnlimited({"--profile", profile, "--ro-bind", E().nsbox + ":/opt/nsbox", "--ro-bind",
+                                 E().data_dir + ":/opt/nsbox-data", "--env", "NSBOX_DATADIR=/opt/nsbox-data",
+                                 "--timeout", "60s", "--", "/opt/nsbox", "doctor", "--json"}));
+  return ParseJson(*outcome);
+}
+
+TEST_CASE("doctor inside an nsbox sandbox: its seccomp policy, listener and hidden cgroup tree fail with their fixes") {
+  Outcome o;
+  json report = DoctorInsideSandbox("default", &o);
+  CHECK(report.at("uid") == 1000);
+  // The default profile refuses new user namespaces, and with them every namespace nsbox needs.
+  const json& userns = CheckById(report, "namespace.user");
+  CHECK(userns.at("status") == "fail");
+  CHECK_THAT(userns.at("detail").get<std::string>(), Catch::Contains("unshare(CLONE_NEWUSER)") && Catch::Contains("EPERM"));
+  CHECK_THAT(userns.at("fix").get<std::string>(), Catch::Contains("seccomp profile"));
+  CHECK(CheckById(report, "namespace.net").at("fix") == "fix namespace.user first");
+  // Filters stack, but a second user-notification listener in one filter chain is refused.
+  CHECK(CheckById(report, "seccomp.filter").at("status") == "pass");
+  const json& notify = CheckById(report, "seccomp.notify");
+  CHECK(notify.at("status") == "fail");
+  CHECK_THAT(notify.at("detail").get<std::string>(), Catch::Contains("EBUSY"));
+  CHECK_THAT(notify.at("fix").get<std::string>(), Catch::Contains("already has a listener"));
+  const json& backend = CheckById(report, "cgroup.backend");
+  CHECK(backend.at("status") == "fail");
+  CHECK_THAT(backend.at("detail").get<std::string>(), Catch::Contains("no cgroup file system"));
+  CHECK(report.at("ok") == false);
+  CHECK(o.exit_code == 1);  // the program's exit code, passed through by the outer nsbox
+}
+
+TEST_CASE("doctor inside an nsbox sandbox that allows user namespaces: the masked /proc refuses a new proc") {
+  fs::path profile = E().dir / "allow-all.json";
+  std::ofstream(profile) << R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})";
+  fs::permissions(profile, fs::perms::others_read, fs::perm_options::add);
+  Outcome o;
+  json report = DoctorInsideSandbox(profile.string(), &o);
+  CHECK(CheckById(report, "namespace.user").at("status") == "pass");
+  CHECK(CheckById(report, "namespace.pid").at("status") == "pass");
+  const json& proc = CheckById(report, "proc.mount");
+  CHECK(proc.at("status") == "fail");
+  CHECK_THAT(proc.at("detail").get<std::string>(), Catch::Contains("mount(proc") && Catch::Contains("EPERM"));
+  CHECK_THAT(proc.at("fix").get<std::string>(), Catch::Contains("masked"));
+  CHECK(report.at("ok") == false);
+  CHECK(o.exit_code == 1);
+}
+
+TEST_CASE("doctor where user.max_user_namespaces is 0: the user namespace check fails and names the sysctl") {
+  for (bool as_user : {false, true}) {
+    if (!as_user && !E().root) continue;
+    DYNAMIC_SECTION((as_user ? "as the test user" : "as root")) {
+      SpawnOptions limited;
+      limited.as_test_user = as_user;
+      limited.user_namespace_limit_zero = true;
+      Outcome o = Spawn(Nsbox({"doctor", "--json"}), limited);
+      json report = ParseJson(o);
+      const json& userns = CheckById(report, "namespace.user");
+      CHECK(userns.at("status") == "fail");
+      CHECK(userns.at("required") == true);
+      CHECK_THAT(userns.at("detail").get<std::string>(),
+                 Catch::Contains("ENOSPC") && Catch::Contains("user.max_user_namespaces is 0"));
+      CHECK_THAT(userns.at("fix").get<std::string>(), Catch::Contains("sysctl -w user.max_user_namespaces="));
+      CHECK(CheckById(report, "namespace.pid").at("fix") == "fix namespace.user first");
+      CHECK(report.at("ok") == false);
+      CHECK(o.exit_code == 1);
+    }
+  }
+}
+
+TEST_CASE("nsbox run where user namespaces are unavailable fails with exit 125 naming the cause and doctor") {
+  SpawnOptions limited;
+  limited.user_namespace_limit_zero = true;
+  Outcome o = Spawn(RunUnlimited({"--", "/bin/true"}), limited);
+  CHECK(o.exit_code == 125);
+  CHECK_THAT(o.err, Catch::Contains("ENOSPC") && Catch::Contains("user.max_user_namespaces") &&
+                        Catch::Contains("nsbox doctor"));
+}
