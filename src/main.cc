@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   nsbox::cli::ExitCode exit_code;
   nsbox::cli::RegisterRun(app, exit_code);
+  nsbox::cli::RegisterImage(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

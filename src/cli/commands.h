@@ -14,6 +14,7 @@ struct ExitCode {
 inline constexpr int kExitNsboxFailure = 125;
 
 void RegisterRun(CLI::App& app, ExitCode& exit_code);
+void RegisterImage(CLI::App& app, ExitCode& exit_code);
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
 
 }  // namespace nsbox::cli

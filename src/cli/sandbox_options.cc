@@ -10,6 +10,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/spec/units.h"
+#include "src/cli/image_store.h"
 #include "src/cli/languages.h"
 
 namespace nsbox::cli {
@@ -27,7 +28,7 @@ std::pair<std::string, std::string> SplitBind(const std::string& spec) {
 }  // namespace
 
 void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
-  app->add_option("--rootfs", o.rootfs, "root filesystem: host (the built-in read-only view of the host) or a directory")
+  app->add_option("--rootfs", o.rootfs, "root filesystem: host (the built-in read-only view of the host), an image NAME (nsbox image ls) or a directory path")
       ->capture_default_str();
   app->add_option("--workspace", o.workspace, "bind this host directory read-write at /workspace (default: a fresh tmpfs)");
   app->add_option("--ro-bind", o.ro_binds, "SRC[:DST]: bind a host path read-only (repeatable)");
@@ -45,7 +46,12 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
 
 StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
   PolicyBuilder builder;
-  if (o.rootfs != "host") {
+  if (o.rootfs != "host" && o.rootfs.find('/') == std::string::npos) {
+    // A bare name is an image from `nsbox image build`; a directory is given as a path (./dir, /srv/root).
+    auto image_root = ResolveImage(o.rootfs);
+    if (!image_root.ok()) return image_root.status().Wrap("--rootfs");
+    builder.SetRootfsDir(*image_root);
+  } else if (o.rootfs != "host") {
     if (!PathExists(o.rootfs))
       return Status::Error(fmt::format("--rootfs '{}': no such directory (use 'host' or a prepared root directory)", o.rootfs));
     builder.SetRootfsDir(o.rootfs);
