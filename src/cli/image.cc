@@ -294,7 +294,9 @@ Status BuildImage(const BuildOptions& options) {
   if (!bootstrap.ok()) return bootstrap.status().Wrap("bootstrap");
   if (g_interrupted) return InterruptedStatus();
   if (bootstrap->wait_status != 0) {
-    std::string why = bootstrap->last_error_line.empty() ? "" : ": " + bootstrap->last_error_line.substr(16);
+    std::string why = bootstrap->last_error_line.substr(std::string_view("mkrootfs: error:").size());
+    why.erase(0, why.find_first_not_of(' '));
+    if (!why.empty()) why = ": " + why;
     return Status::Error(fmt::format("bootstrap failed ({}){}", DescribeWaitStatus(bootstrap->wait_status), why));
   }
   fmt::print(stderr, "nsbox image build: [1/3] bootstrap done in {:.1f}s\n", SecondsSince(stage_start));

@@ -184,6 +184,15 @@ Status EnsureStore(const std::string& store) {
     if (::stat(store.c_str(), &st) != 0) return Status::Errno(fmt::format("stat({})", store));
   }
   if (!S_ISDIR(st.st_mode)) return Status::Error(fmt::format("image store {} is not a directory", store));
+  // The sandbox mounts an image as the unprivileged uid it maps to, so every directory above the store must let others pass.
+  for (size_t slash = store.rfind('/'); slash != std::string::npos && slash > 0; slash = store.rfind('/', slash - 1)) {
+    std::string parent = store.substr(0, slash);
+    struct stat parent_st;
+    if (::stat(parent.c_str(), &parent_st) == 0 && !(parent_st.st_mode & S_IXOTH))
+      return Status::Error(fmt::format("{} (mode {:o}) cannot be searched by others, so sandboxes could not reach images "
+                                       "in {}; chmod o+x it or choose another store",
+                                       parent, parent_st.st_mode & 07777, store));
+  }
   if (st.st_uid != 0) return Status::Error(fmt::format("image store {} is not owned by root", store));
   if ((st.st_mode & 07777) != kImageStoreMode && ::chmod(store.c_str(), kImageStoreMode) != 0)
     return Status::Errno(fmt::format("chmod({}, {:o})", store, kImageStoreMode));

@@ -41,6 +41,7 @@ const std::string& Store() {
     StoreDir() {
       char pattern[] = "/tmp/nsbox-image-tests-XXXXXX";
       if (::mkdtemp(pattern) == nullptr) std::abort();
+      ::chmod(pattern, 0755);  // the sandbox's unprivileged uid must pass through to the images
       path = std::string(pattern) + "/images";
       ::setenv("NSBOX_IMAGE_STORE", path.c_str(), 1);
     }
@@ -92,6 +93,13 @@ Outcome Nsbox(const std::vector<std::string>& args) {
   o.out = Slurp(out_path);
   o.err = Slurp(err_path);
   return o;
+}
+
+// A template file beside the store, named NAME.json so that the template is called NAME.
+std::string TemplateFile(const std::string& name, const std::string& json_text) {
+  std::string path = Store().substr(0, Store().rfind('/')) + "/" + name + ".json";
+  REQUIRE(nsbox::WriteFile(path, json_text).ok());
+  return path;
 }
 
 bool RequireRootOrSkip(const char* test) {
@@ -251,8 +259,7 @@ TEST_CASE("unknown and invalid templates fail with one clear line and leave noth
   CHECK(unknown.exit_code == 125);
   CHECK(unknown.err ==
         "nsbox image build: unknown template 'pyhton' (known templates: datasci, minimal, node, python; or give a path to a .json file)\n");
-  const std::string bad = Store() + ".bad.json";
-  REQUIRE(nsbox::WriteFile(bad, R"({"packages": ["busybox"], "smoke_test": "true"})").ok());
+  const std::string bad = TemplateFile("bad", R"({"packages": ["busybox"], "smoke_test": "true"})");
   Outcome invalid = Nsbox({"image", "build", bad, "--name", "bad"});
   CHECK(invalid.exit_code == 125);
   CHECK_THAT(invalid.err, Catch::Contains("template 'bad' is broken: 'smoke_test' must be a non-empty argv list"));
@@ -262,8 +269,7 @@ TEST_CASE("unknown and invalid templates fail with one clear line and leave noth
 
 TEST_CASE("a template naming a package Debian lacks fails with apt's reason and leaves nothing", "[build]") {
   if (!RequireRootOrSkip("missing package")) return;
-  const std::string t = Store() + ".nopkg.json";
-  REQUIRE(nsbox::WriteFile(t, R"({"packages": ["nsbox-no-such-package"], "smoke_test": ["/bin/true"]})").ok());
+  const std::string t = TemplateFile("nopkg", R"({"packages": ["nsbox-no-such-package"], "smoke_test": ["/bin/true"]})");
   Outcome o = Nsbox({"image", "build", t, "--name", "nopkg"});
   CHECK(o.exit_code == 125);
   CHECK_THAT(o.err, Catch::EndsWith("nsbox image build: bootstrap failed (exit 1): mmdebstrap failed (exit 25): Unable to locate package nsbox-no-such-package\n"));
@@ -273,8 +279,8 @@ TEST_CASE("a template naming a package Debian lacks fails with apt's reason and 
 
 TEST_CASE("an image whose smoke test fails is never published", "[build]") {
   if (!RequireRootOrSkip("failing smoke test")) return;
-  const std::string t = Store() + ".smokefail.json";
-  REQUIRE(nsbox::WriteFile(t, R"({"packages": [], "smoke_test": ["/bin/sh", "-c", "echo checking; echo broken-on-purpose >&2; exit 3"]})").ok());
+  const std::string t =
+      TemplateFile("smokefail", R"({"packages": [], "smoke_test": ["/bin/sh", "-c", "echo checking; echo broken-on-purpose >&2; exit 3"]})");
   Outcome o = Nsbox({"image", "build", t, "--name", "smokefail"});
   CHECK(o.exit_code == 125);
   CHECK_THAT(o.err, Catch::Contains("  | checking"));

@@ -215,6 +215,9 @@ TEST_CASE("the store is created root-owned with mode 0711 when nsbox runs as roo
   }
   TempStore parent;
   const std::string store = parent.path() + "/var/lib/nsbox/images";
+  // mkdtemp's 0700 would keep the sandbox's unprivileged uid out of the store, and EnsureStore says so.
+  CHECK_THAT(nsbox::cli::EnsureStore(store).message(), Catch::Contains("cannot be searched by others"));
+  REQUIRE(::chmod(parent.path().c_str(), 0755) == 0);
   REQUIRE(nsbox::cli::EnsureStore(store).ok());
   struct stat st;
   REQUIRE(::stat(store.c_str(), &st) == 0);
