@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <signal.h>
 #include <sched.h>
 #include <sys/fsuid.h>
@@ -38,6 +39,12 @@ std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan) {
     out.push_back(std::move(m));
   }
   return out;
+}
+
+void ArmDeathSignal(int control_fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  struct pollfd pfd = {control_fd, POLLOUT, 0};
+  if (::poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLERR | POLLHUP))) _exit(125);
 }
 
 namespace {
@@ -125,7 +132,7 @@ void ExecPayload(const ChildPlan& plan) {
   if (::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) Fail(plan, "close_range(3, ~0, CLOEXEC)", errno);
 
   const char* step = nullptr;
-  if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
+  // The bounding set is already empty: pid 1 emptied it before the fork (each drop costs a credential commit).
   if (plan.may_setgroups) {
     gid_t groups[1] = {plan.gid};
     if (::setgroups(1, groups) != 0) Fail(plan, "setgroups([sandbox gid])", errno);
@@ -161,6 +168,7 @@ void ChildMain(const ChildPlan& plan) {
   // Files we create (the code file, /etc) belong to the sandbox user, a uid mapped in our namespace.
   ::setfsuid(plan.uid);
   ::setfsgid(plan.gid);
+  ArmDeathSignal(plan.control_fd);
 
   // 3. Own hostname (uts namespace).
   if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) Fail(plan, "sethostname", errno);
@@ -175,7 +183,9 @@ void ChildMain(const ChildPlan& plan) {
   // 6. The code to run, written where the program will find it.
   if (!plan.code_path.empty() && WriteCodeFile(plan) != 0) Fail(plan, "write(code file)", errno);
 
-  // 7. The payload, and pid 1 for as long as it runs.
+  // 7. An empty capability bounding set, inherited by the payload and everything it starts.
+  if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
+  // 8. The payload, and pid 1 for as long as it runs.
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_BLOCK, &all, nullptr);

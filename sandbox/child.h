@@ -55,6 +55,10 @@ struct ChildPlan {
   cap_t no_caps = nullptr;  // an empty capability set, made before clone
 };
 
+// Arms PR_SET_PDEATHSIG(SIGKILL) again (every credential change clears it) and exits if nsbox is already gone,
+// which shows as an error on the control pipe whose read end nsbox holds.
+void ArmDeathSignal(int control_fd);
+
 // Builds the child view of a mount plan.
 std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan);
 

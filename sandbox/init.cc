@@ -45,7 +45,7 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
   // pid 1 keeps no privilege it does not need to wait and signal: same user as the payload, no capabilities,
   // not dumpable (the payload cannot ptrace or read its memory).
   const char* step = nullptr;
-  bool dropped = DropBoundingSet(&step) == 0 && ::setresgid(plan.gid, plan.gid, plan.gid) == 0 &&
+  bool dropped = ::setresgid(plan.gid, plan.gid, plan.gid) == 0 &&
                  ::setresuid(plan.uid, plan.uid, plan.uid) == 0 && ClearCapabilities(plan.no_caps, &step) == 0 &&
                  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
   if (!dropped) {
@@ -59,6 +59,9 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
     (void)ignored;
     _exit(125);
   }
+
+  // The credential changes above cleared the parent-death signal; nsbox's death must still end the sandbox.
+  ArmDeathSignal(plan.control_fd);
 
   sigset_t wanted;
   sigemptyset(&wanted);

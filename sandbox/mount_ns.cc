@@ -29,8 +29,10 @@ int SetMountAttr(const char* path, uint64_t set, bool recursive) {
   return static_cast<int>(::syscall(SYS_mount_setattr, AT_FDCWD, path, recursive ? AT_RECURSIVE : 0, &attr, sizeof attr));
 }
 
-// mkdir -p, mode 0755.
+// mkdir -p, mode 0755: the common case (parent exists) costs one mkdir; only ENOENT walks up.
 int MakeDirs(const char* path) {
+  if (::mkdir(path, 0755) == 0 || errno == EEXIST) return 0;
+  if (errno != ENOENT) return -1;
   char buf[PATH_MAX];
   size_t len = strlen(path);
   if (len >= sizeof buf) {

@@ -24,6 +24,7 @@
 #include "sandbox/base/defer.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include "sandbox/cgroup.h"
 #include "sandbox/child.h"
 #include "sandbox/output_buffer.h"
 #include "sandbox/spec/mount_plan.h"
@@ -63,9 +64,14 @@ std::vector<std::string> SplitPath(const std::string& path) {
 }
 
 // The clone itself: fork-like (no new stack), child continues in ChildMain.
-pid_t CloneSandbox(uint64_t flags, int* pidfd) {
+pid_t CloneSandbox(uint64_t flags, int* pidfd, int cgroup_fd) {
   struct clone_args args = {};
   args.flags = flags | CLONE_PIDFD;
+  if (cgroup_fd >= 0) {
+    // Born inside its cgroup: no window in which the child runs outside the limits.
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(cgroup_fd);
+  }
   args.pidfd = reinterpret_cast<uint64_t>(pidfd);
   args.exit_signal = SIGCHLD;
   return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
@@ -182,12 +188,20 @@ Result Sandbox::Run() {
     if (forward_signals_) ::sigprocmask(SIG_SETMASK, &previous_mask, nullptr);
   });
 
-  // 3. Clone into fresh user, pid, mount, network, ipc and uts namespaces (the cgroup namespace follows in the
+  // 3. The sandbox's own cgroup, made before the child exists; a limit that cannot be set up stops the run.
+  std::unique_ptr<Cgroup> cgroup;
+  if (const auto& limits = policy_.cgroup_limits()) {
+    auto made = CreateSandboxCgroup(*limits);
+    if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
+    cgroup = std::move(*made);
+  }
+
+  // 4. Clone into fresh user, pid, mount, network, ipc and uts namespaces (the cgroup namespace follows in the
   //    child, once it sits in its own cgroup).
   uint64_t flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
   if (plan.new_network) flags |= CLONE_NEWNET;
   int raw_pidfd = -1;
-  pid_t child = CloneSandbox(flags, &raw_pidfd);
+  pid_t child = CloneSandbox(flags, &raw_pidfd, cgroup ? cgroup->clone_into_fd() : -1);
   if (child < 0) return SetupError(Status::Errno("clone3(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS|...)").message());
   if (child == 0) ChildMain(plan);  // never returns
   UniqueFd pidfd(raw_pidfd);
@@ -204,14 +218,20 @@ Result Sandbox::Run() {
   control->write.reset();
   sync->read.reset();
 
-  // 4. Id maps, then release the child.
+  // 5. Into the cgroup (v1 has no CLONE_INTO_CGROUP), id maps, front-end services, then release the child.
+  if (cgroup && cgroup->clone_into_fd() < 0) {
+    if (Status s = cgroup->AddProcess(child); !s.ok()) return SetupError(s.Wrap("joining the sandbox's cgroup").message());
+  }
   if (Status s = WriteIdMaps(child, policy_, privileged); !s.ok())
     return SetupError(s.Wrap("writing the user namespace id maps").message());
+  if (hooks_) {
+    if (Status s = hooks_->OnChildCreated(child); !s.ok()) return SetupError(s.message());
+  }
   const char go = 'G';
   if (::write(sync->write.get(), &go, 1) != 1) return SetupError(Status::Errno("write(sync pipe)").message());
   sync->write.reset();
 
-  // 5. Supervise: drain output, watch the clock, the child, kill requests and signals.
+  // 6. Supervise: drain output, watch the clock, the child, kill requests and signals.
   OutputBuffer stdout_buf(executor_.output_limit_bytes), stderr_buf(executor_.output_limit_bytes);
   SetNonBlocking(out->read.get());
   SetNonBlocking(err->read.get());
@@ -234,12 +254,14 @@ Result Sandbox::Run() {
     }
   };
   auto read_control = [&] {
-    for (;;) {
+    while (control->read) {
       ssize_t n = ::read(control->read.get(), buffer.data(), buffer.size());
       if (n > 0) {
         control_bytes.append(buffer.data(), static_cast<size_t>(n));
         continue;
       }
+      // End of file: stop polling it, or poll() would report the hang-up again and again.
+      if (n == 0) control->read.reset();
       if (n == 0 || errno != EINTR) break;
     }
     while (control_bytes.size() >= sizeof(InitMessage)) {
@@ -264,6 +286,7 @@ Result Sandbox::Run() {
     if (!timed_out && !cancelled && now >= deadline) {
       timed_out = true;
       ::kill(child, SIGKILL);  // pid 1's death takes the whole pid namespace with it
+      if (cgroup) (void)cgroup->KillAll();
     }
     int wait_ms = timed_out || cancelled ? 50 :
         static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
@@ -302,7 +325,7 @@ Result Sandbox::Run() {
   }
   const auto ended = Clock::now();
 
-  // 6. Every process of the sandbox is gone now; collect the output still in the pipes.
+  // 7. Every process of the sandbox is gone now; collect the output still in the pipes.
   for (int round = 0; round < 100 && (out->read || err->read); ++round) {
     struct pollfd fds[2];
     int nfds = 0;
@@ -316,7 +339,7 @@ Result Sandbox::Run() {
   if (!policy_.workspace_dir().empty() && executor_.code_path.starts_with("/workspace/"))
     ::unlink((policy_.workspace_dir() + executor_.code_path.substr(strlen("/workspace"))).c_str());
 
-  // 7. The verdict.
+  // 8. The verdict.
   Result result;
   result.stdout_data = stdout_buf.Contents();
   result.stderr_data = stderr_buf.Contents();
@@ -328,6 +351,18 @@ Result Sandbox::Run() {
   result.cpu_ms = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000 +
                   (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000;
   result.peak_memory_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+
+  CgroupStats stats;
+  if (cgroup) {
+    stats = cgroup->ReadStats();
+    result.limits = cgroup->Report(*policy_.cgroup_limits());
+    result.cpu_ms = static_cast<int64_t>(stats.cpu_usage_us / 1000);
+    if (stats.peak_memory_bytes > 0) result.peak_memory_bytes = stats.peak_memory_bytes;
+  } else {
+    LimitsReport none;
+    none.backend = "none";
+    result.limits = none;
+  }
 
   if (have_setup_error) {
     result.status = RunStatus::kSetupError;
@@ -349,10 +384,16 @@ Result Sandbox::Run() {
       result.status = result.signal == SIGSYS ? RunStatus::kViolation : RunStatus::kSignal;
     }
     result.reason = result.status == RunStatus::kViolation ? "killed by the seccomp policy (SIGSYS)" : ExitReason(ws);
+    if (result.signal == SIGKILL && stats.oom_kills > 0) {
+      result.status = RunStatus::kOom;
+      result.reason = fmt::format("killed by the OOM killer: the memory limit of {} bytes was reached",
+                                  policy_.cgroup_limits()->memory_max_bytes);
+    }
   } else {
     result.status = RunStatus::kSetupError;
     result.reason = fmt::format("the sandbox's pid 1 ended before the program finished ({})", ExitReason(init_status));
   }
+  if (hooks_) hooks_->OnFinished(result);
   return result;
 }
 

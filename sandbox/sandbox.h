@@ -4,11 +4,26 @@
 #include <atomic>
 #include <functional>
 
+#include <sys/types.h>
+
 #include "sandbox/executor.h"
 #include "sandbox/policy.h"
 #include "sandbox/result.h"
 
 namespace nsbox {
+
+// Extension points for front ends that run host-side services for one sandbox (the egress proxy).
+class SandboxHooks {
+ public:
+  virtual ~SandboxHooks() = default;
+  // After clone and the id maps, before the child goes on: its namespaces exist. An error is a setup error.
+  virtual Status OnChildCreated(pid_t child) {
+    (void)child;
+    return OkStatus();
+  }
+  // After every process of the sandbox is gone: adds what the service saw to the result.
+  virtual void OnFinished(Result& result) { (void)result; }
+};
 
 class Sandbox {
  public:
@@ -19,11 +34,14 @@ class Sandbox {
   void Kill();
   // When set, SIGINT/SIGTERM/SIGHUP sent to nsbox are passed on to the program instead of killing nsbox.
   void ForwardSignals(bool forward) { forward_signals_ = forward; }
+  // Not owned; must outlive Run().
+  void SetHooks(SandboxHooks* hooks) { hooks_ = hooks; }
 
  private:
   Executor executor_;
   Policy policy_;
   bool forward_signals_ = false;
+  SandboxHooks* hooks_ = nullptr;
   std::atomic<bool> kill_requested_{false};
   int kill_eventfd_ = -1;
 };

@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   nsbox::cli::ExitCode exit_code;
   nsbox::cli::RegisterRun(app, exit_code);
+  nsbox::cli::RegisterAgent(app, exit_code);
+  nsbox::cli::RegisterMcp(app, exit_code);
+  nsbox::cli::RegisterProfile(app, exit_code);
   nsbox::cli::RegisterImage(app, exit_code);
   try {
     app.parse(argc, argv);

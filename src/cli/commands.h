@@ -14,7 +14,10 @@ struct ExitCode {
 inline constexpr int kExitNsboxFailure = 125;
 
 void RegisterRun(CLI::App& app, ExitCode& exit_code);
-void RegisterImage(CLI::App& app, ExitCode& exit_code);
+void RegisterAgent(CLI::App& app, ExitCode& exit_code);
+void RegisterMcp(CLI::App& app, ExitCode& exit_code);
+void RegisterProfile(CLI::App& app, ExitCode& exit_code);  // src/cli/profile.cc
+void RegisterImage(CLI::App& app, ExitCode& exit_code);    // src/cli/image.cc
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
 
 }  // namespace nsbox::cli

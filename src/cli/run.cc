@@ -53,10 +53,18 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     };
     auto policy = BuildPolicy(sandbox_options);
     if (!policy.ok()) return fail(policy.status());
+    auto network = BuildNetworkSpec(sandbox_options);
+    if (!network.ok()) return fail(network.status());
     auto executor = BuildExecutor(program_options, policy->rootfs_dir());
     if (!executor.ok()) return fail(executor.status());
+    std::unique_ptr<EgressProxyHooks> proxy;
+    if (*network) {
+      for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) executor->env[key] = value;
+      proxy = std::make_unique<EgressProxyHooks>(**network);
+    }
     Sandbox sandbox(std::move(*executor), std::move(*policy));
     sandbox.ForwardSignals(true);
+    if (proxy) sandbox.SetHooks(proxy.get());
     Result result = sandbox.Run();
     exit_code.value = EmitResult(result, program_options.json);
   });

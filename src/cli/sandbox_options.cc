@@ -12,6 +12,7 @@
 #include "sandbox/spec/units.h"
 #include "src/cli/image_store.h"
 #include "src/cli/languages.h"
+#include "src/netproxy/allow_list.h"
 
 namespace nsbox::cli {
 namespace {
@@ -33,8 +34,13 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
   app->add_option("--workspace", o.workspace, "bind this host directory read-write at /workspace (default: a fresh tmpfs)");
   app->add_option("--ro-bind", o.ro_binds, "SRC[:DST]: bind a host path read-only (repeatable)");
   app->add_option("--bind", o.binds, "SRC[:DST]: bind a host path read-write (repeatable)");
-  app->add_option("--network", o.network, "none (own namespace, loopback only) or host (gives up network isolation)")
+  app->add_option("--network", o.network,
+                  "none (own namespace, loopback only), allow=DOMAIN[,DOMAIN...] (only these domains, through nsbox's "
+                  "HTTP(S) proxy), or host (the host's network: gives up network isolation)")
       ->capture_default_str();
+  app->add_option("--network-limit", o.network_limit, "with allow=: bytes the sandbox may move in and out, e.g. 100M");
+  app->add_flag("--dangerously-allow-private-addresses", o.allow_private_addresses,
+                "with allow=: let allowed domains resolve to loopback, private or link-local addresses");
   app->add_option("--memory", o.memory, "memory limit, e.g. 256M, 1G")->capture_default_str();
   app->add_option("--memory-swap", o.memory_swap, "swap allowed on top of --memory (default: none)");
   app->add_option("--pids", o.pids, "maximum number of processes and threads")->capture_default_str();
@@ -66,8 +72,8 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
     builder.AddWritableBind(src, dst);
   }
   if (o.network == "host") builder.DangerAllowHostNetwork();
-  else if (o.network != "none")
-    return Status::Error(fmt::format("--network '{}': expected none or host", o.network));
+  else if (o.network != "none" && !o.network.starts_with("allow="))
+    return Status::Error(fmt::format("--network '{}': expected none, host or allow=DOMAIN[,DOMAIN...]", o.network));
   auto tmpfs = ParseSize(o.tmpfs_size);
   if (!tmpfs.ok()) return tmpfs.status().Wrap("--tmpfs-size");
   builder.SetTmpfsSize(*tmpfs);
@@ -88,6 +94,26 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
     builder.SetCgroupLimits(limits);
   }
   return builder.TryBuild();
+}
+
+StatusOr<std::optional<NetworkAllowSpec>> BuildNetworkSpec(const SandboxOptions& o) {
+  bool allow = o.network.starts_with("allow=");
+  if (!allow) {
+    if (!o.network_limit.empty()) return Status::Error("--network-limit needs --network allow=DOMAIN,...");
+    if (o.allow_private_addresses) return Status::Error("--dangerously-allow-private-addresses needs --network allow=DOMAIN,...");
+    return std::optional<NetworkAllowSpec>();
+  }
+  NetworkAllowSpec spec;
+  auto domains = netproxy::ParseAllowList(o.network);
+  if (!domains.ok()) return domains.status().Wrap("--network");
+  spec.domains = *domains;
+  if (!o.network_limit.empty()) {
+    auto limit = ParseSize(o.network_limit);
+    if (!limit.ok()) return limit.status().Wrap("--network-limit");
+    spec.byte_limit = *limit;
+  }
+  spec.allow_private_addresses = o.allow_private_addresses;
+  return std::optional<NetworkAllowSpec>(spec);
 }
 
 void AddProgramOptions(CLI::App* app, ProgramOptions& o) {

@@ -1,6 +1,7 @@
 // The options shared by every verb that makes a sandbox (run, session create, mcp), and how they become a Policy.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "sandbox/base/status.h"
 #include "sandbox/executor.h"
 #include "sandbox/policy.h"
+#include "src/cli/network.h"
 
 namespace nsbox::cli {
 
@@ -17,6 +19,8 @@ struct SandboxOptions {
   std::string workspace;
   std::vector<std::string> ro_binds, binds;
   std::string network = "none";
+  std::string network_limit;
+  bool allow_private_addresses = false;
   std::string memory = "512M";
   std::string memory_swap;
   uint64_t pids = 256;
@@ -28,6 +32,8 @@ struct SandboxOptions {
 
 void AddSandboxOptions(CLI::App* app, SandboxOptions& options);
 StatusOr<Policy> BuildPolicy(const SandboxOptions& options);
+// For --network allow=…: the proxy's settings; nullopt for none and host.
+StatusOr<std::optional<NetworkAllowSpec>> BuildNetworkSpec(const SandboxOptions& options);
 
 // What to run and how: shared by run and exec.
 struct ProgramOptions {

@@ -1,0 +1,547 @@
+// Cgroup backend detection and placement, shared control-file helpers, stale-group sweep and the reaper.
+#include "sandbox/cgroup.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/cgroup_internal.h"
+
+namespace nsbox {
+namespace cgroup_internal {
+
+SelfCgroup ParseSelfCgroup(std::string_view content) {
+  SelfCgroup self;
+  std::istringstream in{std::string(content)};
+  std::string line;
+  while (std::getline(in, line)) {
+    // "hierarchy-id:controller-list:path"; the path may itself contain ':'.
+    size_t first = line.find(':');
+    if (first == std::string::npos) continue;
+    size_t second = line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    std::string id = line.substr(0, first);
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (id == "0" && controllers.empty()) {
+      self.unified_path = path;
+      continue;
+    }
+    std::istringstream list(controllers);
+    std::string controller;
+    while (std::getline(list, controller, ',')) {
+      if (controller.empty() || controller.starts_with("name=")) continue;
+      self.v1_paths[controller] = path;
+      self.v1_mount_dir[controller] = controllers;
+    }
+  }
+  return self;
+}
+
+std::map<std::string, uint64_t> ParseKeyedFile(std::string_view content) {
+  std::map<std::string, uint64_t> values;
+  std::istringstream in{std::string(content)};
+  std::string key;
+  std::string value;
+  while (in >> key >> value) {
+    char* end = nullptr;
+    unsigned long long number = std::strtoull(value.c_str(), &end, 10);
+    if (end && *end == '\0') values[key] = number;
+  }
+  return values;
+}
+
+uint64_t ReadKeyed(const std::string& path, const std::string& key) {
+  auto content = ReadFile(path);
+  if (!content.ok()) return 0;
+  auto values = ParseKeyedFile(*content);
+  auto it = values.find(key);
+  return it == values.end() ? 0 : it->second;
+}
+
+uint64_t ReadNumber(const std::string& path) {
+  auto content = ReadFile(path);
+  if (!content.ok()) return 0;
+  return std::strtoull(content->c_str(), nullptr, 10);
+}
+
+std::vector<pid_t> ReadPids(const std::string& path) {
+  std::vector<pid_t> pids;
+  auto content = ReadFile(path);
+  if (!content.ok()) return pids;
+  std::istringstream in(*content);
+  long pid;
+  while (in >> pid) pids.push_back(static_cast<pid_t>(pid));
+  return pids;
+}
+
+namespace {
+
+// Field 22 of /proc/<pid>/stat, the start time in clock ticks since boot; 0 when the process is gone.
+uint64_t ProcessStartTime(pid_t pid) {
+  auto stat = ReadFile(fmt::format("/proc/{}/stat", pid));
+  if (!stat.ok()) return 0;
+  size_t paren = stat->rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  std::istringstream in(stat->substr(paren + 2));
+  std::string field;
+  for (int index = 3; index <= 22 && (in >> field); ++index) {
+    if (index == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string NewGroupName() {
+  static std::atomic<uint64_t> sequence{0};
+  // Cached per pid: a forked child that creates groups has a start time of its own, and a name with its
+  // parent's would look stale to every other nsbox.
+  static std::mutex cache_mutex;
+  static pid_t cached_pid = 0;
+  static uint64_t cached_start = 0;
+  pid_t self = ::getpid();
+  uint64_t start;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (cached_pid != self) {
+      cached_start = ProcessStartTime(self);
+      cached_pid = self;
+    }
+    start = cached_start;
+  }
+  return fmt::format("{}-{}-{}", self, start, sequence++);
+}
+
+bool IsStaleGroupName(const std::string& name) {
+  unsigned long pid = 0;
+  unsigned long long start = 0, seq = 0;
+  char extra = 0;
+  if (std::sscanf(name.c_str(), "%lu-%llu-%llu%c", &pid, &start, &seq, &extra) != 3) return false;  // not ours
+  if (pid == 0) return false;
+  uint64_t now_start = ProcessStartTime(static_cast<pid_t>(pid));
+  return now_start == 0 || now_start != start;  // creator gone, or its pid reused by another process
+}
+
+Status WriteCgroupFile(const std::string& path, std::string_view content, int* err) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) {
+    if (err) *err = errno;
+    return Status::Errno(fmt::format("open({}, O_WRONLY)", path));
+  }
+  if (::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    int saved = errno;
+    if (err) *err = saved;
+    return Status::Errno(fmt::format("write({}, \"{}\")", path, content), saved);
+  }
+  return OkStatus();
+}
+
+Status MakeDir(const std::string& dir, const CgroupConfig& config, bool* created, int* err) {
+  *created = false;
+  if (::mkdir(dir.c_str(), 0755) == 0) {
+    *created = true;
+    if (config.fake_fs_mkdir_hook) config.fake_fs_mkdir_hook(dir);
+    return OkStatus();
+  }
+  if (errno == EEXIST) return OkStatus();
+  *err = errno;
+  return Status::Errno(fmt::format("mkdir({})", dir), *err);
+}
+
+namespace {
+
+void SleepMs(long ms) {
+  struct timespec ts = {0, ms * 1000000L};
+  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+// Writes a short string with one write(2); returns 0 or errno. Async-signal-safe.
+int RawWrite(const char* path, const char* text) {
+  int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  size_t length = std::strlen(text);
+  int result = ::write(fd, text, length) == static_cast<ssize_t>(length) ? 0 : errno;
+  ::close(fd);
+  return result;
+}
+
+// Reads a small file into buf (NUL-terminated); returns bytes read or -errno. Async-signal-safe.
+ssize_t RawRead(const char* path, char* buf, size_t size) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  ssize_t total = 0;
+  for (;;) {
+    ssize_t n = ::read(fd, buf + total, size - 1 - static_cast<size_t>(total));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    total += n;
+    if (static_cast<size_t>(total) >= size - 1) break;
+  }
+  ::close(fd);
+  buf[total] = '\0';
+  return total;
+}
+
+// Sends SIGKILL to every pid listed in procs_file; returns how many were listed, or -errno.
+// Reads in chunks so a group of any size is covered without allocating.
+long KillListed(const char* procs_file) {
+  int fd = ::open(procs_file, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  char buf[4096];
+  long listed = 0;
+  long pid = 0;
+  bool in_number = false;
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] >= '0' && buf[i] <= '9') {
+        pid = pid * 10 + (buf[i] - '0');
+        in_number = true;
+      } else if (in_number) {
+        if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
+        ++listed;
+        pid = 0;
+        in_number = false;
+      }
+    }
+  }
+  if (in_number) {
+    if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
+    ++listed;
+  }
+  ::close(fd);
+  return listed;
+}
+
+// Waits until a v1 freezer group reports FROZEN (bounded); returns 0 or errno.
+int RawFreeze(const char* state_file) {
+  if (int err = RawWrite(state_file, "FROZEN")) return err;
+  char state[64];
+  for (int i = 0; i < 200; ++i) {
+    if (RawRead(state_file, state, sizeof state) < 0) return errno;
+    if (std::strncmp(state, "FROZEN", 6) == 0) return 0;
+    SleepMs(5);
+  }
+  return 0;  // still FREEZING: kill what is listed anyway; the loop goes round again
+}
+
+}  // namespace
+
+int RawKillGroup(const char* kill_file, const char* procs_file, const char* freezer_state, const char** failed_call) {
+  bool use_kill_file = kill_file != nullptr && kill_file[0] != '\0';
+  bool use_freezer = freezer_state != nullptr && freezer_state[0] != '\0';
+  if (use_kill_file) {
+    int err = RawWrite(kill_file, "1");
+    if (err == ENOENT) {
+      use_kill_file = false;  // cgroup.kill is Linux 5.14+; kill pid by pid instead
+    } else if (err != 0) {
+      *failed_call = "write(cgroup.kill, \"1\")";
+      return err;
+    }
+  }
+  // About 5 s in all: a SIGKILLed process is gone within milliseconds unless it is stuck in the kernel.
+  for (int round = 0; round < 500; ++round) {
+    if (use_freezer) {
+      if (int err = RawFreeze(freezer_state)) {
+        *failed_call = "write(freezer.state, \"FROZEN\")";
+        return err;
+      }
+    }
+    long listed = use_kill_file ? 0 : KillListed(procs_file);
+    if (use_freezer) RawWrite(freezer_state, "THAWED");  // frozen tasks die only once thawed
+    if (use_kill_file) {
+      char buf[64];
+      ssize_t n = RawRead(procs_file, buf, sizeof buf);
+      if (n < 0) {
+        *failed_call = "read(cgroup.procs)";
+        return static_cast<int>(-n);
+      }
+      listed = n;
+    }
+    if (listed < 0) {
+      *failed_call = "read(cgroup.procs)";
+      return static_cast<int>(-listed);
+    }
+    if (listed == 0) return 0;
+    SleepMs(round < 10 ? 1 : 10);
+  }
+  *failed_call = "waiting for the group's processes to exit";
+  return ETIMEDOUT;
+}
+
+int RawRemoveDir(const char* dir) {
+  // EBUSY: killed processes have left cgroup.procs but are still being torn down by the kernel.
+  for (int i = 0; i < 300; ++i) {
+    if (::rmdir(dir) == 0 || errno == ENOENT) return 0;
+    if (errno != EBUSY) return errno;
+    SleepMs(i < 10 ? 1 : 10);
+  }
+  return EBUSY;
+}
+
+Status RemoveDir(const std::string& dir) {
+  int err = RawRemoveDir(dir.c_str());
+  return err == 0 ? OkStatus() : Status::Errno(fmt::format("rmdir({})", dir), err);
+}
+
+void RemoveSubtreeIfEmpty(const std::string& dir) {
+  ::rmdir(dir.c_str());  // fails with EBUSY/ENOTEMPTY while another sandbox has a group there: fine
+}
+
+namespace {
+
+[[noreturn]] void ReaperMain(int pipe_fd, int parent_pidfd, const ReaperPlan& plan) {
+  ::setsid();
+  // Hold no other descriptor of nsbox's: a copy of a sandbox's output pipe would keep nsbox from
+  // seeing its end of file.
+  int keep_low = std::min(pipe_fd, parent_pidfd < 0 ? pipe_fd : parent_pidfd);
+  int keep_high = std::max(pipe_fd, parent_pidfd < 0 ? pipe_fd : parent_pidfd);
+  if (keep_low > 0) ::syscall(SYS_close_range, 0u, static_cast<unsigned>(keep_low - 1), 0u);
+  if (keep_high > keep_low) ::syscall(SYS_close_range, static_cast<unsigned>(keep_low + 1), static_cast<unsigned>(keep_high - 1), 0u);
+  ::syscall(SYS_close_range, static_cast<unsigned>(keep_high + 1), ~0u, 0u);
+  struct sigaction ignore = {};
+  ignore.sa_handler = SIG_IGN;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::sigaction(sig, &ignore, nullptr);
+
+  for (;;) {
+    struct pollfd fds[2] = {{pipe_fd, POLLIN, 0}, {parent_pidfd, POLLIN, 0}};
+    int n = ::poll(fds, parent_pidfd >= 0 ? 2 : 1, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      char byte;
+      ssize_t got = ::read(pipe_fd, &byte, 1);
+      if (got < 0 && errno == EINTR) continue;
+      if (got == 1) ::_exit(0);  // dismissed: nsbox cleaned up itself
+      break;                     // end of file: nsbox is gone
+    }
+    if (parent_pidfd >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      // nsbox exited; a byte it wrote just before still counts as a dismissal. Without blocking: a child
+      // that did not exec may still hold the write end.
+      struct pollfd pipe_ready = {pipe_fd, POLLIN, 0};
+      char byte;
+      if (::poll(&pipe_ready, 1, 0) == 1 && (pipe_ready.revents & POLLIN) && ::read(pipe_fd, &byte, 1) == 1) ::_exit(0);
+      break;
+    }
+  }
+  const char* failed_call = nullptr;
+  RawKillGroup(plan.kill_file.c_str(), plan.procs_file.c_str(), plan.freezer_state_file.c_str(), &failed_call);
+  for (const std::string& dir : plan.group_dirs) RawRemoveDir(dir.c_str());
+  for (const std::string& dir : plan.subtree_dirs) ::rmdir(dir.c_str());
+  ::_exit(0);
+}
+
+}  // namespace
+
+namespace {
+
+// Dismissed reapers that had not exited yet: reaped without blocking on later calls, so tearing a sandbox
+// down does not wait for the reaper to be scheduled (about 2 ms on a busy machine).
+std::mutex dismissed_mutex;
+std::vector<pid_t> dismissed_reapers;
+
+void ReapDismissed(pid_t also) {
+  std::lock_guard<std::mutex> lock(dismissed_mutex);
+  if (also > 0) dismissed_reapers.push_back(also);
+  std::erase_if(dismissed_reapers, [](pid_t pid) {
+    pid_t done = ::waitpid(pid, nullptr, WNOHANG);
+    return done == pid || (done < 0 && errno == ECHILD);  // ECHILD: someone else reaped it
+  });
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Reaper>> Reaper::Start(const ReaperPlan& plan) {
+  ReapDismissed(0);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2(reaper)");
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
+  pid_t parent = ::getpid();
+  // Opened before fork so there is no window in which the parent's pid could be reused.
+  UniqueFd parent_pidfd(static_cast<int>(::syscall(SYS_pidfd_open, parent, 0)));  // -1 before Linux 5.3: pipe only
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::Errno("fork(cgroup reaper)");
+  if (pid == 0) {
+    ::close(write_end.get());
+    ReaperMain(read_end.get(), parent_pidfd.get(), plan);
+  }
+  return std::unique_ptr<Reaper>(new Reaper(pid, write_end.release()));
+}
+
+void Reaper::Dismiss() {
+  if (pid_ <= 0) return;
+  char byte = 'd';
+  while (::write(pipe_fd_, &byte, 1) < 0 && errno == EINTR) {
+  }
+  ::close(pipe_fd_);
+  pipe_fd_ = -1;
+  ReapDismissed(pid_);
+  pid_ = -1;
+}
+
+void Reaper::Abandon() {
+  if (pid_ <= 0) return;
+  ::close(pipe_fd_);  // end of file without a byte: the reaper cleans up now
+  pipe_fd_ = -1;
+  ReapDismissed(pid_);  // reaped once it is done, by a later call
+  pid_ = -1;
+}
+
+Reaper::~Reaper() { Dismiss(); }
+
+}  // namespace cgroup_internal
+
+using namespace cgroup_internal;
+
+namespace {
+
+constexpr const char* kFixHint =
+    "To give nsbox cgroups: run it as root; or, as a user, start it inside a delegated cgroup "
+    "(systemd-run --user --scope -p Delegate=yes nsbox ...) on a cgroup v2 host; on a hybrid or v1 host, "
+    "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 with every controller) or run as root. "
+    "Or run without any limits: --dangerously-run-without-limits.";
+
+bool UseOwnCgroup(const CgroupConfig& config) {
+  switch (config.placement) {
+    case CgroupConfig::Placement::kRootSubtree: return false;
+    case CgroupConfig::Placement::kOwnCgroup: return true;
+    case CgroupConfig::Placement::kAuto: break;
+  }
+  return ::geteuid() != 0;
+}
+
+std::string JoinPath(const std::string& base, const std::string& relative) {
+  if (relative.empty() || relative == "/") return base;
+  return relative.front() == '/' ? base + relative : base + "/" + relative;
+}
+
+struct Plan {
+  bool v2 = false;
+  std::string v2_parent;
+  V1Dirs v1;
+};
+
+// Finds a usable backend and where its groups go; the error names everything missing.
+StatusOr<Plan> Detect(const CgroupConfig& config) {
+  auto self_content = ReadFile(config.proc_self_cgroup);
+  if (!self_content.ok()) return self_content.status().Wrap("reading nsbox's own cgroup");
+  SelfCgroup self = ParseSelfCgroup(*self_content);
+  bool own = UseOwnCgroup(config);
+  std::vector<std::string> problems;
+
+  if (config.backend != CgroupConfig::Backend::kV1) {
+    if (!self.unified_path) {
+      problems.push_back("cgroup v2: nsbox is in no cgroup v2 hierarchy (no \"0::\" line in " + config.proc_self_cgroup + ")");
+    } else if (!PathExists(config.cgroup_root + "/cgroup.controllers")) {
+      std::string note = PathExists(config.cgroup_root + "/unified/cgroup.controllers")
+                             ? " (a hybrid host: the v2 tree at " + config.cgroup_root + "/unified gets no controllers)"
+                             : "";
+      problems.push_back("cgroup v2: " + config.cgroup_root + " is not a cgroup2 mount" + note);
+    } else {
+      std::string own_path = *self.unified_path;
+      // After its first sandbox a non-root nsbox sits in the "supervisor" leaf it made; its groups still
+      // go next to that leaf.
+      size_t slash = own_path.rfind('/');
+      if (slash != std::string::npos && own_path.compare(slash + 1, std::string::npos, kSupervisorLeaf) == 0)
+        own_path.resize(slash);
+      std::string parent = own ? JoinPath(config.cgroup_root, own_path) : config.cgroup_root;
+      Status usable = CheckCgroupV2(config, parent);
+      if (usable.ok()) {
+        Plan plan;
+        plan.v2 = true;
+        plan.v2_parent = parent;
+        return plan;
+      }
+      problems.push_back("cgroup v2: " + usable.message());
+    }
+  }
+
+  if (config.backend != CgroupConfig::Backend::kV2) {
+    std::vector<std::string> missing;
+    auto dir_of = [&](const std::string& controller) -> std::string {
+      auto path = self.v1_paths.find(controller);
+      if (path == self.v1_paths.end()) {
+        missing.push_back(controller);
+        return "";
+      }
+      std::string mount = config.cgroup_root + "/" + controller;  // co-mounted hierarchies have a symlink per name
+      if (!PathExists(mount + "/cgroup.procs")) mount = config.cgroup_root + "/" + self.v1_mount_dir[controller];
+      if (!PathExists(mount + "/cgroup.procs")) {
+        missing.push_back(controller + " (not mounted at " + config.cgroup_root + "/" + controller + ")");
+        return "";
+      }
+      return own ? JoinPath(mount, path->second) : mount;
+    };
+    Plan plan;
+    plan.v1.memory = dir_of("memory");
+    plan.v1.pids = dir_of("pids");
+    plan.v1.cpu = dir_of("cpu");
+    plan.v1.cpuacct = dir_of("cpuacct");
+    if (self.v1_paths.count("freezer")) {
+      std::vector<std::string> ignored;
+      std::swap(ignored, missing);
+      plan.v1.freezer = dir_of("freezer");  // optional: makes the kill race-free, not required
+      std::swap(ignored, missing);
+    }
+    if (missing.empty()) {
+      std::vector<std::string> unwritable;
+      for (const std::string* dir : {&plan.v1.memory, &plan.v1.pids, &plan.v1.cpu, &plan.v1.cpuacct}) {
+        if (::access(dir->c_str(), W_OK) != 0) unwritable.push_back(*dir);
+      }
+      if (unwritable.empty()) return plan;
+      problems.push_back(fmt::format("cgroup v1: no write access to {} (not root and not delegated)",
+                                     fmt::join(unwritable, ", ")));
+    } else {
+      problems.push_back(fmt::format("cgroup v1: controller(s) missing: {}", fmt::join(missing, ", ")));
+    }
+  }
+  return Status::Error(fmt::format("no usable cgroup backend for memory, pids and CPU limits. {}. {}",
+                                   fmt::join(problems, "; "), kFixHint));
+}
+
+}  // namespace
+
+StatusOr<std::string> DetectCgroupBackend(const CgroupConfig& config) {
+  auto plan = Detect(config);
+  if (!plan.ok()) return plan.status();
+  return std::string(plan->v2 ? "cgroup2" : "cgroup1");
+}
+
+StatusOr<std::unique_ptr<Cgroup>> CreateSandboxCgroup(const CgroupLimits& limits, const CgroupConfig& config) {
+  if (config.subtree.empty() || config.subtree.find('/') != std::string::npos || config.subtree == "." ||
+      config.subtree == "..")
+    return Status::Error(fmt::format("cgroup subtree \"{}\" must be one directory name", config.subtree));
+  if (limits.cpus < 0.01) return Status::Error(fmt::format("--cpus {} is below the minimum of 0.01", limits.cpus));
+  auto plan = Detect(config);
+  if (!plan.ok()) return plan.status();
+  if (plan->v2) {
+    if (config.sweep_stale) SweepStaleV2(plan->v2_parent, config);
+    return CreateCgroupV2(limits, config, plan->v2_parent, UseOwnCgroup(config));
+  }
+  if (config.sweep_stale) SweepStaleV1(plan->v1, config);
+  return CreateCgroupV1(limits, config, plan->v1);
+}
+
+}  // namespace nsbox

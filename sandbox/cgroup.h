@@ -1,0 +1,87 @@
+// Cgroup: one sandbox's cgroup behind one interface (v2 and v1 backends), backend detection, and cleanup after nsbox dies.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "sandbox/base/status.h"
+#include "sandbox/policy.h"
+#include "sandbox/result.h"
+
+namespace nsbox {
+
+struct CgroupConfig {
+  // Where the cgroup file systems are mounted; tests point it at a fake tree in a temp dir.
+  std::string cgroup_root = "/sys/fs/cgroup";
+  // The directory, under the hierarchy root (root) or under nsbox's own cgroup (non-root), that holds
+  // one directory per sandbox. It is removed again when it becomes empty.
+  std::string subtree = "nsbox";
+  // Where nsbox's own cgroup membership is read from (cgroup(7) format).
+  std::string proc_self_cgroup = "/proc/self/cgroup";
+
+  enum class Placement {
+    kAuto,         // the hierarchy root's subtree when euid is 0, nsbox's own (delegated) cgroup otherwise
+    kRootSubtree,  // <root>/<subtree>/<id> (v2), <root>/<ctrl>/<subtree>/<id> (v1)
+    kOwnCgroup,    // <own cgroup>/<subtree>/<id>: a subtree delegated to nsbox's user (systemd Delegate=yes)
+  };
+  Placement placement = Placement::kAuto;
+
+  enum class Backend { kAuto, kV2, kV1 };
+  Backend backend = Backend::kAuto;  // kAuto: v2 when it has every controller delegated, else v1
+
+  // Forks a small reaper that kills and removes the group if nsbox dies without doing it (SIGKILL).
+  bool reaper = true;
+  // Removes groups left behind by an nsbox that is no longer alive (reaper killed too, machine crash).
+  bool sweep_stale = true;
+  // Tests only: a fake tree is a plain directory, so the kernel does not fill new groups with control
+  // files; this is called after each mkdir to create them.
+  std::function<void(const std::string& dir)> fake_fs_mkdir_hook;
+};
+
+struct CgroupStats {
+  uint64_t peak_memory_bytes = 0;
+  uint64_t oom_kills = 0;
+  bool pids_limit_hit = false;
+  uint64_t cpu_usage_us = 0;
+  uint64_t cpu_throttled_us = 0;
+};
+
+// One sandbox's cgroup. The destructor kills every process in it and removes it.
+class Cgroup {
+ public:
+  virtual ~Cgroup() = default;
+  Cgroup(const Cgroup&) = delete;
+  Cgroup& operator=(const Cgroup&) = delete;
+
+  virtual const char* backend() const = 0;  // "cgroup2" / "cgroup1"
+  // v2: a directory fd for clone3(CLONE_INTO_CGROUP), valid until the Cgroup is destroyed; v1: -1.
+  virtual int clone_into_fd() const { return -1; }
+  // The group's directory (v2) or its memory controller's directory (v1), for messages and tests.
+  virtual std::string path() const = 0;
+  // Moves a process (and its future children) into the group: cgroup.procs of every controller.
+  virtual Status AddProcess(pid_t pid) = 0;
+  virtual CgroupStats ReadStats() const = 0;
+  // Kills every process in the group and waits until it is empty (v2: cgroup.kill; v1: freeze, SIGKILL, thaw).
+  virtual Status KillAll() = 0;
+  // Removes the group's directories, and the subtree directory when no other sandbox uses it.
+  virtual Status Remove() = 0;
+  // Which mechanism enforced each limit, with the measurements from ReadStats().
+  virtual LimitsReport Report(const CgroupLimits& limits) const = 0;
+
+ protected:
+  Cgroup() = default;
+};
+
+// Creates a cgroup for one sandbox with the limits applied, or fails with a message naming what is
+// missing and how to fix it.
+StatusOr<std::unique_ptr<Cgroup>> CreateSandboxCgroup(const CgroupLimits& limits, const CgroupConfig& config = {});
+
+// The backend CreateSandboxCgroup would use ("cgroup2" / "cgroup1"), or the same error it would give;
+// creates nothing (for `nsbox doctor`).
+StatusOr<std::string> DetectCgroupBackend(const CgroupConfig& config = {});
+
+}  // namespace nsbox

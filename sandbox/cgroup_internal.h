@@ -1,0 +1,137 @@
+// Shared between the cgroup backends: group naming, control-file parsing, directory creation with races, the reaper.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sandbox/base/status.h"
+#include "sandbox/cgroup.h"
+
+namespace nsbox::cgroup_internal {
+
+// The leaf a non-root nsbox moves itself into, so that its delegated cgroup can give controllers to children.
+inline constexpr const char* kSupervisorLeaf = "supervisor";
+
+// nsbox's own cgroup membership, from /proc/self/cgroup.
+struct SelfCgroup {
+  std::optional<std::string> unified_path;          // the "0::/path" line
+  std::map<std::string, std::string> v1_paths;      // controller -> path, from "N:ctrl,ctrl:/path"
+  std::map<std::string, std::string> v1_mount_dir;  // controller -> hierarchy name ("cpu,cpuacct")
+};
+SelfCgroup ParseSelfCgroup(std::string_view content);
+
+// "key value" lines (memory.events, cpu.stat, memory.oom_control, pids.events).
+std::map<std::string, uint64_t> ParseKeyedFile(std::string_view content);
+// Reads one key of a keyed file; 0 when the file or key is missing (an older kernel).
+uint64_t ReadKeyed(const std::string& path, const std::string& key);
+// Reads a file holding one number; 0 when missing or "max".
+uint64_t ReadNumber(const std::string& path);
+// The pids listed in a cgroup.procs or tasks file.
+std::vector<pid_t> ReadPids(const std::string& path);
+
+// Group names carry their creator: "<pid>-<start time in ticks>-<sequence>", so a later nsbox can tell
+// a group whose creator is dead (and whose pid may have been reused) from a live one.
+std::string NewGroupName();
+bool IsStaleGroupName(const std::string& name);
+
+// Writes a control file with one write(2); *err (if given) gets the errno of a failure.
+Status WriteCgroupFile(const std::string& path, std::string_view content, int* err = nullptr);
+
+// mkdir <parent>/<subtree> (if needed), then mkdir <parent>/<subtree>/<name>, then prepare_subtree() on the
+// subtree (v2: enable the controllers). Another nsbox may remove the subtree directory in between when its
+// last group goes (ENOENT): retried. The subtree is prepared only once our group is in it, as only then
+// can it not be removed and re-created bare under us.
+template <typename Prepare>
+Status MakeGroupDir(const std::string& subtree_dir, const std::string& group_dir, const CgroupConfig& config,
+                    Prepare prepare_subtree);
+// mkdir that accepts EEXIST (reported through *created); *err gets the errno of a failure.
+Status MakeDir(const std::string& dir, const CgroupConfig& config, bool* created, int* err);
+
+// RawRemoveDir with a Status.
+Status RemoveDir(const std::string& dir);
+// rmdir of a subtree directory that other sandboxes may still use: EBUSY/ENOTEMPTY/ENOENT are fine.
+void RemoveSubtreeIfEmpty(const std::string& dir);
+
+// Kills every process of a group and waits (bounded, about 5 s) until its cgroup.procs stays empty.
+// Allocation-free and async-signal-safe, so the reaper runs it after fork. kill_file: cgroup.kill (v2,
+// written once; falls back to SIGKILL per pid when the kernel lacks it); freezer_state: v1 freezer.state
+// (freeze, kill, thaw, so nothing forks between reading the list and killing it); either may be null.
+// Returns 0, or the errno of the failing step with *failed_call naming it.
+int RawKillGroup(const char* kill_file, const char* procs_file, const char* freezer_state, const char** failed_call);
+// rmdir, waiting out EBUSY while killed processes finish exiting (bounded); returns 0 or errno. ENOENT is 0.
+int RawRemoveDir(const char* dir);
+
+// What the reaper must do if nsbox dies: every path is built before fork, so the reaper allocates nothing.
+struct ReaperPlan {
+  std::string kill_file;                 // v2: <group>/cgroup.kill; empty on v1
+  std::string procs_file;                // the group's cgroup.procs, polled until empty
+  std::string freezer_state_file;        // v1: <freezer group>/freezer.state, or empty
+  std::vector<std::string> group_dirs;   // removed after the kill, in order
+  std::vector<std::string> subtree_dirs; // removed if empty
+};
+
+// A forked process that waits on a pipe from nsbox and on a pidfd of nsbox. A byte on the pipe means
+// "cleaned up, exit"; nsbox's exit (pidfd readable, or the pipe's end of file) without one means nsbox
+// died, and the reaper kills and removes the group. The pidfd matters because a sandbox child that
+// does not exec keeps a copy of the pipe's write end. Its own session keeps it out of
+// nsbox's process group (a terminal's Ctrl-C or `kill -- -pgid` does not take it along).
+class Reaper {
+ public:
+  static StatusOr<std::unique_ptr<Reaper>> Start(const ReaperPlan& plan);
+  ~Reaper();  // Dismiss()
+  Reaper(const Reaper&) = delete;
+  Reaper& operator=(const Reaper&) = delete;
+  // Tells the reaper the group is gone; it is reaped without blocking, now or on a later call.
+  void Dismiss();
+  // Leaves the cleanup to the reaper (nsbox failed to do it itself); it starts at once.
+  void Abandon();
+  pid_t pid() const { return pid_; }
+
+ private:
+  Reaper(pid_t pid, int pipe_fd) : pid_(pid), pipe_fd_(pipe_fd) {}
+  pid_t pid_;
+  int pipe_fd_;
+};
+
+// Backends (cgroup_v2.cc, cgroup_v1.cc). `parent` is the directory that holds the subtree.
+StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, const CgroupConfig& config,
+                                                 const std::string& parent, bool own_cgroup);
+Status CheckCgroupV2(const CgroupConfig& config, const std::string& parent);
+void SweepStaleV2(const std::string& parent, const CgroupConfig& config);
+
+struct V1Dirs {  // controller -> the directory that holds the subtree in that controller's hierarchy
+  std::string memory, pids, cpu, cpuacct;  // cpu and cpuacct are the same when co-mounted
+  std::string freezer;                     // empty when there is no freezer hierarchy
+};
+StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, const CgroupConfig& config,
+                                                 const V1Dirs& parents);
+void SweepStaleV1(const V1Dirs& parents, const CgroupConfig& config);
+
+// --- template definition ---
+template <typename Prepare>
+Status MakeGroupDir(const std::string& subtree_dir, const std::string& group_dir, const CgroupConfig& config,
+                    Prepare prepare_subtree) {
+  Status last;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    bool created = false;
+    int err = 0;
+    last = MakeDir(subtree_dir, config, &created, &err);
+    if (!last.ok()) return last;
+    last = MakeDir(group_dir, config, &created, &err);
+    if (last.ok()) {
+      if (!created) return Status::Error("mkdir(" + group_dir + "): exists already (a name clash)");
+      return prepare_subtree();
+    }
+    if (err != ENOENT) return last;  // ENOENT: the subtree went away under us; start over
+  }
+  return last;
+}
+
+}  // namespace nsbox::cgroup_internal

@@ -1,0 +1,189 @@
+// The cgroup v1 backend for hybrid hosts: one group per sandbox in the memory, pids, cpu, cpuacct (and freezer) hierarchies.
+#include <dirent.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/cgroup_internal.h"
+
+namespace nsbox::cgroup_internal {
+namespace {
+
+constexpr uint64_t kCpuPeriodUs = 100000;
+
+// One hierarchy's copy of the sandbox's group. Co-mounted controllers (cpu,cpuacct) share one.
+struct Hierarchy {
+  std::string subtree_dir;
+  std::string dir;
+};
+
+class CgroupV1 final : public Cgroup {
+ public:
+  // parents: the hierarchy directories holding the subtree; the same hierarchy reached twice counts once.
+  CgroupV1(const V1Dirs& parents, const std::string& subtree, const std::string& name) {
+    auto add = [&](const std::string& parent) -> std::string {
+      if (parent.empty()) return "";
+      std::string dir = parent + "/" + subtree + "/" + name;
+      char* real = ::realpath(parent.c_str(), nullptr);
+      std::string key = real ? real : parent;
+      ::free(real);
+      if (seen_.insert(key).second) hierarchies_.push_back({parent + "/" + subtree, dir});
+      return dir;
+    };
+    memory_dir_ = add(parents.memory);
+    pids_dir_ = add(parents.pids);
+    cpu_dir_ = add(parents.cpu);
+    cpuacct_dir_ = add(parents.cpuacct);
+    freezer_dir_ = add(parents.freezer);
+  }
+  ~CgroupV1() override {
+    if (removed_) return;
+    KillAll();
+    if (!Remove().ok() && reaper_) reaper_->Abandon();
+  }
+
+  const char* backend() const override { return "cgroup1"; }
+  std::string path() const override { return memory_dir_; }
+
+  Status AddProcess(pid_t pid) override {
+    for (const Hierarchy& hierarchy : hierarchies_) {
+      NSBOX_RETURN_IF_ERROR(WriteCgroupFile(hierarchy.dir + "/cgroup.procs", std::to_string(pid))
+                                .Wrap("moving a process into its cgroup"));
+    }
+    return OkStatus();
+  }
+
+  CgroupStats ReadStats() const override {
+    CgroupStats stats;
+    stats.peak_memory_bytes = ReadNumber(memory_dir_ + "/memory.max_usage_in_bytes");
+    stats.oom_kills = ReadKeyed(memory_dir_ + "/memory.oom_control", "oom_kill");  // Linux 4.13+
+    stats.pids_limit_hit = ReadKeyed(pids_dir_ + "/pids.events", "max") > 0;
+    stats.cpu_usage_us = ReadNumber(cpuacct_dir_ + "/cpuacct.usage") / 1000;
+    stats.cpu_throttled_us = ReadKeyed(cpu_dir_ + "/cpu.stat", "throttled_time") / 1000;
+    return stats;
+  }
+
+  Status KillAll() override {
+    // Every process is in every hierarchy's group; read the list from the first that still exists.
+    std::string procs_file;
+    for (const Hierarchy& hierarchy : hierarchies_) {
+      if (PathExists(hierarchy.dir)) {
+        procs_file = hierarchy.dir + "/cgroup.procs";
+        break;
+      }
+    }
+    if (procs_file.empty()) return OkStatus();
+    std::string freezer_state = freezer_dir_.empty() || !PathExists(freezer_dir_) ? "" : freezer_dir_ + "/freezer.state";
+    const char* failed_call = "";
+    int err = RawKillGroup(nullptr, procs_file.c_str(), freezer_state.c_str(), &failed_call);
+    if (err != 0) return Status::Errno(fmt::format("killing the processes of {}: {}", memory_dir_, failed_call), err);
+    return OkStatus();
+  }
+
+  Status Remove() override {
+    if (removed_) return OkStatus();
+    Status first_error;
+    for (const Hierarchy& hierarchy : hierarchies_) {
+      Status removed = RemoveDir(hierarchy.dir);
+      if (!removed.ok() && first_error.ok()) first_error = removed.Wrap("removing the sandbox's cgroup");
+      RemoveSubtreeIfEmpty(hierarchy.subtree_dir);
+    }
+    if (!first_error.ok()) return first_error;
+    removed_ = true;
+    if (reaper_) reaper_->Dismiss();
+    return OkStatus();
+  }
+
+  LimitsReport Report(const CgroupLimits& limits) const override {
+    CgroupStats stats = ReadStats();
+    LimitsReport report;
+    report.backend = "cgroup1";
+    report.enforced_by = {{"memory", "cgroup1"}, {"pids", "cgroup1"}, {"cpus", "cgroup1"}};
+    report.enforced_by["memory_swap"] = swap_limited_ ? "cgroup1" : "none (no swap accounting in this kernel)";
+    report.memory_max_bytes = limits.memory_max_bytes;
+    report.pids_max = limits.pids_max;
+    report.cpus = limits.cpus;
+    report.pids_limit_hit = stats.pids_limit_hit;
+    report.cpu_throttled_ms = stats.cpu_throttled_us / 1000;
+    report.oom_kills = stats.oom_kills;
+    return report;
+  }
+
+  const std::vector<Hierarchy>& hierarchies() const { return hierarchies_; }
+
+  Status Apply(const CgroupLimits& limits) {
+    // memory.memsw (memory plus swap) may never be below memory.limit_in_bytes: set the memory limit first.
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(memory_dir_ + "/memory.limit_in_bytes", std::to_string(limits.memory_max_bytes)));
+    if (PathExists(memory_dir_ + "/memory.memsw.limit_in_bytes")) {
+      uint64_t memsw = limits.memory_max_bytes + limits.memory_swap_max_bytes.value_or(0);
+      NSBOX_RETURN_IF_ERROR(WriteCgroupFile(memory_dir_ + "/memory.memsw.limit_in_bytes", std::to_string(memsw)));
+      swap_limited_ = true;
+    }
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(pids_dir_ + "/pids.max", std::to_string(limits.pids_max)));
+    uint64_t quota = std::max<uint64_t>(1000, static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs)));
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(cpu_dir_ + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs)));
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(cpu_dir_ + "/cpu.cfs_quota_us", std::to_string(quota)));
+    return OkStatus();
+  }
+
+  Status StartReaper() {
+    ReaperPlan plan;
+    plan.procs_file = memory_dir_ + "/cgroup.procs";
+    if (!freezer_dir_.empty()) plan.freezer_state_file = freezer_dir_ + "/freezer.state";
+    for (const Hierarchy& hierarchy : hierarchies_) {
+      plan.group_dirs.push_back(hierarchy.dir);
+      plan.subtree_dirs.push_back(hierarchy.subtree_dir);
+    }
+    auto reaper = Reaper::Start(plan);
+    if (!reaper.ok()) return reaper.status();
+    reaper_ = std::move(reaper.value());
+    return OkStatus();
+  }
+
+ private:
+  std::vector<Hierarchy> hierarchies_;
+  std::set<std::string> seen_;
+  std::string memory_dir_, pids_dir_, cpu_dir_, cpuacct_dir_, freezer_dir_;
+  std::unique_ptr<Reaper> reaper_;
+  bool swap_limited_ = false;
+  bool removed_ = false;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, const CgroupConfig& config,
+                                                 const V1Dirs& parents) {
+  auto group = std::make_unique<CgroupV1>(parents, config.subtree, NewGroupName());
+  for (const Hierarchy& hierarchy : group->hierarchies()) {
+    // v1 needs nothing enabled in the subtree: the controllers are the hierarchy's own.
+    NSBOX_RETURN_IF_ERROR(MakeGroupDir(hierarchy.subtree_dir, hierarchy.dir, config, [] { return OkStatus(); })
+                              .Wrap("creating the sandbox's cgroup"));
+  }
+  NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
+  if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper());
+  return std::unique_ptr<Cgroup>(std::move(group));
+}
+
+void SweepStaleV1(const V1Dirs& parents, const CgroupConfig& config) {
+  std::set<std::string> stale;
+  for (const std::string* parent : {&parents.memory, &parents.pids, &parents.cpu, &parents.cpuacct, &parents.freezer}) {
+    if (parent->empty()) continue;
+    DIR* listing = ::opendir((*parent + "/" + config.subtree).c_str());
+    if (!listing) continue;
+    while (struct dirent* entry = ::readdir(listing)) {
+      if (entry->d_type == DT_DIR && IsStaleGroupName(entry->d_name)) stale.insert(entry->d_name);
+    }
+    ::closedir(listing);
+  }
+  for (const std::string& name : stale) {
+    CgroupV1 adopted(parents, config.subtree, name);  // its destructor kills and removes
+  }
+}
+
+}  // namespace nsbox::cgroup_internal

@@ -1,0 +1,215 @@
+// The cgroup v2 backend: one group per sandbox with memory.max, memory.swap.max, pids.max and cpu.max; cgroup.kill teardown.
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/cgroup_internal.h"
+
+namespace nsbox::cgroup_internal {
+namespace {
+
+constexpr const char* kControllers[] = {"memory", "pids", "cpu"};
+constexpr uint64_t kCpuPeriodUs = 100000;
+
+class CgroupV2 final : public Cgroup {
+ public:
+  CgroupV2(std::string subtree_dir, std::string dir) : subtree_dir_(std::move(subtree_dir)), dir_(std::move(dir)) {}
+  ~CgroupV2() override {
+    if (removed_) return;
+    KillAll();
+    if (!Remove().ok() && reaper_) reaper_->Abandon();
+  }
+
+  const char* backend() const override { return "cgroup2"; }
+  int clone_into_fd() const override { return dir_fd_.get(); }
+  std::string path() const override { return dir_; }
+
+  Status AddProcess(pid_t pid) override {
+    return WriteCgroupFile(dir_ + "/cgroup.procs", std::to_string(pid)).Wrap("moving a process into its cgroup");
+  }
+
+  CgroupStats ReadStats() const override {
+    CgroupStats stats;
+    stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.peak");  // Linux 5.19+
+    if (stats.peak_memory_bytes == 0) stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.current");
+    stats.oom_kills = ReadKeyed(dir_ + "/memory.events", "oom_kill");
+    stats.pids_limit_hit = ReadKeyed(dir_ + "/pids.events", "max") > 0;
+    auto cpu_stat = ReadFile(dir_ + "/cpu.stat");
+    auto cpu = ParseKeyedFile(cpu_stat.ok() ? *cpu_stat : "");
+    stats.cpu_usage_us = cpu["usage_usec"];
+    stats.cpu_throttled_us = cpu["throttled_usec"];
+    return stats;
+  }
+
+  Status KillAll() override {
+    std::string kill_file = dir_ + "/cgroup.kill";
+    std::string procs_file = dir_ + "/cgroup.procs";
+    const char* failed_call = "";
+    int err = RawKillGroup(kill_file.c_str(), procs_file.c_str(), nullptr, &failed_call);
+    if (err != 0) return Status::Errno(fmt::format("killing the processes of {}: {}", dir_, failed_call), err);
+    return OkStatus();
+  }
+
+  Status Remove() override {
+    if (removed_) return OkStatus();
+    dir_fd_.reset();
+    NSBOX_RETURN_IF_ERROR(RemoveDir(dir_).Wrap("removing the sandbox's cgroup"));
+    RemoveSubtreeIfEmpty(subtree_dir_);
+    removed_ = true;
+    if (reaper_) reaper_->Dismiss();
+    return OkStatus();
+  }
+
+  LimitsReport Report(const CgroupLimits& limits) const override {
+    CgroupStats stats = ReadStats();
+    LimitsReport report;
+    report.backend = "cgroup2";
+    report.enforced_by = {{"memory", "cgroup2"}, {"pids", "cgroup2"}, {"cpus", "cgroup2"}};
+    report.enforced_by["memory_swap"] = swap_limited_ ? "cgroup2" : "none (no swap accounting in this kernel)";
+    report.memory_max_bytes = limits.memory_max_bytes;
+    report.pids_max = limits.pids_max;
+    report.cpus = limits.cpus;
+    report.pids_limit_hit = stats.pids_limit_hit;
+    report.cpu_throttled_ms = stats.cpu_throttled_us / 1000;
+    report.oom_kills = stats.oom_kills;
+    return report;
+  }
+
+  Status Apply(const CgroupLimits& limits) {
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(dir_ + "/memory.max", std::to_string(limits.memory_max_bytes)));
+    std::string swap = std::to_string(limits.memory_swap_max_bytes.value_or(0));
+    if (PathExists(dir_ + "/memory.swap.max")) {
+      NSBOX_RETURN_IF_ERROR(WriteCgroupFile(dir_ + "/memory.swap.max", swap));
+      swap_limited_ = true;
+    }
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(dir_ + "/pids.max", std::to_string(limits.pids_max)));
+    // The kernel takes quotas of at least 1 ms per period.
+    uint64_t quota = std::max<uint64_t>(1000, static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs)));
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(dir_ + "/cpu.max", fmt::format("{} {}", quota, kCpuPeriodUs)));
+    return OkStatus();
+  }
+
+  Status OpenDirFd() {
+    dir_fd_.reset(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir_fd_) return Status::Errno(fmt::format("open({}, O_DIRECTORY)", dir_));
+    return OkStatus();
+  }
+
+  Status StartReaper() {
+    ReaperPlan plan;
+    plan.kill_file = dir_ + "/cgroup.kill";
+    plan.procs_file = dir_ + "/cgroup.procs";
+    plan.group_dirs = {dir_};
+    plan.subtree_dirs = {subtree_dir_};
+    auto reaper = Reaper::Start(plan);
+    if (!reaper.ok()) return reaper.status();
+    reaper_ = std::move(reaper.value());
+    return OkStatus();
+  }
+
+ private:
+  std::string subtree_dir_;
+  std::string dir_;
+  UniqueFd dir_fd_;
+  std::unique_ptr<Reaper> reaper_;
+  bool swap_limited_ = false;
+  bool removed_ = false;
+};
+
+std::string ControllersLine(const std::string& path) {
+  auto content = ReadFile(path);
+  return content.ok() ? *content : "";
+}
+
+bool HasController(const std::string& line, const std::string& controller) {
+  size_t at = 0;
+  while ((at = line.find(controller, at)) != std::string::npos) {
+    bool starts = at == 0 || line[at - 1] == ' ' || line[at - 1] == '+';
+    bool ends = at + controller.size() == line.size() || line[at + controller.size()] == ' ' ||
+                line[at + controller.size()] == '\n';
+    if (starts && ends) return true;
+    at += controller.size();
+  }
+  return false;
+}
+
+// Enables the controllers for dir's children; *err gets the errno of a failure.
+Status EnableControllers(const std::string& dir, int* err) {
+  std::string enabled = ControllersLine(dir + "/cgroup.subtree_control");
+  std::string wanted;
+  for (const char* controller : kControllers) {
+    if (!HasController(enabled, controller)) wanted += fmt::format("{}+{}", wanted.empty() ? "" : " ", controller);
+  }
+  if (wanted.empty()) return OkStatus();
+  return WriteCgroupFile(dir + "/cgroup.subtree_control", wanted, err);
+}
+
+}  // namespace
+
+Status CheckCgroupV2(const CgroupConfig& config, const std::string& parent) {
+  (void)config;
+  std::string available = ControllersLine(parent + "/cgroup.controllers");
+  std::vector<std::string> missing;
+  for (const char* controller : kControllers) {
+    if (!HasController(available, controller)) missing.push_back(controller);
+  }
+  if (!missing.empty())
+    return Status::Error(fmt::format("controller(s) {} not available in {} (its cgroup.controllers lists \"{}\")",
+                                     fmt::join(missing, ", "), parent,
+                                     available.empty() ? "" : available.substr(0, available.find('\n'))));
+  if (::access((parent + "/cgroup.subtree_control").c_str(), W_OK) != 0 || ::access(parent.c_str(), W_OK) != 0)
+    return Status::Error(fmt::format("no write access to {} (not root and not delegated)", parent));
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, const CgroupConfig& config,
+                                                 const std::string& parent, bool own_cgroup) {
+  int err = 0;
+  Status enabled = EnableControllers(parent, &err);
+  if (!enabled.ok() && err == EBUSY && own_cgroup) {
+    // "No internal processes": a delegated cgroup that holds nsbox itself cannot give controllers to
+    // children. Move nsbox into a leaf of its own (what systemd's delegation documentation asks for).
+    bool created = false;
+    std::string leaf = parent + "/" + kSupervisorLeaf;
+    NSBOX_RETURN_IF_ERROR(MakeDir(leaf, config, &created, &err));
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(leaf + "/cgroup.procs", "0").Wrap("moving nsbox into " + leaf));
+    enabled = EnableControllers(parent, &err);
+  }
+  NSBOX_RETURN_IF_ERROR(enabled.Wrap("enabling memory, pids and cpu for nsbox's cgroups"));
+
+  std::string subtree_dir = parent + "/" + config.subtree;
+  std::string dir = subtree_dir + "/" + NewGroupName();
+  auto group = std::make_unique<CgroupV2>(subtree_dir, dir);  // from here on, its destructor removes dir
+  NSBOX_RETURN_IF_ERROR(MakeGroupDir(subtree_dir, dir, config, [&] {
+    int prepare_err = 0;
+    return EnableControllers(subtree_dir, &prepare_err);
+  }).Wrap("creating the sandbox's cgroup"));
+  NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
+  NSBOX_RETURN_IF_ERROR(group->OpenDirFd());
+  if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper());
+  return std::unique_ptr<Cgroup>(std::move(group));
+}
+
+void SweepStaleV2(const std::string& parent, const CgroupConfig& config) {
+  (void)config;
+  std::string subtree_dir = parent + "/" + config.subtree;
+  DIR* listing = ::opendir(subtree_dir.c_str());
+  if (!listing) return;
+  std::vector<std::string> stale;
+  while (struct dirent* entry = ::readdir(listing)) {
+    if (entry->d_type == DT_DIR && IsStaleGroupName(entry->d_name)) stale.emplace_back(entry->d_name);
+  }
+  ::closedir(listing);
+  for (const std::string& name : stale) {
+    CgroupV2 adopted(subtree_dir, subtree_dir + "/" + name);  // its destructor kills and removes
+  }
+}
+
+}  // namespace nsbox::cgroup_internal

@@ -1,0 +1,488 @@
+// Seccomp: libseccomp compiles a profile to BPF held in memory; the child installs it; the parent answers notifications.
+#include "sandbox/seccomp.h"
+
+#include <linux/audit.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <seccomp.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+
+namespace nsbox {
+namespace {
+
+#if !defined(__x86_64__)
+#error "nsbox's seccomp filters are written for x86_64 (the prologue and the syscall tables are)"
+#endif
+
+// x86_64 calls newer than the syscall table of Debian 12's libseccomp (2.5.4 knows up to 456).
+// Numbers from the kernel's arch/x86/entry/syscalls/syscall_64.tbl.
+constexpr std::array<std::pair<std::string_view, int>, 14> kNewerSyscalls = {{
+    {"uretprobe", 335},
+    {"statmount", 457},
+    {"listmount", 458},
+    {"lsm_get_self_attr", 459},
+    {"lsm_set_self_attr", 460},
+    {"lsm_list_modules", 461},
+    {"mseal", 462},
+    {"setxattrat", 463},
+    {"getxattrat", 464},
+    {"listxattrat", 465},
+    {"removexattrat", 466},
+    {"open_tree_attr", 467},
+    {"file_getattr", 468},
+    {"file_setattr", 469},
+}};
+
+// Bit 30 marks the x32 ABI on the x86_64 audit arch; libseccomp sends those to the bad-arch action.
+constexpr uint32_t kX32SyscallBit = 0x40000000;
+// Syscall numbers scanned for names; x86_64's table ends far below this.
+constexpr int kSyscallScanLimit = 1024;
+
+struct FilterContextDeleter {
+  void operator()(void* ctx) const { seccomp_release(ctx); }
+};
+using FilterContext = std::unique_ptr<void, FilterContextDeleter>;
+
+int NewerSyscallNumber(std::string_view name) {
+  for (const auto& [known, nr] : kNewerSyscalls) {
+    if (known == name) return nr;
+  }
+  return __NR_SCMP_ERROR;
+}
+
+bool SyscallNumberKnown(int nr) {
+  for (const auto& entry : kNewerSyscalls) {
+    if (entry.second == nr) return true;
+  }
+  char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, nr);
+  const bool known = name != nullptr;
+  std::free(name);
+  return known;
+}
+
+uint32_t ErrnoOf(const std::optional<uint32_t>& errno_ret) { return errno_ret.value_or(EPERM); }
+
+uint32_t LibseccompAction(SeccompAction action, const std::optional<uint32_t>& errno_ret) {
+  switch (action) {
+    case SeccompAction::kAllow: return SCMP_ACT_ALLOW;
+    case SeccompAction::kErrno: return SCMP_ACT_ERRNO(ErrnoOf(errno_ret));
+    // Every kill ends the whole process: a thread killed alone would leave a half-dead program
+    // behind, and nsbox reports a kill as the run's `violation` verdict.
+    case SeccompAction::kKill:
+    case SeccompAction::kKillThread:
+    case SeccompAction::kKillProcess: return SCMP_ACT_KILL_PROCESS;
+    case SeccompAction::kTrap: return SCMP_ACT_TRAP;
+    case SeccompAction::kTrace: return SCMP_ACT_TRACE(errno_ret.value_or(0));
+    case SeccompAction::kLog: return SCMP_ACT_LOG;
+    case SeccompAction::kNotify: return SCMP_ACT_NOTIFY;
+  }
+  return SCMP_ACT_KILL_PROCESS;
+}
+
+std::string ActionLabel(SeccompAction action, const std::optional<uint32_t>& errno_ret) {
+  if (action == SeccompAction::kErrno) return fmt::format("SCMP_ACT_ERRNO({})", ErrnoName(static_cast<int>(ErrnoOf(errno_ret))));
+  return std::string(SeccompActionName(action));
+}
+
+scmp_compare LibseccompCompare(SeccompCompare op) {
+  switch (op) {
+    case SeccompCompare::kNe: return SCMP_CMP_NE;
+    case SeccompCompare::kLt: return SCMP_CMP_LT;
+    case SeccompCompare::kLe: return SCMP_CMP_LE;
+    case SeccompCompare::kEq: return SCMP_CMP_EQ;
+    case SeccompCompare::kGe: return SCMP_CMP_GE;
+    case SeccompCompare::kGt: return SCMP_CMP_GT;
+    case SeccompCompare::kMaskedEq: return SCMP_CMP_MASKED_EQ;
+  }
+  return SCMP_CMP_EQ;
+}
+
+scmp_arg_cmp LibseccompCondition(const SeccompArg& arg) {
+  // The format's MASKED_EQ carries the mask in value and the datum in valueTwo, as libseccomp's datum_a/datum_b.
+  return scmp_arg_cmp{arg.index, LibseccompCompare(arg.op), arg.value, arg.value_two};
+}
+
+// Docker's rule: conditions on distinct arguments all have to hold (one libseccomp rule); when two
+// conditions name the same argument, each becomes a rule of its own (either may hold), as runc does.
+std::vector<std::vector<scmp_arg_cmp>> ConditionSets(const std::vector<SeccompArg>& args) {
+  std::array<int, 6> per_index{};
+  for (const SeccompArg& arg : args) ++per_index[arg.index];
+  const bool repeated = std::any_of(per_index.begin(), per_index.end(), [](int n) { return n > 1; });
+  std::vector<std::vector<scmp_arg_cmp>> sets;
+  if (repeated) {
+    for (const SeccompArg& arg : args) sets.push_back({LibseccompCondition(arg)});
+  } else {
+    std::vector<scmp_arg_cmp> all;
+    for (const SeccompArg& arg : args) all.push_back(LibseccompCondition(arg));
+    sets.push_back(std::move(all));
+  }
+  return sets;
+}
+
+StatusOr<std::vector<sock_filter>> ExportBpf(void* ctx) {
+  // libseccomp 2.5.4 exports only to a file descriptor; a memfd keeps the program off the disk.
+  UniqueFd memfd(memfd_create("nsbox-seccomp-bpf", MFD_CLOEXEC));
+  if (!memfd) return Status::Errno("memfd_create(nsbox-seccomp-bpf)");
+  if (int rc = seccomp_export_bpf(ctx, memfd.get()); rc < 0) return Status::Errno("seccomp_export_bpf", -rc);
+  const off_t size = lseek(memfd.get(), 0, SEEK_END);
+  if (size < 0) return Status::Errno("lseek(bpf memfd, SEEK_END)");
+  if (size == 0 || size % static_cast<off_t>(sizeof(sock_filter)) != 0) {
+    return Status::Error(fmt::format("seccomp_export_bpf wrote {} bytes, not a whole number of BPF instructions", size));
+  }
+  std::vector<sock_filter> filter(static_cast<size_t>(size) / sizeof(sock_filter));
+  size_t done = 0;
+  auto* bytes = reinterpret_cast<char*>(filter.data());
+  while (done < static_cast<size_t>(size)) {
+    ssize_t n = pread(memfd.get(), bytes + done, static_cast<size_t>(size) - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Errno("pread(bpf memfd)");
+    if (n == 0) return Status::Error("pread(bpf memfd): unexpected end of file");
+    done += static_cast<size_t>(n);
+  }
+  return filter;
+}
+
+// Numbers below the x32 bit that no x86_64 call owns, as [first, end) ranges.
+std::vector<std::pair<uint32_t, uint32_t>> ScanUnassignedSyscallRanges() {
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  int start = -1;
+  for (int nr = 0; nr < kSyscallScanLimit; ++nr) {
+    const bool known = SyscallNumberKnown(nr);
+    if (!known && start < 0) start = nr;
+    if (known && start >= 0) {
+      ranges.emplace_back(static_cast<uint32_t>(start), static_cast<uint32_t>(nr));
+      start = -1;
+    }
+  }
+  // Everything from the first unknown number past the table up to the x32 bit: future calls.
+  ranges.emplace_back(static_cast<uint32_t>(start >= 0 ? start : kSyscallScanLimit), kX32SyscallBit);
+  return ranges;
+}
+
+// The table is fixed for the life of the process; scanning it costs a thousand lookups.
+const std::vector<std::pair<uint32_t, uint32_t>>& UnassignedSyscallRanges() {
+  static const auto* const ranges = new std::vector<std::pair<uint32_t, uint32_t>>(ScanUnassignedSyscallRanges());
+  return *ranges;
+}
+
+// A prologue ahead of libseccomp's program: on x86_64, numbers no call owns return ENOSYS. libseccomp
+// cannot express number ranges, and an errno default would answer them EPERM, which tells libc
+// "forbidden" instead of "this kernel lacks it" (clone3, future calls) and breaks its fallbacks.
+std::vector<sock_filter> EnosysPrologue(const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
+  const auto n = static_cast<uint32_t>(ranges.size());
+  std::vector<sock_filter> code;
+  code.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)));
+  // Other arches: straight to libseccomp's program, whose first instruction is at 3 + 2n + 2.
+  code.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, static_cast<uint8_t>(2 * n + 3)));
+  code.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)));
+  for (uint32_t k = 0; k < n; ++k) {
+    // nr < first: try the next range; nr >= end: next range; else ENOSYS at index 3 + 2n + 1.
+    code.push_back(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, ranges[k].first, 0, 1));
+    code.push_back(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, ranges[k].second, 0, static_cast<uint8_t>(2 * (n - k) - 1)));
+  }
+  code.push_back(BPF_STMT(BPF_JMP | BPF_JA, 1));
+  code.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)));
+  return code;
+}
+
+Status AddRule(void* ctx, const SeccompRule& rule, const std::string& name, int nr, uint32_t action) {
+  for (const auto& conditions : ConditionSets(rule.args)) {
+    int rc = seccomp_rule_add_array(ctx, action, nr, static_cast<unsigned>(conditions.size()),
+                                    conditions.empty() ? nullptr : conditions.data());
+    if (rc < 0) {
+      return Status::Errno(fmt::format("seccomp_rule_add({}, {} condition(s))", name, conditions.size()), -rc)
+          .Wrap(rule.json_path);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const SeccompProfile& profile, const std::string& name,
+                                                                      const SeccompHost& host, SeccompSummary* summary) {
+  SeccompSummary local_summary;
+  SeccompSummary& sum = summary ? *summary : local_summary;
+  sum = SeccompSummary{};
+  auto program = std::make_shared<SeccompProgram>();
+  program->name = name;
+  program->notify_errno = static_cast<int>(ErrnoOf(profile.default_errno_ret));
+
+  uint32_t default_action = LibseccompAction(profile.default_action, profile.default_errno_ret);
+  sum.default_action = ActionLabel(profile.default_action, profile.default_errno_ret);
+  if (profile.notify_denials) {
+    // The kernel still answers with the errno: the notifier replies with notify_errno, never "continue".
+    default_action = SCMP_ACT_NOTIFY;
+    sum.notify_denials = true;
+  }
+  if (default_action == SCMP_ACT_NOTIFY) program->uses_notify = true;
+  sum.architectures = profile.architectures;
+  for (const auto& entry : profile.arch_map) sum.architectures.push_back(entry.architecture);
+
+  FilterContext ctx(seccomp_init(default_action));
+  if (!ctx) return Status::Error(fmt::format("seccomp_init({}) failed", sum.default_action));
+  // Only the native arch is in the filter: i386 (int 0x80) and x32 calls end the process.
+  if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS); rc < 0) {
+    return Status::Errno("seccomp_attr_set(SCMP_FLTATR_ACT_BADARCH, KILL_PROCESS)", -rc);
+  }
+  // A binary search over syscall numbers instead of a linear scan of a few hundred allowed calls.
+  if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2); rc < 0) {
+    return Status::Errno("seccomp_attr_set(SCMP_FLTATR_CTL_OPTIMIZE, 2)", -rc);
+  }
+
+  std::map<std::string, std::set<std::string>> names_by_action;
+  std::set<std::string> not_native, unknown;
+  // Per syscall number: its unconditional rule and its conditional ones, to find rules that cannot match.
+  struct RuleRef {
+    std::string path;
+    std::string label;
+    uint32_t action;
+  };
+  std::map<int, RuleRef> unconditional;
+  std::map<int, std::vector<RuleRef>> conditional;
+  for (const SeccompRule& rule : profile.syscalls) {
+    switch (RuleAppliesTo(rule, host)) {
+      case RuleApplicability::kApplies: break;
+      case RuleApplicability::kSkippedForCaps: ++sum.rules_skipped_for_caps; continue;
+      case RuleApplicability::kSkippedForArch: ++sum.rules_skipped_for_arch; continue;
+      case RuleApplicability::kSkippedForKernel: ++sum.rules_skipped_for_kernel; continue;
+    }
+    const uint32_t action = LibseccompAction(rule.action, rule.errno_ret);
+    if (action == default_action) {
+      // libseccomp refuses a rule that only repeats the default (EACCES); it would change nothing.
+      ++sum.rules_redundant;
+      continue;
+    }
+    if (action == SCMP_ACT_NOTIFY) program->uses_notify = true;
+    const std::string label = ActionLabel(rule.action, rule.errno_ret);
+    ++sum.rules_by_action[label];
+    for (const std::string& syscall : rule.names) {
+      int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, syscall.c_str());
+      if (nr == __NR_SCMP_ERROR) nr = NewerSyscallNumber(syscall);
+      if (nr == __NR_SCMP_ERROR) {
+        unknown.insert(syscall);
+        continue;
+      }
+      if (nr < 0) {  // libseccomp's pseudo-number: a call of another architecture (socketcall, arm_fadvise64_64 …)
+        not_native.insert(syscall);
+        continue;
+      }
+      NSBOX_RETURN_IF_ERROR(AddRule(ctx.get(), rule, syscall, nr, action));
+      names_by_action[label].insert(syscall);
+      if (rule.args.empty()) {
+        unconditional.emplace(nr, RuleRef{rule.json_path, label, action});
+      } else {
+        conditional[nr].push_back(RuleRef{rule.json_path, label, action});
+      }
+    }
+  }
+  // libseccomp keeps only the unconditional rule of a syscall that has both: a conditional rule with
+  // another action would silently never match (an author's "kill on this argument" would vanish).
+  for (const auto& [nr, rules] : conditional) {
+    auto it = unconditional.find(nr);
+    if (it == unconditional.end()) continue;
+    for (const RuleRef& rule : rules) {
+      if (rule.action == it->second.action) continue;
+      return Status::Error(fmt::format(
+          "{}: the conditional {} rule for \"{}\" can never match: {} gives \"{}\" {} unconditionally",
+          rule.path, rule.label, SyscallName(nr), it->second.path, SyscallName(nr), it->second.label));
+    }
+  }
+  if (program->uses_notify) {
+    for (const char* needed : kSyscallsAfterInstall) {
+      const int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, needed);
+      auto it = unconditional.find(nr);
+      const bool allowed = it != unconditional.end()
+                               ? it->second.action == SCMP_ACT_ALLOW
+                               : default_action == SCMP_ACT_ALLOW && conditional.count(nr) == 0;
+      if (!allowed) {
+        return Status::Error(fmt::format(
+            "a profile that notifies must allow \"{}\" unconditionally: the sandbox hands its notification "
+            "listener to nsbox with sendmsg and close before execve, and reports failures with write and exit_group",
+            needed));
+      }
+    }
+  }
+  for (const auto& [label, names] : names_by_action) sum.syscalls_by_action[label] = static_cast<int>(names.size());
+  sum.names_not_on_native_arch.assign(not_native.begin(), not_native.end());
+  sum.names_unknown.assign(unknown.begin(), unknown.end());
+
+  auto bpf = ExportBpf(ctx.get());
+  if (!bpf.ok()) return bpf.status();
+  if (profile.default_action == SeccompAction::kErrno || profile.default_action == SeccompAction::kNotify) {
+    const auto& ranges = UnassignedSyscallRanges();
+    // BPF jump offsets are 8 bits wide; the prologue's longest jump is 2n + 3.
+    if (2 * ranges.size() + 3 > 255) return Status::Error("too many unassigned syscall ranges for the ENOSYS prologue");
+    sum.enosys_ranges = static_cast<int>(ranges.size());
+    program->filter = EnosysPrologue(ranges);
+  }
+  program->filter.insert(program->filter.end(), bpf->begin(), bpf->end());
+  // The kernel's BPF_MAXINSNS.
+  if (program->filter.size() > BPF_MAXINSNS) {
+    return Status::Error(fmt::format("the compiled filter has {} instructions; the kernel takes at most {}",
+                                     program->filter.size(), BPF_MAXINSNS));
+  }
+  sum.bpf_instructions = program->filter.size();
+  return std::shared_ptr<const SeccompProgram>(std::move(program));
+}
+
+StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path, const std::string& profiles_dir) {
+  if (name_or_path.empty()) return Status::Error("empty seccomp profile name");
+  const bool is_path = name_or_path.find('/') != std::string::npos ||
+                       (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
+  if (is_path) return name_or_path;
+  const bool plain_name = std::all_of(name_or_path.begin(), name_or_path.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  });
+  const std::string path = fmt::format("{}/{}.json", profiles_dir, name_or_path);
+  if (!plain_name || !PathExists(path)) {
+    return Status::Error(fmt::format("unknown seccomp profile \"{}\": no file {} (give a path to use a profile file)",
+                                     name_or_path, path));
+  }
+  return path;
+}
+
+StatusOr<SeccompProfile> ReadSeccompProfile(const std::string& path) {
+  auto text = ReadFile(path, 4 << 20);
+  if (!text.ok()) return text.status();
+  auto profile = ParseSeccompProfile(*text);
+  if (!profile.ok()) return profile.status().Wrap(path);
+  return profile;
+}
+
+StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::string& name_or_path,
+                                                                   const std::string& profiles_dir) {
+  auto path = ResolveSeccompProfilePath(name_or_path, profiles_dir);
+  if (!path.ok()) return path.status();
+  auto profile = ReadSeccompProfile(*path);
+  if (!profile.ok()) return profile.status();
+  auto program = CompileSeccompProfile(*profile, name_or_path, NativeSeccompHost());
+  if (!program.ok()) return program.status().Wrap(fmt::format("compiling seccomp profile {}", *path));
+  return program;
+}
+
+std::string DefaultSeccompProfilesDir() {
+  if (const char* env = std::getenv("NSBOX_PROFILES_DIR"); env && *env) return env;
+  if (const char* env = std::getenv("NSBOX_DATADIR"); env && *env) return std::string(env) + "/seccomp-profiles";
+  const std::string installed = NSBOX_DATADIR "/seccomp-profiles";
+  if (PathExists(installed + "/default.json")) return installed;
+  return NSBOX_SOURCE_DIR "/seccomp-profiles";
+}
+
+int InstallSeccompProgram(const SeccompProgram& program, int* listener_fd) {
+  // Only raw system calls from here: this runs between clone and execve.
+  if (program.filter.empty() || program.filter.size() > BPF_MAXINSNS) return -EINVAL;
+  if (program.uses_notify && listener_fd == nullptr) return -EINVAL;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -errno;
+  struct sock_fprog fprog {};
+  fprog.len = static_cast<unsigned short>(program.filter.size());
+  fprog.filter = const_cast<sock_filter*>(program.filter.data());
+  unsigned long flags = 0;
+  if (program.uses_notify) {
+    // WAIT_KILLABLE_RECV (5.19+): once nsbox has the notification, an ordinary signal cannot restart
+    // the call and have one denial counted twice. Older kernels refuse the flag; they get without it.
+    flags = SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+  }
+  long rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog);
+  if (rc < 0 && errno == EINVAL && (flags & SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV)) {
+    flags &= ~static_cast<unsigned long>(SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV);
+    rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog);
+  }
+  if (rc < 0) return -errno;
+  if (program.uses_notify) *listener_fd = static_cast<int>(rc);
+  return 0;
+}
+
+std::string SyscallName(int nr) {
+  if (nr >= 0) {
+    if (char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, nr)) {
+      std::string result = name;
+      std::free(name);
+      return result;
+    }
+    for (const auto& [name, number] : kNewerSyscalls) {
+      if (number == nr) return std::string(name);
+    }
+  }
+  return fmt::format("syscall_{}", nr);
+}
+
+SeccompNotifier::SeccompNotifier(UniqueFd listener, int answer_errno)
+    : listener_(std::move(listener)), wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), answer_errno_(answer_errno) {}
+
+SeccompNotifier::~SeccompNotifier() { Stop(); }
+
+void SeccompNotifier::Start() {
+  if (thread_.joinable() || !listener_) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void SeccompNotifier::Stop() {
+  if (!thread_.joinable()) return;
+  const uint64_t one = 1;
+  if (!wake_ || write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
+    // Without the eventfd the thread still ends when the filter's last process is gone.
+  }
+  thread_.join();
+}
+
+std::map<std::string, uint64_t> SeccompNotifier::Denied() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return denied_;
+}
+
+void SeccompNotifier::Loop() {
+  struct seccomp_notif* request = nullptr;
+  struct seccomp_notif_resp* response = nullptr;
+  if (seccomp_notify_alloc(&request, &response) < 0) {
+    listener_.reset();
+    return;
+  }
+  for (;;) {
+    struct pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    const nfds_t count = wake_ ? 2 : 1;
+    if (poll(fds, count, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (count == 2 && (fds[1].revents & POLLIN)) break;
+    if (fds[0].revents & POLLIN) {
+      std::memset(request, 0, sizeof(*request));
+      // ENOENT: the caller died (or its call was interrupted) between poll and receive.
+      if (seccomp_notify_receive(listener_.get(), request) < 0) continue;
+      std::memset(response, 0, sizeof(*response));
+      response->id = request->id;
+      response->val = 0;
+      response->error = -answer_errno_;
+      response->flags = 0;
+      // A failure means the caller is gone; the denial happened all the same.
+      (void)seccomp_notify_respond(listener_.get(), response);
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++denied_[SyscallName(request->data.nr)];
+      continue;
+    }
+    // POLLHUP: no process uses the filter any more, so no notification can come.
+    if (fds[0].revents & (POLLHUP | POLLERR | POLLNVAL)) break;
+  }
+  seccomp_notify_free(request, response);
+  // With no listener left the kernel answers further notifications ENOSYS at once, so a sandboxed
+  // call can never hang on a notifier that has stopped.
+  listener_.reset();
+}
+
+}  // namespace nsbox

@@ -1,0 +1,40 @@
+// HttpPost: one HTTPS POST over libcurl with a deadline and cancellation, returning status, headers and body.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sandbox/base/status.h"
+
+namespace nsbox::agent {
+
+struct HttpRequest {
+  std::string url;
+  std::vector<std::string> headers;  // "Name: value"
+  std::string body;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+struct HttpResponse {
+  long status = 0;
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+};
+
+// What went wrong below HTTP, so the caller can tell retryable trouble from the rest.
+enum class TransportError { kNone, kConnect, kTimeout, kCancelled, kOther };
+
+struct HttpResult {
+  TransportError error = TransportError::kNone;
+  std::string error_message;  // curl's words, with the URL
+  HttpResponse response;
+};
+
+HttpResult HttpPost(const HttpRequest& request);
+
+}  // namespace nsbox::agent

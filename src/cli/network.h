@@ -1,0 +1,32 @@
+// --network allow=DOMAIN,...: the egress proxy started for one sandbox, reachable at 127.0.0.1:3128 inside it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sandbox/sandbox.h"
+#include "src/netproxy/egress_proxy.h"
+
+namespace nsbox::cli {
+
+struct NetworkAllowSpec {
+  std::vector<std::string> domains;
+  uint64_t byte_limit = 0;
+  bool allow_private_addresses = false;
+};
+
+// Starts the proxy inside the child's network namespace before the program runs; reports refusals and traffic.
+class EgressProxyHooks : public SandboxHooks {
+ public:
+  explicit EgressProxyHooks(NetworkAllowSpec spec) : spec_(std::move(spec)) {}
+  ~EgressProxyHooks() override;
+  Status OnChildCreated(pid_t child) override;
+  void OnFinished(Result& result) override;
+
+ private:
+  NetworkAllowSpec spec_;
+  std::unique_ptr<netproxy::EgressProxy> proxy_;
+};
+
+}  // namespace nsbox::cli

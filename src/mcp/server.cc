@@ -1,0 +1,383 @@
+// McpServer: initialize/version negotiation, ping, tools/list, tools/call on worker threads, cancellation, and
+// JSON-RPC errors for everything malformed. stdout carries protocol messages only; logs go to stderr.
+#include "src/mcp/server.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "src/agent/tools.h"
+
+namespace nsbox::mcp {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kParseError = -32700;
+constexpr int kInvalidRequest = -32600;
+constexpr int kMethodNotFound = -32601;
+constexpr int kInvalidParams = -32602;
+constexpr int kInternalError = -32603;
+
+json TextContent(const std::string& text) { return json::array({{{"type", "text"}, {"text", text}}}); }
+
+std::string Base64(const std::string& in) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
+  }
+  if (i + 1 == in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+// Python literal of a string, via JSON (a JSON string is a valid Python string literal).
+std::string PyString(const std::string& s) { return json(s).dump(); }
+
+json ToolList() {
+  // The code tools are the agent's own (same names, same model-facing descriptions); MCP adds a per-call time
+  // limit and the workspace file tools.
+  json tools = json::array();
+  for (const auto& spec : agent::CodeTools()) {
+    json schema = spec.input_schema;
+    if (spec.name == agent::kExecuteCodeTool)
+      schema["properties"]["timeout_seconds"] = {{"type", "number"},
+                                                 {"description", "Wall-clock limit for this run in seconds (default 30)."}};
+    tools.push_back({{"name", spec.name},
+                     {"description", fmt::format("{} Files in /workspace persist between calls of this connection.", spec.description)},
+                     {"inputSchema", schema}});
+  }
+  auto path_schema = [](const char* description) { return json{{"type", "string"}, {"description", description}}; };
+  tools.push_back({{"name", "write_file"},
+                   {"description", "Create or overwrite a text file in the sandbox workspace (/workspace), e.g. input "
+                                   "data or a module that later code imports."},
+                   {"inputSchema",
+                    {{"type", "object"},
+                     {"properties", {{"path", path_schema("Path relative to /workspace.")},
+                                     {"content", {{"type", "string"}, {"description", "The file's full text."}}}}},
+                     {"required", {"path", "content"}}}}});
+  tools.push_back({{"name", "read_file"},
+                   {"description", "Read a text file from the sandbox workspace (/workspace), e.g. output that code wrote."},
+                   {"inputSchema",
+                    {{"type", "object"},
+                     {"properties", {{"path", path_schema("Path relative to /workspace.")}}},
+                     {"required", {"path"}}}}});
+  tools.push_back({{"name", "list_files"},
+                   {"description", "List the files in the sandbox workspace (/workspace) with their sizes."},
+                   {"inputSchema",
+                    {{"type", "object"},
+                     {"properties", {{"path", path_schema("Directory relative to /workspace (default: all of it).")}}}}}});
+  return tools;
+}
+
+// Workspace paths: relative, no "..", no NUL; the sandbox itself confines what the code can reach.
+Status CheckWorkspacePath(const std::string& path) {
+  if (path.empty()) return Status::Error("path must not be empty");
+  if (path.size() > 4096) return Status::Error("path is too long");
+  if (path.find('\0') != std::string::npos) return Status::Error("path contains a NUL byte");
+  if (path[0] == '/' && !path.starts_with("/workspace")) return Status::Error("path must be inside /workspace");
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    if (path.substr(start, end - start) == "..") return Status::Error("path must not contain '..'");
+    start = end + 1;
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+const std::vector<std::string>& SupportedProtocolVersions() {
+  static const std::vector<std::string> versions = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", "2024-10-07"};
+  return versions;
+}
+
+McpServer::McpServer(RuntimeFactory factory, ServerOptions options)
+    : factory_(std::move(factory)), options_(options) {}
+
+McpServer::~McpServer() {
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
+  Shutdown();
+}
+
+void McpServer::Shutdown() {
+  std::lock_guard lock(runtime_mutex_);
+  if (runtime_) {
+    runtime_->close();
+    runtime_.reset();
+  }
+}
+
+void McpServer::Send(const json& msg) {
+  std::lock_guard lock(out_mutex_);
+  if (captured_) {
+    captured_->push_back(msg);
+    return;
+  }
+  std::string line = msg.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    ssize_t n = ::write(out_fd_, line.data() + done, line.size() - done);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return;  // the client went away; the read side will see EOF
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+void McpServer::SendError(const json& id, int code, const std::string& message) {
+  Send({{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}});
+}
+
+StatusOr<runtime::SandboxRuntime*> McpServer::Runtime() {
+  std::lock_guard lock(runtime_mutex_);
+  if (!runtime_) {
+    auto made = factory_();
+    if (!made.ok()) return made.status();
+    runtime_ = std::move(*made);
+  }
+  return runtime_.get();
+}
+
+json McpServer::CallTool(const std::string& name, const json& args, const std::atomic<bool>* cancel) {
+  auto tool_error = [](const std::string& text) {
+    return json{{"content", TextContent(text)}, {"isError", true}};
+  };
+  auto get_string = [&](const char* key, std::string& out) -> bool {
+    if (!args.contains(key) || !args[key].is_string()) return false;
+    out = args[key].get<std::string>();
+    return true;
+  };
+  std::string language, code;
+  runtime::ExecuteOptions exec;
+  exec.timeout = options_.default_timeout;
+  exec.output_limit_bytes = options_.output_limit_bytes;
+  exec.cancel = cancel;
+
+  if (name == "execute_code" || name == "run_python") {
+    if (name == "run_python") language = "python";
+    else if (!get_string("language", language)) throw std::invalid_argument("execute_code needs a string 'language'");
+    if (!get_string("code", code)) throw std::invalid_argument(name + " needs a string 'code'");
+    if (args.contains("timeout_seconds")) {
+      if (!args["timeout_seconds"].is_number() || args["timeout_seconds"].get<double>() <= 0)
+        throw std::invalid_argument("timeout_seconds must be a positive number");
+      auto ms = std::chrono::milliseconds(static_cast<int64_t>(args["timeout_seconds"].get<double>() * 1000));
+      exec.timeout = std::clamp(ms, std::chrono::milliseconds(1), options_.max_timeout);
+    }
+  } else if (name == "write_file" || name == "read_file" || name == "list_files") {
+    std::string path, content;
+    if (name != "list_files" && !get_string("path", path)) throw std::invalid_argument(name + " needs a string 'path'");
+    if (name == "list_files" && args.contains("path") && !get_string("path", path))
+      throw std::invalid_argument("'path' must be a string");
+    if (name == "list_files" && path.empty()) path.assign(1, '.');
+    if (Status s = CheckWorkspacePath(path); !s.ok()) throw std::invalid_argument(s.message());
+    if (name == "write_file" && !get_string("content", content)) throw std::invalid_argument("write_file needs a string 'content'");
+    language = "python";
+    // File tools run inside the sandbox too: the sandbox user, its own root, nothing of the host.
+    std::string p = PyString(path);
+    if (name == "write_file") {
+      code = fmt::format(
+          "import base64, os\np = os.path.join('/workspace', {})\nos.makedirs(os.path.dirname(p) or '.', exist_ok=True)\n"
+          "data = base64.b64decode('{}')\nopen(p, 'wb').write(data)\nprint(f'wrote {{len(data)}} bytes to {{p}}')\n",
+          p, Base64(content));
+    } else if (name == "read_file") {
+      code = fmt::format(
+          "import os, sys\np = os.path.join('/workspace', {})\n"
+          "if not os.path.isfile(p): sys.exit(f'no such file: {{p}}')\n"
+          "sys.stdout.write(open(p, 'rb').read().decode('utf-8', 'replace'))\n",
+          p);
+    } else {
+      code = fmt::format(
+          "import os, sys\nroot = os.path.join('/workspace', {})\n"
+          "if not os.path.isdir(root): sys.exit(f'no such directory: {{root}}')\n"
+          "for d, dirs, files in os.walk(root):\n"
+          "    dirs[:] = sorted(x for x in dirs if not x.startswith('.nsbox'))\n"
+          "    for f in sorted(files):\n"
+          "        if f.startswith('.nsbox'): continue\n"
+          "        q = os.path.join(d, f)\n"
+          "        print(f'{{os.path.relpath(q, \"/workspace\")}}\\t{{os.path.getsize(q)}}')\n",
+          p);
+    }
+  } else {
+    throw std::out_of_range(fmt::format("unknown tool '{}'", name));
+  }
+
+  auto rt = Runtime();
+  if (!rt.ok()) return tool_error("could not start the sandbox: " + rt.status().message());
+  auto result = (*rt)->execute(language, code, exec);
+  if (!result.ok()) return tool_error("sandbox error: " + result.status().message());
+  const Result& r = *result;
+  bool failed = r.status != RunStatus::kOk;
+  json structured = ResultToJson(r);
+  std::string text;
+  if (name == "read_file" || name == "list_files" || name == "write_file")
+    text = failed ? agent::FormatToolResult(r, options_.result_budget_bytes) : agent::ClipHeadTail(SanitizeUtf8(r.stdout_data), options_.result_budget_bytes * 2, "file").text;
+  else
+    text = agent::FormatToolResult(r, options_.result_budget_bytes);
+  return json{{"content", TextContent(text)}, {"structuredContent", structured}, {"isError", failed}};
+}
+
+void McpServer::HandleRequest(const json& msg, bool inline_tools) {
+  const json& id = msg["id"];
+  const std::string method = msg["method"].get<std::string>();
+  const json params = msg.contains("params") ? msg["params"] : json::object();
+  if (!params.is_object()) return SendError(id, kInvalidParams, "params must be an object");
+
+  if (method == "initialize") {
+    std::string requested = params.value("protocolVersion", "");
+    const auto& versions = SupportedProtocolVersions();
+    std::string chosen = versions.front();
+    for (const auto& v : versions)
+      if (v == requested) chosen = v;
+    initialized_ = true;
+    return Send({{"jsonrpc", "2.0"},
+                 {"id", id},
+                 {"result",
+                  {{"protocolVersion", chosen},
+                   {"capabilities", {{"tools", {{"listChanged", false}}}}},
+                   {"serverInfo", {{"name", "nsbox"}, {"version", NSBOX_VERSION}}},
+                   {"instructions",
+                    "Tools that run code in an isolated nsbox sandbox. Always run code to get real output; never "
+                    "invent results. Files under /workspace persist for this connection."}}}});
+  }
+  if (method == "ping") return Send({{"jsonrpc", "2.0"}, {"id", id}, {"result", json::object()}});
+  if (method == "tools/list") return Send({{"jsonrpc", "2.0"}, {"id", id}, {"result", {{"tools", ToolList()}}}});
+  if (method != "tools/call") return SendError(id, kMethodNotFound, fmt::format("method not found: {}", method));
+
+  if (!params.contains("name") || !params["name"].is_string())
+    return SendError(id, kInvalidParams, "tools/call needs a string 'name'");
+  json args = params.contains("arguments") ? params["arguments"] : json::object();
+  if (!args.is_object()) return SendError(id, kInvalidParams, "'arguments' must be an object");
+  std::string tool = params["name"].get<std::string>();
+  auto call = std::make_shared<Call>();
+  std::string key = id.dump();
+  {
+    std::lock_guard lock(calls_mutex_);
+    calls_[key] = call;
+  }
+  auto work = [this, id, tool, args, call, key] {
+    json response;
+    try {
+      json result = CallTool(tool, args, &call->cancelled);
+      response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", result}};
+    } catch (const std::invalid_argument& e) {
+      response = {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", kInvalidParams}, {"message", e.what()}}}};
+    } catch (const std::out_of_range& e) {
+      response = {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", kInvalidParams}, {"message", e.what()}}}};
+    } catch (const std::exception& e) {
+      response = {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", kInternalError}, {"message", e.what()}}}};
+    }
+    {
+      std::lock_guard lock(calls_mutex_);
+      calls_.erase(key);
+    }
+    // A cancelled request gets no response (the client has stopped waiting for it).
+    if (!call->cancelled) Send(response);
+  };
+  if (inline_tools) work();
+  else workers_.emplace_back(work);
+}
+
+void McpServer::HandleNotification(const json& msg) {
+  const std::string method = msg["method"].get<std::string>();
+  if (method == "notifications/cancelled") {
+    if (!msg.contains("params") || !msg["params"].is_object() || !msg["params"].contains("requestId")) return;
+    std::lock_guard lock(calls_mutex_);
+    auto it = calls_.find(msg["params"]["requestId"].dump());
+    if (it != calls_.end()) it->second->cancelled = true;
+  }
+  // notifications/initialized and unknown notifications need no answer.
+}
+
+void McpServer::HandleLine(const std::string& line, bool inline_tools) {
+  if (line.find_first_not_of(" \t\r") == std::string::npos) return;
+  json msg;
+  try {
+    msg = json::parse(line);
+  } catch (const json::parse_error& e) {
+    return SendError(nullptr, kParseError, fmt::format("parse error: {}", e.what()));
+  }
+  if (msg.is_array()) {
+    if (msg.empty()) return SendError(nullptr, kInvalidRequest, "empty batch");
+    for (const auto& m : msg) HandleLine(m.dump(), inline_tools);
+    return;
+  }
+  if (!msg.is_object() || msg.value("jsonrpc", "") != "2.0" || !msg.contains("method") || !msg["method"].is_string()) {
+    // A response from the client (we send no requests) is ignored; anything else is an invalid request.
+    if (msg.is_object() && msg.contains("id") && (msg.contains("result") || msg.contains("error"))) return;
+    json id = msg.is_object() && msg.contains("id") ? msg["id"] : json(nullptr);
+    return SendError(id, kInvalidRequest, "invalid request: expected a JSON-RPC 2.0 object with a string 'method'");
+  }
+  if (!msg.contains("id")) return HandleNotification(msg);
+  const json& id = msg["id"];
+  if (!id.is_string() && !id.is_number_integer()) return SendError(nullptr, kInvalidRequest, "id must be a string or an integer");
+  HandleRequest(msg, inline_tools);
+}
+
+std::vector<json> McpServer::HandleForTest(const std::string& line) {
+  std::vector<json> out;
+  {
+    std::lock_guard lock(out_mutex_);
+    captured_ = &out;
+  }
+  HandleLine(line, true);
+  std::lock_guard lock(out_mutex_);
+  captured_ = nullptr;
+  return out;
+}
+
+void McpServer::Serve(int in_fd, int out_fd) {
+  out_fd_ = out_fd;
+  std::string pending;
+  char buf[65536];
+  bool skipping = false;  // inside an over-long line
+  for (;;) {
+    ssize_t n = ::read(in_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    size_t pos;
+    while ((pos = pending.find('\n')) != std::string::npos) {
+      std::string line = pending.substr(0, pos);
+      pending.erase(0, pos + 1);
+      if (skipping) {
+        skipping = false;
+        continue;
+      }
+      HandleLine(line, false);
+    }
+    if (pending.size() > options_.max_message_bytes) {
+      SendError(nullptr, kParseError, fmt::format("message larger than {} bytes", options_.max_message_bytes));
+      pending.clear();
+      skipping = true;
+    }
+  }
+  if (!pending.empty() && !skipping) HandleLine(pending, false);
+  // End of input: the client is gone. Cancel what runs, wait for it, end the sandbox.
+  {
+    std::lock_guard lock(calls_mutex_);
+    for (auto& [id, call] : calls_) call->cancelled = true;
+  }
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
+  workers_.clear();
+  Shutdown();
+}
+
+}  // namespace nsbox::mcp

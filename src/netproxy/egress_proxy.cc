@@ -1,0 +1,613 @@
+// The host-side egress proxy behind --network allow=: plain HTTP and CONNECT, only to allowed domains,
+// never to special-purpose addresses, with refusals counted per host and traffic counted and capped.
+//
+// Shape: one accept thread, and one thread per client connection up to max_connections. A thread per
+// connection (rather than one event loop) because name resolution through getaddrinfo blocks; every other
+// wait is a poll() that also watches the stop eventfd, so Stop() ends all connections promptly.
+#include "src/netproxy/egress_proxy.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "src/netproxy/address_class.h"
+#include "src/netproxy/allow_list.h"
+#include "src/netproxy/http_head.h"
+
+namespace nsbox::netproxy {
+
+// Shared by the proxy object, its accept thread and every connection thread, so that a connection that
+// outlives Stop() (stuck in getaddrinfo) never touches freed memory.
+struct ProxyState {
+  ProxyConfig config;
+  UniqueFd listen_fd;
+  UniqueFd stop_fd;  // an eventfd: written once by Stop(), then readable for everyone, for good
+  std::atomic<bool> stopping{false};
+
+  std::atomic<uint64_t> bytes_in{0};
+  std::atomic<uint64_t> bytes_out{0};
+  std::atomic<uint64_t> bytes_charged{0};  // in + out, against byte_limit
+  std::atomic<bool> limit_reached{false};
+
+  mutable std::mutex mutex;
+  std::condition_variable connections_done;
+  int active_connections = 0;
+  std::map<std::string, uint64_t> denied_hosts;
+
+  // Takes up to `wanted` bytes from the budget; fewer (possibly 0) once the limit is near.
+  uint64_t Charge(uint64_t wanted) {
+    if (config.byte_limit == 0) return wanted;
+    uint64_t used = bytes_charged.load();
+    while (true) {
+      uint64_t granted = used >= config.byte_limit ? 0 : std::min(wanted, config.byte_limit - used);
+      if (bytes_charged.compare_exchange_weak(used, used + granted)) {
+        if (granted < wanted) limit_reached = true;
+        return granted;
+      }
+    }
+  }
+
+  void CountDenied(const std::string& host) {
+    // A sandbox inventing host names must not grow this map without bound.
+    constexpr size_t kMaxDistinctHosts = 1000;
+    std::lock_guard lock(mutex);
+    auto it = denied_hosts.find(host);
+    if (it != denied_hosts.end()) {
+      ++it->second;
+    } else if (denied_hosts.size() < kMaxDistinctHosts) {
+      denied_hosts[host] = 1;
+    } else {
+      ++denied_hosts["(other hosts)"];
+    }
+  }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kRelayChunk = 64 * 1024;
+
+bool WouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+
+int RemainingMs(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
+}
+
+enum class WaitResult { kReady, kTimeout, kStopped, kError };
+
+// Waits for `events` on fd, the stop eventfd, or the deadline.
+WaitResult WaitFor(const ProxyState& state, int fd, short events, Clock::time_point deadline) {
+  while (true) {
+    pollfd fds[2] = {{fd, events, 0}, {state.stop_fd.get(), POLLIN, 0}};
+    int ready = poll(fds, 2, RemainingMs(deadline));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return WaitResult::kError;
+    }
+    if (fds[1].revents != 0) return WaitResult::kStopped;
+    if (ready == 0) return WaitResult::kTimeout;
+    return WaitResult::kReady;
+  }
+}
+
+// Writes all of `data` to a non-blocking socket, giving up at the deadline or on Stop().
+bool SendAll(const ProxyState& state, int fd, std::string_view data, Clock::time_point deadline) {
+  while (!data.empty()) {
+    ssize_t sent = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (sent > 0) {
+      data.remove_prefix(static_cast<size_t>(sent));
+      continue;
+    }
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && WouldBlock(errno)) {
+      if (WaitFor(state, fd, POLLOUT, deadline) != WaitResult::kReady) return false;
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+std::string_view StatusText(int status) {
+  switch (status) {
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 408: return "Request Timeout";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Error";
+  }
+}
+
+// Ends a client connection gracefully: stop writing, then read (and drop) what the client still sends for a
+// moment. Closing with unread data would reset the connection and could destroy an answer or the tail of a
+// response that the client has not read yet.
+void LingerClose(const ProxyState& state, int client) {
+  shutdown(client, SHUT_WR);
+  Clock::time_point linger_until = Clock::now() + std::chrono::milliseconds(500);
+  char discard[4096];
+  for (size_t drained = 0; drained < (256u << 10);) {
+    ssize_t got = recv(client, discard, sizeof discard, 0);
+    if (got > 0) {
+      drained += static_cast<size_t>(got);
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && WouldBlock(errno) && WaitFor(state, client, POLLIN, linger_until) == WaitResult::kReady) {
+      continue;
+    }
+    break;
+  }
+}
+
+// An answer from the proxy itself, as a short text naming the reason, then a lingering close.
+void ReplyAndClose(const ProxyState& state, UniqueFd& client, int status, std::string_view why) {
+  std::string body = fmt::format("nsbox egress proxy: {}\n", why);
+  // The reason phrase carries the reason too: for CONNECT, most clients show only the status line
+  // (pip: "Tunnel connection failed: 403 ...").
+  std::string phrase(why.substr(0, 200));
+  for (char& c : phrase) {
+    if (c < 0x20 || c == 0x7f) c = ' ';
+  }
+  std::string reply = fmt::format(
+      "HTTP/1.1 {} {} ({})\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n"
+      "Connection: close\r\nProxy-Agent: nsbox\r\n\r\n{}",
+      status, StatusText(status), phrase, body.size(), body);
+  if (!SendAll(state, client.get(), reply, Clock::now() + std::chrono::seconds(5))) return;
+  LingerClose(state, client.get());
+}
+
+void Deny(ProxyState& state, UniqueFd& client, const std::string& host, std::string_view why) {
+  state.CountDenied(host);
+  ReplyAndClose(state, client, 403, why);
+}
+
+// Reads the request head. Returns false when the connection ends without one (after answering, where an
+// answer makes sense). `leftover` gets whatever the client sent after the head (a body, or TLS data).
+bool ReadHead(const ProxyState& state, UniqueFd& client, std::string& head, std::string& leftover) {
+  Clock::time_point deadline = Clock::now() + state.config.head_timeout;
+  std::string buffer;
+  char chunk[4096];
+  while (true) {
+    size_t scan_from = buffer.size() >= 3 ? buffer.size() - 3 : 0;
+    ssize_t got = recv(client.get(), chunk, sizeof chunk, 0);
+    if (got == 0) return false;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      if (!WouldBlock(errno)) return false;
+      WaitResult waited = WaitFor(state, client.get(), POLLIN, deadline);
+      if (waited == WaitResult::kTimeout) {
+        ReplyAndClose(state, client, 408, "no complete request head in time");
+      }
+      if (waited != WaitResult::kReady) return false;
+      continue;
+    }
+    buffer.append(chunk, static_cast<size_t>(got));
+    size_t end = buffer.find("\r\n\r\n", scan_from);
+    if (end != std::string::npos && end + 4 <= state.config.max_head_bytes) {
+      head = buffer.substr(0, end + 4);
+      leftover = buffer.substr(end + 4);
+      return true;
+    }
+    if (buffer.size() > state.config.max_head_bytes) {
+      ReplyAndClose(state, client, 431, fmt::format("request head longer than {} bytes", state.config.max_head_bytes));
+      return false;
+    }
+  }
+}
+
+struct Resolved {
+  std::vector<sockaddr_storage> usable;
+  std::string refused;  // "127.0.0.1 (loopback)", when every answer was refused
+  std::string error;  // the lookup itself failed
+};
+
+void AddCandidate(const ProxyState& state, const sockaddr* address, socklen_t length, Resolved& resolved) {
+  std::string_view range = SpecialAddressRange(address);
+  if (!range.empty() && !state.config.allow_private_addresses) {
+    if (resolved.refused.empty()) resolved.refused = fmt::format("{} ({})", FormatAddress(address), range);
+    return;
+  }
+  sockaddr_storage copy{};
+  std::memcpy(&copy, address, std::min<size_t>(length, sizeof copy));
+  resolved.usable.push_back(copy);
+}
+
+Resolved Resolve(const ProxyState& state, const std::string& host, uint16_t port) {
+  Resolved resolved;
+  const auto& override_map = state.config.resolver_override;
+  if (!override_map.empty()) {
+    auto it = override_map.find(host);
+    if (it == override_map.end()) {
+      resolved.error = "not in the test resolver override";
+      return resolved;
+    }
+    sockaddr_in v4{};
+    sockaddr_in6 v6{};
+    if (inet_pton(AF_INET, it->second.c_str(), &v4.sin_addr) == 1) {
+      v4.sin_family = AF_INET;
+      v4.sin_port = htons(port);
+      AddCandidate(state, reinterpret_cast<sockaddr*>(&v4), sizeof v4, resolved);
+    } else if (inet_pton(AF_INET6, it->second.c_str(), &v6.sin6_addr) == 1) {
+      v6.sin6_family = AF_INET6;
+      v6.sin6_port = htons(port);
+      AddCandidate(state, reinterpret_cast<sockaddr*>(&v6), sizeof v6, resolved);
+    } else {
+      resolved.error = "the test resolver override holds no IP address for it";
+    }
+    return resolved;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* answers = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &answers);
+  if (rc != 0) {
+    resolved.error = rc == EAI_SYSTEM ? Status::Errno("getaddrinfo").message() : gai_strerror(rc);
+    return resolved;
+  }
+  for (addrinfo* answer = answers; answer != nullptr; answer = answer->ai_next) {
+    AddCandidate(state, answer->ai_addr, answer->ai_addrlen, resolved);
+  }
+  freeaddrinfo(answers);
+  return resolved;
+}
+
+// Connects to the first address that answers. Empty fd and `error` set when none does.
+UniqueFd ConnectAny(const ProxyState& state, const std::vector<sockaddr_storage>& addresses, std::string& error) {
+  for (const sockaddr_storage& address : addresses) {
+    socklen_t length = address.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    const auto* target = reinterpret_cast<const sockaddr*>(&address);
+    UniqueFd upstream(socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!upstream) {
+      error = Status::Errno("socket").message();
+      continue;
+    }
+    int rc = connect(upstream.get(), target, length);
+    if (rc != 0 && errno != EINPROGRESS) {
+      error = Status::Errno(fmt::format("connect({})", FormatAddress(target))).message();
+      continue;
+    }
+    if (rc != 0) {
+      WaitResult waited = WaitFor(state, upstream.get(), POLLOUT, Clock::now() + state.config.connect_timeout);
+      if (waited == WaitResult::kStopped) {
+        error = "the proxy is stopping";
+        return UniqueFd();
+      }
+      if (waited != WaitResult::kReady) {
+        error = fmt::format("connect({}): timed out", FormatAddress(target));
+        continue;
+      }
+      int so_error = 0;
+      socklen_t so_length = sizeof so_error;
+      getsockopt(upstream.get(), SOL_SOCKET, SO_ERROR, &so_error, &so_length);
+      if (so_error != 0) {
+        error = Status::Errno(fmt::format("connect({})", FormatAddress(target)), so_error).message();
+        continue;
+      }
+    }
+    return upstream;
+  }
+  return UniqueFd();
+}
+
+// One direction of a relay: bytes read from `from`, not yet written to `to`.
+struct Direction {
+  std::string buffer;
+  size_t offset = 0;
+  bool source_eof = false;
+  bool sink_shut = false;
+  bool pending() const { return offset < buffer.size(); }
+};
+
+enum class IoResult { kOk, kEof, kBlocked, kError };
+
+IoResult Fill(ProxyState& state, int from, Direction& direction, std::atomic<uint64_t>& counter, bool& capped) {
+  direction.buffer.resize(kRelayChunk);
+  direction.offset = 0;
+  ssize_t got = recv(from, direction.buffer.data(), kRelayChunk, 0);
+  if (got <= 0) {
+    direction.buffer.clear();
+    if (got == 0) return IoResult::kEof;
+    return (errno == EINTR || WouldBlock(errno)) ? IoResult::kBlocked : IoResult::kError;
+  }
+  uint64_t granted = state.Charge(static_cast<uint64_t>(got));
+  if (granted < static_cast<uint64_t>(got)) capped = true;
+  direction.buffer.resize(granted);
+  counter += granted;
+  return IoResult::kOk;
+}
+
+IoResult Drain(int to, Direction& direction) {
+  ssize_t sent = send(to, direction.buffer.data() + direction.offset, direction.buffer.size() - direction.offset,
+                      MSG_NOSIGNAL);
+  if (sent < 0) return (errno == EINTR || WouldBlock(errno)) ? IoResult::kBlocked : IoResult::kError;
+  direction.offset += static_cast<size_t>(sent);
+  if (!direction.pending()) {
+    direction.buffer.clear();
+    direction.offset = 0;
+  }
+  return IoResult::kOk;
+}
+
+// Moves bytes both ways until both sides have finished, either side fails, the byte limit is reached,
+// the connection idles out, or the proxy stops. Half-closes are passed on, as CONNECT tunnels need; a
+// plain HTTP exchange ends once the origin's response has been delivered (the origin was asked to close).
+void Relay(ProxyState& state, int client, int upstream, std::string to_upstream, bool end_with_response) {
+  Direction up;  // client -> upstream
+  Direction down;  // upstream -> client
+  bool capped = false;
+  uint64_t granted = state.Charge(to_upstream.size());
+  if (granted < to_upstream.size()) capped = true;
+  to_upstream.resize(granted);
+  state.bytes_out += granted;
+  up.buffer = std::move(to_upstream);
+
+  while (true) {
+    if (!up.pending() && up.source_eof && !up.sink_shut) {
+      shutdown(upstream, SHUT_WR);
+      up.sink_shut = true;
+    }
+    if (!down.pending() && down.source_eof && !down.sink_shut) {
+      shutdown(client, SHUT_WR);
+      down.sink_shut = true;
+    }
+    if (up.sink_shut && down.sink_shut) return;
+    if (end_with_response && down.sink_shut) return;
+    if (capped && !up.pending() && !down.pending()) return;
+
+    short client_events = 0;
+    short upstream_events = 0;
+    if (!capped && !up.source_eof && !up.pending()) client_events |= POLLIN;
+    if (down.pending()) client_events |= POLLOUT;
+    if (!capped && !down.source_eof && !down.pending()) upstream_events |= POLLIN;
+    if (up.pending()) upstream_events |= POLLOUT;
+    // A socket we want nothing from stays out of the poll set: its POLLHUP would otherwise wake us forever.
+    pollfd fds[3] = {{client_events ? client : -1, client_events, 0},
+                     {upstream_events ? upstream : -1, upstream_events, 0},
+                     {state.stop_fd.get(), POLLIN, 0}};
+    int timeout_ms = static_cast<int>(std::min<int64_t>(state.config.idle_timeout.count(), 1 << 30));
+    int ready = poll(fds, 3, timeout_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0 || fds[2].revents != 0) return;  // error, idle, or stopping
+
+    constexpr short kWake = POLLIN | POLLOUT | POLLHUP | POLLERR;
+    if (fds[0].revents & kWake) {
+      if (client_events & POLLIN) {
+        IoResult r = Fill(state, client, up, state.bytes_out, capped);
+        if (r == IoResult::kEof) up.source_eof = true;
+        if (r == IoResult::kError) return;
+      } else if (client_events & POLLOUT) {
+        if (Drain(client, down) == IoResult::kError) return;
+      }
+      if ((client_events & POLLIN) && (client_events & POLLOUT) && down.pending()) {
+        if (Drain(client, down) == IoResult::kError) return;
+      }
+    }
+    if (fds[1].revents & kWake) {
+      if (upstream_events & POLLIN) {
+        IoResult r = Fill(state, upstream, down, state.bytes_in, capped);
+        if (r == IoResult::kEof) down.source_eof = true;
+        if (r == IoResult::kError) return;
+      } else if (upstream_events & POLLOUT) {
+        if (Drain(upstream, up) == IoResult::kError) return;
+      }
+      if ((upstream_events & POLLIN) && (upstream_events & POLLOUT) && up.pending()) {
+        if (Drain(upstream, up) == IoResult::kError) return;
+      }
+    }
+  }
+}
+
+std::string LimitMessage(const ProxyState& state) {
+  return fmt::format("the sandbox's network byte limit ({} bytes, --network-limit) is used up", state.config.byte_limit);
+}
+
+void ServeConnection(ProxyState& state, UniqueFd client) {
+  std::string head;
+  std::string leftover;
+  if (!ReadHead(state, client, head, leftover)) return;
+  ProxyRequest request;
+  HeadError error = ParseRequestHead(head, request);
+  if (error.status != 0) return ReplyAndClose(state, client, error.status, error.reason);
+
+  // Addresses are refused before any policy lookup: the allow list names domains, and numeric forms
+  // ("127.1", "[::ffff:10.0.0.1]") are the classic way around address checks.
+  if (IsIpLiteral(request.host)) {
+    return Deny(state, client, request.host,
+                fmt::format("{} is an IP address; only domains in the --network allow list can be reached",
+                            request.host));
+  }
+  std::string host = NormalizeHostName(request.host);
+  if (host.empty()) return ReplyAndClose(state, client, 400, "the request's host is not a valid domain name");
+  if (!HostAllowed(state.config.allowed_domains, host)) {
+    return Deny(state, client, host,
+                fmt::format("{} is not in the --network allow list (allowed: {})", host,
+                            fmt::join(state.config.allowed_domains, ", ")));
+  }
+  if (state.limit_reached) return ReplyAndClose(state, client, 403, LimitMessage(state));
+
+  Resolved resolved = Resolve(state, host, request.port);
+  if (state.stopping) return;
+  if (!resolved.error.empty()) {
+    return ReplyAndClose(state, client, 502, fmt::format("cannot resolve {}: {}", host, resolved.error));
+  }
+  if (resolved.usable.empty()) {
+    return Deny(state, client, host,
+                fmt::format("{} resolves to {}, a special-purpose address the proxy does not connect to",
+                            host, resolved.refused.empty() ? "nothing usable" : resolved.refused));
+  }
+  std::string connect_error;
+  UniqueFd upstream = ConnectAny(state, resolved.usable, connect_error);
+  if (!upstream) {
+    if (state.stopping) return;
+    return ReplyAndClose(state, client, 502, fmt::format("cannot connect to {}: {}", host, connect_error));
+  }
+
+  std::string to_upstream;
+  if (request.is_connect) {
+    if (!SendAll(state, client.get(), "HTTP/1.1 200 Connection established\r\nProxy-Agent: nsbox\r\n\r\n",
+                 Clock::now() + std::chrono::seconds(5))) {
+      return;
+    }
+    to_upstream = std::move(leftover);
+  } else {
+    to_upstream = BuildOriginHead(request) + leftover;
+  }
+  Relay(state, client.get(), upstream.get(), std::move(to_upstream), !request.is_connect);
+  if (!state.stopping) LingerClose(state, client.get());
+}
+
+void RunConnection(std::shared_ptr<ProxyState> state, UniqueFd client) {
+  ServeConnection(*state, std::move(client));
+  std::lock_guard lock(state->mutex);
+  --state->active_connections;
+  state->connections_done.notify_all();
+}
+
+void AcceptLoop(std::shared_ptr<ProxyState> state) {
+  while (true) {
+    pollfd fds[2] = {{state->listen_fd.get(), POLLIN, 0}, {state->stop_fd.get(), POLLIN, 0}};
+    int ready = poll(fds, 2, -1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0 || fds[1].revents != 0) return;
+    UniqueFd client(accept4(state->listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!client) {
+      // Out of descriptors: back off instead of spinning on a listening socket that stays readable.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd stop = {state->stop_fd.get(), POLLIN, 0};
+        poll(&stop, 1, 100);
+      }
+      continue;
+    }
+    {
+      std::lock_guard lock(state->mutex);
+      if (state->active_connections >= state->config.max_connections) {
+        // Answered without a thread: one non-blocking send, which fits in an empty socket buffer.
+        static constexpr std::string_view kBusy =
+            "HTTP/1.1 503 Service Unavailable (nsbox: too many connections through the proxy)\r\n"
+            "Content-Length: 0\r\nConnection: close\r\n\r\n";
+        (void)send(client.get(), kBusy.data(), kBusy.size(), MSG_NOSIGNAL);
+        continue;
+      }
+      ++state->active_connections;
+    }
+    try {
+      std::thread(RunConnection, state, std::move(client)).detach();
+    } catch (const std::system_error&) {
+      std::lock_guard lock(state->mutex);
+      --state->active_connections;
+    }
+  }
+}
+
+}  // namespace
+
+struct EgressProxy::Threads {
+  std::thread acceptor;
+};
+
+EgressProxy::EgressProxy(std::shared_ptr<ProxyState> state) : state_(std::move(state)), threads_(new Threads) {}
+
+EgressProxy::~EgressProxy() { Stop(); }
+
+StatusOr<std::unique_ptr<EgressProxy>> EgressProxy::Start(ProxyConfig config, UniqueFd listen_fd) {
+  if (!listen_fd) return Status::Error("EgressProxy::Start: no listening socket");
+  int accepting = 0;
+  socklen_t length = sizeof accepting;
+  if (getsockopt(listen_fd.get(), SOL_SOCKET, SO_ACCEPTCONN, &accepting, &length) != 0) {
+    return Status::Errno(fmt::format("getsockopt({}, SO_ACCEPTCONN)", listen_fd.get()));
+  }
+  if (!accepting) return Status::Error("EgressProxy::Start: the socket is not listening");
+  // A connection reset between poll() and accept() must not block the accept thread.
+  int flags = fcntl(listen_fd.get(), F_GETFL);
+  if (flags < 0 || fcntl(listen_fd.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+    return Status::Errno("fcntl(listen socket, O_NONBLOCK)");
+  }
+  // Entries from ParseAllowList are already in this form; hand-built configs get the same treatment.
+  for (std::string& domain : config.allowed_domains) {
+    std::transform(domain.begin(), domain.end(), domain.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (domain.size() > 1 && domain.back() == '.') domain.pop_back();
+  }
+  std::map<std::string, std::string> normalized_override;
+  for (const auto& [name, address] : config.resolver_override) {
+    in6_addr scratch{};
+    if (inet_pton(AF_INET, address.c_str(), &scratch) != 1 && inet_pton(AF_INET6, address.c_str(), &scratch) != 1) {
+      return Status::Error(fmt::format("resolver override {} -> '{}': not an IP address", name, address));
+    }
+    std::string key = NormalizeHostName(name);
+    if (key.empty()) return Status::Error(fmt::format("resolver override '{}': not a domain name", name));
+    normalized_override[key] = address;
+  }
+  config.resolver_override = std::move(normalized_override);
+  if (config.max_connections < 1) config.max_connections = 1;
+
+  auto state = std::make_shared<ProxyState>();
+  state->config = std::move(config);
+  state->listen_fd = std::move(listen_fd);
+  state->stop_fd = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!state->stop_fd) return Status::Errno("eventfd");
+
+  std::unique_ptr<EgressProxy> proxy(new EgressProxy(state));
+  try {
+    proxy->threads_->acceptor = std::thread(AcceptLoop, state);
+  } catch (const std::system_error& e) {
+    return Status::Error(fmt::format("starting the proxy's accept thread: {}", e.what()));
+  }
+  return proxy;
+}
+
+void EgressProxy::Stop() {
+  if (!threads_->acceptor.joinable()) return;
+  state_->stopping = true;
+  uint64_t one = 1;
+  (void)write(state_->stop_fd.get(), &one, sizeof one);
+  threads_->acceptor.join();
+  state_->listen_fd.reset();  // from here on, connecting to the port is refused
+  std::unique_lock lock(state_->mutex);
+  state_->connections_done.wait_for(lock, std::chrono::seconds(5), [&] { return state_->active_connections == 0; });
+}
+
+std::map<std::string, uint64_t> EgressProxy::DeniedHosts() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->denied_hosts;
+}
+
+uint64_t EgressProxy::BytesIn() const { return state_->bytes_in; }
+uint64_t EgressProxy::BytesOut() const { return state_->bytes_out; }
+bool EgressProxy::LimitReached() const { return state_->limit_reached; }
+
+std::map<std::string, std::string> ProxyEnvironment(uint16_t port) {
+  std::string url = fmt::format("http://127.0.0.1:{}", port);
+  // Traffic to the sandbox's own loopback never goes through the proxy (which would refuse it anyway).
+  std::string no_proxy = "localhost,127.0.0.1,::1";
+  return {
+      {"HTTP_PROXY", url},           {"HTTPS_PROXY", url},          {"http_proxy", url},
+      {"https_proxy", url},          {"NO_PROXY", no_proxy},        {"no_proxy", no_proxy},
+      {"PIP_PROXY", url},            {"npm_config_proxy", url},     {"npm_config_https_proxy", url},
+  };
+}
+
+}  // namespace nsbox::netproxy

@@ -1,0 +1,181 @@
+// NsboxRuntime: session create/exec/rm (or one-shot run) as nsbox subprocesses, and their JSON results read back.
+#include "src/runtime/nsbox_runtime.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "src/runtime/subprocess.h"
+
+namespace nsbox::runtime {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+std::string ResolveSelf() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "/proc/self/exe";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string FirstLine(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  return line.size() > 300 ? line.substr(0, 300) + "…" : line;
+}
+
+}  // namespace
+
+NsboxRuntime::NsboxRuntime(NsboxRuntimeOptions options) : options_(std::move(options)) {
+  if (options_.nsbox_bin.empty()) {
+    const char* env = getenv("NSBOX_BIN");
+    options_.nsbox_bin = env && *env ? env : ResolveSelf();
+  }
+}
+
+std::vector<std::string> NsboxRuntime::ExecArgv(const std::string& nsbox_bin, const std::string& session_id,
+                                                const std::vector<std::string>& sandbox_args,
+                                                const std::string& language, milliseconds timeout,
+                                                uint64_t output_limit_bytes, bool repl) {
+  std::vector<std::string> argv{nsbox_bin};
+  if (!session_id.empty()) {
+    argv.insert(argv.end(), {"exec", session_id});
+  } else {
+    argv.push_back("run");
+    argv.insert(argv.end(), sandbox_args.begin(), sandbox_args.end());
+  }
+  argv.insert(argv.end(), {"--json", "--timeout", fmt::format("{}ms", std::max<int64_t>(timeout.count(), 1)),
+                           "--output-limit", std::to_string(output_limit_bytes), "--lang", language, "--file", "-"});
+  if (repl && !session_id.empty()) argv.push_back("--repl");
+  return argv;
+}
+
+bool NsboxRuntime::LooksLikeUnknownSubcommand(const std::string& stderr_text) {
+  std::string lower = stderr_text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  // CLI11 says "A subcommand is required" or "The following argument was not expected: session";
+  // other parsers say "unknown/invalid command".
+  for (const char* phrase : {"a subcommand is required", "not expected", "unknown subcommand", "unknown command", "invalid subcommand",
+                             "invalid command", "unrecognized", "extraneous"})
+    if (lower.find(phrase) != std::string::npos) return true;
+  return false;
+}
+
+Status NsboxRuntime::CreateSession(const ExecuteOptions& options) {
+  SubprocessSpec spec;
+  spec.argv = {options_.nsbox_bin, "session", "create", "--json"};
+  spec.argv.insert(spec.argv.end(), options_.sandbox_args.begin(), options_.sandbox_args.end());
+  if (options_.max_lifetime)
+    spec.argv.insert(spec.argv.end(), {"--max-lifetime", fmt::format("{}ms", options_.max_lifetime->count())});
+  spec.env = InheritedEnvironment();
+  spec.deadline = Clock::now() + options_.setup_grace;
+  if (options.deadline) spec.deadline = std::min(*spec.deadline, *options.deadline);
+  spec.cancel = options.cancel;
+  spec.term_grace = milliseconds(2000);
+  auto outcome = RunSubprocess(spec);
+  if (!outcome.ok()) return outcome.status().Wrap("starting nsbox session create");
+  if (outcome->cancelled) return Status::Error("nsbox session create: cancelled");
+  if (outcome->deadline_passed) return Status::Error("nsbox session create: did not answer in time");
+  if (!outcome->exited || outcome->exit_code != 0) {
+    if (outcome->exited && LooksLikeUnknownSubcommand(outcome->stderr_data)) {
+      mode_ = Mode::kOneShot;
+      Log(fmt::format("nsbox runtime: {} has no sessions ({}); each tool call runs in a fresh `nsbox run` sandbox",
+                      options_.nsbox_bin, FirstLine(outcome->stderr_data)));
+      return OkStatus();
+    }
+    return Status::Error(fmt::format("nsbox session create failed (exit {}): {}", outcome->exit_code,
+                                     FirstLine(outcome->stderr_data)));
+  }
+  auto json = nlohmann::json::parse(outcome->stdout_data, nullptr, false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("id") || !json["id"].is_string())
+    return Status::Error(fmt::format("nsbox session create --json printed no {{\"id\": …}} object: {}",
+                                     FirstLine(outcome->stdout_data)));
+  session_id_ = json["id"].get<std::string>();
+  mode_ = Mode::kSession;
+  Log(fmt::format("nsbox runtime: session {} created", session_id_));
+  return OkStatus();
+}
+
+StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, const std::string& code,
+                                                const ExecuteOptions& options) {
+  Mode mode;
+  std::string session_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (mode_ == Mode::kUnknown) NSBOX_RETURN_IF_ERROR(CreateSession(options));
+    mode = mode_;
+    session_id = session_id_;
+  }
+
+  // The sandbox's own wall limit is the tighter of the call's limit and the caller's deadline, so
+  // that the sandbox itself reports the time-out (with the output so far) rather than being killed.
+  Clock::time_point now = Clock::now();
+  milliseconds sandbox_timeout = options.timeout;
+  bool caller_deadline_tighter = false;
+  if (options.deadline) {
+    auto left = std::chrono::duration_cast<milliseconds>(*options.deadline - now);
+    if (left < sandbox_timeout) {
+      sandbox_timeout = std::max(left, milliseconds(1));
+      caller_deadline_tighter = true;
+    }
+  }
+  SubprocessSpec spec;
+  spec.argv = ExecArgv(options_.nsbox_bin, mode == Mode::kSession ? session_id : "", options_.sandbox_args, language,
+                       sandbox_timeout, options.output_limit_bytes, options.repl);
+  spec.env = InheritedEnvironment();
+  spec.stdin_data = code;
+  // The JSON result holds both streams, escaped: leave room for it.
+  spec.output_limit_bytes = 8 * options.output_limit_bytes + (4 << 20);
+  spec.deadline = now + sandbox_timeout + options_.setup_grace;
+  spec.cancel = options.cancel;
+  spec.term_grace = milliseconds(2000);
+  auto outcome = RunSubprocess(spec);
+  if (!outcome.ok()) return outcome.status().Wrap("starting nsbox");
+
+  ExecutionResult result;
+  if (outcome->cancelled || outcome->deadline_passed) {
+    result.status = RunStatus::kTimeout;
+    result.reason = outcome->cancelled ? "cancelled" : "nsbox did not report within its time limit and was killed";
+    result.wall_ms = outcome->wall_ms;
+    return result;
+  }
+  auto json = nlohmann::json::parse(outcome->stdout_data, nullptr, false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("status")) {
+    return Status::Error(fmt::format("{} returned no JSON result (exit {}): {}", spec.argv[1],
+                                     outcome->exited ? outcome->exit_code : 128 + outcome->signal,
+                                     FirstLine(outcome->stderr_data.empty() ? outcome->stdout_data : outcome->stderr_data)));
+  }
+  result = ResultFromJson(json);
+  if (caller_deadline_tighter && result.status == RunStatus::kTimeout)
+    result.reason += " (the caller's deadline was the tighter limit)";
+  result.extra["runtime"] = mode == Mode::kSession ? "nsbox-session" : "nsbox-run";
+  return result;
+}
+
+void NsboxRuntime::close() {
+  std::string session_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    session_id.swap(session_id_);
+    mode_ = Mode::kUnknown;
+  }
+  if (session_id.empty()) return;
+  SubprocessSpec spec;
+  spec.argv = {options_.nsbox_bin, "session", "rm", session_id};
+  spec.env = InheritedEnvironment();
+  spec.deadline = Clock::now() + milliseconds(20'000);
+  auto outcome = RunSubprocess(spec);
+  if (!outcome.ok() || !outcome->exited || outcome->exit_code != 0)
+    Log(fmt::format("nsbox runtime: session rm {} failed: {}", session_id,
+                    outcome.ok() ? FirstLine(outcome->stderr_data) : outcome.status().message()));
+  else
+    Log(fmt::format("nsbox runtime: session {} removed", session_id));
+}
+
+}  // namespace nsbox::runtime

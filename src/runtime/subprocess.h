@@ -1,0 +1,76 @@
+// Subprocess: runs one host program in its own session with stdin data, head-and-tail output capture, a deadline and cancellation.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sandbox/base/status.h"
+
+namespace nsbox::runtime {
+
+// Keeps the first half and the last half of a stream up to a byte limit, counting everything it saw.
+class HeadTailCapture {
+ public:
+  explicit HeadTailCapture(uint64_t limit_bytes);
+  void Append(const char* data, size_t size);
+  uint64_t total_bytes() const { return total_; }
+  bool truncated() const { return total_ > limit_; }
+  // The kept bytes; when bytes were dropped, head + a marker naming how many + tail.
+  std::string Render() const;
+
+ private:
+  uint64_t limit_;
+  uint64_t head_limit_;
+  uint64_t tail_limit_;
+  uint64_t total_ = 0;
+  std::string head_;
+  std::string tail_;  // ring buffer of tail_limit_ bytes once full
+  size_t tail_start_ = 0;
+};
+
+struct SubprocessSpec {
+  std::vector<std::string> argv;  // argv[0] is an absolute path
+  std::vector<std::string> env;   // "KEY=VALUE": the complete environment
+  std::string cwd;                // empty: the caller's
+  std::optional<std::string> stdin_data;  // written then closed; nullopt: /dev/null
+  uint64_t output_limit_bytes = 1 << 20;  // kept per stream
+  // When it passes, the process group is killed and deadline_passed is reported.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  const std::atomic<bool>* cancel = nullptr;
+  // 0: SIGKILL at once. Otherwise SIGTERM first, and SIGKILL after this grace (lets a child clean up).
+  std::chrono::milliseconds term_grace{0};
+};
+
+struct SubprocessOutcome {
+  bool exited = false;  // exited normally (exit_code valid)
+  int exit_code = -1;
+  int signal = 0;
+  bool deadline_passed = false;
+  bool cancelled = false;
+  std::string stdout_data;
+  std::string stderr_data;
+  uint64_t stdout_bytes = 0;
+  uint64_t stderr_bytes = 0;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  int64_t wall_ms = 0;
+  int64_t cpu_ms = 0;
+  uint64_t peak_rss_bytes = 0;
+};
+
+// Runs the program in a new session (so its process group can be killed whole and a terminal's
+// Ctrl-C reaches only us), waits for it, then kills what is left of its process group. A failure
+// to start it is a Status; everything after that is in the outcome.
+StatusOr<SubprocessOutcome> RunSubprocess(const SubprocessSpec& spec);
+
+// The environment of this process as "KEY=VALUE" strings (for children that should inherit it).
+std::vector<std::string> InheritedEnvironment();
+
+// Finds an executable by name on PATH (or checks an absolute path); empty when absent.
+std::string FindExecutable(const std::string& name);
+
+}  // namespace nsbox::runtime

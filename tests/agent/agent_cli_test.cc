@@ -1,0 +1,146 @@
+// The `nsbox agent` verb as a user runs it ($NSBOX_BIN): the answer on stdout, exit codes, key errors, and the sandbox ended on Ctrl-C and time-out.
+#include <unistd.h>
+
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "src/runtime/subprocess.h"
+#include "tests/agent/agent_test_support.h"
+
+using namespace nsbox;
+using namespace nsbox::runtime;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs argv (after an optional wrapper) with a clean environment plus the given variables.
+CliRun RunCli(std::vector<std::string> argv, const std::vector<std::string>& env) {
+  SubprocessSpec spec;
+  spec.argv = std::move(argv);
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"};
+  spec.env.insert(spec.env.end(), env.begin(), env.end());
+  spec.deadline = std::chrono::steady_clock::now() + 120s;
+  auto outcome = RunSubprocess(spec);
+  REQUIRE(outcome.ok());
+  return {outcome->exited ? outcome->exit_code : 128 + outcome->signal, outcome->stdout_data, outcome->stderr_data};
+}
+
+std::string NsboxBin() {
+  const char* bin = getenv("NSBOX_BIN");
+  return bin ? bin : "";
+}
+
+bool CliReady(const std::string& test_name) {
+  if (NsboxBin().empty() || access(NsboxBin().c_str(), X_OK) != 0) {
+    testing::NoteSkip(test_name, "NSBOX_BIN is not set to an nsbox binary");
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::string> ReadLines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+const char* const kPrime = "What is the 1000th prime number? Verify by computing it.";
+
+}  // namespace
+
+TEST_CASE("nsbox agent prints the answer computed in the default nsbox runtime and exits 0") {
+  if (!CliReady("nsbox agent default runtime")) return;
+  if (auto why = testing::NsboxRuntimeUnavailable()) return testing::NoteSkip("nsbox agent default runtime", *why);
+  testing::FakeProviderServer server;
+  CliRun run = RunCli({NsboxBin(), "agent", "--provider", "openai", kPrime},
+                      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  CHECK(run.out == "The 1000th prime number is 7919 (I computed it by running the code).\n");
+  CHECK(run.err.empty());
+}
+
+TEST_CASE("nsbox agent --runtime local warns loudly that nothing is sandboxed") {
+  if (!CliReady("nsbox agent --runtime local")) return;
+  testing::FakeProviderServer server;
+  CliRun run = RunCli({NsboxBin(), "agent", "--runtime", "local", "--base-url", server.BaseUrl("anthropic"), kPrime},
+                      {"ANTHROPIC_API_KEY=test-anthropic-key"});
+  CHECK(run.exit_code == 0);
+  CHECK(run.out.find("7919") != std::string::npos);
+  CHECK(run.err.find("WARNING: --runtime local runs the model's code directly on this host, WITHOUT ANY SANDBOX") !=
+        std::string::npos);
+}
+
+TEST_CASE("nsbox agent says the API key was rejected and exits 2") {
+  if (!CliReady("nsbox agent key rejected")) return;
+  testing::FakeProviderServer server;
+  CliRun run = RunCli({NsboxBin(), "agent", "--runtime", "local", "--base-url", server.BaseUrl("anthropic"), kPrime},
+                      {"ANTHROPIC_API_KEY=sk-wrong"});
+  CHECK(run.exit_code == 2);
+  CHECK(run.out.empty());
+  CHECK(run.err.find("nsbox agent: API key rejected by anthropic (HTTP 401): authentication_error: invalid x-api-key. "
+                     "Check ANTHROPIC_API_KEY.") != std::string::npos);
+}
+
+TEST_CASE("nsbox agent without any key or endpoint says which variable to set") {
+  if (!CliReady("nsbox agent without key")) return;
+  CliRun run = RunCli({NsboxBin(), "agent", "hello"}, {});
+  CHECK(run.exit_code == 2);
+  CHECK(run.err == "nsbox agent: ANTHROPIC_API_KEY is not set (or give --base-url for a server that needs no key)\n");
+}
+
+TEST_CASE("nsbox agent rejects a bad duration with a one-line error") {
+  if (!CliReady("nsbox agent bad duration")) return;
+  CliRun run = RunCli({NsboxBin(), "agent", "--timeout", "soon", "hello"}, {"ANTHROPIC_API_KEY=x"});
+  CHECK(run.exit_code == 125);
+  CHECK(run.err.rfind("nsbox agent: --timeout: ", 0) == 0);
+}
+
+TEST_CASE("Ctrl-C ends nsbox agent with 130 and removes its sandbox session") {
+  if (!CliReady("Ctrl-C ends nsbox agent")) return;
+  testing::FakeProviderServer server;
+  char log[] = "/tmp/nsbox-agent-cli-XXXXXX";
+  int fd = mkstemp(log);
+  REQUIRE(fd >= 0);
+  close(fd);
+  // The stand-in nsbox has sessions and logs create/exec/rm; SIGINT arrives while the loop spins.
+  auto start = std::chrono::steady_clock::now();
+  CliRun run = RunCli({"/usr/bin/timeout", "--preserve-status", "-s", "INT", "2", NsboxBin(), "agent", "--provider",
+                       "anthropic", "--base-url", server.BaseUrl("anthropic"), "Spin forever [scenario:loop]"},
+                      {"ANTHROPIC_API_KEY=test-anthropic-key", "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"),
+                       std::string("FAKE_NSBOX_LOG=") + log});
+  CHECK(run.exit_code == 130);
+  CHECK(run.err == "nsbox agent: interrupted\n");
+  CHECK(std::chrono::steady_clock::now() - start < 8s);
+  auto lines = ReadLines(log);
+  unlink(log);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].rfind("create ", 0) == 0);
+  CHECK(lines[2] == "rm " + lines[0].substr(7, lines[0].find(' ', 7) - 7));
+}
+
+TEST_CASE("the run time-out ends nsbox agent with 124 and removes its sandbox session") {
+  if (!CliReady("run time-out ends nsbox agent")) return;
+  testing::FakeProviderServer server;
+  char log[] = "/tmp/nsbox-agent-cli-XXXXXX";
+  int fd = mkstemp(log);
+  REQUIRE(fd >= 0);
+  close(fd);
+  CliRun run = RunCli({NsboxBin(), "agent", "--timeout", "2s", "--base-url", server.BaseUrl("anthropic"),
+                       "Spin forever [scenario:loop]"},
+                      {"ANTHROPIC_API_KEY=test-anthropic-key", "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"),
+                       std::string("FAKE_NSBOX_LOG=") + log});
+  CHECK(run.exit_code == 124);
+  CHECK(run.err == "nsbox agent: the run's time-out of 2s (--timeout) passed\n");
+  auto lines = ReadLines(log);
+  unlink(log);
+  REQUIRE_FALSE(lines.empty());
+  CHECK(lines.back().rfind("rm ", 0) == 0);
+}

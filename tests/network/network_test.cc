@@ -1,0 +1,166 @@
+// Network policy through real sandboxes: none by default, and allow= reaching only allowed domains via the proxy.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_nsbox.h"
+
+using nlohmann::json;
+using nsbox::testing::RunNsboxJson;
+using nsbox::testing::RunNsboxRaw;
+
+namespace {
+
+// The stand-in origin (tests/network/origin.py) on 127.0.0.1, for "allowed.test" and "refused.test".
+struct Origin {
+  pid_t pid = -1;
+  int port = 0;
+  Origin() {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    pid = ::fork();
+    if (pid == 0) {
+      ::dup2(fds[1], 1);
+      ::close(fds[0]);
+      ::execl("/usr/bin/python3", "python3", NSBOX_SOURCE_DIR "/tests/network/origin.py", nullptr);
+      _exit(127);
+    }
+    ::close(fds[1]);
+    char buf[32] = {};
+    ssize_t n = ::read(fds[0], buf, sizeof buf - 1);
+    ::close(fds[0]);
+    REQUIRE(n > 0);
+    port = std::atoi(buf);
+    REQUIRE(port > 0);
+  }
+  ~Origin() {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
+// Both test names resolve to the local origin; only the policy decides which one may be reached.
+struct ResolverOverride {
+  ResolverOverride() { ::setenv("NSBOX_TEST_RESOLVER_OVERRIDE", "allowed.test=127.0.0.1,refused.test=127.0.0.1", 1); }
+  ~ResolverOverride() { ::unsetenv("NSBOX_TEST_RESOLVER_OVERRIDE"); }
+};
+
+std::vector<std::string> AllowArgs() {
+  return {"--network", "allow=allowed.test", "--dangerously-allow-private-addresses"};
+}
+
+std::string Fetch(const std::string& url) {
+  return fmt::format(
+      "import urllib.request, sys\n"
+      "try:\n"
+      "    print(urllib.request.urlopen('{}', timeout=10).read().decode().strip())\n"
+      "except Exception as e:\n"
+      "    print('FAILED', e)\n",
+      url);
+}
+
+std::vector<std::string> Python(std::vector<std::string> args, const std::string& code) {
+  args.insert(args.end(), {"--lang", "python", "--code", code});
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("network none: only loopback exists, DNS fails and the host's loopback is unreachable", "[network]") {
+  Origin origin;
+  json r = RunNsboxJson({"--lang", "python", "--code",
+                         fmt::format("import socket, os\n"
+                                     "print(sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'no-sys')\n"
+                                     "try:\n    socket.getaddrinfo('example.com', 80)\n    print('dns ok')\n"
+                                     "except OSError as e: print('dns failed')\n"
+                                     "s = socket.socket()\n"
+                                     "try:\n    s.connect(('127.0.0.1', {}))\n    print('connected')\n"
+                                     "except OSError as e: print('refused', e.errno)\n",
+                                     origin.port)}).json;
+  CHECK(r["status"] == "ok");
+  CHECK(r["stdout"].get<std::string>().find("dns failed") != std::string::npos);
+  CHECK(r["stdout"].get<std::string>().find("refused 111") != std::string::npos);
+}
+
+TEST_CASE("network allow: an allowed domain is fetched through the proxy", "[network]") {
+  Origin origin;
+  ResolverOverride resolver;
+  json r = RunNsboxJson(Python(AllowArgs(), Fetch(fmt::format("http://allowed.test:{}/", origin.port)))).json;
+  INFO(r.dump());
+  CHECK(r["status"] == "ok");
+  CHECK(r["stdout"] == "hello from the allowed origin\n");
+  CHECK(r["denied_hosts"].empty());
+  CHECK(r["network"]["bytes_in"].get<uint64_t>() > 0);
+}
+
+TEST_CASE("network allow: a refused domain fails fast and is reported in denied_hosts", "[network]") {
+  Origin origin;
+  ResolverOverride resolver;
+  json r = RunNsboxJson(Python(AllowArgs(), Fetch(fmt::format("http://refused.test:{}/", origin.port)))).json;
+  INFO(r.dump());
+  CHECK(r["stdout"].get<std::string>().starts_with("FAILED"));
+  CHECK(r["wall_ms"].get<int>() < 5000);
+  REQUIRE(r["denied_hosts"].size() == 1);
+  CHECK(r["denied_hosts"][0]["host"] == "refused.test");
+  CHECK(r["denied_hosts"][0]["count"] == 1);
+}
+
+TEST_CASE("network allow: IP literals are refused even for the allowed origin's address", "[network]") {
+  Origin origin;
+  ResolverOverride resolver;
+  json r = RunNsboxJson(Python(AllowArgs(), Fetch(fmt::format("http://127.0.0.1:{}/", origin.port)))).json;
+  INFO(r.dump());
+  CHECK(r["stdout"].get<std::string>().starts_with("FAILED"));
+  REQUIRE(r["denied_hosts"].size() == 1);
+  CHECK(r["denied_hosts"][0]["host"] == "127.0.0.1");
+}
+
+TEST_CASE("network allow: a redirect to a refused host is refused", "[network]") {
+  Origin origin;
+  ResolverOverride resolver;
+  std::string url = fmt::format("http://allowed.test:{0}/redirect?to=http://refused.test:{0}/", origin.port);
+  json r = RunNsboxJson(Python(AllowArgs(), Fetch(url))).json;
+  INFO(r.dump());
+  CHECK(r["stdout"].get<std::string>().starts_with("FAILED"));
+  REQUIRE(r["denied_hosts"].size() == 1);
+  CHECK(r["denied_hosts"][0]["host"] == "refused.test");
+}
+
+TEST_CASE("network allow: without the explicit opt-in a domain resolving to loopback is refused", "[network]") {
+  Origin origin;
+  ResolverOverride resolver;
+  json r = RunNsboxJson(Python({"--network", "allow=allowed.test"}, Fetch(fmt::format("http://allowed.test:{}/", origin.port)))).json;
+  INFO(r.dump());
+  CHECK(r["stdout"].get<std::string>().starts_with("FAILED"));
+  CHECK(r["denied_hosts"].size() == 1);
+}
+
+TEST_CASE("network allow: --network-limit caps the bytes moved", "[network]") {
+  Origin origin;
+  ResolverOverride resolver;
+  auto args = AllowArgs();
+  args.insert(args.end(), {"--network-limit", "64K"});
+  json r = RunNsboxJson(Python(args, Fetch(fmt::format("http://allowed.test:{}/big", origin.port)))).json;
+  INFO(r.dump());
+  CHECK(r["stdout"].get<std::string>().starts_with("FAILED"));
+  CHECK(r["network"]["limit_reached"] == true);
+  CHECK(r["network"]["bytes_in"].get<uint64_t>() + r["network"]["bytes_out"].get<uint64_t>() <= 64 * 1024);
+}
+
+TEST_CASE("network options: malformed allow lists are one-line errors", "[network]") {
+  auto r = RunNsboxRaw({"run", "--network", "allow=http://x.com/path", "--", "/bin/true"});
+  CHECK(r.exit_code == 125);
+  CHECK(r.err.find("--network") != std::string::npos);
+  r = RunNsboxRaw({"run", "--network-limit", "1M", "--", "/bin/true"});
+  CHECK(r.exit_code == 125);
+  CHECK(r.err.find("allow=") != std::string::npos);
+}

@@ -1,0 +1,318 @@
+// Unit tests for the cgroup backends against a fake cgroup tree in a temp dir: detection, placement, file writes, stat parsing.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/cgroup_internal.h"
+
+using namespace nsbox;
+namespace fs = std::filesystem;
+
+namespace {
+
+void Put(const fs::path& path, const std::string& content) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << content;
+}
+
+std::string Get(const fs::path& path) {
+  auto content = ReadFile(path.string());
+  return content.ok() ? *content : "<missing " + path.string() + ">";
+}
+
+// A temp dir that looks like /sys/fs/cgroup, plus a fake /proc/self/cgroup. New groups get empty control files.
+class FakeTree {
+ public:
+  FakeTree() {
+    char name[] = "/tmp/cgroup-fake-XXXXXX";
+    root_ = ::mkdtemp(name);
+    config.cgroup_root = (root_ / "cg").string();
+    config.proc_self_cgroup = (root_ / "proc-self-cgroup").string();
+    config.placement = CgroupConfig::Placement::kRootSubtree;
+    config.reaper = false;
+    config.fake_fs_mkdir_hook = [](const std::string& dir) {
+      for (const char* file : {"cgroup.procs", "cgroup.kill", "cgroup.controllers", "cgroup.subtree_control",
+                               "memory.max", "memory.swap.max", "memory.events", "memory.peak", "pids.max",
+                               "pids.events", "cpu.max", "cpu.stat", "memory.limit_in_bytes",
+                               "memory.memsw.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control",
+                               "cpu.cfs_period_us", "cpu.cfs_quota_us", "cpuacct.usage", "freezer.state"})
+        Put(fs::path(dir) / file, "");
+    };
+  }
+  ~FakeTree() { fs::remove_all(root_); }
+
+  void MakeV2(const std::string& controllers = "cpuset cpu io memory hugetlb pids rdma misc\n") {
+    Put(cg() / "cgroup.controllers", controllers);
+    Put(cg() / "cgroup.subtree_control", "");
+    Put(cg() / "cgroup.procs", "");
+    Put(root_ / "proc-self-cgroup", "0::/\n");
+  }
+  // A hybrid host: v1 controllers plus an empty v2 tree at unified/.
+  void MakeV1(bool comount_cpu = false) {
+    for (const char* controller : {"memory", "pids", "freezer"}) Put(cg() / controller / "cgroup.procs", "");
+    if (comount_cpu) {
+      Put(cg() / "cpu,cpuacct" / "cgroup.procs", "");
+      fs::create_directory_symlink("cpu,cpuacct", cg() / "cpu");
+      fs::create_directory_symlink("cpu,cpuacct", cg() / "cpuacct");
+    } else {
+      Put(cg() / "cpu" / "cgroup.procs", "");
+      Put(cg() / "cpuacct" / "cgroup.procs", "");
+    }
+    Put(cg() / "unified" / "cgroup.controllers", "");
+    std::string cpu_line = comount_cpu ? "2:cpu,cpuacct:/\n" : "1:cpu:/\n2:cpuacct:/\n";
+    Put(root_ / "proc-self-cgroup",
+        "9:name=systemd:/\n8:pids:/\n6:freezer:/\n4:memory:/process_api/abc\n" + cpu_line + "0::/\n");
+  }
+
+  fs::path cg() const { return root_ / "cg"; }
+  CgroupConfig config;
+
+ private:
+  fs::path root_;
+};
+
+CgroupLimits Limits(uint64_t memory, uint64_t pids, double cpus) {
+  CgroupLimits limits;
+  limits.memory_max_bytes = memory;
+  limits.pids_max = pids;
+  limits.cpus = cpus;
+  return limits;
+}
+
+std::string Name(const std::string& path) { return fs::path(path).filename().string(); }
+
+}  // namespace
+
+TEST_CASE("v2: a sandbox group gets memory.max, swap off, pids.max and a cpu.max quota") {
+  FakeTree tree;
+  tree.MakeV2();
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 0.5), tree.config);
+  REQUIRE(group.ok());
+  Cgroup& cgroup = **group;
+  CHECK(std::string(cgroup.backend()) == "cgroup2");
+  fs::path dir = cgroup.path();
+  CHECK(dir.parent_path() == tree.cg() / "nsbox");
+  CHECK(Name(dir).starts_with(std::to_string(::getpid()) + "-"));
+  CHECK(Get(dir / "memory.max") == std::to_string(64 << 20));
+  CHECK(Get(dir / "memory.swap.max") == "0");
+  CHECK(Get(dir / "pids.max") == "32");
+  CHECK(Get(dir / "cpu.max") == "50000 100000");
+  // Controllers are enabled at the root and in the nsbox subtree, so the group has them.
+  CHECK(Get(tree.cg() / "cgroup.subtree_control") == "+memory +pids +cpu");
+  CHECK(Get(tree.cg() / "nsbox" / "cgroup.subtree_control") == "+memory +pids +cpu");
+  CHECK(cgroup.clone_into_fd() >= 0);
+  REQUIRE(cgroup.AddProcess(4242).ok());
+  CHECK(Get(dir / "cgroup.procs") == "4242");
+  Put(dir / "cgroup.procs", "");  // the destructor's kill must find the fake group empty
+}
+
+TEST_CASE("v2: a swap allowance goes to memory.swap.max and tiny CPU shares get the kernel's minimum quota") {
+  FakeTree tree;
+  tree.MakeV2();
+  CgroupLimits limits = Limits(128 << 20, 10, 0.001);
+  limits.memory_swap_max_bytes = 32 << 20;
+  auto refused = CreateSandboxCgroup(limits, tree.config);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("--cpus") != std::string::npos);
+  limits.cpus = 0.01;
+  auto group = CreateSandboxCgroup(limits, tree.config);
+  REQUIRE(group.ok());
+  fs::path dir = (*group)->path();
+  CHECK(Get(dir / "memory.swap.max") == std::to_string(32 << 20));
+  CHECK(Get(dir / "cpu.max") == "1000 100000");
+}
+
+TEST_CASE("v2: stats and the limits report come from memory.events, memory.peak, pids.events and cpu.stat") {
+  FakeTree tree;
+  tree.MakeV2();
+  CgroupLimits limits = Limits(64 << 20, 32, 1.5);
+  auto group = CreateSandboxCgroup(limits, tree.config);
+  REQUIRE(group.ok());
+  fs::path dir = (*group)->path();
+  Put(dir / "memory.events", "low 0\nhigh 0\nmax 17\noom 2\noom_kill 2\noom_group_kill 0\n");
+  Put(dir / "memory.peak", "67108864\n");
+  Put(dir / "pids.events", "max 5\n");
+  Put(dir / "cpu.stat", "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\nnr_periods 30\n"
+                        "nr_throttled 12\nthrottled_usec 250000\n");
+  CgroupStats stats = (*group)->ReadStats();
+  CHECK(stats.oom_kills == 2);
+  CHECK(stats.peak_memory_bytes == 67108864);
+  CHECK(stats.pids_limit_hit);
+  CHECK(stats.cpu_usage_us == 1500000);
+  CHECK(stats.cpu_throttled_us == 250000);
+  LimitsReport report = (*group)->Report(limits);
+  CHECK(report.backend == "cgroup2");
+  CHECK(report.enforced_by.at("memory") == "cgroup2");
+  CHECK(report.enforced_by.at("pids") == "cgroup2");
+  CHECK(report.enforced_by.at("cpus") == "cgroup2");
+  CHECK(report.memory_max_bytes == 64u << 20);
+  CHECK(report.pids_max == 32);
+  CHECK(report.cpus == 1.5);
+  CHECK(report.oom_kills == 2);
+  CHECK(report.pids_limit_hit);
+  CHECK(report.cpu_throttled_ms == 250);
+}
+
+TEST_CASE("v2: groups of a non-root nsbox go inside its own delegated cgroup") {
+  FakeTree tree;
+  tree.MakeV2();
+  fs::path own = tree.cg() / "user.slice" / "user-1000.slice" / "run-1.scope";
+  Put(own / "cgroup.controllers", "cpu memory pids\n");
+  Put(own / "cgroup.subtree_control", "");
+  Put(tree.cg() / ".." / "proc-self-cgroup", "0::/user.slice/user-1000.slice/run-1.scope\n");
+  tree.config.placement = CgroupConfig::Placement::kOwnCgroup;
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1), tree.config);
+  REQUIRE(group.ok());
+  CHECK(fs::path((*group)->path()).parent_path() == own / "nsbox");
+  CHECK(Get(own / "cgroup.subtree_control") == "+memory +pids +cpu");
+}
+
+TEST_CASE("v2: a non-root nsbox already moved into its supervisor leaf still puts groups beside that leaf") {
+  FakeTree tree;
+  tree.MakeV2();
+  fs::path own = tree.cg() / "user.slice" / "run-1.scope";
+  Put(own / "cgroup.controllers", "cpu memory pids\n");
+  Put(own / "cgroup.subtree_control", "memory pids cpu\n");
+  Put(own / "supervisor" / "cgroup.procs", "");
+  Put(tree.cg() / ".." / "proc-self-cgroup", "0::/user.slice/run-1.scope/supervisor\n");
+  tree.config.placement = CgroupConfig::Placement::kOwnCgroup;
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1), tree.config);
+  REQUIRE(group.ok());
+  CHECK(fs::path((*group)->path()).parent_path() == own / "nsbox");
+  CHECK(Get(own / "cgroup.subtree_control") == "memory pids cpu\n");  // already enabled: left alone
+}
+
+TEST_CASE("v2 without the memory controller delegated falls back to v1, or fails naming what is missing and the fix") {
+  FakeTree tree;
+  tree.MakeV2("cpuset cpu io pids\n");
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1), tree.config);
+  REQUIRE_FALSE(group.ok());
+  std::string message = group.status().message();
+  INFO(message);
+  CHECK(message.find("memory") != std::string::npos);
+  CHECK(message.find("cgroup.controllers") != std::string::npos);
+  CHECK(message.find("Delegate=yes") != std::string::npos);
+  CHECK(message.find("systemd.unified_cgroup_hierarchy=1") != std::string::npos);
+  CHECK_FALSE(DetectCgroupBackend(tree.config).ok());
+}
+
+TEST_CASE("a hybrid host with an empty unified tree uses v1, and says so when a v1 controller is missing") {
+  FakeTree tree;
+  tree.MakeV1();
+  auto backend = DetectCgroupBackend(tree.config);
+  REQUIRE(backend.ok());
+  CHECK(*backend == "cgroup1");
+
+  Put(tree.cg() / ".." / "proc-self-cgroup", "8:pids:/\n4:memory:/\n0::/\n");
+  auto missing = DetectCgroupBackend(tree.config);
+  REQUIRE_FALSE(missing.ok());
+  INFO(missing.status().message());
+  CHECK(missing.status().message().find("cpu, cpuacct") != std::string::npos);
+  CHECK(missing.status().message().find("unified gets no controllers") != std::string::npos);
+}
+
+TEST_CASE("v1: a sandbox group gets memory and memsw limits, pids.max and a CFS quota, in the hierarchy roots' nsbox subtree") {
+  FakeTree tree;
+  tree.MakeV1();
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 0.5), tree.config);
+  REQUIRE(group.ok());
+  Cgroup& cgroup = **group;
+  CHECK(std::string(cgroup.backend()) == "cgroup1");
+  CHECK(cgroup.clone_into_fd() == -1);
+  std::string name = Name(cgroup.path());
+  // Under the hierarchy root's own subtree, not under nsbox's memory cgroup (/process_api/abc).
+  fs::path memory = tree.cg() / "memory" / "nsbox" / name;
+  CHECK(fs::path(cgroup.path()) == memory);
+  CHECK(Get(memory / "memory.limit_in_bytes") == std::to_string(64 << 20));
+  CHECK(Get(memory / "memory.memsw.limit_in_bytes") == std::to_string(64 << 20));  // swap off
+  CHECK(Get(tree.cg() / "pids" / "nsbox" / name / "pids.max") == "32");
+  CHECK(Get(tree.cg() / "cpu" / "nsbox" / name / "cpu.cfs_period_us") == "100000");
+  CHECK(Get(tree.cg() / "cpu" / "nsbox" / name / "cpu.cfs_quota_us") == "50000");
+  CHECK(fs::is_directory(tree.cg() / "cpuacct" / "nsbox" / name));
+  CHECK(fs::is_directory(tree.cg() / "freezer" / "nsbox" / name));
+  REQUIRE(cgroup.AddProcess(4242).ok());
+  for (const char* controller : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
+    INFO(controller);
+    CHECK(Get(tree.cg() / controller / "nsbox" / name / "cgroup.procs") == "4242");
+    Put(tree.cg() / controller / "nsbox" / name / "cgroup.procs", "");  // keep the destructor's kill away from pid 4242
+  }
+}
+
+TEST_CASE("v1: a co-mounted cpu,cpuacct hierarchy holds one group, which gets the pid once") {
+  FakeTree tree;
+  tree.MakeV1(/*comount_cpu=*/true);
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
+  REQUIRE(group.ok());
+  std::string name = Name((*group)->path());
+  fs::path cpu = tree.cg() / "cpu,cpuacct" / "nsbox" / name;
+  CHECK(Get(cpu / "cpu.cfs_quota_us") == "200000");
+  REQUIRE((*group)->AddProcess(4242).ok());
+  CHECK(Get(cpu / "cgroup.procs") == "4242");  // written once: a second write would fail on a real hierarchy
+  for (const char* controller : {"memory", "pids", "cpu,cpuacct", "freezer"})
+    Put(tree.cg() / controller / "nsbox" / name / "cgroup.procs", "");
+}
+
+TEST_CASE("v1: stats come from memory.oom_control, max_usage_in_bytes, pids.events, cpuacct.usage and cpu.stat") {
+  FakeTree tree;
+  tree.MakeV1();
+  CgroupLimits limits = Limits(64 << 20, 32, 0.5);
+  auto group = CreateSandboxCgroup(limits, tree.config);
+  REQUIRE(group.ok());
+  std::string name = Name((*group)->path());
+  Put(tree.cg() / "memory" / "nsbox" / name / "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
+  Put(tree.cg() / "memory" / "nsbox" / name / "memory.max_usage_in_bytes", "66912256\n");
+  Put(tree.cg() / "pids" / "nsbox" / name / "pids.events", "max 0\n");
+  Put(tree.cg() / "cpuacct" / "nsbox" / name / "cpuacct.usage", "2500000000\n");
+  Put(tree.cg() / "cpu" / "nsbox" / name / "cpu.stat", "nr_periods 40\nnr_throttled 20\nthrottled_time 1200000000\n");
+  CgroupStats stats = (*group)->ReadStats();
+  CHECK(stats.oom_kills == 1);
+  CHECK(stats.peak_memory_bytes == 66912256);
+  CHECK_FALSE(stats.pids_limit_hit);
+  CHECK(stats.cpu_usage_us == 2500000);
+  CHECK(stats.cpu_throttled_us == 1200000);
+  LimitsReport report = (*group)->Report(limits);
+  CHECK(report.backend == "cgroup1");
+  CHECK(report.enforced_by.at("memory") == "cgroup1");
+  CHECK(report.enforced_by.at("memory_swap") == "cgroup1");
+  CHECK(report.cpu_throttled_ms == 1200);
+}
+
+TEST_CASE("/proc/self/cgroup of a hybrid host parses into the unified path and each v1 controller's path") {
+  auto self = cgroup_internal::ParseSelfCgroup(
+      "9:name=systemd:/\n4:memory:/process_api/882908\n2:cpu,cpuacct:/a:b\n0::/user.slice\n");
+  REQUIRE(self.unified_path.has_value());
+  CHECK(*self.unified_path == "/user.slice");
+  CHECK(self.v1_paths.at("memory") == "/process_api/882908");
+  CHECK(self.v1_paths.at("cpu") == "/a:b");
+  CHECK(self.v1_mount_dir.at("cpuacct") == "cpu,cpuacct");
+  CHECK(self.v1_paths.count("name=systemd") == 0);
+}
+
+TEST_CASE("a group whose creator is dead or whose pid was reused is stale; a live creator's and foreign names are not") {
+  using cgroup_internal::IsStaleGroupName;
+  std::string mine = cgroup_internal::NewGroupName();
+  CHECK_FALSE(IsStaleGroupName(mine));
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  CHECK(IsStaleGroupName(std::to_string(child) + "-12345-0"));
+  std::string reused = mine.substr(0, mine.find('-')) + "-1-0";  // our pid, another start time
+  CHECK(IsStaleGroupName(reused));
+  CHECK_FALSE(IsStaleGroupName("supervisor"));
+  CHECK_FALSE(IsStaleGroupName("1234-5-6-extra"));
+}
+
+TEST_CASE("the subtree name must be a single directory name") {
+  FakeTree tree;
+  tree.MakeV2();
+  tree.config.subtree = "../escape";
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1), tree.config);
+  REQUIRE_FALSE(group.ok());
+  CHECK(group.status().message().find("one directory name") != std::string::npos);
+}
