@@ -27,6 +27,8 @@
 #include "src/cli/commands.h"
 #include "src/cli/image_store.h"
 
+extern char** environ;
+
 namespace nsbox::cli {
 namespace {
 
@@ -147,6 +149,11 @@ StatusOr<ChildOutcome> RunMkrootfs(const std::string& mkrootfs, const std::strin
   UniqueFd read_end(fds[0]), write_end(fds[1]);
   std::vector<std::string> args = {"/bin/bash", mkrootfs, template_path, rootfs_dir};
   std::vector<char*> argv = Argv(args);
+  // Tells mkrootfs that it already runs isolated (as pid 1 here), so it does not wrap itself in unshare(1) again.
+  std::vector<std::string> env = {"NSBOX_MKROOTFS_ISOLATED=1"};
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).rfind("NSBOX_MKROOTFS_ISOLATED=", 0) != 0) env.emplace_back(*e);
+  std::vector<char*> envp = Argv(env);
   std::fflush(stdout);
   std::fflush(stderr);
   g_child_stop_signal = SIGKILL;
@@ -164,7 +171,7 @@ StatusOr<ChildOutcome> RunMkrootfs(const std::string& mkrootfs, const std::strin
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   write_end.reset();
@@ -226,9 +233,15 @@ std::string ShellQuoteForDisplay(const std::vector<std::string>& argv) {
                                    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-=:,") ==
                                    std::string::npos;
     if (!out.empty()) out += ' ';
-    out += plain ? a : fmt::format("'{}'", a);
+    if (plain) {
+      out += a;
+    } else {
+      out += '\'';
+      for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      out += '\'';
+    }
   }
-  return out.size() > 100 ? out.substr(0, 97) + "..." : out;
+  return out.size() > 100 ? out.substr(0, 94) + " [...]" : out;
 }
 
 Status RequireRoot(const std::string& store) {
