@@ -105,7 +105,7 @@ std::string TemplateFile(const std::string& name, const std::string& json_text) 
 bool RequireRootOrSkip(const char* test) {
   if (::geteuid() == 0) return true;
   if (const char* skip = std::getenv("NSBOX_SKIP_FILE"))
-    (void)nsbox::WriteFile(skip, fmt::format("image_tests::{}: image builds need root\n", test), O_APPEND);
+    std::ofstream(skip, std::ios::app) << fmt::format("image_tests::{}: image builds need root\n", test);
   WARN("skipped: image builds need root");
   return false;
 }
