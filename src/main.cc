@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   nsbox::cli::RegisterAgent(app, exit_code);
   nsbox::cli::RegisterMcp(app, exit_code);
   nsbox::cli::RegisterProfile(app, exit_code);
+  nsbox::cli::RegisterImage(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

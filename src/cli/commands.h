@@ -18,6 +18,7 @@ void RegisterDoctor(CLI::App& app, ExitCode& exit_code);
 void RegisterAgent(CLI::App& app, ExitCode& exit_code);
 void RegisterMcp(CLI::App& app, ExitCode& exit_code);
 void RegisterProfile(CLI::App& app, ExitCode& exit_code);  // src/cli/profile.cc
+void RegisterImage(CLI::App& app, ExitCode& exit_code);    // src/cli/image.cc
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
 
 }  // namespace nsbox::cli

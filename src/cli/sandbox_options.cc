@@ -11,6 +11,7 @@
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/units.h"
+#include "src/cli/image_store.h"
 #include "src/cli/languages.h"
 #include "src/netproxy/allow_list.h"
 
@@ -29,7 +30,7 @@ std::pair<std::string, std::string> SplitBind(const std::string& spec) {
 }  // namespace
 
 void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
-  app->add_option("--rootfs", o.rootfs, "root filesystem: host (the built-in read-only view of the host) or a directory")
+  app->add_option("--rootfs", o.rootfs, "root filesystem: host (the built-in read-only view of the host), an image NAME (nsbox image ls) or a directory path")
       ->capture_default_str();
   app->add_option("--workspace", o.workspace, "bind this host directory read-write at /workspace (default: a fresh tmpfs)");
   // One value per occurrence: a greedy vector option would take a following "--" as the end of its own list, and
@@ -57,7 +58,12 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
 
 StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
   PolicyBuilder builder;
-  if (o.rootfs != "host") {
+  if (o.rootfs != "host" && o.rootfs.find('/') == std::string::npos) {
+    // A bare name is an image from `nsbox image build`; a directory is given as a path (./dir, /srv/root).
+    auto image_root = ResolveImage(o.rootfs);
+    if (!image_root.ok()) return image_root.status().Wrap("--rootfs");
+    builder.SetRootfsDir(*image_root);
+  } else if (o.rootfs != "host") {
     if (!PathExists(o.rootfs))
       return Status::Error(fmt::format("--rootfs '{}': no such directory (use 'host' or a prepared root directory)", o.rootfs));
     builder.SetRootfsDir(o.rootfs);

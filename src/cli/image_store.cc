@@ -1,0 +1,340 @@
+// The image store: listing, resolving, removing and sweeping images; loading templates. See image_store.h for the layout.
+#include "src/cli/image_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sandbox/base/data_dir.h"
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+
+namespace nsbox::cli {
+namespace {
+
+using nlohmann::json;
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Entry names of a directory, without "." and "..".
+StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (!dir) return Status::Errno(fmt::format("opendir({})", path));
+  std::vector<std::string> names;
+  while (struct dirent* entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  if (names.empty()) return "none";
+  std::string out;
+  for (const auto& n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+// nftw(3) has no user pointer; these hold one walk's state (the CLI is single-threaded).
+Status g_walk_status;
+uint64_t g_walk_bytes = 0;
+std::set<std::pair<dev_t, ino_t>> g_walk_seen;
+
+int RemoveEntry(const char* path, const struct stat*, int type, struct FTW*) {
+  // FTW_MOUNT skips whatever lies on another filesystem; its parent then fails with ENOTEMPTY, which is what we want.
+  int rc = (type == FTW_DP || type == FTW_D) ? ::rmdir(path) : ::unlink(path);
+  if (rc != 0 && errno != ENOENT && g_walk_status.ok())
+    g_walk_status = Status::Errno(fmt::format("{}({})", (type == FTW_DP || type == FTW_D) ? "rmdir" : "unlink", path));
+  return 0;
+}
+
+int CountEntry(const char*, const struct stat* st, int type, struct FTW*) {
+  if (type == FTW_NS) return 0;
+  if (st->st_nlink > 1 && !S_ISDIR(st->st_mode) && !g_walk_seen.insert({st->st_dev, st->st_ino}).second) return 0;
+  g_walk_bytes += static_cast<uint64_t>(st->st_blocks) * 512;
+  return 0;
+}
+
+// FNV-1a, 64 bits: a stable digest of a template's bytes to key caches with; not a security boundary.
+std::string Fnv1a64(const std::string& data) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (unsigned char c : data) {
+    hash ^= c;
+    hash *= 0x100000001b3ULL;
+  }
+  return fmt::format("{:016x}", hash);
+}
+
+StatusOr<ImageInfo> ReadImageInfo(const std::string& store, const std::string& name) {
+  ImageInfo info;
+  info.name = name;
+  info.rootfs_dir = store + "/" + name + "/rootfs";
+  auto text = ReadFile(store + "/" + name + "/image.json", 1 << 20);
+  if (!text.ok()) return text.status();
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Status::Error(fmt::format("{}/{}/image.json: not a JSON object", store, name));
+  info.template_name = j.value("template", "");
+  info.template_digest = j.value("template_digest", "");
+  info.description = j.value("description", "");
+  info.created = j.value("created", "");
+  info.size_bytes = j.value("size_bytes", uint64_t{0});
+  info.build_seconds = j.value("build_seconds", 0.0);
+  return info;
+}
+
+}  // namespace
+
+std::string ImageStoreRoot() {
+  if (const char* env = std::getenv("NSBOX_IMAGE_STORE"); env && *env) return env;
+  return kDefaultImageStore;
+}
+
+Status ValidateImageName(const std::string& name) {
+  static const std::regex kName("[a-z0-9][a-z0-9._-]{0,63}");
+  if (!std::regex_match(name, kName))
+    return Status::Error(fmt::format(
+        "'{}' is not a valid image name (lower-case letters, digits, '.', '_', '-'; at most 64; not starting with '.', '_' or '-')",
+        name));
+  return OkStatus();
+}
+
+StatusOr<std::string> ResolveImage(const std::string& name) { return ResolveImageIn(ImageStoreRoot(), name); }
+
+StatusOr<std::string> ResolveImageIn(const std::string& store, const std::string& name) {
+  NSBOX_RETURN_IF_ERROR(ValidateImageName(name));
+  std::string rootfs = store + "/" + name + "/rootfs";
+  if (IsDirectory(rootfs)) return rootfs;
+  std::vector<std::string> known;
+  if (auto images = ListImages(store); images.ok())
+    for (const auto& image : *images) known.push_back(image.name);
+  return Status::Error(fmt::format("no image '{}' in {} (known images: {}; build one with: nsbox image build TEMPLATE)",
+                                   name, store, JoinNames(known)));
+}
+
+StatusOr<std::vector<ImageInfo>> ListImages(const std::string& store) {
+  std::vector<ImageInfo> images;
+  if (!PathExists(store)) return images;
+  auto names = ListDirectory(store);
+  if (!names.ok()) return names.status().Wrap("reading the image store");
+  for (const auto& name : *names) {
+    if (name.front() == '.' || !IsDirectory(store + "/" + name + "/rootfs")) continue;
+    auto info = ReadImageInfo(store, name);
+    if (info.ok()) {
+      images.push_back(std::move(*info));
+    } else {  // still usable by name; show what we know
+      ImageInfo bare;
+      bare.name = name;
+      // image.json unreadable: the image is still usable by name. (A std::string, not a literal: GCC 12 -Wrestrict false positive.)
+      static const std::string kUnknown("?");
+      bare.template_name = kUnknown;
+      bare.rootfs_dir = fmt::format("{}/{}/rootfs", store, name);
+      images.push_back(std::move(bare));
+    }
+  }
+  return images;
+}
+
+Status RemoveImage(const std::string& store, const std::string& name) {
+  NSBOX_RETURN_IF_ERROR(ValidateImageName(name));
+  std::string path = store + "/" + name;
+  if (!IsDirectory(path)) {
+    std::vector<std::string> known;
+    if (auto images = ListImages(store); images.ok())
+      for (const auto& image : *images) known.push_back(image.name);
+    return Status::Error(fmt::format("no image '{}' (known images: {})", name, JoinNames(known)));
+  }
+  // Rename first: the image disappears in one step, and a crash mid-delete leaves a .rm-* entry the next sweep removes.
+  std::string doomed = fmt::format("{}/.rm-{}-{}", store, name, ::getpid());
+  if (::rename(path.c_str(), doomed.c_str()) != 0) return Status::Errno(fmt::format("rename({}, {})", path, doomed));
+  return RemoveTree(doomed);
+}
+
+Status EnsureStore(const std::string& store) {
+  struct stat st;
+  if (::stat(store.c_str(), &st) != 0) {
+    if (errno != ENOENT) return Status::Errno(fmt::format("stat({})", store));
+    // Parents (/var/lib/nsbox) may be missing too; they get ordinary modes, the store itself kImageStoreMode.
+    for (size_t slash = store.find('/', 1); slash != std::string::npos; slash = store.find('/', slash + 1)) {
+      std::string parent = store.substr(0, slash);
+      if (::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) return Status::Errno(fmt::format("mkdir({})", parent));
+    }
+    if (::mkdir(store.c_str(), kImageStoreMode) != 0 && errno != EEXIST)
+      return Status::Errno(fmt::format("mkdir({}, {:o})", store, kImageStoreMode));
+    if (::stat(store.c_str(), &st) != 0) return Status::Errno(fmt::format("stat({})", store));
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::Error(fmt::format("image store {} is not a directory", store));
+  // The sandbox mounts an image as the unprivileged uid it maps to, so every directory above the store must let others pass.
+  for (size_t slash = store.rfind('/'); slash != std::string::npos && slash > 0; slash = store.rfind('/', slash - 1)) {
+    std::string parent = store.substr(0, slash);
+    struct stat parent_st;
+    if (::stat(parent.c_str(), &parent_st) == 0 && !(parent_st.st_mode & S_IXOTH))
+      return Status::Error(fmt::format("{} (mode {:o}) cannot be searched by others, so sandboxes could not reach images "
+                                       "in {}; chmod o+x it or choose another store",
+                                       parent, parent_st.st_mode & 07777, store));
+  }
+  if (st.st_uid != 0) return Status::Error(fmt::format("image store {} is not owned by root", store));
+  if ((st.st_mode & 07777) != kImageStoreMode && ::chmod(store.c_str(), kImageStoreMode) != 0)
+    return Status::Errno(fmt::format("chmod({}, {:o})", store, kImageStoreMode));
+  return OkStatus();
+}
+
+StatusOr<int> SweepStaleEntries(const std::string& store) {
+  if (!PathExists(store)) return 0;
+  auto names = ListDirectory(store);
+  if (!names.ok()) return names.status().Wrap("sweeping the image store");
+  int removed = 0;
+  for (const auto& name : *names) {
+    if (name.rfind(".build-", 0) != 0 && name.rfind(".rm-", 0) != 0) continue;
+    std::string path = store + "/" + name;
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) continue;
+    // A live build holds this lock until it publishes or cleans up; the kernel drops it when the builder dies.
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    Status status = RemoveTree(path);
+    if (!status.ok()) return status.Wrap(fmt::format("removing the leftover {}", path));
+    ++removed;
+  }
+  return removed;
+}
+
+Status RemoveTree(const std::string& path) {
+  if (!PathExists(path)) return OkStatus();
+  g_walk_status = OkStatus();
+  if (::nftw(path.c_str(), RemoveEntry, 64, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0 && g_walk_status.ok())
+    g_walk_status = Status::Errno(fmt::format("nftw({})", path));
+  return std::exchange(g_walk_status, OkStatus());
+}
+
+StatusOr<uint64_t> DiskUsage(const std::string& path) {
+  g_walk_bytes = 0;
+  g_walk_seen.clear();
+  if (::nftw(path.c_str(), CountEntry, 64, FTW_PHYS | FTW_MOUNT) != 0) return Status::Errno(fmt::format("nftw({})", path));
+  g_walk_seen.clear();
+  return g_walk_bytes;
+}
+
+std::string TemplateDir() { return DataDir() + "/rootfs/templates"; }
+
+std::vector<std::string> KnownTemplates(const std::string& template_dir) {
+  std::vector<std::string> names;
+  if (auto entries = ListDirectory(template_dir); entries.ok())
+    for (const auto& e : *entries)
+      if (e.size() > 5 && e.compare(e.size() - 5, 5, ".json") == 0) names.push_back(e.substr(0, e.size() - 5));
+  return names;
+}
+
+StatusOr<ImageTemplate> LoadTemplate(const std::string& name_or_path, const std::string& template_dir) {
+  bool is_path = name_or_path.find('/') != std::string::npos ||
+                 (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
+  std::string path = is_path ? name_or_path : template_dir + "/" + name_or_path + ".json";
+  std::string name = path.substr(path.rfind('/') + 1);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0) name.resize(name.size() - 5);
+  if (!is_path && !std::regex_match(name_or_path, std::regex("[A-Za-z0-9._-]+")))
+    return Status::Error(fmt::format("'{}' is not a template name", name_or_path));
+  if (!PathExists(path)) {
+    if (is_path) return Status::Error(fmt::format("template file {} does not exist", path));
+    return Status::Error(fmt::format("unknown template '{}' (known templates: {}; or give a path to a .json file)",
+                                     name_or_path, JoinNames(KnownTemplates(template_dir))));
+  }
+  auto text = ReadFile(path, 1 << 20);
+  if (!text.ok()) return text.status().Wrap(fmt::format("reading template '{}'", name));
+  return ParseTemplate(name, path, *text);
+}
+
+StatusOr<ImageTemplate> ParseTemplate(const std::string& name, const std::string& path, const std::string& text) {
+  auto broken = [&](const std::string& why) {
+    return Status::Error(fmt::format("template '{}' is broken: {}", name, why));
+  };
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return broken(fmt::format("not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) return broken("it must be a JSON object");
+  static const std::set<std::string> kKnownKeys = {"comment", "description", "packages", "files", "customize", "smoke_test"};
+  for (const auto& [key, value] : j.items())
+    if (!kKnownKeys.count(key))
+      return broken(fmt::format("unknown key '{}' (known: comment, customize, description, files, packages, smoke_test)", key));
+
+  ImageTemplate t;
+  t.name = name;
+  t.path = path;
+  t.digest = Fnv1a64(text);
+  if (j.contains("description")) {
+    if (!j["description"].is_string()) return broken("'description' must be a string");
+    t.description = j["description"];
+  }
+  if (j.contains("packages")) {
+    if (!j["packages"].is_array()) return broken("'packages' must be a list of Debian package names");
+    static const std::regex kPackage("[a-z0-9][a-z0-9+.-]+");
+    for (const auto& p : j["packages"]) {
+      if (!p.is_string() || !std::regex_match(p.get<std::string>(), kPackage))
+        return broken(fmt::format("'packages': {} is not a Debian package name", p.dump()));
+      t.packages.push_back(p);
+    }
+  }
+  if (j.contains("files")) {
+    if (!j["files"].is_array()) return broken("'files' must be a list of {path, content, mode}");
+    static const std::regex kMode("0?[0-7]{3,4}");
+    size_t i = 0;
+    for (const auto& f : j["files"]) {
+      if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("content") ||
+          !f["content"].is_string())
+        return broken(fmt::format("'files'[{}] needs a string 'path' and a string 'content'", i));
+      std::string file_path = f["path"];
+      if (file_path.empty() || file_path[0] != '/' || file_path.find("/../") != std::string::npos ||
+          file_path.ends_with("/..") || file_path.find_first_of(" \n") != std::string::npos)
+        return broken(fmt::format("'files'[{}]: path '{}' must be absolute, without '..' or spaces", i, file_path));
+      if (f.contains("mode") && (!f["mode"].is_string() || !std::regex_match(f["mode"].get<std::string>(), kMode)))
+        return broken(fmt::format("'files'[{}]: mode must be an octal string like \"0644\"", i));
+      ++i;
+    }
+  }
+  if (j.contains("customize")) {
+    if (!j["customize"].is_array()) return broken("'customize' must be a list of shell commands (run in the chroot)");
+    for (const auto& c : j["customize"])
+      if (!c.is_string()) return broken("'customize' must be a list of shell commands (run in the chroot)");
+  }
+  if (!j.contains("smoke_test") || !j["smoke_test"].is_array() || j["smoke_test"].empty())
+    return broken("'smoke_test' must be a non-empty argv list, e.g. [\"/bin/sh\", \"-c\", \"true\"]");
+  for (const auto& a : j["smoke_test"]) {
+    if (!a.is_string()) return broken("'smoke_test' must be a list of strings");
+    t.smoke_test.push_back(a);
+  }
+  return t;
+}
+
+std::string HumanSize(uint64_t bytes) {
+  const char* units[] = {"B", "K", "M", "G", "T"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(units)) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{}B", bytes) : fmt::format("{:.1f}{}", value, units[unit]);
+}
+
+}  // namespace nsbox::cli

@@ -1,0 +1,83 @@
+// The image store: named read-only root filesystems under one root-only directory, their templates, and name resolution.
+//
+// Layout of the store (default /var/lib/nsbox/images; $NSBOX_IMAGE_STORE overrides it). The store is
+// root-owned, mode 0711: only root can create, remove or list images. It cannot be 0700 because the
+// sandbox sets up its mounts as the unprivileged host uid its user namespace maps to (nobody), which must
+// be able to reach NAME/rootfs by its path; images themselves are world-readable, like /usr.
+//   NAME/rootfs/           the root a sandbox mounts read-only
+//   NAME/image.json        name, template, template digest, created, size
+//   .build-NAME-XXXXXX/    a build in progress, flock()ed by its builder; swept once no one holds the lock
+//   .rm-NAME-XXXXXX/       an image being removed (renamed first, so it vanishes from `ls` at once)
+// An image becomes visible only by one rename(2) of a finished, smoke-tested build directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sandbox/base/status.h"
+
+namespace nsbox::cli {
+
+inline constexpr char kDefaultImageStore[] = "/var/lib/nsbox/images";
+
+// $NSBOX_IMAGE_STORE when set (tests), else /var/lib/nsbox/images.
+std::string ImageStoreRoot();
+
+// Resolves an image name to its read-only root directory, or an error naming the known images.
+StatusOr<std::string> ResolveImage(const std::string& name);
+StatusOr<std::string> ResolveImageIn(const std::string& store, const std::string& name);
+
+// Image names are what a path component and a CLI argument can carry safely: [a-z0-9][a-z0-9._-]{0,63}.
+Status ValidateImageName(const std::string& name);
+
+struct ImageInfo {
+  std::string name;
+  std::string template_name;
+  std::string template_digest;
+  std::string description;
+  std::string created;      // RFC 3339, UTC
+  uint64_t size_bytes = 0;  // disk usage of the root, measured when it was built
+  double build_seconds = 0;
+  std::string rootfs_dir;
+};
+
+// The published images, sorted by name. A store that does not exist yet holds no images.
+StatusOr<std::vector<ImageInfo>> ListImages(const std::string& store);
+// Makes the image vanish (one rename), then deletes its files.
+Status RemoveImage(const std::string& store, const std::string& name);
+
+inline constexpr unsigned kImageStoreMode = 0711;
+
+// Creates the store (mode kImageStoreMode, root-owned) when missing and sets that mode when it differs.
+Status EnsureStore(const std::string& store);
+// Deletes what interrupted builds and removals left behind: .build-* and .rm-* entries whose lock no one holds.
+// Returns the number of entries removed.
+StatusOr<int> SweepStaleEntries(const std::string& store);
+
+// Deletes a directory tree without following symlinks or crossing into other mounted filesystems.
+Status RemoveTree(const std::string& path);
+// Disk usage of a tree in bytes (allocated blocks, hard links counted once, same filesystem only).
+StatusOr<uint64_t> DiskUsage(const std::string& path);
+
+// A template: rootfs/templates/NAME.json, or a path to a .json file. See the README for the format.
+struct ImageTemplate {
+  std::string name;  // file name without .json
+  std::string path;
+  std::string description;
+  std::vector<std::string> packages;
+  std::vector<std::string> smoke_test;
+  std::string digest;  // of the file's bytes: equal digests build equal images (cache key)
+};
+
+// The directory of the built-in templates: $NSBOX_DATADIR-style lookup, rootfs/templates.
+std::string TemplateDir();
+std::vector<std::string> KnownTemplates(const std::string& template_dir);
+// Loads and validates a template; errors say what is wrong and, for an unknown name, which templates exist.
+StatusOr<ImageTemplate> LoadTemplate(const std::string& name_or_path, const std::string& template_dir);
+StatusOr<ImageTemplate> ParseTemplate(const std::string& name, const std::string& path, const std::string& text);
+
+// "57.1M" style sizes for `nsbox image ls`.
+std::string HumanSize(uint64_t bytes);
+
+}  // namespace nsbox::cli

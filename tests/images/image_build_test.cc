@@ -1,0 +1,387 @@
+// Integration tests of `nsbox image`: real builds from Debian's archive into a temporary store, used with `nsbox run --rootfs NAME`.
+// They need root (mmdebstrap's root mode, the store) and reach Debian's archive through apt's mirror.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sandbox/base/fs.h"
+#include "src/cli/image_store.h"
+
+extern char** environ;
+
+namespace {
+
+using nlohmann::json;
+
+std::string NsboxBin() {
+  if (const char* env = std::getenv("NSBOX_BIN"); env && *env) return env;
+  return NSBOX_TEST_BIN;
+}
+
+// One temporary store for the whole run, removed at exit; every nsbox child finds it through NSBOX_IMAGE_STORE.
+const std::string& Store() {
+  struct StoreDir {
+    std::string path;
+    StoreDir() {
+      char pattern[] = "/tmp/nsbox-image-tests-XXXXXX";
+      if (::mkdtemp(pattern) == nullptr) std::abort();
+      ::chmod(pattern, 0755);  // the sandbox's unprivileged uid must pass through to the images
+      path = std::string(pattern) + "/images";
+      ::setenv("NSBOX_IMAGE_STORE", path.c_str(), 1);
+    }
+    ~StoreDir() { (void)nsbox::cli::RemoveTree(path.substr(0, path.rfind('/'))); }
+  };
+  static StoreDir store;
+  return store.path;
+}
+
+std::string Slurp(const std::string& path) {
+  auto text = nsbox::ReadFile(path);
+  return text.ok() ? *text : "";
+}
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Starts nsbox with stdout and stderr going to files, and returns its pid.
+pid_t Start(const std::vector<std::string>& args, const std::string& out_path, const std::string& err_path) {
+  std::vector<std::string> full = {NsboxBin()};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+int Wait(pid_t pid) {
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Outcome Nsbox(const std::vector<std::string>& args) {
+  const std::string out_path = Store() + ".out", err_path = Store() + ".err";
+  Outcome o;
+  o.exit_code = Wait(Start(args, out_path, err_path));
+  o.out = Slurp(out_path);
+  o.err = Slurp(err_path);
+  return o;
+}
+
+// A template file beside the store, named NAME.json so that the template is called NAME.
+std::string TemplateFile(const std::string& name, const std::string& json_text) {
+  std::string path = Store().substr(0, Store().rfind('/')) + "/" + name + ".json";
+  REQUIRE(nsbox::WriteFile(path, json_text).ok());
+  return path;
+}
+
+bool RequireRootOrSkip(const char* test) {
+  if (::geteuid() == 0) return true;
+  if (const char* skip = std::getenv("NSBOX_SKIP_FILE"))
+    std::ofstream(skip, std::ios::app) << fmt::format("image_tests::{}: image builds need root\n", test);
+  WARN("skipped: image builds need root");
+  return false;
+}
+
+// Builds each template once per test run (into the temporary store) and returns the build's outcome.
+const Outcome& Built(const std::string& template_name) {
+  static std::map<std::string, Outcome> builds;
+  auto it = builds.find(template_name);
+  if (it == builds.end()) {
+    auto start = std::chrono::steady_clock::now();
+    Outcome o = Nsbox({"image", "build", template_name});
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    WARN("building " << template_name << " took " << seconds << "s");
+    it = builds.emplace(template_name, std::move(o)).first;
+  }
+  INFO(it->second.err);
+  REQUIRE(it->second.exit_code == 0);
+  return it->second;
+}
+
+// Entries of the store other than published images: what an interrupted or failed build would leave.
+std::vector<std::string> Leftovers() {
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir(Store().c_str())) {
+    while (struct dirent* e = ::readdir(dir))
+      if (e->d_name[0] == '.' && std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+    ::closedir(dir);
+  }
+  return names;
+}
+
+bool StorePathMounted() {
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(mountinfo, line))
+    if (line.find(Store()) != std::string::npos) return true;
+  return false;
+}
+
+// Processes whose command line mentions the store: mkrootfs, mmdebstrap, apt, dpkg of a build.
+int ProcessesUsingStore() {
+  int count = 0;
+  DIR* proc = ::opendir("/proc");
+  while (struct dirent* e = ::readdir(proc)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || std::atoi(e->d_name) == ::getpid()) continue;
+    std::string cmdline = Slurp(std::string("/proc/") + e->d_name + "/cmdline");
+    for (auto& c : cmdline)
+      if (c == '\0') c = ' ';
+    if (cmdline.find(Store()) != std::string::npos) ++count;
+  }
+  ::closedir(proc);
+  return count;
+}
+
+// Starts a build and waits until mmdebstrap is busy (downloading or unpacking), so that an interruption lands mid-bootstrap.
+pid_t StartBuildAndWaitForBootstrap(const std::string& name, const std::string& err_path) {
+  pid_t pid = Start({"image", "build", "minimal", "--name", name}, Store() + ".bg.out", err_path);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(3);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::string err = Slurp(err_path);
+    if (err.find("downloading packages") != std::string::npos || err.find("extracting archives") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  return pid;
+}
+
+const char kRunScript[] =
+    "echo image=$(cat /etc/nsbox-image) uid=$(id -u);"
+    "touch /usr/x 2>&1 | grep -q 'Read-only file system' && echo root-read-only;"
+    "touch /etc/x 2>&1 | grep -q 'Read-only file system' && echo etc-read-only;"
+    "echo data > /tmp/f && cat /tmp/f";
+
+}  // namespace
+
+TEST_CASE("minimal builds with per-stage progress, passes its smoke test inside nsbox and is listed", "[build]") {
+  if (!RequireRootOrSkip("minimal build")) return;
+  const Outcome& build = Built("minimal");
+  CHECK_THAT(build.err, Catch::Contains("[1/3] bootstrap done in"));
+  CHECK_THAT(build.err, Catch::Contains("[2/3] smoke test inside nsbox"));
+  CHECK_THAT(build.err, Catch::Contains("  | shell ok"));  // the smoke test's own output: it ran
+  CHECK_THAT(build.err, Catch::Contains("[2/3] smoke test passed"));
+  CHECK_THAT(build.err, Catch::Contains("built image 'minimal'"));
+  CHECK(Leftovers().empty());
+
+  Outcome ls = Nsbox({"image", "ls", "--json"});
+  REQUIRE(ls.exit_code == 0);
+  json images = json::parse(ls.out);
+  REQUIRE(images.size() >= 1);
+  json minimal;
+  for (const auto& image : images)
+    if (image["name"] == "minimal") minimal = image;
+  CHECK(minimal["template"] == "minimal");
+  CHECK(minimal["size_bytes"].get<uint64_t>() > (20u << 20));
+  CHECK(minimal["size_bytes"].get<uint64_t>() < (200u << 20));
+  CHECK(minimal["created"].get<std::string>().size() == 20);
+  Outcome table = Nsbox({"image", "ls"});
+  CHECK_THAT(table.out, Catch::Contains("NAME") && Catch::Contains("minimal"));
+
+  struct stat st;
+  REQUIRE(::stat(Store().c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0711);
+  CHECK(st.st_uid == 0);
+}
+
+TEST_CASE("a script runs in the minimal image by name, as the sandbox user, with the image read-only", "[build]") {
+  if (!RequireRootOrSkip("minimal run")) return;
+  Built("minimal");
+  Outcome run = Nsbox({"run", "--rootfs", "minimal", "--", "/bin/sh", "-c", kRunScript});
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  CHECK_THAT(run.out, Catch::Contains("image=minimal uid=1000"));
+  CHECK_THAT(run.out, Catch::Contains("root-read-only"));
+  CHECK_THAT(run.out, Catch::Contains("etc-read-only"));
+  CHECK_THAT(run.out, Catch::Contains("data"));
+  // The image on disk is untouched by what ran in it.
+  CHECK_FALSE(nsbox::PathExists(Store() + "/minimal/rootfs/tmp/f"));
+}
+
+TEST_CASE("python builds and runs Python scripts, with venv usable in /tmp", "[build]") {
+  if (!RequireRootOrSkip("python build")) return;
+  const Outcome& build = Built("python");
+  CHECK_THAT(build.err, Catch::Contains("  | python 3.11"));
+  Outcome run = Nsbox({"run", "--rootfs", "python", "--lang", "python", "--code",
+                       "import sys, json, statistics\n"
+                       "print(json.dumps({'mean': statistics.mean([1, 2, 3, 6]), 'exe': sys.executable}))\n"
+                       "try:\n    open('/usr/lib/python3/x', 'w')\nexcept OSError as e:\n    print('errno', e.errno)\n"});
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  CHECK_THAT(run.out, Catch::Contains(R"({"mean": 3, "exe": "/usr/bin/python3"})"));
+  CHECK_THAT(run.out, Catch::Contains("errno 30"));  // EROFS
+  Outcome venv = Nsbox({"run", "--rootfs", "python", "--timeout", "60s", "--", "/bin/sh", "-c",
+                        "python3 -m venv --without-pip /tmp/v && /tmp/v/bin/python -c 'import sys; print(sys.prefix)'"});
+  INFO(venv.err);
+  CHECK(venv.exit_code == 0);
+  CHECK_THAT(venv.out, Catch::Contains("/tmp/v"));
+}
+
+TEST_CASE("building over an existing image name fails at once with a clear error", "[build]") {
+  if (!RequireRootOrSkip("existing name")) return;
+  Built("minimal");
+  Outcome again = Nsbox({"image", "build", "minimal"});
+  CHECK(again.exit_code == 125);
+  CHECK_THAT(again.err, Catch::Contains("image 'minimal' already exists (remove it first with: nsbox image rm minimal)"));
+  CHECK(Leftovers().empty());
+}
+
+TEST_CASE("unknown and invalid templates fail with one clear line and leave nothing", "[build]") {
+  if (!RequireRootOrSkip("invalid template")) return;
+  Outcome unknown = Nsbox({"image", "build", "pyhton"});
+  CHECK(unknown.exit_code == 125);
+  CHECK(unknown.err ==
+        "nsbox image build: unknown template 'pyhton' (known templates: datasci, minimal, node, python; or give a path to a .json file)\n");
+  const std::string bad = TemplateFile("bad", R"({"packages": ["busybox"], "smoke_test": "true"})");
+  Outcome invalid = Nsbox({"image", "build", bad, "--name", "bad"});
+  CHECK(invalid.exit_code == 125);
+  CHECK_THAT(invalid.err, Catch::Contains("template 'bad' is broken: 'smoke_test' must be a non-empty argv list"));
+  CHECK(Leftovers().empty());
+  CHECK_FALSE(nsbox::PathExists(Store() + "/bad"));
+}
+
+TEST_CASE("a template naming a package Debian lacks fails with apt's reason and leaves nothing", "[build]") {
+  if (!RequireRootOrSkip("missing package")) return;
+  const std::string t = TemplateFile("nopkg", R"({"packages": ["nsbox-no-such-package"], "smoke_test": ["/bin/true"]})");
+  Outcome o = Nsbox({"image", "build", t, "--name", "nopkg"});
+  CHECK(o.exit_code == 125);
+  CHECK_THAT(o.err, Catch::EndsWith("nsbox image build: bootstrap failed (exit 1): mmdebstrap failed (exit 25): Unable to locate package nsbox-no-such-package\n"));
+  CHECK(Leftovers().empty());
+  CHECK_FALSE(nsbox::PathExists(Store() + "/nopkg"));
+}
+
+TEST_CASE("an image whose smoke test fails is never published", "[build]") {
+  if (!RequireRootOrSkip("failing smoke test")) return;
+  const std::string t =
+      TemplateFile("smokefail", R"({"packages": [], "smoke_test": ["/bin/sh", "-c", "echo checking; echo broken-on-purpose >&2; exit 3"]})");
+  Outcome o = Nsbox({"image", "build", t, "--name", "smokefail"});
+  CHECK(o.exit_code == 125);
+  CHECK_THAT(o.err, Catch::Contains("  | checking"));
+  CHECK_THAT(o.err, Catch::EndsWith("nsbox image build: smoke test failed (exit 3): broken-on-purpose; the image was not published\n"));
+  CHECK(Leftovers().empty());
+  CHECK_FALSE(nsbox::PathExists(Store() + "/smokefail"));
+  Outcome run = Nsbox({"run", "--rootfs", "smokefail", "--", "/bin/true"});
+  CHECK(run.exit_code == 125);
+  CHECK_THAT(run.err, Catch::Contains("no image 'smokefail'"));
+}
+
+TEST_CASE("a build interrupted by SIGTERM or SIGINT removes its half image and leaves no process or mount", "[build][interrupt]") {
+  if (!RequireRootOrSkip("interrupted build")) return;
+  for (int sig : {SIGTERM, SIGINT}) {
+    INFO("signal " << sig);
+    const std::string err_path = Store() + ".interrupt.err";
+    pid_t pid = StartBuildAndWaitForBootstrap("interrupted", err_path);
+    REQUIRE(::kill(pid, sig) == 0);
+    int code = Wait(pid);
+    std::string err = Slurp(err_path);
+    INFO(err);
+    CHECK(code == 128 + sig);
+    CHECK_THAT(err, Catch::Contains("nothing was published and the partial build was removed"));
+    CHECK(Leftovers().empty());
+    CHECK_FALSE(nsbox::PathExists(Store() + "/interrupted"));
+    CHECK(ProcessesUsingStore() == 0);
+    CHECK_FALSE(StorePathMounted());
+  }
+}
+
+TEST_CASE("a build killed with SIGKILL takes its processes along, and the next nsbox image call sweeps its files", "[build][interrupt]") {
+  if (!RequireRootOrSkip("killed build")) return;
+  pid_t pid = StartBuildAndWaitForBootstrap("killed", Store() + ".kill.err");
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  CHECK(Wait(pid) == 128 + SIGKILL);
+  // The parent-death signal ends mkrootfs's pid namespace; its teardown takes a moment.
+  for (int i = 0; i < 50 && ProcessesUsingStore() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(ProcessesUsingStore() == 0);
+  CHECK_FALSE(StorePathMounted());
+  CHECK(Leftovers().size() == 1);  // the .build-killed-* directory: SIGKILL cannot be handled
+  Outcome ls = Nsbox({"image", "ls"});
+  CHECK(ls.exit_code == 0);
+  CHECK(Leftovers().empty());
+  CHECK_FALSE(nsbox::PathExists(Store() + "/killed"));
+}
+
+TEST_CASE("rm removes an image so that it can no longer be run; unknown names are errors", "[build]") {
+  if (!RequireRootOrSkip("rm")) return;
+  Built("minimal");
+  Outcome rm = Nsbox({"image", "rm", "minimal"});
+  INFO(rm.err);
+  CHECK(rm.exit_code == 0);
+  CHECK_FALSE(nsbox::PathExists(Store() + "/minimal"));
+  CHECK(Leftovers().empty());
+  Outcome run = Nsbox({"run", "--rootfs", "minimal", "--", "/bin/true"});
+  CHECK(run.exit_code == 125);
+  CHECK_THAT(run.err, Catch::Contains("--rootfs: no image 'minimal'"));
+  Outcome again = Nsbox({"image", "rm", "minimal"});
+  CHECK(again.exit_code == 125);
+  CHECK_THAT(again.err, Catch::Contains("nsbox image rm: no image 'minimal'"));
+}
+
+// The datasci build takes minutes (6 on a busy 2-core machine), so its image is kept between test runs in
+// a cache store, keyed by the template's digest: /var/cache/nsbox/test-images/datasci-DIGEST (override with
+// NSBOX_IMAGE_TEST_CACHE). A changed template builds anew and replaces the older cached images.
+TEST_CASE("datasci imports pandas and plots a PNG within the default 512M memory limit", "[build][datasci]") {
+  if (!RequireRootOrSkip("datasci")) return;
+  const char* cache_env = std::getenv("NSBOX_IMAGE_TEST_CACHE");
+  const std::string cache = cache_env && *cache_env ? cache_env : "/var/cache/nsbox/test-images";
+  auto tmpl = nsbox::cli::LoadTemplate("datasci", std::string(NSBOX_SOURCE_DIR) + "/rootfs/templates");
+  REQUIRE(tmpl.ok());
+  const std::string name = "datasci-" + tmpl->digest;
+  const std::string test_store = Store();
+  ::setenv("NSBOX_IMAGE_STORE", cache.c_str(), 1);
+  struct RestoreStore {
+    std::string path;
+    ~RestoreStore() { ::setenv("NSBOX_IMAGE_STORE", path.c_str(), 1); }
+  } restore{test_store};
+
+  if (!nsbox::PathExists(cache + "/" + name + "/rootfs")) {
+    if (auto cached = nsbox::cli::ListImages(cache); cached.ok())
+      for (const auto& old : *cached)
+        if (old.name.rfind("datasci-", 0) == 0) Nsbox({"image", "rm", old.name});
+    auto start = std::chrono::steady_clock::now();
+    Outcome build = Nsbox({"image", "build", "datasci", "--name", name});
+    WARN("building datasci took " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << "s");
+    INFO(build.err);
+    REQUIRE(build.exit_code == 0);
+    CHECK_THAT(build.err, Catch::Contains("  | datasci ok"));
+  }
+  Outcome run = Nsbox({"run", "--rootfs", name, "--memory", "512M", "--timeout", "120s", "--json", "--lang", "python", "--code",
+                       "import numpy as np, pandas as pd, matplotlib\n"
+                       "import matplotlib.pyplot as plt\n"
+                       "df = pd.DataFrame({'x': np.linspace(0, 10, 200)}); df['y'] = np.sin(df.x)\n"
+                       "df.plot(x='x', y='y'); plt.savefig('/tmp/plot.png')\n"
+                       "png = open('/tmp/plot.png', 'rb').read()\n"
+                       "print(len(png) > 1000, png[:8] == b'\\x89PNG\\r\\n\\x1a\\n', df.y.max().round(2))\n"});
+  INFO(run.err);
+  INFO(run.out);
+  REQUIRE(run.exit_code == 0);
+  json result = json::parse(run.out);
+  CHECK(result["status"] == "ok");
+  CHECK_THAT(result["stdout"].get<std::string>(), Catch::Contains("True True 1.0"));
+}

@@ -1,0 +1,231 @@
+// Unit tests of the image store and template parsing: run without root against a store in a temp dir.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "src/cli/image_store.h"
+
+namespace {
+
+using nsbox::cli::ImageTemplate;
+
+// A fresh directory, removed with everything in it at the end of the test.
+class TempStore {
+ public:
+  TempStore() {
+    char pattern[] = "/tmp/nsbox-image-test-XXXXXX";
+    REQUIRE(::mkdtemp(pattern) != nullptr);
+    path_ = pattern;
+  }
+  ~TempStore() { (void)nsbox::cli::RemoveTree(path_); }
+  const std::string& path() const { return path_; }
+  // A published-looking image: NAME/rootfs with a /usr, and NAME/image.json.
+  void AddImage(const std::string& name, const std::string& meta_json) {
+    REQUIRE(::mkdir((path_ + "/" + name).c_str(), 0755) == 0);
+    REQUIRE(::mkdir((path_ + "/" + name + "/rootfs").c_str(), 0755) == 0);
+    REQUIRE(::mkdir((path_ + "/" + name + "/rootfs/usr").c_str(), 0755) == 0);
+    REQUIRE(nsbox::WriteFile(path_ + "/" + name + "/image.json", meta_json).ok());
+  }
+
+ private:
+  std::string path_;
+};
+
+const char kGoodTemplate[] = R"({
+  "description": "test",
+  "packages": ["busybox", "python3-numpy", "libstdc++6"],
+  "files": [{"path": "/etc/x", "content": "y\n", "mode": "0600"}],
+  "customize": ["true"],
+  "smoke_test": ["/bin/sh", "-c", "true"]
+})";
+
+}  // namespace
+
+TEST_CASE("a valid template yields its packages, smoke test and a stable digest") {
+  auto t = nsbox::cli::ParseTemplate("good", "/x/good.json", kGoodTemplate);
+  REQUIRE(t.ok());
+  CHECK(t->packages == std::vector<std::string>{"busybox", "python3-numpy", "libstdc++6"});
+  CHECK(t->smoke_test == std::vector<std::string>{"/bin/sh", "-c", "true"});
+  CHECK(t->digest.size() == 16);
+  CHECK(nsbox::cli::ParseTemplate("good", "/x/good.json", kGoodTemplate)->digest == t->digest);
+  CHECK(nsbox::cli::ParseTemplate("good", "/x/good.json", std::string(kGoodTemplate) + " ")->digest != t->digest);
+}
+
+TEST_CASE("broken templates are rejected with a message that says what is wrong") {
+  auto error_of = [](const std::string& text) {
+    auto t = nsbox::cli::ParseTemplate("bad", "/x/bad.json", text);
+    REQUIRE_FALSE(t.ok());
+    return t.status().message();
+  };
+  CHECK_THAT(error_of("{"), Catch::Contains("template 'bad' is broken: not valid JSON"));
+  CHECK_THAT(error_of("[]"), Catch::Contains("must be a JSON object"));
+  CHECK_THAT(error_of(R"({"smoke_test": ["true"], "pakages": []})"), Catch::Contains("unknown key 'pakages'"));
+  CHECK_THAT(error_of(R"({"smoke_test": ["true"], "packages": "busybox"})"), Catch::Contains("'packages' must be a list"));
+  CHECK_THAT(error_of(R"({"smoke_test": ["true"], "packages": ["--option=evil"]})"),
+             Catch::Contains("is not a Debian package name"));
+  CHECK_THAT(error_of(R"({"packages": ["busybox"]})"), Catch::Contains("'smoke_test' must be a non-empty argv list"));
+  CHECK_THAT(error_of(R"({"smoke_test": []})"), Catch::Contains("'smoke_test' must be a non-empty argv list"));
+  CHECK_THAT(error_of(R"({"smoke_test": ["true"], "files": [{"path": "etc/x", "content": ""}]})"),
+             Catch::Contains("must be absolute"));
+  CHECK_THAT(error_of(R"({"smoke_test": ["true"], "files": [{"path": "/etc/../../x", "content": ""}]})"),
+             Catch::Contains("without '..'"));
+  CHECK_THAT(error_of(R"({"smoke_test": ["true"], "files": [{"path": "/x", "content": "", "mode": "rw"}]})"),
+             Catch::Contains("mode must be an octal string"));
+}
+
+TEST_CASE("the shipped templates all parse and each has a smoke test") {
+  const std::string dir = std::string(NSBOX_SOURCE_DIR) + "/rootfs/templates";
+  auto names = nsbox::cli::KnownTemplates(dir);
+  CHECK(names == std::vector<std::string>{"datasci", "minimal", "node", "python"});
+  for (const auto& name : names) {
+    INFO(name);
+    auto t = nsbox::cli::LoadTemplate(name, dir);
+    REQUIRE(t.ok());
+    CHECK_FALSE(t->smoke_test.empty());
+    CHECK_FALSE(t->description.empty());
+  }
+}
+
+TEST_CASE("an unknown template name is an error that lists the known templates") {
+  const std::string dir = std::string(NSBOX_SOURCE_DIR) + "/rootfs/templates";
+  auto t = nsbox::cli::LoadTemplate("pyhton", dir);
+  REQUIRE_FALSE(t.ok());
+  CHECK_THAT(t.status().message(), Catch::Contains("unknown template 'pyhton'") && Catch::Contains("minimal, node, python"));
+  CHECK_THAT(nsbox::cli::LoadTemplate("/nonexistent/t.json", dir).status().message(), Catch::Contains("does not exist"));
+}
+
+TEST_CASE("image names that could escape the store or read as options are refused") {
+  for (const char* good : {"minimal", "py3.11", "a", "data_sci-2"}) CHECK(nsbox::cli::ValidateImageName(good).ok());
+  for (const char* bad : {"", ".", "..", ".build-x", "-rf", "a/b", "Upper", "x y", "_x"}) {
+    INFO(bad);
+    CHECK_FALSE(nsbox::cli::ValidateImageName(bad).ok());
+  }
+  CHECK_FALSE(nsbox::cli::ValidateImageName(std::string(65, 'a')).ok());
+}
+
+TEST_CASE("ls shows published images with their metadata and hides builds in progress") {
+  TempStore store;
+  store.AddImage("py", R"({"template": "python", "size_bytes": 1048576, "created": "2026-01-01T00:00:00Z"})");
+  store.AddImage("broken-meta", "not json");
+  REQUIRE(::mkdir((store.path() + "/.build-x-abc").c_str(), 0755) == 0);
+  REQUIRE(::mkdir((store.path() + "/not-an-image").c_str(), 0755) == 0);
+  auto images = nsbox::cli::ListImages(store.path());
+  REQUIRE(images.ok());
+  REQUIRE(images->size() == 2);
+  CHECK((*images)[0].name == "broken-meta");
+  CHECK((*images)[0].template_name == "?");
+  CHECK((*images)[1].name == "py");
+  CHECK((*images)[1].template_name == "python");
+  CHECK((*images)[1].size_bytes == 1048576);
+  CHECK((*images)[1].created == "2026-01-01T00:00:00Z");
+  CHECK(nsbox::cli::HumanSize(1048576) == "1.0M");
+}
+
+TEST_CASE("a store that does not exist yet lists no images") {
+  auto images = nsbox::cli::ListImages("/nonexistent/nsbox-store");
+  REQUIRE(images.ok());
+  CHECK(images->empty());
+}
+
+TEST_CASE("an image name resolves to its rootfs; an unknown one names the known images") {
+  TempStore store;
+  store.AddImage("py", "{}");
+  store.AddImage("minimal", "{}");
+  auto root = nsbox::cli::ResolveImageIn(store.path(), "py");
+  REQUIRE(root.ok());
+  CHECK(*root == store.path() + "/py/rootfs");
+  auto missing = nsbox::cli::ResolveImageIn(store.path(), "datasci");
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.status().message(), Catch::Contains("no image 'datasci'") && Catch::Contains("minimal, py"));
+  CHECK_FALSE(nsbox::cli::ResolveImageIn(store.path(), "../py").ok());
+}
+
+TEST_CASE("ResolveImage reads the store from NSBOX_IMAGE_STORE") {
+  TempStore store;
+  store.AddImage("env-image", "{}");
+  ::setenv("NSBOX_IMAGE_STORE", store.path().c_str(), 1);
+  auto root = nsbox::cli::ResolveImage("env-image");
+  ::unsetenv("NSBOX_IMAGE_STORE");
+  REQUIRE(root.ok());
+  CHECK(*root == store.path() + "/env-image/rootfs");
+  CHECK(nsbox::cli::ImageStoreRoot() == "/var/lib/nsbox/images");
+}
+
+TEST_CASE("rm removes an image entirely and refuses unknown names") {
+  TempStore store;
+  store.AddImage("gone", "{}");
+  REQUIRE(nsbox::WriteFile(store.path() + "/gone/rootfs/usr/file", "data").ok());
+  REQUIRE(::symlink("/etc", (store.path() + "/gone/rootfs/etc-link").c_str()) == 0);
+  REQUIRE(nsbox::cli::RemoveImage(store.path(), "gone").ok());
+  CHECK_FALSE(nsbox::PathExists(store.path() + "/gone"));
+  CHECK(nsbox::PathExists("/etc/passwd"));  // the symlink was removed, not followed
+  CHECK(nsbox::cli::ListImages(store.path())->empty());
+  CHECK_THAT(nsbox::cli::RemoveImage(store.path(), "gone").message(), Catch::Contains("no image 'gone'"));
+}
+
+TEST_CASE("the sweep removes leftovers of dead builds but not a build whose lock is held") {
+  TempStore store;
+  const std::string live = store.path() + "/.build-live-aaaaaa";
+  const std::string dead = store.path() + "/.build-dead-bbbbbb";
+  const std::string removing = store.path() + "/.rm-old-123";
+  for (const auto& dir : {live, dead, removing}) {
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    REQUIRE(nsbox::WriteFile(dir + "/junk", "x").ok());
+  }
+  store.AddImage("kept", "{}");
+  // flock(2) locks belong to the open file description: a second open() in this process conflicts, as another builder would.
+  nsbox::UniqueFd lock(::open(live.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  REQUIRE(::flock(lock.get(), LOCK_EX) == 0);
+  auto removed = nsbox::cli::SweepStaleEntries(store.path());
+  REQUIRE(removed.ok());
+  CHECK(*removed == 2);
+  CHECK(nsbox::PathExists(live + "/junk"));
+  CHECK_FALSE(nsbox::PathExists(dead));
+  CHECK_FALSE(nsbox::PathExists(removing));
+  CHECK(nsbox::PathExists(store.path() + "/kept/rootfs"));
+}
+
+TEST_CASE("disk usage counts a hard-linked file once") {
+  TempStore store;
+  std::string big(256 * 1024, 'x');
+  REQUIRE(nsbox::WriteFile(store.path() + "/a", big).ok());
+  auto one = nsbox::cli::DiskUsage(store.path());
+  REQUIRE(one.ok());
+  REQUIRE(::link((store.path() + "/a").c_str(), (store.path() + "/b").c_str()) == 0);
+  auto linked = nsbox::cli::DiskUsage(store.path());
+  REQUIRE(linked.ok());
+  CHECK(*one >= big.size());
+  CHECK(*linked == *one);
+}
+
+TEST_CASE("the store is created root-owned with mode 0711 when nsbox runs as root") {
+  if (::geteuid() != 0) {
+    const char* skip = std::getenv("NSBOX_SKIP_FILE");
+    if (skip) std::ofstream(skip, std::ios::app) << "image_tests::store mode: needs root to create a root-owned store\n";
+    WARN("skipped: needs root");
+    return;
+  }
+  TempStore parent;
+  const std::string store = parent.path() + "/var/lib/nsbox/images";
+  // mkdtemp's 0700 would keep the sandbox's unprivileged uid out of the store, and EnsureStore says so.
+  CHECK_THAT(nsbox::cli::EnsureStore(store).message(), Catch::Contains("cannot be searched by others"));
+  REQUIRE(::chmod(parent.path().c_str(), 0755) == 0);
+  REQUIRE(nsbox::cli::EnsureStore(store).ok());
+  struct stat st;
+  REQUIRE(::stat(store.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0711);
+  CHECK(st.st_uid == 0);
+  REQUIRE(::chmod(store.c_str(), 0777) == 0);
+  REQUIRE(nsbox::cli::EnsureStore(store).ok());
+  REQUIRE(::stat(store.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0711);
+}
