@@ -13,6 +13,27 @@ std::string_view ErrnoName(int err) {
   return name ? name : "E?";
 }
 
+std::string Status::OneLine(std::string message) {
+  constexpr size_t kMaxBytes = 4096;
+  bool clean = message.size() <= kMaxBytes;
+  for (char c : message) clean = clean && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+  if (clean) return message;
+  std::string out;
+  for (char c : message) {
+    auto u = static_cast<unsigned char>(c);
+    if (u == '\n') out += "\\n";
+    else if (u == '\t') out += "\\t";
+    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+    if (out.size() > kMaxBytes) {
+      out.resize(kMaxBytes);
+      out += "...";
+      break;
+    }
+  }
+  return out;
+}
+
 Status Status::Errno(std::string_view call, int err) {
   return Status(fmt::format("{}: {} ({})", call, std::strerror(err), ErrnoName(err)));
 }

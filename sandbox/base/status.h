@@ -22,7 +22,9 @@ class Status {
   Status Wrap(std::string_view context) const;
 
  private:
-  explicit Status(std::string message) : failed_(true), message_(std::move(message)) {}
+  // Every message is one printable line: control characters are escaped and echoes of huge inputs are cut.
+  explicit Status(std::string message) : failed_(true), message_(OneLine(std::move(message))) {}
+  static std::string OneLine(std::string message);
   bool failed_ = false;
   std::string message_;
 };

@@ -39,3 +39,14 @@ TEST_CASE("sizes format back to their shortest unit") {
   CHECK(FormatSize(1536) == "1536");
   CHECK(FormatSize(1024) == "1K");
 }
+
+TEST_CASE("errors are one printable line, whatever the input echoed (found by the options fuzzer)") {
+  auto status = ParseSize("12\nQ\x1b[2J").status();
+  REQUIRE_FALSE(status.ok());
+  CHECK(status.message().find('\n') == std::string::npos);
+  CHECK(status.message().find('\x1b') == std::string::npos);
+  CHECK(status.message().find("\\n") != std::string::npos);
+  std::string huge(1 << 20, '7');
+  huge += "Q";
+  CHECK(ParseSize(huge).status().message().size() < 5000);
+}
