@@ -191,6 +191,14 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, con
     int prepare_err = 0;
     return EnableControllers(subtree_dir, &prepare_err);
   }).Wrap("creating the sandbox's cgroup"));
+  // A concurrent nsbox may have removed and re-created the subtree between our enabling its controllers and our
+  // group appearing in it; until the group's interface files exist, enable them again.
+  for (int attempt = 0; attempt < 100 && ::access((dir + "/memory.max").c_str(), F_OK) != 0; ++attempt) {
+    int again_err = 0;
+    (void)EnableControllers(subtree_dir, &again_err);
+    if (::access((dir + "/memory.max").c_str(), F_OK) == 0) break;
+    ::usleep(1000);
+  }
   NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
   NSBOX_RETURN_IF_ERROR(group->OpenDirFd());
   if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper());
