@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
@@ -230,6 +229,57 @@ int PollMs(Clock::time_point deadline, bool killing) {
 
 bool CancelRequested(const struct pollfd& fd) { return fd.revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR); }
 
+// Opens the session's /workspace from a child that joins pid 1's user and mount namespaces. Needs no access to
+// /proc/<pid 1>/root, which an unprivileged owner lacks (pid 1 is not dumpable). Call while single-threaded.
+StatusOr<UniqueFd> OpenWorkspaceInside(int pid1_pidfd) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return Status::Errno("socketpair(AF_UNIX)");
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  pid_t child = ::fork();
+  if (child < 0) return Status::Errno("fork(workspace opener)");
+  if (child == 0) {
+    if (::setns(pid1_pidfd, CLONE_NEWUSER | CLONE_NEWNS) != 0) ::_exit(errno);
+    int fd = ::open("/workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) ::_exit(errno);
+    char byte = 'W';
+    struct iovec iov = {&byte, 1};
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+    ::_exit(::sendmsg(theirs.get(), &msg, MSG_NOSIGNAL) == 1 ? 0 : errno);
+  }
+  theirs.reset();
+  char byte;
+  struct iovec iov = {&byte, 1};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do n = ::recvmsg(ours.get(), &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  struct cmsghdr* cmsg = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+  if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
+    int fd;
+    memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+    return UniqueFd(fd);
+  }
+  int err = WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
+  return Status::Errno("setns(session pid 1, user|mnt) + open(/workspace)", err);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy) {
@@ -326,7 +376,7 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy) {
                                      ErrnoName(msg.err)));
   if (msg.kind != InitMessage::kReady) return Status::Error("the session's pid 1 sent an unexpected message");
 
-  auto workspace = session->OpenWorkspace();
+  auto workspace = OpenWorkspaceInside(session->pid1_pidfd_.get());
   if (!workspace.ok()) return workspace.status().Wrap("opening the session's /workspace");
   session->workspace_fd_ = std::move(*workspace);
   kill_on_error.Cancel();
@@ -357,16 +407,9 @@ bool SessionSandbox::Alive() const {
 }
 
 StatusOr<UniqueFd> SessionSandbox::OpenWorkspace() const {
-  std::string root_path = fmt::format("/proc/{}/root", pid1_);
-  UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!root) return Status::Errno(fmt::format("open({})", root_path));
-  // /workspace is a mount point on the session's read-only root; no link is followed on the way there anyway.
-  struct open_how how = {};
-  how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  int fd = static_cast<int>(::syscall(SYS_openat2, root.get(), "workspace", &how, sizeof how));
-  if (fd < 0) return Status::Errno(fmt::format("openat2({}, workspace, RESOLVE_IN_ROOT|RESOLVE_NO_SYMLINKS)", root_path));
-  // The session must still be the one we started: pid 1 alive (its pid not reused) after the open.
+  // A new open file description of the same directory: its users may seek and read it independently.
+  int fd = ::openat(workspace_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Errno("openat(session /workspace, .)");
   if (!Alive()) {
     ::close(fd);
     return Status::Error("the session has ended");

@@ -69,7 +69,8 @@ class SessionSandbox {
   int pid1_pidfd() const { return pid1_pidfd_.get(); }
   bool Alive() const;
   const Policy& policy() const { return policy_; }
-  // A new descriptor of the session's /workspace (O_RDONLY|O_DIRECTORY), for walks and copies.
+  // A new descriptor of the session's /workspace (O_RDONLY|O_DIRECTORY), for walks and copies; opened once, from
+  // inside the session's mount namespace, at Start().
   StatusOr<UniqueFd> OpenWorkspace() const;
   // Resident memory of the session's processes plus what its tmpfs mounts hold.
   uint64_t MemoryInUseBytes() const;
