@@ -53,6 +53,7 @@ class Server {
   // Clients are served by workers blocked in accept(): the kernel hands a connection straight to an idle one.
   void Serve() {
     SpawnWorker();
+    SpawnWorker();
     for (;;) {
       auto now = Clock::now();
       if (now - created_ >= config_.max_lifetime) return Shutdown("lifetime over");
@@ -82,7 +83,8 @@ class Server {
     }
   }
 
-  // Keeps one idle worker in accept() at all times; a worker that finds others idle after a request ends.
+  // Keeps an idle worker in accept() at all times (two in the steady state, so that a lone client causes no thread
+  // churn); a worker that finds two others idle after a request ends.
   void SpawnWorker() {
     ++idle_workers_;
     try {
@@ -103,7 +105,7 @@ class Server {
       }
       if (idle_workers_.fetch_sub(1) == 1) SpawnWorker();
       ServeClient(std::move(conn), owner);
-      if (idle_workers_.fetch_add(1) >= 2) {
+      if (idle_workers_.fetch_add(1) >= 3) {
         --idle_workers_;
         return;
       }
