@@ -54,6 +54,8 @@ namespace {
   _exit(125);
 }
 
+}  // namespace
+
 int WriteCodeFile(const ChildPlan& plan) {
   int fd = ::open(plan.code_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return -1;
@@ -71,6 +73,8 @@ int WriteCodeFile(const ChildPlan& plan) {
   }
   return ::close(fd);
 }
+
+namespace {
 
 // Sends the seccomp listener to nsbox, which answers the notifications from outside the sandbox.
 int SendFd(int socket, int fd) {
@@ -108,8 +112,9 @@ void ExecPayload(const ChildPlan& plan) {
   errno = first_error;
 }
 
-// The payload: a new session, its stdio, the sandbox user, no capabilities, no_new_privs, seccomp last, execve.
-[[noreturn]] void RunPayload(const ChildPlan& plan) {
+}  // namespace
+
+void RunPayload(const ChildPlan& plan) {
   if (::setsid() < 0) Fail(plan, "setsid()", errno);
   ::signal(SIGPIPE, SIG_DFL);
   sigset_t none;
@@ -123,8 +128,16 @@ void ExecPayload(const ChildPlan& plan) {
   }
   if (::dup2(in, 0) < 0 || ::dup2(plan.stdout_fd, 1) < 0 || ::dup2(plan.stderr_fd, 2) < 0)
     Fail(plan, "dup2(stdio)", errno);
+  // A session's REPL driver talks to its supervisor on fd 3; fd 3 must not be the control pipe we still report on.
+  unsigned first_closed = 3;
+  if (plan.channel_fd >= 0) {
+    if (plan.control_fd == 3) Fail(plan, "dup2(channel, 3): fd 3 is the control pipe", EBADF);
+    if (::dup2(plan.channel_fd, 3) < 0) Fail(plan, "dup2(channel, 3)", errno);
+    first_closed = 4;
+  }
   // Every other descriptor closes at execve; the control pipe and seccomp socket stay usable until then.
-  if (::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) Fail(plan, "close_range(3, ~0, CLOEXEC)", errno);
+  if (::syscall(SYS_close_range, first_closed, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+    Fail(plan, "close_range(3, ~0, CLOEXEC)", errno);
 
   const char* step = nullptr;
   // The bounding set is already empty: pid 1 emptied it before the fork (each drop costs a credential commit).
@@ -136,6 +149,8 @@ void ExecPayload(const ChildPlan& plan) {
   if (::setresuid(plan.uid, plan.uid, plan.uid) != 0) Fail(plan, "setresuid(sandbox uid)", errno);
   if (ClearCapabilities(plan.no_caps, &step) != 0) Fail(plan, step, errno);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_NO_NEW_PRIVS, 1)", errno);
+  // setresuid cleared it: the payload dies with its parent (pid 1 for run, the exec helper for a session's exec).
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
   if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
 
   // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall).
@@ -155,8 +170,6 @@ void ExecPayload(const ChildPlan& plan) {
   snprintf(step_text, sizeof step_text, "execve(%s)", plan.argv[0]);
   Fail(plan, step_text, err);
 }
-
-}  // namespace
 
 void ChildMain(const ChildPlan& plan) {
   // 1. Die with nsbox: if nsbox is killed, the kernel kills pid 1 and with it the whole pid namespace. The watch
@@ -197,6 +210,8 @@ void ChildMain(const ChildPlan& plan) {
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_BLOCK, &all, nullptr);
+  // A session's pid 1 has no payload: it stays, reaping, while execs join its namespaces from outside.
+  if (plan.persistent) RunInit(plan, -1, watch);
   pid_t payload = ::fork();
   if (payload < 0) Fail(plan, "fork(payload)", errno);
   if (payload == 0) RunPayload(plan);

@@ -16,11 +16,16 @@ struct SeccompProgram;
 
 // One message from the sandbox's pid 1 (or the payload before exec) to nsbox, atomic on a pipe.
 struct InitMessage {
-  enum Kind : int32_t { kSetupError = 1, kExited = 2 };
+  // kReady: a persistent pid 1 (sessions) finished setting up. kStarted: an exec's payload was forked (value: its
+  // pid as the supervisor sees it).
+  enum Kind : int32_t { kSetupError = 1, kExited = 2, kReady = 3, kStarted = 4 };
   int32_t kind = 0;
   int32_t value = 0;  // kExited: the payload's wait status
   int32_t err = 0;    // kSetupError: errno
-  char text[244] = {};  // kSetupError: the step and call that failed
+  int32_t reserved = 0;
+  int64_t cpu_us = 0;       // kExited from a session exec: the payload's CPU time (its parent measures it)
+  int64_t max_rss_kb = 0;   // kExited from a session exec: the payload's peak resident size
+  char text[224] = {};  // kSetupError: the step and call that failed
 };
 static_assert(sizeof(InitMessage) == 256);
 
@@ -53,10 +58,21 @@ struct ChildPlan {
   int seccomp_socket = -1; // where the payload sends its seccomp listener fd, -1 when unused
   const SeccompProgram* seccomp = nullptr;
   cap_t no_caps = nullptr;  // an empty capability set, made before clone
+  // Sessions: pid 1 sets up the sandbox, reports kReady and then only reaps, with no payload of its own.
+  bool persistent = false;
+  // Sessions (REPL): a descriptor the payload keeps open as fd 3 across execve, -1 when unused.
+  int channel_fd = -1;
 };
 
 // Builds the child view of a mount plan.
 std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan);
+
+// Writes plan.code to plan.code_path (O_NOFOLLOW, as the current fsuid). 0, or -1 with errno.
+int WriteCodeFile(const ChildPlan& plan);
+
+// The payload's own steps, shared by run and session exec: a new session, its stdio, the sandbox user, no
+// capabilities, no_new_privs, seccomp last, execve. Failures go to plan.control_fd as kSetupError. Never returns.
+[[noreturn]] void RunPayload(const ChildPlan& plan);
 
 // The cloned child's entry point: sets up the sandbox, forks the payload, then serves as pid 1. Never returns.
 [[noreturn]] void ChildMain(const ChildPlan& plan);

@@ -108,14 +108,14 @@ void RunInit(const ChildPlan& plan, pid_t payload, ParentWatch& watch) {
                  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
   // The credential changes above cleared the parent-death signal: arm it again, for good this time.
   if (dropped && RearmParentDeathSignal(watch) != 0) {
-    ::kill(payload, SIGKILL);
+    if (payload > 0) ::kill(payload, SIGKILL);
     _exit(125);  // nsbox is gone: nobody to report to
   }
   ::close(watch.host_stat_fd);
   watch.host_stat_fd = -1;
   if (!dropped) {
     // Refuse to go on with a privileged pid 1 next to untrusted code.
-    ::kill(payload, SIGKILL);
+    if (payload > 0) ::kill(payload, SIGKILL);
     InitMessage msg;
     msg.kind = InitMessage::kSetupError;
     msg.err = errno;
@@ -123,6 +123,15 @@ void RunInit(const ChildPlan& plan, pid_t payload, ParentWatch& watch) {
     ssize_t ignored = ::write(plan.control_fd, &msg, sizeof msg);
     (void)ignored;
     _exit(125);
+  }
+
+  if (payload < 0) {
+    // A session's pid 1: ready; from now on it only reaps (orphans of execs end up here).
+    InitMessage ready;
+    ready.kind = InitMessage::kReady;
+    ssize_t ignored = ::write(plan.control_fd, &ready, sizeof ready);
+    (void)ignored;
+    ::close(plan.control_fd);
   }
 
   sigset_t wanted;
@@ -134,13 +143,13 @@ void RunInit(const ChildPlan& plan, pid_t payload, ParentWatch& watch) {
     int sig = ::sigwaitinfo(&wanted, &info);
     if (sig < 0) continue;
     if (sig != SIGCHLD) {
-      ::kill(payload, sig);
+      if (payload > 0) ::kill(payload, sig);
       continue;
     }
     int status;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG | __WALL)) > 0) {
-      if (pid == payload) {
+      if (payload > 0 && pid == payload) {
         Report(plan, status);
         // Exiting kills every other process of the pid namespace (double-forked, setsid, ignoring SIGTERM).
         _exit(0);

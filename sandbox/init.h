@@ -25,6 +25,7 @@ int RearmParentDeathSignal(const ParentWatch& watch);
 void HideNsboxCommandLine(const ParentWatch& watch);
 
 // Never returns: exits when the payload has exited, which makes the kernel kill the rest of the pid namespace.
+// payload < 0 (a session): reports kReady and reaps until killed.
 [[noreturn]] void RunInit(const ChildPlan& plan, pid_t payload, ParentWatch& watch);
 
 }  // namespace nsbox

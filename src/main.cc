@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   nsbox::cli::RegisterMcp(app, exit_code);
   nsbox::cli::RegisterProfile(app, exit_code);
   nsbox::cli::RegisterImage(app, exit_code);
+  nsbox::cli::RegisterSession(app, exit_code);
+  nsbox::cli::RegisterExec(app, exit_code);
+  nsbox::cli::RegisterCp(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

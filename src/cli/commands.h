@@ -19,6 +19,9 @@ void RegisterAgent(CLI::App& app, ExitCode& exit_code);
 void RegisterMcp(CLI::App& app, ExitCode& exit_code);
 void RegisterProfile(CLI::App& app, ExitCode& exit_code);  // src/cli/profile.cc
 void RegisterImage(CLI::App& app, ExitCode& exit_code);    // src/cli/image.cc
+void RegisterSession(CLI::App& app, ExitCode& exit_code);
+void RegisterExec(CLI::App& app, ExitCode& exit_code);
+void RegisterCp(CLI::App& app, ExitCode& exit_code);
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
 
 }  // namespace nsbox::cli

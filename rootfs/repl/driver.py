@@ -1,0 +1,78 @@
+# nsbox REPL driver: a persistent Python interpreter for one session; one JSON line in (the cell), one JSON line out.
+# Run by /usr/bin/python3 -u -c inside the session. fd 3 is the channel to the session supervisor; fds 1 and 2 are the
+# cell's stdout and stderr (read by the supervisor); stdin is /dev/null.
+import ast
+import json
+import linecache
+import os
+import socket
+import sys
+import traceback
+
+MAX_VALUE_CHARS = 64 * 1024
+
+channel = socket.socket(fileno=3)
+reader = channel.makefile("rb")
+# The cells' names live here, across calls, like a notebook's.
+namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+cell_number = 0
+
+
+def compile_cell(source, filename):
+    """The cell's statements, and its final expression (if the last statement is one) compiled apart."""
+    tree = ast.parse(source, filename, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec")
+    return body, compile(last, filename, "eval") if last is not None else None
+
+
+def run_cell(source):
+    global cell_number
+    cell_number += 1
+    filename = f"<cell {cell_number}>"
+    # Tracebacks show the cell's lines.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    answer = {"value": None, "exception": None, "traceback": None}
+    try:
+        body, last = compile_cell(source, filename)
+        exec(body, namespace)
+        if last is not None:
+            value = eval(last, namespace)
+            if value is not None:
+                namespace["_"] = value
+                text = repr(value)
+                answer["value"] = text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "..."
+    except BaseException as error:  # SystemExit and KeyboardInterrupt included: the interpreter stays
+        answer["exception"] = "".join(traceback.format_exception_only(type(error), error)).strip()
+        frames = traceback.extract_tb(error.__traceback__)
+        # The driver's own frame (exec/eval above) is not the user's.
+        frames = [f for f in frames if f.filename != "<string>"]
+        answer["traceback"] = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) + \
+            "".join(traceback.format_exception_only(type(error), error))
+        # As a script's failure would: the traceback on the cell's stderr too.
+        sys.stderr.write(answer["traceback"])
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+    return answer
+
+
+def main():
+    os.chdir("/workspace")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    while True:
+        line = reader.readline()
+        if not line:
+            return
+        request = json.loads(line)
+        answer = run_cell(request["code"])
+        channel.sendall((json.dumps(answer) + "\n").encode())
+
+
+main()

@@ -1,0 +1,801 @@
+// SessionSandbox: start a persistent pid 1, run execs through setns helpers, keep a REPL, report changed files.
+#include "sandbox/session.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/data_dir.h"
+#include "sandbox/base/defer.h"
+#include "sandbox/base/fs.h"
+#include "sandbox/child.h"
+#include "sandbox/enter.h"
+#include "sandbox/output_buffer.h"
+#include "sandbox/spec/mount_plan.h"
+#include "sandbox/user_ns.h"
+#include "sandbox/workspace_snapshot.h"
+
+namespace nsbox {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Result SetupError(std::string reason) {
+  Result r;
+  r.status = RunStatus::kSetupError;
+  r.reason = std::move(reason);
+  return r;
+}
+
+struct Pipe {
+  UniqueFd read, write;
+};
+
+StatusOr<Pipe> MakePipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2");
+  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+pid_t CloneWithPidfd(uint64_t flags, int* pidfd, int cgroup_fd) {
+  struct clone_args args = {};
+  args.flags = flags | CLONE_PIDFD;
+  if (cgroup_fd >= 0) {
+    // Born inside its cgroup: no window in which pid 1 runs outside the limits.
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(cgroup_fd);
+  }
+  args.pidfd = reinterpret_cast<uint64_t>(pidfd);
+  args.exit_signal = SIGCHLD;
+  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+}
+
+std::vector<std::string> SplitPath(const std::string& path) {
+  std::vector<std::string> dirs;
+  std::stringstream in(path);
+  std::string dir;
+  while (std::getline(in, dir, ':'))
+    if (!dir.empty() && dir[0] == '/') dirs.push_back(dir);
+  return dirs;
+}
+
+std::string ExitReason(int wait_status) {
+  if (WIFEXITED(wait_status)) return fmt::format("exited with code {}", WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    const char* name = sigabbrev_np(WTERMSIG(wait_status));
+    return fmt::format("killed by signal {} (SIG{})", WTERMSIG(wait_status), name ? name : "?");
+  }
+  return fmt::format("ended with wait status {}", wait_status);
+}
+
+// Reads what is there without blocking; false once the stream ended.
+void Drain(UniqueFd& fd, OutputBuffer* sink) {
+  char buffer[65536];
+  while (fd) {
+    ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+    if (n > 0) {
+      if (sink) sink->Append(std::string_view(buffer, static_cast<size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) fd.reset();
+    return;
+  }
+}
+
+void ReadControl(SessionHelper& h) {
+  char buffer[4096];
+  while (h.control) {
+    ssize_t n = ::read(h.control.get(), buffer, sizeof buffer);
+    if (n > 0) {
+      h.control_bytes.append(buffer, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) h.control.reset();
+    break;
+  }
+  while (h.control_bytes.size() >= sizeof(InitMessage)) {
+    InitMessage msg;
+    memcpy(&msg, h.control_bytes.data(), sizeof msg);
+    h.control_bytes.erase(0, sizeof msg);
+    if (msg.kind == InitMessage::kStarted) {
+      h.payload = msg.value;
+    } else if (msg.kind == InitMessage::kSetupError && !h.have_setup_error) {
+      h.setup_error = msg;
+      h.have_setup_error = true;
+    } else if (msg.kind == InitMessage::kExited) {
+      h.exit_message = msg;
+      h.have_exit = true;
+    }
+  }
+}
+
+// Takes the payload's seccomp listener when it arrives and starts answering its notifications.
+void ReceiveListener(SessionHelper& h, const Policy& policy) {
+  if (!h.seccomp_socket) return;
+  char byte;
+  struct iovec iov = {&byte, 1};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n = ::recvmsg(h.seccomp_socket.get(), &msg, MSG_CMSG_CLOEXEC);
+  if (n < 0 && errno == EAGAIN) return;
+  struct cmsghdr* cmsg = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+  if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
+    int fd;
+    memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+    h.notifier = std::make_unique<SeccompNotifier>(UniqueFd(fd), policy.seccomp()->notify_errno);
+    h.notifier->Start();
+  }
+  h.seccomp_socket.reset();  // one listener per payload; end-of-file means it never got that far
+}
+
+// Kills the exec's process group (its descendants that did not start a session of their own go with it), or the
+// helper when the payload has not been forked yet (the payload then dies of PR_SET_PDEATHSIG).
+void KillExec(SessionHelper& h) {
+  if (h.payload > 1) {
+    ::kill(-h.payload, SIGKILL);
+    ::kill(h.payload, SIGKILL);
+  } else if (!h.reaped) {
+    ::kill(h.pid, SIGKILL);
+  }
+}
+
+void Reap(SessionHelper& h) {
+  if (h.reaped) return;
+  int status;
+  while (::waitpid(h.pid, &status, __WALL) < 0 && errno == EINTR) {
+  }
+  h.reaped = true;
+}
+
+// The verdict on one exec, from the helper's reports.
+void FillVerdict(const SessionHelper& h, bool timed_out, bool cancelled, std::chrono::milliseconds timeout,
+                 Result* result) {
+  if (h.have_setup_error) {
+    result->status = RunStatus::kSetupError;
+    result->reason = fmt::format("sandbox setup failed at {}: {} ({})", h.setup_error.text, strerror(h.setup_error.err),
+                                 ErrnoName(h.setup_error.err));
+    return;
+  }
+  if (h.have_exit) {
+    result->cpu_ms = h.exit_message.cpu_us / 1000;
+    result->peak_memory_bytes = static_cast<uint64_t>(h.exit_message.max_rss_kb) * 1024;
+  }
+  if (timed_out || cancelled) {
+    result->status = RunStatus::kTimeout;
+    result->signal = SIGKILL;
+    result->reason = cancelled ? "cancelled" :
+        fmt::format("wall-clock time limit of {} ms exceeded; the exec and its process group were killed "
+                    "(the session lives on)", timeout.count());
+    return;
+  }
+  if (!h.have_exit) {
+    result->status = RunStatus::kSetupError;
+    result->reason = "the exec helper ended without reporting (the session is ending?)";
+    return;
+  }
+  int ws = h.exit_message.value;
+  if (WIFEXITED(ws)) {
+    result->exit_code = WEXITSTATUS(ws);
+    result->status = result->exit_code == 0 ? RunStatus::kOk : RunStatus::kExit;
+  } else if (WIFSIGNALED(ws)) {
+    result->signal = WTERMSIG(ws);
+    result->status = result->signal == SIGSYS ? RunStatus::kViolation : RunStatus::kSignal;
+  }
+  result->reason = result->status == RunStatus::kViolation ? "killed by the seccomp policy (SIGSYS)" : ExitReason(ws);
+}
+
+nlohmann::json ChangedFilesJson(const StatusOr<WorkspaceSnapshot>& before, int workspace_fd) {
+  nlohmann::json list = nlohmann::json::array();
+  if (!before.ok() || workspace_fd < 0) return list;
+  auto after = SnapshotWorkspace(workspace_fd);
+  if (!after.ok()) return list;
+  for (const auto& file : ChangedFiles(*before, *after))
+    list.push_back({{"path", "/workspace/" + file.path}, {"size", file.size}});
+  return list;
+}
+
+StatusOr<WorkspaceSnapshot> Snapshot(int workspace_fd) {
+  if (workspace_fd < 0) return Status::Error("no workspace");
+  return SnapshotWorkspace(workspace_fd);
+}
+
+int PollMs(Clock::time_point deadline, bool killing) {
+  if (killing) return 50;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(left) + 1;
+}
+
+bool CancelRequested(const struct pollfd& fd) { return fd.revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR); }
+
+// Opens the session's /workspace from a child that joins pid 1's user and mount namespaces. Needs no access to
+// /proc/<pid 1>/root, which an unprivileged owner lacks (pid 1 is not dumpable). Call while single-threaded.
+StatusOr<UniqueFd> OpenWorkspaceInside(int pid1_pidfd) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return Status::Errno("socketpair(AF_UNIX)");
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  pid_t child = ::fork();
+  if (child < 0) return Status::Errno("fork(workspace opener)");
+  if (child == 0) {
+    if (::setns(pid1_pidfd, CLONE_NEWUSER | CLONE_NEWNS) != 0) ::_exit(errno);
+    int fd = ::open("/workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) ::_exit(errno);
+    char byte = 'W';
+    struct iovec iov = {&byte, 1};
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+    ::_exit(::sendmsg(theirs.get(), &msg, MSG_NOSIGNAL) == 1 ? 0 : errno);
+  }
+  theirs.reset();
+  char byte;
+  struct iovec iov = {&byte, 1};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do n = ::recvmsg(ours.get(), &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  struct cmsghdr* cmsg = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+  if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
+    int fd;
+    memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+    return UniqueFd(fd);
+  }
+  int err = WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
+  return Status::Errno("setns(session pid 1, user|mnt) + open(/workspace)", err);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy) {
+  std::unique_ptr<SessionSandbox> session(new SessionSandbox(std::move(policy)));
+  const Policy& p = session->policy_;
+
+  // 1. The root, planned as `nsbox run` plans it.
+  StatusOr<HostView> host_view = HostView{};
+  if (p.host_rootfs()) {
+    host_view = LoadHostView(DataDir() + "/rootfs/host.json");
+    if (!host_view.ok()) return host_view.status();
+  }
+  MountPlanInputs inputs;
+  inputs.policy = &p;
+  inputs.host_view = p.host_rootfs() ? &*host_view : nullptr;
+  if (p.network() == NetworkMode::kHost) {
+    auto resolv = ReadFile("/etc/resolv.conf", 1 << 16);
+    inputs.resolv_conf = resolv.ok() ? *resolv : "";
+  } else {
+    inputs.resolv_conf = "# nsbox: this sandbox has no network\n";
+  }
+  auto mount_plan = BuildMountPlan(inputs);
+  if (!mount_plan.ok()) return mount_plan.status().Wrap("planning the root filesystem");
+
+  ChildPlan plan;
+  plan.mounts = PrepareChildMounts(*mount_plan);
+  plan.hostname = p.hostname();
+  plan.new_network = p.network() == NetworkMode::kNone;
+  session->new_network_ = plan.new_network;
+  plan.uid = p.sandbox_uid();
+  plan.gid = p.sandbox_gid();
+  const bool privileged = ::geteuid() == 0;
+  plan.may_setgroups = privileged;
+  plan.persistent = true;
+  plan.argv.push_back(nullptr);
+  plan.envp.push_back(nullptr);
+  cap_t no_caps = cap_init();
+  if (!no_caps) return Status::Errno("cap_init");
+  Defer free_caps([&] { cap_free(no_caps); });
+  plan.no_caps = no_caps;
+
+  auto control = MakePipe(), sync = MakePipe();
+  if (!control.ok()) return control.status();
+  if (!sync.ok()) return sync.status();
+  plan.control_fd = control->write.get();
+  plan.sync_fd = sync->read.get();
+
+  // 2. The session's cgroup, made before pid 1 exists: its limits hold for the whole session.
+  if (const auto& limits = p.cgroup_limits()) {
+    auto made = CreateSandboxCgroup(*limits);
+    if (!made.ok()) return made.status().Wrap("setting up the session's cgroup limits");
+    session->cgroup_ = std::move(*made);
+  }
+
+  // 3. pid 1, in fresh namespaces. It stays until Terminate() or until this thread ends (PR_SET_PDEATHSIG).
+  uint64_t flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+  if (plan.new_network) flags |= CLONE_NEWNET;
+  int raw_pidfd = -1;
+  pid_t child = CloneWithPidfd(flags, &raw_pidfd, session->cgroup_ ? session->cgroup_->clone_into_fd() : -1);
+  if (child < 0) return Status::Errno("clone3(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS|...)");
+  if (child == 0) ChildMain(plan);  // never returns
+  session->pid1_ = child;
+  session->pid1_pidfd_.reset(raw_pidfd);
+  control->write.reset();
+  sync->read.reset();
+  Defer kill_on_error([&] {
+    if (session) session->Terminate();
+  });
+
+  // 4. Into the cgroup (v1 has no CLONE_INTO_CGROUP), id maps, then release pid 1.
+  if (session->cgroup_ && session->cgroup_->clone_into_fd() < 0) {
+    if (Status s = session->cgroup_->AddProcess(child); !s.ok()) return s.Wrap("joining the session's cgroup");
+  }
+  if (Status s = WriteIdMaps(child, p, privileged); !s.ok()) return s.Wrap("writing the user namespace id maps");
+  const char go = 'G';
+  if (::write(sync->write.get(), &go, 1) != 1) return Status::Errno("write(sync pipe)");
+  sync->write.reset();
+
+  // 5. Wait for kReady (or the step that failed).
+  InitMessage msg;
+  size_t got = 0;
+  while (got < sizeof msg) {
+    struct pollfd fd = {control->read.get(), POLLIN, 0};
+    int rc = ::poll(&fd, 1, 30'000);
+    if (rc == 0) return Status::Error("the session's pid 1 did not get ready within 30 s");
+    if (rc < 0 && errno != EINTR) return Status::Errno("poll(session control pipe)");
+    ssize_t n = ::read(control->read.get(), reinterpret_cast<char*>(&msg) + got, sizeof msg - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::Error("the session's pid 1 ended during setup");
+    got += static_cast<size_t>(n);
+  }
+  if (msg.kind == InitMessage::kSetupError)
+    return Status::Error(fmt::format("sandbox setup failed at {}: {} ({})", msg.text, strerror(msg.err),
+                                     ErrnoName(msg.err)));
+  if (msg.kind != InitMessage::kReady) return Status::Error("the session's pid 1 sent an unexpected message");
+
+  auto workspace = OpenWorkspaceInside(session->pid1_pidfd_.get());
+  if (!workspace.ok()) return workspace.status().Wrap("opening the session's /workspace");
+  session->workspace_fd_ = std::move(*workspace);
+  kill_on_error.Cancel();
+  return session;
+}
+
+SessionSandbox::~SessionSandbox() { Terminate(); }
+
+void SessionSandbox::Terminate() {
+  if (pid1_ > 0) {
+    ::kill(pid1_, SIGKILL);  // the whole pid namespace goes with it
+    while (::waitpid(pid1_, nullptr, __WALL) < 0 && errno == EINTR) {
+    }
+    pid1_ = -1;
+  }
+  {
+    std::lock_guard lock(helpers_mutex_);
+    for (pid_t helper : helpers_) ::kill(helper, SIGKILL);
+  }
+  // The cgroup's destructor kills whatever is still in it (helpers too) and removes it.
+  cgroup_.reset();
+}
+
+bool SessionSandbox::Alive() const {
+  if (pid1_ <= 0) return false;
+  struct pollfd fd = {pid1_pidfd_.get(), POLLIN, 0};
+  return ::poll(&fd, 1, 0) == 0;
+}
+
+StatusOr<UniqueFd> SessionSandbox::OpenWorkspace() const {
+  // A new open file description of the same directory: its users may seek and read it independently.
+  int fd = ::openat(workspace_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Errno("openat(session /workspace, .)");
+  if (!Alive()) {
+    ::close(fd);
+    return Status::Error("the session has ended");
+  }
+  return UniqueFd(fd);
+}
+
+uint64_t SessionSandbox::MemoryInUseBytes() const {
+  uint64_t total = 0;
+  // Resident memory of every process in the session's pid namespace.
+  char link[64];
+  std::string ns_path = fmt::format("/proc/{}/ns/pid", pid1_);
+  ssize_t len = ::readlink(ns_path.c_str(), link, sizeof link - 1);
+  if (len > 0) {
+    std::string session_ns(link, static_cast<size_t>(len));
+    if (DIR* proc = ::opendir("/proc")) {
+      while (struct dirent* entry = ::readdir(proc)) {
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+        std::string base = fmt::format("/proc/{}/", entry->d_name);
+        ssize_t n = ::readlink((base + "ns/pid").c_str(), link, sizeof link - 1);
+        if (n <= 0 || std::string(link, static_cast<size_t>(n)) != session_ns) continue;
+        auto statm = ReadFile(base + "statm", 4096);
+        if (!statm.ok()) continue;
+        unsigned long long size = 0, resident = 0;
+        if (sscanf(statm->c_str(), "%llu %llu", &size, &resident) == 2)
+          total += resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+      }
+      ::closedir(proc);
+    }
+  }
+  // What the session's tmpfs mounts hold (files live in memory).
+  for (const char* dir : {"workspace", "tmp", "home/sandbox", "dev/shm"}) {
+    struct statfs fs;
+    std::string path = fmt::format("/proc/{}/root/{}", pid1_, dir);
+    if (::statfs(path.c_str(), &fs) == 0 && fs.f_type == 0x01021994 /* TMPFS_MAGIC */)
+      total += (fs.f_blocks - fs.f_bfree) * static_cast<uint64_t>(fs.f_bsize);
+  }
+  return total;
+}
+
+void SessionSandbox::Forget(pid_t helper) {
+  std::lock_guard lock(helpers_mutex_);
+  helpers_.erase(helper);
+}
+
+StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd) {
+  if (!Alive()) return Status::Error("the session has ended");
+  EnterPlan enter;
+  ChildPlan& plan = enter.payload;
+  plan.new_network = new_network_;
+  plan.uid = policy_.sandbox_uid();
+  plan.gid = policy_.sandbox_gid();
+  plan.may_setgroups = ::geteuid() == 0;
+  plan.seccomp = policy_.seccomp().get();
+  plan.argv_storage = ex.argv;
+  for (const auto& [key, value] : ex.env) plan.env_storage.push_back(key + "=" + value);
+  for (auto& s : plan.argv_storage) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+  for (auto& s : plan.env_storage) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+  auto path_it = ex.env.find("PATH");
+  plan.path_dirs = SplitPath(path_it != ex.env.end() ? path_it->second : "/usr/bin:/bin");
+  plan.cwd = ex.cwd;
+  plan.code_path = ex.code_path;
+  plan.code = ex.code;
+  cap_t no_caps = cap_init();
+  if (!no_caps) return Status::Errno("cap_init");
+  Defer free_caps([&] { cap_free(no_caps); });
+  plan.no_caps = no_caps;
+
+  auto out = MakePipe(), err = MakePipe(), control = MakePipe(), sync = MakePipe();
+  for (auto* p : {&out, &err, &control, &sync})
+    if (!p->ok()) return p->status().Wrap("creating pipes");
+  plan.stdin_fd = ex.stdin_fd;
+  plan.stdout_fd = out->write.get();
+  plan.stderr_fd = err->write.get();
+  plan.control_fd = control->write.get();
+  plan.channel_fd = channel_fd;
+  enter.sync_fd = sync->read.get();
+  // The payload hands its seccomp listener over this socket when the profile asks for denial reports.
+  UniqueFd seccomp_parent, seccomp_child;
+  if (plan.seccomp && plan.seccomp->uses_notify) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+      return Status::Errno("socketpair(AF_UNIX) for the seccomp listener");
+    seccomp_parent.reset(pair[0]);
+    seccomp_child.reset(pair[1]);
+  }
+  plan.seccomp_socket = seccomp_child.get();
+  enter.session_pidfd = pid1_pidfd_.get();
+
+  auto helper = std::make_unique<SessionHelper>();
+  {
+    // Registered under the lock so that Terminate() never misses a helper.
+    std::lock_guard lock(helpers_mutex_);
+    // glibc's fork, not a raw clone3: the supervisor has threads, and only fork() leaves the child with a consistent
+    // libc (one thread in its list, fresh locks), which setresuid() and friends in the helper rely on.
+    pid_t pid = ::fork();
+    if (pid < 0) return Status::Errno("fork(exec helper)");
+    if (pid == 0) EnterSessionAndRun(enter);  // never returns
+    helper->pid = pid;
+    helpers_.insert(pid);
+  }
+  // Our unreaped child: its pid cannot be reused before we wait for it.
+  helper->pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, helper->pid, 0)));
+  if (!helper->pidfd) {
+    Status s = Status::Errno(fmt::format("pidfd_open({})", helper->pid));
+    ::kill(helper->pid, SIGKILL);
+    Reap(*helper);
+    Forget(helper->pid);
+    return s;
+  }
+  helper->out = std::move(out->read);
+  helper->err = std::move(err->read);
+  helper->control = std::move(control->read);
+  helper->seccomp_socket = std::move(seccomp_parent);
+  SetNonBlocking(helper->out.get());
+  SetNonBlocking(helper->err.get());
+  SetNonBlocking(helper->control.get());
+  if (helper->seccomp_socket) SetNonBlocking(helper->seccomp_socket.get());
+  // Into the session's cgroup before it joins the namespaces and forks the payload; then released.
+  Status placed = cgroup_ ? cgroup_->AddProcess(helper->pid) : OkStatus();
+  const char go = 'G';
+  if (!placed.ok() || ::write(sync->write.get(), &go, 1) != 1) {
+    Status s = placed.ok() ? Status::Errno("write(exec helper sync pipe)") : placed.Wrap("joining the session's cgroup");
+    ::kill(helper->pid, SIGKILL);
+    Reap(*helper);
+    Forget(helper->pid);
+    return s;
+  }
+  return helper;
+}
+
+// Denied calls, limits, and the OOM verdict (the session's cgroup counted an OOM kill during this exec).
+void SessionSandbox::FinishReport(SessionHelper& h, const CgroupStats& before, Result* result) {
+  if (h.notifier) {
+    h.notifier->Stop();
+    result->denied_syscalls = h.notifier->Denied();
+  }
+  if (!cgroup_) {
+    LimitsReport none;
+    none.backend = "none";
+    result->limits = none;
+    return;
+  }
+  result->limits = cgroup_->Report(*policy_.cgroup_limits());  // reads the stats too
+  if (result->status == RunStatus::kSignal && result->signal == SIGKILL && result->limits->oom_kills > before.oom_kills) {
+    result->status = RunStatus::kOom;
+    result->reason = fmt::format("killed by the OOM killer: the session's memory limit of {} bytes was reached",
+                                 policy_.cgroup_limits()->memory_max_bytes);
+  }
+}
+
+Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
+  const auto started = Clock::now();
+  if (ex.argv.empty()) return SetupError("nothing to run: empty command");
+  // Execs may run at once: each gets its own code file, left out of the changed files and removed afterwards.
+  if (!ex.code_path.empty()) {
+    uint64_t n;
+    {
+      std::lock_guard lock(exec_counter_mutex_);
+      n = ++exec_counter_;
+    }
+    auto slash = ex.code_path.rfind('/');
+    auto dot = ex.code_path.rfind('.');
+    std::string ext = dot != std::string::npos && dot > slash + 1 ? ex.code_path.substr(dot) : "";
+    std::string unique = fmt::format("{}/.nsbox-exec-{}-{}{}", ex.code_path.substr(0, slash), ::getpid(), n, ext);
+    for (auto& arg : ex.argv)
+      if (arg == ex.code_path) arg = unique;
+    ex.code_path = unique;
+  }
+  auto before = Snapshot(workspace_fd_.get());
+  CgroupStats stats_before = cgroup_ ? cgroup_->ReadStats() : CgroupStats{};
+
+  auto started_helper = StartHelper(ex, -1);
+  if (!started_helper.ok()) return SetupError(started_helper.status().message());
+  SessionHelper& h = **started_helper;
+  Defer forget([&] {
+    if (!h.reaped) {
+      ::kill(h.pid, SIGKILL);
+      Reap(h);
+    }
+    Forget(h.pid);
+  });
+
+  OutputBuffer stdout_buf(ex.output_limit_bytes), stderr_buf(ex.output_limit_bytes);
+  const auto deadline = started + ex.wall_timeout;
+  bool timed_out = false, cancelled = false;
+  while (!h.reaped) {
+    if (!timed_out && !cancelled && Clock::now() >= deadline) {
+      timed_out = true;
+      KillExec(h);
+    }
+    struct pollfd fds[6];
+    int nfds = 0, cancel_index = -1;
+    fds[nfds++] = {h.pidfd.get(), POLLIN, 0};
+    if (h.seccomp_socket) fds[nfds++] = {h.seccomp_socket.get(), POLLIN, 0};
+    if (h.out) fds[nfds++] = {h.out.get(), POLLIN, 0};
+    if (h.err) fds[nfds++] = {h.err.get(), POLLIN, 0};
+    if (h.control) fds[nfds++] = {h.control.get(), POLLIN, 0};
+    if (cancel_fd >= 0 && !cancelled && !timed_out) {
+      cancel_index = nfds;
+      fds[nfds++] = {cancel_fd, POLLIN | POLLRDHUP, 0};
+    }
+    int rc = ::poll(fds, static_cast<nfds_t>(nfds), PollMs(deadline, timed_out || cancelled));
+    if (rc < 0 && errno != EINTR) return SetupError(Status::Errno("poll").message());
+    Drain(h.out, &stdout_buf);
+    Drain(h.err, &stderr_buf);
+    ReadControl(h);
+    ReceiveListener(h, policy_);
+    if (h.payload > 1 && (timed_out || cancelled)) KillExec(h);  // the payload's pid arrived after the kill
+    if (cancel_index >= 0 && CancelRequested(fds[cancel_index])) {
+      cancelled = true;
+      KillExec(h);
+    }
+    if (fds[0].revents & POLLIN) Reap(h);
+  }
+  // The payload has exited: what it wrote is in the pipes. Descendants that still hold them are not waited for.
+  Drain(h.out, &stdout_buf);
+  Drain(h.err, &stderr_buf);
+  ReadControl(h);
+
+  Result result;
+  result.stdout_data = stdout_buf.Contents();
+  result.stderr_data = stderr_buf.Contents();
+  result.stdout_bytes = stdout_buf.total_bytes();
+  result.stderr_bytes = stderr_buf.total_bytes();
+  result.stdout_truncated = stdout_buf.truncated();
+  result.stderr_truncated = stderr_buf.truncated();
+  FillVerdict(h, timed_out, cancelled, ex.wall_timeout, &result);
+  FinishReport(h, stats_before, &result);
+  result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  result.extra["changed_files"] = ChangedFilesJson(before, workspace_fd_.get());
+  return result;
+}
+
+Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& options, int cancel_fd) {
+  const auto started = Clock::now();
+  std::lock_guard lock(repl_mutex_);
+  nlohmann::json repl = {{"value", nullptr}, {"exception", nullptr}, {"traceback", nullptr},
+                         {"state_lost", false}, {"interpreter_killed", false}};
+  auto drop_interpreter = [&] {
+    if (!repl_) return;
+    KillExec(*repl_);
+    if (!repl_->reaped) ::kill(repl_->pid, SIGKILL);
+    Reap(*repl_);
+    Forget(repl_->pid);
+    repl_.reset();
+    repl_channel_.reset();
+    repl_state_lost_ = true;
+  };
+  // An interpreter that died between cells (killed from another exec, say) is replaced, and the loss reported.
+  if (repl_) {
+    struct pollfd fd = {repl_->pidfd.get(), POLLIN, 0};
+    if (::poll(&fd, 1, 0) > 0) drop_interpreter();
+  }
+  if (!repl_) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+      return SetupError(Status::Errno("socketpair(AF_UNIX, REPL channel)").message());
+    UniqueFd ours(pair[0]), theirs(pair[1]);
+    Executor ex;
+    ex.argv = options.driver_argv;
+    ex.env = options.env;
+    auto helper = StartHelper(ex, theirs.get());
+    if (!helper.ok()) return SetupError(helper.status().Wrap("starting the REPL interpreter").message());
+    repl_ = std::move(*helper);
+    repl_channel_ = std::move(ours);
+    repl["state_lost"] = repl_state_lost_;
+    repl_state_lost_ = false;
+  }
+  SessionHelper& h = *repl_;
+  auto before = Snapshot(workspace_fd_.get());
+  // Output of earlier cells' leftovers (background threads) is not this cell's.
+  Drain(h.out, nullptr);
+  Drain(h.err, nullptr);
+  ReadControl(h);
+
+  std::string request = nlohmann::json{{"code", code}}.dump() + "\n";
+  bool died = false;
+  for (size_t done = 0; done < request.size();) {
+    ssize_t n = ::send(repl_channel_.get(), request.data() + done, request.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      died = true;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+
+  OutputBuffer stdout_buf(options.output_limit_bytes), stderr_buf(options.output_limit_bytes);
+  const auto deadline = started + options.wall_timeout;
+  bool timed_out = false, cancelled = false, replied = false;
+  std::string reply_bytes;
+  nlohmann::json reply;
+  while (!died && !replied) {
+    if (!timed_out && !cancelled && Clock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    struct pollfd fds[7];
+    int nfds = 0, cancel_index = -1;
+    fds[nfds++] = {h.pidfd.get(), POLLIN, 0};
+    fds[nfds++] = {repl_channel_.get(), POLLIN, 0};
+    if (h.out) fds[nfds++] = {h.out.get(), POLLIN, 0};
+    if (h.err) fds[nfds++] = {h.err.get(), POLLIN, 0};
+    if (h.control) fds[nfds++] = {h.control.get(), POLLIN, 0};
+    if (h.seccomp_socket) fds[nfds++] = {h.seccomp_socket.get(), POLLIN, 0};
+    if (cancel_fd >= 0) {
+      cancel_index = nfds;
+      fds[nfds++] = {cancel_fd, POLLIN | POLLRDHUP, 0};
+    }
+    int rc = ::poll(fds, static_cast<nfds_t>(nfds), PollMs(deadline, false));
+    ReceiveListener(h, policy_);
+    if (rc < 0 && errno != EINTR) return SetupError(Status::Errno("poll").message());
+    Drain(h.out, &stdout_buf);
+    Drain(h.err, &stderr_buf);
+    ReadControl(h);
+    if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+      char buffer[65536];
+      ssize_t n = ::recv(repl_channel_.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n > 0) {
+        reply_bytes.append(buffer, static_cast<size_t>(n));
+        auto newline = reply_bytes.find('\n');
+        if (newline != std::string::npos) {
+          reply = nlohmann::json::parse(reply_bytes.substr(0, newline), nullptr, false);
+          replied = !reply.is_discarded();
+          if (!replied) died = true;  // the channel carries garbage: the cell wrote to fd 3
+        }
+      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        died = true;
+      }
+    }
+    if (fds[0].revents & POLLIN) died = true;
+    if (cancel_index >= 0 && CancelRequested(fds[cancel_index])) {
+      cancelled = true;
+      break;
+    }
+  }
+  // What the cell printed before it answered is in the pipes by now.
+  Drain(h.out, &stdout_buf);
+  Drain(h.err, &stderr_buf);
+
+  Result result;
+  if (replied) {
+    repl["value"] = reply.value("value", nlohmann::json(nullptr));
+    repl["exception"] = reply.value("exception", nlohmann::json(nullptr));
+    repl["traceback"] = reply.value("traceback", nlohmann::json(nullptr));
+    if (repl["exception"].is_null()) {
+      result.status = RunStatus::kOk;
+      result.exit_code = 0;
+      result.reason = "the cell ran";
+    } else {
+      result.status = RunStatus::kExit;
+      result.exit_code = 1;
+      result.reason = fmt::format("the cell raised {}", repl["exception"].get<std::string>());
+    }
+  } else {
+    // Timed out, cancelled or crashed: the interpreter goes, and the next cell starts a fresh one.
+    KillExec(h);
+    Reap(h);
+    ReadControl(h);
+    Drain(h.out, &stdout_buf);
+    Drain(h.err, &stderr_buf);
+    FillVerdict(h, timed_out, cancelled, options.wall_timeout, &result);
+    if (timed_out) {
+      result.reason = fmt::format("wall-clock time limit of {} ms exceeded; the interpreter was killed and its "
+                                  "state is lost (the session lives on)", options.wall_timeout.count());
+    } else if (!cancelled && result.status != RunStatus::kSetupError) {
+      result.reason = fmt::format("the interpreter died ({}); its state is lost", result.reason);
+      if (result.status == RunStatus::kOk) result.status = RunStatus::kExit;  // it may not just stop
+    }
+    repl["interpreter_killed"] = true;
+    drop_interpreter();
+  }
+  result.stdout_data = stdout_buf.Contents();
+  result.stderr_data = stderr_buf.Contents();
+  result.stdout_bytes = stdout_buf.total_bytes();
+  result.stderr_bytes = stderr_buf.total_bytes();
+  result.stdout_truncated = stdout_buf.truncated();
+  result.stderr_truncated = stderr_buf.truncated();
+  result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  // No per-cell limits report: the cgroup's counters are the session's, and a cell is meant to be cheap.
+  result.extra["repl"] = repl;
+  result.extra["changed_files"] = ChangedFilesJson(before, workspace_fd_.get());
+  return result;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,102 @@
+// SessionSandbox: one long-lived sandbox whose pid 1 stays between calls; execs and a Python REPL run inside it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sandbox/base/status.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/child.h"
+#include "sandbox/seccomp.h"
+#include "sandbox/executor.h"
+#include "sandbox/policy.h"
+#include "sandbox/result.h"
+
+namespace nsbox {
+
+// One exec helper (the process that joined the session's namespaces) and the pipes to its payload.
+struct SessionHelper {
+  pid_t pid = -1;
+  UniqueFd pidfd, out, err, control;
+  pid_t payload = -1;  // as the supervisor sees it; known once kStarted arrives
+  bool reaped = false;
+  std::string control_bytes;
+  bool have_setup_error = false, have_exit = false;
+  InitMessage setup_error{}, exit_message{};
+  UniqueFd seccomp_socket;                     // where the payload hands over its seccomp listener
+  std::unique_ptr<SeccompNotifier> notifier;   // answers (and counts) the payload's denied calls
+};
+
+// How the persistent interpreter is started and what one cell may use.
+struct ReplOptions {
+  std::vector<std::string> driver_argv;      // e.g. /usr/bin/python3 -u -c <driver source>; speaks on fd 3
+  std::map<std::string, std::string> env;    // the interpreter's environment when it (re)starts
+  std::chrono::milliseconds wall_timeout{30'000};
+  uint64_t output_limit_bytes = 1 << 20;
+};
+
+class SessionSandbox {
+ public:
+  // Clones the session's pid 1 into fresh namespaces, sets up its root as `nsbox run` does, and returns once pid 1
+  // has reported that it is ready. Its pid 1 dies with the calling thread (PR_SET_PDEATHSIG).
+  static StatusOr<std::unique_ptr<SessionSandbox>> Start(Policy policy);
+  ~SessionSandbox();
+  SessionSandbox(const SessionSandbox&) = delete;
+  SessionSandbox& operator=(const SessionSandbox&) = delete;
+
+  // Runs one program as a new process inside the session, under the session's policy plus the executor's time and
+  // output limits. Thread-safe: several execs may run at once. When `cancel_fd` becomes readable or hangs up (the
+  // client went away) the exec is killed. The result carries extra["changed_files"]: the files of /workspace it
+  // created or changed ([{path, size}], paths as the sandbox sees them).
+  Result Exec(Executor executor, int cancel_fd = -1);
+
+  // Runs one cell in the session's persistent interpreter (started on first use, and again after it died). One cell
+  // at a time. extra["repl"] = {value, exception, traceback, state_lost, interpreter_killed}.
+  Result RunCell(const std::string& code, const ReplOptions& options, int cancel_fd = -1);
+
+  // Kills pid 1 (and with it every process of the session) and every exec helper; waits for pid 1.
+  void Terminate();
+
+  pid_t pid1() const { return pid1_; }
+  int pid1_pidfd() const { return pid1_pidfd_.get(); }
+  bool Alive() const;
+  const Policy& policy() const { return policy_; }
+  // A new descriptor of the session's /workspace (O_RDONLY|O_DIRECTORY), for walks and copies; opened once, from
+  // inside the session's mount namespace, at Start().
+  StatusOr<UniqueFd> OpenWorkspace() const;
+  // Resident memory of the session's processes plus what its tmpfs mounts hold.
+  uint64_t MemoryInUseBytes() const;
+
+ private:
+  explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
+  StatusOr<std::unique_ptr<SessionHelper>> StartHelper(const Executor& executor, int channel_fd);
+  void Forget(pid_t helper);
+  void FinishReport(SessionHelper& helper, const CgroupStats& before, Result* result);
+
+  Policy policy_;
+  pid_t pid1_ = -1;
+  UniqueFd pid1_pidfd_;
+  UniqueFd workspace_fd_;
+  std::unique_ptr<Cgroup> cgroup_;  // the session's limits: pid 1 and every exec helper (and so every exec) join it
+  bool new_network_ = true;
+  std::mutex helpers_mutex_;
+  std::set<pid_t> helpers_;  // live exec helpers, killed by Terminate()
+  std::mutex exec_counter_mutex_;
+  uint64_t exec_counter_ = 0;
+
+  // The persistent interpreter.
+  std::mutex repl_mutex_;
+  std::unique_ptr<SessionHelper> repl_;
+  UniqueFd repl_channel_;
+  bool repl_state_lost_ = false;  // the previous interpreter died: the next cell says so
+};
+
+}  // namespace nsbox

@@ -1,0 +1,87 @@
+// WorkspaceSnapshot: a bounded, link-free walk of a directory tree by descriptor, and the diff of two walks.
+#include "sandbox/workspace_snapshot.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/unique_fd.h"
+
+namespace nsbox {
+namespace {
+
+struct Walk {
+  dev_t device;
+  size_t max_entries;
+  size_t seen = 0;
+  const std::string& ignored_prefix;
+  WorkspaceSnapshot* out;
+};
+
+Status WalkDir(Walk& walk, int dir_fd, const std::string& prefix) {
+  // A fresh descriptor of the same directory: fdopendir takes ownership and moves the offset.
+  int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Errno(fmt::format("openat({})", prefix.empty() ? "." : prefix));
+  DIR* dir = ::fdopendir(fd);
+  if (!dir) {
+    ::close(fd);
+    return Status::Errno("fdopendir");
+  }
+  std::vector<std::string> subdirs;
+  while (struct dirent* entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    if (prefix.empty() && name.starts_with(walk.ignored_prefix)) continue;
+    if (++walk.seen > walk.max_entries) {
+      walk.out->truncated = true;
+      break;
+    }
+    struct stat st;
+    if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+    if (st.st_dev != walk.device) continue;  // another mount: not the workspace's
+    if (S_ISDIR(st.st_mode)) {
+      subdirs.push_back(name);
+    } else if (S_ISREG(st.st_mode)) {
+      walk.out->files[prefix + name] =
+          FileStamp{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+                    st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec, st.st_ino};
+    }
+  }
+  int dfd = ::dirfd(dir);
+  for (const auto& name : subdirs) {
+    if (walk.out->truncated) break;
+    UniqueFd sub(::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!sub) continue;  // replaced or unreadable meanwhile
+    Status s = WalkDir(walk, sub.get(), prefix + name + "/");
+    if (!s.ok()) {
+      ::closedir(dir);
+      return s;
+    }
+  }
+  ::closedir(dir);
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<WorkspaceSnapshot> SnapshotWorkspace(int dir_fd, size_t max_entries, const std::string& ignored_prefix) {
+  struct stat root;
+  if (::fstat(dir_fd, &root) != 0) return Status::Errno("fstat(workspace)");
+  WorkspaceSnapshot snapshot;
+  Walk walk{root.st_dev, max_entries, 0, ignored_prefix, &snapshot};
+  NSBOX_RETURN_IF_ERROR(WalkDir(walk, dir_fd, ""));
+  return snapshot;
+}
+
+std::vector<ChangedFile> ChangedFiles(const WorkspaceSnapshot& before, const WorkspaceSnapshot& after) {
+  std::vector<ChangedFile> changed;
+  for (const auto& [path, stamp] : after.files) {
+    auto it = before.files.find(path);
+    if (it == before.files.end() || !(it->second == stamp)) changed.push_back({path, stamp.size});
+  }
+  return changed;
+}
+
+}  // namespace nsbox

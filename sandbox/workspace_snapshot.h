@@ -1,0 +1,38 @@
+// WorkspaceSnapshot: the regular files under a directory (size, times, inode), and what changed between two snapshots.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sandbox/base/status.h"
+
+namespace nsbox {
+
+struct FileStamp {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  uint64_t inode = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+struct WorkspaceSnapshot {
+  std::map<std::string, FileStamp> files;  // path relative to the root, e.g. "out/result.csv"
+  bool truncated = false;                  // more than max_entries entries: the rest was not looked at
+};
+
+struct ChangedFile {
+  std::string path;  // relative to the root
+  uint64_t size = 0;
+};
+
+// Walks the tree under `dir_fd` without following links or leaving its mount. Names starting with
+// `ignored_prefix` (nsbox's own code files) are left out.
+StatusOr<WorkspaceSnapshot> SnapshotWorkspace(int dir_fd, size_t max_entries = 20000,
+                                              const std::string& ignored_prefix = ".nsbox-");
+// Files that are new in `after` or differ from `before`, sorted by path.
+std::vector<ChangedFile> ChangedFiles(const WorkspaceSnapshot& before, const WorkspaceSnapshot& after);
+
+}  // namespace nsbox

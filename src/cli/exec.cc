@@ -1,0 +1,61 @@
+// `nsbox exec`: one program (or one REPL cell) in a live session; the same result object and exit codes as run.
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "sandbox/result.h"
+#include "src/cli/commands.h"
+#include "src/cli/sandbox_options.h"
+#include "src/session/state.h"
+
+namespace nsbox::cli {
+
+int EmitResult(const Result& result, bool json);  // run.cc
+
+void RegisterExec(CLI::App& app, ExitCode& exit_code) {
+  auto* exec = app.add_subcommand("exec", "run a program, or a Python REPL cell (--repl), in a live session");
+  static std::string session_ref;
+  static ProgramOptions program_options;
+  static bool repl = false;
+  exec->add_option("session", session_ref, "the session's id or name")->required();
+  AddProgramOptions(exec, program_options);
+  exec->add_flag("--repl", repl, "python: run --code/--file in the session's persistent interpreter");
+  exec->callback([&exit_code] {
+    auto fail = [&](const Status& status) {
+      fmt::print(stderr, "nsbox exec: {}\n", status.message());
+      exit_code.value = kExitNsboxFailure;
+    };
+    auto found = session::FindSession(session::StateRoot(), session_ref);
+    if (!found.ok()) return fail(found.status());
+    if (repl && (program_options.lang.empty() || !program_options.command.empty()))
+      return fail(Status::Error("--repl needs --lang python with --code or --file"));
+    if (repl && !program_options.stdin_source.empty()) return fail(Status::Error("--stdin is not available with --repl"));
+    auto executor = BuildExecutor(program_options, found->json.value("rootfs_dir", ""));
+    if (!executor.ok()) return fail(executor.status());
+    // The language table says which interpreter --lang means; the REPL driver is Python's.
+    if (repl && (executor->argv.empty() || !executor->argv[0].ends_with("/python3")))
+      return fail(Status::Error("--repl needs --lang python"));
+    nlohmann::json request = {{"op", "exec"},
+                              {"argv", executor->argv},
+                              {"env", executor->env},
+                              {"cwd", executor->cwd},
+                              {"code_path", executor->code_path},
+                              {"code", executor->code},
+                              {"timeout_ms", executor->wall_timeout.count()},
+                              {"output_limit", executor->output_limit_bytes},
+                              {"repl", repl}};
+    auto answer = session::Request(*found, request, executor->stdin_fd);
+    if (!answer.ok()) return fail(answer.status());
+    Result result = ResultFromJson(answer->value("result", nlohmann::json::object()));
+    if (!program_options.json && repl) {
+      // Shown as an interactive interpreter shows it; the JSON result has it under repl.value.
+      const auto& value = result.extra["repl"]["value"];
+      if (value.is_string()) result.stdout_data += value.get<std::string>() + "\n";
+      if (result.extra["repl"].value("state_lost", false))
+        fmt::print(stderr, "nsbox: the previous interpreter died; this cell ran in a fresh one (state lost)\n");
+    }
+    exit_code.value = EmitResult(result, program_options.json);
+  });
+}
+
+}  // namespace nsbox::cli

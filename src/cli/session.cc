@@ -1,0 +1,177 @@
+// `nsbox session create|ls|rm`: long-lived sandboxes that keep files, packages, processes and Python state.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/data_dir.h"
+#include "sandbox/base/fs.h"
+#include "sandbox/spec/units.h"
+#include "src/cli/commands.h"
+#include "src/cli/sandbox_options.h"
+#include "src/session/state.h"
+#include "src/session/supervisor.h"
+
+namespace nsbox::cli {
+namespace {
+
+std::string FormatAge(int64_t ms) {
+  int64_t s = ms / 1000;
+  if (s < 120) return fmt::format("{}s", s);
+  if (s < 7200) return fmt::format("{}m", s / 60);
+  return fmt::format("{}h{:02}m", s / 3600, (s / 60) % 60);
+}
+
+}  // namespace
+
+void RegisterSession(CLI::App& app, ExitCode& exit_code) {
+  auto* session = app.add_subcommand("session", "long-lived sandboxes for many execs: create, ls, rm");
+  session->require_subcommand(1);
+
+  // create
+  auto* create = session->add_subcommand("create", "start a session and print its id");
+  static SandboxOptions sandbox_options;
+  static std::string name, idle_timeout = "15m", max_lifetime = "2h";
+  static bool create_json = false;
+  AddSandboxOptions(create, sandbox_options);
+  create->add_option("--name", name, "a name to find the session by, unique among live sessions");
+  create->add_option("--idle-timeout", idle_timeout, "end the session after this long without a request")
+      ->capture_default_str();
+  create->add_option("--max-lifetime", max_lifetime, "end the session this long after its start")->capture_default_str();
+  create->add_flag("--json", create_json, "print the session as a JSON object");
+  create->callback([&exit_code] {
+    auto fail = [&](const Status& status) {
+      fmt::print(stderr, "nsbox session create: {}\n", status.message());
+      exit_code.value = kExitNsboxFailure;
+    };
+    auto policy = BuildPolicy(sandbox_options);
+    if (!policy.ok()) return fail(policy.status());
+    auto network = BuildNetworkSpec(sandbox_options);
+    if (!network.ok()) return fail(network.status());
+    if (*network) return fail(Status::Error("--network allow=... is not available for sessions yet (use none or host)"));
+    auto idle = ParseDuration(idle_timeout);
+    if (!idle.ok()) return fail(idle.status().Wrap("--idle-timeout"));
+    auto lifetime = ParseDuration(max_lifetime);
+    if (!lifetime.ok()) return fail(lifetime.status().Wrap("--max-lifetime"));
+    if (!name.empty() && !session::ValidSessionName(name))
+      return fail(Status::Error(fmt::format("--name '{}': use 1 to 64 of A-Z a-z 0-9 . _ - (not first . or -)", name)));
+    std::string root = session::StateRoot();
+    if (Status s = session::EnsureStateRoot(root); !s.ok()) return fail(s);
+    auto live = session::ListSessions(root);
+    for (const auto& s : live)
+      if (!name.empty() && (s.name() == name || s.id() == name))
+        return fail(Status::Error(fmt::format("--name '{}': a live session already has it ({})", name, s.id())));
+
+    session::SupervisorConfig config;
+    config.id = session::NewSessionId();
+    config.name = name;
+    config.dir = root + "/" + config.id;
+    if (::mkdir(config.dir.c_str(), 0700) != 0) return fail(Status::Errno(fmt::format("mkdir({})", config.dir)));
+    config.policy = std::move(*policy);
+    config.idle_timeout = *idle;
+    config.max_lifetime = *lifetime;
+    auto driver = ReadFile(DataDir() + "/rootfs/repl/driver.py", 1 << 20);
+    if (driver.ok()) config.repl_driver_source = std::move(*driver);
+    const SandboxOptions& o = sandbox_options;
+    config.record = {
+        {"owner_uid", ::geteuid()},
+        {"rootfs", o.rootfs},
+        {"rootfs_dir", config.policy.rootfs_dir()},
+        {"network", o.network},
+        {"limits",
+         {{"memory", o.no_limits ? "none" : o.memory},
+          {"memory_swap", o.memory_swap},
+          {"pids", o.no_limits ? 0 : o.pids},
+          {"cpus", o.no_limits ? 0.0 : o.cpus},
+          {"tmpfs_size", o.tmpfs_size}}},
+    };
+    auto record = session::LaunchSupervisor(std::move(config));
+    if (!record.ok()) return fail(record.status());
+    if (create_json) {
+      nlohmann::json out = {{"id", (*record)["id"]},
+                            {"name", (*record)["name"]},
+                            {"idle_timeout_ms", (*record)["idle_timeout_ms"]},
+                            {"max_lifetime_ms", (*record)["max_lifetime_ms"]},
+                            {"created_unix_ms", (*record)["created_unix_ms"]},
+                            {"network", (*record)["network"]},
+                            {"limits", (*record)["limits"]},
+                            {"state_dir", root + "/" + (*record)["id"].get<std::string>()}};
+      fmt::print("{}\n", out.dump());
+    } else {
+      fmt::print("{}\n", (*record)["id"].get<std::string>());
+    }
+  });
+
+  // ls
+  auto* ls = session->add_subcommand("ls", "list live sessions");
+  static bool ls_json = false;
+  ls->add_flag("--json", ls_json, "print a JSON array");
+  ls->callback([&exit_code] {
+    std::string root = session::StateRoot();
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& s : session::ListSessions(root)) {
+      auto info = session::Request(s, {{"op", "info"}});
+      if (!info.ok()) continue;  // ended meanwhile
+      const auto& i = *info;
+      rows.push_back({{"id", s.id()},
+                      {"name", s.name()},
+                      {"age_ms", i.value("age_ms", int64_t{0})},
+                      {"idle_ms", i.value("idle_ms", int64_t{0})},
+                      {"idle_timeout_ms", i.value("idle_timeout_ms", int64_t{0})},
+                      {"max_lifetime_ms", i.value("max_lifetime_ms", int64_t{0})},
+                      {"created_unix_ms", i.value("created_unix_ms", int64_t{0})},
+                      {"network", i.value("network", "")},
+                      {"limits", i.value("limits", nlohmann::json::object())},
+                      {"memory_bytes", i.value("memory_bytes", uint64_t{0})},
+                      {"running_requests", i.value("running_requests", 0)}});
+    }
+    if (ls_json) {
+      fmt::print("{}\n", rows.dump());
+      return;
+    }
+    fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  {}\n", "ID", "NAME", "AGE", "IDLE", "MEMORY", "LIMITS");
+    for (const auto& r : rows) {
+      const auto& l = r["limits"];
+      fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  memory={} pids={} cpus={} network={} idle-timeout={}\n",
+                 r["id"].get<std::string>(), r["name"].get<std::string>(), FormatAge(r["age_ms"].get<int64_t>()),
+                 FormatAge(r["idle_ms"].get<int64_t>()), FormatSize(r["memory_bytes"].get<uint64_t>()),
+                 l.value("memory", ""), l.value("pids", 0), l.value("cpus", 0.0), r["network"].get<std::string>(),
+                 FormatAge(r["idle_timeout_ms"].get<int64_t>()));
+    }
+    (void)exit_code;
+  });
+
+  // rm
+  auto* rm = session->add_subcommand("rm", "end sessions: every process, mount and state file goes");
+  static std::vector<std::string> refs;
+  static bool all = false;
+  rm->add_option("sessions", refs, "session ids or names");
+  rm->add_flag("--all", all, "end every live session of yours");
+  rm->callback([&exit_code] {
+    auto fail = [&](const Status& status) {
+      fmt::print(stderr, "nsbox session rm: {}\n", status.message());
+      exit_code.value = kExitNsboxFailure;
+    };
+    if (all == !refs.empty()) return fail(Status::Error("give session ids or names, or --all (not both)"));
+    std::string root = session::StateRoot();
+    std::vector<session::SessionRecord> targets;
+    if (all) {
+      targets = session::ListSessions(root);
+    } else {
+      // Every name must resolve before anything ends: a typo disturbs nothing.
+      for (const auto& ref : refs) {
+        auto s = session::FindSession(root, ref);
+        if (!s.ok()) return fail(s.status());
+        targets.push_back(std::move(*s));
+      }
+    }
+    for (const auto& s : targets) {
+      auto answer = session::Request(s, {{"op", "rm"}});
+      if (!answer.ok()) fail(answer.status());
+    }
+  });
+}
+
+}  // namespace nsbox::cli

@@ -1,0 +1,171 @@
+// Session state on disk: where it lives, how sessions are found, and the cleanup of sessions whose supervisor died.
+#include "src/session/state.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+#include "src/session/wire.h"
+
+namespace nsbox::session {
+
+std::string StateRoot() {
+  if (const char* env = std::getenv("NSBOX_STATE_DIR"); env && *env) return env;
+  if (::geteuid() == 0) return "/run/nsbox/sessions";
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg) return std::string(xdg) + "/nsbox/sessions";
+  return fmt::format("/tmp/nsbox-{}/sessions", ::geteuid());
+}
+
+Status EnsureStateRoot(const std::string& root) {
+  // mkdir -p; the directories nsbox makes are 0700 (sessions of one user are invisible to others).
+  for (size_t i = 1; i <= root.size(); ++i) {
+    if (i != root.size() && root[i] != '/') continue;
+    std::string part = root.substr(0, i);
+    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return Status::Errno(fmt::format("mkdir({})", part));
+  }
+  struct stat st;
+  if (::lstat(root.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", root));
+  if (!S_ISDIR(st.st_mode)) return Status::Error(fmt::format("state directory {} is not a directory", root));
+  const char* env = std::getenv("NSBOX_STATE_DIR");
+  bool chosen = env && *env;
+  if (!chosen && (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0))
+    return Status::Error(fmt::format("state directory {} must belong to uid {} with mode 0700", root, ::geteuid()));
+  return OkStatus();
+}
+
+uint64_t ProcessStartTime(pid_t pid) {
+  if (pid <= 0) return 0;
+  auto stat = ReadFile(fmt::format("/proc/{}/stat", pid), 4096);
+  if (!stat.ok()) return 0;
+  // The command name may hold spaces and parentheses: fields are counted after the last ')'.
+  auto paren = stat->rfind(')');
+  if (paren == std::string::npos) return 0;
+  const char* p = stat->c_str() + paren + 2;  // field 3
+  for (int field = 3; field < 22 && *p; ++field) {
+    p = strchr(p, ' ');
+    if (!p) return 0;
+    ++p;
+  }
+  return std::strtoull(p, nullptr, 10);
+}
+
+void RemoveSessionDir(const std::string& dir) {
+  for (const char* name : {"socket", "session.json", "session.json.tmp"}) ::unlink((dir + "/" + name).c_str());
+  ::rmdir(dir.c_str());
+}
+
+namespace {
+
+bool SupervisorAlive(const nlohmann::json& record) {
+  pid_t pid = record.value("supervisor_pid", 0);
+  uint64_t start = record.value("supervisor_start_time", uint64_t{0});
+  return pid > 0 && start != 0 && ProcessStartTime(pid) == start;
+}
+
+// The supervisor is gone: its pid 1 died with it (PR_SET_PDEATHSIG); make sure, then remove what is left.
+void CleanUpDead(const std::string& dir, const nlohmann::json& record) {
+  pid_t pid1 = record.value("pid1", 0);
+  uint64_t start = record.value("pid1_start_time", uint64_t{0});
+  if (pid1 > 0 && start != 0 && ProcessStartTime(pid1) == start) ::kill(pid1, SIGKILL);
+  RemoveSessionDir(dir);
+}
+
+}  // namespace
+
+std::vector<SessionRecord> ListSessions(const std::string& root) {
+  std::vector<SessionRecord> sessions;
+  DIR* dir = ::opendir(root.c_str());
+  if (!dir) return sessions;
+  while (struct dirent* entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name.empty() || name[0] != 's' || name.size() != 13) continue;
+    std::string path = root + "/" + name;
+    auto text = ReadFile(path + "/session.json", 1 << 20);
+    if (!text.ok()) {
+      // A session still being created has no record yet; one older than a minute never will.
+      struct stat st;
+      if (::stat(path.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime > 60) RemoveSessionDir(path);
+      continue;
+    }
+    auto record = nlohmann::json::parse(*text, nullptr, false);
+    if (record.is_discarded() || !record.is_object()) continue;
+    if (!SupervisorAlive(record)) {
+      CleanUpDead(path, record);
+      continue;
+    }
+    sessions.push_back({record, path});
+  }
+  ::closedir(dir);
+  std::sort(sessions.begin(), sessions.end(), [](const SessionRecord& a, const SessionRecord& b) {
+    return a.json.value("created_unix_ms", int64_t{0}) < b.json.value("created_unix_ms", int64_t{0});
+  });
+  return sessions;
+}
+
+StatusOr<SessionRecord> FindSession(const std::string& root, const std::string& ref) {
+  if (ref.empty()) return Status::Error("empty session id");
+  for (auto& s : ListSessions(root))
+    if (s.id() == ref || s.name() == ref) return s;
+  return Status::Error(fmt::format("no such session: {} (it may have ended; see `nsbox session ls`)", ref));
+}
+
+std::string NewSessionId() {
+  unsigned char bytes[6];
+  if (::getrandom(bytes, sizeof bytes, 0) != sizeof bytes) {
+    // getrandom does not fail for 6 bytes once the pool is ready; the pid and time still make a distinct id.
+    uint64_t fallback = static_cast<uint64_t>(::getpid()) ^ static_cast<uint64_t>(::time(nullptr)) << 16;
+    memcpy(bytes, &fallback, sizeof bytes);
+  }
+  std::string id = "s";
+  for (unsigned char b : bytes) id += fmt::format("{:02x}", b);
+  return id;
+}
+
+bool ValidSessionName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name[0] == '.' || name[0] == '-') return false;
+  for (char c : name)
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
+}
+
+StatusOr<UniqueFd> ConnectSession(const SessionRecord& session) {
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock) return Status::Errno("socket(AF_UNIX)");
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::string path = session.socket_path();
+  if (path.size() >= sizeof addr.sun_path) return Status::Error(fmt::format("socket path too long: {}", path));
+  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0)
+    return Status::Errno(fmt::format("connect({})", path));
+  return sock;
+}
+
+StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::json& request, int send_fd,
+                                 UniqueFd* received_fd) {
+  auto sock = ConnectSession(session);
+  if (!sock.ok()) return sock.status().Wrap(fmt::format("session {}", session.id()));
+  Status sent = SendMessage(sock->get(), request, send_fd);
+  MessageReader reader(sock->get());
+  // A refusal (another user's session) may arrive, and the socket close, before the request is sent whole.
+  auto answer = reader.Next();
+  if (!sent.ok() && (!answer.ok() || answer->value("ok", true))) return sent;
+  if (!answer.ok())
+    return Status::Error(fmt::format("session {} ended before answering ({})", session.id(), answer.status().message()));
+  if (!answer->value("ok", false)) return Status::Error(answer->value("error", "the session refused the request"));
+  if (received_fd && !reader.fds().empty()) *received_fd = std::move(reader.fds().front());
+  return answer;
+}
+
+}  // namespace nsbox::session

@@ -1,0 +1,358 @@
+// The session supervisor: daemonizes, owns the session's sandbox, checks each client's uid, runs execs and REPL cells
+// on their own threads, and ends the session on rm, idle time-out, lifetime or pid 1's death, removing its state.
+#include "src/session/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/session.h"
+#include "src/session/state.h"
+#include "src/session/wire.h"
+
+namespace nsbox::session {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+nlohmann::json Error(const std::string& message) { return {{"ok", false}, {"error", message}}; }
+
+class Server {
+ public:
+  Server(SupervisorConfig config, std::unique_ptr<SessionSandbox> session, UniqueFd listener)
+      : config_(std::move(config)), session_(std::move(session)), listener_(std::move(listener)) {
+    last_activity_ = Clock::now();
+  }
+
+  // The timers, on the main thread (pid 1's PR_SET_PDEATHSIG is tied to it): idle time-out, lifetime, pid 1's death.
+  // Clients are served by workers blocked in accept(): the kernel hands a connection straight to an idle one.
+  void Serve() {
+    SpawnWorker();
+    SpawnWorker();
+    for (;;) {
+      auto now = Clock::now();
+      if (now - created_ >= config_.max_lifetime) return Shutdown("lifetime over");
+      int64_t wait_ms = 1000;
+      wait_ms = std::min<int64_t>(
+          wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(created_ + config_.max_lifetime - now).count());
+      {
+        std::lock_guard lock(activity_mutex_);
+        if (active_ == 0) {
+          if (now - last_activity_ >= config_.idle_timeout) {
+            shutting_down_ = true;  // no request starts any more
+          } else {
+            wait_ms = std::min<int64_t>(wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                     last_activity_ + config_.idle_timeout - now).count());
+          }
+        }
+      }
+      if (shutting_down_) return Shutdown("idle");
+      struct pollfd pid1 = {session_->pid1_pidfd(), POLLIN, 0};
+      int rc = ::poll(&pid1, 1, static_cast<int>(std::max<int64_t>(wait_ms, 0)) + 1);
+      if (rc < 0 && errno != EINTR) return Shutdown("poll failed");
+      if (pid1.revents & POLLIN) {
+        // An rm in progress killed pid 1: its thread answers the client and ends the process.
+        if (removing_) std::this_thread::sleep_for(std::chrono::seconds(5));
+        return Shutdown("pid 1 died");
+      }
+    }
+  }
+
+  // Keeps an idle worker in accept() at all times (two in the steady state, so that a lone client causes no thread
+  // churn); a worker that finds two others idle after a request ends.
+  void SpawnWorker() {
+    ++idle_workers_;
+    try {
+      std::thread([this] { WorkerLoop(); }).detach();
+    } catch (const std::system_error&) {
+      --idle_workers_;  // out of threads: the busy workers take the next clients when they are done
+    }
+  }
+
+  void WorkerLoop() {
+    const uid_t owner = static_cast<uid_t>(config_.record.value("owner_uid", 0));
+    for (;;) {
+      UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!conn) {
+        if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+        --idle_workers_;
+        return;
+      }
+      if (idle_workers_.fetch_sub(1) == 1) SpawnWorker();
+      ServeClient(std::move(conn), owner);
+      if (idle_workers_.fetch_add(1) >= 3) {
+        --idle_workers_;
+        return;
+      }
+    }
+  }
+
+  void ServeClient(UniqueFd conn, uid_t owner) {
+    // A session of one user can't be driven by another, whatever the directory permissions say.
+    struct ucred peer = {};
+    socklen_t len = sizeof peer;
+    if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != owner) {
+      (void)SendMessage(conn.get(), Error(fmt::format("session {} belongs to uid {}; refused for uid {}", config_.id,
+                                                      owner, peer.uid)));
+      return;
+    }
+    {
+      std::lock_guard lock(activity_mutex_);
+      if (shutting_down_) return;  // the idle time-out won the race: the client sees the session end
+      ++active_;
+    }
+    bool activity = Handle(std::move(conn));
+    std::lock_guard lock(activity_mutex_);
+    --active_;
+    // Looking at a session (ls) does not keep it alive; using it does, from the end of the request.
+    if (activity) last_activity_ = Clock::now();
+  }
+
+  // Ends the session once: every process (pid 1 takes its pid namespace along; exec helpers are killed), the
+  // mounts (they lived in the session's mount namespace only), and the state directory.
+  void Shutdown(const char* /*why*/) {
+    std::lock_guard lock(shutdown_mutex_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    ::unlink((config_.dir + "/socket").c_str());  // no new clients
+    session_->Terminate();
+    RemoveSessionDir(config_.dir);
+  }
+
+ private:
+  // Serves one request; false when it was only a look at the session (info), which is not activity.
+  bool Handle(UniqueFd conn) {
+    MessageReader reader(conn.get());
+    auto request = reader.Next();
+    if (!request.ok()) return false;
+    std::string op = request->value("op", "");
+    nlohmann::json answer;
+    if (op == "info") {
+      (void)SendMessage(conn.get(), Info());
+      return false;
+    } else if (op == "exec") {
+      UniqueFd stdin_fd;
+      if (!reader.fds().empty()) stdin_fd = std::move(reader.fds().front());
+      answer = Exec(*request, stdin_fd.get(), conn.get());
+    } else if (op == "workspace") {
+      auto workspace = session_->OpenWorkspace();
+      if (!workspace.ok()) {
+        (void)SendMessage(conn.get(), Error(workspace.status().message()));
+        return true;
+      }
+      (void)SendMessage(conn.get(), {{"ok", true}, {"sandbox_host_uid", config_.record.value("sandbox_host_uid", 0)},
+                                     {"sandbox_host_gid", config_.record.value("sandbox_host_gid", 0)}},
+                        workspace->get());
+      return true;
+    } else if (op == "rm") {
+      removing_ = true;
+      Shutdown("rm");
+      (void)SendMessage(conn.get(), {{"ok", true}, {"id", config_.id}});
+      ::_exit(0);
+    } else {
+      answer = Error(fmt::format("unknown request '{}'", op));
+    }
+    (void)SendMessage(conn.get(), answer);
+    return true;
+  }
+
+  nlohmann::json Info() {
+    nlohmann::json info = config_.record;
+    info["ok"] = true;
+    info["age_ms"] = MsSince(created_);
+    {
+      std::lock_guard lock(activity_mutex_);
+      // This request itself is one of the active ones.
+      info["idle_ms"] = active_ > 1 ? 0 : MsSince(last_activity_);
+      info["running_requests"] = active_ - 1;
+    }
+    info["memory_bytes"] = session_->MemoryInUseBytes();
+    return info;
+  }
+
+  nlohmann::json Exec(const nlohmann::json& request, int stdin_fd, int conn) {
+    Executor ex;
+    try {
+      ex.argv = request.at("argv").get<std::vector<std::string>>();
+      ex.env = request.at("env").get<std::map<std::string, std::string>>();
+      ex.cwd = request.value("cwd", "/workspace");
+      ex.code_path = request.value("code_path", "");
+      ex.code = request.value("code", "");
+      ex.wall_timeout = std::chrono::milliseconds(request.at("timeout_ms").get<int64_t>());
+      ex.output_limit_bytes = request.at("output_limit").get<uint64_t>();
+    } catch (const std::exception& e) {
+      return Error(fmt::format("malformed exec request: {}", e.what()));
+    }
+    ex.stdin_fd = stdin_fd;
+    Result result;
+    if (request.value("repl", false)) {
+      if (config_.repl_driver_source.empty()) return Error("the REPL driver (rootfs/repl/driver.py) was not found");
+      ReplOptions options;
+      options.driver_argv = {ex.argv.at(0), "-u", "-c", config_.repl_driver_source};
+      options.env = ex.env;
+      options.wall_timeout = ex.wall_timeout;
+      options.output_limit_bytes = ex.output_limit_bytes;
+      result = session_->RunCell(ex.code, options, conn);
+    } else {
+      result = session_->Exec(std::move(ex), conn);
+    }
+    return {{"ok", true}, {"result", ResultToJson(result)}};
+  }
+
+  SupervisorConfig config_;
+  std::unique_ptr<SessionSandbox> session_;
+  UniqueFd listener_;
+  const Clock::time_point created_ = Clock::now();
+  std::mutex activity_mutex_;
+  int active_ = 0;
+  Clock::time_point last_activity_;
+  std::atomic<bool> removing_{false};
+  bool shutting_down_ = false;  // under activity_mutex_ (read unlocked only by the main thread that sets it)
+  std::atomic<int> idle_workers_{0};
+  std::mutex shutdown_mutex_;
+  bool shut_down_ = false;
+};
+
+StatusOr<UniqueFd> Listen(const std::string& path) {
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock) return Status::Errno("socket(AF_UNIX)");
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return Status::Error(fmt::format("socket path too long: {}", path));
+  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::bind(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0)
+    return Status::Errno(fmt::format("bind({})", path));
+  if (::chmod(path.c_str(), 0600) != 0) return Status::Errno(fmt::format("chmod({}, 0600)", path));
+  if (::listen(sock.get(), 128) != 0) return Status::Errno("listen(session socket)");
+  return sock;
+}
+
+void WriteAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// The supervisor's life: start the sandbox, publish the socket and the record, tell the creator, serve.
+int RunSupervisor(SupervisorConfig config, int ready_fd) {
+  auto fail = [&](const Status& status) {
+    WriteAll(ready_fd, "error " + status.message() + "\n");
+    RemoveSessionDir(config.dir);
+    return 1;
+  };
+  auto session = SessionSandbox::Start(config.policy);
+  if (!session.ok()) return fail(session.status().Wrap("starting the session's sandbox"));
+  auto listener = Listen(config.dir + "/socket");
+  if (!listener.ok()) return fail(listener.status());
+
+  const bool privileged = ::geteuid() == 0;
+  nlohmann::json& record = config.record;
+  record["id"] = config.id;
+  record["name"] = config.name;
+  record["supervisor_pid"] = ::getpid();
+  record["supervisor_start_time"] = ProcessStartTime(::getpid());
+  record["pid1"] = (*session)->pid1();
+  record["pid1_start_time"] = ProcessStartTime((*session)->pid1());
+  record["created_unix_ms"] = NowUnixMs();
+  record["idle_timeout_ms"] = config.idle_timeout.count();
+  record["max_lifetime_ms"] = config.max_lifetime.count();
+  record["sandbox_host_uid"] = privileged ? config.policy.host_uid() : ::geteuid();
+  record["sandbox_host_gid"] = privileged ? config.policy.host_gid() : ::getegid();
+  std::string tmp = config.dir + "/session.json.tmp";
+  if (Status s = WriteFile(tmp, record.dump(2) + "\n", O_EXCL, 0600); !s.ok()) return fail(s);
+  if (::rename(tmp.c_str(), (config.dir + "/session.json").c_str()) != 0)
+    return fail(Status::Errno("rename(session.json.tmp, session.json)"));
+
+  Server server(config, std::move(*session), std::move(*listener));
+  WriteAll(ready_fd, "ok " + record.dump() + "\n");
+  ::close(ready_fd);
+  server.Serve();
+  return 0;
+}
+
+}  // namespace
+
+StatusOr<nlohmann::json> LaunchSupervisor(SupervisorConfig config) {
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return Status::Errno("pipe2(ready)");
+  pid_t first = ::fork();
+  if (first < 0) return Status::Errno("fork(supervisor)");
+  if (first == 0) {
+    // Detach: a new session without a terminal, then a grandchild that init adopts, with stdio on /dev/null.
+    ::close(ready[0]);
+    if (::setsid() < 0) ::_exit(1);
+    pid_t second = ::fork();
+    if (second != 0) ::_exit(second < 0 ? 1 : 0);
+    int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd >= 0) {
+      ::dup2(null_fd, 0);
+      ::dup2(null_fd, 1);
+      ::dup2(null_fd, 2);
+      if (null_fd > 2) ::close(null_fd);
+    }
+    // Nothing of the caller's stays open for the session's lifetime (a $(...) pipe would never see end-of-file).
+    int ready_fd = ready[1];
+    if (ready_fd > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(ready_fd - 1), 0u);
+    ::syscall(SYS_close_range, static_cast<unsigned>(ready_fd + 1), ~0u, 0u);
+    if (::chdir("/") != 0) ::_exit(1);
+    ::umask(077);
+    ::signal(SIGPIPE, SIG_IGN);
+    ::signal(SIGHUP, SIG_IGN);
+    ::signal(SIGINT, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::_exit(RunSupervisor(std::move(config), ready[1]));
+  }
+  ::close(ready[1]);
+  ::waitpid(first, nullptr, 0);
+  // One line: "ok RECORD" or "error MESSAGE". Not end-of-file: pid 1 inherited the pipe and lives on.
+  std::string message;
+  char buffer[4096];
+  while (message.find('\n') == std::string::npos) {
+    ssize_t n = ::read(ready[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    message.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(ready[0]);
+  if (auto newline = message.find('\n'); newline != std::string::npos) message.resize(newline);
+  if (message.starts_with("ok ")) {
+    auto record = nlohmann::json::parse(message.substr(3), nullptr, false);
+    if (!record.is_discarded()) return record;
+  }
+  RemoveSessionDir(config.dir);
+  if (message.starts_with("error ")) return Status::Error(message.substr(6));
+  return Status::Error("the session supervisor ended before it was ready");
+}
+
+}  // namespace nsbox::session

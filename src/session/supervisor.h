@@ -1,0 +1,29 @@
+// The session supervisor: a detached process that owns one SessionSandbox and serves requests on a unix socket.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sandbox/base/status.h"
+#include "sandbox/policy.h"
+
+namespace nsbox::session {
+
+struct SupervisorConfig {
+  std::string id, name;
+  std::string dir;  // the session's state directory, already created (0700)
+  Policy policy;
+  std::chrono::milliseconds idle_timeout{15 * 60 * 1000};
+  std::chrono::milliseconds max_lifetime{2 * 60 * 60 * 1000};
+  std::string repl_driver_source;  // rootfs/repl/driver.py; empty: REPL calls fail with a setup error
+  nlohmann::json record;           // what session.json says besides the pids (options, limits, owner)
+};
+
+// Double-forks a supervisor (new session, stdio on /dev/null, so it outlives the calling command), which starts the
+// sandbox, listens on <dir>/socket and writes <dir>/session.json. Returns that record once the supervisor serves,
+// or the error that stopped it (the directory is removed then).
+StatusOr<nlohmann::json> LaunchSupervisor(SupervisorConfig config);
+
+}  // namespace nsbox::session

@@ -1,0 +1,207 @@
+// Workspace copies: openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS|RESOLVE_NO_XDEV) under the
+// workspace's descriptor, an O_PATH look before any real open (no FIFO or device is ever opened), fstat of the opened
+// descriptor, a size cap enforced while reading, and an atomic rename for writes into the workspace.
+#include "src/session/workspace_copy.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/fsuid.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/unique_fd.h"
+
+namespace nsbox::session {
+namespace {
+
+constexpr uint64_t kResolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+
+StatusOr<UniqueFd> OpenBeneath(int dir_fd, const std::string& rel, uint64_t flags, const std::string& shown) {
+  struct open_how how = {};
+  how.flags = flags | O_CLOEXEC;
+  how.resolve = kResolve;
+  int fd = static_cast<int>(::syscall(SYS_openat2, dir_fd, rel.empty() ? "." : rel.c_str(), &how, sizeof how));
+  if (fd >= 0) return UniqueFd(fd);
+  if (errno == ELOOP) return Status::Error(fmt::format("refusing {}: it is, or passes through, a symbolic link", shown));
+  if (errno == EXDEV) return Status::Error(fmt::format("refusing {}: it leaves the workspace", shown));
+  return Status::Errno(fmt::format("openat2(/workspace, {}, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)", rel));
+}
+
+const char* KindOf(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device node";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// Reads a regular file's descriptor whole, failing once it passes max_bytes (it may grow while we read).
+StatusOr<std::string> ReadCapped(int fd, uint64_t max_bytes, const std::string& shown) {
+  std::string data;
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Errno(fmt::format("read({})", shown));
+    }
+    if (n == 0) return data;
+    if (data.size() + static_cast<uint64_t>(n) > max_bytes)
+      return Status::Error(fmt::format("refusing {}: larger than the limit of {} bytes", shown, max_bytes));
+    data.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+Status WriteAllFd(int fd, const std::string& data, const std::string& shown) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Errno(fmt::format("write({})", shown));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+std::string BaseName(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+StatusOr<std::string> WorkspaceRelativePath(const std::string& path) {
+  std::string rel = path;
+  if (rel == "/workspace") return std::string();
+  if (rel.starts_with("/workspace/")) rel = rel.substr(strlen("/workspace/"));
+  else if (!rel.empty() && rel[0] == '/')
+    return Status::Error(fmt::format("'{}' is outside /workspace (give a path in /workspace, or relative to it)", path));
+  // Textual checks for clear messages; openat2 enforces the same and more. Empty parts ("a//b") are dropped.
+  std::string clean;
+  size_t start = 0;
+  while (start <= rel.size()) {
+    size_t end = rel.find('/', start);
+    if (end == std::string::npos) end = rel.size();
+    std::string part = rel.substr(start, end - start);
+    if (part == "." || part == "..") return Status::Error(fmt::format("'{}': '.' and '..' are not allowed", path));
+    if (!part.empty()) clean += (clean.empty() ? "" : "/") + part;
+    start = end + 1;
+  }
+  if (rel.ends_with("/") && !clean.empty()) clean += "/";
+  rel = clean;
+  return rel;
+}
+
+StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::string& host_path, uint64_t max_bytes) {
+  std::string shown = "/workspace/" + rel;
+  if (rel.empty() || rel.ends_with("/")) return Status::Error(fmt::format("{} is a directory; give a file", shown));
+  // Look first (O_PATH opens nothing), then open for reading and check it is still the same regular file.
+  auto look = OpenBeneath(workspace_fd, rel, O_PATH | O_NOFOLLOW, shown);
+  if (!look.ok()) return look.status();
+  struct stat seen;
+  if (::fstat(look->get(), &seen) != 0) return Status::Errno(fmt::format("fstat({})", shown));
+  if (!S_ISREG(seen.st_mode)) return Status::Error(fmt::format("refusing {}: {}", shown, KindOf(seen.st_mode)));
+  if (static_cast<uint64_t>(seen.st_size) > max_bytes)
+    return Status::Error(fmt::format("refusing {}: {} bytes, more than the limit of {}", shown, seen.st_size, max_bytes));
+  auto file = OpenBeneath(workspace_fd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, shown);
+  if (!file.ok()) return file.status();
+  struct stat st;
+  if (::fstat(file->get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", shown));
+  if (!S_ISREG(st.st_mode) || st.st_ino != seen.st_ino || st.st_dev != seen.st_dev)
+    return Status::Error(fmt::format("refusing {}: it was replaced while being copied", shown));
+  auto data = ReadCapped(file->get(), max_bytes, shown);
+  if (!data.ok()) return data.status();
+
+  std::string target = host_path;
+  struct stat host_st;
+  if (::stat(target.c_str(), &host_st) == 0 && S_ISDIR(host_st.st_mode)) target += "/" + BaseName(rel);
+  UniqueFd out(::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644));
+  if (!out) return Status::Errno(fmt::format("open({})", target));
+  struct stat out_st;
+  if (::fstat(out.get(), &out_st) != 0 || !S_ISREG(out_st.st_mode))
+    return Status::Error(fmt::format("refusing to write {}: not a regular file", target));
+  NSBOX_RETURN_IF_ERROR(WriteAllFd(out.get(), *data, target));
+  return static_cast<uint64_t>(data->size());
+}
+
+StatusOr<uint64_t> CopyIn(const std::string& host_path, int workspace_fd, const std::string& rel, uint64_t max_bytes,
+                          uid_t uid, gid_t gid) {
+  UniqueFd in(::open(host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!in) return Status::Errno(fmt::format("open({})", host_path));
+  struct stat st;
+  if (::fstat(in.get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", host_path));
+  if (!S_ISREG(st.st_mode)) return Status::Error(fmt::format("refusing {}: {}", host_path, KindOf(st.st_mode)));
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return Status::Error(fmt::format("refusing {}: {} bytes, more than the limit of {}", host_path, st.st_size, max_bytes));
+  auto data = ReadCapped(in.get(), max_bytes, host_path);
+  if (!data.ok()) return data.status();
+
+  // Where it goes: an existing directory (or the workspace itself) receives the host file's name.
+  std::string dir_rel, name;
+  std::string trimmed = rel;
+  while (trimmed.ends_with("/")) trimmed.pop_back();
+  bool into_dir = trimmed.empty() || rel.ends_with("/");
+  if (!into_dir) {
+    auto probe = OpenBeneath(workspace_fd, trimmed, O_PATH | O_NOFOLLOW, "/workspace/" + trimmed);
+    struct stat probe_st;
+    if (probe.ok() && ::fstat(probe->get(), &probe_st) == 0 && S_ISDIR(probe_st.st_mode)) into_dir = true;
+  }
+  if (into_dir) {
+    dir_rel = trimmed;
+    name = BaseName(host_path);
+  } else {
+    auto slash = trimmed.find_last_of('/');
+    dir_rel = slash == std::string::npos ? "" : trimmed.substr(0, slash);
+    name = slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
+  }
+  std::string shown = "/workspace/" + (dir_rel.empty() ? name : dir_rel + "/" + name);
+  auto dir = OpenBeneath(workspace_fd, dir_rel, O_PATH | O_DIRECTORY | O_NOFOLLOW, "/workspace/" + dir_rel);
+  if (!dir.ok()) return dir.status();
+
+  // A fresh file under a private name, owned by the sandbox user, then renamed over the target: a link or FIFO the
+  // sandbox put there is replaced, never followed or opened. Created as the sandbox user (fsuid): the session's
+  // filesystems accept no owner its user namespace does not map.
+  struct FsIds {
+    uid_t uid = static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1)));
+    gid_t gid = static_cast<gid_t>(::setfsgid(static_cast<gid_t>(-1)));
+    ~FsIds() {
+      ::setfsgid(gid);
+      ::setfsuid(uid);
+    }
+  } restore_ids;
+  ::setfsgid(gid);
+  ::setfsuid(uid);
+  unsigned char random[6];
+  if (::getrandom(random, sizeof random, 0) != sizeof random) return Status::Errno("getrandom");
+  std::string tmp = ".nsbox-cp-";
+  for (unsigned char b : random) tmp += fmt::format("{:02x}", b);
+  UniqueFd out(::openat(dir->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!out) return Status::Errno(fmt::format("openat({}, O_CREAT|O_EXCL)", shown));
+  auto remove_tmp = [&] { ::unlinkat(dir->get(), tmp.c_str(), 0); };
+  if (::fchown(out.get(), uid, gid) != 0) {
+    Status s = Status::Errno(fmt::format("fchown({}, {}, {})", shown, uid, gid));
+    remove_tmp();
+    return s;
+  }
+  if (Status s = WriteAllFd(out.get(), *data, shown); !s.ok()) {
+    remove_tmp();
+    return s;
+  }
+  if (::renameat(dir->get(), tmp.c_str(), dir->get(), name.c_str()) != 0) {
+    Status s = Status::Errno(fmt::format("renameat({})", shown));
+    remove_tmp();
+    return s;
+  }
+  return static_cast<uint64_t>(data->size());
+}
+
+}  // namespace nsbox::session

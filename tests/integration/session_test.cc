@@ -1,0 +1,480 @@
+// Sessions, end to end: the built nsbox binary creates sessions, runs execs and REPL cells in them, copies files, and
+// every test ends its sessions (each test has its own state directory, removed at the end).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string NsboxBin() {
+  if (const char* bin = std::getenv("NSBOX_BIN"); bin && *bin) return bin;
+  return "build/src/nsbox";
+}
+
+struct Output {
+  int code = -1;
+  std::string out, err;
+  json Json() const { return json::parse(out); }
+};
+
+std::string ReadAll(int fd) {
+  std::string data;
+  char buffer[65536];
+  ssize_t n;
+  while ((n = ::read(fd, buffer, sizeof buffer)) > 0) data.append(buffer, static_cast<size_t>(n));
+  return data;
+}
+
+// Runs argv with `env_extra` added, stdin from `input`; waits and collects stdout, stderr and the exit code.
+Output Run(std::vector<std::string> argv, const std::vector<std::string>& env_extra = {}, const std::string& input = "") {
+  int out[2], err[2], in[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    for (const auto& kv : env_extra) ::putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  ::close(in[0]);
+  if (!input.empty()) {
+    ssize_t ignored = ::write(in[1], input.data(), input.size());
+    (void)ignored;
+  }
+  ::close(in[1]);
+  Output o;
+  std::thread err_reader([&] { o.err = ReadAll(err[0]); });
+  o.out = ReadAll(out[0]);
+  err_reader.join();
+  ::close(out[0]);
+  ::close(err[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return o;
+}
+
+bool ProcessExists(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+
+template <typename F>
+bool WaitFor(F condition, std::chrono::milliseconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return condition();
+}
+
+// One test's sessions: their own state directory (NSBOX_STATE_DIR) and an rm --all at the end.
+struct Sessions {
+  std::string state_dir;
+  Sessions() {
+    char tmpl[] = "/tmp/nsbox-session-test-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    state_dir = tmpl;
+    ::setenv("NSBOX_STATE_DIR", state_dir.c_str(), 1);
+  }
+  ~Sessions() {
+    Run({NsboxBin(), "session", "rm", "--all"});
+    std::filesystem::remove_all(state_dir);
+    ::unsetenv("NSBOX_STATE_DIR");
+  }
+  Output Nsbox(std::vector<std::string> args, const std::string& input = "") {
+    args.insert(args.begin(), NsboxBin());
+    return Run(args, {}, input);
+  }
+  std::string Create(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"session", "create", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Output o = Nsbox(args);
+    INFO(o.err);
+    REQUIRE(o.code == 0);
+    json j = o.Json();
+    REQUIRE(j.contains("id"));
+    return j["id"].get<std::string>();
+  }
+  json Record(const std::string& id) {
+    std::ifstream in(state_dir + "/" + id + "/session.json");
+    return json::parse(in);
+  }
+  // exec --json -- CMD...
+  json Exec(const std::string& id, std::vector<std::string> command, std::vector<std::string> options = {}) {
+    std::vector<std::string> args = {"exec", id, "--json"};
+    args.insert(args.end(), options.begin(), options.end());
+    args.push_back("--");
+    args.insert(args.end(), command.begin(), command.end());
+    Output o = Nsbox(args);
+    INFO(o.err);
+    REQUIRE(!o.out.empty());
+    return o.Json();
+  }
+  json Sh(const std::string& id, const std::string& script, std::vector<std::string> options = {}) {
+    return Exec(id, {"/bin/sh", "-c", script}, options);
+  }
+  json Cell(const std::string& id, const std::string& code, std::vector<std::string> options = {}) {
+    std::vector<std::string> args = {"exec", id, "--json", "--lang", "python", "--repl", "--code", code};
+    args.insert(args.end(), options.begin(), options.end());
+    Output o = Nsbox(args);
+    INFO(o.err);
+    REQUIRE(!o.out.empty());
+    return o.Json();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("files in /workspace and the home directory persist from one exec to the next", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  json first = s.Sh(id, "echo hello > /workspace/note.txt && echo secret > ~/.config-file && cd /tmp && echo t > t");
+  REQUIRE(first["status"] == "ok");
+  json second = s.Sh(id, "cat /workspace/note.txt ~/.config-file /tmp/t; pwd; id -u");
+  CHECK(second["status"] == "ok");
+  CHECK(second["stdout"] == "hello\nsecret\nt\n/workspace\n1000\n");
+}
+
+TEST_CASE("exec returns run's result object and exit codes", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  Output exit3 = s.Nsbox({"exec", id, "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"});
+  CHECK(exit3.code == 3);
+  CHECK(exit3.out == "out\n");
+  CHECK(exit3.err == "err\n");
+  json j = s.Sh(id, "kill -TERM $$");
+  CHECK(j["status"] == "signal");
+  CHECK(j["signal"] == 15);
+  Output missing = s.Nsbox({"exec", id, "--", "/no/such/program"});
+  CHECK(missing.code == 125);
+  Output code = s.Nsbox({"exec", id, "--lang", "python", "--code", "import sys; print('py'); sys.exit(4)"});
+  CHECK(code.code == 4);
+  CHECK(code.out == "py\n");
+  Output with_stdin = s.Nsbox({"exec", id, "--stdin", "-", "--", "/bin/cat"}, "from stdin\n");
+  CHECK(with_stdin.out == "from stdin\n");
+}
+
+TEST_CASE("a package installed with pip --user from a local source tree is importable in later execs", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  json made = s.Sh(id,
+                   "mkdir -p /workspace/pkg/nsboxdemo && "
+                   "printf 'VALUE = 42\\n' > /workspace/pkg/nsboxdemo/__init__.py && "
+                   "printf 'from setuptools import setup\\nsetup(name=\"nsboxdemo\", version=\"1.0\", "
+                   "packages=[\"nsboxdemo\"])\\n' > /workspace/pkg/setup.py");
+  REQUIRE(made["status"] == "ok");
+  json install = s.Exec(id,
+                        {"/usr/bin/python3", "-m", "pip", "install", "--user", "--no-index", "--no-build-isolation",
+                         "--break-system-packages", "/workspace/pkg"},
+                        {"--timeout", "120s"});
+  INFO(install["stdout"].get<std::string>() + install["stderr"].get<std::string>());
+  REQUIRE(install["status"] == "ok");
+  json use = s.Exec(id, {"/usr/bin/python3", "-c", "import nsboxdemo, os; print(nsboxdemo.VALUE, os.getcwd())"});
+  INFO(use["stderr"].get<std::string>());
+  CHECK(use["stdout"] == "42 /workspace\n");
+  // Outside the workspace: the package lives in the home directory.
+  json where = s.Exec(id, {"/usr/bin/python3", "-c", "import nsboxdemo; print(nsboxdemo.__file__)"});
+  CHECK(where["stdout"].get<std::string>().starts_with("/home/sandbox/.local/"));
+}
+
+TEST_CASE("a background process started by one exec is still running in the next", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  json start = s.Sh(id, "setsid sh -c 'while :; do date +%s%N > /tmp/beat; sleep 0.05; done' >/dev/null 2>&1 & "
+                        "echo $! > /workspace/bg.pid");
+  REQUIRE(start["status"] == "ok");
+  std::this_thread::sleep_for(200ms);
+  json check = s.Sh(id, "a=$(cat /tmp/beat); sleep 0.3; b=$(cat /tmp/beat); kill -0 $(cat /workspace/bg.pid) && "
+                        "[ \"$a\" != \"$b\" ] && echo alive");
+  CHECK(check["stdout"] == "alive\n");
+}
+
+TEST_CASE("REPL names persist between calls and the final expression's value is returned", "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  json first = s.Cell(id, "import math\nx = 20\ndef twice(v):\n    return 2 * v\nprint('defined')");
+  CHECK(first["status"] == "ok");
+  CHECK(first["stdout"] == "defined\n");
+  CHECK(first["repl"]["value"].is_null());
+  CHECK(first["repl"]["state_lost"] == false);
+  json second = s.Cell(id, "y = twice(x) + 2\ny");
+  CHECK(second["status"] == "ok");
+  CHECK(second["repl"]["value"] == "42");
+  Output text = s.Nsbox({"exec", id, "--lang", "python", "--repl", "--code", "[y, round(math.pi, 2)]"});
+  CHECK(text.code == 0);
+  CHECK(text.out == "[42, 3.14]\n");
+}
+
+TEST_CASE("a failing cell reports its exception and traceback, and the interpreter keeps its state", "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  s.Cell(id, "kept = 'yes'");
+  json failing = s.Cell(id, "def f():\n    return {}['missing']\nprint('before')\nf()");
+  CHECK(failing["status"] == "exit");
+  CHECK(failing["exit_code"] == 1);
+  CHECK(failing["stdout"] == "before\n");
+  CHECK(failing["repl"]["exception"] == "KeyError: 'missing'");
+  std::string tb = failing["repl"]["traceback"];
+  CHECK(tb.find("Traceback (most recent call last)") != std::string::npos);
+  CHECK(tb.find("in f") != std::string::npos);
+  CHECK(tb.find("return {}['missing']") != std::string::npos);
+  CHECK(failing["stderr"].get<std::string>().find("KeyError") != std::string::npos);
+  json after = s.Cell(id, "kept");
+  CHECK(after["repl"]["value"] == "'yes'");
+  CHECK(after["repl"]["state_lost"] == false);
+}
+
+TEST_CASE("a timed-out cell kills only the interpreter; the next call starts fresh and says state was lost",
+          "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  s.Cell(id, "v = 1");
+  s.Sh(id, "echo survives > /workspace/f");
+  json slow = s.Cell(id, "import time\nwhile True: time.sleep(0.1)", {"--timeout", "1s"});
+  CHECK(slow["status"] == "timeout");
+  CHECK(slow["repl"]["interpreter_killed"] == true);
+  json next = s.Cell(id, "'v' in globals()");
+  CHECK(next["status"] == "ok");
+  CHECK(next["repl"]["state_lost"] == true);
+  CHECK(next["repl"]["value"] == "False");
+  json later = s.Cell(id, "1 + 1");
+  CHECK(later["repl"]["state_lost"] == false);
+  // The session itself lived on.
+  CHECK(s.Sh(id, "cat /workspace/f")["stdout"] == "survives\n");
+}
+
+TEST_CASE("a crashing cell loses the interpreter's state but not the session", "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  s.Cell(id, "w = 5");
+  json crash = s.Cell(id, "import os\nos._exit(7)");
+  CHECK(crash["status"] == "exit");
+  CHECK(crash["exit_code"] == 7);
+  json next = s.Cell(id, "1");
+  CHECK(next["repl"]["state_lost"] == true);
+}
+
+TEST_CASE("an exec's time-out kills it and its process group, not the session", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  json slow = s.Sh(id, "sleep 100 & echo $! > /workspace/child.pid; sleep 100", {"--timeout", "500ms"});
+  CHECK(slow["status"] == "timeout");
+  CHECK(slow["wall_ms"].get<int>() < 3000);
+  json check = s.Sh(id, "sleep 0.1; kill -0 $(cat /workspace/child.pid) 2>/dev/null && echo alive || echo gone");
+  CHECK(check["stdout"] == "gone\n");
+}
+
+TEST_CASE("two execs run at once in one session", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  auto started = std::chrono::steady_clock::now();
+  json a, b;
+  std::thread ta([&] { a = s.Sh(id, "sleep 1; echo a > /workspace/a"); });
+  std::thread tb([&] { b = s.Sh(id, "sleep 1; echo b > /workspace/b"); });
+  ta.join();
+  tb.join();
+  auto took = std::chrono::steady_clock::now() - started;
+  CHECK(a["status"] == "ok");
+  CHECK(b["status"] == "ok");
+  CHECK(took < 1800ms);
+  CHECK(s.Sh(id, "cat /workspace/a /workspace/b")["stdout"] == "a\nb\n");
+}
+
+TEST_CASE("the result lists the workspace files an exec created or changed, with their sizes", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  s.Sh(id, "echo old > same.txt; echo old > changed.txt");
+  json j = s.Sh(id, "mkdir -p out/deep; printf 12345 > out/deep/new.bin; echo more >> changed.txt; cat same.txt");
+  json expected = json::array({{{"path", "/workspace/changed.txt"}, {"size", 9}},
+                               {{"path", "/workspace/out/deep/new.bin"}, {"size", 5}}});
+  CHECK(j["changed_files"] == expected);
+  json none = s.Sh(id, "cat same.txt");
+  CHECK(none["changed_files"] == json::array());
+  json cell = s.Cell(id, "open('/workspace/from_repl.txt', 'w').write('abc')");
+  CHECK(cell["changed_files"] == json::array({{{"path", "/workspace/from_repl.txt"}, {"size", 3}}}));
+}
+
+TEST_CASE("cp copies regular files both ways, owned by the sandbox user inside", "[session][cp]") {
+  Sessions s;
+  std::string id = s.Create();
+  std::string host_in = s.state_dir + "/../nsbox-cp-in-" + id;
+  std::string host_out = s.state_dir + "/../nsbox-cp-out-" + id;
+  { std::ofstream(host_in) << "payload\n"; }
+  CHECK(s.Nsbox({"cp", host_in, id + ":data/in.txt"}).code == 125);  // no such directory yet
+  s.Sh(id, "mkdir data");
+  Output in = s.Nsbox({"cp", host_in, id + ":/workspace/data/in.txt"});
+  INFO(in.err);
+  CHECK(in.code == 0);
+  CHECK(s.Sh(id, "cat data/in.txt; stat -c %U data/in.txt")["stdout"] == "payload\nsandbox\n");
+  s.Sh(id, "echo result > data/out.txt");
+  CHECK(s.Nsbox({"cp", id + ":data/out.txt", host_out}).code == 0);
+  std::ifstream result(host_out);
+  std::string line;
+  std::getline(result, line);
+  CHECK(line == "result");
+  std::filesystem::remove(host_in);
+  std::filesystem::remove(host_out);
+}
+
+TEST_CASE("cp refuses links out of the workspace, FIFOs, devices, oversized files and malformed paths",
+          "[session][cp]") {
+  Sessions s;
+  std::string id = s.Create();
+  std::string host_out = s.state_dir + "/../nsbox-cp-attack-" + id;
+  s.Sh(id, "ln -s /etc/shadow shadow; ln -s /etc sub; ln -s /proc/1/root root1; mkfifo fifo; "
+           "head -c 4096 /dev/zero > big; ln -s ../../../../etc/passwd up");
+  for (const char* src : {":shadow", ":sub/shadow", ":root1/etc/hostname", ":up", ":../etc/passwd"}) {
+    Output o = s.Nsbox({"cp", id + src, host_out});
+    INFO(src << ": " << o.err);
+    CHECK(o.code == 125);
+    CHECK(!std::filesystem::exists(host_out));
+  }
+  auto started = std::chrono::steady_clock::now();
+  Output fifo = s.Nsbox({"cp", id + ":fifo", host_out});
+  CHECK(fifo.code == 125);
+  CHECK(fifo.err.find("FIFO") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - started < 5s);
+  Output big = s.Nsbox({"cp", "--max-size", "1K", id + ":big", host_out});
+  CHECK(big.code == 125);
+  CHECK(!std::filesystem::exists(host_out));
+  // Copying in over a link replaces the link: the host's file it pointed at is untouched.
+  std::string host_in = s.state_dir + "/../nsbox-cp-attack-in-" + id;
+  { std::ofstream(host_in) << "overwrite\n"; }
+  Output over = s.Nsbox({"cp", host_in, id + ":shadow"});
+  CHECK(over.code == 0);
+  CHECK(s.Sh(id, "[ -L shadow ] && echo link || cat shadow")["stdout"] == "overwrite\n");
+  CHECK(s.Nsbox({"cp", host_in, id + ":sub/x"}).code == 125);
+  CHECK(s.Nsbox({"cp", host_in, id + ":fifo"}).code == 0);  // the FIFO is replaced, never opened
+  // Devices: /dev/null from the host side is refused as well.
+  CHECK(s.Nsbox({"cp", "/dev/null", id + ":devnull"}).code == 125);
+  // Malformed: both or neither side in a session, a path outside /workspace, an unknown session.
+  CHECK(s.Nsbox({"cp", host_in, host_out}).code == 125);
+  CHECK(s.Nsbox({"cp", id + ":a", id + ":b"}).code == 125);
+  CHECK(s.Nsbox({"cp", id + ":/etc/passwd", host_out}).code == 125);
+  Output unknown = s.Nsbox({"cp", "snosuchsession:a", host_out});
+  CHECK(unknown.code == 125);
+  CHECK(unknown.err.find("no such session") != std::string::npos);
+  CHECK(!std::filesystem::exists(host_out));
+  std::filesystem::remove(host_in);
+}
+
+TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one-line error", "[session]") {
+  Sessions s;
+  std::string id = s.Create({"--name", "listed", "--memory", "256M"});
+  Output dup = s.Nsbox({"session", "create", "--name", "listed"});
+  CHECK(dup.code == 125);
+  Output ls = s.Nsbox({"session", "ls", "--json"});
+  REQUIRE(ls.code == 0);
+  json rows = ls.Json();
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0]["id"] == id);
+  CHECK(rows[0]["name"] == "listed");
+  CHECK(rows[0]["limits"]["memory"] == "256M");
+  CHECK(rows[0]["memory_bytes"].get<uint64_t>() > 0);
+  CHECK(rows[0]["age_ms"].get<int64_t>() >= 0);
+  CHECK(s.Sh("listed", "echo by-name")["stdout"] == "by-name\n");
+  pid_t pid1 = s.Record(id)["pid1"];
+  CHECK(s.Nsbox({"session", "rm", "listed"}).code == 0);
+  CHECK(!std::filesystem::exists(s.state_dir + "/" + id));
+  CHECK(WaitFor([&] { return !ProcessExists(pid1); }, 2s));
+  Output again = s.Nsbox({"session", "rm", id});
+  CHECK(again.code == 125);
+  CHECK(again.err.find("no such session") != std::string::npos);
+  CHECK(std::count(again.err.begin(), again.err.end(), '\n') == 1);
+  Output exec = s.Nsbox({"exec", id, "--", "/bin/true"});
+  CHECK(exec.code == 125);
+  CHECK(s.Nsbox({"session", "ls", "--json"}).Json().empty());
+}
+
+TEST_CASE("a session survives the command that created it and ends by its idle time-out with nothing left",
+          "[session][lifecycle]") {
+  Sessions s;
+  std::string id = s.Create({"--idle-timeout", "2s"});
+  json record = s.Record(id);
+  pid_t supervisor = record["supervisor_pid"], pid1 = record["pid1"];
+  CHECK(ProcessExists(supervisor));
+  CHECK(s.Sh(id, "echo alive")["stdout"] == "alive\n");
+  // Listing sessions is not using them: it does not put the idle time-out off.
+  std::this_thread::sleep_for(800ms);
+  Output ls = s.Nsbox({"session", "ls", "--json"});
+  REQUIRE(ls.Json().size() == 1);
+  CHECK(ls.Json()[0]["idle_ms"].get<int64_t>() >= 700);
+  CHECK(WaitFor([&] { return !std::filesystem::exists(s.state_dir + "/" + id); }, 5s));
+  CHECK(WaitFor([&] { return !ProcessExists(supervisor) && !ProcessExists(pid1); }, 2s));
+  CHECK(s.Nsbox({"exec", id, "--", "/bin/true"}).code == 125);
+}
+
+TEST_CASE("a session ends at its maximum lifetime even while it is used", "[session][lifecycle]") {
+  Sessions s;
+  std::string id = s.Create({"--max-lifetime", "1500ms"});
+  auto started = std::chrono::steady_clock::now();
+  Output cut = s.Nsbox({"exec", id, "--json", "--", "/bin/sleep", "10"});
+  // Cut short: either a result that is not ok, or a one-line error that the session ended.
+  CHECK(cut.code != 0);
+  CHECK(std::chrono::steady_clock::now() - started < 5s);
+  CHECK(WaitFor([&] { return !std::filesystem::exists(s.state_dir + "/" + id); }, 3s));
+}
+
+TEST_CASE("a session whose supervisor was killed is cleaned up by the next nsbox call", "[session][lifecycle]") {
+  Sessions s;
+  std::string id = s.Create();
+  s.Sh(id, "setsid sleep 1000 >/dev/null 2>&1 &");
+  json record = s.Record(id);
+  pid_t supervisor = record["supervisor_pid"], pid1 = record["pid1"];
+  REQUIRE(::kill(supervisor, SIGKILL) == 0);
+  CHECK(WaitFor([&] { return !ProcessExists(pid1); }, 2s));  // pid 1 (and its namespace) died with it
+  CHECK(std::filesystem::exists(s.state_dir + "/" + id));
+  Output ls = s.Nsbox({"session", "ls", "--json"});
+  CHECK(ls.Json().empty());
+  CHECK(!std::filesystem::exists(s.state_dir + "/" + id));
+}
+
+TEST_CASE("another user can't drive a session, even when the directories let it reach the socket", "[session]") {
+  if (::geteuid() != 0) {
+    WARN("needs root to run a command as another uid");
+    return;
+  }
+  Sessions s;
+  std::string id = s.Create();
+  std::string as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  // Default permissions: the state directory is root's alone.
+  Output denied = Run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", NsboxBin(), "exec", id, "--",
+                       "/bin/true"});
+  CHECK(denied.code == 125);
+  // Opened up by mistake: the supervisor still checks the caller's uid (SO_PEERCRED).
+  ::chmod(s.state_dir.c_str(), 0755);
+  ::chmod((s.state_dir + "/" + id).c_str(), 0755);
+  ::chmod((s.state_dir + "/" + id + "/socket").c_str(), 0777);
+  ::chmod((s.state_dir + "/" + id + "/session.json").c_str(), 0644);
+  Output refused = Run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", NsboxBin(), "exec", id, "--",
+                        "/bin/sh", "-c", "echo ran > /workspace/intruder"});
+  CHECK(refused.code == 125);
+  INFO(refused.err);
+  CHECK(refused.err.find("refused for uid 65534") != std::string::npos);
+  CHECK(s.Sh(id, "ls /workspace")["stdout"] == "");
+}

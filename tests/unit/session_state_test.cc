@@ -1,0 +1,75 @@
+// Sessions without a sandbox: workspace path rules, session names, and the changed-file diff over a temp directory.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/workspace_snapshot.h"
+#include "src/session/state.h"
+#include "src/session/workspace_copy.h"
+
+using nsbox::UniqueFd;
+
+TEST_CASE("cp paths are taken relative to /workspace and may not leave it", "[session]") {
+  using nsbox::session::WorkspaceRelativePath;
+  CHECK(*WorkspaceRelativePath("out.txt") == "out.txt");
+  CHECK(*WorkspaceRelativePath("/workspace/a/b.txt") == "a/b.txt");
+  CHECK(*WorkspaceRelativePath("/workspace") == "");
+  CHECK(*WorkspaceRelativePath("a//b") == "a/b");
+  CHECK(*WorkspaceRelativePath("dir/") == "dir/");
+  CHECK(!WorkspaceRelativePath("/etc/shadow").ok());
+  CHECK(!WorkspaceRelativePath("/workspacefoo/x").ok());
+  CHECK(!WorkspaceRelativePath("../etc/passwd").ok());
+  CHECK(!WorkspaceRelativePath("a/../../b").ok());
+  CHECK(!WorkspaceRelativePath("./a").ok());
+}
+
+TEST_CASE("session names are short and plain", "[session]") {
+  using nsbox::session::ValidSessionName;
+  CHECK(ValidSessionName("agent-1.work_2"));
+  CHECK(!ValidSessionName(""));
+  CHECK(!ValidSessionName("-x"));
+  CHECK(!ValidSessionName(".hidden"));
+  CHECK(!ValidSessionName("a/b"));
+  CHECK(!ValidSessionName("a:b"));
+  CHECK(!ValidSessionName(std::string(65, 'a')));
+  std::string id = nsbox::session::NewSessionId();
+  CHECK(id.size() == 13);
+  CHECK(id[0] == 's');
+  CHECK(ValidSessionName(id));
+}
+
+TEST_CASE("the changed-file list has new and modified regular files, not links, and not nsbox's code files",
+          "[session]") {
+  char tmpl[] = "/tmp/nsbox-snapshot-test-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::filesystem::path root = tmpl;
+  std::ofstream(root / "same.txt") << "same";
+  std::ofstream(root / "edit.txt") << "old";
+  UniqueFd dir(::open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  REQUIRE(dir);
+  auto before = nsbox::SnapshotWorkspace(dir.get());
+  REQUIRE(before.ok());
+  std::filesystem::create_directories(root / "sub" / "deep");
+  std::ofstream(root / "sub" / "deep" / "new.bin") << "12345";
+  std::ofstream(root / "edit.txt", std::ios::app) << "er";
+  std::ofstream(root / ".nsbox-exec-1-2.py") << "print(1)";
+  std::filesystem::create_symlink("/etc/passwd", root / "link");
+  auto after = nsbox::SnapshotWorkspace(dir.get());
+  REQUIRE(after.ok());
+  auto changed = nsbox::ChangedFiles(*before, *after);
+  REQUIRE(changed.size() == 2);
+  CHECK(changed[0].path == "edit.txt");
+  CHECK(changed[0].size == 5);
+  CHECK(changed[1].path == "sub/deep/new.bin");
+  CHECK(changed[1].size == 5);
+  auto capped = nsbox::SnapshotWorkspace(dir.get(), 2);
+  REQUIRE(capped.ok());
+  CHECK(capped->truncated);
+  std::filesystem::remove_all(root);
+}
