@@ -41,6 +41,9 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
       ->capture_default_str();
   create->add_option("--max-lifetime", max_lifetime, "end the session this long after its start")->capture_default_str();
   create->add_flag("--json", create_json, "print the session as a JSON object");
+  static pid_t end_with_pid = 0;
+  create->add_option("--end-with-pid", end_with_pid,
+                     "end the session as soon as this process ends (for a program that owns the session)");
   create->callback([&exit_code] {
     auto fail = [&](const Status& status) {
       fmt::print(stderr, "nsbox session create: {}\n", status.message());
@@ -64,6 +67,7 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
       if (!name.empty() && (s.name() == name || s.id() == name))
         return fail(Status::Error(fmt::format("--name '{}': a live session already has it ({})", name, s.id())));
 
+    if (end_with_pid < 0) return fail(Status::Error("--end-with-pid must be a process id"));
     session::SupervisorConfig config;
     config.id = session::NewSessionId();
     config.name = name;
@@ -71,6 +75,7 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     if (::mkdir(config.dir.c_str(), 0700) != 0) return fail(Status::Errno(fmt::format("mkdir({})", config.dir)));
     config.policy = std::move(*policy);
     config.idle_timeout = *idle;
+    config.owner_pid = end_with_pid;
     config.max_lifetime = *lifetime;
     auto driver = ReadFile(DataDir() + "/rootfs/repl/driver.py", 1 << 20);
     if (driver.ok()) config.repl_driver_source = std::move(*driver);

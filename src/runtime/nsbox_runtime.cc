@@ -69,7 +69,8 @@ bool NsboxRuntime::LooksLikeUnknownSubcommand(const std::string& stderr_text) {
 
 Status NsboxRuntime::CreateSession(const ExecuteOptions& options) {
   SubprocessSpec spec;
-  spec.argv = {options_.nsbox_bin, "session", "create", "--json"};
+  // The session ends with this process, however it ends (SIGKILL included): nothing outlives the conversation.
+  spec.argv = {options_.nsbox_bin, "session", "create", "--json", "--end-with-pid", std::to_string(::getpid())};
   spec.argv.insert(spec.argv.end(), options_.sandbox_args.begin(), options_.sandbox_args.end());
   if (options_.max_lifetime)
     spec.argv.insert(spec.argv.end(), {"--max-lifetime", fmt::format("{}ms", options_.max_lifetime->count())});

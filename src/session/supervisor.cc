@@ -52,6 +52,10 @@ class Server {
   // The timers, on the main thread (pid 1's PR_SET_PDEATHSIG is tied to it): idle time-out, lifetime, pid 1's death.
   // Clients are served by workers blocked in accept(): the kernel hands a connection straight to an idle one.
   void Serve() {
+    if (config_.owner_pid > 0) {
+      owner_.reset(static_cast<int>(::syscall(SYS_pidfd_open, config_.owner_pid, 0)));
+      if (!owner_) return Shutdown("owner process already gone");
+    }
     SpawnWorker();
     SpawnWorker();
     for (;;) {
@@ -72,9 +76,11 @@ class Server {
         }
       }
       if (shutting_down_) return Shutdown("idle");
-      struct pollfd pid1 = {session_->pid1_pidfd(), POLLIN, 0};
-      int rc = ::poll(&pid1, 1, static_cast<int>(std::max<int64_t>(wait_ms, 0)) + 1);
+      struct pollfd fds[2] = {{session_->pid1_pidfd(), POLLIN, 0}, {owner_.get(), POLLIN, 0}};
+      struct pollfd& pid1 = fds[0];
+      int rc = ::poll(fds, owner_ ? 2 : 1, static_cast<int>(std::max<int64_t>(wait_ms, 0)) + 1);
       if (rc < 0 && errno != EINTR) return Shutdown("poll failed");
+      if (owner_ && (fds[1].revents & POLLIN)) return Shutdown("owner process ended");
       if (pid1.revents & POLLIN) {
         // An rm in progress killed pid 1: its thread answers the client and ends the process.
         if (removing_) std::this_thread::sleep_for(std::chrono::seconds(5));
@@ -234,6 +240,7 @@ class Server {
   std::atomic<bool> removing_{false};
   bool shutting_down_ = false;  // under activity_mutex_ (read unlocked only by the main thread that sets it)
   std::atomic<int> idle_workers_{0};
+  UniqueFd owner_;  // pidfd of config_.owner_pid
   std::mutex shutdown_mutex_;
   bool shut_down_ = false;
 };

@@ -1,6 +1,8 @@
 // The session supervisor: a detached process that owns one SessionSandbox and serves requests on a unix socket.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <string>
 
@@ -17,6 +19,8 @@ struct SupervisorConfig {
   Policy policy;
   std::chrono::milliseconds idle_timeout{15 * 60 * 1000};
   std::chrono::milliseconds max_lifetime{2 * 60 * 60 * 1000};
+  // When set, the session ends as soon as this process ends (the MCP server or agent that owns it), however it ends.
+  pid_t owner_pid = 0;
   std::string repl_driver_source;  // rootfs/repl/driver.py; empty: REPL calls fail with a setup error
   nlohmann::json record;           // what session.json says besides the pids (options, limits, owner)
 };
