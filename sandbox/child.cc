@@ -171,7 +171,35 @@ void RunPayload(const ChildPlan& plan) {
   Fail(plan, step_text, err);
 }
 
+namespace {
+
+// Closes every descriptor inherited from nsbox except stdio and the ones the plan names: pid 1 must hold nothing
+// of nsbox's (its end of the sync pipe above all, so that EOF there means nsbox is gone).
+void CloseUnplannedDescriptors(const ChildPlan& plan) {
+  int keep[8];
+  int count = 0;
+  for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.control_fd, plan.sync_fd, plan.seccomp_socket,
+                 plan.channel_fd})
+    if (fd > 2) keep[count++] = fd;
+  // Sort the few kept descriptors (insertion sort: no allocation after clone).
+  for (int i = 1; i < count; ++i)
+    for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) {
+      int t = keep[j];
+      keep[j] = keep[j - 1];
+      keep[j - 1] = t;
+    }
+  unsigned int next = 3;
+  for (int i = 0; i < count; ++i) {
+    if (static_cast<unsigned int>(keep[i]) > next) ::syscall(SYS_close_range, next, keep[i] - 1, 0);
+    next = static_cast<unsigned int>(keep[i]) + 1;
+  }
+  ::syscall(SYS_close_range, next, ~0U, 0);
+}
+
+}  // namespace
+
 void ChildMain(const ChildPlan& plan) {
+  CloseUnplannedDescriptors(plan);
   // 1. Die with nsbox: if nsbox is killed, the kernel kills pid 1 and with it the whole pid namespace. The watch
   //    (through the host's /proc, still mounted here) re-arms that signal after each credential change.
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);

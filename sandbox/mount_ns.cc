@@ -207,6 +207,13 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
 }
 
 int FinishRoot(const char** step) {
+  // /dev holds only what the plan put there: its own tmpfs becomes read-only (pts, shm, mqueue are mounts of
+  // their own and stay writable).
+  *step = "mount_setattr(/newroot/dev, ro)";
+  struct stat dev_st;
+  if (::stat("/newroot/dev", &dev_st) == 0 &&
+      SetMountAttr("/newroot/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false) != 0)
+    return -1;
   // The root's own directory tree is read-only; only the tmpfs mounts on it stay writable.
   *step = "mount_setattr(/newroot, ro)";
   if (SetMountAttr("/newroot", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false) != 0) return -1;
