@@ -57,10 +57,27 @@ void CloseAllExcept(int* keep, int count) {
 
 }  // namespace
 
+int JoinSessionNamespaces(int pidfd, const int ns_fds[6], int namespaces) {
+  if (::setns(pidfd, namespaces) == 0) return 0;
+  if (errno != EPERM) return -1;
+  // In the order of ns_fds, the user namespace first: joining it gives the capabilities the other joins need.
+  static const int kFlags[6] = {CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWUTS};
+  for (int i = 0; i < 6; ++i) {
+    if (!(namespaces & kFlags[i])) continue;
+    if (ns_fds[i] < 0) {
+      errno = EPERM;
+      return -1;
+    }
+    if (::setns(ns_fds[i], kFlags[i]) != 0) return -1;
+  }
+  return 0;
+}
+
 void EnterSessionAndRun(const EnterPlan& plan) {
   const ChildPlan& payload = plan.payload;
   int keep[] = {0, 1, 2, plan.session_pidfd, plan.sync_fd, payload.control_fd, payload.stdin_fd,
-                payload.stdout_fd, payload.stderr_fd, payload.channel_fd, payload.seccomp_socket};
+                payload.stdout_fd, payload.stderr_fd, payload.channel_fd, payload.seccomp_socket,
+                plan.ns_fds[0], plan.ns_fds[1], plan.ns_fds[2], plan.ns_fds[3], plan.ns_fds[4], plan.ns_fds[5]};
   CloseAllExcept(keep, static_cast<int>(sizeof keep / sizeof keep[0]));
 
   // 1. Wait until the supervisor has placed us in the session's cgroup (its limits cover every exec). EOF: it is gone.
@@ -74,8 +91,11 @@ void EnterSessionAndRun(const EnterPlan& plan) {
   //    orders them), so that we hold capabilities there for the rest. The mount namespace's root becomes ours.
   int namespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
   if (payload.new_network) namespaces |= CLONE_NEWNET;
-  if (::setns(plan.session_pidfd, namespaces) != 0) Fail(plan, "setns(session pid 1, user|mnt|pid|net|ipc|uts|cgroup)", errno);
+  if (JoinSessionNamespaces(plan.session_pidfd, plan.ns_fds, namespaces) != 0)
+    Fail(plan, "setns(session pid 1, user|mnt|pid|net|ipc|uts|cgroup)", errno);
   ::close(plan.session_pidfd);
+  for (int fd : plan.ns_fds)
+    if (fd >= 0) ::close(fd);
   if (::chdir("/") != 0) Fail(plan, "chdir(/)", errno);
 
   // 3. An empty capability bounding set, inherited by the payload and everything it starts (as pid 1 does for run).

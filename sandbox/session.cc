@@ -231,14 +231,15 @@ bool CancelRequested(const struct pollfd& fd) { return fd.revents & (POLLIN | PO
 
 // Opens the session's /workspace from a child that joins pid 1's user and mount namespaces. Needs no access to
 // /proc/<pid 1>/root, which an unprivileged owner lacks (pid 1 is not dumpable). Call while single-threaded.
-StatusOr<UniqueFd> OpenWorkspaceInside(int pid1_pidfd) {
+StatusOr<UniqueFd> OpenWorkspaceInside(int pid1_pidfd, const int ns_fds[6]) {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return Status::Errno("socketpair(AF_UNIX)");
   UniqueFd ours(pair[0]), theirs(pair[1]);
   pid_t child = ::fork();
   if (child < 0) return Status::Errno("fork(workspace opener)");
   if (child == 0) {
-    if (::setns(pid1_pidfd, CLONE_NEWUSER | CLONE_NEWNS) != 0) ::_exit(errno);
+    int user_and_mount[6] = {ns_fds[0], ns_fds[1], -1, -1, -1, -1};
+    if (JoinSessionNamespaces(pid1_pidfd, user_and_mount, CLONE_NEWUSER | CLONE_NEWNS) != 0) ::_exit(errno);
     int fd = ::open("/workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) ::_exit(errno);
     char byte = 'W';
@@ -354,6 +355,13 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy) {
     if (Status s = session->cgroup_->AddProcess(child); !s.ok()) return s.Wrap("joining the session's cgroup");
   }
   if (Status s = WriteIdMaps(child, p, privileged); !s.ok()) return s.Wrap("writing the user namespace id maps");
+  // While pid 1 is still dumpable (it changes credentials once released), keep its namespaces as descriptors.
+  static const char* const kNamespaces[6] = {"user", "mnt", "pid", "net", "ipc", "uts"};
+  for (int i = 0; i < 6; ++i) {
+    std::string path = fmt::format("/proc/{}/ns/{}", child, kNamespaces[i]);
+    session->ns_fds_[i].reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!session->ns_fds_[i]) return Status::Errno(fmt::format("open({})", path));
+  }
   const char go = 'G';
   if (::write(sync->write.get(), &go, 1) != 1) return Status::Errno("write(sync pipe)");
   sync->write.reset();
@@ -376,7 +384,9 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy) {
                                      ErrnoName(msg.err)));
   if (msg.kind != InitMessage::kReady) return Status::Error("the session's pid 1 sent an unexpected message");
 
-  auto workspace = OpenWorkspaceInside(session->pid1_pidfd_.get());
+  int ns_fds[6];
+  for (int i = 0; i < 6; ++i) ns_fds[i] = session->ns_fds_[i].get();
+  auto workspace = OpenWorkspaceInside(session->pid1_pidfd_.get(), ns_fds);
   if (!workspace.ok()) return workspace.status().Wrap("opening the session's /workspace");
   session->workspace_fd_ = std::move(*workspace);
   kill_on_error.Cancel();
@@ -500,6 +510,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   }
   plan.seccomp_socket = seccomp_child.get();
   enter.session_pidfd = pid1_pidfd_.get();
+  for (int i = 0; i < 6; ++i) enter.ns_fds[i] = ns_fds_[i].get();
 
   auto helper = std::make_unique<SessionHelper>();
   {

@@ -84,6 +84,9 @@ class SessionSandbox {
   Policy policy_;
   pid_t pid1_ = -1;
   UniqueFd pid1_pidfd_;
+  // pid 1's user, mnt, pid, net, ipc and uts namespaces, opened while it was still dumpable (before its credentials
+  // change): an unprivileged supervisor may not setns through the pidfd of a non-dumpable pid 1 (ptrace rules).
+  UniqueFd ns_fds_[6];
   UniqueFd workspace_fd_;
   std::unique_ptr<Cgroup> cgroup_;  // the session's limits: pid 1 and every exec helper (and so every exec) join it
   bool new_network_ = true;

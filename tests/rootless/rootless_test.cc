@@ -602,3 +602,23 @@ TEST_CASE("nsbox run where user namespaces are unavailable fails with exit 125 n
   CHECK_THAT(o.err, Catch::Contains("ENOSPC") && Catch::Contains("user.max_user_namespaces") &&
                         Catch::Contains("nsbox doctor"));
 }
+
+TEST_CASE("an ordinary user's session keeps files and REPL names between execs, and rm ends it") {
+  Outcome created = Spawn(Nsbox({"session", "create", "--dangerously-run-without-limits", "--json"}));
+  INFO(created.err);
+  REQUIRE(created.exit_code == 0);
+  std::string id = ParseJson(created)["id"].get<std::string>();
+  Outcome write = Spawn(Nsbox({"exec", id, "--", "/bin/sh", "-c", "id -u; echo kept > /workspace/f"}));
+  INFO(write.err);
+  CHECK(write.out == "1000\n");
+  Outcome read = Spawn(Nsbox({"exec", id, "--", "/bin/cat", "/workspace/f"}));
+  CHECK(read.out == "kept\n");
+  Spawn(Nsbox({"exec", id, "--lang", "python", "--repl", "--code", "x = 41"}));
+  Outcome cell = Spawn(Nsbox({"exec", id, "--json", "--lang", "python", "--repl", "--code", "x + 1"}));
+  json result = ParseJson(cell);
+  CHECK(result["repl"]["value"] == "42");
+  Outcome removed = Spawn(Nsbox({"session", "rm", id}));
+  CHECK(removed.exit_code == 0);
+  Outcome after = Spawn(Nsbox({"exec", id, "--", "/bin/true"}));
+  CHECK(after.exit_code == 125);
+}
