@@ -1,6 +1,9 @@
 // nsbox's entry point: builds the CLI from the verbs, runs one, and prints a failure once, at the top.
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -11,15 +14,33 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "nsbox " NSBOX_VERSION);
   app.require_subcommand(1);
   nsbox::cli::ExitCode exit_code;
-  nsbox::cli::RegisterRun(app, exit_code);
-  nsbox::cli::RegisterDoctor(app, exit_code);
-  nsbox::cli::RegisterAgent(app, exit_code);
-  nsbox::cli::RegisterMcp(app, exit_code);
-  nsbox::cli::RegisterProfile(app, exit_code);
-  nsbox::cli::RegisterImage(app, exit_code);
-  nsbox::cli::RegisterSession(app, exit_code);
-  nsbox::cli::RegisterExec(app, exit_code);
-  nsbox::cli::RegisterCp(app, exit_code);
+  // Every verb's options cost allocations at start-up (CLI11 builds them eagerly); when the verb is named, only it
+  // is built. Help, version and mistakes see them all.
+  using Register = void (*)(CLI::App&, nsbox::cli::ExitCode&);
+  static const std::pair<const char*, Register> kVerbs[] = {
+      {"run", nsbox::cli::RegisterRun},       {"session", nsbox::cli::RegisterSession},
+      {"exec", nsbox::cli::RegisterExec},     {"cp", nsbox::cli::RegisterCp},
+      {"agent", nsbox::cli::RegisterAgent},   {"mcp", nsbox::cli::RegisterMcp},
+      {"image", nsbox::cli::RegisterImage},   {"profile", nsbox::cli::RegisterProfile},
+      {"doctor", nsbox::cli::RegisterDoctor},
+  };
+  bool registered = false;
+  if (argc > 1) {
+    for (const auto& [name, reg] : kVerbs) {
+      if (std::string_view(argv[1]) == name) {
+        reg(app, exit_code);
+        registered = true;
+      }
+    }
+  }
+  if (!registered && argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    for (const auto& [name, reg] : kVerbs) known += known.empty() ? name : std::string(", ") + name;
+    fmt::print(stderr, "nsbox: unknown command '{}' (commands: {}; see nsbox --help)\n", argv[1], known);
+    return nsbox::cli::kExitNsboxFailure;
+  }
+  if (!registered)
+    for (const auto& [name, reg] : kVerbs) reg(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -247,7 +247,8 @@ TEST_CASE("nsbox runtime makes one session per conversation, execs in it, and re
   }  // the destructor ends the session
   auto lines = ReadLines(log.path);
   REQUIRE(lines.size() == 4);
-  CHECK(lines[0] == "create " + sid + " --json --max-lifetime 120000ms");
+  // The session ends with this process (--end-with-pid), whatever way the conversation ends.
+  CHECK(lines[0] == "create " + sid + " --json --end-with-pid " + std::to_string(::getpid()) + " --max-lifetime 120000ms");
   CHECK(lines[1] == "exec " + sid);
   CHECK(lines[2] == "exec " + sid);
   CHECK(lines[3] == "rm " + sid);
