@@ -26,6 +26,7 @@
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/child.h"
+#include "sandbox/launch.h"
 #include "sandbox/output_buffer.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/mount_plan.h"
@@ -36,47 +37,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Result SetupError(std::string reason) {
-  Result r;
-  r.status = RunStatus::kSetupError;
-  r.reason = std::move(reason);
-  return r;
-}
 
-struct Pipe {
-  UniqueFd read, write;
-};
 
-StatusOr<Pipe> MakePipe() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2");
-  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
-}
 
-void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-std::vector<std::string> SplitPath(const std::string& path) {
-  std::vector<std::string> dirs;
-  std::stringstream in(path);
-  std::string dir;
-  while (std::getline(in, dir, ':'))
-    if (!dir.empty() && dir[0] == '/') dirs.push_back(dir);
-  return dirs;
-}
 
-// The clone itself: fork-like (no new stack), child continues in ChildMain.
-pid_t CloneSandbox(uint64_t flags, int* pidfd, int cgroup_fd) {
-  struct clone_args args = {};
-  args.flags = flags | CLONE_PIDFD;
-  if (cgroup_fd >= 0) {
-    // Born inside its cgroup: no window in which the child runs outside the limits.
-    args.flags |= CLONE_INTO_CGROUP;
-    args.cgroup = static_cast<uint64_t>(cgroup_fd);
-  }
-  args.pidfd = reinterpret_cast<uint64_t>(pidfd);
-  args.exit_signal = SIGCHLD;
-  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
-}
 
 const HostView* CachedHostView(Status* error) {
   static StatusOr<HostView> view = LoadHostView(DataDir() + "/rootfs/host.json");
@@ -87,14 +52,6 @@ const HostView* CachedHostView(Status* error) {
   return &*view;
 }
 
-std::string ExitReason(int wait_status) {
-  if (WIFEXITED(wait_status)) return fmt::format("exited with code {}", WEXITSTATUS(wait_status));
-  if (WIFSIGNALED(wait_status)) {
-    const char* name = sigabbrev_np(WTERMSIG(wait_status));
-    return fmt::format("killed by signal {} (SIG{})", WTERMSIG(wait_status), name ? name : "?");
-  }
-  return fmt::format("ended with wait status {}", wait_status);
-}
 
 }  // namespace
 
@@ -215,7 +172,7 @@ Result Sandbox::Run() {
   uint64_t flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
   if (plan.new_network) flags |= CLONE_NEWNET;
   int raw_pidfd = -1;
-  pid_t child = CloneSandbox(flags, &raw_pidfd, cgroup ? cgroup->clone_into_fd() : -1);
+  pid_t child = CloneWithPidfd(flags, &raw_pidfd, cgroup ? cgroup->clone_into_fd() : -1);
   if (child < 0) {
     int err = errno;
     return SetupError(Status::Errno("clone3(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS|...)", err).message() +

@@ -22,6 +22,7 @@
 #include "sandbox/base/defer.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/child.h"
+#include "sandbox/launch.h"
 #include "sandbox/enter.h"
 #include "sandbox/output_buffer.h"
 #include "sandbox/spec/mount_plan.h"
@@ -34,55 +35,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Result SetupError(std::string reason) {
-  Result r;
-  r.status = RunStatus::kSetupError;
-  r.reason = std::move(reason);
-  return r;
-}
 
-struct Pipe {
-  UniqueFd read, write;
-};
 
-StatusOr<Pipe> MakePipe() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2");
-  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
-}
 
-void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-pid_t CloneWithPidfd(uint64_t flags, int* pidfd, int cgroup_fd) {
-  struct clone_args args = {};
-  args.flags = flags | CLONE_PIDFD;
-  if (cgroup_fd >= 0) {
-    // Born inside its cgroup: no window in which pid 1 runs outside the limits.
-    args.flags |= CLONE_INTO_CGROUP;
-    args.cgroup = static_cast<uint64_t>(cgroup_fd);
-  }
-  args.pidfd = reinterpret_cast<uint64_t>(pidfd);
-  args.exit_signal = SIGCHLD;
-  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
-}
 
-std::vector<std::string> SplitPath(const std::string& path) {
-  std::vector<std::string> dirs;
-  std::stringstream in(path);
-  std::string dir;
-  while (std::getline(in, dir, ':'))
-    if (!dir.empty() && dir[0] == '/') dirs.push_back(dir);
-  return dirs;
-}
 
-std::string ExitReason(int wait_status) {
-  if (WIFEXITED(wait_status)) return fmt::format("exited with code {}", WEXITSTATUS(wait_status));
-  if (WIFSIGNALED(wait_status)) {
-    const char* name = sigabbrev_np(WTERMSIG(wait_status));
-    return fmt::format("killed by signal {} (SIG{})", WTERMSIG(wait_status), name ? name : "?");
-  }
-  return fmt::format("ended with wait status {}", wait_status);
-}
 
 // Reads what is there without blocking; false once the stream ended.
 void Drain(UniqueFd& fd, OutputBuffer* sink) {

@@ -1,6 +1,8 @@
 // Subprocess: posix_spawn in a new session, a poll loop over the pipes and a pidfd, and the kill of the whole process group.
 #include "src/runtime/subprocess.h"
 
+#include "sandbox/output_buffer.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -23,43 +25,6 @@ namespace nsbox::runtime {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-HeadTailCapture::HeadTailCapture(uint64_t limit_bytes)
-    : limit_(limit_bytes), head_limit_(limit_bytes - limit_bytes / 2), tail_limit_(limit_bytes / 2) {}
-
-void HeadTailCapture::Append(const char* data, size_t size) {
-  total_ += size;
-  size_t to_head = std::min<uint64_t>(size, head_limit_ - head_.size());
-  head_.append(data, to_head);
-  data += to_head;
-  size -= to_head;
-  if (size == 0 || tail_limit_ == 0) return;
-  // Only the last tail_limit_ bytes of this chunk can survive.
-  if (size > tail_limit_) {
-    data += size - tail_limit_;
-    size = tail_limit_;
-  }
-  while (size > 0) {
-    if (tail_.size() < tail_limit_) {
-      size_t n = std::min<size_t>(size, tail_limit_ - tail_.size());
-      tail_.append(data, n);
-      data += n;
-      size -= n;
-      continue;
-    }
-    size_t n = std::min<size_t>(size, tail_limit_ - tail_start_);
-    std::memcpy(&tail_[tail_start_], data, n);
-    tail_start_ = (tail_start_ + n) % tail_limit_;
-    data += n;
-    size -= n;
-  }
-}
-
-std::string HeadTailCapture::Render() const {
-  std::string tail = tail_.substr(tail_start_) + tail_.substr(0, tail_start_);
-  if (!truncated()) return head_ + tail;
-  return fmt::format("{}\n[... {} bytes cut ...]\n{}", head_, total_ - head_.size() - tail.size(), tail);
-}
 
 std::vector<std::string> InheritedEnvironment() {
   std::vector<std::string> env;
@@ -92,12 +57,12 @@ Status SetNonBlocking(int fd) {
 }
 
 // Reads what is there; returns false at end of file.
-bool Drain(int fd, HeadTailCapture& capture) {
+bool Drain(int fd, OutputBuffer& capture) {
   char buf[65536];
   for (;;) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n > 0) {
-      capture.Append(buf, static_cast<size_t>(n));
+      capture.Append(std::string_view(buf, static_cast<size_t>(n)));
       continue;
     }
     if (n == 0) return false;
@@ -203,7 +168,7 @@ StatusOr<SubprocessOutcome> RunSubprocess(const SubprocessSpec& spec) {
   for (int fd : {out_pipe->read_end.get(), err_pipe->read_end.get()}) NSBOX_RETURN_IF_ERROR(SetNonBlocking(fd));
   if (in_pipe) NSBOX_RETURN_IF_ERROR(SetNonBlocking(in_pipe->write_end.get()));
 
-  HeadTailCapture out_capture(spec.output_limit_bytes), err_capture(spec.output_limit_bytes);
+  OutputBuffer out_capture(spec.output_limit_bytes), err_capture(spec.output_limit_bytes);
   bool child_done = false, out_open = true, err_open = true;
   size_t in_offset = 0;
   // time_point::max() means "not set" (std::optional here trips GCC's maybe-uninitialized).
@@ -300,8 +265,8 @@ StatusOr<SubprocessOutcome> RunSubprocess(const SubprocessSpec& spec) {
   } else if (WIFSIGNALED(wstatus)) {
     outcome.signal = WTERMSIG(wstatus);
   }
-  outcome.stdout_data = out_capture.Render();
-  outcome.stderr_data = err_capture.Render();
+  outcome.stdout_data = out_capture.Contents();
+  outcome.stderr_data = err_capture.Contents();
   outcome.stdout_bytes = out_capture.total_bytes();
   outcome.stderr_bytes = err_capture.total_bytes();
   outcome.stdout_truncated = out_capture.truncated();

@@ -12,25 +12,6 @@
 
 namespace nsbox::runtime {
 
-// Keeps the first half and the last half of a stream up to a byte limit, counting everything it saw.
-class HeadTailCapture {
- public:
-  explicit HeadTailCapture(uint64_t limit_bytes);
-  void Append(const char* data, size_t size);
-  uint64_t total_bytes() const { return total_; }
-  bool truncated() const { return total_ > limit_; }
-  // The kept bytes; when bytes were dropped, head + a marker naming how many + tail.
-  std::string Render() const;
-
- private:
-  uint64_t limit_;
-  uint64_t head_limit_;
-  uint64_t tail_limit_;
-  uint64_t total_ = 0;
-  std::string head_;
-  std::string tail_;  // ring buffer of tail_limit_ bytes once full
-  size_t tail_start_ = 0;
-};
 
 struct SubprocessSpec {
   std::vector<std::string> argv;  // argv[0] is an absolute path

@@ -74,17 +74,6 @@ struct ScopedEnv {
 
 }  // namespace
 
-TEST_CASE("head-tail capture keeps both ends and counts every byte") {
-  HeadTailCapture capture(10);
-  for (char c = 'a'; c <= 'z'; ++c) capture.Append(&c, 1);
-  CHECK(capture.total_bytes() == 26);
-  CHECK(capture.truncated());
-  CHECK(capture.Render() == "abcde\n[... 16 bytes cut ...]\nvwxyz");
-  HeadTailCapture small(10);
-  small.Append("hello", 5);
-  CHECK(small.Render() == "hello");
-}
-
 TEST_CASE("subprocess gets its stdin and reports exit code and both streams") {
   SubprocessSpec spec;
   spec.argv = {"/bin/sh", "-c", "cat; echo err >&2; exit 3"};

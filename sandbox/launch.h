@@ -1,0 +1,32 @@
+// Launch helpers shared by one-shot sandboxes and sessions: pipes, clone3 into a cgroup, PATH lookup, verdict text.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sandbox/base/status.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/result.h"
+
+namespace nsbox {
+
+struct Pipe {
+  UniqueFd read, write;
+};
+
+// A close-on-exec pipe.
+StatusOr<Pipe> MakePipe();
+void SetNonBlocking(int fd);
+// fork-like clone3 (no new stack) returning a pidfd; with cgroup_fd >= 0 the child is born in that cgroup (v2).
+pid_t CloneWithPidfd(uint64_t flags, int* pidfd, int cgroup_fd);
+// The absolute directories of a PATH value, for the child's own lookup after clone.
+std::vector<std::string> SplitPath(const std::string& path);
+// A result that says nothing ran, and why.
+Result SetupError(std::string reason);
+// "exited with code N" / "killed by signal N (SIGNAME)".
+std::string ExitReason(int wait_status);
+
+}  // namespace nsbox
