@@ -241,7 +241,7 @@ StatusOr<UniqueFd> OpenWorkspaceInside(int pid1_pidfd, const int ns_fds[6]) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy) {
+StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, SandboxHooks* hooks) {
   std::unique_ptr<SessionSandbox> session(new SessionSandbox(std::move(policy)));
   const Policy& p = session->policy_;
 
@@ -313,6 +313,9 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy) {
     if (Status s = session->cgroup_->AddProcess(child); !s.ok()) return s.Wrap("joining the session's cgroup");
   }
   if (Status s = WriteIdMaps(child, p, privileged); !s.ok()) return s.Wrap("writing the user namespace id maps");
+  if (hooks) {
+    if (Status s = hooks->OnChildCreated(child); !s.ok()) return s;
+  }
   // While pid 1 is still dumpable (it changes credentials once released), keep its namespaces as descriptors.
   static const char* const kNamespaces[6] = {"user", "mnt", "pid", "net", "ipc", "uts"};
   for (int i = 0; i < 6; ++i) {

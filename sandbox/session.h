@@ -1,6 +1,8 @@
 // SessionSandbox: one long-lived sandbox whose pid 1 stays between calls; execs and a Python REPL run inside it.
 #pragma once
 
+#include "sandbox/sandbox.h"
+
 #include <sys/types.h>
 
 #include <chrono>
@@ -47,7 +49,8 @@ class SessionSandbox {
  public:
   // Clones the session's pid 1 into fresh namespaces, sets up its root as `nsbox run` does, and returns once pid 1
   // has reported that it is ready. Its pid 1 dies with the calling thread (PR_SET_PDEATHSIG).
-  static StatusOr<std::unique_ptr<SessionSandbox>> Start(Policy policy);
+  // `hooks` (may be null, must outlive the session) starts host-side services once pid 1's namespaces exist.
+  static StatusOr<std::unique_ptr<SessionSandbox>> Start(Policy policy, SandboxHooks* hooks = nullptr);
   ~SessionSandbox();
   SessionSandbox(const SessionSandbox&) = delete;
   SessionSandbox& operator=(const SessionSandbox&) = delete;

@@ -41,6 +41,25 @@ Status EgressProxyHooks::OnChildCreated(pid_t child) {
   return OkStatus();
 }
 
+std::map<std::string, uint64_t> EgressProxyHooks::DeniedHosts() const {
+  return proxy_ ? proxy_->DeniedHosts() : std::map<std::string, uint64_t>{};
+}
+
+void EgressProxyHooks::ReportSince(const std::map<std::string, uint64_t>& denied_before, Result& result) const {
+  if (!proxy_) return;
+  for (const auto& [host, count] : proxy_->DeniedHosts()) {
+    auto it = denied_before.find(host);
+    uint64_t before = it == denied_before.end() ? 0 : it->second;
+    if (count > before) result.denied_hosts[host] = count - before;
+  }
+  result.extra["network"] = {{"mode", "allow"},
+                             {"allowed_domains", spec_.domains},
+                             {"session_bytes_in", proxy_->BytesIn()},
+                             {"session_bytes_out", proxy_->BytesOut()},
+                             {"byte_limit", spec_.byte_limit},
+                             {"limit_reached", proxy_->LimitReached()}};
+}
+
 void EgressProxyHooks::OnFinished(Result& result) {
   if (!proxy_) return;
   proxy_->Stop();

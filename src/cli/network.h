@@ -1,6 +1,7 @@
 // --network allow=DOMAIN,...: the egress proxy started for one sandbox, reachable at 127.0.0.1:3128 inside it.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ class EgressProxyHooks : public SandboxHooks {
   ~EgressProxyHooks() override;
   Status OnChildCreated(pid_t child) override;
   void OnFinished(Result& result) override;
+  // For sessions, whose proxy outlives each exec: what it refused and moved so far, and a result's share of it.
+  std::map<std::string, uint64_t> DeniedHosts() const;
+  void ReportSince(const std::map<std::string, uint64_t>& denied_before, Result& result) const;
 
  private:
   NetworkAllowSpec spec_;

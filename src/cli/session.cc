@@ -53,7 +53,6 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     if (!policy.ok()) return fail(policy.status());
     auto network = BuildNetworkSpec(sandbox_options);
     if (!network.ok()) return fail(network.status());
-    if (*network) return fail(Status::Error("--network allow=... is not available for sessions yet (use none or host)"));
     auto idle = ParseDuration(idle_timeout);
     if (!idle.ok()) return fail(idle.status().Wrap("--idle-timeout"));
     auto lifetime = ParseDuration(max_lifetime);
@@ -76,6 +75,7 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     config.policy = std::move(*policy);
     config.idle_timeout = *idle;
     config.owner_pid = end_with_pid;
+    config.network_allow = *network;
     config.max_lifetime = *lifetime;
     auto driver = ReadFile(DataDir() + "/rootfs/repl/driver.py", 1 << 20);
     if (driver.ok()) config.repl_driver_source = std::move(*driver);

@@ -44,8 +44,9 @@ nlohmann::json Error(const std::string& message) { return {{"ok", false}, {"erro
 
 class Server {
  public:
-  Server(SupervisorConfig config, std::unique_ptr<SessionSandbox> session, UniqueFd listener)
-      : config_(std::move(config)), session_(std::move(session)), listener_(std::move(listener)) {
+  Server(SupervisorConfig config, std::unique_ptr<SessionSandbox> session, UniqueFd listener,
+         cli::EgressProxyHooks* proxy)
+      : config_(std::move(config)), session_(std::move(session)), listener_(std::move(listener)), proxy_(proxy) {
     last_activity_ = Clock::now();
   }
 
@@ -215,6 +216,11 @@ class Server {
       return Error(fmt::format("malformed exec request: {}", e.what()));
     }
     ex.stdin_fd = stdin_fd;
+    std::map<std::string, uint64_t> denied_before;
+    if (proxy_) {
+      for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) ex.env[key] = value;
+      denied_before = proxy_->DeniedHosts();
+    }
     Result result;
     if (request.value("repl", false)) {
       if (config_.repl_driver_source.empty()) return Error("the REPL driver (rootfs/repl/driver.py) was not found");
@@ -227,12 +233,14 @@ class Server {
     } else {
       result = session_->Exec(std::move(ex), conn);
     }
+    if (proxy_) proxy_->ReportSince(denied_before, result);
     return {{"ok", true}, {"result", ResultToJson(result)}};
   }
 
   SupervisorConfig config_;
   std::unique_ptr<SessionSandbox> session_;
   UniqueFd listener_;
+  cli::EgressProxyHooks* proxy_;  // null without --network allow=
   const Clock::time_point created_ = Clock::now();
   std::mutex activity_mutex_;
   int active_ = 0;
@@ -276,7 +284,10 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
     RemoveSessionDir(config.dir);
     return 1;
   };
-  auto session = SessionSandbox::Start(config.policy);
+  // The proxy's threads start here, in the supervisor itself (after its forks): it lives as long as the session.
+  std::unique_ptr<cli::EgressProxyHooks> proxy;
+  if (config.network_allow) proxy = std::make_unique<cli::EgressProxyHooks>(*config.network_allow);
+  auto session = SessionSandbox::Start(config.policy, proxy.get());
   if (!session.ok()) return fail(session.status().Wrap("starting the session's sandbox"));
   auto listener = Listen(config.dir + "/socket");
   if (!listener.ok()) return fail(listener.status());
@@ -299,7 +310,7 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
   if (::rename(tmp.c_str(), (config.dir + "/session.json").c_str()) != 0)
     return fail(Status::Errno("rename(session.json.tmp, session.json)"));
 
-  Server server(config, std::move(*session), std::move(*listener));
+  Server server(config, std::move(*session), std::move(*listener), proxy.get());
   WriteAll(ready_fd, "ok " + record.dump() + "\n");
   ::close(ready_fd);
   server.Serve();

@@ -3,6 +3,10 @@
 
 #include <sys/types.h>
 
+#include <optional>
+
+#include "src/cli/network.h"
+
 #include <chrono>
 #include <string>
 
@@ -21,6 +25,8 @@ struct SupervisorConfig {
   std::chrono::milliseconds max_lifetime{2 * 60 * 60 * 1000};
   // When set, the session ends as soon as this process ends (the MCP server or agent that owns it), however it ends.
   pid_t owner_pid = 0;
+  // --network allow=: the egress proxy the supervisor runs for the session's whole life.
+  std::optional<cli::NetworkAllowSpec> network_allow;
   std::string repl_driver_source;  // rootfs/repl/driver.py; empty: REPL calls fail with a setup error
   nlohmann::json record;           // what session.json says besides the pids (options, limits, owner)
 };

@@ -167,3 +167,44 @@ TEST_CASE("network options: malformed allow lists are one-line errors", "[networ
   CHECK(r.exit_code == 125);
   CHECK(r.err.find("allow=") != std::string::npos);
 }
+
+TEST_CASE("network allow in a session: pip installs from an allowed local index, the package persists, others are refused",
+          "[network][session]") {
+  Origin origin;
+  ResolverOverride resolver;
+  // The session's supervisor, which runs the proxy, inherits this with the environment of `session create`.
+  ::setenv("NSBOX_TEST_RESOLVER_OVERRIDE", "index.test=127.0.0.1,refused.test=127.0.0.1", 1);
+  auto created = RunNsboxRaw({"session", "create", "--json", "--network", "allow=index.test",
+                              "--dangerously-allow-private-addresses", "--idle-timeout", "2m"});
+  INFO(created.err);
+  REQUIRE(created.exit_code == 0);
+  std::string id = json::parse(created.out)["id"].get<std::string>();
+  struct Remove {
+    std::string id;
+    ~Remove() { RunNsboxRaw({"session", "rm", id}); }
+  } remove{id};
+  std::string index = fmt::format("http://index.test:{}/simple/", origin.port);
+  auto install = RunNsboxRaw({"exec", id, "--json", "--timeout", "120s", "--env", "PIP_DISABLE_PIP_VERSION_CHECK=1",
+                              "--", "/usr/bin/python3", "-m", "pip", "install", "--user", "--no-deps",
+                              "--break-system-packages", "--trusted-host", "index.test", "--index-url", index,
+                              "nsboxdemo"});
+  json installed = json::parse(install.out);
+  INFO(installed.dump());
+  REQUIRE(installed["status"] == "ok");
+  CHECK(installed["denied_hosts"].empty());
+  // A later exec of the same session imports it: pip --user put it in the session's home directory.
+  auto use = RunNsboxRaw({"exec", id, "--json", "--lang", "python", "--code", "import nsboxdemo\nprint(nsboxdemo.GREETING)"});
+  json used = json::parse(use.out);
+  INFO(used.dump());
+  CHECK(used["stdout"] == "installed through the proxy\n");
+  // An index outside the list fails and the refusal is reported for that exec.
+  auto refused = RunNsboxRaw({"exec", id, "--json", "--timeout", "60s", "--", "/usr/bin/python3", "-m", "pip",
+                              "download", "--no-deps", "--retries", "0", "-d", "/tmp/dl", "--trusted-host",
+                              "refused.test", "--index-url", fmt::format("http://refused.test:{}/simple/", origin.port),
+                              "nsboxdemo"});
+  json denied = json::parse(refused.out);
+  INFO(denied.dump());
+  CHECK(denied["status"] == "exit");
+  REQUIRE(denied["denied_hosts"].size() == 1);
+  CHECK(denied["denied_hosts"][0]["host"] == "refused.test");
+}
