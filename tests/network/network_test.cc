@@ -115,6 +115,15 @@ TEST_CASE("network allow: a refused domain fails fast and is reported in denied_
   CHECK(r["denied_hosts"][0]["count"] == 1);
 }
 
+TEST_CASE("network allow: DNS from inside still fails; only the proxy resolves names", "[network]") {
+  Origin origin;
+  ResolverOverride resolver;
+  json r = RunNsboxJson(Python(AllowArgs(), "import socket\ntry:\n    socket.getaddrinfo('allowed.test', 80)\n    print('resolved')\n"
+                                            "except OSError:\n    print('no dns')\n")).json;
+  INFO(r.dump());
+  CHECK(r["stdout"] == "no dns\n");
+}
+
 TEST_CASE("network allow: IP literals are refused even for the allowed origin's address", "[network]") {
   Origin origin;
   ResolverOverride resolver;
