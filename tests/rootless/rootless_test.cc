@@ -622,3 +622,20 @@ TEST_CASE("an ordinary user's session keeps files and REPL names between execs, 
   Outcome after = Spawn(Nsbox({"exec", id, "--", "/bin/true"}));
   CHECK(after.exit_code == 125);
 }
+
+TEST_CASE("an ordinary user runs a prepared root (--rootfs DIR, as images are), read-only, as uid 1000") {
+  fs::path root = E().dir / "busybox-root";
+  fs::create_directories(root / "bin");
+  fs::create_directories(root / "usr");
+  fs::copy_file("/bin/busybox", root / "bin/busybox", fs::copy_options::overwrite_existing);
+  fs::create_symlink("busybox", root / "bin/sh");
+  fs::permissions(root, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  Outcome o = Spawn(RunUnlimited({"--rootfs", root.string(), "--", "/bin/sh", "-c",
+                                  "/bin/busybox id -u; /bin/busybox touch /bin/x 2>&1 || echo read-only"}));
+  INFO(o.err);
+  CHECK(o.exit_code == 0);
+  CHECK(o.out.find("1000\n") == 0);
+  CHECK(o.out.find("read-only") != std::string::npos);
+  fs::remove_all(root);
+}
