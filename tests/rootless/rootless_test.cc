@@ -604,6 +604,19 @@ TEST_CASE("nsbox run where user namespaces are unavailable fails with exit 125 n
 }
 
 TEST_CASE("an ordinary user's session keeps files and REPL names between execs, and rm ends it") {
+  // The user's state root (no XDG_RUNTIME_DIR here: /tmp/nsbox-UID) is removed again if this test made it.
+  struct passwd* pw = ::getpwnam(kTestUser);
+  REQUIRE(pw);
+  const fs::path state_root = fmt::format("/tmp/nsbox-{}", pw->pw_uid);
+  const bool state_root_existed = fs::exists(state_root);
+  struct RemoveStateRoot {
+    fs::path path;
+    bool keep;
+    ~RemoveStateRoot() {
+      std::error_code ignored;
+      if (!keep) fs::remove_all(path, ignored);
+    }
+  } remove_state_root{state_root, state_root_existed};
   Outcome created = Spawn(Nsbox({"session", "create", "--dangerously-run-without-limits", "--json"}));
   INFO(created.err);
   REQUIRE(created.exit_code == 0);
