@@ -22,11 +22,29 @@
 
 #include "sandbox/caps.h"
 #include "sandbox/init.h"
+#include "sandbox/launch.h"
 #include "sandbox/mount_ns.h"
 #include "sandbox/net.h"
 #include "sandbox/seccomp.h"
 
 namespace nsbox {
+
+void SetPlanProgram(ChildPlan& plan, const Executor& ex) {
+  plan.argv_storage = ex.argv;
+  plan.env_storage.clear();
+  for (const auto& [key, value] : ex.env) plan.env_storage.push_back(key + "=" + value);
+  plan.argv.clear();
+  for (auto& s : plan.argv_storage) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+  plan.envp.clear();
+  for (auto& s : plan.env_storage) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+  auto path_it = ex.env.find("PATH");
+  plan.path_dirs = SplitPath(path_it != ex.env.end() ? path_it->second : "/usr/bin:/bin");
+  plan.cwd = ex.cwd;
+  plan.code_path = ex.code_path;
+  plan.code = ex.code;
+}
 
 std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan) {
   using Kind = MountStep::Kind;
@@ -76,23 +94,6 @@ int WriteCodeFile(const ChildPlan& plan) {
 
 namespace {
 
-// Sends the seccomp listener to nsbox, which answers the notifications from outside the sandbox.
-int SendFd(int socket, int fd) {
-  char byte = 'L';
-  struct iovec iov = {&byte, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
-  return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
-}
 
 void ExecPayload(const ChildPlan& plan) {
   char* const* argv = const_cast<char* const*>(plan.argv.data());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/executor.h"
 #include "sandbox/spec/mount_plan.h"
 
 namespace nsbox {
@@ -63,6 +64,10 @@ struct ChildPlan {
   // Sessions (REPL): a descriptor the payload keeps open as fd 3 across execve, -1 when unused.
   int channel_fd = -1;
 };
+
+// Fills the program part of a plan from an Executor (argv, environment, PATH directories, cwd, code file). In the
+// parent: it allocates, so that the child only reads.
+void SetPlanProgram(ChildPlan& plan, const Executor& executor);
 
 // Builds the child view of a mount plan.
 std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan);

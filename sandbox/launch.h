@@ -26,6 +26,12 @@ pid_t CloneWithPidfd(uint64_t flags, int* pidfd, int cgroup_fd);
 std::vector<std::string> SplitPath(const std::string& path);
 // A result that says nothing ran, and why.
 Result SetupError(std::string reason);
+// Passes one descriptor over a unix socket (SCM_RIGHTS). Async-signal-safe: used between clone and execve.
+// Returns 0, or -1 with errno.
+int SendFd(int socket, int fd);
+// Takes one descriptor sent by SendFd (close-on-exec). Returns it; -1 with errno EAGAIN when nothing is there yet
+// (non-blocking socket), or ENOMSG when the peer closed without sending one.
+int ReceiveFd(int socket);
 // "exited with code N" / "killed by signal N (SIGNAME)".
 std::string ExitReason(int wait_status);
 

@@ -104,17 +104,7 @@ Result Sandbox::Run() {
   plan.gid = policy_.sandbox_gid();
   const bool privileged = ::geteuid() == 0;
   plan.may_setgroups = privileged;
-  plan.argv_storage = executor_.argv;
-  for (const auto& [key, value] : executor_.env) plan.env_storage.push_back(key + "=" + value);
-  for (auto& s : plan.argv_storage) plan.argv.push_back(s.data());
-  plan.argv.push_back(nullptr);
-  for (auto& s : plan.env_storage) plan.envp.push_back(s.data());
-  plan.envp.push_back(nullptr);
-  auto path_it = executor_.env.find("PATH");
-  plan.path_dirs = SplitPath(path_it != executor_.env.end() ? path_it->second : "/usr/bin:/bin");
-  plan.cwd = executor_.cwd;
-  plan.code_path = executor_.code_path;
-  plan.code = executor_.code;
+  SetPlanProgram(plan, executor_);
   cap_t no_caps = cap_init();
   if (!no_caps) return SetupError(Status::Errno("cap_init").message());
   Defer free_caps([&] { cap_free(no_caps); });
@@ -232,20 +222,9 @@ Result Sandbox::Run() {
   std::unique_ptr<SeccompNotifier> notifier;
   auto receive_listener = [&] {
     if (!seccomp_parent) return;
-    char byte;
-    struct iovec iov = {&byte, 1};
-    alignas(struct cmsghdr) char control_buf[CMSG_SPACE(sizeof(int))] = {};
-    struct msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control_buf;
-    msg.msg_controllen = sizeof control_buf;
-    ssize_t n = ::recvmsg(seccomp_parent.get(), &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EAGAIN) return;
-    struct cmsghdr* cmsg = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
-    if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+    int fd = ReceiveFd(seccomp_parent.get());
+    if (fd < 0 && errno == EAGAIN) return;
+    if (fd >= 0) {
       notifier = std::make_unique<SeccompNotifier>(UniqueFd(fd), seccomp->notify_errno);
       notifier->Start();
     }

@@ -88,20 +88,9 @@ void ReadControl(SessionHelper& h) {
 // Takes the payload's seccomp listener when it arrives and starts answering its notifications.
 void ReceiveListener(SessionHelper& h, const Policy& policy) {
   if (!h.seccomp_socket) return;
-  char byte;
-  struct iovec iov = {&byte, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n = ::recvmsg(h.seccomp_socket.get(), &msg, MSG_CMSG_CLOEXEC);
-  if (n < 0 && errno == EAGAIN) return;
-  struct cmsghdr* cmsg = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
-  if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
-    int fd;
-    memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+  int fd = ReceiveFd(h.seccomp_socket.get());
+  if (fd < 0 && errno == EAGAIN) return;
+  if (fd >= 0) {
     h.notifier = std::make_unique<SeccompNotifier>(UniqueFd(fd), policy.seccomp()->notify_errno);
     h.notifier->Start();
   }
@@ -200,41 +189,14 @@ StatusOr<UniqueFd> OpenWorkspaceInside(int pid1_pidfd, const int ns_fds[6]) {
     if (JoinSessionNamespaces(pid1_pidfd, user_and_mount, CLONE_NEWUSER | CLONE_NEWNS) != 0) ::_exit(errno);
     int fd = ::open("/workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) ::_exit(errno);
-    char byte = 'W';
-    struct iovec iov = {&byte, 1};
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    struct msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
-    ::_exit(::sendmsg(theirs.get(), &msg, MSG_NOSIGNAL) == 1 ? 0 : errno);
+    ::_exit(SendFd(theirs.get(), fd) == 0 ? 0 : errno);
   }
   theirs.reset();
-  char byte;
-  struct iovec iov = {&byte, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do n = ::recvmsg(ours.get(), &msg, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+  int fd = ReceiveFd(ours.get());
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  struct cmsghdr* cmsg = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
-  if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
-    int fd;
-    memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
-    return UniqueFd(fd);
-  }
+  if (fd >= 0) return UniqueFd(fd);
   int err = WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
   return Status::Errno("setns(session pid 1, user|mnt) + open(/workspace)", err);
 }
@@ -435,17 +397,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   plan.gid = policy_.sandbox_gid();
   plan.may_setgroups = ::geteuid() == 0;
   plan.seccomp = policy_.seccomp().get();
-  plan.argv_storage = ex.argv;
-  for (const auto& [key, value] : ex.env) plan.env_storage.push_back(key + "=" + value);
-  for (auto& s : plan.argv_storage) plan.argv.push_back(s.data());
-  plan.argv.push_back(nullptr);
-  for (auto& s : plan.env_storage) plan.envp.push_back(s.data());
-  plan.envp.push_back(nullptr);
-  auto path_it = ex.env.find("PATH");
-  plan.path_dirs = SplitPath(path_it != ex.env.end() ? path_it->second : "/usr/bin:/bin");
-  plan.cwd = ex.cwd;
-  plan.code_path = ex.code_path;
-  plan.code = ex.code;
+  SetPlanProgram(plan, ex);
   cap_t no_caps = cap_init();
   if (!no_caps) return Status::Errno("cap_init");
   Defer free_caps([&] { cap_free(no_caps); });
