@@ -415,6 +415,15 @@ Reaper::~Reaper() { Dismiss(); }
 
 using namespace cgroup_internal;
 
+int JoinCgroupSelf(const CgroupSelfJoin& join) {
+  for (int i = 0; i < join.count; ++i) {
+    ssize_t n;
+    do n = ::write(join.fds[i], "0", 1); while (n < 0 && errno == EINTR);
+    if (n != 1) return -1;
+  }
+  return 0;
+}
+
 namespace {
 
 constexpr const char* kFixHint =

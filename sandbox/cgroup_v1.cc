@@ -1,5 +1,6 @@
 // The cgroup v1 backend for hybrid hosts: one group per sandbox in the memory, pids, cpu, cpuacct (and freezer) hierarchies.
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/cgroup_internal.h"
 
@@ -50,6 +52,26 @@ class CgroupV1 final : public Cgroup {
 
   const char* backend() const override { return "cgroup1"; }
   std::string path() const override { return memory_dir_; }
+
+  CgroupSelfJoin self_join() const override {
+    CgroupSelfJoin join;
+    for (const UniqueFd& fd : tasks_fds_) join.fds[join.count++] = fd.get();
+    return join;
+  }
+
+  // Opens each hierarchy's `tasks` file for self_join().
+  Status OpenTasksFiles() {
+    if (hierarchies_.size() > static_cast<size_t>(CgroupSelfJoin::kMax))
+      return Status::Error(fmt::format("{} cgroup v1 hierarchies; at most {} are supported", hierarchies_.size(),
+                                       CgroupSelfJoin::kMax));
+    for (const Hierarchy& hierarchy : hierarchies_) {
+      std::string path = hierarchy.dir + "/tasks";
+      UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!fd) return Status::Errno(fmt::format("open({})", path));
+      tasks_fds_.push_back(std::move(fd));
+    }
+    return OkStatus();
+  }
 
   Status AddProcess(pid_t pid) override {
     for (const Hierarchy& hierarchy : hierarchies_) {
@@ -151,6 +173,7 @@ class CgroupV1 final : public Cgroup {
   std::set<std::string> seen_;
   std::string memory_dir_, pids_dir_, cpu_dir_, cpuacct_dir_, freezer_dir_;
   std::unique_ptr<Reaper> reaper_;
+  std::vector<UniqueFd> tasks_fds_;
   bool swap_limited_ = false;
   bool removed_ = false;
 };
@@ -166,6 +189,7 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, con
                               .Wrap("creating the sandbox's cgroup"));
   }
   NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
+  NSBOX_RETURN_IF_ERROR(group->OpenTasksFiles().Wrap("opening the sandbox's cgroup for joining"));
   if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper());
   return std::unique_ptr<Cgroup>(std::move(group));
 }

@@ -177,11 +177,13 @@ namespace {
 // Closes every descriptor inherited from nsbox except stdio and the ones the plan names: pid 1 must hold nothing
 // of nsbox's (its end of the sync pipe above all, so that EOF there means nsbox is gone).
 void CloseUnplannedDescriptors(const ChildPlan& plan) {
-  int keep[8];
+  int keep[8 + CgroupSelfJoin::kMax];
   int count = 0;
   for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.control_fd, plan.sync_fd, plan.seccomp_socket,
                  plan.channel_fd})
     if (fd > 2) keep[count++] = fd;
+  for (int i = 0; i < plan.cgroup_join.count; ++i)
+    if (plan.cgroup_join.fds[i] > 2) keep[count++] = plan.cgroup_join.fds[i];
   // Sort the few kept descriptors (insertion sort: no allocation after clone).
   for (int i = 1; i < count; ++i)
     for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) {
@@ -207,7 +209,12 @@ void ChildMain(const ChildPlan& plan) {
   ParentWatch watch;
   if (OpenParentWatch(&watch) != 0) Fail(plan, "open(/proc/self/stat) to watch nsbox", errno);
   HideNsboxCommandLine(watch);
-  // 2. Wait until nsbox has written our id maps (and joined us to the cgroup). EOF means nsbox is gone.
+  // 2. Into the sandbox's cgroup (v1; v2 cloned us into it), before anything else runs here.
+  if (plan.cgroup_join.count > 0) {
+    if (JoinCgroupSelf(plan.cgroup_join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
+    for (int i = 0; i < plan.cgroup_join.count; ++i) ::close(plan.cgroup_join.fds[i]);
+  }
+  //    Then wait until nsbox has written our id maps. EOF means nsbox is gone.
   char go = 0;
   ssize_t n;
   do n = ::read(plan.sync_fd, &go, 1); while (n < 0 && errno == EINTR);

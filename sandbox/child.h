@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/cgroup.h"
 #include "sandbox/executor.h"
 #include "sandbox/spec/mount_plan.h"
 
@@ -57,6 +58,8 @@ struct ChildPlan {
   int control_fd = -1;     // write end: InitMessage to nsbox
   int sync_fd = -1;        // read end: one byte from nsbox once the id maps are written
   int seccomp_socket = -1; // where the payload sends its seccomp listener fd, -1 when unused
+  // v1: the cgroup the child moves itself into first thing (JoinCgroupSelf); count 0 when nsbox places it otherwise.
+  CgroupSelfJoin cgroup_join;
   const SeccompProgram* seccomp = nullptr;
   cap_t no_caps = nullptr;  // an empty capability set, made before clone
   // Sessions: pid 1 sets up the sandbox, reports kReady and then only reaps, with no payload of its own.

@@ -77,10 +77,18 @@ void EnterSessionAndRun(const EnterPlan& plan) {
   const ChildPlan& payload = plan.payload;
   int keep[] = {0, 1, 2, plan.session_pidfd, plan.sync_fd, payload.control_fd, payload.stdin_fd,
                 payload.stdout_fd, payload.stderr_fd, payload.channel_fd, payload.seccomp_socket,
-                plan.ns_fds[0], plan.ns_fds[1], plan.ns_fds[2], plan.ns_fds[3], plan.ns_fds[4], plan.ns_fds[5]};
+                plan.ns_fds[0], plan.ns_fds[1], plan.ns_fds[2], plan.ns_fds[3], plan.ns_fds[4], plan.ns_fds[5],
+                payload.cgroup_join.fds[0], payload.cgroup_join.fds[1], payload.cgroup_join.fds[2],
+                payload.cgroup_join.fds[3], payload.cgroup_join.fds[4], payload.cgroup_join.fds[5]};
+  static_assert(CgroupSelfJoin::kMax == 6);
   CloseAllExcept(keep, static_cast<int>(sizeof keep / sizeof keep[0]));
 
-  // 1. Wait until the supervisor has placed us in the session's cgroup (its limits cover every exec). EOF: it is gone.
+  // 1. Into the session's cgroup (its limits cover every exec): v1 moves itself, else the supervisor places us before
+  //    it writes the sync byte. Then wait for that byte; EOF means the supervisor is gone.
+  if (payload.cgroup_join.count > 0) {
+    if (JoinCgroupSelf(payload.cgroup_join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the session's cgroup", errno);
+    for (int i = 0; i < payload.cgroup_join.count; ++i) ::close(payload.cgroup_join.fds[i]);
+  }
   char go = 0;
   ssize_t n;
   do n = ::read(plan.sync_fd, &go, 1); while (n < 0 && errno == EINTR);

@@ -155,6 +155,7 @@ Result Sandbox::Run() {
     auto made = CreateSandboxCgroup(*limits);
     if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
     cgroup = std::move(*made);
+    plan.cgroup_join = cgroup->self_join();
   }
 
   // 4. Clone into fresh user, pid, mount, network, ipc and uts namespaces (the cgroup namespace follows in the
@@ -184,8 +185,9 @@ Result Sandbox::Run() {
   sync->read.reset();
   seccomp_child.reset();
 
-  // 5. Into the cgroup (v1 has no CLONE_INTO_CGROUP), id maps, front-end services, then release the child.
-  if (cgroup && cgroup->clone_into_fd() < 0) {
+  // 5. Into the cgroup (unless the clone or the child itself did that), id maps, front-end services, then release
+  //    the child.
+  if (cgroup && cgroup->clone_into_fd() < 0 && plan.cgroup_join.count == 0) {
     if (Status s = cgroup->AddProcess(child); !s.ok()) return SetupError(s.Wrap("joining the sandbox's cgroup").message());
   }
   if (Status s = WriteIdMaps(child, policy_, privileged); !s.ok())

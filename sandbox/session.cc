@@ -253,6 +253,7 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
     auto made = CreateSandboxCgroup(*limits);
     if (!made.ok()) return made.status().Wrap("setting up the session's cgroup limits");
     session->cgroup_ = std::move(*made);
+    plan.cgroup_join = session->cgroup_->self_join();
   }
 
   // 3. pid 1, in fresh namespaces. It stays until Terminate() or until this thread ends (PR_SET_PDEATHSIG).
@@ -271,7 +272,7 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
   });
 
   // 4. Into the cgroup (v1 has no CLONE_INTO_CGROUP), id maps, then release pid 1.
-  if (session->cgroup_ && session->cgroup_->clone_into_fd() < 0) {
+  if (session->cgroup_ && session->cgroup_->clone_into_fd() < 0 && plan.cgroup_join.count == 0) {
     if (Status s = session->cgroup_->AddProcess(child); !s.ok()) return s.Wrap("joining the session's cgroup");
   }
   if (Status s = WriteIdMaps(child, p, privileged); !s.ok()) return s.Wrap("writing the user namespace id maps");
@@ -422,6 +423,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     seccomp_child.reset(pair[1]);
   }
   plan.seccomp_socket = seccomp_child.get();
+  if (cgroup_) plan.cgroup_join = cgroup_->self_join();
   enter.session_pidfd = pid1_pidfd_.get();
   for (int i = 0; i < 6; ++i) enter.ns_fds[i] = ns_fds_[i].get();
 
@@ -455,7 +457,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   SetNonBlocking(helper->control.get());
   if (helper->seccomp_socket) SetNonBlocking(helper->seccomp_socket.get());
   // Into the session's cgroup before it joins the namespaces and forks the payload; then released.
-  Status placed = cgroup_ ? cgroup_->AddProcess(helper->pid) : OkStatus();
+  Status placed = cgroup_ && plan.cgroup_join.count == 0 ? cgroup_->AddProcess(helper->pid) : OkStatus();
   const char go = 'G';
   if (!placed.ok() || ::write(sync->write.get(), &go, 1) != 1) {
     Status s = placed.ok() ? Status::Errno("write(exec helper sync pipe)") : placed.Wrap("joining the session's cgroup");

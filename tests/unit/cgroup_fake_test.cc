@@ -37,7 +37,7 @@ class FakeTree {
     config.placement = CgroupConfig::Placement::kRootSubtree;
     config.reaper = false;
     config.fake_fs_mkdir_hook = [](const std::string& dir) {
-      for (const char* file : {"cgroup.procs", "cgroup.kill", "cgroup.controllers", "cgroup.subtree_control",
+      for (const char* file : {"cgroup.procs", "tasks", "cgroup.kill", "cgroup.controllers", "cgroup.subtree_control",
                                "memory.max", "memory.swap.max", "memory.events", "memory.peak", "pids.max",
                                "pids.events", "cpu.max", "cpu.stat", "memory.limit_in_bytes",
                                "memory.memsw.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control",
@@ -107,6 +107,7 @@ TEST_CASE("v2: a sandbox group gets memory.max, swap off, pids.max and a cpu.max
   CHECK(Get(tree.cg() / "cgroup.subtree_control") == "+memory +pids +cpu");
   CHECK(Get(tree.cg() / "nsbox" / "cgroup.subtree_control") == "+memory +pids +cpu");
   CHECK(cgroup.clone_into_fd() >= 0);
+  CHECK(cgroup.self_join().count == 0);  // v2 places the child with clone3(CLONE_INTO_CGROUP)
   REQUIRE(cgroup.AddProcess(4242).ok());
   CHECK(Get(dir / "cgroup.procs") == "4242");
   Put(dir / "cgroup.procs", "");  // the destructor's kill must find the fake group empty
@@ -256,6 +257,27 @@ TEST_CASE("v1: a co-mounted cpu,cpuacct hierarchy holds one group, which gets th
   CHECK(Get(cpu / "cgroup.procs") == "4242");  // written once: a second write would fail on a real hierarchy
   for (const char* controller : {"memory", "pids", "cpu,cpuacct", "freezer"})
     Put(tree.cg() / controller / "nsbox" / name / "cgroup.procs", "");
+}
+
+TEST_CASE("v1: a child joins by writing \"0\" to each hierarchy's tasks file, once per co-mounted hierarchy") {
+  FakeTree tree;
+  tree.MakeV1(/*comount_cpu=*/true);
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
+  REQUIRE(group.ok());
+  std::string name = Name((*group)->path());
+  CgroupSelfJoin join = (*group)->self_join();
+  REQUIRE(join.count == 4);  // memory, pids, cpu,cpuacct, freezer
+  REQUIRE(JoinCgroupSelf(join) == 0);
+  for (const char* controller : {"memory", "pids", "cpu,cpuacct", "freezer"}) {
+    INFO(controller);
+    CHECK(Get(tree.cg() / controller / "nsbox" / name / "tasks") == "0");
+    CHECK(Get(tree.cg() / controller / "nsbox" / name / "cgroup.procs").empty());
+  }
+  CgroupSelfJoin bad;
+  bad.fds[0] = -1;
+  bad.count = 1;
+  CHECK(JoinCgroupSelf(bad) == -1);
+  CHECK(errno == EBADF);
 }
 
 TEST_CASE("v1: stats come from memory.oom_control, max_usage_in_bytes, pids.events, cpuacct.usage and cpu.stat") {
