@@ -1,5 +1,6 @@
 // Seccomp: libseccomp compiles a profile to BPF held in memory; the child installs it; the parent answers notifications.
 #include "sandbox/seccomp.h"
+#include "sandbox/seccomp_cache.h"
 
 #include <linux/audit.h>
 #include <linux/seccomp.h>
@@ -369,10 +370,22 @@ StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::st
                                                                    const std::string& profiles_dir) {
   auto path = ResolveSeccompProfilePath(name_or_path, profiles_dir);
   if (!path.ok()) return path.status();
-  auto profile = ReadSeccompProfile(*path);
-  if (!profile.ok()) return profile.status();
-  auto program = CompileSeccompProfile(*profile, name_or_path, NativeSeccompHost());
+  auto text = ReadFile(*path, 4 << 20);
+  if (!text.ok()) return text.status();
+  // A program compiled earlier from the same text, by the same nsbox and libseccomp, for the same host.
+  const SeccompHost host = NativeSeccompHost();
+  const std::string cache_dir = SeccompCacheDir();
+  const std::string key = cache_dir.empty() ? "" : SeccompCacheKey(name_or_path, *text, host);
+  if (auto cached = LookupSeccompCache(cache_dir, key)) {
+    auto named = std::make_shared<SeccompProgram>(*cached);
+    named->name = name_or_path;
+    return std::shared_ptr<const SeccompProgram>(std::move(named));
+  }
+  auto profile = ParseSeccompProfile(*text);
+  if (!profile.ok()) return profile.status().Wrap(*path);
+  auto program = CompileSeccompProfile(*profile, name_or_path, host);
   if (!program.ok()) return program.status().Wrap(fmt::format("compiling seccomp profile {}", *path));
+  StoreSeccompCache(cache_dir, key, **program);
   return program;
 }
 

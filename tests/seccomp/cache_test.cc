@@ -1,0 +1,163 @@
+// The compiled-program cache: hits return what was stored, any change of input misses, untrusted files are ignored.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/seccomp.h"
+#include "sandbox/seccomp_cache.h"
+
+using namespace nsbox;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kProfilesDir = NSBOX_SOURCE_DIR "/seccomp-profiles";
+
+// A temporary NSBOX_CACHE_DIR for one test.
+struct CacheDir {
+  CacheDir() {
+    char name[] = "/tmp/nsbox-seccomp-cache-XXXXXX";
+    root = ::mkdtemp(name);
+    ::setenv("NSBOX_CACHE_DIR", root.c_str(), 1);
+    ::unsetenv("NSBOX_SECCOMP_CACHE");
+  }
+  ~CacheDir() {
+    ::unsetenv("NSBOX_CACHE_DIR");
+    ::unsetenv("NSBOX_SECCOMP_CACHE");
+    fs::remove_all(root);
+  }
+  fs::path dir() const { return fs::path(root) / "seccomp"; }
+  std::vector<fs::path> Entries() const {
+    std::vector<fs::path> out;
+    if (!fs::exists(dir())) return out;
+    for (const auto& entry : fs::directory_iterator(dir()))
+      if (entry.path().extension() == ".bpf") out.push_back(entry.path());
+    return out;
+  }
+  std::string root;
+};
+
+std::vector<sock_filter> Load(const std::string& name) {
+  auto program = LoadSeccompProfile(name, kProfilesDir);
+  REQUIRE(program.ok());
+  return (*program)->filter;
+}
+
+bool Same(const std::vector<sock_filter>& a, const std::vector<sock_filter>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const sock_filter& x, const sock_filter& y) {
+           return x.code == y.code && x.jt == y.jt && x.jf == y.jf && x.k == y.k;
+         });
+}
+
+// Changes the last instruction's constant in a cache file, as a forger would.
+void Tamper(const fs::path& file) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(-4, std::ios::end);
+  const uint32_t forged = 0x7fff0000;  // SECCOMP_RET_ALLOW
+  f.write(reinterpret_cast<const char*>(&forged), sizeof forged);
+}
+
+}  // namespace
+
+TEST_CASE("a compiled profile is stored once and later loads come from the cache") {
+  CacheDir cache;
+  auto compiled = Load("default");
+  REQUIRE(cache.Entries().size() == 1);
+  struct stat st;
+  REQUIRE(::stat(cache.dir().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  auto program = LoadSeccompProfile("default", kProfilesDir);
+  REQUIRE(program.ok());
+  CHECK(Same((*program)->filter, compiled));
+  CHECK((*program)->uses_notify);
+  CHECK((*program)->name == "default");
+  // Proof that the second load read the file: a changed program in it comes back.
+  Tamper(cache.Entries()[0]);
+  auto from_file = Load("default");
+  CHECK_FALSE(Same(from_file, compiled));
+  CHECK(from_file.back().k == 0x7fff0000u);
+  CHECK(cache.Entries().size() == 1);
+}
+
+TEST_CASE("the cache is not trusted when others may write to it or the file is not ours") {
+  CacheDir cache;
+  auto compiled = Load("default");
+  REQUIRE(cache.Entries().size() == 1);
+  fs::path entry = cache.Entries()[0];
+  Tamper(entry);
+  SECTION("a group- or world-writable directory") {
+    REQUIRE(::chmod(cache.dir().c_str(), 0777) == 0);
+    CHECK(Same(Load("default"), compiled));
+  }
+  SECTION("a file owned by another user") {
+    // The suite runs as root (tools/test); an ordinary user cannot give a file away, so only root checks this.
+    if (::geteuid() == 0) {
+      REQUIRE(::chown(entry.c_str(), 65534, 65534) == 0);
+      CHECK(Same(Load("default"), compiled));
+    }
+  }
+  SECTION("a writable file") {
+    REQUIRE(::chmod(entry.c_str(), 0666) == 0);
+    CHECK(Same(Load("default"), compiled));
+  }
+  SECTION("a truncated file is recompiled and replaced") {
+    fs::resize_file(entry, fs::file_size(entry) - 3);
+    CHECK(Same(Load("default"), compiled));
+    CHECK(Same(Load("default"), compiled));
+    CHECK(fs::file_size(entry) > 100);
+  }
+}
+
+TEST_CASE("another profile text, name or host misses the cache") {
+  CacheDir cache;
+  fs::path copy = fs::path(cache.root) / "mine.json";
+  fs::copy_file(kProfilesDir + "/strict.json", copy);
+  auto strict = Load(copy.string());
+  REQUIRE(cache.Entries().size() == 1);
+  // Same rules, one more space: a new entry, never the old program for different text.
+  {
+    std::ofstream f(copy, std::ios::app);
+    f << " ";
+  }
+  CHECK(Same(Load(copy.string()), strict));
+  CHECK(cache.Entries().size() == 2);
+  // A different profile under the same path gets its own program.
+  fs::copy_file(kProfilesDir + "/default.json", copy, fs::copy_options::overwrite_existing);
+  CHECK(Same(Load(copy.string()), Load("default")));
+  CHECK_FALSE(Same(Load(copy.string()), strict));
+
+  SeccompHost host = NativeSeccompHost();
+  std::string text = *ReadFile(copy.string());
+  std::string key = SeccompCacheKey("x", text, host);
+  CHECK(key != SeccompCacheKey("y", text, host));
+  SeccompHost older = host;
+  older.kernel = {4, 19};
+  CHECK(key != SeccompCacheKey("x", text, older));
+  CHECK(LookupSeccompCache(cache.dir().string(), SeccompCacheKey("never stored", text, host)) == nullptr);
+}
+
+TEST_CASE("the cache can be turned off and keeps a bounded number of entries") {
+  CacheDir cache;
+  ::setenv("NSBOX_SECCOMP_CACHE", "off", 1);
+  CHECK(SeccompCacheDir().empty());
+  Load("default");
+  CHECK_FALSE(fs::exists(cache.dir()));
+  ::unsetenv("NSBOX_SECCOMP_CACHE");
+
+  fs::create_directories(cache.dir());
+  fs::permissions(cache.dir(), fs::perms::owner_all, fs::perm_options::replace);
+  for (int i = 0; i < kSeccompCacheMaxEntries + 10; ++i) {
+    std::ofstream(cache.dir() / ("old-" + std::to_string(i) + ".bpf")) << "stale";
+  }
+  Load("strict");
+  CHECK(cache.Entries().size() == static_cast<size_t>(kSeccompCacheMaxEntries));
+  CHECK(Same(Load("strict"), Load("strict")));
+}
