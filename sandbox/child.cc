@@ -1,5 +1,5 @@
-// The in-child sequence, in order: wait for id maps, hostname, mounts, pivot, loopback, code file, then fork the payload
-// and serve as pid 1. Runs after clone: no allocation, every failure reported to nsbox with its step and errno.
+// The in-child sequence, in order: wait for id maps, hostname, mounts, pivot, loopback, code file, join the cgroup, then
+// fork the payload and serve as pid 1. Runs after clone: no allocation, every failure reported to nsbox with its step and errno.
 #include "sandbox/child.h"
 
 #include <fcntl.h>
@@ -177,10 +177,10 @@ namespace {
 // Closes every descriptor inherited from nsbox except stdio and the ones the plan names: pid 1 must hold nothing
 // of nsbox's (its end of the sync pipe above all, so that EOF there means nsbox is gone).
 void CloseUnplannedDescriptors(const ChildPlan& plan) {
-  int keep[8 + CgroupSelfJoin::kMax];
+  int keep[9 + CgroupSelfJoin::kMax];
   int count = 0;
   for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.control_fd, plan.sync_fd, plan.seccomp_socket,
-                 plan.channel_fd})
+                 plan.channel_fd, plan.cgroup_join_socket})
     if (fd > 2) keep[count++] = fd;
   for (int i = 0; i < plan.cgroup_join.count; ++i)
     if (plan.cgroup_join.fds[i] > 2) keep[count++] = plan.cgroup_join.fds[i];
@@ -220,8 +220,8 @@ void ChildMain(const ChildPlan& plan) {
   do n = ::read(plan.sync_fd, &go, 1); while (n < 0 && errno == EINTR);
   if (n != 1) _exit(125);
   ::close(plan.sync_fd);
-  // A cgroup namespace rooted at the sandbox's own cgroup, which nsbox has placed us in by now.
-  if (::unshare(CLONE_NEWCGROUP) != 0) Fail(plan, "unshare(CLONE_NEWCGROUP)", errno);
+  // A cgroup namespace rooted at the sandbox's own cgroup, once we are in it (now, unless it comes later).
+  if (plan.cgroup_join_socket < 0 && ::unshare(CLONE_NEWCGROUP) != 0) Fail(plan, "unshare(CLONE_NEWCGROUP)", errno);
   // Files we create (the code file, /etc) belong to the sandbox user, a uid mapped in our namespace.
   ::setfsuid(plan.uid);
   ::setfsgid(plan.gid);
@@ -240,9 +240,27 @@ void ChildMain(const ChildPlan& plan) {
   // 6. The code to run, written where the program will find it.
   if (!plan.code_path.empty() && WriteCodeFile(plan) != 0) Fail(plan, "write(code file)", errno);
 
-  // 7. An empty capability bounding set, inherited by the payload and everything it starts.
+  // 7. The cgroup nsbox made meanwhile (v1): into it before anything of the payload's runs, then its namespace.
+  if (plan.cgroup_join_socket >= 0) {
+    char count = 0;
+    ssize_t got;
+    do got = ::read(plan.cgroup_join_socket, &count, 1); while (got < 0 && errno == EINTR);
+    if (got != 1) _exit(125);  // nsbox is gone, or gave up on the cgroup and kills us
+    CgroupSelfJoin join;  // count 0: nsbox has placed us itself
+    if (count < 0 || count > CgroupSelfJoin::kMax) Fail(plan, "receiving the sandbox's cgroup: bad count", EPROTO);
+    for (int i = 0; i < count; ++i) {
+      int fd = ReceiveFd(plan.cgroup_join_socket);
+      if (fd < 0) Fail(plan, "recvmsg(cgroup tasks descriptor)", errno);
+      join.fds[join.count++] = fd;
+    }
+    if (JoinCgroupSelf(join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
+    for (int i = 0; i < join.count; ++i) ::close(join.fds[i]);
+    ::close(plan.cgroup_join_socket);
+    if (::unshare(CLONE_NEWCGROUP) != 0) Fail(plan, "unshare(CLONE_NEWCGROUP)", errno);
+  }
+  // 8. An empty capability bounding set, inherited by the payload and everything it starts.
   if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
-  // 8. The payload, and pid 1 for as long as it runs.
+  // 9. The payload, and pid 1 for as long as it runs.
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_BLOCK, &all, nullptr);

@@ -60,6 +60,9 @@ struct ChildPlan {
   int seccomp_socket = -1; // where the payload sends its seccomp listener fd, -1 when unused
   // v1: the cgroup the child moves itself into first thing (JoinCgroupSelf); count 0 when nsbox places it otherwise.
   CgroupSelfJoin cgroup_join;
+  // v1, made while the child builds its root: a socket on which nsbox sends one byte N, then N descriptors (SendFd)
+  // for JoinCgroupSelf, before the payload is forked. -1 when unused.
+  int cgroup_join_socket = -1;
   const SeccompProgram* seccomp = nullptr;
   cap_t no_caps = nullptr;  // an empty capability set, made before clone
   // Sessions: pid 1 sets up the sandbox, reports kReady and then only reaps, with no payload of its own.

@@ -149,13 +149,25 @@ Result Sandbox::Run() {
     if (forward_signals_) ::sigprocmask(SIG_SETMASK, &previous_mask, nullptr);
   });
 
-  // 3. The sandbox's own cgroup, made before the child exists; a limit that cannot be set up stops the run.
+  // 3. The sandbox's own cgroup; a limit that cannot be set up stops the run. v2 places the child with
+  //    clone3(CLONE_INTO_CGROUP), so its group is made first. A v1 child moves itself in: its group is made while the
+  //    child builds its root, and handed over on a socket before the payload is forked.
   std::unique_ptr<Cgroup> cgroup;
-  if (const auto& limits = policy_.cgroup_limits()) {
-    auto made = CreateSandboxCgroup(*limits);
-    if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
-    cgroup = std::move(*made);
-    plan.cgroup_join = cgroup->self_join();
+  UniqueFd cgroup_socket, cgroup_socket_child;
+  const auto& limits = policy_.cgroup_limits();
+  if (limits) {
+    if (CgroupConfig config; PathExists(config.cgroup_root + "/cgroup.controllers")) {  // a cgroup2 mount
+      auto made = CreateSandboxCgroup(*limits);
+      if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
+      cgroup = std::move(*made);
+    } else {
+      int pair[2];
+      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+        return SetupError(Status::Errno("socketpair(AF_UNIX) for the cgroup descriptors").message());
+      cgroup_socket.reset(pair[0]);
+      cgroup_socket_child.reset(pair[1]);
+      plan.cgroup_join_socket = cgroup_socket_child.get();
+    }
   }
 
   // 4. Clone into fresh user, pid, mount, network, ipc and uts namespaces (the cgroup namespace follows in the
@@ -184,12 +196,9 @@ Result Sandbox::Run() {
   control->write.reset();
   sync->read.reset();
   seccomp_child.reset();
+  cgroup_socket_child.reset();
 
-  // 5. Into the cgroup (unless the clone or the child itself did that), id maps, front-end services, then release
-  //    the child.
-  if (cgroup && cgroup->clone_into_fd() < 0 && plan.cgroup_join.count == 0) {
-    if (Status s = cgroup->AddProcess(child); !s.ok()) return SetupError(s.Wrap("joining the sandbox's cgroup").message());
-  }
+  // 5. Id maps, front-end services, release the child; then (v1) its cgroup, made while it builds its root.
   if (Status s = WriteIdMaps(child, policy_, privileged); !s.ok())
     return SetupError(s.Wrap("writing the user namespace id maps").message());
   if (hooks_) {
@@ -198,6 +207,21 @@ Result Sandbox::Run() {
   const char go = 'G';
   if (::write(sync->write.get(), &go, 1) != 1) return SetupError(Status::Errno("write(sync pipe)").message());
   sync->write.reset();
+  if (cgroup_socket) {
+    auto made = CreateSandboxCgroup(*limits);
+    if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
+    cgroup = std::move(*made);
+    // No descriptors (a backend that cannot be joined from inside): nsbox places the child itself, and says so with 0.
+    CgroupSelfJoin join = cgroup->self_join();
+    if (join.count == 0) {
+      if (Status s = cgroup->AddProcess(child); !s.ok()) return SetupError(s.Wrap("joining the sandbox's cgroup").message());
+    }
+    const char count = static_cast<char>(join.count);
+    bool sent = ::send(cgroup_socket.get(), &count, 1, MSG_NOSIGNAL) == 1;
+    for (int i = 0; sent && i < join.count; ++i) sent = SendFd(cgroup_socket.get(), join.fds[i]) == 0;
+    if (!sent) return SetupError(Status::Errno("sendmsg(cgroup descriptors to the sandbox)").message());
+    cgroup_socket.reset();
+  }
 
   // 6. Supervise: drain output, watch the clock, the child, kill requests and signals.
   OutputBuffer stdout_buf(executor_.output_limit_bytes), stderr_buf(executor_.output_limit_bytes);

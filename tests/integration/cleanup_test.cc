@@ -84,3 +84,24 @@ TEST_CASE("nothing is left behind after a setup error", "[integration][cleanup]"
   CHECK(MountLinesContaining("nsbox") == mounts_before);
   CHECK(Entries(tmp.path()) == 0);
 }
+
+// On cgroup v1 the group is made while the child builds its root: a limit that fails then must still stop the run
+// before the program starts, and leave no child, cgroup or mount.
+TEST_CASE("a cgroup limit that fails after the clone stops the run and leaves nothing behind", "[integration][cleanup]") {
+  TempDir tmp;
+  std::string marker = UniqueMarker("cgroup-fail");
+  auto mounts_before = MountLinesContaining("nsbox");
+  SpawnOptions spawn;
+  spawn.extra_env["TMPDIR"] = tmp.path();
+  auto r = RunNsboxJson({"--cpus", "0.001", "--", "/usr/bin/python3", "-c", "open('/workspace/ran','w')", marker}, spawn);
+  CHECK(r.status() == "setup_error");
+  CHECK(r.process.exit_code == 125);
+  CHECK(r.json.value("reason", "").find("--cpus 0.001 is below the minimum of 0.01") != std::string::npos);
+  CHECK(WaitForNoPidsWithMarker(marker, 3s));
+  CHECK(MountLinesContaining("nsbox") == mounts_before);
+  CHECK(Entries(tmp.path()) == 0);
+  for (const char* controller : {"memory", "pids", "cpu", "freezer"}) {
+    INFO(controller);
+    CHECK_FALSE(std::filesystem::exists(std::string("/sys/fs/cgroup/") + controller + "/nsbox"));
+  }
+}
