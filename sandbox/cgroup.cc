@@ -249,6 +249,14 @@ int RawFreeze(const char* state_file) {
 int RawKillGroup(const char* kill_file, const char* procs_file, const char* freezer_state, const char** failed_call) {
   bool use_kill_file = kill_file != nullptr && kill_file[0] != '\0';
   bool use_freezer = freezer_state != nullptr && freezer_state[0] != '\0';
+  // Already empty, the usual case once pid 1 is reaped: no process can enter an empty group but by being moved.
+  if (int fd = ::open(procs_file, O_RDONLY | O_CLOEXEC); fd >= 0) {
+    char probe[16];
+    ssize_t n;
+    do n = ::read(fd, probe, sizeof probe); while (n < 0 && errno == EINTR);
+    ::close(fd);
+    if (n == 0) return 0;
+  }
   if (use_kill_file) {
     int err = RawWrite(kill_file, "1");
     if (err == ENOENT) {

@@ -83,8 +83,10 @@ class Cgroup {
   virtual Status KillAll() = 0;
   // Removes the group's directories, and the subtree directory when no other sandbox uses it.
   virtual Status Remove() = 0;
-  // Which mechanism enforced each limit, with the measurements from ReadStats().
-  virtual LimitsReport Report(const CgroupLimits& limits) const = 0;
+  // Which mechanism enforced each limit, with measurements already read by ReadStats().
+  virtual LimitsReport ReportFrom(const CgroupLimits& limits, const CgroupStats& stats) const = 0;
+  // The same, reading the measurements now.
+  LimitsReport Report(const CgroupLimits& limits) const { return ReportFrom(limits, ReadStats()); }
 
  protected:
   Cgroup() = default;

@@ -122,8 +122,7 @@ class CgroupV1 final : public Cgroup {
     return OkStatus();
   }
 
-  LimitsReport Report(const CgroupLimits& limits) const override {
-    CgroupStats stats = ReadStats();
+  LimitsReport ReportFrom(const CgroupLimits& limits, const CgroupStats& stats) const override {
     LimitsReport report;
     report.backend = "cgroup1";
     report.enforced_by = {{"memory", "cgroup1"}, {"pids", "cgroup1"}, {"cpus", "cgroup1"}};

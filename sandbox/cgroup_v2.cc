@@ -67,8 +67,7 @@ class CgroupV2 final : public Cgroup {
     return OkStatus();
   }
 
-  LimitsReport Report(const CgroupLimits& limits) const override {
-    CgroupStats stats = ReadStats();
+  LimitsReport ReportFrom(const CgroupLimits& limits, const CgroupStats& stats) const override {
     LimitsReport report;
     report.backend = "cgroup2";
     report.enforced_by = {{"memory", "cgroup2"}, {"pids", "cgroup2"}, {"cpus", "cgroup2"}};

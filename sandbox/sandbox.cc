@@ -365,7 +365,7 @@ Result Sandbox::Run() {
   CgroupStats stats;
   if (cgroup) {
     stats = cgroup->ReadStats();
-    result.limits = cgroup->Report(*policy_.cgroup_limits());
+    result.limits = cgroup->ReportFrom(*policy_.cgroup_limits(), stats);
     result.cpu_ms = static_cast<int64_t>(stats.cpu_usage_us / 1000);
     if (stats.peak_memory_bytes > 0) result.peak_memory_bytes = stats.peak_memory_bytes;
   } else {
