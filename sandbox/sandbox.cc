@@ -251,8 +251,7 @@ Result Sandbox::Run() {
     int fd = ReceiveFd(seccomp_parent.get());
     if (fd < 0 && errno == EAGAIN) return;
     if (fd >= 0) {
-      notifier = std::make_unique<SeccompNotifier>(UniqueFd(fd), seccomp->notify_errno);
-      notifier->Start();
+      notifier = std::make_unique<SeccompNotifier>(UniqueFd(fd), seccomp->notify_errno);  // answered in this loop
     }
     seccomp_parent.reset();  // one listener per sandbox; end-of-file means the payload never got that far
   };
@@ -294,11 +293,13 @@ Result Sandbox::Run() {
     }
     int wait_ms = timed_out || cancelled ? 50 :
         static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
-    struct pollfd fds[7];
+    struct pollfd fds[8];
     int nfds = 0;
     auto add = [&](int fd) {
       if (fd >= 0) fds[nfds++] = {fd, POLLIN, 0};
     };
+    const int listener = notifier ? notifier->listener_fd() : -1;
+    add(listener);
     add(pidfd.get());
     add(out->read.get());
     add(err->read.get());
@@ -308,6 +309,7 @@ Result Sandbox::Run() {
     add(seccomp_parent.get());
     int rc = ::poll(fds, static_cast<nfds_t>(nfds), wait_ms);
     if (rc < 0 && errno != EINTR) return SetupError(Status::Errno("poll").message());
+    if (listener >= 0 && rc > 0) notifier->OnReady(fds[0].revents);
     receive_listener();
     if (out->read) drain(out->read, stdout_buf);
     if (err->read) drain(err->read, stderr_buf);

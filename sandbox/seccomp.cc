@@ -438,7 +438,10 @@ std::string SyscallName(int nr) {
 SeccompNotifier::SeccompNotifier(UniqueFd listener, int answer_errno)
     : listener_(std::move(listener)), wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), answer_errno_(answer_errno) {}
 
-SeccompNotifier::~SeccompNotifier() { Stop(); }
+SeccompNotifier::~SeccompNotifier() {
+  Stop();
+  if (request_) seccomp_notify_free(request_, response_);
+}
 
 void SeccompNotifier::Start() {
   if (thread_.joinable() || !listener_) return;
@@ -459,13 +462,37 @@ std::map<std::string, uint64_t> SeccompNotifier::Denied() const {
   return denied_;
 }
 
-void SeccompNotifier::Loop() {
-  struct seccomp_notif* request = nullptr;
-  struct seccomp_notif_resp* response = nullptr;
-  if (seccomp_notify_alloc(&request, &response) < 0) {
-    listener_.reset();
-    return;
+bool SeccompNotifier::AnswerOne() {
+  if (!request_ && seccomp_notify_alloc(&request_, &response_) < 0) {
+    request_ = nullptr;
+    return false;
   }
+  std::memset(request_, 0, sizeof(*request_));
+  // ENOENT: the caller died (or its call was interrupted) between poll and receive.
+  if (seccomp_notify_receive(listener_.get(), request_) < 0) return true;
+  std::memset(response_, 0, sizeof(*response_));
+  response_->id = request_->id;
+  response_->val = 0;
+  response_->error = -answer_errno_;
+  response_->flags = 0;
+  // A failure means the caller is gone; the denial happened all the same.
+  (void)seccomp_notify_respond(listener_.get(), response_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++denied_[SyscallName(request_->data.nr)];
+  return true;
+}
+
+void SeccompNotifier::OnReady(short revents) {
+  if (!listener_ || thread_.joinable()) return;
+  bool keep = true;
+  if (revents & POLLIN) keep = AnswerOne();
+  // POLLHUP: no process uses the filter any more, so no notification can come. With no listener left the kernel
+  // answers any further notification ENOSYS at once.
+  else if (revents & (POLLHUP | POLLERR | POLLNVAL)) keep = false;
+  if (!keep) listener_.reset();
+}
+
+void SeccompNotifier::Loop() {
   for (;;) {
     struct pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
     const nfds_t count = wake_ ? 2 : 1;
@@ -475,24 +502,12 @@ void SeccompNotifier::Loop() {
     }
     if (count == 2 && (fds[1].revents & POLLIN)) break;
     if (fds[0].revents & POLLIN) {
-      std::memset(request, 0, sizeof(*request));
-      // ENOENT: the caller died (or its call was interrupted) between poll and receive.
-      if (seccomp_notify_receive(listener_.get(), request) < 0) continue;
-      std::memset(response, 0, sizeof(*response));
-      response->id = request->id;
-      response->val = 0;
-      response->error = -answer_errno_;
-      response->flags = 0;
-      // A failure means the caller is gone; the denial happened all the same.
-      (void)seccomp_notify_respond(listener_.get(), response);
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++denied_[SyscallName(request->data.nr)];
+      if (!AnswerOne()) break;
       continue;
     }
     // POLLHUP: no process uses the filter any more, so no notification can come.
     if (fds[0].revents & (POLLHUP | POLLERR | POLLNVAL)) break;
   }
-  seccomp_notify_free(request, response);
   // With no listener left the kernel answers further notifications ENOSYS at once, so a sandboxed
   // call can never hang on a notifier that has stopped.
   listener_.reset();

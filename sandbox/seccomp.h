@@ -16,6 +16,9 @@
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/spec/seccomp_profile.h"
 
+struct seccomp_notif;       // <linux/seccomp.h>
+struct seccomp_notif_resp;
+
 namespace nsbox {
 
 struct SeccompProgram {
@@ -87,8 +90,16 @@ class SeccompNotifier {
   void Stop();   // ends and joins it; idempotent
   std::map<std::string, uint64_t> Denied() const;
 
+  // Without a thread (a supervisor that polls anyway; one thread fewer to start and join per sandbox): poll
+  // listener_fd() for POLLIN while it is >= 0, and pass what poll returned for it to OnReady. -1 once no process
+  // uses the filter any more.
+  int listener_fd() const { return thread_.joinable() ? -1 : listener_.get(); }
+  void OnReady(short revents);
+
  private:
   void Loop();
+  // Answers one pending notification; false when the listener is done with (no process uses the filter).
+  bool AnswerOne();
 
   UniqueFd listener_;
   UniqueFd wake_;  // eventfd: Stop() wakes the thread out of poll
@@ -96,6 +107,8 @@ class SeccompNotifier {
   std::thread thread_;
   mutable std::mutex mutex_;
   std::map<std::string, uint64_t> denied_;
+  struct seccomp_notif* request_ = nullptr;
+  struct seccomp_notif_resp* response_ = nullptr;
 };
 
 // "mount"; "syscall_1000" for numbers no x86_64 call owns. For "violation" verdicts.

@@ -85,14 +85,15 @@ void ReadControl(SessionHelper& h) {
   }
 }
 
-// Takes the payload's seccomp listener when it arrives and starts answering its notifications.
-void ReceiveListener(SessionHelper& h, const Policy& policy) {
+// Takes the payload's seccomp listener when it arrives. An exec's loop answers its notifications itself (threaded
+// false); a REPL interpreter outlives its cells, so a thread answers for it between them.
+void ReceiveListener(SessionHelper& h, const Policy& policy, bool threaded) {
   if (!h.seccomp_socket) return;
   int fd = ReceiveFd(h.seccomp_socket.get());
   if (fd < 0 && errno == EAGAIN) return;
   if (fd >= 0) {
     h.notifier = std::make_unique<SeccompNotifier>(UniqueFd(fd), policy.seccomp()->notify_errno);
-    h.notifier->Start();
+    if (threaded) h.notifier->Start();
   }
   h.seccomp_socket.reset();  // one listener per payload; end-of-file means it never got that far
 }
@@ -529,10 +530,14 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
       timed_out = true;
       KillExec(h);
     }
-    struct pollfd fds[6];
-    int nfds = 0, cancel_index = -1;
+    struct pollfd fds[7];
+    int nfds = 0, cancel_index = -1, listener_index = -1;
     fds[nfds++] = {h.pidfd.get(), POLLIN, 0};
     if (h.seccomp_socket) fds[nfds++] = {h.seccomp_socket.get(), POLLIN, 0};
+    if (h.notifier && h.notifier->listener_fd() >= 0) {
+      listener_index = nfds;
+      fds[nfds++] = {h.notifier->listener_fd(), POLLIN, 0};
+    }
     if (h.out) fds[nfds++] = {h.out.get(), POLLIN, 0};
     if (h.err) fds[nfds++] = {h.err.get(), POLLIN, 0};
     if (h.control) fds[nfds++] = {h.control.get(), POLLIN, 0};
@@ -545,7 +550,8 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     Drain(h.out, &stdout_buf);
     Drain(h.err, &stderr_buf);
     ReadControl(h);
-    ReceiveListener(h, policy_);
+    if (listener_index >= 0 && rc > 0) h.notifier->OnReady(fds[listener_index].revents);
+    ReceiveListener(h, policy_, /*threaded=*/false);
     if (h.payload > 1 && (timed_out || cancelled)) KillExec(h);  // the payload's pid arrived after the kill
     if (cancel_index >= 0 && CancelRequested(fds[cancel_index])) {
       cancelled = true;
@@ -649,7 +655,7 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
       fds[nfds++] = {cancel_fd, POLLIN | POLLRDHUP, 0};
     }
     int rc = ::poll(fds, static_cast<nfds_t>(nfds), PollMs(deadline, false));
-    ReceiveListener(h, policy_);
+    ReceiveListener(h, policy_, /*threaded=*/true);
     if (rc < 0 && errno != EINTR) return SetupError(Status::Errno("poll").message());
     Drain(h.out, &stdout_buf);
     Drain(h.err, &stderr_buf);
