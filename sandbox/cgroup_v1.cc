@@ -81,10 +81,14 @@ class CgroupV1 final : public Cgroup {
     return OkStatus();
   }
 
+  uint64_t ReadOomKills() const override {
+    return ReadKeyed(memory_dir_ + "/memory.oom_control", "oom_kill");  // Linux 4.13+
+  }
+
   CgroupStats ReadStats() const override {
     CgroupStats stats;
     stats.peak_memory_bytes = ReadNumber(memory_dir_ + "/memory.max_usage_in_bytes");
-    stats.oom_kills = ReadKeyed(memory_dir_ + "/memory.oom_control", "oom_kill");  // Linux 4.13+
+    stats.oom_kills = ReadOomKills();
     stats.pids_limit_hit = ReadKeyed(pids_dir_ + "/pids.events", "max") > 0;
     stats.cpu_usage_us = ReadNumber(cpuacct_dir_ + "/cpuacct.usage") / 1000;
     stats.cpu_throttled_us = ReadKeyed(cpu_dir_ + "/cpu.stat", "throttled_time") / 1000;

@@ -35,11 +35,13 @@ class CgroupV2 final : public Cgroup {
     return WriteCgroupFile(dir_ + "/cgroup.procs", std::to_string(pid)).Wrap("moving a process into its cgroup");
   }
 
+  uint64_t ReadOomKills() const override { return ReadKeyed(dir_ + "/memory.events", "oom_kill"); }
+
   CgroupStats ReadStats() const override {
     CgroupStats stats;
     stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.peak");  // Linux 5.19+
     if (stats.peak_memory_bytes == 0) stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.current");
-    stats.oom_kills = ReadKeyed(dir_ + "/memory.events", "oom_kill");
+    stats.oom_kills = ReadOomKills();
     stats.pids_limit_hit = ReadKeyed(dir_ + "/pids.events", "max") > 0;
     auto cpu_stat = ReadFile(dir_ + "/cpu.stat");
     auto cpu = ParseKeyedFile(cpu_stat.ok() ? *cpu_stat : "");

@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <sched.h>
 #include <sys/fsuid.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -206,21 +205,6 @@ namespace {
 
 int PayloadEntry(void* plan) { RunPayload(*static_cast<const ChildPlan*>(plan)); }
 
-// The payload as a vfork-style child on a stack of its own: no copy of pid 1's page tables, no copy-on-write faults,
-// and its execve drops nothing but a reference. pid 1 waits until the payload has called execve (or died).
-// RunPayload makes only system calls (errno, which it shares with pid 1's thread, is not read by pid 1 again).
-pid_t StartPayload(const ChildPlan& plan) {
-  constexpr size_t kStackSize = 256 << 10;
-  void* stack = ::mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return -1;
-  pid_t pid = ::clone(PayloadEntry, static_cast<char*>(stack) + kStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                      const_cast<ChildPlan*>(&plan));
-  int err = errno;
-  ::munmap(stack, kStackSize);
-  errno = err;
-  return pid;
-}
-
 }  // namespace
 
 void ChildMain(const ChildPlan& plan) {
@@ -288,7 +272,8 @@ void ChildMain(const ChildPlan& plan) {
   ::sigprocmask(SIG_BLOCK, &all, nullptr);
   // A session's pid 1 has no payload: it stays, reaping, while execs join its namespaces from outside.
   if (plan.persistent) RunInit(plan, -1, watch);
-  pid_t payload = StartPayload(plan);
+  // vfork-style: pid 1 waits until the payload has called execve (RunPayload makes only system calls).
+  pid_t payload = StartVforkChild(PayloadEntry, const_cast<ChildPlan*>(&plan));
   if (payload < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload)", errno);
   RunInit(plan, payload, watch);
 }

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "sandbox/caps.h"
+#include "sandbox/launch.h"
 
 namespace nsbox {
 namespace {
@@ -53,6 +54,18 @@ void CloseAllExcept(int* keep, int count) {
     next = fd + 1;
   }
   ::syscall(SYS_close_range, next, ~0U, 0);
+}
+
+// The payload, in the session's pid namespace; system calls only (it shares the helper's memory until execve).
+int PayloadEntry(void* arg) {
+  const EnterPlan& plan = *static_cast<const EnterPlan*>(arg);
+  const ChildPlan& payload = plan.payload;
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
+  // Files the payload's setup creates (the code file) belong to the sandbox user.
+  ::setfsuid(payload.uid);
+  ::setfsgid(payload.gid);
+  if (!payload.code_path.empty() && WriteCodeFile(payload) != 0) Fail(plan, "write(code file)", errno);
+  RunPayload(payload);  // unblocks signals itself
 }
 
 }  // namespace
@@ -114,16 +127,9 @@ void EnterSessionAndRun(const EnterPlan& plan) {
   sigset_t all, old;
   sigfillset(&all);
   ::sigprocmask(SIG_BLOCK, &all, &old);
-  pid_t child = ::fork();
-  if (child < 0) Fail(plan, "fork(payload in the session's pid namespace)", errno);
-  if (child == 0) {
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
-    // Files the payload's setup creates (the code file) belong to the sandbox user.
-    ::setfsuid(payload.uid);
-    ::setfsgid(payload.gid);
-    if (!payload.code_path.empty() && WriteCodeFile(payload) != 0) Fail(plan, "write(code file)", errno);
-    RunPayload(payload);  // unblocks signals itself
-  }
+  // vfork-style: the helper waits until the payload has called execve.
+  pid_t child = StartVforkChild(PayloadEntry, const_cast<EnterPlan*>(&plan));
+  if (child < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload in the session's pid namespace)", errno);
   InitMessage started;
   started.kind = InitMessage::kStarted;
   started.value = child;

@@ -3,7 +3,9 @@
 
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -61,6 +63,17 @@ int SendFd(int socket, int fd) {
   cmsg->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
   return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+pid_t StartVforkChild(int (*entry)(void*), void* arg) {
+  constexpr size_t kStackSize = 256 << 10;
+  void* stack = ::mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  pid_t pid = ::clone(entry, static_cast<char*>(stack) + kStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
+  int err = errno;
+  ::munmap(stack, kStackSize);
+  errno = err;
+  return pid;
 }
 
 int ReceiveFd(int socket) {

@@ -22,6 +22,11 @@ StatusOr<Pipe> MakePipe();
 void SetNonBlocking(int fd);
 // fork-like clone3 (no new stack) returning a pidfd; with cgroup_fd >= 0 the child is born in that cgroup (v2).
 pid_t CloneWithPidfd(uint64_t flags, int* pidfd, int cgroup_fd);
+// A vfork-style child (CLONE_VM|CLONE_VFORK, SIGCHLD) running entry(arg) on a stack of its own: no copy of the
+// caller's page tables, no copy-on-write faults, and its execve drops only a reference to the shared memory. The
+// caller is suspended until the child calls execve or exits. entry must make only system calls: the child shares the
+// caller's memory and thread state (errno among it). Returns the child's pid, or -1 with errno.
+pid_t StartVforkChild(int (*entry)(void*), void* arg);
 // The absolute directories of a PATH value, for the child's own lookup after clone.
 std::vector<std::string> SplitPath(const std::string& path);
 // A result that says nothing ran, and why.

@@ -471,7 +471,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
 }
 
 // Denied calls, limits, and the OOM verdict (the session's cgroup counted an OOM kill during this exec).
-void SessionSandbox::FinishReport(SessionHelper& h, const CgroupStats& before, Result* result) {
+void SessionSandbox::FinishReport(SessionHelper& h, uint64_t oom_kills_before, Result* result) {
   if (h.notifier) {
     h.notifier->Stop();
     result->denied_syscalls = h.notifier->Denied();
@@ -483,7 +483,7 @@ void SessionSandbox::FinishReport(SessionHelper& h, const CgroupStats& before, R
     return;
   }
   result->limits = cgroup_->Report(*policy_.cgroup_limits());  // reads the stats too
-  if (result->status == RunStatus::kSignal && result->signal == SIGKILL && result->limits->oom_kills > before.oom_kills) {
+  if (result->status == RunStatus::kSignal && result->signal == SIGKILL && result->limits->oom_kills > oom_kills_before) {
     result->status = RunStatus::kOom;
     result->reason = fmt::format("killed by the OOM killer: the session's memory limit of {} bytes was reached",
                                  policy_.cgroup_limits()->memory_max_bytes);
@@ -509,7 +509,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     ex.code_path = unique;
   }
   auto before = Snapshot(workspace_fd_.get());
-  CgroupStats stats_before = cgroup_ ? cgroup_->ReadStats() : CgroupStats{};
+  const uint64_t oom_kills_before = cgroup_ ? cgroup_->ReadOomKills() : 0;
 
   auto started_helper = StartHelper(ex, -1);
   if (!started_helper.ok()) return SetupError(started_helper.status().message());
@@ -572,7 +572,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   result.stdout_truncated = stdout_buf.truncated();
   result.stderr_truncated = stderr_buf.truncated();
   FillVerdict(h, timed_out, cancelled, ex.wall_timeout, &result);
-  FinishReport(h, stats_before, &result);
+  FinishReport(h, oom_kills_before, &result);
   result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   result.extra["changed_files"] = ChangedFilesJson(before, workspace_fd_.get());
   return result;

@@ -82,7 +82,7 @@ class SessionSandbox {
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
   StatusOr<std::unique_ptr<SessionHelper>> StartHelper(const Executor& executor, int channel_fd);
   void Forget(pid_t helper);
-  void FinishReport(SessionHelper& helper, const CgroupStats& before, Result* result);
+  void FinishReport(SessionHelper& helper, uint64_t oom_kills_before, Result* result);
 
   Policy policy_;
   pid_t pid1_ = -1;
