@@ -331,6 +331,7 @@ void SessionSandbox::Terminate() {
     std::lock_guard lock(helpers_mutex_);
     for (pid_t helper : helpers_) ::kill(helper, SIGKILL);
   }
+  ReapExitedHelpers();
   // The cgroup's destructor kills whatever is still in it (helpers too) and removes it.
   cgroup_.reset();
 }
@@ -388,6 +389,20 @@ uint64_t SessionSandbox::MemoryInUseBytes() const {
 void SessionSandbox::Forget(pid_t helper) {
   std::lock_guard lock(helpers_mutex_);
   helpers_.erase(helper);
+}
+
+void SessionSandbox::ReapExitedHelpers() {
+  std::vector<pid_t> exited;
+  {
+    std::lock_guard lock(helpers_mutex_);
+    exited.swap(exited_helpers_);
+  }
+  for (pid_t pid : exited) {
+    // It sent its last report and only exits now; still our child, so its pid cannot have been reused.
+    while (::waitpid(pid, nullptr, __WALL) < 0 && errno == EINTR) {
+    }
+    Forget(pid);
+  }
 }
 
 StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd) {
@@ -511,10 +526,17 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   auto before = Snapshot(workspace_fd_.get());
   const uint64_t oom_kills_before = cgroup_ ? cgroup_->ReadOomKills() : 0;
 
+  ReapExitedHelpers();
   auto started_helper = StartHelper(ex, -1);
   if (!started_helper.ok()) return SetupError(started_helper.status().message());
   SessionHelper& h = **started_helper;
+  bool helper_ending = false;  // reported the payload's exit: reaped by ReapExitedHelpers, after the answer
   Defer forget([&] {
+    if (helper_ending && !h.reaped) {
+      std::lock_guard lock(helpers_mutex_);
+      exited_helpers_.push_back(h.pid);
+      return;
+    }
     if (!h.reaped) {
       ::kill(h.pid, SIGKILL);
       Reap(h);
@@ -525,7 +547,8 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   OutputBuffer stdout_buf(ex.output_limit_bytes), stderr_buf(ex.output_limit_bytes);
   const auto deadline = started + ex.wall_timeout;
   bool timed_out = false, cancelled = false;
-  while (!h.reaped) {
+  // Until the helper is gone, or has reported the payload's exit and the payload's output has reached its end.
+  while (!h.reaped && !(h.have_exit && !h.out && !h.err)) {
     if (!timed_out && !cancelled && Clock::now() >= deadline) {
       timed_out = true;
       KillExec(h);
@@ -559,6 +582,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     }
     if (fds[0].revents & POLLIN) Reap(h);
   }
+  helper_ending = h.have_exit && !h.reaped;
   // The payload has exited: what it wrote is in the pipes. Descendants that still hold them are not waited for.
   Drain(h.out, &stdout_buf);
   Drain(h.err, &stderr_buf);

@@ -77,6 +77,10 @@ class SessionSandbox {
   StatusOr<UniqueFd> OpenWorkspace() const;
   // Resident memory of the session's processes plus what its tmpfs mounts hold.
   uint64_t MemoryInUseBytes() const;
+  // Waits for exec helpers that have reported their payload's exit and are ending. Exec() returns without waiting
+  // for them (their exit takes about 0.2 ms); call this after the answer has gone out. Later Exec()s and
+  // Terminate() call it too.
+  void ReapExitedHelpers();
 
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
@@ -95,6 +99,7 @@ class SessionSandbox {
   bool new_network_ = true;
   std::mutex helpers_mutex_;
   std::set<pid_t> helpers_;  // live exec helpers, killed by Terminate()
+  std::vector<pid_t> exited_helpers_;  // reported their payload's exit; not reaped yet (ReapExitedHelpers)
   std::mutex exec_counter_mutex_;
   uint64_t exec_counter_ = 0;
 
