@@ -525,7 +525,7 @@ StatusOr<Plan> Detect(const CgroupConfig& config) {
     if (missing.empty()) {
       std::vector<std::string> unwritable;
       for (const std::string* dir : {&plan.v1.memory, &plan.v1.pids, &plan.v1.cpu, &plan.v1.cpuacct}) {
-        if (::access(dir->c_str(), W_OK) != 0) unwritable.push_back(*dir);
+        if (!dir->empty() && ::access(dir->c_str(), W_OK) != 0) unwritable.push_back(*dir);
       }
       if (unwritable.empty()) return plan;
       problems.push_back(fmt::format("cgroup v1: no write access to {} (not root and not delegated)",
@@ -557,8 +557,12 @@ StatusOr<std::unique_ptr<Cgroup>> CreateSandboxCgroup(const CgroupLimits& limits
     if (config.sweep_stale) SweepStaleV2(plan->v2_parent, config);
     return CreateCgroupV2(limits, config, plan->v2_parent, UseOwnCgroup(config));
   }
+  // Stale groups are looked for in every hierarchy, whichever this group uses.
   if (config.sweep_stale) SweepStaleV1(plan->v1, config);
-  return CreateCgroupV1(limits, config, plan->v1);
+  V1Dirs used = plan->v1;
+  if (!config.v1_cpu_accounting) used.cpuacct.clear();
+  if (!config.v1_freezer) used.freezer.clear();
+  return CreateCgroupV1(limits, config, used);
 }
 
 }  // namespace nsbox

@@ -90,7 +90,7 @@ class CgroupV1 final : public Cgroup {
     stats.peak_memory_bytes = ReadNumber(memory_dir_ + "/memory.max_usage_in_bytes");
     stats.oom_kills = ReadOomKills();
     stats.pids_limit_hit = ReadKeyed(pids_dir_ + "/pids.events", "max") > 0;
-    stats.cpu_usage_us = ReadNumber(cpuacct_dir_ + "/cpuacct.usage") / 1000;
+    if (!cpuacct_dir_.empty()) stats.cpu_usage_us = ReadNumber(cpuacct_dir_ + "/cpuacct.usage") / 1000;
     stats.cpu_throttled_us = ReadKeyed(cpu_dir_ + "/cpu.stat", "throttled_time") / 1000;
     return stats;
   }

@@ -43,6 +43,14 @@ using Clock = std::chrono::steady_clock;
 
 
 
+// A run's sandbox has its own pid namespace: its CPU time is pid 1's rusage, and pid 1's death kills it whole.
+CgroupConfig RunCgroupConfig() {
+  CgroupConfig config;
+  config.v1_cpu_accounting = false;
+  config.v1_freezer = false;
+  return config;
+}
+
 const HostView* CachedHostView(Status* error) {
   static StatusOr<HostView> view = LoadHostView(DataDir() + "/rootfs/host.json");
   if (!view.ok()) {
@@ -157,7 +165,7 @@ Result Sandbox::Run() {
   const auto& limits = policy_.cgroup_limits();
   if (limits) {
     if (CgroupConfig config; PathExists(config.cgroup_root + "/cgroup.controllers")) {  // a cgroup2 mount
-      auto made = CreateSandboxCgroup(*limits);
+      auto made = CreateSandboxCgroup(*limits, RunCgroupConfig());
       if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
       cgroup = std::move(*made);
     } else {
@@ -208,7 +216,7 @@ Result Sandbox::Run() {
   if (::write(sync->write.get(), &go, 1) != 1) return SetupError(Status::Errno("write(sync pipe)").message());
   sync->write.reset();
   if (cgroup_socket) {
-    auto made = CreateSandboxCgroup(*limits);
+    auto made = CreateSandboxCgroup(*limits, RunCgroupConfig());
     if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
     cgroup = std::move(*made);
     // No descriptors (a backend that cannot be joined from inside): nsbox places the child itself, and says so with 0.
@@ -368,7 +376,7 @@ Result Sandbox::Run() {
   if (cgroup) {
     stats = cgroup->ReadStats();
     result.limits = cgroup->ReportFrom(*policy_.cgroup_limits(), stats);
-    result.cpu_ms = static_cast<int64_t>(stats.cpu_usage_us / 1000);
+    if (stats.cpu_usage_us > 0) result.cpu_ms = static_cast<int64_t>(stats.cpu_usage_us / 1000);
     if (stats.peak_memory_bytes > 0) result.peak_memory_bytes = stats.peak_memory_bytes;
   } else {
     LimitsReport none;

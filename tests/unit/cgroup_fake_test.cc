@@ -338,3 +338,33 @@ TEST_CASE("the subtree name must be a single directory name") {
   REQUIRE_FALSE(group.ok());
   CHECK(group.status().message().find("one directory name") != std::string::npos);
 }
+
+TEST_CASE("v1 without CPU accounting and freezer: groups in memory, pids and cpu only; the sweep still covers all five") {
+  FakeTree tree;
+  tree.MakeV1();
+  // A stale group left by a dead nsbox that used every hierarchy.
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  std::string stale = std::to_string(dead) + "-12345-0";
+  for (const char* controller : {"memory", "pids", "cpu", "cpuacct", "freezer"})
+    fs::create_directories(tree.cg() / controller / "nsbox" / stale);
+
+  tree.config.v1_cpu_accounting = false;
+  tree.config.v1_freezer = false;
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1), tree.config);
+  REQUIRE(group.ok());
+  std::string name = Name((*group)->path());
+  for (const char* controller : {"memory", "pids", "cpu"}) {
+    INFO(controller);
+    CHECK(fs::is_directory(tree.cg() / controller / "nsbox" / name));
+  }
+  CHECK_FALSE(fs::exists(tree.cg() / "cpuacct" / "nsbox" / name));
+  CHECK_FALSE(fs::exists(tree.cg() / "freezer" / "nsbox" / name));
+  CHECK((*group)->self_join().count == 3);
+  CHECK((*group)->ReadStats().cpu_usage_us == 0);
+  for (const char* controller : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
+    INFO(controller);
+    CHECK_FALSE(fs::exists(tree.cg() / controller / "nsbox" / stale));
+  }
+}
