@@ -17,8 +17,9 @@ namespace nsbox {
 struct CgroupConfig {
   // Where the cgroup file systems are mounted; tests point it at a fake tree in a temp dir.
   std::string cgroup_root = "/sys/fs/cgroup";
-  // The directory, under the hierarchy root (root) or under nsbox's own cgroup (non-root), that holds
-  // one directory per sandbox. It is removed again when it becomes empty.
+  // v2: the directory, under the hierarchy root (root) or under nsbox's own cgroup (non-root), that holds one group
+  // per sandbox; it is removed again when it becomes empty. v1: the prefix of each group's name, "<subtree>-<id>"
+  // directly in each hierarchy's root (or nsbox's own group).
   std::string subtree = "nsbox";
   // Where nsbox's own cgroup membership is read from (cgroup(7) format).
   std::string proc_self_cgroup = "/proc/self/cgroup";

@@ -21,21 +21,22 @@ constexpr uint64_t kCpuPeriodUs = 100000;
 
 // One hierarchy's copy of the sandbox's group. Co-mounted controllers (cpu,cpuacct) share one.
 struct Hierarchy {
-  std::string subtree_dir;
   std::string dir;
 };
 
 class CgroupV1 final : public Cgroup {
  public:
-  // parents: the hierarchy directories holding the subtree; the same hierarchy reached twice counts once.
+  // parents: the hierarchy directories that hold the group, "<subtree>-<name>" in each (v1 has no rule against
+  // groups next to processes, so no subtree directory is needed: one mkdir and one rmdir per hierarchy instead of
+  // two); the same hierarchy reached twice counts once.
   CgroupV1(const V1Dirs& parents, const std::string& subtree, const std::string& name) {
     auto add = [&](const std::string& parent) -> std::string {
       if (parent.empty()) return "";
-      std::string dir = parent + "/" + subtree + "/" + name;
+      std::string dir = parent + "/" + subtree + "-" + name;
       char* real = ::realpath(parent.c_str(), nullptr);
       std::string key = real ? real : parent;
       ::free(real);
-      if (seen_.insert(key).second) hierarchies_.push_back({parent + "/" + subtree, dir});
+      if (seen_.insert(key).second) hierarchies_.push_back({dir});
       return dir;
     };
     memory_dir_ = add(parents.memory);
@@ -118,7 +119,6 @@ class CgroupV1 final : public Cgroup {
     for (const Hierarchy& hierarchy : hierarchies_) {
       Status removed = RemoveDir(hierarchy.dir);
       if (!removed.ok() && first_error.ok()) first_error = removed.Wrap("removing the sandbox's cgroup");
-      RemoveSubtreeIfEmpty(hierarchy.subtree_dir);
     }
     if (!first_error.ok()) return first_error;
     removed_ = true;
@@ -161,10 +161,7 @@ class CgroupV1 final : public Cgroup {
     ReaperPlan plan;
     plan.procs_file = memory_dir_ + "/cgroup.procs";
     if (!freezer_dir_.empty()) plan.freezer_state_file = freezer_dir_ + "/freezer.state";
-    for (const Hierarchy& hierarchy : hierarchies_) {
-      plan.group_dirs.push_back(hierarchy.dir);
-      plan.subtree_dirs.push_back(hierarchy.subtree_dir);
-    }
+    for (const Hierarchy& hierarchy : hierarchies_) plan.group_dirs.push_back(hierarchy.dir);
     auto reaper = Reaper::Start(plan);
     if (!reaper.ok()) return reaper.status();
     reaper_ = std::move(reaper.value());
@@ -187,9 +184,11 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, con
                                                  const V1Dirs& parents) {
   auto group = std::make_unique<CgroupV1>(parents, config.subtree, NewGroupName());
   for (const Hierarchy& hierarchy : group->hierarchies()) {
-    // v1 needs nothing enabled in the subtree: the controllers are the hierarchy's own.
-    NSBOX_RETURN_IF_ERROR(MakeGroupDir(hierarchy.subtree_dir, hierarchy.dir, config, [] { return OkStatus(); })
-                              .Wrap("creating the sandbox's cgroup"));
+    // v1 needs nothing enabled anywhere: the controllers are the hierarchy's own.
+    bool created = false;
+    int err = 0;
+    NSBOX_RETURN_IF_ERROR(MakeDir(hierarchy.dir, config, &created, &err).Wrap("creating the sandbox's cgroup"));
+    if (!created) return Status::Error("mkdir(" + hierarchy.dir + "): exists already (a name clash)");
   }
   NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
   NSBOX_RETURN_IF_ERROR(group->OpenTasksFiles().Wrap("opening the sandbox's cgroup for joining"));
@@ -199,12 +198,16 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, con
 
 void SweepStaleV1(const V1Dirs& parents, const CgroupConfig& config) {
   std::set<std::string> stale;
+  const std::string prefix = config.subtree + "-";
   for (const std::string* parent : {&parents.memory, &parents.pids, &parents.cpu, &parents.cpuacct, &parents.freezer}) {
     if (parent->empty()) continue;
-    DIR* listing = ::opendir((*parent + "/" + config.subtree).c_str());
+    DIR* listing = ::opendir(parent->c_str());
     if (!listing) continue;
     while (struct dirent* entry = ::readdir(listing)) {
-      if (entry->d_type == DT_DIR && IsStaleGroupName(entry->d_name)) stale.insert(entry->d_name);
+      std::string_view name = entry->d_name;
+      if (entry->d_type != DT_DIR || !name.starts_with(prefix)) continue;
+      std::string group(name.substr(prefix.size()));
+      if (IsStaleGroupName(group)) stale.insert(group);
     }
     ::closedir(listing);
   }

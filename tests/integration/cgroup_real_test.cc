@@ -91,7 +91,7 @@ std::vector<fs::path> GroupDirs(const std::string& backend, const std::string& p
   std::string name = fs::path(path).filename().string();
   std::vector<fs::path> dirs;
   for (const char* controller : {"memory", "pids", "cpu", "cpuacct", "freezer"})
-    dirs.push_back(fs::path("/sys/fs/cgroup") / controller / "nsbox" / name);
+    dirs.push_back(fs::path("/sys/fs/cgroup") / controller / name);
   return dirs;
 }
 
@@ -214,12 +214,15 @@ TEST_CASE("real cgroup: a fork bomb fails to fork at pids.max and the verdict sa
 double SpinnerShare(uint64_t* throttled_us, const std::string& backend, double cpus) {
   auto group = CreateSandboxCgroup(Limits(256 << 20, 32, cpus));
   REQUIRE(group.ok());
-  // The highest CPU weight for the group and the nsbox subtree above it (weights count among siblings),
-  // so that the quota, not the other work on a busy machine, is what holds the spinners back.
+  // The highest CPU weight for the group (and on v2 the nsbox subtree above it: weights count among siblings), so
+  // that the quota, not the other work on a busy machine, is what holds the spinners back. A v1 group sits in the
+  // hierarchy's root, which is the host's and is left alone.
   fs::path cpu_dir = GroupDirs(backend, (*group)->path())[backend == "cgroup2" ? 0 : 2];
-  for (const fs::path& dir : {cpu_dir, cpu_dir.parent_path()}) {
-    if (backend == "cgroup2") CHECK(WriteControlFile((dir / "cpu.weight").string(), "10000").ok());
-    else CHECK(WriteControlFile((dir / "cpu.shares").string(), "262144").ok());
+  if (backend == "cgroup2") {
+    for (const fs::path& dir : {cpu_dir, cpu_dir.parent_path()})
+      CHECK(WriteControlFile((dir / "cpu.weight").string(), "10000").ok());
+  } else {
+    CHECK(WriteControlFile((cpu_dir / "cpu.shares").string(), "262144").ok());
   }
   auto start = Clock::now();
   pid_t pid = StartInGroup(**group, {Probe("spinner"), "2", "3"});

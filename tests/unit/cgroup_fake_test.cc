@@ -218,7 +218,7 @@ TEST_CASE("a hybrid host with an empty unified tree uses v1, and says so when a 
   CHECK(missing.status().message().find("unified gets no controllers") != std::string::npos);
 }
 
-TEST_CASE("v1: a sandbox group gets memory and memsw limits, pids.max and a CFS quota, in the hierarchy roots' nsbox subtree") {
+TEST_CASE("v1: a sandbox group gets memory and memsw limits, pids.max and a CFS quota, as nsbox-<id> in each hierarchy's root") {
   FakeTree tree;
   tree.MakeV1();
   auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 0.5), tree.config);
@@ -227,21 +227,22 @@ TEST_CASE("v1: a sandbox group gets memory and memsw limits, pids.max and a CFS 
   CHECK(std::string(cgroup.backend()) == "cgroup1");
   CHECK(cgroup.clone_into_fd() == -1);
   std::string name = Name(cgroup.path());
-  // Under the hierarchy root's own subtree, not under nsbox's memory cgroup (/process_api/abc).
-  fs::path memory = tree.cg() / "memory" / "nsbox" / name;
+  // Directly in the hierarchy's root as nsbox-<id>, not under nsbox's memory cgroup (/process_api/abc).
+  fs::path memory = tree.cg() / "memory" / name;
   CHECK(fs::path(cgroup.path()) == memory);
+  CHECK(name.starts_with("nsbox-" + std::to_string(::getpid()) + "-"));
   CHECK(Get(memory / "memory.limit_in_bytes") == std::to_string(64 << 20));
   CHECK(Get(memory / "memory.memsw.limit_in_bytes") == std::to_string(64 << 20));  // swap off
-  CHECK(Get(tree.cg() / "pids" / "nsbox" / name / "pids.max") == "32");
-  CHECK(Get(tree.cg() / "cpu" / "nsbox" / name / "cpu.cfs_period_us") == "100000");
-  CHECK(Get(tree.cg() / "cpu" / "nsbox" / name / "cpu.cfs_quota_us") == "50000");
-  CHECK(fs::is_directory(tree.cg() / "cpuacct" / "nsbox" / name));
-  CHECK(fs::is_directory(tree.cg() / "freezer" / "nsbox" / name));
+  CHECK(Get(tree.cg() / "pids" / name / "pids.max") == "32");
+  CHECK(Get(tree.cg() / "cpu" / name / "cpu.cfs_period_us") == "100000");
+  CHECK(Get(tree.cg() / "cpu" / name / "cpu.cfs_quota_us") == "50000");
+  CHECK(fs::is_directory(tree.cg() / "cpuacct" / name));
+  CHECK(fs::is_directory(tree.cg() / "freezer" / name));
   REQUIRE(cgroup.AddProcess(4242).ok());
   for (const char* controller : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
     INFO(controller);
-    CHECK(Get(tree.cg() / controller / "nsbox" / name / "cgroup.procs") == "4242");
-    Put(tree.cg() / controller / "nsbox" / name / "cgroup.procs", "");  // keep the destructor's kill away from pid 4242
+    CHECK(Get(tree.cg() / controller / name / "cgroup.procs") == "4242");
+    Put(tree.cg() / controller / name / "cgroup.procs", "");  // keep the destructor's kill away from pid 4242
   }
 }
 
@@ -251,12 +252,12 @@ TEST_CASE("v1: a co-mounted cpu,cpuacct hierarchy holds one group, which gets th
   auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
   REQUIRE(group.ok());
   std::string name = Name((*group)->path());
-  fs::path cpu = tree.cg() / "cpu,cpuacct" / "nsbox" / name;
+  fs::path cpu = tree.cg() / "cpu,cpuacct" / name;
   CHECK(Get(cpu / "cpu.cfs_quota_us") == "200000");
   REQUIRE((*group)->AddProcess(4242).ok());
   CHECK(Get(cpu / "cgroup.procs") == "4242");  // written once: a second write would fail on a real hierarchy
   for (const char* controller : {"memory", "pids", "cpu,cpuacct", "freezer"})
-    Put(tree.cg() / controller / "nsbox" / name / "cgroup.procs", "");
+    Put(tree.cg() / controller / name / "cgroup.procs", "");
 }
 
 TEST_CASE("v1: a child joins by writing \"0\" to each hierarchy's tasks file, once per co-mounted hierarchy") {
@@ -270,8 +271,8 @@ TEST_CASE("v1: a child joins by writing \"0\" to each hierarchy's tasks file, on
   REQUIRE(JoinCgroupSelf(join) == 0);
   for (const char* controller : {"memory", "pids", "cpu,cpuacct", "freezer"}) {
     INFO(controller);
-    CHECK(Get(tree.cg() / controller / "nsbox" / name / "tasks") == "0");
-    CHECK(Get(tree.cg() / controller / "nsbox" / name / "cgroup.procs").empty());
+    CHECK(Get(tree.cg() / controller / name / "tasks") == "0");
+    CHECK(Get(tree.cg() / controller / name / "cgroup.procs").empty());
   }
   CgroupSelfJoin bad;
   bad.fds[0] = -1;
@@ -287,11 +288,11 @@ TEST_CASE("v1: stats come from memory.oom_control, max_usage_in_bytes, pids.even
   auto group = CreateSandboxCgroup(limits, tree.config);
   REQUIRE(group.ok());
   std::string name = Name((*group)->path());
-  Put(tree.cg() / "memory" / "nsbox" / name / "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
-  Put(tree.cg() / "memory" / "nsbox" / name / "memory.max_usage_in_bytes", "66912256\n");
-  Put(tree.cg() / "pids" / "nsbox" / name / "pids.events", "max 0\n");
-  Put(tree.cg() / "cpuacct" / "nsbox" / name / "cpuacct.usage", "2500000000\n");
-  Put(tree.cg() / "cpu" / "nsbox" / name / "cpu.stat", "nr_periods 40\nnr_throttled 20\nthrottled_time 1200000000\n");
+  Put(tree.cg() / "memory" / name / "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
+  Put(tree.cg() / "memory" / name / "memory.max_usage_in_bytes", "66912256\n");
+  Put(tree.cg() / "pids" / name / "pids.events", "max 0\n");
+  Put(tree.cg() / "cpuacct" / name / "cpuacct.usage", "2500000000\n");
+  Put(tree.cg() / "cpu" / name / "cpu.stat", "nr_periods 40\nnr_throttled 20\nthrottled_time 1200000000\n");
   CgroupStats stats = (*group)->ReadStats();
   CHECK(stats.oom_kills == 1);
   CHECK(stats.peak_memory_bytes == 66912256);
@@ -348,7 +349,7 @@ TEST_CASE("v1 without CPU accounting and freezer: groups in memory, pids and cpu
   ::waitpid(dead, nullptr, 0);
   std::string stale = std::to_string(dead) + "-12345-0";
   for (const char* controller : {"memory", "pids", "cpu", "cpuacct", "freezer"})
-    fs::create_directories(tree.cg() / controller / "nsbox" / stale);
+    fs::create_directories(tree.cg() / controller / ("nsbox-" + stale));
 
   tree.config.v1_cpu_accounting = false;
   tree.config.v1_freezer = false;
@@ -357,14 +358,14 @@ TEST_CASE("v1 without CPU accounting and freezer: groups in memory, pids and cpu
   std::string name = Name((*group)->path());
   for (const char* controller : {"memory", "pids", "cpu"}) {
     INFO(controller);
-    CHECK(fs::is_directory(tree.cg() / controller / "nsbox" / name));
+    CHECK(fs::is_directory(tree.cg() / controller / name));
   }
-  CHECK_FALSE(fs::exists(tree.cg() / "cpuacct" / "nsbox" / name));
-  CHECK_FALSE(fs::exists(tree.cg() / "freezer" / "nsbox" / name));
+  CHECK_FALSE(fs::exists(tree.cg() / "cpuacct" / name));
+  CHECK_FALSE(fs::exists(tree.cg() / "freezer" / name));
   CHECK((*group)->self_join().count == 3);
   CHECK((*group)->ReadStats().cpu_usage_us == 0);
   for (const char* controller : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
     INFO(controller);
-    CHECK_FALSE(fs::exists(tree.cg() / controller / "nsbox" / stale));
+    CHECK_FALSE(fs::exists(tree.cg() / controller / ("nsbox-" + stale)));
   }
 }
