@@ -50,9 +50,10 @@ struct CgroupConfig {
   std::function<void(const std::string& dir)> fake_fs_mkdir_hook;
 };
 
-// Descriptors through which a freshly cloned or forked, still single-threaded child moves itself into its group
-// (v1: each hierarchy's `tasks` file, opened by nsbox). Moving oneself ("0", the calling thread) skips the global
+// Descriptors through which a freshly cloned or forked, still single-threaded child moves itself into its group,
+// opened by nsbox. v1: each hierarchy's `tasks` file; moving oneself ("0", the calling thread) skips the global
 // threadgroup lock that moving another process by pid takes, and with it an RCU grace period (5-10 ms here).
+// v2: the group's cgroup.procs ("0" moves the caller's process), for children that cannot be cloned into it.
 struct CgroupSelfJoin {
   static constexpr int kMax = 6;
   int fds[kMax] = {-1, -1, -1, -1, -1, -1};
@@ -84,8 +85,9 @@ class Cgroup {
   virtual std::string path() const = 0;
   // Moves a process (and its future children) into the group: cgroup.procs of every controller.
   virtual Status AddProcess(pid_t pid) = 0;
-  // v1: descriptors for JoinCgroupSelf, valid until the Cgroup is destroyed; empty for v2 (use clone_into_fd).
-  virtual CgroupSelfJoin self_join() const { return {}; }
+  // Descriptors for JoinCgroupSelf, valid until the Cgroup is destroyed. On v2, prefer clone_into_fd where the
+  // child can be cloned into the group.
+  virtual CgroupSelfJoin self_join() const = 0;
   virtual CgroupStats ReadStats() const = 0;
   // ReadStats().oom_kills alone: one file instead of five.
   virtual uint64_t ReadOomKills() const = 0;

@@ -35,6 +35,12 @@ class CgroupV2 final : public Cgroup {
     return WriteCgroupFile(dir_ + "/cgroup.procs", std::to_string(pid)).Wrap("moving a process into its cgroup");
   }
 
+  CgroupSelfJoin self_join() const override {
+    CgroupSelfJoin join;
+    if (procs_fd_) join.fds[join.count++] = procs_fd_.get();
+    return join;
+  }
+
   uint64_t ReadOomKills() const override { return ReadKeyed(dir_ + "/memory.events", "oom_kill"); }
 
   CgroupStats ReadStats() const override {
@@ -62,6 +68,7 @@ class CgroupV2 final : public Cgroup {
   Status Remove() override {
     if (removed_) return OkStatus();
     dir_fd_.reset();
+    procs_fd_.reset();
     NSBOX_RETURN_IF_ERROR(RemoveDir(dir_).Wrap("removing the sandbox's cgroup"));
     RemoveSubtreeIfEmpty(subtree_dir_);
     removed_ = true;
@@ -100,6 +107,8 @@ class CgroupV2 final : public Cgroup {
   Status OpenDirFd() {
     dir_fd_.reset(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dir_fd_) return Status::Errno(fmt::format("open({}, O_DIRECTORY)", dir_));
+    procs_fd_.reset(::openat(dir_fd_.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
+    if (!procs_fd_) return Status::Errno(fmt::format("open({}/cgroup.procs)", dir_));
     return OkStatus();
   }
 
@@ -119,6 +128,7 @@ class CgroupV2 final : public Cgroup {
   std::string subtree_dir_;
   std::string dir_;
   UniqueFd dir_fd_;
+  UniqueFd procs_fd_;  // cgroup.procs, for self_join()
   std::unique_ptr<Reaper> reaper_;
   bool swap_limited_ = false;
   bool removed_ = false;

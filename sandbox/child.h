@@ -69,6 +69,9 @@ struct ChildPlan {
   bool persistent = false;
   // Sessions (REPL): a descriptor the payload keeps open as fd 3 across execve, -1 when unused.
   int channel_fd = -1;
+  // The payload dies with its parent (PR_SET_PDEATHSIG). A session's exec is reparented to the supervisor once its
+  // helper exits, and dies with the session's pid namespace instead.
+  bool parent_death_signal = true;
 };
 
 // Fills the program part of a plan from an Executor (argv, environment, PATH directories, cwd, code file). In the

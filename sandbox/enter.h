@@ -1,4 +1,4 @@
-// The exec helper's in-child sequence: join a session's namespaces, fork the payload into its pid namespace, wait.
+// The exec helper: join a session's namespaces, start the payload in its pid namespace, hand it to the supervisor.
 #pragma once
 
 #include "sandbox/child.h"
@@ -10,15 +10,18 @@ struct EnterPlan {
   // The same namespaces as descriptors (user, mnt, pid, net, ipc, uts; -1 unused), for when the pidfd may not be used
   // (an unprivileged supervisor and a non-dumpable pid 1). The cgroup namespace is then not joined.
   int ns_fds[6] = {-1, -1, -1, -1, -1, -1};
-  int sync_fd = -1;        // read end: one byte once the supervisor has placed the helper in the session's cgroup
-  ChildPlan payload;       // the payload's plan; its control_fd also carries the helper's reports
+  ChildPlan payload;       // the payload's plan; its control_fd carries the helper's and the payload's set-up errors
+  pid_t* payload_pid = nullptr;  // where the helper leaves the payload's pid (it shares the supervisor's memory)
 };
 
-// Runs in a freshly forked helper (async-signal-safe, allocation-free). Joins the user, mount, pid, network, ipc, uts
-// and cgroup namespaces of the session's pid 1, forks the payload (which lands in the session's pid namespace),
-// reports kStarted with the payload's pid, drops its own privileges, waits for the payload and reports kExited with
-// its wait status and resource usage. Never returns.
-[[noreturn]] void EnterSessionAndRun(const EnterPlan& plan);
+// The exec helper, started with StartVforkChild(EnterSessionEntry, &plan) from a supervisor thread: it shares the
+// supervisor's memory until it exits, so it makes only system calls. Moves itself into the session's cgroup
+// (payload.cgroup_join), joins the user, mount, pid, network, ipc, uts and cgroup namespaces of the session's pid 1,
+// empties its bounding set, starts the payload (vfork-style too: it lands in the session's pid namespace), stores its
+// pid in *plan.payload_pid and exits once the payload has called execve. The supervisor, a child subreaper
+// (PR_SET_CHILD_SUBREAPER), then has the payload as its own child: it waits for it and gets its status and usage.
+// Set-up failures go to payload.control_fd as kSetupError. Returns only through _exit.
+int EnterSessionEntry(void* plan);
 
 // setns(pidfd, namespaces), falling back on EPERM to each of ns_fds in order (user first). Returns 0 or -1 with errno.
 int JoinSessionNamespaces(int pidfd, const int ns_fds[6], int namespaces);

@@ -6,6 +6,8 @@
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -73,14 +75,10 @@ void ReadControl(SessionHelper& h) {
     InitMessage msg;
     memcpy(&msg, h.control_bytes.data(), sizeof msg);
     h.control_bytes.erase(0, sizeof msg);
-    if (msg.kind == InitMessage::kStarted) {
-      h.payload = msg.value;
-    } else if (msg.kind == InitMessage::kSetupError && !h.have_setup_error) {
+    // The exit itself is learned from wait4 (Reap): the payload is our child.
+    if (msg.kind == InitMessage::kSetupError && !h.have_setup_error) {
       h.setup_error = msg;
       h.have_setup_error = true;
-    } else if (msg.kind == InitMessage::kExited) {
-      h.exit_message = msg;
-      h.have_exit = true;
     }
   }
 }
@@ -98,23 +96,31 @@ void ReceiveListener(SessionHelper& h, const Policy& policy, bool threaded) {
   h.seccomp_socket.reset();  // one listener per payload; end-of-file means it never got that far
 }
 
-// Kills the exec's process group (its descendants that did not start a session of their own go with it), or the
-// helper when the payload has not been forked yet (the payload then dies of PR_SET_PDEATHSIG).
+// Kills the exec's process group (its descendants that did not start a session of their own go with it).
 void KillExec(SessionHelper& h) {
-  if (h.payload > 1) {
-    ::kill(-h.payload, SIGKILL);
-    ::kill(h.payload, SIGKILL);
-  } else if (!h.reaped) {
-    ::kill(h.pid, SIGKILL);
-  }
+  if (h.reaped || h.pid <= 1) return;
+  ::kill(-h.pid, SIGKILL);
+  ::kill(h.pid, SIGKILL);
 }
 
+// Waits for the payload (our child: the supervisor is the subreaper its helper handed it to) and records its exit
+// status and resource usage.
 void Reap(SessionHelper& h) {
-  if (h.reaped) return;
-  int status;
-  while (::waitpid(h.pid, &status, __WALL) < 0 && errno == EINTR) {
+  if (h.reaped || h.pid <= 0) return;
+  int status = 0;
+  struct rusage usage = {};
+  pid_t got;
+  while ((got = ::wait4(h.pid, &status, __WALL, &usage)) < 0 && errno == EINTR) {
   }
+  // ECHILD: Terminate() reaped it while ending the session; it was killed.
+  if (got < 0) status = SIGKILL;
   h.reaped = true;
+  h.exit_message.kind = InitMessage::kExited;
+  h.exit_message.value = status;
+  h.exit_message.cpu_us = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000LL + usage.ru_utime.tv_usec +
+                          usage.ru_stime.tv_usec;
+  h.exit_message.max_rss_kb = usage.ru_maxrss;
+  h.have_exit = true;
 }
 
 // The verdict on one exec, from the helper's reports.
@@ -207,6 +213,9 @@ StatusOr<UniqueFd> OpenWorkspaceInside(int pid1_pidfd, const int ns_fds[6]) {
 StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, SandboxHooks* hooks) {
   std::unique_ptr<SessionSandbox> session(new SessionSandbox(std::move(policy)));
   const Policy& p = session->policy_;
+  // Each exec's helper hands its payload over to this process and exits (enter.h): orphans of our children become
+  // ours to wait for.
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) return Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)");
 
   // 1. The root, planned as `nsbox run` plans it.
   StatusOr<HostView> host_view = HostView{};
@@ -254,7 +263,7 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
     auto made = CreateSandboxCgroup(*limits);
     if (!made.ok()) return made.status().Wrap("setting up the session's cgroup limits");
     session->cgroup_ = std::move(*made);
-    plan.cgroup_join = session->cgroup_->self_join();
+    if (session->cgroup_->clone_into_fd() < 0) plan.cgroup_join = session->cgroup_->self_join();
   }
 
   // 3. pid 1, in fresh namespaces. It stays until Terminate() or until this thread ends (PR_SET_PDEATHSIG).
@@ -323,15 +332,22 @@ SessionSandbox::~SessionSandbox() { Terminate(); }
 void SessionSandbox::Terminate() {
   if (pid1_ > 0) {
     ::kill(pid1_, SIGKILL);  // the whole pid namespace goes with it
+    // pid 1's exit waits until every process of its namespace is reaped, and the execs' payloads are ours to reap.
+    std::set<pid_t> payloads;
+    {
+      std::lock_guard lock(helpers_mutex_);
+      payloads = helpers_;
+    }
+    for (pid_t payload : payloads) {
+      ::kill(payload, SIGKILL);
+      // ECHILD: the exec's own thread reaped it first.
+      while (::waitpid(payload, nullptr, __WALL) < 0 && errno == EINTR) {
+      }
+    }
     while (::waitpid(pid1_, nullptr, __WALL) < 0 && errno == EINTR) {
     }
     pid1_ = -1;
   }
-  {
-    std::lock_guard lock(helpers_mutex_);
-    for (pid_t helper : helpers_) ::kill(helper, SIGKILL);
-  }
-  ReapExitedHelpers();
   // The cgroup's destructor kills whatever is still in it (helpers too) and removes it.
   cgroup_.reset();
 }
@@ -391,20 +407,6 @@ void SessionSandbox::Forget(pid_t helper) {
   helpers_.erase(helper);
 }
 
-void SessionSandbox::ReapExitedHelpers() {
-  std::vector<pid_t> exited;
-  {
-    std::lock_guard lock(helpers_mutex_);
-    exited.swap(exited_helpers_);
-  }
-  for (pid_t pid : exited) {
-    // It sent its last report and only exits now; still our child, so its pid cannot have been reused.
-    while (::waitpid(pid, nullptr, __WALL) < 0 && errno == EINTR) {
-    }
-    Forget(pid);
-  }
-}
-
 StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd) {
   if (!Alive()) return Status::Error("the session has ended");
   EnterPlan enter;
@@ -414,21 +416,21 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   plan.gid = policy_.sandbox_gid();
   plan.may_setgroups = ::geteuid() == 0;
   plan.seccomp = policy_.seccomp().get();
+  plan.parent_death_signal = false;  // its helper exits at once; the session's pid namespace takes it down instead
   SetPlanProgram(plan, ex);
   cap_t no_caps = cap_init();
   if (!no_caps) return Status::Errno("cap_init");
   Defer free_caps([&] { cap_free(no_caps); });
   plan.no_caps = no_caps;
 
-  auto out = MakePipe(), err = MakePipe(), control = MakePipe(), sync = MakePipe();
-  for (auto* p : {&out, &err, &control, &sync})
+  auto out = MakePipe(), err = MakePipe(), control = MakePipe();
+  for (auto* p : {&out, &err, &control})
     if (!p->ok()) return p->status().Wrap("creating pipes");
   plan.stdin_fd = ex.stdin_fd;
   plan.stdout_fd = out->write.get();
   plan.stderr_fd = err->write.get();
   plan.control_fd = control->write.get();
   plan.channel_fd = channel_fd;
-  enter.sync_fd = sync->read.get();
   // The payload hands its seccomp listener over this socket when the profile asks for denial reports.
   UniqueFd seccomp_parent, seccomp_child;
   if (plan.seccomp && plan.seccomp->uses_notify) {
@@ -439,30 +441,33 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     seccomp_child.reset(pair[1]);
   }
   plan.seccomp_socket = seccomp_child.get();
-  if (cgroup_) plan.cgroup_join = cgroup_->self_join();
+  if (cgroup_) {
+    plan.cgroup_join = cgroup_->self_join();
+    if (plan.cgroup_join.count == 0) return Status::Error("the session's cgroup gives no way to join it");
+  }
   enter.session_pidfd = pid1_pidfd_.get();
   for (int i = 0; i < 6; ++i) enter.ns_fds[i] = ns_fds_[i].get();
+  pid_t payload = -1;
+  enter.payload_pid = &payload;
 
   auto helper = std::make_unique<SessionHelper>();
   {
-    // Registered under the lock so that Terminate() never misses a helper.
+    // Registered under the lock so that Terminate() never misses an exec. The helper runs vfork-style: this thread
+    // waits until the payload has called execve (or the helper failed), with every signal blocked meanwhile (the
+    // helper and the payload share this thread's memory until then).
     std::lock_guard lock(helpers_mutex_);
-    // glibc's fork, not a raw clone3: the supervisor has threads, and only fork() leaves the child with a consistent
-    // libc (one thread in its list, fresh locks), which setresuid() and friends in the helper rely on.
-    pid_t pid = ::fork();
-    if (pid < 0) return Status::Errno("fork(exec helper)");
-    if (pid == 0) EnterSessionAndRun(enter);  // never returns
-    helper->pid = pid;
-    helpers_.insert(pid);
-  }
-  // Our unreaped child: its pid cannot be reused before we wait for it.
-  helper->pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, helper->pid, 0)));
-  if (!helper->pidfd) {
-    Status s = Status::Errno(fmt::format("pidfd_open({})", helper->pid));
-    ::kill(helper->pid, SIGKILL);
-    Reap(*helper);
-    Forget(helper->pid);
-    return s;
+    sigset_t all, old;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t helper_pid = StartVforkChild(EnterSessionEntry, &enter);
+    int start_err = errno;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (helper_pid < 0) return Status::Errno("clone(CLONE_VM|CLONE_VFORK, exec helper)", start_err);
+    // The helper has left (or is leaving): once it is reaped, the payload is our child.
+    while (::waitpid(helper_pid, nullptr, __WALL) < 0 && errno == EINTR) {
+    }
+    helper->pid = payload;
+    if (payload > 0) helpers_.insert(payload);
   }
   helper->out = std::move(out->read);
   helper->err = std::move(err->read);
@@ -472,14 +477,18 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   SetNonBlocking(helper->err.get());
   SetNonBlocking(helper->control.get());
   if (helper->seccomp_socket) SetNonBlocking(helper->seccomp_socket.get());
-  // Into the session's cgroup before it joins the namespaces and forks the payload; then released.
-  Status placed = cgroup_ && plan.cgroup_join.count == 0 ? cgroup_->AddProcess(helper->pid) : OkStatus();
-  const char go = 'G';
-  if (!placed.ok() || ::write(sync->write.get(), &go, 1) != 1) {
-    Status s = placed.ok() ? Status::Errno("write(exec helper sync pipe)") : placed.Wrap("joining the session's cgroup");
-    ::kill(helper->pid, SIGKILL);
+  if (payload <= 0) {
+    // The helper failed before the payload existed; its report is in the control pipe.
+    helper->reaped = true;
+    return helper;
+  }
+  // Our unreaped child: its pid cannot be reused before we wait for it.
+  helper->pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, payload, 0)));
+  if (!helper->pidfd) {
+    Status s = Status::Errno(fmt::format("pidfd_open({})", payload));
+    KillExec(*helper);
     Reap(*helper);
-    Forget(helper->pid);
+    Forget(payload);
     return s;
   }
   return helper;
@@ -526,29 +535,22 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   auto before = Snapshot(workspace_fd_.get());
   const uint64_t oom_kills_before = cgroup_ ? cgroup_->ReadOomKills() : 0;
 
-  ReapExitedHelpers();
   auto started_helper = StartHelper(ex, -1);
   if (!started_helper.ok()) return SetupError(started_helper.status().message());
   SessionHelper& h = **started_helper;
-  bool helper_ending = false;  // reported the payload's exit: reaped by ReapExitedHelpers, after the answer
   Defer forget([&] {
-    if (helper_ending && !h.reaped) {
-      std::lock_guard lock(helpers_mutex_);
-      exited_helpers_.push_back(h.pid);
-      return;
-    }
-    if (!h.reaped) {
-      ::kill(h.pid, SIGKILL);
-      Reap(h);
-    }
+    KillExec(h);
+    Reap(h);
     Forget(h.pid);
+    // The code file, which the payload's setup wrote inside the session's /workspace.
+    if (!ex.code_path.empty() && ex.code_path.starts_with("/workspace/") && workspace_fd_)
+      ::unlinkat(workspace_fd_.get(), ex.code_path.c_str() + strlen("/workspace/"), 0);
   });
 
   OutputBuffer stdout_buf(ex.output_limit_bytes), stderr_buf(ex.output_limit_bytes);
   const auto deadline = started + ex.wall_timeout;
   bool timed_out = false, cancelled = false;
-  // Until the helper is gone, or has reported the payload's exit and the payload's output has reached its end.
-  while (!h.reaped && !(h.have_exit && !h.out && !h.err)) {
+  while (!h.reaped) {
     if (!timed_out && !cancelled && Clock::now() >= deadline) {
       timed_out = true;
       KillExec(h);
@@ -575,14 +577,12 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     ReadControl(h);
     if (listener_index >= 0 && rc > 0) h.notifier->OnReady(fds[listener_index].revents);
     ReceiveListener(h, policy_, /*threaded=*/false);
-    if (h.payload > 1 && (timed_out || cancelled)) KillExec(h);  // the payload's pid arrived after the kill
     if (cancel_index >= 0 && CancelRequested(fds[cancel_index])) {
       cancelled = true;
       KillExec(h);
     }
     if (fds[0].revents & POLLIN) Reap(h);
   }
-  helper_ending = h.have_exit && !h.reaped;
   // The payload has exited: what it wrote is in the pipes. Descendants that still hold them are not waited for.
   Drain(h.out, &stdout_buf);
   Drain(h.err, &stderr_buf);

@@ -24,11 +24,11 @@
 
 namespace nsbox {
 
-// One exec helper (the process that joined the session's namespaces) and the pipes to its payload.
+// One exec's payload, started by a helper that joined the session's namespaces and then left it to the supervisor
+// (PR_SET_CHILD_SUBREAPER), with the pipes to it.
 struct SessionHelper {
-  pid_t pid = -1;
+  pid_t pid = -1;  // the payload, the supervisor's child; -1 when the helper failed before starting it
   UniqueFd pidfd, out, err, control;
-  pid_t payload = -1;  // as the supervisor sees it; known once kStarted arrives
   bool reaped = false;
   std::string control_bytes;
   bool have_setup_error = false, have_exit = false;
@@ -48,7 +48,8 @@ struct ReplOptions {
 class SessionSandbox {
  public:
   // Clones the session's pid 1 into fresh namespaces, sets up its root as `nsbox run` does, and returns once pid 1
-  // has reported that it is ready. Its pid 1 dies with the calling thread (PR_SET_PDEATHSIG).
+  // has reported that it is ready. Its pid 1 dies with the calling thread (PR_SET_PDEATHSIG). Makes the calling
+  // process a child subreaper (PR_SET_CHILD_SUBREAPER): each exec's payload becomes its child.
   // `hooks` (may be null, must outlive the session) starts host-side services once pid 1's namespaces exist.
   static StatusOr<std::unique_ptr<SessionSandbox>> Start(Policy policy, SandboxHooks* hooks = nullptr);
   ~SessionSandbox();
@@ -77,10 +78,6 @@ class SessionSandbox {
   StatusOr<UniqueFd> OpenWorkspace() const;
   // Resident memory of the session's processes plus what its tmpfs mounts hold.
   uint64_t MemoryInUseBytes() const;
-  // Waits for exec helpers that have reported their payload's exit and are ending. Exec() returns without waiting
-  // for them (their exit takes about 0.2 ms); call this after the answer has gone out. Later Exec()s and
-  // Terminate() call it too.
-  void ReapExitedHelpers();
 
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
@@ -99,7 +96,6 @@ class SessionSandbox {
   bool new_network_ = true;
   std::mutex helpers_mutex_;
   std::set<pid_t> helpers_;  // live exec helpers, killed by Terminate()
-  std::vector<pid_t> exited_helpers_;  // reported their payload's exit; not reaped yet (ReapExitedHelpers)
   std::mutex exec_counter_mutex_;
   uint64_t exec_counter_ = 0;
 

@@ -185,7 +185,6 @@ class Server {
       answer = Error(fmt::format("unknown request '{}'", op));
     }
     (void)SendMessage(conn.get(), answer);
-    if (op == "exec") session_->ReapExitedHelpers();  // the exec's helper was left to end after the answer
     return true;
   }
 

@@ -107,9 +107,14 @@ TEST_CASE("v2: a sandbox group gets memory.max, swap off, pids.max and a cpu.max
   CHECK(Get(tree.cg() / "cgroup.subtree_control") == "+memory +pids +cpu");
   CHECK(Get(tree.cg() / "nsbox" / "cgroup.subtree_control") == "+memory +pids +cpu");
   CHECK(cgroup.clone_into_fd() >= 0);
-  CHECK(cgroup.self_join().count == 0);  // v2 places the child with clone3(CLONE_INTO_CGROUP)
   REQUIRE(cgroup.AddProcess(4242).ok());
   CHECK(Get(dir / "cgroup.procs") == "4242");
+  // A child that cannot be cloned into the group moves itself: "0" to cgroup.procs.
+  CgroupSelfJoin join = cgroup.self_join();
+  REQUIRE(join.count == 1);
+  Put(dir / "cgroup.procs", "");
+  REQUIRE(JoinCgroupSelf(join) == 0);
+  CHECK(Get(dir / "cgroup.procs") == "0");
   Put(dir / "cgroup.procs", "");  // the destructor's kill must find the fake group empty
 }
 
