@@ -542,9 +542,12 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     KillExec(h);
     Reap(h);
     Forget(h.pid);
-    // The code file, which the payload's setup wrote inside the session's /workspace.
-    if (!ex.code_path.empty() && ex.code_path.starts_with("/workspace/") && workspace_fd_)
-      ::unlinkat(workspace_fd_.get(), ex.code_path.c_str() + strlen("/workspace/"), 0);
+    // The code file, which the payload's setup wrote in the session's /workspace. One name directly under the
+    // workspace's descriptor only: a path through a directory the sandbox controls could be a symlink out of it.
+    const std::string_view name = std::string_view(ex.code_path).substr(std::min<size_t>(ex.code_path.size(), 11));
+    if (ex.code_path.starts_with("/workspace/") && !name.empty() && name.find('/') == std::string_view::npos &&
+        workspace_fd_)
+      ::unlinkat(workspace_fd_.get(), std::string(name).c_str(), 0);
   });
 
   OutputBuffer stdout_buf(ex.output_limit_bytes), stderr_buf(ex.output_limit_bytes);

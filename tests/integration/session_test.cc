@@ -319,6 +319,17 @@ TEST_CASE("the result lists the workspace files an exec created or changed, with
   CHECK(cell["changed_files"] == json::array({{{"path", "/workspace/from_repl.txt"}, {"size", 3}}}));
 }
 
+TEST_CASE("an exec's code file is in /workspace while it runs and gone afterwards", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  Output during = s.Nsbox({"exec", id, "--lang", "python", "--code",
+                           "import os, sys; print(os.path.basename(sys.argv[0]), sorted(os.listdir('/workspace')))"});
+  REQUIRE(during.code == 0);
+  CHECK(during.out.find(".nsbox-exec-") != std::string::npos);
+  json after = s.Sh(id, "ls -A /workspace");
+  CHECK(after["stdout"] == "");
+}
+
 TEST_CASE("cp copies regular files both ways, owned by the sandbox user inside", "[session][cp]") {
   Sessions s;
   std::string id = s.Create();
