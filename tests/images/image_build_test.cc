@@ -127,11 +127,25 @@ const Outcome& Built(const std::string& template_name) {
 }
 
 // Entries of the store other than published images: what an interrupted or failed build would leave.
+// When this suite started: temporary files of builds it ran are newer.
+const time_t kSuiteStarted = ::time(nullptr);
+
+// Scratch left by a build: hidden entries in the store, and temporary directories of mmdebstrap's in /tmp (its gpg
+// home) made since the suite started.
 std::vector<std::string> Leftovers() {
   std::vector<std::string> names;
   if (DIR* dir = ::opendir(Store().c_str())) {
     while (struct dirent* e = ::readdir(dir))
       if (e->d_name[0] == '.' && std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+    ::closedir(dir);
+  }
+  if (DIR* dir = ::opendir("/tmp")) {
+    while (struct dirent* e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      struct stat st;
+      if (name.starts_with("mmdebstrap.") && ::lstat(("/tmp/" + name).c_str(), &st) == 0 && st.st_mtime >= kSuiteStarted)
+        names.push_back("/tmp/" + name);
+    }
     ::closedir(dir);
   }
   return names;
