@@ -63,6 +63,24 @@ const HostView* CachedHostView(Status* error) {
 
 }  // namespace
 
+StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
+  Status error;
+  const HostView* host_view = policy.host_rootfs() ? CachedHostView(&error) : nullptr;
+  if (policy.host_rootfs() && !host_view) return error;
+  MountPlanInputs inputs;
+  inputs.policy = &policy;
+  inputs.host_view = host_view;
+  if (policy.network() == NetworkMode::kHost) {
+    auto resolv = ReadFile("/etc/resolv.conf", 1 << 16);
+    inputs.resolv_conf = resolv.ok() ? *resolv : "";
+  } else {
+    inputs.resolv_conf = "# nsbox: this sandbox has no network\n";
+  }
+  auto mount_plan = BuildMountPlan(inputs);
+  if (!mount_plan.ok()) return mount_plan.status().Wrap("planning the root filesystem");
+  return PrepareChildMounts(*mount_plan);
+}
+
 std::map<std::string, std::string> DefaultSandboxEnv() {
   return {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
           {"HOME", "/home/sandbox"},
@@ -89,23 +107,10 @@ Result Sandbox::Run() {
   if (executor_.argv.empty()) return SetupError("nothing to run: empty command");
 
   // 1. Plan, in the parent, as plain data.
-  Status error;
-  const HostView* host_view = policy_.host_rootfs() ? CachedHostView(&error) : nullptr;
-  if (policy_.host_rootfs() && !host_view) return SetupError(error.message());
-  MountPlanInputs inputs;
-  inputs.policy = &policy_;
-  inputs.host_view = host_view;
-  if (policy_.network() == NetworkMode::kHost) {
-    auto resolv = ReadFile("/etc/resolv.conf", 1 << 16);
-    inputs.resolv_conf = resolv.ok() ? *resolv : "";
-  } else {
-    inputs.resolv_conf = "# nsbox: this sandbox has no network\n";
-  }
-  auto mount_plan = BuildMountPlan(inputs);
-  if (!mount_plan.ok()) return SetupError(mount_plan.status().Wrap("planning the root filesystem").message());
-
+  auto mounts = PlanChildRoot(policy_);
+  if (!mounts.ok()) return SetupError(mounts.status().message());
   ChildPlan plan;
-  plan.mounts = PrepareChildMounts(*mount_plan);
+  plan.mounts = std::move(*mounts);
   plan.hostname = policy_.hostname();
   plan.new_network = policy_.network() == NetworkMode::kNone;
   plan.uid = policy_.sandbox_uid();

@@ -20,14 +20,12 @@
 
 #include <fmt/format.h>
 
-#include "sandbox/base/data_dir.h"
 #include "sandbox/base/defer.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/child.h"
 #include "sandbox/launch.h"
 #include "sandbox/enter.h"
 #include "sandbox/output_buffer.h"
-#include "sandbox/spec/mount_plan.h"
 #include "sandbox/user_ns.h"
 #include "sandbox/workspace_snapshot.h"
 
@@ -218,25 +216,10 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) return Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)");
 
   // 1. The root, planned as `nsbox run` plans it.
-  StatusOr<HostView> host_view = HostView{};
-  if (p.host_rootfs()) {
-    host_view = LoadHostView(DataDir() + "/rootfs/host.json");
-    if (!host_view.ok()) return host_view.status();
-  }
-  MountPlanInputs inputs;
-  inputs.policy = &p;
-  inputs.host_view = p.host_rootfs() ? &*host_view : nullptr;
-  if (p.network() == NetworkMode::kHost) {
-    auto resolv = ReadFile("/etc/resolv.conf", 1 << 16);
-    inputs.resolv_conf = resolv.ok() ? *resolv : "";
-  } else {
-    inputs.resolv_conf = "# nsbox: this sandbox has no network\n";
-  }
-  auto mount_plan = BuildMountPlan(inputs);
-  if (!mount_plan.ok()) return mount_plan.status().Wrap("planning the root filesystem");
-
+  auto mounts = PlanChildRoot(p);
+  if (!mounts.ok()) return mounts.status();
   ChildPlan plan;
-  plan.mounts = PrepareChildMounts(*mount_plan);
+  plan.mounts = std::move(*mounts);
   plan.hostname = p.hostname();
   plan.new_network = p.network() == NetworkMode::kNone;
   session->new_network_ = plan.new_network;
