@@ -115,7 +115,7 @@ void ExecPayload(const ChildPlan& plan) {
 
 }  // namespace
 
-void RunPayload(const ChildPlan& plan) {
+void RunPayload(const ChildPlan& plan, bool inherited) {
   if (::setsid() < 0) Fail(plan, "setsid()", errno);
   ::signal(SIGPIPE, SIG_DFL);
   sigset_t none;
@@ -144,7 +144,7 @@ void RunPayload(const ChildPlan& plan) {
   // The bounding set is already empty: pid 1 emptied it before the fork (each drop costs a credential commit).
   // Raw system calls: this may run vfork-style in the memory of a process with threads (a session supervisor), where
   // glibc's set*id() would change the credentials of all of those threads too.
-  if (plan.may_setgroups) {
+  if (plan.may_setgroups && !inherited) {
     gid_t groups[1] = {plan.gid};
     if (::syscall(SYS_setgroups, 1, groups) != 0) Fail(plan, "setgroups([sandbox gid])", errno);
   }
@@ -206,7 +206,7 @@ void CloseUnplannedDescriptors(const ChildPlan& plan) {
 
 namespace {
 
-int PayloadEntry(void* plan) { RunPayload(*static_cast<const ChildPlan*>(plan)); }
+int PayloadEntry(void* plan) { RunPayload(*static_cast<const ChildPlan*>(plan), /*inherited=*/true); }
 
 }  // namespace
 
@@ -269,16 +269,18 @@ void ChildMain(const ChildPlan& plan) {
   }
   // 8. An empty capability bounding set, inherited by the payload and everything it starts.
   if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
-  // 9. The payload, and pid 1 for as long as it runs.
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_BLOCK, &all, nullptr);
+  // 9. pid 1 becomes the sandbox user (groups, uid, gid, no capabilities); the payload inherits those credentials.
+  DropInitPrivileges(plan, watch);
+  // 10. The payload, and pid 1 for as long as it runs.
   // A session's pid 1 has no payload: it stays, reaping, while execs join its namespaces from outside.
-  if (plan.persistent) RunInit(plan, -1, watch);
+  if (plan.persistent) RunInit(plan, -1);
   // vfork-style: pid 1 waits until the payload has called execve (RunPayload makes only system calls).
   pid_t payload = StartVforkChild(PayloadEntry, const_cast<ChildPlan*>(&plan));
   if (payload < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload)", errno);
-  RunInit(plan, payload, watch);
+  RunInit(plan, payload);
 }
 
 }  // namespace nsbox

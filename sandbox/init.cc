@@ -1,6 +1,7 @@
 // The sandbox's pid 1: drops its own privileges, reaps every orphan, forwards termination signals, reports the exit.
 #include "sandbox/init.h"
 
+#include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -87,7 +88,36 @@ void HideNsboxCommandLine(const ParentWatch& watch) {
   if (size > sizeof name) memcpy(args, name, sizeof name);
 }
 
-void RunInit(const ChildPlan& plan, pid_t payload, ParentWatch& watch) {
+void DropInitPrivileges(const ChildPlan& plan, ParentWatch& watch) {
+  // pid 1 keeps no privilege it does not need to wait and signal. Done before the payload exists: what is left for
+  // pid 1 once the payload runs is a few closes, so the two do not compete for a CPU while the payload starts.
+  const char* step = nullptr;
+  bool dropped = true;
+  if (plan.may_setgroups) {
+    gid_t groups[1] = {plan.gid};
+    dropped = ::setgroups(1, groups) == 0;
+    if (!dropped) step = "setgroups([sandbox gid])";
+  }
+  dropped = dropped && ::setresgid(plan.gid, plan.gid, plan.gid) == 0 &&
+            ::setresuid(plan.uid, plan.uid, plan.uid) == 0 && ClearCapabilities(plan.no_caps, &step) == 0 &&
+            ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
+  // The credential changes above cleared the parent-death signal: arm it again, for good this time.
+  if (dropped && RearmParentDeathSignal(watch) != 0) _exit(125);  // nsbox is gone: nobody to report to
+  ::close(watch.host_stat_fd);
+  watch.host_stat_fd = -1;
+  if (!dropped) {
+    // Refuse to go on with a privileged pid 1 next to untrusted code.
+    InitMessage msg;
+    msg.kind = InitMessage::kSetupError;
+    msg.err = errno;
+    snprintf(msg.text, sizeof msg.text, "dropping pid 1's privileges: %s", step ? step : "setresuid/prctl");
+    ssize_t ignored = ::write(plan.control_fd, &msg, sizeof msg);
+    (void)ignored;
+    _exit(125);
+  }
+}
+
+void RunInit(const ChildPlan& plan, pid_t payload) {
   // pid 1 holds none of the payload's stdio: when the sandbox ends, nsbox sees end-of-file.
   if (plan.stdin_fd >= 0) ::close(plan.stdin_fd);
   ::close(plan.stdout_fd);
@@ -99,31 +129,6 @@ void RunInit(const ChildPlan& plan, pid_t payload, ParentWatch& watch) {
   sigfillset(&action.sa_mask);
   for (int sig : kForwardedSignals) ::sigaction(sig, &action, nullptr);
   ::sigaction(SIGCHLD, &action, nullptr);
-
-  // pid 1 keeps no privilege it does not need to wait and signal: same user as the payload, no capabilities,
-  // not dumpable (the payload cannot ptrace or read its memory).
-  const char* step = nullptr;
-  bool dropped = ::setresgid(plan.gid, plan.gid, plan.gid) == 0 &&
-                 ::setresuid(plan.uid, plan.uid, plan.uid) == 0 && ClearCapabilities(plan.no_caps, &step) == 0 &&
-                 ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
-  // The credential changes above cleared the parent-death signal: arm it again, for good this time.
-  if (dropped && RearmParentDeathSignal(watch) != 0) {
-    if (payload > 0) ::kill(payload, SIGKILL);
-    _exit(125);  // nsbox is gone: nobody to report to
-  }
-  ::close(watch.host_stat_fd);
-  watch.host_stat_fd = -1;
-  if (!dropped) {
-    // Refuse to go on with a privileged pid 1 next to untrusted code.
-    if (payload > 0) ::kill(payload, SIGKILL);
-    InitMessage msg;
-    msg.kind = InitMessage::kSetupError;
-    msg.err = errno;
-    snprintf(msg.text, sizeof msg.text, "dropping pid 1's privileges: %s", step ? step : "setresuid/prctl");
-    ssize_t ignored = ::write(plan.control_fd, &msg, sizeof msg);
-    (void)ignored;
-    _exit(125);
-  }
 
   if (payload < 0) {
     // A session's pid 1: ready; from now on it only reaps (orphans of execs end up here).

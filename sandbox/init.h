@@ -24,8 +24,13 @@ int RearmParentDeathSignal(const ParentWatch& watch);
 // command line holds host paths and option values.
 void HideNsboxCommandLine(const ParentWatch& watch);
 
+// pid 1 becomes the sandbox user before it starts anything: the sandbox's groups, uid and gid, no capabilities,
+// no_new_privs, not dumpable (the payload can neither ptrace it nor read its memory), the parent-death signal
+// re-armed. Reports a setup error and exits on failure; closes the watch's descriptor on success.
+void DropInitPrivileges(const ChildPlan& plan, ParentWatch& watch);
+
 // Never returns: exits when the payload has exited, which makes the kernel kill the rest of the pid namespace.
-// payload < 0 (a session): reports kReady and reaps until killed.
-[[noreturn]] void RunInit(const ChildPlan& plan, pid_t payload, ParentWatch& watch);
+// payload < 0 (a session): reports kReady and reaps until killed. DropInitPrivileges has run.
+[[noreturn]] void RunInit(const ChildPlan& plan, pid_t payload);
 
 }  // namespace nsbox

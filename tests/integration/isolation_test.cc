@@ -116,6 +116,27 @@ TEST_CASE("no capabilities in any set and no_new_privs set", "[integration][isol
         "CapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n");
 }
 
+// pid 1 is a fork of nsbox: it must not keep the supplementary groups nsbox was started with (here host groups 4 and
+// 27, which would show as the overflow gid 65534 inside), nor any other credential of nsbox's.
+TEST_CASE("pid 1 and the program hold the sandbox's uid and gid and no other group, whatever nsbox's groups",
+          "[integration][isolation]") {
+  if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+    RecordSkip("integration_tests", "pid 1 and the program hold the sandbox's uid and gid and no other group",
+               "needs root and setpriv to start nsbox with extra groups");
+    return;
+  }
+  auto p = RunProcess({"/usr/bin/setpriv", "--groups", "4,27", "--", NsboxBinary(), "run", "--json", "--", "/bin/sh",
+                       "-c", "grep -E '^(Uid|Gid|Groups)' /proc/1/status /proc/self/status"});
+  INFO(p.out << p.err);
+  auto json = nlohmann::json::parse(p.out, nullptr, false);
+  REQUIRE(json.value("status", "") == "ok");
+  CHECK(json.value("stdout", "") ==
+        "/proc/1/status:Uid:\t1000\t1000\t1000\t1000\n/proc/1/status:Gid:\t1000\t1000\t1000\t1000\n"
+        "/proc/1/status:Groups:\t1000 \n"
+        "/proc/self/status:Uid:\t1000\t1000\t1000\t1000\n/proc/self/status:Gid:\t1000\t1000\t1000\t1000\n"
+        "/proc/self/status:Groups:\t1000 \n");
+}
+
 TEST_CASE("the program leads a new session and has no controlling terminal", "[integration][isolation]") {
   auto r = RunPython(R"(
 stat = open("/proc/self/stat").read().rsplit(')', 1)[1].split()
