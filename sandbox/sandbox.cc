@@ -30,6 +30,7 @@
 #include "sandbox/output_buffer.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/mount_plan.h"
+#include "sandbox/stdin_feeder.h"
 #include "sandbox/user_ns.h"
 
 namespace nsbox {
@@ -127,7 +128,12 @@ Result Sandbox::Run() {
   auto out = MakePipe(), err = MakePipe(), control = MakePipe(), sync = MakePipe();
   for (auto* p : {&out, &err, &control, &sync})
     if (!p->ok()) return SetupError(p->status().Wrap("creating pipes").message());
-  plan.stdin_fd = executor_.stdin_fd;
+  // The program's stdin is a pipe nsbox fills, never the source's own descriptor (stdin_feeder.h says why).
+  StdinFeeder stdin_feeder;
+  if (executor_.stdin_fd >= 0) {
+    if (Status s = stdin_feeder.Start(executor_.stdin_fd); !s.ok()) return SetupError(s.Wrap("creating pipes").message());
+    plan.stdin_fd = stdin_feeder.child_end();
+  }
   plan.stdout_fd = out->write.get();
   plan.stderr_fd = err->write.get();
   plan.control_fd = control->write.get();
@@ -208,6 +214,7 @@ Result Sandbox::Run() {
   err->write.reset();
   control->write.reset();
   sync->read.reset();
+  stdin_feeder.ReleaseChildEnd();
   seccomp_child.reset();
   cgroup_socket_child.reset();
 
@@ -306,7 +313,7 @@ Result Sandbox::Run() {
     }
     int wait_ms = timed_out || cancelled ? 50 :
         static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
-    struct pollfd fds[8];
+    struct pollfd fds[10];
     int nfds = 0;
     auto add = [&](int fd) {
       if (fd >= 0) fds[nfds++] = {fd, POLLIN, 0};
@@ -320,10 +327,13 @@ Result Sandbox::Run() {
     add(kill_event.get());
     add(signal_fd.get());
     add(seccomp_parent.get());
+    const int feeder_index = nfds;
+    nfds += stdin_feeder.AddPollFds(fds + nfds);
     int rc = ::poll(fds, static_cast<nfds_t>(nfds), wait_ms);
     if (rc < 0 && errno != EINTR) return SetupError(Status::Errno("poll").message());
     if (listener >= 0 && rc > 0) notifier->OnReady(fds[0].revents);
     receive_listener();
+    if (rc > 0) stdin_feeder.OnPoll(fds + feeder_index);
     if (out->read) drain(out->read, stdout_buf);
     if (err->read) drain(err->read, stderr_buf);
     read_control();

@@ -26,6 +26,7 @@
 #include "sandbox/launch.h"
 #include "sandbox/enter.h"
 #include "sandbox/output_buffer.h"
+#include "sandbox/stdin_feeder.h"
 #include "sandbox/user_ns.h"
 #include "sandbox/workspace_snapshot.h"
 
@@ -517,9 +518,16 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   }
   auto before = Snapshot(workspace_fd_.get());
   const uint64_t oom_kills_before = cgroup_ ? cgroup_->ReadOomKills() : 0;
+  // The program's stdin is a pipe the supervisor fills, never the descriptor the client sent (stdin_feeder.h).
+  StdinFeeder stdin_feeder;
+  if (ex.stdin_fd >= 0) {
+    if (Status s = stdin_feeder.Start(ex.stdin_fd); !s.ok()) return SetupError(s.Wrap("creating pipes").message());
+    ex.stdin_fd = stdin_feeder.child_end();
+  }
 
   auto started_helper = StartHelper(ex, -1);
   if (!started_helper.ok()) return SetupError(started_helper.status().message());
+  stdin_feeder.ReleaseChildEnd();
   SessionHelper& h = **started_helper;
   Defer forget([&] {
     KillExec(h);
@@ -541,7 +549,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
       timed_out = true;
       KillExec(h);
     }
-    struct pollfd fds[7];
+    struct pollfd fds[9];
     int nfds = 0, cancel_index = -1, listener_index = -1;
     fds[nfds++] = {h.pidfd.get(), POLLIN, 0};
     if (h.seccomp_socket) fds[nfds++] = {h.seccomp_socket.get(), POLLIN, 0};
@@ -556,8 +564,11 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
       cancel_index = nfds;
       fds[nfds++] = {cancel_fd, POLLIN | POLLRDHUP, 0};
     }
+    const int feeder_index = nfds;
+    nfds += stdin_feeder.AddPollFds(fds + nfds);
     int rc = ::poll(fds, static_cast<nfds_t>(nfds), PollMs(deadline, timed_out || cancelled));
     if (rc < 0 && errno != EINTR) return SetupError(Status::Errno("poll").message());
+    if (rc > 0) stdin_feeder.OnPoll(fds + feeder_index);
     Drain(h.out, &stdout_buf);
     Drain(h.err, &stderr_buf);
     ReadControl(h);

@@ -1,5 +1,6 @@
 // Integration: what goes in and out besides stdout: --stdin FILE and -, --lang with --code/--file/--file -,
 // --workspace (and the code file's removal), --ro-bind and --bind, --env.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +42,56 @@ TEST_CASE("--stdin FILE feeds the file, --stdin - feeds nsbox's stdin", "[integr
   auto piped = RunNsboxJson({"--stdin", "-", "--", "/bin/cat"}, spawn);
   INFO(piped.Describe());
   CHECK(piped.out() == "from a pipe\n");
+}
+
+// The program reads a pipe that nsbox fills, not the source's descriptor: that one would name the file's host path in
+// /proc/self/fd/0 and could be opened again through it, for writing where the file's mode allows (0666 here).
+TEST_CASE("--stdin FILE and - reach the program through a pipe: no host path, no way back to the file",
+          "[integration][io]") {
+  TempDir dir;
+  std::string payload;
+  for (int i = 0; i < 1200; ++i)
+    for (int b = 0; b < 256; ++b) payload += static_cast<char>(b);  // 300 KiB, NUL bytes included: several pipefuls
+  std::string file = dir.Write("input-host-secret-name", payload);
+  REQUIRE(::chmod(file.c_str(), 0666) == 0);
+  const std::string probe = R"(
+import os, sys
+link = os.readlink("/proc/self/fd/0")
+data = sys.stdin.buffer.read()
+try:
+    with open("/proc/self/fd/0", "r+b") as again:
+        again.write(b"overwritten")
+except OSError as e:
+    pass
+print(link.startswith("pipe:["), "host-secret" in link, len(data), data == bytes(range(256)) * 1200)
+)";
+  auto r = RunPython(probe, {"--stdin", file});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "True False 307200 True\n");
+  CHECK(Slurp(file) == payload);
+
+  SpawnOptions spawn;
+  spawn.stdin_fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(spawn.stdin_fd >= 0);
+  auto piped = RunPython(probe, {"--stdin", "-"}, spawn);
+  ::close(spawn.stdin_fd);
+  INFO(piped.Describe());
+  REQUIRE(piped.status() == "ok");
+  CHECK(piped.out() == "True False 307200 True\n");
+  CHECK(Slurp(file) == payload);
+}
+
+TEST_CASE("a program that never reads a large --stdin ends normally", "[integration][io]") {
+  TempDir dir;
+  std::string file = dir.Write("big", std::string(8 << 20, 'x'));
+  auto r = RunNsboxJson({"--timeout", "20s", "--stdin", file, "--", "/bin/true"});
+  INFO(r.Describe());
+  CHECK(r.status() == "ok");
+  auto head = RunNsboxJson({"--stdin", file, "--", "/usr/bin/head", "-c", "5"});
+  INFO(head.Describe());
+  CHECK(head.status() == "ok");
+  CHECK(head.out() == "xxxxx");
 }
 
 TEST_CASE("--lang runs --code, --file and --file - through the language's interpreter", "[integration][io]") {

@@ -179,6 +179,23 @@ TEST_CASE("exec returns run's result object and exit codes", "[session]") {
   CHECK(with_stdin.out == "from stdin\n");
 }
 
+// As with run (io_test.cc): the exec's program reads a pipe the supervisor fills, never the client's descriptor.
+TEST_CASE("exec --stdin FILE reaches the program through a pipe, not the host file", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  std::string file = s.state_dir + "/stdin-host-secret-name";
+  {
+    std::ofstream out(file);
+    out << "line one\nline two\n";
+  }
+  Output r = s.Nsbox({"exec", id, "--stdin", file, "--", "/bin/sh", "-c", "readlink /proc/self/fd/0; cat"});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.starts_with("pipe:["));
+  CHECK(r.out.find("host-secret") == std::string::npos);
+  CHECK(r.out.ends_with("]\nline one\nline two\n"));
+}
+
 TEST_CASE("a package installed with pip --user from a local source tree is importable in later execs", "[session]") {
   Sessions s;
   std::string id = s.Create();
