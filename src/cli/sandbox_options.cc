@@ -210,6 +210,11 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   } else if (!o.stdin_source.empty()) {
     int fd = ::open(o.stdin_source.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Status::Errno(fmt::format("--stdin: open({})", o.stdin_source));
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      return Status::Error(fmt::format("--stdin: {} is a directory", o.stdin_source));
+    }
     ex.stdin_fd = fd;  // lives until nsbox exits
   }
   return ex;

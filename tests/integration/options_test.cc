@@ -62,6 +62,7 @@ TEST_CASE("a missing --file, bind source or --stdin file is a one-line error, ex
   CheckOneLineError({"run", "--lang", "python", "--file", "/nonexistent.py"}, "/nonexistent.py");
   CheckOneLineError({"run", "--ro-bind", "/nonexistent/src:/x", "--", "/bin/true"}, "/nonexistent/src");
   CheckOneLineError({"run", "--stdin", "/nonexistent/in", "--", "/bin/true"}, "/nonexistent/in");
+  CheckOneLineError({"run", "--stdin", "/tmp", "--", "/bin/true"}, "--stdin: /tmp is a directory");
 }
 
 TEST_CASE("contradictory or missing program options are one-line errors, exit 125", "[integration][options]") {
