@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -317,12 +318,82 @@ void RemoveSubtreeIfEmpty(const std::string& dir) {
 
 namespace {
 
-[[noreturn]] void ReaperMain(int pipe_fd, int parent_pidfd, const ReaperPlan& plan) {
+// The reaper's copy of its plan: NUL-separated fields in one buffer, as Arm sends them (see EncodePlan).
+struct ArmedPlan {
+  static constexpr size_t kMaxBytes = 16 << 10;
+  static constexpr int kMaxDirs = 16;
+  char buffer[kMaxBytes];
+  const char* kill_file = nullptr;
+  const char* procs_file = nullptr;
+  const char* freezer_state_file = nullptr;
+  const char* group_dirs[kMaxDirs] = {};
+  int group_count = 0;
+  const char* subtree_dirs[kMaxDirs] = {};
+  int subtree_count = 0;
+  bool armed = false;
+};
+
+// "A" kill_file NUL procs_file NUL freezer_state NUL, then "G" dir NUL for each group dir and "S" dir NUL for each
+// subtree dir.
+std::string EncodePlan(const ReaperPlan& plan) {
+  std::string message = "A";
+  for (const std::string* field : {&plan.kill_file, &plan.procs_file, &plan.freezer_state_file}) {
+    message += *field;
+    message += '\0';
+  }
+  for (const std::string& dir : plan.group_dirs) message += "G" + dir + '\0';
+  for (const std::string& dir : plan.subtree_dirs) message += "S" + dir + '\0';
+  return message;
+}
+
+// Parses a message of `size` bytes already in plan->buffer. Async-signal-safe.
+void DecodePlan(ArmedPlan* plan, size_t size) {
+  char* p = plan->buffer + 1;
+  char* end = plan->buffer + size;
+  const char** fixed[] = {&plan->kill_file, &plan->procs_file, &plan->freezer_state_file};
+  plan->group_count = plan->subtree_count = 0;
+  plan->armed = false;
+  for (const char** field : fixed) {
+    char* nul = static_cast<char*>(memchr(p, '\0', static_cast<size_t>(end - p)));
+    if (!nul) return;
+    *field = p;
+    p = nul + 1;
+  }
+  while (p < end) {
+    char kind = *p++;
+    char* nul = static_cast<char*>(memchr(p, '\0', static_cast<size_t>(end - p)));
+    if (!nul) return;
+    if (kind == 'G' && plan->group_count < ArmedPlan::kMaxDirs) plan->group_dirs[plan->group_count++] = p;
+    if (kind == 'S' && plan->subtree_count < ArmedPlan::kMaxDirs) plan->subtree_dirs[plan->subtree_count++] = p;
+    p = nul + 1;
+  }
+  plan->armed = true;
+}
+
+// Only a reaper child writes it, into its own copy of the memory: no allocation after fork.
+ArmedPlan reaper_plan;
+
+enum class Message { kNone, kArmed, kDismissed, kEnd };
+
+// Receives one message; kNone when there is none (non-blocking) or it was interrupted.
+Message ReceiveMessage(int socket_fd, ArmedPlan* plan, bool wait) {
+  ssize_t n = ::recv(socket_fd, plan->buffer, sizeof plan->buffer, wait ? 0 : MSG_DONTWAIT);
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Message::kNone : Message::kEnd;
+  if (n == 0) return Message::kEnd;  // nsbox closed its end (exited, or Abandon)
+  if (plan->buffer[0] == 'D') return Message::kDismissed;
+  if (plan->buffer[0] == 'A') {
+    DecodePlan(plan, static_cast<size_t>(n));
+    return Message::kArmed;
+  }
+  return Message::kNone;
+}
+
+[[noreturn]] void ReaperMain(int socket_fd, int parent_pidfd) {
   ::setsid();
   // Hold no other descriptor of nsbox's: a copy of a sandbox's output pipe would keep nsbox from
   // seeing its end of file.
-  int keep_low = std::min(pipe_fd, parent_pidfd < 0 ? pipe_fd : parent_pidfd);
-  int keep_high = std::max(pipe_fd, parent_pidfd < 0 ? pipe_fd : parent_pidfd);
+  int keep_low = std::min(socket_fd, parent_pidfd < 0 ? socket_fd : parent_pidfd);
+  int keep_high = std::max(socket_fd, parent_pidfd < 0 ? socket_fd : parent_pidfd);
   if (keep_low > 0) ::syscall(SYS_close_range, 0u, static_cast<unsigned>(keep_low - 1), 0u);
   if (keep_high > keep_low) ::syscall(SYS_close_range, static_cast<unsigned>(keep_low + 1), static_cast<unsigned>(keep_high - 1), 0u);
   ::syscall(SYS_close_range, static_cast<unsigned>(keep_high + 1), ~0u, 0u);
@@ -330,33 +401,36 @@ namespace {
   ignore.sa_handler = SIG_IGN;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::sigaction(sig, &ignore, nullptr);
 
+  ArmedPlan& plan = reaper_plan;
   for (;;) {
-    struct pollfd fds[2] = {{pipe_fd, POLLIN, 0}, {parent_pidfd, POLLIN, 0}};
+    struct pollfd fds[2] = {{socket_fd, POLLIN, 0}, {parent_pidfd, POLLIN, 0}};
     int n = ::poll(fds, parent_pidfd >= 0 ? 2 : 1, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       break;
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      char byte;
-      ssize_t got = ::read(pipe_fd, &byte, 1);
-      if (got < 0 && errno == EINTR) continue;
-      if (got == 1) ::_exit(0);  // dismissed: nsbox cleaned up itself
-      break;                     // end of file: nsbox is gone
+      Message m = ReceiveMessage(socket_fd, &plan, /*wait=*/false);
+      if (m == Message::kDismissed) ::_exit(0);  // nsbox cleaned up itself
+      if (m == Message::kEnd) break;             // nsbox is gone, or handed the cleanup over
+      continue;
     }
     if (parent_pidfd >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-      // nsbox exited; a byte it wrote just before still counts as a dismissal. Without blocking: a child
-      // that did not exec may still hold the write end.
-      struct pollfd pipe_ready = {pipe_fd, POLLIN, 0};
-      char byte;
-      if (::poll(&pipe_ready, 1, 0) == 1 && (pipe_ready.revents & POLLIN) && ::read(pipe_fd, &byte, 1) == 1) ::_exit(0);
+      // nsbox exited; what it sent just before still counts (a plan, a dismissal). Without blocking: a child that
+      // did not exec may still hold the other end of the socket.
+      for (;;) {
+        Message m = ReceiveMessage(socket_fd, &plan, /*wait=*/false);
+        if (m == Message::kDismissed) ::_exit(0);
+        if (m != Message::kArmed) break;
+      }
       break;
     }
   }
+  if (!plan.armed) ::_exit(0);  // no group was made under this reaper
   const char* failed_call = nullptr;
-  RawKillGroup(plan.kill_file.c_str(), plan.procs_file.c_str(), plan.freezer_state_file.c_str(), &failed_call);
-  for (const std::string& dir : plan.group_dirs) RawRemoveDir(dir.c_str());
-  for (const std::string& dir : plan.subtree_dirs) ::rmdir(dir.c_str());
+  RawKillGroup(plan.kill_file, plan.procs_file, plan.freezer_state_file, &failed_call);
+  for (int i = 0; i < plan.group_count; ++i) RawRemoveDir(plan.group_dirs[i]);
+  for (int i = 0; i < plan.subtree_count; ++i) ::rmdir(plan.subtree_dirs[i]);
   ::_exit(0);
 }
 
@@ -380,48 +454,87 @@ void ReapDismissed(pid_t also) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Reaper>> Reaper::Start(const ReaperPlan& plan) {
+StatusOr<std::unique_ptr<Reaper>> Reaper::Start() {
   ReapDismissed(0);
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2(reaper)");
-  UniqueFd read_end(fds[0]);
-  UniqueFd write_end(fds[1]);
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
+    return Status::Errno("socketpair(AF_UNIX, SOCK_SEQPACKET) for the cgroup reaper");
+  UniqueFd reaper_end(fds[0]);
+  UniqueFd nsbox_end(fds[1]);
   pid_t parent = ::getpid();
   // Opened before fork so there is no window in which the parent's pid could be reused.
-  UniqueFd parent_pidfd(static_cast<int>(::syscall(SYS_pidfd_open, parent, 0)));  // -1 before Linux 5.3: pipe only
+  UniqueFd parent_pidfd(static_cast<int>(::syscall(SYS_pidfd_open, parent, 0)));  // -1 before Linux 5.3: socket only
   pid_t pid = ::fork();
   if (pid < 0) return Status::Errno("fork(cgroup reaper)");
   if (pid == 0) {
-    ::close(write_end.get());
-    ReaperMain(read_end.get(), parent_pidfd.get(), plan);
+    ::close(nsbox_end.get());
+    ReaperMain(reaper_end.get(), parent_pidfd.get());
   }
-  return std::unique_ptr<Reaper>(new Reaper(pid, write_end.release()));
+  return std::unique_ptr<Reaper>(new Reaper(pid, nsbox_end.release()));
+}
+
+StatusOr<std::unique_ptr<Reaper>> Reaper::Start(const ReaperPlan& plan) {
+  auto reaper = Start();
+  if (!reaper.ok()) return reaper.status();
+  NSBOX_RETURN_IF_ERROR((*reaper)->Arm(plan));
+  return reaper;
+}
+
+Status Reaper::Arm(const ReaperPlan& plan) {
+  if (pid_ <= 0) return Status::Error("arming a cgroup reaper that was dismissed");
+  std::string message = EncodePlan(plan);
+  if (message.size() > ArmedPlan::kMaxBytes || plan.group_dirs.size() > ArmedPlan::kMaxDirs ||
+      plan.subtree_dirs.size() > ArmedPlan::kMaxDirs)
+    return Status::Error(fmt::format("cgroup reaper plan too large ({} bytes)", message.size()));
+  ssize_t n;
+  do n = ::send(socket_fd_, message.data(), message.size(), MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(message.size())) return Status::Errno("send(plan to the cgroup reaper)");
+  return OkStatus();
 }
 
 void Reaper::Dismiss() {
   if (pid_ <= 0) return;
-  char byte = 'd';
-  while (::write(pipe_fd_, &byte, 1) < 0 && errno == EINTR) {
+  const char dismiss = 'D';
+  while (::send(socket_fd_, &dismiss, 1, MSG_NOSIGNAL) < 0 && errno == EINTR) {
   }
-  ::close(pipe_fd_);
-  pipe_fd_ = -1;
+  ::close(socket_fd_);
+  socket_fd_ = -1;
   ReapDismissed(pid_);
   pid_ = -1;
 }
 
 void Reaper::Abandon() {
   if (pid_ <= 0) return;
-  ::close(pipe_fd_);  // end of file without a byte: the reaper cleans up now
-  pipe_fd_ = -1;
+  ::close(socket_fd_);  // end of file without a dismissal: the reaper cleans up now
+  socket_fd_ = -1;
   ReapDismissed(pid_);  // reaped once it is done, by a later call
   pid_ = -1;
 }
 
 Reaper::~Reaper() { Dismiss(); }
 
+Status ArmReaper(const CgroupConfig& config, const ReaperPlan& plan, std::unique_ptr<Reaper>* reaper) {
+  if (config.prestarted_reaper && config.prestarted_reaper->reaper) {
+    *reaper = std::move(config.prestarted_reaper->reaper);
+    return (*reaper)->Arm(plan);
+  }
+  auto started = Reaper::Start(plan);
+  if (!started.ok()) return started.status();
+  *reaper = std::move(started.value());
+  return OkStatus();
+}
+
 }  // namespace cgroup_internal
 
 using namespace cgroup_internal;
+
+StatusOr<std::shared_ptr<PrestartedReaper>> StartCgroupReaper() {
+  auto reaper = Reaper::Start();
+  if (!reaper.ok()) return reaper.status();
+  auto prestarted = std::make_shared<PrestartedReaper>();
+  prestarted->reaper = std::move(reaper.value());
+  return prestarted;
+}
 
 int JoinCgroupSelf(const CgroupSelfJoin& join) {
   for (int i = 0; i < join.count; ++i) {

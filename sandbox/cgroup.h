@@ -14,6 +14,12 @@
 
 namespace nsbox {
 
+// A cgroup reaper forked before its group exists. `run` starts one first thing: its fork then does not fall in the
+// stretch where the group is made while the sandbox's child builds its root (the two compete for the kernel's per-CPU
+// allocator). Released unused, it is dismissed.
+struct PrestartedReaper;
+StatusOr<std::shared_ptr<PrestartedReaper>> StartCgroupReaper();
+
 struct CgroupConfig {
   // Where the cgroup file systems are mounted; tests point it at a fake tree in a temp dir.
   std::string cgroup_root = "/sys/fs/cgroup";
@@ -43,6 +49,9 @@ struct CgroupConfig {
 
   // Forks a small reaper that kills and removes the group if nsbox dies without doing it (SIGKILL).
   bool reaper = true;
+  // A reaper forked earlier (StartCgroupReaper), to arm instead of forking one: the first group made with this
+  // config takes it.
+  std::shared_ptr<PrestartedReaper> prestarted_reaper;
   // Removes groups left behind by an nsbox that is no longer alive (reaper killed too, machine crash).
   bool sweep_stale = true;
   // Tests only: a fake tree is a plain directory, so the kernel does not fill new groups with control

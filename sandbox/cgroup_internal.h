@@ -68,7 +68,8 @@ int RawKillGroup(const char* kill_file, const char* procs_file, const char* free
 // rmdir, waiting out EBUSY while killed processes finish exiting (bounded); returns 0 or errno. ENOENT is 0.
 int RawRemoveDir(const char* dir);
 
-// What the reaper must do if nsbox dies: every path is built before fork, so the reaper allocates nothing.
+// What the reaper must do if nsbox dies. It travels to the reaper as one message (Reaper::Arm), which the reaper
+// parses into a buffer of its own: it allocates nothing.
 struct ReaperPlan {
   std::string kill_file;                 // v2: <group>/cgroup.kill; empty on v1
   std::string procs_file;                // the group's cgroup.procs, polled until empty
@@ -77,14 +78,22 @@ struct ReaperPlan {
   std::vector<std::string> subtree_dirs; // removed if empty
 };
 
-// A forked process that waits on a pipe from nsbox and on a pidfd of nsbox. A byte on the pipe means
-// "cleaned up, exit"; nsbox's exit (pidfd readable, or the pipe's end of file) without one means nsbox
-// died, and the reaper kills and removes the group. The pidfd matters because a sandbox child that
-// does not exec keeps a copy of the pipe's write end. Its own session keeps it out of
+// A forked process that waits on a socket from nsbox and on a pidfd of nsbox. Messages on the socket: a plan (Arm:
+// what to kill and remove), or "cleaned up, exit" (Dismiss). nsbox's exit (pidfd readable, or the socket's end of
+// file) without a dismissal means nsbox died, and the reaper carries out the last plan it received. The pidfd
+// matters because a sandbox child that does not exec keeps a copy of the socket. Its own session keeps it out of
 // nsbox's process group (a terminal's Ctrl-C or `kill -- -pgid` does not take it along).
+//
+// It may be forked before its group exists (Start() with no plan, then Arm before the group's first mkdir): `run`
+// forks it before anything else, so that the fork is not part of the stretch where the group is made while the
+// sandbox's child builds its root, both competing for the kernel's per-CPU allocator.
 class Reaper {
  public:
-  static StatusOr<std::unique_ptr<Reaper>> Start(const ReaperPlan& plan);
+  static StatusOr<std::unique_ptr<Reaper>> Start();
+  static StatusOr<std::unique_ptr<Reaper>> Start(const ReaperPlan& plan);  // Start() and Arm(plan)
+  // Sends the plan; the reaper acts on the last one it received. Call it before the group's first mkdir: a plan
+  // whose directories do not exist yet costs the reaper nothing, a group made before the plan could be left behind.
+  Status Arm(const ReaperPlan& plan);
   ~Reaper();  // Dismiss()
   Reaper(const Reaper&) = delete;
   Reaper& operator=(const Reaper&) = delete;
@@ -95,10 +104,13 @@ class Reaper {
   pid_t pid() const { return pid_; }
 
  private:
-  Reaper(pid_t pid, int pipe_fd) : pid_(pid), pipe_fd_(pipe_fd) {}
+  Reaper(pid_t pid, int socket_fd) : pid_(pid), socket_fd_(socket_fd) {}
   pid_t pid_;
-  int pipe_fd_;
+  int socket_fd_;
 };
+
+// Arms config.prestarted_reaper (taking it) when there is one, else forks a reaper with the plan.
+Status ArmReaper(const CgroupConfig& config, const ReaperPlan& plan, std::unique_ptr<Reaper>* reaper);
 
 // Backends (cgroup_v2.cc, cgroup_v1.cc). `parent` is the directory that holds the subtree.
 StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, const CgroupConfig& config,
@@ -135,3 +147,11 @@ Status MakeGroupDir(const std::string& subtree_dir, const std::string& group_dir
 }
 
 }  // namespace nsbox::cgroup_internal
+
+namespace nsbox {
+
+struct PrestartedReaper {
+  std::unique_ptr<cgroup_internal::Reaper> reaper;  // dismissed, unarmed, when it was never taken
+};
+
+}  // namespace nsbox

@@ -157,15 +157,13 @@ class CgroupV1 final : public Cgroup {
     return OkStatus();
   }
 
-  Status StartReaper() {
+  // Before the first mkdir: a group the reaper does not know of could be left behind.
+  Status StartReaper(const CgroupConfig& config) {
     ReaperPlan plan;
     plan.procs_file = memory_dir_ + "/cgroup.procs";
     if (!freezer_dir_.empty()) plan.freezer_state_file = freezer_dir_ + "/freezer.state";
     for (const Hierarchy& hierarchy : hierarchies_) plan.group_dirs.push_back(hierarchy.dir);
-    auto reaper = Reaper::Start(plan);
-    if (!reaper.ok()) return reaper.status();
-    reaper_ = std::move(reaper.value());
-    return OkStatus();
+    return ArmReaper(config, plan, &reaper_);
   }
 
  private:
@@ -183,6 +181,7 @@ class CgroupV1 final : public Cgroup {
 StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, const CgroupConfig& config,
                                                  const V1Dirs& parents) {
   auto group = std::make_unique<CgroupV1>(parents, config.subtree, NewGroupName());
+  if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper(config));
   for (const Hierarchy& hierarchy : group->hierarchies()) {
     // v1 needs nothing enabled anywhere: the controllers are the hierarchy's own.
     bool created = false;
@@ -192,7 +191,6 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, con
   }
   NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
   NSBOX_RETURN_IF_ERROR(group->OpenTasksFiles().Wrap("opening the sandbox's cgroup for joining"));
-  if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper());
   return std::unique_ptr<Cgroup>(std::move(group));
 }
 

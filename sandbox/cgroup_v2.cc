@@ -112,16 +112,14 @@ class CgroupV2 final : public Cgroup {
     return OkStatus();
   }
 
-  Status StartReaper() {
+  // Before the group's mkdir: a group the reaper does not know of could be left behind.
+  Status StartReaper(const CgroupConfig& config) {
     ReaperPlan plan;
     plan.kill_file = dir_ + "/cgroup.kill";
     plan.procs_file = dir_ + "/cgroup.procs";
     plan.group_dirs = {dir_};
     plan.subtree_dirs = {subtree_dir_};
-    auto reaper = Reaper::Start(plan);
-    if (!reaper.ok()) return reaper.status();
-    reaper_ = std::move(reaper.value());
-    return OkStatus();
+    return ArmReaper(config, plan, &reaper_);
   }
 
  private:
@@ -198,6 +196,7 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, con
   std::string subtree_dir = parent + "/" + config.subtree;
   std::string dir = subtree_dir + "/" + NewGroupName();
   auto group = std::make_unique<CgroupV2>(subtree_dir, dir);  // from here on, its destructor removes dir
+  if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper(config));
   NSBOX_RETURN_IF_ERROR(MakeGroupDir(subtree_dir, dir, config, [&] {
     int prepare_err = 0;
     return EnableControllers(subtree_dir, &prepare_err);
@@ -212,7 +211,6 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, con
   }
   NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
   NSBOX_RETURN_IF_ERROR(group->OpenDirFd());
-  if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper());
   return std::unique_ptr<Cgroup>(std::move(group));
 }
 

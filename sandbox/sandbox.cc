@@ -106,6 +106,13 @@ void Sandbox::Kill() {
 Result Sandbox::Run() {
   const auto started = Clock::now();
   if (executor_.argv.empty()) return SetupError("nothing to run: empty command");
+  // 0. The cgroup's reaper first, while this process is small and nothing else competes (cgroup.h says why).
+  CgroupConfig cgroup_config = RunCgroupConfig();
+  if (policy_.cgroup_limits()) {
+    auto reaper = StartCgroupReaper();
+    if (!reaper.ok()) return SetupError(reaper.status().Wrap("setting up the cgroup limits").message());
+    cgroup_config.prestarted_reaper = std::move(*reaper);
+  }
 
   // 1. Plan, in the parent, as plain data.
   auto mounts = PlanChildRoot(policy_);
@@ -176,7 +183,7 @@ Result Sandbox::Run() {
   const auto& limits = policy_.cgroup_limits();
   if (limits) {
     if (CgroupConfig config; PathExists(config.cgroup_root + "/cgroup.controllers")) {  // a cgroup2 mount
-      auto made = CreateSandboxCgroup(*limits, RunCgroupConfig());
+      auto made = CreateSandboxCgroup(*limits, cgroup_config);
       if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
       cgroup = std::move(*made);
     } else {
@@ -228,7 +235,7 @@ Result Sandbox::Run() {
   if (::write(sync->write.get(), &go, 1) != 1) return SetupError(Status::Errno("write(sync pipe)").message());
   sync->write.reset();
   if (cgroup_socket) {
-    auto made = CreateSandboxCgroup(*limits, RunCgroupConfig());
+    auto made = CreateSandboxCgroup(*limits, cgroup_config);
     if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
     cgroup = std::move(*made);
     // No descriptors (a backend that cannot be joined from inside): nsbox places the child itself, and says so with 0.

@@ -18,6 +18,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/cgroup_internal.h"
 
 using namespace nsbox;
 namespace fs = std::filesystem;
@@ -111,9 +112,15 @@ bool ProcessGone(pid_t pid) {
 
 // Runs in a forked "owner" standing in for nsbox: creates a group, starts a sleeper in it, reports both
 // on `report`, and waits to be killed.
-[[noreturn]] void OwnerMain(int report, bool reaper) {
+// prestarted: the reaper is forked first (StartCgroupReaper, as `run` does) and armed when the group is made.
+[[noreturn]] void OwnerMain(int report, bool reaper, bool prestarted) {
   CgroupConfig config;
   config.reaper = reaper;
+  if (prestarted) {
+    auto early = StartCgroupReaper();
+    if (!early.ok()) ::_exit(4);
+    config.prestarted_reaper = *early;
+  }
   auto group = CreateSandboxCgroup(Limits(64 << 20, 16, 1), config);
   if (!group.ok()) ::_exit(1);
   pid_t sleeper = ::fork();
@@ -134,7 +141,7 @@ struct Owner {
   std::string path;
 };
 
-Owner StartOwner(bool reaper) {
+Owner StartOwner(bool reaper, bool prestarted = false) {
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
   Owner result;
@@ -142,7 +149,7 @@ Owner StartOwner(bool reaper) {
   REQUIRE(result.owner >= 0);
   if (result.owner == 0) {
     ::close(fds[0]);
-    OwnerMain(fds[1], reaper);
+    OwnerMain(fds[1], reaper, prestarted);
   }
   ::close(fds[1]);
   char buf[512] = {};
@@ -278,20 +285,75 @@ TEST_CASE("real cgroup: after KillAll and Remove no process and no group directo
   }
 }
 
+namespace {
+
+// SIGKILLs an owner that made a group with a reaper, then expects the group and its processes gone.
+void CheckReaperCleansUpAfterKilledOwner(const std::string& backend, bool prestarted) {
+  Owner owner = StartOwner(/*reaper=*/true, prestarted);
+  std::vector<fs::path> dirs = GroupDirs(backend, owner.path);
+  CHECK(AnyExists(dirs));
+  REQUIRE(::kill(owner.owner, SIGKILL) == 0);
+  ::waitpid(owner.owner, nullptr, 0);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (AnyExists(dirs) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK_FALSE(AnyExists(dirs));
+  CHECK(ProcessGone(owner.sleeper));
+}
+
+}  // namespace
+
 TEST_CASE("real cgroup: when its owner is SIGKILLed, the reaper kills the group's processes and removes it", "[real]") {
   std::string backend = RealBackend("owner killed");
   if (backend.empty()) return;
-  DYNAMIC_SECTION(backend) {
-    Owner owner = StartOwner(/*reaper=*/true);
-    std::vector<fs::path> dirs = GroupDirs(backend, owner.path);
-    CHECK(AnyExists(dirs));
-    REQUIRE(::kill(owner.owner, SIGKILL) == 0);
-    ::waitpid(owner.owner, nullptr, 0);
-    auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (AnyExists(dirs) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    CHECK_FALSE(AnyExists(dirs));
-    CHECK(ProcessGone(owner.sleeper));
+  DYNAMIC_SECTION(backend) { CheckReaperCleansUpAfterKilledOwner(backend, /*prestarted=*/false); }
+}
+
+TEST_CASE("real cgroup: a reaper forked before its group is armed by it and cleans up after a SIGKILLed owner",
+          "[real]") {
+  std::string backend = RealBackend("prestarted reaper");
+  if (backend.empty()) return;
+  DYNAMIC_SECTION(backend) { CheckReaperCleansUpAfterKilledOwner(backend, /*prestarted=*/true); }
+}
+
+// A reaper that was never armed (the run failed before its group was made) has nothing to clean up: it leaves when
+// dismissed and when its owner dies, and removes nothing.
+TEST_CASE("real cgroup: a reaper never armed leaves when dismissed or when its owner dies", "[real]") {
+  std::string backend = RealBackend("unarmed reaper");
+  if (backend.empty()) return;
+  auto reaper_pid = [](const std::shared_ptr<PrestartedReaper>& r) { return r->reaper->pid(); };
+  {
+    auto early = StartCgroupReaper();
+    REQUIRE(early.ok());
+    pid_t pid = reaper_pid(*early);
+    CHECK_FALSE(ProcessGone(pid));
+    early->reset();  // dismissed unused
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (!ProcessGone(pid) && Clock::now() < deadline) {
+      ::waitpid(pid, nullptr, WNOHANG);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(ProcessGone(pid));
   }
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  pid_t owner = ::fork();
+  REQUIRE(owner >= 0);
+  if (owner == 0) {
+    auto early = StartCgroupReaper();
+    pid_t pid = early.ok() ? (*early)->reaper->pid() : -1;
+    if (::write(fds[1], &pid, sizeof pid) != sizeof pid) ::_exit(1);
+    for (;;) ::pause();
+  }
+  ::close(fds[1]);
+  pid_t pid = -1;
+  REQUIRE(::read(fds[0], &pid, sizeof pid) == sizeof pid);
+  ::close(fds[0]);
+  REQUIRE(pid > 0);
+  REQUIRE(::kill(owner, SIGKILL) == 0);
+  ::waitpid(owner, nullptr, 0);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (!ProcessGone(pid) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(ProcessGone(pid));
 }
 
 TEST_CASE("real cgroup: a group left by a dead owner without a reaper is swept by the next creation", "[real]") {
