@@ -370,18 +370,21 @@ void DecodePlan(ArmedPlan* plan, size_t size) {
   plan->armed = true;
 }
 
-// Only a reaper child writes it, into its own copy of the memory: no allocation after fork.
+// Only a reaper child writes these, into its own copy of the memory: no allocation after fork. Messages arrive in
+// the scratch buffer, so that anything but a plan leaves the last plan intact.
 ArmedPlan reaper_plan;
+char reaper_scratch[ArmedPlan::kMaxBytes];
 
 enum class Message { kNone, kArmed, kDismissed, kEnd };
 
-// Receives one message; kNone when there is none (non-blocking) or it was interrupted.
-Message ReceiveMessage(int socket_fd, ArmedPlan* plan, bool wait) {
-  ssize_t n = ::recv(socket_fd, plan->buffer, sizeof plan->buffer, wait ? 0 : MSG_DONTWAIT);
+// Receives one message without waiting; kNone when there is none.
+Message ReceiveMessage(int socket_fd, ArmedPlan* plan) {
+  ssize_t n = ::recv(socket_fd, reaper_scratch, sizeof reaper_scratch, MSG_DONTWAIT);
   if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Message::kNone : Message::kEnd;
   if (n == 0) return Message::kEnd;  // nsbox closed its end (exited, or Abandon)
-  if (plan->buffer[0] == 'D') return Message::kDismissed;
-  if (plan->buffer[0] == 'A') {
+  if (reaper_scratch[0] == 'D') return Message::kDismissed;
+  if (reaper_scratch[0] == 'A') {
+    memcpy(plan->buffer, reaper_scratch, static_cast<size_t>(n));
     DecodePlan(plan, static_cast<size_t>(n));
     return Message::kArmed;
   }
@@ -410,7 +413,7 @@ Message ReceiveMessage(int socket_fd, ArmedPlan* plan, bool wait) {
       break;
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      Message m = ReceiveMessage(socket_fd, &plan, /*wait=*/false);
+      Message m = ReceiveMessage(socket_fd, &plan);
       if (m == Message::kDismissed) ::_exit(0);  // nsbox cleaned up itself
       if (m == Message::kEnd) break;             // nsbox is gone, or handed the cleanup over
       continue;
@@ -419,7 +422,7 @@ Message ReceiveMessage(int socket_fd, ArmedPlan* plan, bool wait) {
       // nsbox exited; what it sent just before still counts (a plan, a dismissal). Without blocking: a child that
       // did not exec may still hold the other end of the socket.
       for (;;) {
-        Message m = ReceiveMessage(socket_fd, &plan, /*wait=*/false);
+        Message m = ReceiveMessage(socket_fd, &plan);
         if (m == Message::kDismissed) ::_exit(0);
         if (m != Message::kArmed) break;
       }
