@@ -142,17 +142,20 @@ void RunPayload(const ChildPlan& plan, bool inherited) {
 
   const char* step = nullptr;
   // The bounding set is already empty: pid 1 emptied it before the fork (each drop costs a credential commit).
-  // Raw system calls: this may run vfork-style in the memory of a process with threads (a session supervisor), where
-  // glibc's set*id() would change the credentials of all of those threads too.
-  if (plan.may_setgroups && !inherited) {
-    gid_t groups[1] = {plan.gid};
-    if (::syscall(SYS_setgroups, 1, groups) != 0) Fail(plan, "setgroups([sandbox gid])", errno);
+  // Inherited (a run): pid 1 is the sandbox user already, with no capabilities and no_new_privs (DropInitPrivileges),
+  // and we have its credentials. Otherwise raw system calls: this may run vfork-style in the memory of a process with
+  // threads (a session supervisor), where glibc's set*id() would change the credentials of all of those threads too.
+  if (!inherited) {
+    if (plan.may_setgroups) {
+      gid_t groups[1] = {plan.gid};
+      if (::syscall(SYS_setgroups, 1, groups) != 0) Fail(plan, "setgroups([sandbox gid])", errno);
+    }
+    if (::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) Fail(plan, "setresgid(sandbox gid)", errno);
+    if (::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) Fail(plan, "setresuid(sandbox uid)", errno);
+    if (ClearCapabilities(plan.no_caps, &step) != 0) Fail(plan, step, errno);
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_NO_NEW_PRIVS, 1)", errno);
   }
-  if (::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) Fail(plan, "setresgid(sandbox gid)", errno);
-  if (::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) Fail(plan, "setresuid(sandbox uid)", errno);
-  if (ClearCapabilities(plan.no_caps, &step) != 0) Fail(plan, step, errno);
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_NO_NEW_PRIVS, 1)", errno);
-  // setresuid cleared it: the payload dies with its parent, pid 1 (a session's exec: see parent_death_signal).
+  // A new process has none: the payload dies with its parent, pid 1 (a session's exec: see parent_death_signal).
   if (plan.parent_death_signal && ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
     Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
   if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);

@@ -86,8 +86,8 @@ int WriteCodeFile(const ChildPlan& plan);
 
 // The payload's own steps, shared by run and session exec: a new session, its stdio, the sandbox user, no
 // capabilities, no_new_privs, seccomp last, execve. Failures go to plan.control_fd as kSetupError. Never returns.
-// inherited: the caller is the sandbox user already (pid 1 of a run: groups, uids, no capabilities), so the groups
-// are left as they are (setgroups needs CAP_SETGID) and the other credential calls change nothing.
+// inherited: the caller is the sandbox user already (pid 1 of a run: groups, uids, no capabilities, no_new_privs), so
+// the payload keeps those credentials and makes no credential calls of its own.
 [[noreturn]] void RunPayload(const ChildPlan& plan, bool inherited = false);
 
 // The cloned child's entry point: sets up the sandbox, forks the payload, then serves as pid 1. Never returns.

@@ -182,7 +182,7 @@ Result Sandbox::Run() {
   UniqueFd cgroup_socket, cgroup_socket_child;
   const auto& limits = policy_.cgroup_limits();
   if (limits) {
-    if (CgroupConfig config; PathExists(config.cgroup_root + "/cgroup.controllers")) {  // a cgroup2 mount
+    if (PathExists(cgroup_config.cgroup_root + "/cgroup.controllers")) {  // a cgroup2 mount
       auto made = CreateSandboxCgroup(*limits, cgroup_config);
       if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
       cgroup = std::move(*made);

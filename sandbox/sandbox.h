@@ -13,11 +13,11 @@
 
 namespace nsbox {
 
-// Extension points for front ends that run host-side services for one sandbox (the egress proxy).
 // The sandbox's root as the child applies it (paths under /newroot and /oldroot), planned from the policy: the
 // built-in host view (read once per process) or a prepared root, with the generated /etc. Shared by run and sessions.
 StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy);
 
+// Extension points for front ends that run host-side services for one sandbox (the egress proxy).
 class SandboxHooks {
  public:
   virtual ~SandboxHooks() = default;

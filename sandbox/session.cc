@@ -319,8 +319,8 @@ void SessionSandbox::Terminate() {
     // pid 1's exit waits until every process of its namespace is reaped, and the execs' payloads are ours to reap.
     std::set<pid_t> payloads;
     {
-      std::lock_guard lock(helpers_mutex_);
-      payloads = helpers_;
+      std::lock_guard lock(payloads_mutex_);
+      payloads = payloads_;
     }
     for (pid_t payload : payloads) {
       ::kill(payload, SIGKILL);
@@ -386,9 +386,9 @@ uint64_t SessionSandbox::MemoryInUseBytes() const {
   return total;
 }
 
-void SessionSandbox::Forget(pid_t helper) {
-  std::lock_guard lock(helpers_mutex_);
-  helpers_.erase(helper);
+void SessionSandbox::Forget(pid_t payload) {
+  std::lock_guard lock(payloads_mutex_);
+  payloads_.erase(payload);
 }
 
 StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd) {
@@ -439,7 +439,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     // Registered under the lock so that Terminate() never misses an exec. The helper runs vfork-style: this thread
     // waits until the payload has called execve (or the helper failed), with every signal blocked meanwhile (the
     // helper and the payload share this thread's memory until then).
-    std::lock_guard lock(helpers_mutex_);
+    std::lock_guard lock(payloads_mutex_);
     sigset_t all, old;
     sigfillset(&all);
     ::pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -451,7 +451,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     while (::waitpid(helper_pid, nullptr, __WALL) < 0 && errno == EINTR) {
     }
     helper->pid = payload;
-    if (payload > 0) helpers_.insert(payload);
+    if (payload > 0) payloads_.insert(payload);
   }
   helper->out = std::move(out->read);
   helper->err = std::move(err->read);

@@ -82,7 +82,7 @@ class SessionSandbox {
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
   StatusOr<std::unique_ptr<SessionHelper>> StartHelper(const Executor& executor, int channel_fd);
-  void Forget(pid_t helper);
+  void Forget(pid_t payload);
   void FinishReport(SessionHelper& helper, uint64_t oom_kills_before, Result* result);
 
   Policy policy_;
@@ -94,8 +94,8 @@ class SessionSandbox {
   UniqueFd workspace_fd_;
   std::unique_ptr<Cgroup> cgroup_;  // the session's limits: pid 1 and every exec helper (and so every exec) join it
   bool new_network_ = true;
-  std::mutex helpers_mutex_;
-  std::set<pid_t> helpers_;  // live exec helpers, killed by Terminate()
+  std::mutex payloads_mutex_;
+  std::set<pid_t> payloads_;  // the execs' live payloads (our children), killed and reaped by Terminate()
   std::mutex exec_counter_mutex_;
   uint64_t exec_counter_ = 0;
 
