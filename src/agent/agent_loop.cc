@@ -1,9 +1,7 @@
 // RunAgent: steps, time-out layers, retries with backoff, at-most-once tool execution and the JSONL transcript.
 #include "src/agent/agent_loop.h"
 
-#include "src/agent/curl_api.h"
 
-#include <curl/curl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -285,11 +283,16 @@ int64_t RetryAfterMs(const std::map<std::string, std::string>& headers) {
   char* end = nullptr;
   double seconds = std::strtod(it->second.c_str(), &end);
   if (end != it->second.c_str() && *end == '\0' && seconds >= 0) return static_cast<int64_t>(seconds * 1000);
-  auto curl = Curl();
-  if (!curl.ok()) return -1;
-  time_t when = (*curl)->getdate(it->second.c_str(), nullptr);
-  if (when < 0) return -1;
-  return std::max<int64_t>(0, (static_cast<int64_t>(when) - static_cast<int64_t>(std::time(nullptr))) * 1000);
+  // An HTTP-date (RFC 9110 5.6.7): the preferred IMF-fixdate, then the two obsolete forms; always GMT.
+  for (const char* format : {"%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT", "%a %b %e %H:%M:%S %Y"}) {
+    struct tm parts = {};
+    const char* rest = strptime(it->second.c_str(), format, &parts);
+    if (!rest || *rest != '\0') continue;
+    time_t when = timegm(&parts);
+    if (when < 0) return -1;
+    return std::max<int64_t>(0, (static_cast<int64_t>(when) - static_cast<int64_t>(std::time(nullptr))) * 1000);
+  }
+  return -1;
 }
 
 AgentOutcome RunAgent(Provider& provider, runtime::SandboxRuntime& runtime, const AgentConfig& config,

@@ -1,110 +1,98 @@
-// HttpPost: the libcurl easy interface, with a progress callback for cancellation and a header callback for retry-after.
+// HttpPost: hands the request to the nsbox-http helper (src/agent/http_wire.h says why) under the caller's deadline and cancel flag.
 #include "src/agent/http_client.h"
 
-#include "src/agent/curl_api.h"
-
-#include <algorithm>
-#include <memory>
-#include <mutex>
+#include <unistd.h>
 
 #include <fmt/format.h>
+
+#include "src/agent/http_wire.h"
+#include "src/runtime/subprocess.h"
 
 namespace nsbox::agent {
 
 namespace {
 
-size_t OnBody(char* data, size_t size, size_t count, void* user) {
-  static_cast<std::string*>(user)->append(data, size * count);
-  return size * count;
-}
+// The answer's size bound: far above any model reply; a larger one is reported, not cut.
+constexpr uint64_t kMaxAnswerBytes = 256ull << 20;
+// How long past the request's own deadline the helper may take to report that deadline before it is killed.
+constexpr std::chrono::seconds kHelperGrace{5};
 
-size_t OnHeader(char* data, size_t size, size_t count, void* user) {
-  auto* headers = static_cast<std::map<std::string, std::string>*>(user);
-  std::string line(data, size * count);
-  // A new status line (after a 100 Continue or a redirect) starts a new header set.
-  if (line.rfind("HTTP/", 0) == 0) {
-    headers->clear();
-    return size * count;
+// Beside the running program (the build tree, or a bindir install), the installed libexec path, then the build tree
+// (for the test programs, which live in build/tests/).
+StatusOr<std::string> FindHelper() {
+  std::vector<std::string> candidates;
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir.erase(dir.rfind('/'));
+    candidates.push_back(dir + "/nsbox-http");
   }
-  size_t colon = line.find(':');
-  if (colon == std::string::npos) return size * count;
-  std::string name = line.substr(0, colon);
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  std::string value = line.substr(colon + 1);
-  value.erase(0, value.find_first_not_of(" \t"));
-  while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) value.pop_back();
-  (*headers)[name] = value;
-  return size * count;
+  candidates.push_back(NSBOX_HTTP_HELPER_INSTALLED);
+  candidates.push_back(NSBOX_HTTP_HELPER_BUILD);
+  for (const auto& path : candidates) {
+    if (access(path.c_str(), X_OK) == 0) return path;
+  }
+  return Status::Error(fmt::format("the agent's HTTP helper nsbox-http is missing (looked for {} and {}): build or "
+                                   "install nsbox with it",
+                                   candidates.front(), NSBOX_HTTP_HELPER_INSTALLED));
 }
 
-int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  const auto* cancel = static_cast<const std::atomic<bool>*>(user);
-  return cancel && cancel->load() ? 1 : 0;  // non-zero aborts the transfer
+HttpResult Failure(TransportError error, std::string message) {
+  HttpResult result;
+  result.error = error;
+  result.error_message = std::move(message);
+  return result;
 }
 
 }  // namespace
 
 HttpResult HttpPost(const HttpRequest& request) {
-  HttpResult result;
-  auto loaded = Curl();
-  if (!loaded.ok()) {
-    result.error = TransportError::kOther;
-    result.error_message = loaded.status().message();
-    return result;
-  }
-  const CurlApi* api = *loaded;
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(api->easy_init(), api->easy_cleanup);
-  if (!curl) {
-    result.error = TransportError::kOther;
-    result.error_message = "curl_easy_init failed";
-    return result;
-  }
-  struct curl_slist* header_list = nullptr;
-  for (const auto& h : request.headers) header_list = api->slist_append(header_list, h.c_str());
-  // No "Expect: 100-continue" round trip for large bodies.
-  header_list = api->slist_append(header_list, "Expect:");
-  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers_owner(header_list, api->slist_free_all);
+  auto helper = FindHelper();
+  if (!helper.ok()) return Failure(TransportError::kOther, helper.status().message());
 
-  CURL* c = curl.get();
-  char error_buffer[CURL_ERROR_SIZE] = {0};
-  api->easy_setopt(c, CURLOPT_URL, request.url.c_str());
-  api->easy_setopt(c, CURLOPT_POST, 1L);
-  api->easy_setopt(c, CURLOPT_POSTFIELDS, request.body.data());
-  api->easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
-  api->easy_setopt(c, CURLOPT_HTTPHEADER, header_list);
-  api->easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
-  api->easy_setopt(c, CURLOPT_WRITEDATA, &result.response.body);
-  api->easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
-  api->easy_setopt(c, CURLOPT_HEADERDATA, &result.response.headers);
-  api->easy_setopt(c, CURLOPT_ERRORBUFFER, error_buffer);
-  api->easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM games in a multi-threaded program
-  api->easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
-  api->easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-  api->easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
-  api->easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(request.cancel));
-  api->easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 30'000L);
+  WireRequest wire{request.url, request.headers, request.body, std::nullopt};
+  runtime::SubprocessSpec spec;
   if (request.deadline) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*request.deadline - std::chrono::steady_clock::now());
-    api->easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(left.count(), 1)));
+    if (left.count() <= 0) return Failure(TransportError::kTimeout, fmt::format("POST {}: the deadline passed", request.url));
+    wire.timeout_ms = left.count();
+    spec.deadline = *request.deadline + kHelperGrace;
   }
-  CURLcode code = api->easy_perform(c);
-  if (code != CURLE_OK) {
-    std::string detail = error_buffer[0] ? error_buffer : api->easy_strerror(code);
-    result.error_message = fmt::format("POST {}: {}", request.url, detail);
-    switch (code) {
-      case CURLE_COULDNT_CONNECT:
-      case CURLE_COULDNT_RESOLVE_HOST:
-      case CURLE_COULDNT_RESOLVE_PROXY:
-      case CURLE_GOT_NOTHING:
-      case CURLE_SEND_ERROR:
-      case CURLE_RECV_ERROR: result.error = TransportError::kConnect; break;
-      case CURLE_OPERATION_TIMEDOUT: result.error = TransportError::kTimeout; break;
-      case CURLE_ABORTED_BY_CALLBACK: result.error = TransportError::kCancelled; break;
-      default: result.error = TransportError::kOther; break;
-    }
+  spec.argv = {*helper, std::to_string(getpid())};
+  // curl reads its proxy and CA settings (https_proxy, CURL_CA_BUNDLE …) from the environment, as it did in-process.
+  spec.env = runtime::InheritedEnvironment();
+  spec.stdin_data = EncodeRequest(wire);
+  spec.output_limit_bytes = kMaxAnswerBytes;
+  spec.cancel = request.cancel;
+
+  auto outcome = runtime::RunSubprocess(spec);
+  if (!outcome.ok()) return Failure(TransportError::kOther, fmt::format("POST {}: {}", request.url, outcome.status().message()));
+  if (outcome->cancelled) return Failure(TransportError::kCancelled, fmt::format("POST {}: cancelled", request.url));
+  if (outcome->deadline_passed) return Failure(TransportError::kTimeout, fmt::format("POST {}: timed out", request.url));
+  if (outcome->stdout_truncated) {
+    return Failure(TransportError::kOther, fmt::format("POST {}: the answer is larger than {} bytes", request.url, kMaxAnswerBytes));
+  }
+  if (!outcome->exited || outcome->exit_code != 0) {
+    std::string why = outcome->exited ? fmt::format("exit status {}", outcome->exit_code) : fmt::format("signal {}", outcome->signal);
+    std::string said = outcome->stderr_data.substr(0, outcome->stderr_data.find('\n'));
+    return Failure(TransportError::kOther,
+                   fmt::format("POST {}: nsbox-http failed ({}){}{}", request.url, why, said.empty() ? "" : ": ", said));
+  }
+  auto answer = DecodeResponse(outcome->stdout_data);
+  if (!answer.ok()) return Failure(TransportError::kOther, fmt::format("POST {}: {}", request.url, answer.status().message()));
+
+  HttpResult result;
+  if (answer->error != "none") {
+    result.error = answer->error == "connect"   ? TransportError::kConnect
+                   : answer->error == "timeout" ? TransportError::kTimeout
+                                                : TransportError::kOther;
+    result.error_message = fmt::format("POST {}: {}", request.url, answer->message);
     return result;
   }
-  api->easy_getinfo(c, CURLINFO_RESPONSE_CODE, &result.response.status);
+  result.response.status = answer->status;
+  result.response.headers = std::move(answer->headers);
+  result.response.body = std::move(answer->body);
   return result;
 }
 

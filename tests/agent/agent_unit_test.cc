@@ -4,6 +4,7 @@
 
 #include "src/agent/agent_loop.h"
 #include "src/agent/anthropic.h"
+#include "src/agent/http_wire.h"
 #include "src/agent/openai.h"
 #include "src/agent/tools.h"
 
@@ -251,6 +252,52 @@ TEST_CASE("retry-after is read as seconds, milliseconds or an HTTP date") {
   CHECK(RetryAfterMs({}) == -1);
   CHECK(RetryAfterMs({{"retry-after", "Wed, 21 Oct 2015 07:28:00 GMT"}}) == 0);  // in the past: at once
   CHECK(RetryAfterMs({{"retry-after", "soon"}}) == -1);
+  CHECK(RetryAfterMs({{"retry-after", "Wed, 21 Oct 2015 07:28:00 GMT and more"}}) == -1);
+  // A date two minutes ahead, in the preferred form and in both obsolete ones (RFC 9110 5.6.7).
+  time_t ahead = std::time(nullptr) + 120;
+  struct tm parts;
+  gmtime_r(&ahead, &parts);
+  for (const char* format : {"%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT", "%a %b %e %H:%M:%S %Y"}) {
+    char date[64];
+    strftime(date, sizeof date, format, &parts);
+    INFO(date);
+    int64_t ms = RetryAfterMs({{"retry-after", date}});
+    CHECK(ms >= 118000);
+    CHECK(ms <= 120000);
+  }
+}
+
+TEST_CASE("the nsbox-http frames carry any bytes and reject what does not add up") {
+  std::string bytes;
+  for (int b = 0; b < 256; ++b) bytes += static_cast<char>(b);
+  WireRequest request{"https://api.example/v1", {"A: b", "X-Odd: caf\xff"}, bytes, 1500};
+  auto decoded = DecodeRequest(EncodeRequest(request));
+  REQUIRE(decoded.ok());
+  CHECK(decoded->url == request.url);
+  CHECK(decoded->headers == std::vector<std::string>{"A: b", "X-Odd: caf\xEF\xBF\xBD"});
+  CHECK(decoded->body == bytes);
+  CHECK(decoded->timeout_ms == 1500);
+
+  WireResponse response;
+  response.status = 200;
+  response.headers = {{"content-type", "application/json"}};
+  response.body = bytes + "\n{\"tail\": 1}\n";
+  auto back = DecodeResponse(EncodeResponse(response));
+  REQUIRE(back.ok());
+  CHECK(back->error == "none");
+  CHECK(back->status == 200);
+  CHECK(back->headers == response.headers);
+  CHECK(back->body == response.body);
+
+  CHECK(DecodeResponse("").status().message() == "nsbox-http's answer: no header line");
+  CHECK(DecodeResponse("[1]\n").status().message() == "nsbox-http's answer: the header line is not a JSON object");
+  std::string cut = EncodeResponse(response);
+  cut.pop_back();
+  CHECK(DecodeResponse(cut).status().message() ==
+        fmt::format("nsbox-http's answer: body_bytes does not match the {} bytes that follow", response.body.size() - 1));
+  response.error = "weird";
+  CHECK(DecodeResponse(EncodeResponse(response)).status().message() == "nsbox-http's answer: unknown error kind 'weird'");
+  CHECK(!DecodeRequest("{\"url\": 5, \"headers\": [], \"body_bytes\": 0}\n").ok());
 }
 
 TEST_CASE("the system prompt says to run code first and never to make up output") {
