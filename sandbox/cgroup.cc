@@ -1,7 +1,9 @@
 // Cgroup backend detection and placement, shared control-file helpers, stale-group sweep and the reaper.
 #include "sandbox/cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -245,13 +247,36 @@ int RawFreeze(const char* state_file) {
   return 0;  // still FREEZING: kill what is listed anyway; the loop goes round again
 }
 
+// v2: 1 when the group or a group below it (a session's exec) holds a process, 0 when none does, from the
+// cgroup.events beside procs_file; -1 where there is no such file (v1). Allocation-free.
+int RawPopulated(const char* procs_file) {
+  const char* slash = strrchr(procs_file, '/');
+  if (!slash) return -1;
+  static constexpr char kEvents[] = "/cgroup.events";
+  char path[PATH_MAX];
+  size_t dir_len = static_cast<size_t>(slash - procs_file);
+  if (dir_len + sizeof kEvents > sizeof path) return -1;
+  memcpy(path, procs_file, dir_len);
+  memcpy(path + dir_len, kEvents, sizeof kEvents);
+  char events[256];
+  ssize_t n = RawRead(path, events, sizeof events - 1);
+  if (n <= 0) return -1;
+  events[n] = '\0';
+  const char* line = strstr(events, "populated ");
+  if (!line) return -1;
+  return line[10] == '0' ? 0 : 1;
+}
+
 }  // namespace
 
 int RawKillGroup(const char* kill_file, const char* procs_file, const char* freezer_state, const char** failed_call) {
   bool use_kill_file = kill_file != nullptr && kill_file[0] != '\0';
   bool use_freezer = freezer_state != nullptr && freezer_state[0] != '\0';
+  // v2 counts the groups below too (cgroup.procs lists the group's own processes only); cgroup.kill takes them.
+  int populated = use_kill_file ? RawPopulated(procs_file) : -1;
+  if (populated == 0) return 0;
   // Already empty, the usual case once pid 1 is reaped: no process can enter an empty group but by being moved.
-  if (int fd = ::open(procs_file, O_RDONLY | O_CLOEXEC); fd >= 0) {
+  if (int fd = populated < 0 ? ::open(procs_file, O_RDONLY | O_CLOEXEC) : -1; fd >= 0) {
     char probe[16];
     ssize_t n;
     do n = ::read(fd, probe, sizeof probe); while (n < 0 && errno == EINTR);
@@ -277,7 +302,9 @@ int RawKillGroup(const char* kill_file, const char* procs_file, const char* free
     }
     long listed = use_kill_file ? 0 : KillListed(procs_file);
     if (use_freezer) RawWrite(freezer_state, "THAWED");  // frozen tasks die only once thawed
-    if (use_kill_file) {
+    if (use_kill_file && (populated = RawPopulated(procs_file)) >= 0) {
+      listed = populated;
+    } else if (use_kill_file) {
       char buf[64];
       ssize_t n = RawRead(procs_file, buf, sizeof buf);
       if (n < 0) {
@@ -297,14 +324,95 @@ int RawKillGroup(const char* kill_file, const char* procs_file, const char* free
   return ETIMEDOUT;
 }
 
+namespace {
+
+// rmdir of every directory below `dir`, deepest first, each tried once: a group still holding a dying process stays
+// for the next round. Entries are read again after each removal (a directory changed under getdents may skip some).
+// Allocation-free: the reaper runs it after fork.
+void RemoveChildDirs(const char* dir, int depth) {
+  if (depth > 4) return;
+  size_t dir_len = strlen(dir);
+  for (int pass = 0; pass < 64; ++pass) {
+    int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    bool removed = false;
+    char entries[4096];
+    ssize_t n;
+    while (!removed && (n = ::getdents64(fd, entries, sizeof entries)) > 0) {
+      for (ssize_t at = 0; at < n;) {
+        const auto* entry = reinterpret_cast<const struct dirent64*>(entries + at);
+        at += entry->d_reclen;
+        const char* name = entry->d_name;
+        if (entry->d_type != DT_DIR || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
+        size_t name_len = strlen(name);
+        char child[PATH_MAX];
+        if (dir_len + 1 + name_len >= sizeof child) continue;
+        memcpy(child, dir, dir_len);
+        child[dir_len] = '/';
+        memcpy(child + dir_len + 1, name, name_len + 1);
+        RemoveChildDirs(child, depth + 1);
+        if (::rmdir(child) == 0) removed = true;
+      }
+    }
+    ::close(fd);
+    if (!removed) return;
+  }
+}
+
+}  // namespace
+
 int RawRemoveDir(const char* dir) {
-  // EBUSY: killed processes have left cgroup.procs but are still being torn down by the kernel.
+  // EBUSY: killed processes have left cgroup.procs but are still being torn down by the kernel, or groups below
+  // this one (an exec's, in a session) are still there.
   for (int i = 0; i < 300; ++i) {
     if (::rmdir(dir) == 0 || errno == ENOENT) return 0;
     if (errno != EBUSY) return errno;
+    RemoveChildDirs(dir, 0);
+    if (::rmdir(dir) == 0 || errno == ENOENT) return 0;
     SleepMs(i < 10 ? 1 : 10);
   }
   return EBUSY;
+}
+
+namespace {
+
+class CgroupChildGroup final : public CgroupChild {
+ public:
+  CgroupChildGroup(std::string dir, UniqueFd own_fd, CgroupSelfJoin join, std::string kill_file, std::string freezer_state)
+      : dir_(std::move(dir)), own_fd_(std::move(own_fd)), join_(join), kill_file_(std::move(kill_file)),
+        freezer_state_(std::move(freezer_state)) {}
+  ~CgroupChildGroup() override { TryRemove(); }
+
+  CgroupSelfJoin self_join() const override { return join_; }
+  std::string path() const override { return dir_; }
+
+  Status KillAll() override {
+    std::string procs_file = dir_ + "/cgroup.procs";
+    const char* failed_call = "";
+    int err = RawKillGroup(kill_file_.empty() ? nullptr : kill_file_.c_str(), procs_file.c_str(),
+                           freezer_state_.empty() ? nullptr : freezer_state_.c_str(), &failed_call);
+    if (err != 0) return Status::Errno(fmt::format("killing the processes of {}: {}", dir_, failed_call), err);
+    return OkStatus();
+  }
+
+  bool TryRemove() override {
+    own_fd_.reset();
+    return ::rmdir(dir_.c_str()) == 0 || errno == ENOENT;
+  }
+
+ private:
+  std::string dir_;
+  UniqueFd own_fd_;
+  CgroupSelfJoin join_;
+  std::string kill_file_, freezer_state_;
+};
+
+}  // namespace
+
+std::unique_ptr<CgroupChild> MakeCgroupChild(std::string dir, UniqueFd own_fd, CgroupSelfJoin join, std::string kill_file,
+                                             std::string freezer_state) {
+  return std::make_unique<CgroupChildGroup>(std::move(dir), std::move(own_fd), join, std::move(kill_file),
+                                            std::move(freezer_state));
 }
 
 Status RemoveDir(const std::string& dir) {

@@ -80,6 +80,29 @@ struct CgroupStats {
   uint64_t cpu_throttled_us = 0;
 };
 
+// A group inside a sandbox's group for one exec of a session: no limits of its own (the session's hold for it too),
+// only membership, so that a time-out can kill every process the exec started, those that left its process group
+// or session included. Where it lives: v2, <group>/<name>; v1, in the freezer hierarchy (a kill that a fork bomb
+// cannot race), else the pids one. Its destructor kills nothing and removes the directory if it is empty; one it
+// leaves (a background process still runs in it) goes with the sandbox's group, whose removal takes the empty
+// groups below it (RawRemoveDir), in nsbox, in the reaper and in the stale sweep alike.
+class CgroupChild {
+ public:
+  virtual ~CgroupChild() = default;
+  CgroupChild(const CgroupChild&) = delete;
+  CgroupChild& operator=(const CgroupChild&) = delete;
+  // The sandbox's descriptors with this group's in place of its parent's: valid while both exist.
+  virtual CgroupSelfJoin self_join() const = 0;
+  // Kills every process in this group (v2 cgroup.kill; v1 freeze, SIGKILL, thaw) and waits until it is empty.
+  virtual Status KillAll() = 0;
+  // rmdir; false while processes are still in it.
+  virtual bool TryRemove() = 0;
+  virtual std::string path() const = 0;
+
+ protected:
+  CgroupChild() = default;
+};
+
 // One sandbox's cgroup. The destructor kills every process in it and removes it.
 class Cgroup {
  public:
@@ -104,6 +127,8 @@ class Cgroup {
   virtual Status KillAll() = 0;
   // Removes the group's directories, and the subtree directory when no other sandbox uses it.
   virtual Status Remove() = 0;
+  // A membership-only group below this one (CgroupChild), named `name` (one path component).
+  virtual StatusOr<std::unique_ptr<CgroupChild>> CreateChild(const std::string& name) = 0;
   // Which mechanism enforced each limit, with measurements already read by ReadStats().
   virtual LimitsReport ReportFrom(const CgroupLimits& limits, const CgroupStats& stats) const = 0;
   // The same, reading the measurements now.

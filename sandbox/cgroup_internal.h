@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sandbox/base/status.h"
+#include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
 
 namespace nsbox::cgroup_internal {
@@ -65,8 +66,14 @@ void RemoveSubtreeIfEmpty(const std::string& dir);
 // (freeze, kill, thaw, so nothing forks between reading the list and killing it); either may be null.
 // Returns 0, or the errno of the failing step with *failed_call naming it.
 int RawKillGroup(const char* kill_file, const char* procs_file, const char* freezer_state, const char** failed_call);
-// rmdir, waiting out EBUSY while killed processes finish exiting (bounded); returns 0 or errno. ENOENT is 0.
+// rmdir, waiting out EBUSY while killed processes finish exiting (bounded), and removing the empty groups below
+// (an exec's group in a session) that keep it busy; allocation-free. Returns 0 or errno; ENOENT is 0.
 int RawRemoveDir(const char* dir);
+
+// A CgroupChild for both backends: `dir` made already, `own_fd` its tasks (v1) or cgroup.procs (v2) file, `join` the
+// sandbox's join with own_fd in place of the parent's; kill_file (v2) and freezer_state (v1) may be empty.
+std::unique_ptr<CgroupChild> MakeCgroupChild(std::string dir, UniqueFd own_fd, CgroupSelfJoin join, std::string kill_file,
+                                             std::string freezer_state);
 
 // What the reaper must do if nsbox dies. It travels to the reaper as one message (Reaper::Arm), which the reaper
 // parses into a buffer of its own: it allocates nothing.

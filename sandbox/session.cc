@@ -332,8 +332,29 @@ void SessionSandbox::Terminate() {
     }
     pid1_ = -1;
   }
-  // The cgroup's destructor kills whatever is still in it (helpers too) and removes it.
+  // The cgroup's destructor kills whatever is still in it (helpers too) and removes it, with the execs' groups.
+  {
+    std::lock_guard lock(exec_groups_mutex_);
+    kept_exec_groups_.clear();
+  }
   cgroup_.reset();
+}
+
+StatusOr<std::unique_ptr<CgroupChild>> SessionSandbox::StartExecGroup() {
+  if (!cgroup_) return std::unique_ptr<CgroupChild>();
+  uint64_t n;
+  {
+    std::lock_guard lock(exec_groups_mutex_);
+    std::erase_if(kept_exec_groups_, [](const auto& group) { return group->TryRemove(); });
+    n = ++exec_group_counter_;
+  }
+  return cgroup_->CreateChild(fmt::format("exec-{}", n));
+}
+
+void SessionSandbox::KeepExecGroup(std::unique_ptr<CgroupChild> group) {
+  if (!group || group->TryRemove()) return;
+  std::lock_guard lock(exec_groups_mutex_);
+  kept_exec_groups_.push_back(std::move(group));
 }
 
 bool SessionSandbox::Alive() const {
@@ -391,7 +412,8 @@ void SessionSandbox::Forget(pid_t payload) {
   payloads_.erase(payload);
 }
 
-StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd) {
+StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd,
+                                                                      const CgroupSelfJoin* join) {
   if (!Alive()) return Status::Error("the session has ended");
   EnterPlan enter;
   ChildPlan& plan = enter.payload;
@@ -426,7 +448,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   }
   plan.seccomp_socket = seccomp_child.get();
   if (cgroup_) {
-    plan.cgroup_join = cgroup_->self_join();
+    plan.cgroup_join = join ? *join : cgroup_->self_join();
     if (plan.cgroup_join.count == 0) return Status::Error("the session's cgroup gives no way to join it");
   }
   enter.session_pidfd = pid1_pidfd_.get();
@@ -525,7 +547,17 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     ex.stdin_fd = stdin_feeder.child_end();
   }
 
-  auto started_helper = StartHelper(ex, -1);
+  // The exec's own group: its time-out kills everything the exec started, however it detached (setsid, double fork).
+  auto exec_group = StartExecGroup();
+  if (!exec_group.ok()) return SetupError(exec_group.status().Wrap("creating the exec's cgroup").message());
+  CgroupSelfJoin exec_join;
+  if (*exec_group) exec_join = (*exec_group)->self_join();
+  auto kill_exec = [&](SessionHelper& h) {
+    KillExec(h);
+    if (*exec_group) (void)(*exec_group)->KillAll();
+  };
+
+  auto started_helper = StartHelper(ex, -1, *exec_group ? &exec_join : nullptr);
   if (!started_helper.ok()) return SetupError(started_helper.status().message());
   stdin_feeder.ReleaseChildEnd();
   SessionHelper& h = **started_helper;
@@ -533,6 +565,8 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     KillExec(h);
     Reap(h);
     Forget(h.pid);
+    // What the exec started in a session of its own lives on in its group until it ends (or the session does).
+    KeepExecGroup(std::move(*exec_group));
     // The code file, which the payload's setup wrote in the session's /workspace. One name directly under the
     // workspace's descriptor only: a path through a directory the sandbox controls could be a symlink out of it.
     const std::string_view name = std::string_view(ex.code_path).substr(std::min<size_t>(ex.code_path.size(), 11));
@@ -547,7 +581,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   while (!h.reaped) {
     if (!timed_out && !cancelled && Clock::now() >= deadline) {
       timed_out = true;
-      KillExec(h);
+      kill_exec(h);
     }
     struct pollfd fds[9];
     int nfds = 0, cancel_index = -1, listener_index = -1;
@@ -576,7 +610,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     ReceiveListener(h, policy_, /*threaded=*/false);
     if (cancel_index >= 0 && CancelRequested(fds[cancel_index])) {
       cancelled = true;
-      KillExec(h);
+      kill_exec(h);
     }
     if (fds[0].revents & POLLIN) Reap(h);
   }

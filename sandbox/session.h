@@ -81,7 +81,13 @@ class SessionSandbox {
 
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
-  StatusOr<std::unique_ptr<SessionHelper>> StartHelper(const Executor& executor, int channel_fd);
+  // `join` (may be null): the cgroup descriptors the payload joins, instead of the session's (an exec's own group).
+  StatusOr<std::unique_ptr<SessionHelper>> StartHelper(const Executor& executor, int channel_fd,
+                                                       const CgroupSelfJoin* join = nullptr);
+  // A group of the exec's own below the session's (CgroupChild), or null without a cgroup.
+  StatusOr<std::unique_ptr<CgroupChild>> StartExecGroup();
+  // Keeps an ended exec's group that background processes still use, and removes the kept ones that emptied.
+  void KeepExecGroup(std::unique_ptr<CgroupChild> group);
   void Forget(pid_t payload);
   void FinishReport(SessionHelper& helper, uint64_t oom_kills_before, Result* result);
 
@@ -93,6 +99,10 @@ class SessionSandbox {
   UniqueFd ns_fds_[6];
   UniqueFd workspace_fd_;
   std::unique_ptr<Cgroup> cgroup_;  // the session's limits: pid 1 and every exec helper (and so every exec) join it
+  // Ended execs' groups that still held processes (a background server started with setsid), removed once empty.
+  std::mutex exec_groups_mutex_;
+  std::vector<std::unique_ptr<CgroupChild>> kept_exec_groups_;
+  uint64_t exec_group_counter_ = 0;
   bool new_network_ = true;
   std::mutex payloads_mutex_;
   std::set<pid_t> payloads_;  // the execs' live payloads (our children), killed and reaped by Terminate()

@@ -113,7 +113,8 @@ bool ProcessGone(pid_t pid) {
 // Runs in a forked "owner" standing in for nsbox: creates a group, starts a sleeper in it, reports both
 // on `report`, and waits to be killed.
 // prestarted: the reaper is forked first (StartCgroupReaper, as `run` does) and armed when the group is made.
-[[noreturn]] void OwnerMain(int report, bool reaper, bool prestarted) {
+// with_child: the sleeper sits in a group below the sandbox's (a session exec's), which the cleanup must take too.
+[[noreturn]] void OwnerMain(int report, bool reaper, bool prestarted, bool with_child) {
   CgroupConfig config;
   config.reaper = reaper;
   if (prestarted) {
@@ -123,14 +124,27 @@ bool ProcessGone(pid_t pid) {
   }
   auto group = CreateSandboxCgroup(Limits(64 << 20, 16, 1), config);
   if (!group.ok()) ::_exit(1);
+  std::unique_ptr<CgroupChild> child;
+  if (with_child) {
+    auto made = (*group)->CreateChild("exec-1");
+    if (!made.ok()) ::_exit(5);
+    child = std::move(*made);
+  }
   pid_t sleeper = ::fork();
   if (sleeper == 0) {
+    if (child && JoinCgroupSelf(child->self_join()) != 0) ::_exit(6);
     // Without exec, like a sandbox child that runs nsbox's own code: it keeps copies of the owner's
     // descriptors, the reaper's pipe included, so the reaper must notice the owner's death another way.
     for (;;) ::pause();
   }
-  if (!(*group)->AddProcess(sleeper).ok()) ::_exit(2);
-  std::string line = std::to_string(sleeper) + " " + (*group)->path() + "\n";
+  if (!child && !(*group)->AddProcess(sleeper).ok()) ::_exit(2);
+  // Joined (the child writes its group's file before it pauses) once the sleeper is listed.
+  for (int i = 0; child && i < 500; ++i) {
+    auto listed = ReadFile(child->path() + "/cgroup.procs");
+    if (listed.ok() && listed->find(std::to_string(sleeper)) != std::string::npos) break;
+    ::usleep(2000);
+  }
+  std::string line = std::to_string(sleeper) + " " + (*group)->path() + " " + (child ? child->path() : "-") + "\n";
   if (::write(report, line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(3);
   for (;;) ::pause();
 }
@@ -139,9 +153,10 @@ struct Owner {
   pid_t owner = -1;
   pid_t sleeper = -1;
   std::string path;
+  std::string child_path;  // empty without a child group
 };
 
-Owner StartOwner(bool reaper, bool prestarted = false) {
+Owner StartOwner(bool reaper, bool prestarted = false, bool with_child = false) {
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
   Owner result;
@@ -149,18 +164,19 @@ Owner StartOwner(bool reaper, bool prestarted = false) {
   REQUIRE(result.owner >= 0);
   if (result.owner == 0) {
     ::close(fds[0]);
-    OwnerMain(fds[1], reaper, prestarted);
+    OwnerMain(fds[1], reaper, prestarted, with_child);
   }
   ::close(fds[1]);
   char buf[512] = {};
   ssize_t n = ::read(fds[0], buf, sizeof buf - 1);
   ::close(fds[0]);
   REQUIRE(n > 0);
-  char path[480] = {};
+  char path[480] = {}, child_path[480] = {};
   long sleeper = 0;
-  REQUIRE(std::sscanf(buf, "%ld %479s", &sleeper, path) == 2);
+  REQUIRE(std::sscanf(buf, "%ld %479s %479s", &sleeper, path, child_path) == 3);
   result.sleeper = static_cast<pid_t>(sleeper);
   result.path = path;
+  if (std::string(child_path) != "-") result.child_path = child_path;
   return result;
 }
 
@@ -288,10 +304,15 @@ TEST_CASE("real cgroup: after KillAll and Remove no process and no group directo
 namespace {
 
 // SIGKILLs an owner that made a group with a reaper, then expects the group and its processes gone.
-void CheckReaperCleansUpAfterKilledOwner(const std::string& backend, bool prestarted) {
-  Owner owner = StartOwner(/*reaper=*/true, prestarted);
+void CheckReaperCleansUpAfterKilledOwner(const std::string& backend, bool prestarted, bool with_child = false) {
+  Owner owner = StartOwner(/*reaper=*/true, prestarted, with_child);
   std::vector<fs::path> dirs = GroupDirs(backend, owner.path);
   CHECK(AnyExists(dirs));
+  if (with_child) {
+    REQUIRE(!owner.child_path.empty());
+    CHECK(fs::exists(owner.child_path));
+    dirs.push_back(owner.child_path);
+  }
   REQUIRE(::kill(owner.owner, SIGKILL) == 0);
   ::waitpid(owner.owner, nullptr, 0);
   auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -313,6 +334,80 @@ TEST_CASE("real cgroup: a reaper forked before its group is armed by it and clea
   std::string backend = RealBackend("prestarted reaper");
   if (backend.empty()) return;
   DYNAMIC_SECTION(backend) { CheckReaperCleansUpAfterKilledOwner(backend, /*prestarted=*/true); }
+}
+
+TEST_CASE("real cgroup: the reaper of a SIGKILLed owner also removes a child group that held a process", "[real]") {
+  std::string backend = RealBackend("owner killed, child group");
+  if (backend.empty()) return;
+  DYNAMIC_SECTION(backend) { CheckReaperCleansUpAfterKilledOwner(backend, /*prestarted=*/false, /*with_child=*/true); }
+}
+
+TEST_CASE("real cgroup: a child group's KillAll takes what left the process group; the parent's removal takes the "
+          "child groups",
+          "[real]") {
+  std::string backend = RealBackend("child group");
+  if (backend.empty()) return;
+  DYNAMIC_SECTION(backend) {
+    auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1));
+    REQUIRE(group.ok());
+    std::vector<fs::path> dirs = GroupDirs(backend, (*group)->path());
+    // A process in the child group whose own child starts a session of its own (setsid), as a detached server does.
+    auto start_detaching = [](CgroupChild& child, pid_t* detached) {
+      int report[2];
+      REQUIRE(::pipe(report) == 0);
+      pid_t pid = ::fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        if (JoinCgroupSelf(child.self_join()) != 0) ::_exit(6);
+        if (::fork() == 0) {
+          ::setsid();
+          pid_t me = ::getpid();
+          if (::write(report[1], &me, sizeof me) != sizeof me) ::_exit(7);
+          for (;;) ::pause();
+        }
+        for (;;) ::pause();
+      }
+      ::close(report[1]);
+      REQUIRE(::read(report[0], detached, sizeof *detached) == sizeof *detached);
+      ::close(report[0]);
+      return pid;
+    };
+    auto first = (*group)->CreateChild("exec-1");
+    INFO((first.ok() ? "" : first.status().message()));
+    REQUIRE(first.ok());
+    CHECK(fs::exists((*first)->path()));
+    pid_t detached = -1;
+    pid_t pid = start_detaching(**first, &detached);
+    CHECK(::getsid(detached) == detached);
+    Status killed = (*first)->KillAll();
+    INFO(killed.message());
+    CHECK(killed.ok());
+    int status = WaitFor(pid, std::chrono::seconds(5));
+    CHECK((status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (!ProcessGone(detached) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(ProcessGone(detached));
+    CHECK((*first)->TryRemove());
+    CHECK_FALSE(fs::exists((*first)->path()));
+
+    // A second child group still in use when the sandbox's group goes: KillAll and Remove take it along.
+    auto second = (*group)->CreateChild("exec-2");
+    REQUIRE(second.ok());
+    std::string second_path = (*second)->path();
+    pid_t detached2 = -1;
+    pid_t pid2 = start_detaching(**second, &detached2);
+    CHECK_FALSE((*second)->TryRemove());  // in use
+    REQUIRE((*group)->KillAll().ok());
+    Status removed = (*group)->Remove();
+    INFO(removed.message());
+    CHECK(removed.ok());
+    CHECK_FALSE(fs::exists(second_path));
+    CHECK_FALSE(AnyExists(dirs));
+    CHECK(WaitFor(pid2, std::chrono::seconds(5)) != -1);
+    deadline = Clock::now() + std::chrono::seconds(5);
+    while (!ProcessGone(detached2) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(ProcessGone(detached2));
+  }
 }
 
 // A reaper that was never armed (the run failed before its group was made) has nothing to clean up: it leaves when
@@ -360,8 +455,9 @@ TEST_CASE("real cgroup: a group left by a dead owner without a reaper is swept b
   std::string backend = RealBackend("stale sweep");
   if (backend.empty()) return;
   DYNAMIC_SECTION(backend) {
-    Owner owner = StartOwner(/*reaper=*/false);
+    Owner owner = StartOwner(/*reaper=*/false, /*prestarted=*/false, /*with_child=*/true);
     std::vector<fs::path> dirs = GroupDirs(backend, owner.path);
+    dirs.push_back(owner.child_path);  // the sweep takes the group below too
     REQUIRE(::kill(owner.owner, SIGKILL) == 0);
     ::waitpid(owner.owner, nullptr, 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

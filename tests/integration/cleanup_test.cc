@@ -22,31 +22,6 @@ size_t Entries(const std::string& dir) {
   return n;
 }
 
-// Every sandbox cgroup on the host, as "<hierarchy>/<name>": v1 groups are nsbox-<id> in each hierarchy's root, v2
-// groups <id> under <root>/nsbox. Other sandboxes (a live session) may hold groups of their own: a scenario compares
-// the set before and after.
-std::set<std::string> NsboxGroups() {
-  std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& hierarchy : std::filesystem::directory_iterator("/sys/fs/cgroup", ec)) {
-    std::error_code inner;
-    if (!hierarchy.is_directory(inner) || hierarchy.is_symlink(inner)) continue;
-    const std::string h = hierarchy.path().filename().string();
-    for (const auto& e : std::filesystem::directory_iterator(hierarchy.path(), inner))
-      if (e.path().filename().string().starts_with("nsbox-")) names.insert(h + "/" + e.path().filename().string());
-    for (const auto& e : std::filesystem::directory_iterator(hierarchy.path() / "nsbox", inner))
-      names.insert(h + "/nsbox/" + e.path().filename().string());
-  }
-  for (const auto& e : std::filesystem::directory_iterator("/sys/fs/cgroup/nsbox", ec))
-    names.insert("nsbox/" + e.path().filename().string());
-  return names;
-}
-
-// After SIGKILL the reaper removes the groups on its own time: a few seconds at most.
-bool WaitForGroups(const std::set<std::string>& expected) {
-  for (int i = 0; i < 500 && NsboxGroups() != expected; ++i) std::this_thread::sleep_for(10ms);
-  return NsboxGroups() == expected;
-}
 
 // Runs one scenario with a private TMPDIR and a marker in the program's argv, then checks the host.
 void CheckNothingLeft(const std::string& scenario, const std::vector<std::string>& options, const std::string& body,

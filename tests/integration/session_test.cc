@@ -17,6 +17,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/run_nsbox.h"
+
 namespace {
 
 using json = nlohmann::json;
@@ -306,6 +308,42 @@ TEST_CASE("an exec's time-out kills it and its process group, not the session", 
   CHECK(check["stdout"] == "gone\n");
 }
 
+TEST_CASE("an exec's time-out also kills what it started in a session of its own", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  // setsid leaves the exec's process group and session; a double fork leaves its parent: only the exec's cgroup
+  // still holds them.
+  json slow = s.Sh(id, "setsid sh -c 'echo $$ > /workspace/detached.pid; exec sleep 300' >/dev/null 2>&1 & "
+                       "(sh -c 'echo $$ > /workspace/orphan.pid; exec sleep 300' &) ; sleep 100",
+                   {"--timeout", "1s"});
+  CHECK(slow["status"] == "timeout");
+  json check = s.Sh(id, "for f in detached orphan; do kill -0 $(cat /workspace/$f.pid) 2>/dev/null && echo $f alive; "
+                        "done; echo checked");
+  CHECK(check["stdout"] == "checked\n");
+  // The session itself lives on.
+  CHECK(s.Sh(id, "echo still here")["stdout"] == "still here\n");
+}
+
+TEST_CASE("a detached background process keeps its exec's group until the session ends, which removes it",
+          "[session]") {
+  const auto groups_before = nsbox::testing::NsboxGroups();
+  Sessions s;
+  std::string id = s.Create();
+  if (nsbox::testing::NsboxGroups() == groups_before) {
+    nsbox::testing::RecordSkip("session", "exec groups", "the session has no cgroup here");
+    return;
+  }
+  REQUIRE(s.Sh(id, "setsid sleep 1000 >/dev/null 2>&1 &")["status"] == "ok");
+  REQUIRE(s.Sh(id, "true")["status"] == "ok");
+  auto during = nsbox::testing::NsboxGroups();
+  // The first exec's group holds the sleep; the second's was empty at its end and is gone.
+  int exec_groups = 0;
+  for (const auto& g : during) exec_groups += g.find("/exec-") != std::string::npos;
+  CHECK(exec_groups == 1);
+  CHECK(s.Nsbox({"session", "rm", id}).code == 0);
+  CHECK(nsbox::testing::WaitForGroups(groups_before));
+}
+
 TEST_CASE("two execs run at once in one session", "[session]") {
   Sessions s;
   std::string id = s.Create();
@@ -472,6 +510,7 @@ TEST_CASE("a session ends at its maximum lifetime even while it is used", "[sess
 }
 
 TEST_CASE("a session whose supervisor was killed is cleaned up by the next nsbox call", "[session][lifecycle]") {
+  const auto groups_before = nsbox::testing::NsboxGroups();
   Sessions s;
   std::string id = s.Create();
   s.Sh(id, "setsid sleep 1000 >/dev/null 2>&1 &");
@@ -483,6 +522,8 @@ TEST_CASE("a session whose supervisor was killed is cleaned up by the next nsbox
   Output ls = s.Nsbox({"session", "ls", "--json"});
   CHECK(ls.Json().empty());
   CHECK(!std::filesystem::exists(s.state_dir + "/" + id));
+  // The reaper removed the session's groups, and the exec's group below them that the sleep kept.
+  CHECK(nsbox::testing::WaitForGroups(groups_before));
 }
 
 TEST_CASE("another user can't drive a session, even when the directories let it reach the socket", "[session]") {

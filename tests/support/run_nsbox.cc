@@ -345,4 +345,39 @@ void RecordSkip(const std::string& suite, const std::string& test, const std::st
   }
 }
 
+namespace {
+
+// `dir` as "<label>" and each directory below it as "<label>/<child>".
+void AddGroup(const std::filesystem::path& dir, const std::string& label, std::set<std::string>* names) {
+  names->insert(label);
+  std::error_code ec;
+  for (const auto& child : std::filesystem::directory_iterator(dir, ec))
+    if (child.is_directory(ec)) names->insert(label + "/" + child.path().filename().string());
+}
+
+}  // namespace
+
+// v1 groups are nsbox-<id> in each hierarchy's root, v2 groups <id> under <root>/nsbox.
+std::set<std::string> NsboxGroups() {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& hierarchy : std::filesystem::directory_iterator("/sys/fs/cgroup", ec)) {
+    std::error_code inner;
+    if (!hierarchy.is_directory(inner) || hierarchy.is_symlink(inner)) continue;
+    const std::string h = hierarchy.path().filename().string();
+    for (const auto& e : std::filesystem::directory_iterator(hierarchy.path(), inner))
+      if (e.path().filename().string().starts_with("nsbox-")) AddGroup(e.path(), h + "/" + e.path().filename().string(), &names);
+    for (const auto& e : std::filesystem::directory_iterator(hierarchy.path() / "nsbox", inner))
+      AddGroup(e.path(), h + "/nsbox/" + e.path().filename().string(), &names);
+  }
+  for (const auto& e : std::filesystem::directory_iterator("/sys/fs/cgroup/nsbox", ec))
+    AddGroup(e.path(), "nsbox/" + e.path().filename().string(), &names);
+  return names;
+}
+
+bool WaitForGroups(const std::set<std::string>& expected) {
+  for (int i = 0; i < 500 && NsboxGroups() != expected; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return NsboxGroups() == expected;
+}
+
 }  // namespace nsbox::testing

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,12 @@ bool WaitForPidWithMarker(const std::string& marker, std::chrono::milliseconds w
 bool WaitForPidsWithMarker(const std::string& marker, size_t count, std::chrono::milliseconds within);
 std::vector<std::string> MountLinesContaining(const std::string& needle);  // in the host's /proc/self/mounts
 std::string UniqueMarker(const std::string& what);  // "nsbox-test-WHAT-<pid>-<n>-<random>"
+// Every sandbox cgroup on the host, as "<hierarchy>/<name>", and the groups below them (a session's execs) as
+// "<hierarchy>/<name>/<child>". Other sandboxes (a live session) may hold groups of their own: a scenario compares
+// the set before and after.
+std::set<std::string> NsboxGroups();
+// After SIGKILL the reaper removes the groups on its own time: waits a few seconds at most for the set to be this.
+bool WaitForGroups(const std::set<std::string>& expected);
 
 // A private temporary directory, removed (recursively) when the object dies.
 class TempDir {
