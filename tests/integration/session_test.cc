@@ -324,6 +324,39 @@ TEST_CASE("an exec's time-out also kills what it started in a session of its own
   CHECK(s.Sh(id, "echo still here")["stdout"] == "still here\n");
 }
 
+TEST_CASE("a client that goes away mid-exec takes the exec's detached processes with it", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  // The client: `nsbox exec` running a script that starts a setsid'd sleeper, then waits.
+  pid_t client = ::fork();
+  REQUIRE(client >= 0);
+  if (client == 0) {
+    int null_fd = ::open("/dev/null", O_RDWR);
+    ::dup2(null_fd, 0);
+    ::dup2(null_fd, 1);
+    ::dup2(null_fd, 2);
+    std::string bin = NsboxBin();
+    ::execl(bin.c_str(), bin.c_str(), "exec", id.c_str(), "--", "/bin/sh", "-c",
+            "setsid sh -c 'echo $$ > /workspace/detached.pid; exec sleep 300' >/dev/null 2>&1 & "
+            "echo $$ > /workspace/main.pid; exec sleep 300",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  bool started = WaitFor([&] {
+    return s.Sh(id, "[ -s /workspace/detached.pid ] && [ -s /workspace/main.pid ] && echo yes")["stdout"] == "yes\n";
+  }, 10s);
+  REQUIRE(started);
+  REQUIRE(::kill(client, SIGKILL) == 0);
+  ::waitpid(client, nullptr, 0);
+  // The supervisor sees the client's end of the socket go and kills the exec's group.
+  bool gone = WaitFor([&] {
+    return s.Sh(id, "for f in detached main; do kill -0 $(cat /workspace/$f.pid) 2>/dev/null && echo $f; done; "
+                    "echo checked")["stdout"] == "checked\n";
+  }, 10s);
+  CHECK(gone);
+  CHECK(s.Sh(id, "echo still here")["stdout"] == "still here\n");
+}
+
 TEST_CASE("a detached background process keeps its exec's group until the session ends, which removes it",
           "[session]") {
   const auto groups_before = nsbox::testing::NsboxGroups();
