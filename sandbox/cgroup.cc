@@ -409,10 +409,25 @@ class CgroupChildGroup final : public CgroupChild {
 
 }  // namespace
 
-std::unique_ptr<CgroupChild> MakeCgroupChild(std::string dir, UniqueFd own_fd, CgroupSelfJoin join, std::string kill_file,
-                                             std::string freezer_state) {
-  return std::make_unique<CgroupChildGroup>(std::move(dir), std::move(own_fd), join, std::move(kill_file),
-                                            std::move(freezer_state));
+StatusOr<std::unique_ptr<CgroupChild>> MakeCgroupChild(const std::string& parent, const std::string& name,
+                                                       const char* join_file, CgroupSelfJoin join, int slot,
+                                                       bool kill_file, bool freezer) {
+  if (slot < 0 || slot > join.count || slot >= CgroupSelfJoin::kMax)
+    return Status::Error(fmt::format("{} is not one of the sandbox's groups", parent));
+  std::string dir = parent + "/" + name;
+  if (::mkdir(dir.c_str(), 0755) != 0) return Status::Errno(fmt::format("mkdir({})", dir));
+  UniqueFd own_fd(::open((dir + "/" + join_file).c_str(), O_WRONLY | O_CLOEXEC));
+  if (!own_fd) {
+    Status s = Status::Errno(fmt::format("open({}/{})", dir, join_file));
+    ::rmdir(dir.c_str());
+    return s;
+  }
+  join.fds[slot] = own_fd.get();
+  if (slot == join.count) ++join.count;
+  std::string kill = kill_file ? dir + "/cgroup.kill" : "";
+  std::string freezer_state = freezer ? dir + "/freezer.state" : "";
+  return std::unique_ptr<CgroupChild>(std::make_unique<CgroupChildGroup>(std::move(dir), std::move(own_fd), join,
+                                                                         std::move(kill), std::move(freezer_state)));
 }
 
 Status RemoveDir(const std::string& dir) {

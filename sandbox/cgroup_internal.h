@@ -70,10 +70,12 @@ int RawKillGroup(const char* kill_file, const char* procs_file, const char* free
 // (an exec's group in a session) that keep it busy; allocation-free. Returns 0 or errno; ENOENT is 0.
 int RawRemoveDir(const char* dir);
 
-// A CgroupChild for both backends: `dir` made already, `own_fd` its tasks (v1) or cgroup.procs (v2) file, `join` the
-// sandbox's join with own_fd in place of the parent's; kill_file (v2) and freezer_state (v1) may be empty.
-std::unique_ptr<CgroupChild> MakeCgroupChild(std::string dir, UniqueFd own_fd, CgroupSelfJoin join, std::string kill_file,
-                                             std::string freezer_state);
+// A CgroupChild for both backends: makes <parent>/<name> and opens its join_file ("tasks" on v1, "cgroup.procs" on
+// v2) into join.fds[slot] (slot == join.count: appended), the sandbox's join with the parent's descriptor replaced.
+// kill_file: v2's cgroup.kill; freezer: the child is in a v1 freezer hierarchy.
+StatusOr<std::unique_ptr<CgroupChild>> MakeCgroupChild(const std::string& parent, const std::string& name,
+                                                       const char* join_file, CgroupSelfJoin join, int slot,
+                                                       bool kill_file, bool freezer);
 
 // What the reaper must do if nsbox dies. It travels to the reaper as one message (Reaper::Arm), which the reaper
 // parses into a buffer of its own: it allocates nothing.

@@ -1,7 +1,6 @@
 // The cgroup v1 backend for hybrid hosts: one group per sandbox in the memory, pids, cpu, cpuacct (and freezer) hierarchies.
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -87,22 +86,11 @@ class CgroupV1 final : public Cgroup {
     // The freezer's group where there is one: its kill cannot be raced by a fork bomb. Else the pids group.
     const std::string& parent = !freezer_dir_.empty() ? freezer_dir_ : pids_dir_;
     if (parent.empty()) return Status::Error("no freezer or pids cgroup to hold an exec's processes");
-    CgroupSelfJoin join = self_join();
     int slot = -1;
     for (size_t i = 0; i < hierarchies_.size(); ++i)
       if (hierarchies_[i].dir == parent) slot = static_cast<int>(i);
-    if (slot < 0 || slot >= join.count) return Status::Error(fmt::format("{} is not one of the sandbox's groups", parent));
-    std::string dir = parent + "/" + name;
-    if (::mkdir(dir.c_str(), 0755) != 0) return Status::Errno(fmt::format("mkdir({})", dir));
-    UniqueFd tasks(::open((dir + "/tasks").c_str(), O_WRONLY | O_CLOEXEC));
-    if (!tasks) {
-      Status s = Status::Errno(fmt::format("open({}/tasks)", dir));
-      ::rmdir(dir.c_str());
-      return s;
-    }
-    join.fds[slot] = tasks.get();
-    std::string freezer_state = parent == freezer_dir_ ? dir + "/freezer.state" : "";
-    return MakeCgroupChild(dir, std::move(tasks), join, "", freezer_state);
+    return MakeCgroupChild(parent, name, "tasks", self_join(), slot, /*kill_file=*/false,
+                           /*freezer=*/parent == freezer_dir_);
   }
 
   uint64_t ReadOomKills() const override {

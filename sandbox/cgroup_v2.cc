@@ -1,7 +1,6 @@
 // The cgroup v2 backend: one group per sandbox with memory.max, memory.swap.max, pids.max and cpu.max; cgroup.kill teardown.
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -44,17 +43,7 @@ class CgroupV2 final : public Cgroup {
 
   StatusOr<std::unique_ptr<CgroupChild>> CreateChild(const std::string& name) override {
     // No controllers are enabled in this group's subtree_control, so pid 1 may stay in it next to the child.
-    std::string dir = dir_ + "/" + name;
-    if (::mkdir(dir.c_str(), 0755) != 0) return Status::Errno(fmt::format("mkdir({})", dir));
-    UniqueFd procs(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-    if (!procs) {
-      Status s = Status::Errno(fmt::format("open({}/cgroup.procs)", dir));
-      ::rmdir(dir.c_str());
-      return s;
-    }
-    CgroupSelfJoin join;
-    join.fds[join.count++] = procs.get();
-    return MakeCgroupChild(dir, std::move(procs), join, dir + "/cgroup.kill", "");
+    return MakeCgroupChild(dir_, name, "cgroup.procs", CgroupSelfJoin{}, 0, /*kill_file=*/true, /*freezer=*/false);
   }
 
   uint64_t ReadOomKills() const override { return ReadKeyed(dir_ + "/memory.events", "oom_kill"); }
