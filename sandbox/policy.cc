@@ -9,12 +9,29 @@
 namespace nsbox {
 namespace {
 
-Status CheckSandboxPath(const std::string& path, std::string_view what) {
-  if (path.empty() || path[0] != '/') return Status::Error(fmt::format("{} '{}' must be an absolute path", what, path));
-  if (path.find("/../") != std::string::npos || path.ends_with("/..") || path.find("/./") != std::string::npos)
-    return Status::Error(fmt::format("{} '{}' must not contain '.' or '..' components", what, path));
-  if (path.size() > 1024) return Status::Error(fmt::format("{} is longer than 1024 bytes", what));
-  return OkStatus();
+// A bind destination as the mount plan uses it: absolute, no "." or ".." component, repeated and trailing slashes
+// dropped ("/opt//x/" is "/opt/x"), so that two spellings of one place compare equal. The root itself is refused: a
+// bind there would replace everything the sandbox's root holds, /proc and /dev included.
+StatusOr<std::string> NormalizeBindDestination(const std::string& path) {
+  if (path.empty() || path[0] != '/') return Status::Error(fmt::format("bind destination '{}' must be an absolute path", path));
+  if (path.size() > 1024) return Status::Error("bind destination is longer than 1024 bytes");
+  std::string normal;
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string_view part(path.data() + start, end - start);
+    if (part == "." || part == "..")
+      return Status::Error(fmt::format("bind destination '{}' must not contain '.' or '..' components", path));
+    if (!part.empty()) {
+      normal += '/';
+      normal += part;
+    }
+    start = end + 1;
+  }
+  if (normal.empty())
+    return Status::Error("bind destination '/' would replace the sandbox's whole root: use --rootfs DIR for a root of your own");
+  return normal;
 }
 
 Status CheckHostPath(const std::string& path, std::string_view what, bool want_dir) {
@@ -42,18 +59,23 @@ PolicyBuilder& PolicyBuilder::SetRootfsDir(const std::string& dir) {
   return *this;
 }
 
-PolicyBuilder& PolicyBuilder::AddReadOnlyBind(const std::string& source, const std::string& destination) {
+PolicyBuilder& PolicyBuilder::AddBind(const std::string& source, const std::string& destination, bool writable) {
   if (Status s = CheckHostPath(source, "bind source", false); !s.ok()) return Fail(s);
-  if (Status s = CheckSandboxPath(destination, "bind destination"); !s.ok()) return Fail(s);
-  policy_.binds_.push_back({source, destination, false});
+  auto normal = NormalizeBindDestination(destination);
+  if (!normal.ok()) return Fail(normal.status());
+  // Two binds at one place: only the last would be seen, so the first was a mistake.
+  for (const BindMount& bind : policy_.binds_)
+    if (bind.destination == *normal) return Fail(Status::Error(fmt::format("bind destination '{}' is given twice", *normal)));
+  policy_.binds_.push_back({source, *normal, writable});
   return *this;
 }
 
+PolicyBuilder& PolicyBuilder::AddReadOnlyBind(const std::string& source, const std::string& destination) {
+  return AddBind(source, destination, false);
+}
+
 PolicyBuilder& PolicyBuilder::AddWritableBind(const std::string& source, const std::string& destination) {
-  if (Status s = CheckHostPath(source, "bind source", false); !s.ok()) return Fail(s);
-  if (Status s = CheckSandboxPath(destination, "bind destination"); !s.ok()) return Fail(s);
-  policy_.binds_.push_back({source, destination, true});
-  return *this;
+  return AddBind(source, destination, true);
 }
 
 PolicyBuilder& PolicyBuilder::SetWorkspaceDir(const std::string& dir) {

@@ -83,6 +83,7 @@ class PolicyBuilder {
 
  private:
   PolicyBuilder& Fail(Status status);
+  PolicyBuilder& AddBind(const std::string& source, const std::string& destination, bool writable);
   Status error_;
   Policy policy_;
 };

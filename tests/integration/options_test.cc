@@ -72,6 +72,8 @@ TEST_CASE("contradictory or missing program options are one-line errors, exit 12
   CheckOneLineError({"run", "--env", "NOEQUALS", "--", "/bin/true"}, "KEY=VALUE");
   CheckOneLineError({"run", "--network", "bridge", "--", "/bin/true"}, "--network");
   CheckOneLineError({"run", "--bind", "/tmp:relative/dst", "--", "/bin/true"}, "absolute");
+  CheckOneLineError({"run", "--ro-bind", "/tmp:/", "--", "/bin/true"}, "would replace the sandbox's whole root");
+  CheckOneLineError({"run", "--ro-bind", "/tmp:/x", "--bind", "/usr:/x/", "--", "/bin/true"}, "'/x' is given twice");
 }
 
 TEST_CASE("--version and --help succeed", "[integration][options]") {

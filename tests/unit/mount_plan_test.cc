@@ -127,6 +127,31 @@ TEST_CASE("user binds come last so they may cover anything") {
   CHECK(plan->back().kind == Kind::kBindReadOnly);
 }
 
+TEST_CASE("bind destinations are normalized; the root, '.', '..' and a second bind at one place are refused") {
+  FakeHost host;
+  HostView view = TestView();
+  const std::string usr = host.root.string() + "/usr";
+  auto policy = PolicyBuilder().AddReadOnlyBind(usr, "/opt//tools/").TryBuild();
+  REQUIRE(policy.ok());
+  CHECK(policy->binds().back().destination == "/opt/tools");
+  auto plan = BuildMountPlan(Inputs(&*policy, &view, host.root.string()));
+  REQUIRE(plan.ok());
+  CHECK(plan->back().target == "/opt/tools");
+
+  auto error_of = [&](PolicyBuilder builder) {
+    auto built = builder.TryBuild();
+    REQUIRE_FALSE(built.ok());
+    return built.status().message();
+  };
+  CHECK_THAT(error_of(PolicyBuilder().AddReadOnlyBind(usr, "/")), Catch::Contains("whole root"));
+  CHECK_THAT(error_of(PolicyBuilder().AddWritableBind(usr, "//")), Catch::Contains("whole root"));
+  CHECK_THAT(error_of(PolicyBuilder().AddReadOnlyBind(usr, "/x/.")), Catch::Contains("'.' or '..'"));
+  CHECK_THAT(error_of(PolicyBuilder().AddReadOnlyBind(usr, "/x/../etc")), Catch::Contains("'.' or '..'"));
+  CHECK_THAT(error_of(PolicyBuilder().AddReadOnlyBind(usr, "x")), Catch::Contains("absolute"));
+  CHECK_THAT(error_of(PolicyBuilder().AddReadOnlyBind(usr, "/x").AddWritableBind(usr, "/x/")),
+             Catch::Contains("bind destination '/x' is given twice"));
+}
+
 TEST_CASE("a prepared root's entries are bound, reserved mount points are not") {
   FakeHost host;
   fs::create_directories(host.root / "proc");
