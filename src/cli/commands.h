@@ -1,7 +1,12 @@
 // The CLI verbs: each verb file registers its subcommand on the root CLI11 app.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <CLI/CLI.hpp>
+
+#include "sandbox/base/status.h"
 
 namespace nsbox::cli {
 
@@ -20,6 +25,8 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code);
 void RegisterProfile(CLI::App& app, ExitCode& exit_code);  // src/cli/profile.cc
 void RegisterImage(CLI::App& app, ExitCode& exit_code);    // src/cli/image.cc
 void RegisterSession(CLI::App& app, ExitCode& exit_code);
+// Parses and checks options as `nsbox session create` would, making nothing: for verbs that pass them through.
+Status CheckSessionCreateArgs(const std::vector<std::string>& args);
 void RegisterExec(CLI::App& app, ExitCode& exit_code);
 void RegisterCp(CLI::App& app, ExitCode& exit_code);
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.

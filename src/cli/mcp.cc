@@ -29,6 +29,12 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code) {
         return;
       }
     }
+    // A bad option is said now, once, rather than by every tool call of a client that cannot show it well.
+    if (Status s = CheckSessionCreateArgs(sandbox_args); !s.ok()) {
+      fmt::print(stderr, "nsbox mcp: {}\n", s.message());
+      exit_code.value = kExitNsboxFailure;
+      return;
+    }
     runtime::NsboxRuntimeOptions options;
     options.sandbox_args = sandbox_args;
     if (verbose) options.log = [](const std::string& line) { fmt::print(stderr, "nsbox mcp: {}\n", line); };

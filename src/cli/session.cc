@@ -24,7 +24,55 @@ std::string FormatAge(int64_t ms) {
   return fmt::format("{}h{:02}m", s / 3600, (s / 60) % 60);
 }
 
+// The options of `nsbox session create` that choose the sandbox and its life (not how the result is printed).
+struct CreateOptions {
+  SandboxOptions sandbox;
+  std::string name, idle_timeout = "15m", max_lifetime = "2h";
+};
+
+void AddCreateOptions(CLI::App* app, CreateOptions& o) {
+  AddSandboxOptions(app, o.sandbox);
+  app->add_option("--name", o.name, "a name to find the session by, unique among live sessions");
+  app->add_option("--idle-timeout", o.idle_timeout, "end the session after this long without a request")
+      ->capture_default_str();
+  app->add_option("--max-lifetime", o.max_lifetime, "end the session this long after its start")->capture_default_str();
+}
+
+struct CheckedCreate {
+  Policy policy;
+  std::optional<NetworkAllowSpec> network;
+  std::chrono::milliseconds idle_timeout, max_lifetime;
+};
+
+// Everything create checks before it makes anything.
+StatusOr<CheckedCreate> CheckCreate(const CreateOptions& o) {
+  auto policy = BuildPolicy(o.sandbox);
+  if (!policy.ok()) return policy.status();
+  auto network = BuildNetworkSpec(o.sandbox);
+  if (!network.ok()) return network.status();
+  auto idle = ParseDuration(o.idle_timeout);
+  if (!idle.ok()) return idle.status().Wrap("--idle-timeout");
+  auto lifetime = ParseDuration(o.max_lifetime);
+  if (!lifetime.ok()) return lifetime.status().Wrap("--max-lifetime");
+  if (!o.name.empty() && !session::ValidSessionName(o.name))
+    return Status::Error(fmt::format("--name '{}': use 1 to 64 of A-Z a-z 0-9 . _ - (not first . or -)", o.name));
+  return CheckedCreate{std::move(*policy), std::move(*network), *idle, *lifetime};
+}
+
 }  // namespace
+
+Status CheckSessionCreateArgs(const std::vector<std::string>& args) {
+  CLI::App app;
+  CreateOptions options;
+  AddCreateOptions(&app, options);
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return Status::Error(e.what());
+  }
+  return CheckCreate(options).status();
+}
 
 void RegisterSession(CLI::App& app, ExitCode& exit_code) {
   auto* session = app.add_subcommand("session", "long-lived sandboxes for many execs: create, ls, rm");
@@ -32,14 +80,9 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
 
   // create
   auto* create = session->add_subcommand("create", "start a session and print its id");
-  static SandboxOptions sandbox_options;
-  static std::string name, idle_timeout = "15m", max_lifetime = "2h";
+  static CreateOptions create_options;
   static bool create_json = false;
-  AddSandboxOptions(create, sandbox_options);
-  create->add_option("--name", name, "a name to find the session by, unique among live sessions");
-  create->add_option("--idle-timeout", idle_timeout, "end the session after this long without a request")
-      ->capture_default_str();
-  create->add_option("--max-lifetime", max_lifetime, "end the session this long after its start")->capture_default_str();
+  AddCreateOptions(create, create_options);
   create->add_flag("--json", create_json, "print the session as a JSON object");
   static pid_t end_with_pid = 0;
   create->add_option("--end-with-pid", end_with_pid,
@@ -49,16 +92,9 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
       fmt::print(stderr, "nsbox session create: {}\n", status.message());
       exit_code.value = kExitNsboxFailure;
     };
-    auto policy = BuildPolicy(sandbox_options);
-    if (!policy.ok()) return fail(policy.status());
-    auto network = BuildNetworkSpec(sandbox_options);
-    if (!network.ok()) return fail(network.status());
-    auto idle = ParseDuration(idle_timeout);
-    if (!idle.ok()) return fail(idle.status().Wrap("--idle-timeout"));
-    auto lifetime = ParseDuration(max_lifetime);
-    if (!lifetime.ok()) return fail(lifetime.status().Wrap("--max-lifetime"));
-    if (!name.empty() && !session::ValidSessionName(name))
-      return fail(Status::Error(fmt::format("--name '{}': use 1 to 64 of A-Z a-z 0-9 . _ - (not first . or -)", name)));
+    auto checked = CheckCreate(create_options);
+    if (!checked.ok()) return fail(checked.status());
+    const std::string& name = create_options.name;
     std::string root = session::StateRoot();
     if (Status s = session::EnsureStateRoot(root); !s.ok()) return fail(s);
     auto live = session::ListSessions(root);
@@ -72,14 +108,14 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     config.name = name;
     config.dir = root + "/" + config.id;
     if (::mkdir(config.dir.c_str(), 0700) != 0) return fail(Status::Errno(fmt::format("mkdir({})", config.dir)));
-    config.policy = std::move(*policy);
-    config.idle_timeout = *idle;
+    config.policy = std::move(checked->policy);
+    config.idle_timeout = checked->idle_timeout;
     config.owner_pid = end_with_pid;
-    config.network_allow = *network;
-    config.max_lifetime = *lifetime;
+    config.network_allow = std::move(checked->network);
+    config.max_lifetime = checked->max_lifetime;
     auto driver = ReadFile(DataDir() + "/rootfs/repl/driver.py", 1 << 20);
     if (driver.ok()) config.repl_driver_source = std::move(*driver);
-    const SandboxOptions& o = sandbox_options;
+    const SandboxOptions& o = create_options.sandbox;
     config.record = {
         {"owner_uid", ::geteuid()},
         {"rootfs", o.rootfs},

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -59,11 +60,24 @@ std::vector<std::string> NsboxRuntime::ExecArgv(const std::string& nsbox_bin, co
 bool NsboxRuntime::LooksLikeUnknownSubcommand(const std::string& stderr_text) {
   std::string lower = stderr_text;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  // CLI11 says "A subcommand is required" or "The following argument was not expected: session";
-  // other parsers say "unknown/invalid command".
-  for (const char* phrase : {"a subcommand is required", "not expected", "unknown subcommand", "unknown command", "invalid subcommand",
-                             "invalid command", "unrecognized", "extraneous"})
+  // CLI11 says "A subcommand is required" or "The following argument was not expected: session"; other parsers say
+  // "unknown/invalid command". A message that names an unexpected *option* ("not expected: --bogus") is a bad option
+  // of a binary that has sessions, not a binary without them.
+  for (const char* phrase : {"a subcommand is required", "unknown subcommand", "unknown command", "invalid subcommand",
+                             "invalid command"})
     if (lower.find(phrase) != std::string::npos) return true;
+  bool names_session = false;  // the word itself, not an option such as --session-dir
+  std::string word;
+  for (char c : lower + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') {
+      word += c;
+    } else {
+      names_session = names_session || word == "session";
+      word.clear();
+    }
+  }
+  for (const char* phrase : {"not expected", "unrecognized", "extraneous"})
+    if (names_session && lower.find(phrase) != std::string::npos) return true;
   return false;
 }
 

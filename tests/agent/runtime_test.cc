@@ -212,6 +212,10 @@ TEST_CASE("nsbox runtime argv follows the CLI contract of sessions and of run") 
   CHECK(NsboxRuntime::LooksLikeUnknownSubcommand("The following argument was not expected: session\n"));
   CHECK(NsboxRuntime::LooksLikeUnknownSubcommand("nsbox: A subcommand is required\n"));
   CHECK_FALSE(NsboxRuntime::LooksLikeUnknownSubcommand("mkdir(/run/nsbox): Permission denied (EACCES)"));
+  // A bad option of a binary that has sessions is not a binary without them.
+  CHECK_FALSE(NsboxRuntime::LooksLikeUnknownSubcommand("nsbox: The following argument was not expected: --bogus\n"));
+  CHECK_FALSE(NsboxRuntime::LooksLikeUnknownSubcommand("The following argument was not expected: --session-dir\n"));
+  CHECK(NsboxRuntime::LooksLikeUnknownSubcommand("error: unrecognized arguments: session create\n"));
 }
 
 TEST_CASE("nsbox runtime makes one session per conversation, execs in it, and removes it when closed") {

@@ -94,3 +94,15 @@ TEST_CASE("after repeatable options, the command's own dash arguments following 
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "1 -n\n");
 }
+
+TEST_CASE("nsbox mcp checks the sandbox options it passes through before it serves, exit 125", "[integration][options]") {
+  // Said once at start-up, not by each tool call (which once took a bad option for a binary without sessions).
+  CheckOneLineError({"mcp", "--frobnicate"}, "--frobnicate");
+  CheckOneLineError({"mcp", "--ro-bind", "/nonexistent/src:/x"}, "/nonexistent/src");
+  CheckOneLineError({"mcp", "--memory", "1K"}, "memory limit");
+  CheckOneLineError({"mcp", "--idle-timeout", "soon"}, "--idle-timeout");
+  // Good options pass: the server starts, reads the end of its stdin and ends.
+  auto ok = RunNsboxRaw({"mcp", "--memory", "256M", "--network", "none", "--idle-timeout", "5m"});
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+}
