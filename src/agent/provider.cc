@@ -31,6 +31,9 @@ StatusOr<std::unique_ptr<Provider>> MakeProvider(ProviderConfig config) {
   if (config.model.empty()) config.model = DefaultModel(config.provider);
   if (config.base_url.empty()) config.base_url = DefaultBaseUrl(config.provider);
   while (!config.base_url.empty() && config.base_url.back() == '/') config.base_url.pop_back();
+  // A mistyped endpoint is said at once, not after five retries of a host that cannot be resolved.
+  if (!config.base_url.starts_with("http://") && !config.base_url.starts_with("https://"))
+    return Status::Error(fmt::format("base URL \"{}\" is not an http:// or https:// URL", config.base_url));
   if (config.provider == "anthropic") return std::unique_ptr<Provider>(new AnthropicProvider(std::move(config)));
   return std::unique_ptr<Provider>(new OpenAIProvider(std::move(config)));
 }

@@ -42,6 +42,20 @@ json OpenAIToolTurn() {
 
 }  // namespace
 
+TEST_CASE("a base URL that is not http(s) is refused when the provider is made") {
+  for (const char* url : {"notaurl", "api.openai.com/v1", "ftp://example.com", "file:///etc/passwd"}) {
+    ProviderConfig config;
+    config.provider = "openai";
+    config.base_url = url;
+    auto p = MakeProvider(config);
+    INFO(url);
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().message().find("is not an http:// or https:// URL") != std::string::npos);
+  }
+  CHECK(Make("openai", "http://127.0.0.1:8080/v1/") != nullptr);
+  CHECK(Make("anthropic", "https://api.anthropic.com") != nullptr);
+}
+
 TEST_CASE("anthropic request carries model, max_tokens, system prompt and both tools with input schemas") {
   auto p = Make("anthropic");
   p->AddUserText("hi");
