@@ -115,6 +115,9 @@ PolicyBuilder& PolicyBuilder::SetSeccompProgram(std::shared_ptr<const SeccompPro
 PolicyBuilder& PolicyBuilder::SetCgroupLimits(const CgroupLimits& limits) {
   if (limits.memory_max_bytes < (4u << 20)) return Fail(Status::Error("memory limit must be at least 4M"));
   if (limits.pids_max < 1) return Fail(Status::Error("pids limit must be at least 1"));
+  // The kernel's own ceiling (PID_MAX_LIMIT on 64-bit): a pids.max above it is refused with EINVAL.
+  if (limits.pids_max > kMaxPidsLimit)
+    return Fail(Status::Error(fmt::format("pids limit must be at most {} (the kernel's limit)", kMaxPidsLimit)));
   if (!(limits.cpus > 0) || limits.cpus > 4096) return Fail(Status::Error("cpus must be a number above 0"));
   policy_.cgroup_limits_ = limits;
   return *this;

@@ -22,6 +22,9 @@ struct BindMount {
 
 enum class NetworkMode { kNone, kHost };
 
+// The most processes a pids limit may allow: the kernel's PID_MAX_LIMIT on 64-bit.
+inline constexpr uint64_t kMaxPidsLimit = 4u << 20;
+
 struct CgroupLimits {
   uint64_t memory_max_bytes = 512ull << 20;
   std::optional<uint64_t> memory_swap_max_bytes;  // unset: swap off

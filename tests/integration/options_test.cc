@@ -33,6 +33,12 @@ TEST_CASE("a bad size is a one-line error, exit 125", "[integration][options]") 
   CheckOneLineError({"run", "--tmpfs-size", "lots", "--", "/bin/true"}, "--tmpfs-size");
 }
 
+TEST_CASE("a limit the kernel would refuse is a one-line error before any sandbox, exit 125", "[integration][options]") {
+  CheckOneLineError({"run", "--pids", "4194305", "--", "/bin/true"}, "pids limit must be at most 4194304");
+  CheckOneLineError({"run", "--pids", "0", "--", "/bin/true"}, "pids limit must be at least 1");
+  CheckOneLineError({"run", "--memory", "1K", "--", "/bin/true"}, "memory limit must be at least");
+}
+
 TEST_CASE("a bad duration is a one-line error, exit 125", "[integration][options]") {
   CheckOneLineError({"run", "--timeout", "forever", "--", "/bin/true"}, "--timeout");
   CheckOneLineError({"run", "--timeout", "-5s", "--", "/bin/true"}, "--timeout");
