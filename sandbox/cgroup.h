@@ -75,7 +75,8 @@ int JoinCgroupSelf(const CgroupSelfJoin& join);
 struct CgroupStats {
   uint64_t peak_memory_bytes = 0;
   uint64_t oom_kills = 0;
-  bool pids_limit_hit = false;
+  uint64_t pids_limit_events = 0;  // how often a fork or clone failed on the pids limit (pids.events "max")
+  bool pids_limit_hit = false;     // pids_limit_events > 0
   uint64_t cpu_usage_us = 0;
   uint64_t cpu_throttled_us = 0;
 };
@@ -121,8 +122,9 @@ class Cgroup {
   // child can be cloned into the group.
   virtual CgroupSelfJoin self_join() const = 0;
   virtual CgroupStats ReadStats() const = 0;
-  // ReadStats().oom_kills alone: one file instead of five.
-  virtual uint64_t ReadOomKills() const = 0;
+  // The counters that only grow (oom_kills, pids_limit_events, cpu_throttled_us) alone: three files instead of five.
+  // A session reads them before each exec, to report what happened during that exec.
+  virtual CgroupStats ReadCounters() const = 0;
   // Kills every process in the group and waits until it is empty (v2: cgroup.kill; v1: freeze, SIGKILL, thaw).
   virtual Status KillAll() = 0;
   // Removes the group's directories, and the subtree directory when no other sandbox uses it.

@@ -93,17 +93,19 @@ class CgroupV1 final : public Cgroup {
                            /*freezer=*/parent == freezer_dir_);
   }
 
-  uint64_t ReadOomKills() const override {
-    return ReadKeyed(memory_dir_ + "/memory.oom_control", "oom_kill");  // Linux 4.13+
+  CgroupStats ReadCounters() const override {
+    CgroupStats stats;
+    stats.oom_kills = ReadKeyed(memory_dir_ + "/memory.oom_control", "oom_kill");  // Linux 4.13+
+    stats.pids_limit_events = ReadKeyed(pids_dir_ + "/pids.events", "max");
+    stats.pids_limit_hit = stats.pids_limit_events > 0;
+    stats.cpu_throttled_us = ReadKeyed(cpu_dir_ + "/cpu.stat", "throttled_time") / 1000;
+    return stats;
   }
 
   CgroupStats ReadStats() const override {
-    CgroupStats stats;
+    CgroupStats stats = ReadCounters();
     stats.peak_memory_bytes = ReadNumber(memory_dir_ + "/memory.max_usage_in_bytes");
-    stats.oom_kills = ReadOomKills();
-    stats.pids_limit_hit = ReadKeyed(pids_dir_ + "/pids.events", "max") > 0;
     if (!cpuacct_dir_.empty()) stats.cpu_usage_us = ReadNumber(cpuacct_dir_ + "/cpuacct.usage") / 1000;
-    stats.cpu_throttled_us = ReadKeyed(cpu_dir_ + "/cpu.stat", "throttled_time") / 1000;
     return stats;
   }
 

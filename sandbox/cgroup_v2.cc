@@ -46,18 +46,25 @@ class CgroupV2 final : public Cgroup {
     return MakeCgroupChild(dir_, name, "cgroup.procs", CgroupSelfJoin{}, 0, /*kill_file=*/true, /*freezer=*/false);
   }
 
-  uint64_t ReadOomKills() const override { return ReadKeyed(dir_ + "/memory.events", "oom_kill"); }
-
-  CgroupStats ReadStats() const override {
+  // cpu.stat holds both the usage and the throttled time: ReadStats reads it once, through here.
+  CgroupStats ReadCpuAndEvents(bool with_usage) const {
     CgroupStats stats;
-    stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.peak");  // Linux 5.19+
-    if (stats.peak_memory_bytes == 0) stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.current");
-    stats.oom_kills = ReadOomKills();
-    stats.pids_limit_hit = ReadKeyed(dir_ + "/pids.events", "max") > 0;
+    stats.oom_kills = ReadKeyed(dir_ + "/memory.events", "oom_kill");
+    stats.pids_limit_events = ReadKeyed(dir_ + "/pids.events", "max");
+    stats.pids_limit_hit = stats.pids_limit_events > 0;
     auto cpu_stat = ReadFile(dir_ + "/cpu.stat");
     auto cpu = ParseKeyedFile(cpu_stat.ok() ? *cpu_stat : "");
-    stats.cpu_usage_us = cpu["usage_usec"];
+    if (with_usage) stats.cpu_usage_us = cpu["usage_usec"];
     stats.cpu_throttled_us = cpu["throttled_usec"];
+    return stats;
+  }
+
+  CgroupStats ReadCounters() const override { return ReadCpuAndEvents(false); }
+
+  CgroupStats ReadStats() const override {
+    CgroupStats stats = ReadCpuAndEvents(true);
+    stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.peak");  // Linux 5.19+
+    if (stats.peak_memory_bytes == 0) stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.current");
     return stats;
   }
 

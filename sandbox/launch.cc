@@ -98,6 +98,12 @@ int ReceiveFd(int socket) {
   return fd;
 }
 
+void NotePidsLimit(Result* result) {
+  if (result->limits && result->limits->pids_limit_hit)
+    result->reason += fmt::format("; the pids limit of {} was reached (a fork or a new thread failed with EAGAIN)",
+                                  result->limits->pids_max);
+}
+
 Result SetupError(std::string reason) {
   Result r;
   r.status = RunStatus::kSetupError;

@@ -501,7 +501,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
 }
 
 // Denied calls, limits, and the OOM verdict (the session's cgroup counted an OOM kill during this exec).
-void SessionSandbox::FinishReport(SessionHelper& h, uint64_t oom_kills_before, Result* result) {
+void SessionSandbox::FinishReport(SessionHelper& h, const CgroupStats& counters_before, Result* result) {
   if (h.notifier) {
     h.notifier->Stop();
     result->denied_syscalls = h.notifier->Denied();
@@ -512,12 +512,19 @@ void SessionSandbox::FinishReport(SessionHelper& h, uint64_t oom_kills_before, R
     result->limits = none;
     return;
   }
-  result->limits = cgroup_->Report(*policy_.cgroup_limits());  // reads the stats too
-  if (result->status == RunStatus::kSignal && result->signal == SIGKILL && result->limits->oom_kills > oom_kills_before) {
+  // The session's counters only grow: this exec's share is what they grew by while it ran.
+  CgroupStats stats = cgroup_->ReadStats();
+  stats.oom_kills -= std::min(stats.oom_kills, counters_before.oom_kills);
+  stats.pids_limit_events -= std::min(stats.pids_limit_events, counters_before.pids_limit_events);
+  stats.pids_limit_hit = stats.pids_limit_events > 0;
+  stats.cpu_throttled_us -= std::min(stats.cpu_throttled_us, counters_before.cpu_throttled_us);
+  result->limits = cgroup_->ReportFrom(*policy_.cgroup_limits(), stats);
+  if (result->status == RunStatus::kSignal && result->signal == SIGKILL && stats.oom_kills > 0) {
     result->status = RunStatus::kOom;
     result->reason = fmt::format("killed by the OOM killer: the session's memory limit of {} bytes was reached",
                                  policy_.cgroup_limits()->memory_max_bytes);
   }
+  NotePidsLimit(result);
 }
 
 Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
@@ -539,7 +546,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     ex.code_path = unique;
   }
   auto before = Snapshot(workspace_fd_.get());
-  const uint64_t oom_kills_before = cgroup_ ? cgroup_->ReadOomKills() : 0;
+  const CgroupStats counters_before = cgroup_ ? cgroup_->ReadCounters() : CgroupStats{};
   // The program's stdin is a pipe the supervisor fills, never the descriptor the client sent (stdin_feeder.h).
   StdinFeeder stdin_feeder;
   if (ex.stdin_fd >= 0) {
@@ -627,7 +634,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   result.stdout_truncated = stdout_buf.truncated();
   result.stderr_truncated = stderr_buf.truncated();
   FillVerdict(h, timed_out, cancelled, ex.wall_timeout, &result);
-  FinishReport(h, oom_kills_before, &result);
+  FinishReport(h, counters_before, &result);
   result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   result.extra["changed_files"] = ChangedFilesJson(before, workspace_fd_.get());
   return result;

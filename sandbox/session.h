@@ -89,7 +89,9 @@ class SessionSandbox {
   // Keeps an ended exec's group that background processes still use, and removes the kept ones that emptied.
   void KeepExecGroup(std::unique_ptr<CgroupChild> group);
   void Forget(pid_t payload);
-  void FinishReport(SessionHelper& helper, uint64_t oom_kills_before, Result* result);
+  // counters_before: the session cgroup's counters when the exec began (Cgroup::ReadCounters); the exec's limits
+  // report what grew since.
+  void FinishReport(SessionHelper& helper, const CgroupStats& counters_before, Result* result);
 
   Policy policy_;
   pid_t pid1_ = -1;

@@ -198,6 +198,9 @@ print(why, n <= 256)
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "EAGAIN True\n");
+  // The verdict says why the program could not fork, not only how it exited.
+  CHECK(r.json["limits"]["pids_limit_hit"] == true);
+  CHECK(r.json["reason"] == "exited with code 0; the pids limit of 256 was reached (a fork or a new thread failed with EAGAIN)");
 }
 
 // A memory bomb must end as OOM inside the sandbox's own limit, not as host memory pressure.

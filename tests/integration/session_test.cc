@@ -233,6 +233,28 @@ TEST_CASE("a background process started by one exec is still running in the next
   CHECK(check["stdout"] == "alive\n");
 }
 
+TEST_CASE("an exec's limits report what happened during that exec, not the session's totals", "[session][cgroup]") {
+  Sessions s;
+  std::string id = s.Create({"--pids", "12", "--memory", "64M"});
+  // Hits the pids limit: the shell cannot fork all its children.
+  json bomb = s.Sh(id, "for i in $(seq 30); do sleep 0.3 & done; wait");
+  INFO(bomb.dump());
+  CHECK(bomb["limits"]["pids_limit_hit"] == true);
+  CHECK(bomb["reason"].get<std::string>().find("the pids limit of 12 was reached") != std::string::npos);
+  std::this_thread::sleep_for(600ms);  // the sleeps it did start end, and give their pids back
+  json oom = s.Exec(id, {"/usr/bin/python3", "-c", "b = bytearray(256 << 20)"});
+  INFO(oom.dump());
+  CHECK(oom["status"] == "oom");
+  CHECK(oom["limits"]["oom_kills"] == 1);
+  // A quiet exec reports neither: the session's counters stay where the earlier execs left them.
+  json quiet = s.Sh(id, "echo ok");
+  INFO(quiet.dump());
+  CHECK(quiet["status"] == "ok");
+  CHECK(quiet["limits"]["pids_limit_hit"] == false);
+  CHECK(quiet["limits"]["oom_kills"] == 0);
+  CHECK(quiet["reason"] == "exited with code 0");
+}
+
 TEST_CASE("REPL names persist between calls and the final expression's value is returned", "[session][repl]") {
   Sessions s;
   std::string id = s.Create();
