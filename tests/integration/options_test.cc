@@ -37,6 +37,8 @@ TEST_CASE("a limit the kernel would refuse is a one-line error before any sandbo
   CheckOneLineError({"run", "--pids", "4194305", "--", "/bin/true"}, "pids limit must be at most 4194304");
   CheckOneLineError({"run", "--pids", "0", "--", "/bin/true"}, "pids limit must be at least 1");
   CheckOneLineError({"run", "--memory", "1K", "--", "/bin/true"}, "memory limit must be at least");
+  CheckOneLineError({"run", "--cpus", "0", "--", "/bin/true"}, "cpus must be a number above 0");
+  CheckOneLineError({"run", "--cpus", "5000", "--", "/bin/true"}, "cpus must be at most 4096");
 }
 
 TEST_CASE("a bad duration is a one-line error, exit 125", "[integration][options]") {
