@@ -1,4 +1,7 @@
 // nsbox's entry point: builds the CLI from the verbs, runs one, and prints a failure once, at the top.
+#include <fcntl.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -9,7 +12,23 @@
 
 #include "src/cli/commands.h"
 
+namespace {
+
+// A standard descriptor nsbox was started without (`nsbox run ... >&-`) becomes /dev/null, as a daemon's would: else
+// the number would go to the first file nsbox opens (a profile, a cgroup control file), and the result or an error
+// message would be written into that file. What was meant for the closed descriptor is discarded.
+void OpenStandardDescriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    int null = ::open("/dev/null", O_RDWR);  // the lowest free number: this one
+    if (null >= 0 && null != fd) ::close(null);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  OpenStandardDescriptors();
   CLI::App app{"nsbox: run untrusted code in a Linux-native sandbox (namespaces, cgroups, seccomp, read-only root)"};
   app.set_version_flag("--version", "nsbox " NSBOX_VERSION);
   app.require_subcommand(1);

@@ -1,7 +1,9 @@
 // `nsbox run`: one program in one fresh sandbox; output passed through, or one JSON result.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -12,30 +14,39 @@
 namespace nsbox::cli {
 namespace {
 
-void WriteAll(int fd, const std::string& data) {
+// 0, or the errno of the write that failed.
+int WriteAll(int fd, const std::string& data) {
   size_t done = 0;
   while (done < data.size()) {
     ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      return;
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
     done += static_cast<size_t>(n);
   }
+  return 0;
 }
 
 }  // namespace
 
-// Prints a result the way run and exec do; returns the exit code.
+// Prints a result the way run and exec do; returns the exit code. A result that cannot be delivered (stdout closed,
+// a full disk) is an nsbox failure, said on stderr: the caller must not take the program's exit code for the whole
+// story when its output is lost.
 int EmitResult(const Result& result, bool json) {
+  // Written with write(2), not stdio: fmt::print throws when stderr itself cannot be written.
+  int err = 0;
+  const char* what = "the result";
   if (json) {
-    fmt::print("{}\n", ResultToJson(result).dump());
-    std::fflush(stdout);
+    err = WriteAll(1, ResultToJson(result).dump() + "\n");
   } else {
-    WriteAll(1, result.stdout_data);
-    WriteAll(2, result.stderr_data);
-    if (result.status != RunStatus::kOk && result.status != RunStatus::kExit)
-      fmt::print(stderr, "nsbox: {}: {}\n", RunStatusName(result.status), result.reason);
+    what = "the program's output";
+    err = WriteAll(1, result.stdout_data);
+    if (err == 0) err = WriteAll(2, result.stderr_data);
+    if (err == 0 && result.status != RunStatus::kOk && result.status != RunStatus::kExit)
+      err = WriteAll(2, fmt::format("nsbox: {}: {}\n", RunStatusName(result.status), result.reason));
+  }
+  if (err != 0) {
+    (void)WriteAll(2, fmt::format("nsbox: writing {}: {} ({})\n", what, std::strerror(err), ErrnoName(err)));
+    return kExitNsboxFailure;
   }
   return result.ShellExitCode();
 }

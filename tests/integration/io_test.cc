@@ -173,3 +173,39 @@ TEST_CASE("--ro-bind of a single file without a destination appears at the same 
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "single\n");
 }
+
+TEST_CASE("a result that cannot be written is an nsbox failure, said on stderr, exit 125", "[integration][io]") {
+  // /dev/full: every write fails with ENOSPC. The program succeeded, but the caller would get nothing of it.
+  auto json = RunProcess({"/bin/sh", "-c", "exec \"$0\" run --json -- /bin/echo hi > /dev/full", NsboxBinary()});
+  CHECK(json.exit_code == 125);
+  CHECK(json.err == "nsbox: writing the result: No space left on device (ENOSPC)\n");
+  auto text = RunProcess({"/bin/sh", "-c", "exec \"$0\" run -- /bin/echo hi > /dev/full", NsboxBinary()});
+  CHECK(text.exit_code == 125);
+  CHECK(text.err == "nsbox: writing the program's output: No space left on device (ENOSPC)\n");
+  // Nothing to write, nothing lost: the program's own exit code.
+  auto quiet = RunProcess({"/bin/sh", "-c", "exec \"$0\" run -- /bin/sh -c 'exit 3' > /dev/full", NsboxBinary()});
+  CHECK(quiet.exit_code == 3);
+}
+
+TEST_CASE("started with stdout closed, nsbox holds /dev/null there, not one of its own files or pipes",
+          "[integration][io]") {
+  // Otherwise descriptor 1 goes to the first thing nsbox opens (its profile, a pipe to the sandbox, the socket to a
+  // session), which would then receive the result. The result of a closed stdout is discarded, as asked.
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
+  auto bg = StartProcess({"/bin/sh", "-c", "exec \"$0\" run --bind \"$1\":/w -- /bin/sh -c 'touch /w/started; sleep 2' >&-",
+                          NsboxBinary(), dir.path()});
+  std::string fd1;
+  for (int i = 0; i < 500 && fd1.empty(); ++i) {
+    if (std::filesystem::exists(dir.path() + "/started")) {
+      char target[256] = {};
+      ssize_t n = ::readlink(("/proc/" + std::to_string(bg.pid) + "/fd/1").c_str(), target, sizeof target - 1);
+      fd1 = n > 0 ? std::string(target, static_cast<size_t>(n)) : "(none)";
+    }
+    ::usleep(10000);
+  }
+  int status = bg.Wait();
+  CHECK(fd1 == "/dev/null");
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
