@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 
 #include <fmt/format.h>
@@ -126,8 +128,10 @@ int RunAgentCommand(const AgentOptions& o) {
   // The conversation is over however it ended: end its sandbox now, before printing.
   sandbox->close();
   if (outcome.end == agent::AgentEnd::kAnswered) {
-    fmt::print("{}\n", outcome.answer);
-    std::fflush(stdout);
+    // The answer is the run's whole product: one that cannot be written (a full disk) fails the run.
+    std::string line = outcome.answer + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size() || std::fflush(stdout) != 0)
+      return Fail(fmt::format("writing the answer: {} ({})", std::strerror(errno), ErrnoName(errno)), kExitNsboxFailure);
     return 0;
   }
   return Fail(outcome.error, agent::AgentExitCode(outcome.end));

@@ -67,6 +67,18 @@ TEST_CASE("nsbox agent prints the answer computed in the default nsbox runtime a
   CHECK(run.err.empty());
 }
 
+TEST_CASE("nsbox agent fails with 125 when its answer cannot be written") {
+  if (!CliReady("nsbox agent answer to a full disk")) return;
+  if (auto why = testing::NsboxRuntimeUnavailable()) return testing::NoteSkip("nsbox agent answer to a full disk", *why);
+  testing::FakeProviderServer server;
+  // /dev/full: every write fails with ENOSPC; the answer, the run's whole product, would be lost without a word.
+  CliRun run = RunCli({"/bin/sh", "-c", "exec \"$0\" agent --provider openai \"$1\" > /dev/full", NsboxBin(), kPrime},
+                      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
+  INFO(run.err);
+  CHECK(run.exit_code == 125);
+  CHECK(run.err == "nsbox agent: writing the answer: No space left on device (ENOSPC)\n");
+}
+
 TEST_CASE("nsbox agent --runtime local warns loudly that nothing is sandboxed") {
   if (!CliReady("nsbox agent --runtime local")) return;
   testing::FakeProviderServer server;
