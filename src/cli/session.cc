@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -130,6 +131,8 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     };
     auto record = session::LaunchSupervisor(std::move(config));
     if (!record.ok()) return fail(record.status());
+    const std::string id = (*record)["id"].get<std::string>();
+    std::string line = id + "\n";
     if (create_json) {
       nlohmann::json out = {{"id", (*record)["id"]},
                             {"name", (*record)["name"]},
@@ -139,9 +142,14 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
                             {"network", (*record)["network"]},
                             {"limits", (*record)["limits"]},
                             {"state_dir", root + "/" + (*record)["id"].get<std::string>()}};
-      fmt::print("{}\n", out.dump());
-    } else {
-      fmt::print("{}\n", (*record)["id"].get<std::string>());
+      line = out.dump() + "\n";
+    }
+    // An id the caller never gets is a session no one would end before its idle time-out: end it now, and fail.
+    if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size() || std::fflush(stdout) != 0) {
+      int err = errno;
+      auto made = session::FindSession(root, id);
+      if (made.ok()) (void)session::Request(*made, {{"op", "rm"}});
+      return fail(Status::Errno("writing the new session's id (the session was ended again)", err));
     }
   });
 

@@ -535,6 +535,18 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
   CHECK(s.Nsbox({"session", "ls", "--json"}).Json().empty());
 }
 
+TEST_CASE("create whose id cannot be written ends the session again and fails, exit 125", "[session][lifecycle]") {
+  Sessions s;
+  // /dev/full: the id is lost, so the session would live on unseen until its idle time-out.
+  Output o = Run({"/bin/sh", "-c", "exec \"$0\" session create > /dev/full", NsboxBin()});
+  CHECK(o.code == 125);
+  CHECK(o.err == "nsbox session create: writing the new session's id (the session was ended again): No space left on "
+                 "device (ENOSPC)\n");
+  Output ls = s.Nsbox({"session", "ls", "--json"});
+  CHECK(ls.code == 0);
+  CHECK(ls.Json() == json::array());
+}
+
 TEST_CASE("a session survives the command that created it and ends by its idle time-out with nothing left",
           "[session][lifecycle]") {
   Sessions s;
