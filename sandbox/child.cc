@@ -42,6 +42,7 @@ void SetPlanProgram(ChildPlan& plan, const Executor& ex) {
   auto path_it = ex.env.find("PATH");
   plan.path_dirs = SplitPath(path_it != ex.env.end() ? path_it->second : "/usr/bin:/bin");
   plan.cwd = ex.cwd;
+  plan.umask = ex.umask;
   plan.code_path = ex.code_path;
   plan.code = ex.code;
 }
@@ -159,6 +160,7 @@ void RunPayload(const ChildPlan& plan, bool inherited) {
   if (plan.parent_death_signal && ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
     Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
   if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
+  ::umask(plan.umask);  // this process's own: a vfork-style child does not share the file-system context
 
   // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall).
   if (plan.seccomp) {

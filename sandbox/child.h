@@ -50,6 +50,7 @@ struct ChildPlan {
   std::vector<std::string> argv_storage, env_storage, path_dirs;
   std::vector<char*> argv, envp;
   std::string cwd;
+  mode_t umask = 022;
   std::string code_path;  // inside the sandbox; empty when there is no code file
   std::string code;
   // File descriptors, as numbered in the parent (the child inherits them).

@@ -1,6 +1,8 @@
 // Executor: what to run inside the sandbox (argv, environment, stdin, code file, output and time limits).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -13,6 +15,9 @@ struct Executor {
   std::vector<std::string> argv;          // argv[0] is an absolute path inside the sandbox, or a name found on PATH
   std::map<std::string, std::string> env; // the complete environment (nothing is inherited)
   std::string cwd = "/workspace";
+  // The program's umask: the caller's (nsbox run's own; the exec client's in a session), so that files it makes in a
+  // --workspace or --bind directory get the modes the caller's own programs would give them.
+  mode_t umask = 022;
   // stdin: -1 means /dev/null; otherwise a host fd passed in (not closed by the sandbox).
   int stdin_fd = -1;
   uint64_t output_limit_bytes = 1 << 20;  // bytes kept per stream (head and tail)

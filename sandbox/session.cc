@@ -668,6 +668,7 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
     Executor ex;
     ex.argv = options.driver_argv;
     ex.env = options.env;
+    ex.umask = options.umask;
     auto helper = StartHelper(ex, theirs.get());
     if (!helper.ok()) return SetupError(helper.status().Wrap("starting the REPL interpreter").message());
     repl_ = std::move(*helper);

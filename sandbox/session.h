@@ -41,6 +41,7 @@ struct SessionHelper {
 struct ReplOptions {
   std::vector<std::string> driver_argv;      // e.g. /usr/bin/python3 -u -c <driver source>; speaks on fd 3
   std::map<std::string, std::string> env;    // the interpreter's environment when it (re)starts
+  mode_t umask = 022;                        // and its umask
   std::chrono::milliseconds wall_timeout{30'000};
   uint64_t output_limit_bytes = 1 << 20;
 };

@@ -39,6 +39,7 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
                               {"argv", executor->argv},
                               {"env", executor->env},
                               {"cwd", executor->cwd},
+                              {"umask", executor->umask},
                               {"code_path", executor->code_path},
                               {"code", executor->code},
                               {"timeout_ms", executor->wall_timeout.count()},

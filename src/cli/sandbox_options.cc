@@ -169,6 +169,9 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   if (!limit.ok()) return limit.status().Wrap("--output-limit");
   ex.output_limit_bytes = *limit;
   ex.env = DefaultSandboxEnv();
+  // The caller's umask (reading it means setting it; this runs before any thread exists).
+  ex.umask = ::umask(022);
+  ::umask(ex.umask);
 
   bool has_code = !o.code.empty() || !o.file.empty();
   if (!o.lang.empty()) {

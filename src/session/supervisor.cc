@@ -208,6 +208,7 @@ class Server {
       ex.argv = request.at("argv").get<std::vector<std::string>>();
       ex.env = request.at("env").get<std::map<std::string, std::string>>();
       ex.cwd = request.value("cwd", "/workspace");
+      ex.umask = request.value("umask", 022u) & 0777;  // the client's; a client that does not say: 022
       ex.code_path = request.value("code_path", "");
       ex.code = request.value("code", "");
       ex.wall_timeout = std::chrono::milliseconds(request.at("timeout_ms").get<int64_t>());
@@ -227,6 +228,7 @@ class Server {
       ReplOptions options;
       options.driver_argv = {ex.argv.at(0), "-u", "-c", config_.repl_driver_source};
       options.env = ex.env;
+      options.umask = ex.umask;
       options.wall_timeout = ex.wall_timeout;
       options.output_limit_bytes = ex.output_limit_bytes;
       result = session_->RunCell(ex.code, options, conn);

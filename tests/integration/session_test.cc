@@ -221,6 +221,19 @@ TEST_CASE("a package installed with pip --user from a local source tree is impor
   CHECK(where["stdout"].get<std::string>().starts_with("/home/sandbox/.local/"));
 }
 
+TEST_CASE("an exec's program has the exec client's umask, as a run's has nsbox's", "[session]") {
+  Sessions s;
+  std::string id = s.Create();  // the supervisor itself runs with umask 077; the program must not get that
+  Output plain = Run({"/bin/sh", "-c", "umask 022; exec \"$0\" exec \"$1\" -- /bin/sh -c 'umask; touch /workspace/a; stat -c %a /workspace/a'",
+                      NsboxBin(), id});
+  CHECK(plain.out == "0022\n644\n");
+  Output strict = Run({"/bin/sh", "-c", "umask 027; exec \"$0\" exec \"$1\" -- /bin/sh -c 'umask; touch /workspace/b; stat -c %a /workspace/b'",
+                       NsboxBin(), id});
+  CHECK(strict.out == "0027\n640\n");
+  Output run = Run({"/bin/sh", "-c", "umask 027; exec \"$0\" run -- /bin/sh -c umask", NsboxBin()});
+  CHECK(run.out == "0027\n");
+}
+
 TEST_CASE("a background process started by one exec is still running in the next", "[session]") {
   Sessions s;
   std::string id = s.Create();
