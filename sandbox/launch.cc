@@ -98,10 +98,15 @@ int ReceiveFd(int socket) {
   return fd;
 }
 
-void NotePidsLimit(Result* result) {
-  if (result->limits && result->limits->pids_limit_hit)
+void NoteLimitsHit(Result* result) {
+  if (!result->limits) return;
+  const LimitsReport& limits = *result->limits;
+  if (limits.oom_kills > 0 && result->status != RunStatus::kOom)
+    result->reason += fmt::format("; the OOM killer ended {} process{} at the memory limit of {} bytes", limits.oom_kills,
+                                  limits.oom_kills == 1 ? "" : "es", limits.memory_max_bytes);
+  if (limits.pids_limit_hit)
     result->reason += fmt::format("; the pids limit of {} was reached (a fork or a new thread failed with EAGAIN)",
-                                  result->limits->pids_max);
+                                  limits.pids_max);
 }
 
 Result SetupError(std::string reason) {

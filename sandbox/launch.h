@@ -37,9 +37,10 @@ int SendFd(int socket, int fd);
 // Takes one descriptor sent by SendFd (close-on-exec). Returns it; -1 with errno EAGAIN when nothing is there yet
 // (non-blocking socket), or ENOMSG when the peer closed without sending one.
 int ReceiveFd(int socket);
-// Adds to the reason that the pids limit was reached, when the result's limits say so: a program that could not fork
-// often says no more than "Resource temporarily unavailable".
-void NotePidsLimit(Result* result);
+// Adds to the reason what the limits did to a program that ended otherwise: the pids limit reached (a program that
+// could not fork often says no more than "Resource temporarily unavailable"), processes the OOM killer ended while
+// the program itself lived on (a worker, a subprocess).
+void NoteLimitsHit(Result* result);
 // "exited with code N" / "killed by signal N (SIGNAME)".
 std::string ExitReason(int wait_status);
 

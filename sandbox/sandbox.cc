@@ -435,7 +435,7 @@ Result Sandbox::Run() {
     result.status = RunStatus::kSetupError;
     result.reason = fmt::format("the sandbox's pid 1 ended before the program finished ({})", ExitReason(init_status));
   }
-  NotePidsLimit(&result);
+  NoteLimitsHit(&result);
   if (hooks_) hooks_->OnFinished(result);
   return result;
 }

@@ -524,7 +524,7 @@ void SessionSandbox::FinishReport(SessionHelper& h, const CgroupStats& counters_
     result->reason = fmt::format("killed by the OOM killer: the session's memory limit of {} bytes was reached",
                                  policy_.cgroup_limits()->memory_max_bytes);
   }
-  NotePidsLimit(result);
+  NoteLimitsHit(result);
 }
 
 Result SessionSandbox::Exec(Executor ex, int cancel_fd) {

@@ -203,6 +203,19 @@ print(why, n <= 256)
   CHECK(r.json["reason"] == "exited with code 0; the pids limit of 256 was reached (a fork or a new thread failed with EAGAIN)");
 }
 
+// A worker the OOM killer ends while the program lives on: the status is the program's, the reason says what happened.
+TEST_CASE("an OOM-killed subprocess is named in the reason of a program that lives on", "[escape][processes][cgroup]") {
+  auto r = RunPython("import subprocess\n"
+                     "r = subprocess.run(['/usr/bin/python3', '-c', 'b = bytearray(256 << 20)'])\n"
+                     "print(r.returncode)\n",
+                     {"--memory", "64M", "--timeout", "20s"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "-9\n");
+  CHECK(r.json["limits"]["oom_kills"] == 1);
+  CHECK(r.json["reason"] == "exited with code 0; the OOM killer ended 1 process at the memory limit of 67108864 bytes");
+}
+
 // A memory bomb must end as OOM inside the sandbox's own limit, not as host memory pressure.
 TEST_CASE("a memory bomb ends as status oom", "[escape][processes][cgroup]") {
   // Touches every page, and stops by itself at 2 GiB so that a run without limits cannot hurt the host.
