@@ -130,8 +130,10 @@ int RunAgentCommand(const AgentOptions& o) {
   if (outcome.end == agent::AgentEnd::kAnswered) {
     // The answer is the run's whole product: one that cannot be written (a full disk) fails the run.
     std::string line = outcome.answer + "\n";
-    if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size() || std::fflush(stdout) != 0)
-      return Fail(fmt::format("writing the answer: {} ({})", std::strerror(errno), ErrnoName(errno)), kExitNsboxFailure);
+    if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size() || std::fflush(stdout) != 0) {
+      int err = errno;
+      return Fail(fmt::format("writing the answer: {} ({})", std::strerror(err), ErrnoName(err)), kExitNsboxFailure);
+    }
     return 0;
   }
   return Fail(outcome.error, agent::AgentExitCode(outcome.end));

@@ -28,9 +28,9 @@ int WriteAll(int fd, const std::string& data) {
 
 }  // namespace
 
-// Prints a result the way run and exec do; returns the exit code. A result that cannot be delivered (stdout closed,
-// a full disk) is an nsbox failure, said on stderr: the caller must not take the program's exit code for the whole
-// story when its output is lost.
+// Prints a result the way run and exec do; returns the exit code. A result that cannot be delivered (a full disk, an
+// I/O error) is an nsbox failure, said on stderr: the caller must not take the program's exit code for the whole
+// story when its output is lost. (A standard descriptor nsbox was started without is /dev/null: see main.cc.)
 int EmitResult(const Result& result, bool json) {
   // Written with write(2), not stdio: fmt::print throws when stderr itself cannot be written.
   int err = 0;
