@@ -314,6 +314,7 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
 SessionSandbox::~SessionSandbox() { Terminate(); }
 
 void SessionSandbox::Terminate() {
+  terminating_ = true;  // calls that begin from now on do nothing
   if (pid1_ > 0) {
     ::kill(pid1_, SIGKILL);  // the whole pid namespace goes with it
     // pid 1's exit waits until every process of its namespace is reaped, and the execs' payloads are ours to reap.
@@ -332,6 +333,8 @@ void SessionSandbox::Terminate() {
     }
     pid1_ = -1;
   }
+  // Every process is dead, so the calls still running end: wait for them (they read the cgroup in their reports).
+  std::unique_lock calls(calls_mutex_);
   // The cgroup's destructor kills whatever is still in it (helpers too) and removes it, with the execs' groups.
   {
     std::lock_guard lock(exec_groups_mutex_);
@@ -529,6 +532,8 @@ void SessionSandbox::FinishReport(SessionHelper& h, const CgroupStats& counters_
 
 Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   const auto started = Clock::now();
+  std::shared_lock call(calls_mutex_);
+  if (terminating_) return SetupError("the session is ending");
   if (ex.argv.empty()) return SetupError("nothing to run: empty command");
   // Execs may run at once: each gets its own code file, left out of the changed files and removed afterwards.
   if (!ex.code_path.empty()) {
@@ -642,6 +647,8 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
 
 Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& options, int cancel_fd) {
   const auto started = Clock::now();
+  std::shared_lock call(calls_mutex_);
+  if (terminating_) return SetupError("the session is ending");
   std::lock_guard lock(repl_mutex_);
   nlohmann::json repl = {{"value", nullptr}, {"exception", nullptr}, {"traceback", nullptr},
                          {"state_lost", false}, {"interpreter_killed", false}};

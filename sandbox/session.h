@@ -8,7 +8,9 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <atomic>
 #include <mutex>
+#include <shared_mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -102,6 +104,11 @@ class SessionSandbox {
   UniqueFd ns_fds_[6];
   UniqueFd workspace_fd_;
   std::unique_ptr<Cgroup> cgroup_;  // the session's limits: pid 1 and every exec helper (and so every exec) join it
+  // Exec and RunCell hold it shared for their whole call; Terminate takes it exclusively, once it has killed every
+  // process (which ends those calls), before it removes what they still use (the cgroup, the kept exec groups).
+  // A session that ends at its lifetime while an exec runs would otherwise free the cgroup under that exec's report.
+  std::shared_mutex calls_mutex_;
+  std::atomic<bool> terminating_{false};
   // Ended execs' groups that still held processes (a background server started with setsid), removed once empty.
   std::mutex exec_groups_mutex_;
   std::vector<std::unique_ptr<CgroupChild>> kept_exec_groups_;
