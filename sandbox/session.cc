@@ -381,7 +381,8 @@ uint64_t SessionSandbox::MemoryInUseBytes() const {
   uint64_t total = 0;
   // Resident memory of every process in the session's pid namespace.
   char link[64];
-  std::string ns_path = fmt::format("/proc/{}/ns/pid", pid1_);
+  const pid_t pid1 = pid1_;
+  std::string ns_path = fmt::format("/proc/{}/ns/pid", pid1);
   ssize_t len = ::readlink(ns_path.c_str(), link, sizeof link - 1);
   if (len > 0) {
     std::string session_ns(link, static_cast<size_t>(len));
@@ -403,7 +404,7 @@ uint64_t SessionSandbox::MemoryInUseBytes() const {
   // What the session's tmpfs mounts hold (files live in memory).
   for (const char* dir : {"workspace", "tmp", "home/sandbox", "dev/shm"}) {
     struct statfs fs;
-    std::string path = fmt::format("/proc/{}/root/{}", pid1_, dir);
+    std::string path = fmt::format("/proc/{}/root/{}", pid1, dir);
     if (::statfs(path.c_str(), &fs) == 0 && fs.f_type == 0x01021994 /* TMPFS_MAGIC */)
       total += (fs.f_blocks - fs.f_bfree) * static_cast<uint64_t>(fs.f_bsize);
   }

@@ -97,7 +97,7 @@ class SessionSandbox {
   void FinishReport(SessionHelper& helper, const CgroupStats& counters_before, Result* result);
 
   Policy policy_;
-  pid_t pid1_ = -1;
+  std::atomic<pid_t> pid1_{-1};  // -1 once Terminate has reaped it; read by info requests on other threads
   UniqueFd pid1_pidfd_;
   // pid 1's user, mnt, pid, net, ipc and uts namespaces, opened while it was still dumpable (before its credentials
   // change): an unprivileged supervisor may not setns through the pidfd of a non-dumpable pid 1 (ptrace rules).
