@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "sandbox/base/fs.h"
+
 namespace nsbox {
 namespace {
 
@@ -77,19 +79,6 @@ int MakeMountPoint(const char* source, const char* target) {
   return 0;
 }
 
-int WriteAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return 0;
-}
-
 }  // namespace
 
 int MountBaseAndPivotToIt(const char** step) {
@@ -137,9 +126,11 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
       if (MakeParent(target) != 0) return -1;
       int fd = ::open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
       if (fd < 0) return -1;
-      int rc = WriteAll(fd, m.data.data(), m.data.size());
+      int err = WriteAll(fd, m.data);
       ::close(fd);
-      return rc;
+      if (err == 0) return 0;
+      errno = err;
+      return -1;
     }
     case Kind::kSymlink:
       *step = Step("symlink", target);

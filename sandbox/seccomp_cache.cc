@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 
 namespace nsbox {
@@ -45,17 +46,6 @@ bool GetU64(const std::string& in, size_t* pos, uint64_t* v) {
   if (in.size() - *pos < sizeof *v) return false;
   memcpy(v, in.data() + *pos, sizeof *v);
   *pos += sizeof *v;
-  return true;
-}
-
-bool WriteAll(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
   return true;
 }
 
@@ -178,7 +168,7 @@ void StoreSeccompCache(const std::string& dir, const std::string& key, const Sec
   UniqueFd fd(::openat(dir_fd.get(), temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd) return;
   const std::string name = FileName(key);
-  if (!WriteAll(fd.get(), data) || ::renameat(dir_fd.get(), temp.c_str(), dir_fd.get(), name.c_str()) != 0) {
+  if (WriteAll(fd.get(), data) != 0 || ::renameat(dir_fd.get(), temp.c_str(), dir_fd.get(), name.c_str()) != 0) {
     ::unlinkat(dir_fd.get(), temp.c_str(), 0);
     return;
   }

@@ -30,18 +30,21 @@ StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   return out;
 }
 
+int WriteAll(int fd, std::string_view data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 Status WriteFile(const std::string& path, std::string_view content, int flags_extra, int mode) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | flags_extra, mode));
   if (!fd) return Status::Errno(fmt::format("open({})", path));
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::Errno(fmt::format("write({})", path));
-    }
-    done += static_cast<size_t>(n);
-  }
+  if (int err = WriteAll(fd.get(), content); err != 0) return Status::Errno(fmt::format("write({})", path), err);
   return OkStatus();
 }
 

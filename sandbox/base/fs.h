@@ -13,5 +13,8 @@ Status WriteFile(const std::string& path, std::string_view content, int flags_ex
 // Writes content with a single write(2), as the kernel's control files (uid_map, cgroup files) want.
 Status WriteControlFile(const std::string& path, std::string_view content);
 bool PathExists(const std::string& path);
+// Writes all of data to fd, retrying short writes and EINTR. 0, or the errno of the write that failed (EIO for a
+// write of nothing). Allocation-free and async-signal-safe: a cloned child may use it.
+int WriteAll(int fd, std::string_view data);
 
 }  // namespace nsbox

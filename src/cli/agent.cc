@@ -4,13 +4,13 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 
 #include <fmt/format.h>
 
+#include "sandbox/base/fs.h"
 #include "sandbox/spec/units.h"
 #include "src/agent/agent_loop.h"
 #include "src/agent/provider.h"
@@ -129,11 +129,8 @@ int RunAgentCommand(const AgentOptions& o) {
   sandbox->close();
   if (outcome.end == agent::AgentEnd::kAnswered) {
     // The answer is the run's whole product: one that cannot be written (a full disk) fails the run.
-    std::string line = outcome.answer + "\n";
-    if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size() || std::fflush(stdout) != 0) {
-      int err = errno;
+    if (int err = WriteAll(1, outcome.answer + "\n"); err != 0)
       return Fail(fmt::format("writing the answer: {} ({})", std::strerror(err), ErrnoName(err)), kExitNsboxFailure);
-    }
     return 0;
   }
   return Fail(outcome.error, agent::AgentExitCode(outcome.end));

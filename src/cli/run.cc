@@ -7,26 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/fs.h"
 #include "sandbox/sandbox.h"
 #include "src/cli/commands.h"
 #include "src/cli/sandbox_options.h"
 
 namespace nsbox::cli {
-namespace {
-
-// 0, or the errno of the write that failed.
-int WriteAll(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : EIO;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
-}  // namespace
 
 // Prints a result the way run and exec do; returns the exit code. A result that cannot be delivered (a full disk, an
 // I/O error) is an nsbox failure, said on stderr: the caller must not take the program's exit code for the whole

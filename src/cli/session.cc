@@ -2,7 +2,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -145,8 +144,7 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
       line = out.dump() + "\n";
     }
     // An id the caller never gets is a session no one would end before its idle time-out: end it now, and fail.
-    if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size() || std::fflush(stdout) != 0) {
-      int err = errno;
+    if (int err = WriteAll(1, line); err != 0) {
       auto made = session::FindSession(root, id);
       if (made.ok()) (void)session::Request(*made, {{"op", "rm"}});
       return fail(Status::Errno("writing the new session's id (the session was ended again)", err));

@@ -269,20 +269,10 @@ StatusOr<UniqueFd> Listen(const std::string& path) {
   return sock;
 }
 
-void WriteAll(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
-
 // The supervisor's life: start the sandbox, publish the socket and the record, tell the creator, serve.
 int RunSupervisor(SupervisorConfig config, int ready_fd) {
   auto fail = [&](const Status& status) {
-    WriteAll(ready_fd, "error " + status.message() + "\n");
+    (void)WriteAll(ready_fd, "error " + status.message() + "\n");
     RemoveSessionDir(config.dir);
     return 1;
   };
@@ -313,7 +303,7 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
     return fail(Status::Errno("rename(session.json.tmp, session.json)"));
 
   Server server(config, std::move(*session), std::move(*listener), proxy.get());
-  WriteAll(ready_fd, "ok " + record.dump() + "\n");
+  (void)WriteAll(ready_fd, "ok " + record.dump() + "\n");
   ::close(ready_fd);
   server.Serve();
   return 0;

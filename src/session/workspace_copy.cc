@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 
 namespace nsbox::session {
@@ -60,15 +61,7 @@ StatusOr<std::string> ReadCapped(int fd, uint64_t max_bytes, const std::string& 
 }
 
 Status WriteAllFd(int fd, const std::string& data, const std::string& shown) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::Errno(fmt::format("write({})", shown));
-    }
-    done += static_cast<size_t>(n);
-  }
+  if (int err = WriteAll(fd, data); err != 0) return Status::Errno(fmt::format("write({})", shown), err);
   return OkStatus();
 }
 
