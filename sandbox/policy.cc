@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/fs.h"
+
 namespace nsbox {
 namespace {
 
@@ -15,19 +17,13 @@ namespace {
 StatusOr<std::string> NormalizeBindDestination(const std::string& path) {
   if (path.empty() || path[0] != '/') return Status::Error(fmt::format("bind destination '{}' must be an absolute path", path));
   if (path.size() > 1024) return Status::Error("bind destination is longer than 1024 bytes");
+  std::vector<std::string_view> parts;
+  if (!SplitPathComponents(path, &parts))
+    return Status::Error(fmt::format("bind destination '{}' must not contain '.' or '..' components", path));
   std::string normal;
-  size_t start = 0;
-  while (start < path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    std::string_view part(path.data() + start, end - start);
-    if (part == "." || part == "..")
-      return Status::Error(fmt::format("bind destination '{}' must not contain '.' or '..' components", path));
-    if (!part.empty()) {
-      normal += '/';
-      normal += part;
-    }
-    start = end + 1;
+  for (std::string_view part : parts) {
+    normal += '/';
+    normal += part;
   }
   if (normal.empty())
     return Status::Error("bind destination '/' would replace the sandbox's whole root: use --rootfs DIR for a root of your own");

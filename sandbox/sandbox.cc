@@ -38,12 +38,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-
-
-
-
-
-
 // A run's sandbox has its own pid namespace: its CPU time is pid 1's rusage, and pid 1's death kills it whole.
 CgroupConfig RunCgroupConfig() {
   CgroupConfig config;
@@ -60,7 +54,6 @@ const HostView* CachedHostView(Status* error) {
   }
   return &*view;
 }
-
 
 }  // namespace
 

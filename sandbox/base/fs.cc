@@ -61,4 +61,18 @@ bool PathExists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
+bool SplitPathComponents(std::string_view path, std::vector<std::string_view>* parts) {
+  parts->clear();
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view part = path.substr(start, end - start);
+    if (part == "." || part == "..") return false;
+    if (!part.empty()) parts->push_back(part);
+    start = end + 1;
+  }
+  return true;
+}
+
 }  // namespace nsbox

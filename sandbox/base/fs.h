@@ -3,6 +3,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sandbox/base/status.h"
 
@@ -16,5 +17,8 @@ bool PathExists(const std::string& path);
 // Writes all of data to fd, retrying short writes and EINTR. 0, or the errno of the write that failed (EIO for a
 // write of nothing). Allocation-free and async-signal-safe: a cloned child may use it.
 int WriteAll(int fd, std::string_view data);
+// The non-empty components of a '/'-separated path ("/a//b/" gives a, b), viewing into path. False when a component
+// is "." or "..": callers that compare or confine paths textually refuse those rather than resolve them.
+bool SplitPathComponents(std::string_view path, std::vector<std::string_view>* parts);
 
 }  // namespace nsbox

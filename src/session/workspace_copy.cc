@@ -79,19 +79,15 @@ StatusOr<std::string> WorkspaceRelativePath(const std::string& path) {
   else if (!rel.empty() && rel[0] == '/')
     return Status::Error(fmt::format("'{}' is outside /workspace (give a path in /workspace, or relative to it)", path));
   // Textual checks for clear messages; openat2 enforces the same and more. Empty parts ("a//b") are dropped.
+  std::vector<std::string_view> parts;
+  if (!SplitPathComponents(rel, &parts)) return Status::Error(fmt::format("'{}': '.' and '..' are not allowed", path));
   std::string clean;
-  size_t start = 0;
-  while (start <= rel.size()) {
-    size_t end = rel.find('/', start);
-    if (end == std::string::npos) end = rel.size();
-    std::string part = rel.substr(start, end - start);
-    if (part == "." || part == "..") return Status::Error(fmt::format("'{}': '.' and '..' are not allowed", path));
-    if (!part.empty()) clean += (clean.empty() ? "" : "/") + part;
-    start = end + 1;
+  for (std::string_view part : parts) {
+    if (!clean.empty()) clean += '/';
+    clean += part;
   }
-  if (rel.ends_with("/") && !clean.empty()) clean += "/";
-  rel = clean;
-  return rel;
+  if (rel.ends_with("/") && !clean.empty()) clean += '/';
+  return clean;
 }
 
 StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::string& host_path, uint64_t max_bytes) {

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/workspace_snapshot.h"
 #include "src/session/state.h"
@@ -27,6 +28,19 @@ TEST_CASE("cp paths are taken relative to /workspace and may not leave it", "[se
   CHECK(!WorkspaceRelativePath("../etc/passwd").ok());
   CHECK(!WorkspaceRelativePath("a/../../b").ok());
   CHECK(!WorkspaceRelativePath("./a").ok());
+  CHECK(!WorkspaceRelativePath("a/.").ok());
+}
+
+TEST_CASE("paths split into their non-empty components; '.' and '..' are refused, not resolved", "[session]") {
+  std::vector<std::string_view> parts{"stale"};
+  CHECK(nsbox::SplitPathComponents("//a///b/", &parts));
+  CHECK(parts == std::vector<std::string_view>{"a", "b"});
+  CHECK(nsbox::SplitPathComponents("", &parts));
+  CHECK(parts.empty());
+  CHECK(nsbox::SplitPathComponents("a/..b/c.", &parts));
+  CHECK(parts == std::vector<std::string_view>{"a", "..b", "c."});
+  CHECK(!nsbox::SplitPathComponents("a/../b", &parts));
+  CHECK(!nsbox::SplitPathComponents("/x/.", &parts));
 }
 
 TEST_CASE("session names are short and plain", "[session]") {
