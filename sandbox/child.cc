@@ -76,7 +76,8 @@ namespace {
 }  // namespace
 
 int WriteCodeFile(const ChildPlan& plan) {
-  int fd = ::open(plan.code_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  // O_EXCL: never over a file that is there already (a --workspace is the user's directory).
+  int fd = ::open(plan.code_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return -1;
   const char* data = plan.code.data();
   size_t left = plan.code.size();
@@ -118,7 +119,13 @@ void ExecPayload(const ChildPlan& plan) {
 
 void RunPayload(const ChildPlan& plan, bool inherited) {
   if (::setsid() < 0) Fail(plan, "setsid()", errno);
-  ::signal(SIGPIPE, SIG_DFL);
+  // Every signal at its default action: a signal nsbox's own caller ignored (`trap '' INT`, a shell's background
+  // job, nsbox's SIGPIPE) would otherwise stay ignored across execve, and the signals pid 1 forwards would do nothing.
+  // Handlers need no reset (execve does that); this process's table is its own even when it shares memory.
+  struct sigaction default_action = {};
+  default_action.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &default_action, nullptr);  // 32, 33: glibc's, EINVAL
   sigset_t none;
   sigemptyset(&none);
   if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) Fail(plan, "sigprocmask(unblock all)", errno);

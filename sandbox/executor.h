@@ -27,6 +27,11 @@ struct Executor {
   std::string code;
 };
 
+// Gives the code file another name in its directory, keeping its extension ("/workspace/.nsbox-main.py" with stem
+// ".nsbox-exec-7" is "/workspace/.nsbox-exec-7.py"), in code_path and in argv. For workspaces that outlive one
+// program or are shared: a fixed name would overwrite a user's file, and two programs would run each other's code.
+void RenameCodeFile(Executor& ex, const std::string& stem);
+
 // The small clean environment a sandbox starts from; callers add --env entries on top.
 std::map<std::string, std::string> DefaultSandboxEnv();
 

@@ -24,6 +24,16 @@ constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, 
 // pid 1 ignores signals whose handler is SIG_DFL, even blocked ones; a no-op handler lets sigwaitinfo see them.
 void Ignore(int) {}
 
+// Kills every process of the pid namespace but pid 1 and reaps them (and any other child), so that their CPU time
+// counts in pid 1's rusage. kill(-1) is repeated while children remain: one may have forked during the sweep.
+[[noreturn]] void KillAllAndExit() {
+  for (;;) {
+    ::kill(-1, SIGKILL);
+    pid_t pid = ::waitpid(-1, nullptr, __WALL);
+    if (pid < 0 && errno == ECHILD) _exit(0);
+  }
+}
+
 void Report(const ChildPlan& plan, int wait_status) {
   InitMessage msg;
   msg.kind = InitMessage::kExited;
@@ -129,6 +139,7 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
   sigfillset(&action.sa_mask);
   for (int sig : kForwardedSignals) ::sigaction(sig, &action, nullptr);
   ::sigaction(SIGCHLD, &action, nullptr);
+  ::sigaction(KillSandboxSignal(), &action, nullptr);
 
   if (payload < 0) {
     // A session's pid 1: ready; from now on it only reaps (orphans of execs end up here).
@@ -143,12 +154,17 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
   sigemptyset(&wanted);
   sigaddset(&wanted, SIGCHLD);
   for (int sig : kForwardedSignals) sigaddset(&wanted, sig);
+  sigaddset(&wanted, KillSandboxSignal());
   for (;;) {
     siginfo_t info;
     int sig = ::sigwaitinfo(&wanted, &info);
     if (sig < 0) continue;
+    // Only nsbox, outside, may end the sandbox this way: the payload's own processes share pid 1's uid.
+    if (sig == KillSandboxSignal() && info.si_code == SI_USER && info.si_pid == 0) KillAllAndExit();
+    if (sig == KillSandboxSignal()) continue;
     if (sig != SIGCHLD) {
-      if (payload > 0) ::kill(payload, sig);
+      // To the payload's process group (it leads its own session), so that a shell's children get it as well.
+      if (payload > 0 && ::kill(-payload, sig) != 0) ::kill(payload, sig);
       continue;
     }
     int status;
@@ -156,8 +172,7 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
     while ((pid = ::waitpid(-1, &status, WNOHANG | __WALL)) > 0) {
       if (payload > 0 && pid == payload) {
         Report(plan, status);
-        // Exiting kills every other process of the pid namespace (double-forked, setsid, ignoring SIGTERM).
-        _exit(0);
+        KillAllAndExit();
       }
     }
   }

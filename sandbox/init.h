@@ -1,6 +1,7 @@
 // The sandbox's pid 1: reaps orphans, forwards signals to the payload and reports the payload's exit status.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include "sandbox/child.h"
@@ -29,8 +30,15 @@ void HideNsboxCommandLine(const ParentWatch& watch);
 // re-armed. Reports a setup error and exits on failure; closes the watch's descriptor on success.
 void DropInitPrivileges(const ChildPlan& plan, ParentWatch& watch);
 
-// Never returns: exits when the payload has exited, which makes the kernel kill the rest of the pid namespace.
-// payload < 0 (a session): reports kReady and reaps until killed. DropInitPrivileges has run.
+// Sent by nsbox to pid 1 (time-out, cancel): kill every other process of the sandbox, reap them all, exit. The kernel
+// would kill them too when pid 1 dies, but it lets them vanish unreaped, and their CPU time with them; reaped by
+// pid 1, it shows in the rusage nsbox collects from pid 1.
+inline int KillSandboxSignal() { return SIGRTMAX; }
+
+// Never returns. When the payload has exited: reports its status, kills and reaps every process left in the pid
+// namespace (double-forked, setsid, ignoring SIGTERM), and exits. Termination signals go to the payload's process
+// group, as a terminal's would. payload < 0 (a session): reports kReady and reaps until killed. DropInitPrivileges
+// has run.
 [[noreturn]] void RunInit(const ChildPlan& plan, pid_t payload);
 
 }  // namespace nsbox

@@ -20,6 +20,13 @@ namespace {
 
 thread_local char step_buffer[240];
 
+// A path as the user gave it: the host's without the /oldroot it is reached through, the sandbox's without /newroot.
+const char* Shown(const char* path) {
+  for (const char* prefix : {"/oldroot/", "/newroot/"})
+    if (strncmp(path, prefix, 9) == 0) return path + 8;
+  return path;
+}
+
 const char* Step(const char* call, const char* path) {
   snprintf(step_buffer, sizeof step_buffer, "%s(%s)", call, path);
   return step_buffer;
@@ -68,11 +75,9 @@ int MakeParent(const char* path) {
 }
 
 // A mount point of the source's type: a directory for a directory, an empty file otherwise.
-int MakeMountPoint(const char* source, const char* target) {
-  struct stat st;
-  if (::stat(source, &st) != 0) return -1;
+int MakeMountPoint(bool directory, const char* target) {
   if (MakeParent(target) != 0) return -1;
-  if (S_ISDIR(st.st_mode)) return (::mkdir(target, 0755) == 0 || errno == EEXIST) ? 0 : -1;
+  if (directory) return (::mkdir(target, 0755) == 0 || errno == EEXIST) ? 0 : -1;
   int fd = ::open(target, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return errno == EEXIST ? 0 : -1;
   ::close(fd);
@@ -139,11 +144,13 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
     case Kind::kBindReadOnly:
     case Kind::kBindWritable:
     case Kind::kBindDevice: {
-      *step = Step("bind source", source);
-      if (MakeMountPoint(source, target) != 0) {
-        if (m.optional && errno == ENOENT) return 0;
-        return -1;
-      }
+      *step = Step("bind source", Shown(source));
+      struct stat source_st;
+      if (::stat(source, &source_st) != 0) return (m.optional && errno == ENOENT) ? 0 : -1;
+      snprintf(step_buffer, sizeof step_buffer, "creating the mount point %s (for a %s)", Shown(target),
+               S_ISDIR(source_st.st_mode) ? "directory" : "file");
+      *step = step_buffer;
+      if (MakeMountPoint(S_ISDIR(source_st.st_mode), target) != 0) return -1;
       *step = Step("mount(MS_BIND)", target);
       if (::mount(source, target, nullptr, MS_BIND | MS_REC, nullptr) != 0) return -1;
       uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;

@@ -37,6 +37,14 @@ Status CheckHostPath(const std::string& path, std::string_view what, bool want_d
   return OkStatus();
 }
 
+// A host path as the sandbox's mount code needs it: absolute, with no symlink left. The mounts are made after the
+// pivot, from /oldroot, where a relative path ("ws") or an absolute symlink's target would not be found.
+StatusOr<std::string> ResolveHostPath(const std::string& path, std::string_view what) {
+  char resolved[PATH_MAX];
+  if (!::realpath(path.c_str(), resolved)) return Status::Errno(fmt::format("{} '{}': realpath", what, path));
+  return std::string(resolved);
+}
+
 }  // namespace
 
 PolicyBuilder::PolicyBuilder() = default;
@@ -48,21 +56,23 @@ PolicyBuilder& PolicyBuilder::Fail(Status status) {
 
 PolicyBuilder& PolicyBuilder::SetRootfsDir(const std::string& dir) {
   if (Status s = CheckHostPath(dir, "rootfs", true); !s.ok()) return Fail(s);
-  char resolved[PATH_MAX];
-  if (!::realpath(dir.c_str(), resolved)) return Fail(Status::Errno(fmt::format("realpath({})", dir)));
-  if (std::string(resolved) == "/") return Fail(Status::Error("rootfs '/' is the host's own root: use --rootfs host"));
-  policy_.rootfs_dir_ = resolved;
+  auto resolved = ResolveHostPath(dir, "rootfs");
+  if (!resolved.ok()) return Fail(resolved.status());
+  if (*resolved == "/") return Fail(Status::Error("rootfs '/' is the host's own root: use --rootfs host"));
+  policy_.rootfs_dir_ = *resolved;
   return *this;
 }
 
 PolicyBuilder& PolicyBuilder::AddBind(const std::string& source, const std::string& destination, bool writable) {
   if (Status s = CheckHostPath(source, "bind source", false); !s.ok()) return Fail(s);
+  auto resolved = ResolveHostPath(source, "bind source");
+  if (!resolved.ok()) return Fail(resolved.status());
   auto normal = NormalizeBindDestination(destination);
   if (!normal.ok()) return Fail(normal.status());
   // Two binds at one place: only the last would be seen, so the first was a mistake.
   for (const BindMount& bind : policy_.binds_)
     if (bind.destination == *normal) return Fail(Status::Error(fmt::format("bind destination '{}' is given twice", *normal)));
-  policy_.binds_.push_back({source, *normal, writable});
+  policy_.binds_.push_back({*resolved, *normal, writable});
   return *this;
 }
 
@@ -76,7 +86,9 @@ PolicyBuilder& PolicyBuilder::AddWritableBind(const std::string& source, const s
 
 PolicyBuilder& PolicyBuilder::SetWorkspaceDir(const std::string& dir) {
   if (Status s = CheckHostPath(dir, "workspace", true); !s.ok()) return Fail(s);
-  policy_.workspace_dir_ = dir;
+  auto resolved = ResolveHostPath(dir, "workspace");
+  if (!resolved.ok()) return Fail(resolved.status());
+  policy_.workspace_dir_ = *resolved;
   return *this;
 }
 
@@ -110,7 +122,7 @@ PolicyBuilder& PolicyBuilder::SetSeccompProgram(std::shared_ptr<const SeccompPro
 
 PolicyBuilder& PolicyBuilder::SetCgroupLimits(const CgroupLimits& limits) {
   if (limits.memory_max_bytes < (4u << 20)) return Fail(Status::Error("memory limit must be at least 4M"));
-  if (limits.pids_max < 1) return Fail(Status::Error("pids limit must be at least 1"));
+  if (limits.pids_max < 2) return Fail(Status::Error("pids limit must be at least 2 (the sandbox's pid 1 and the program)"));
   // The kernel's own ceiling (PID_MAX_LIMIT on 64-bit): a pids.max above it is refused with EINVAL.
   if (limits.pids_max > kMaxPidsLimit)
     return Fail(Status::Error(fmt::format("pids limit must be at most {} (the kernel's limit)", kMaxPidsLimit)));

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -27,6 +28,7 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/child.h"
 #include "sandbox/launch.h"
+#include "sandbox/init.h"
 #include "sandbox/output_buffer.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/mount_plan.h"
@@ -75,6 +77,16 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
   return PrepareChildMounts(*mount_plan);
 }
 
+void RenameCodeFile(Executor& ex, const std::string& stem) {
+  auto slash = ex.code_path.rfind('/');
+  auto dot = ex.code_path.rfind('.');
+  std::string ext = dot != std::string::npos && dot > slash + 1 ? ex.code_path.substr(dot) : "";
+  std::string renamed = ex.code_path.substr(0, slash + 1) + stem + ext;
+  for (auto& arg : ex.argv)
+    if (arg == ex.code_path) arg = renamed;
+  ex.code_path = renamed;
+}
+
 std::map<std::string, std::string> DefaultSandboxEnv() {
   return {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
           {"HOME", "/home/sandbox"},
@@ -118,6 +130,12 @@ Result Sandbox::Run() {
   plan.gid = policy_.sandbox_gid();
   const bool privileged = ::geteuid() == 0;
   plan.may_setgroups = privileged;
+  // A --workspace directory is the user's, and other runs may share it: the code file gets a name of its own.
+  if (!policy_.workspace_dir().empty() && executor_.code_path.starts_with("/workspace/")) {
+    uint64_t random[2];
+    if (::getrandom(random, sizeof random, 0) != sizeof random) return SetupError(Status::Errno("getrandom").message());
+    RenameCodeFile(executor_, fmt::format(".nsbox-main-{:016x}{:016x}", random[0], random[1]));
+  }
   SetPlanProgram(plan, executor_);
   cap_t no_caps = cap_init();
   if (!no_caps) return SetupError(Status::Errno("cap_init").message());
@@ -239,7 +257,10 @@ Result Sandbox::Run() {
     const char count = static_cast<char>(join.count);
     bool sent = ::send(cgroup_socket.get(), &count, 1, MSG_NOSIGNAL) == 1;
     for (int i = 0; sent && i < join.count; ++i) sent = SendFd(cgroup_socket.get(), join.fds[i]) == 0;
-    if (!sent) return SetupError(Status::Errno("sendmsg(cgroup descriptors to the sandbox)").message());
+    // EPIPE: the child failed while its group was being made, and has said why on the control pipe; the loop below
+    // reports that step, not this one.
+    if (!sent && errno != EPIPE && errno != ECONNRESET)
+      return SetupError(Status::Errno("sendmsg(cgroup descriptors to the sandbox)").message());
     cgroup_socket.reset();
   }
 
@@ -304,11 +325,22 @@ Result Sandbox::Run() {
 
   struct rusage usage = {};
   int init_status = 0;
+  // Ending the sandbox early (time-out, cancel): pid 1 is asked to kill and reap everything, so the CPU time spent
+  // counts; if it has not exited soon after, its own death takes the pid namespace with it.
+  Clock::time_point force_kill_at = Clock::time_point::max();
+  auto end_sandbox = [&] {
+    ::kill(child, KillSandboxSignal());
+    force_kill_at = Clock::now() + std::chrono::milliseconds(250);
+  };
   while (!child_exited) {
     auto now = Clock::now();
     if (!timed_out && !cancelled && now >= deadline) {
       timed_out = true;
-      ::kill(child, SIGKILL);  // pid 1's death takes the whole pid namespace with it
+      end_sandbox();
+    }
+    if (now >= force_kill_at) {
+      force_kill_at = Clock::time_point::max();
+      ::kill(child, SIGKILL);
       if (cgroup) (void)cgroup->KillAll();
     }
     int wait_ms = timed_out || cancelled ? 50 :
@@ -339,7 +371,7 @@ Result Sandbox::Run() {
     read_control();
     if (kill_requested_ && !cancelled) {
       cancelled = true;
-      ::kill(child, SIGKILL);
+      end_sandbox();
     }
     if (signal_fd) {
       struct signalfd_siginfo info;
@@ -367,7 +399,9 @@ Result Sandbox::Run() {
     if (err->read) drain(err->read, stderr_buf);
   }
   read_control();
-  if (!policy_.workspace_dir().empty() && executor_.code_path.starts_with("/workspace/"))
+  // Removed unless writing it failed: then the name may be someone else's file (the write refuses to replace one).
+  const bool code_file_failed = have_setup_error && strncmp(setup_error.text, "write(code file)", 16) == 0;
+  if (!policy_.workspace_dir().empty() && executor_.code_path.starts_with("/workspace/") && !code_file_failed)
     ::unlink((policy_.workspace_dir() + executor_.code_path.substr(strlen("/workspace"))).c_str());
 
   // 8. The verdict.

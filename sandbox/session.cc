@@ -543,13 +543,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
       std::lock_guard lock(exec_counter_mutex_);
       n = ++exec_counter_;
     }
-    auto slash = ex.code_path.rfind('/');
-    auto dot = ex.code_path.rfind('.');
-    std::string ext = dot != std::string::npos && dot > slash + 1 ? ex.code_path.substr(dot) : "";
-    std::string unique = fmt::format("{}/.nsbox-exec-{}-{}{}", ex.code_path.substr(0, slash), ::getpid(), n, ext);
-    for (auto& arg : ex.argv)
-      if (arg == ex.code_path) arg = unique;
-    ex.code_path = unique;
+    RenameCodeFile(ex, fmt::format(".nsbox-exec-{}-{}", ::getpid(), n));
   }
   auto before = Snapshot(workspace_fd_.get());
   const CgroupStats counters_before = cgroup_ ? cgroup_->ReadCounters() : CgroupStats{};

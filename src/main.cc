@@ -1,5 +1,6 @@
 // nsbox's entry point: builds the CLI from the verbs, runs one, and prints a failure once, at the top.
 #include <fcntl.h>
+#include <signal.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -29,6 +30,9 @@ void OpenStandardDescriptors() {
 
 int main(int argc, char** argv) {
   OpenStandardDescriptors();
+  // A reader that went away (`nsbox run ... | head -c1`) is a write error nsbox reports (exit 125, with the reason),
+  // not a silent death by SIGPIPE that would read as the program's. Sandboxed programs get the default back.
+  ::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"nsbox: run untrusted code in a Linux-native sandbox (namespaces, cgroups, seccomp, read-only root)"};
   app.set_version_flag("--version", "nsbox " NSBOX_VERSION);
   app.require_subcommand(1);

@@ -44,16 +44,28 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
   app->add_option("--network-limit", o.network_limit, "with allow=: bytes the sandbox may move in and out, e.g. 100M");
   app->add_flag("--dangerously-allow-private-addresses", o.allow_private_addresses,
                 "with allow=: let allowed domains resolve to loopback, private or link-local addresses");
-  app->add_option("--memory", o.memory, "memory limit, e.g. 256M, 1G")->capture_default_str();
-  app->add_option("--memory-swap", o.memory_swap, "swap allowed on top of --memory (default: none)");
-  app->add_option("--pids", o.pids, "maximum number of processes and threads")->capture_default_str();
-  app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")->capture_default_str();
+  auto given = [&o](const char* name) {
+    return [&o, name](const std::string&) {
+      if (o.limit_given.empty()) o.limit_given = name;
+    };
+  };
+  app->add_option("--memory", o.memory, "memory limit, e.g. 256M, 1G")->capture_default_str()->each(given("--memory"));
+  app->add_option("--memory-swap", o.memory_swap, "swap allowed on top of --memory (default: none)")
+      ->each(given("--memory-swap"));
+  // Checked as a number first: an unsigned option would take "-1" as 2^64-1.
+  app->add_option("--pids", o.pids, "maximum number of processes and threads")
+      ->capture_default_str()
+      ->check([](const std::string& value) {
+        return value.starts_with('-') ? fmt::format("'{}' is not a number of processes", value) : std::string();
+      })
+      ->each(given("--pids"));
+  app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")->capture_default_str()->each(given("--cpus"));
   app->add_option("--tmpfs-size", o.tmpfs_size, "size cap of /tmp, /workspace and the home directory")->capture_default_str();
   app->add_option("--profile", o.profile,
                   "seccomp profile: default, strict (no sockets but AF_UNIX), or a Docker/OCI JSON profile file")
       ->capture_default_str();
   app->add_flag("--dangerously-run-without-limits", o.no_limits,
-                "run with NO memory, pids or CPU limits when no cgroup controller is usable");
+                "run with NO memory, pids or CPU limits (for hosts where no cgroup controller is usable)");
 }
 
 StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
@@ -84,6 +96,9 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
   if (!tmpfs.ok()) return tmpfs.status().Wrap("--tmpfs-size");
   builder.SetTmpfsSize(*tmpfs);
   if (o.no_limits) {
+    if (!o.limit_given.empty())
+      return Status::Error(fmt::format("{} sets a limit, and --dangerously-run-without-limits asks for none: give one "
+                                       "or the other", o.limit_given));
     builder.DangerDisableCgroupLimits();
   } else {
     CgroupLimits limits;

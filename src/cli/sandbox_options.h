@@ -28,6 +28,7 @@ struct SandboxOptions {
   std::string tmpfs_size = "256M";
   bool no_limits = false;
   std::string profile = "default";
+  std::string limit_given;  // the first of --memory, --memory-swap, --pids, --cpus given, for conflicts
 };
 
 void AddSandboxOptions(CLI::App* app, SandboxOptions& options);

@@ -110,3 +110,55 @@ TEST_CASE("SIGTERM sent to nsbox reaches the program, whose handler runs", "[int
   CHECK(json.value("exit_code", 0) == 7);
   CHECK(json.value("stdout", "") == "ready\ngot TERM\n");
 }
+
+TEST_CASE("SIGINT sent to nsbox reaches the program's process group, as a terminal's Ctrl-C would", "[integration][exit]") {
+  // The shell waits for sleep: signalled alone, it would only act once sleep ended, at the time-out.
+  TempDir ready;
+  REQUIRE(::chmod(ready.path().c_str(), 0777) == 0);
+  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "20s", "--bind", ready.path() + ":/ready", "--",
+                          "/bin/sh", "-c", "touch /ready/ok; sleep 77; echo done"});
+  bool is_ready = false;
+  for (int i = 0; i < 500 && !is_ready; ++i) {
+    is_ready = std::filesystem::exists(ready.path() + "/ok");
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(is_ready);
+  std::this_thread::sleep_for(100ms);  // sleep has started
+  const auto sent = std::chrono::steady_clock::now();
+  ::kill(bg.pid, SIGINT);
+  bg.Wait();
+  auto json = nlohmann::json::parse(bg.Out(), nullptr, false);
+  INFO(bg.Out());
+  CHECK(std::chrono::steady_clock::now() - sent < 5s);
+  CHECK(json.value("status", "") == "signal");
+  CHECK(json.value("signal", 0) == SIGINT);
+  CHECK(json.value("stdout", "x").empty());
+}
+
+TEST_CASE("signals ignored by nsbox's caller are at their default action in the sandbox", "[integration][exit]") {
+  // `trap '' INT` in a script, or a background job of a non-interactive shell: SIG_IGN survives execve.
+  struct sigaction ignore = {}, old_int = {}, old_term = {}, old_usr1 = {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGINT, &ignore, &old_int);
+  ::sigaction(SIGTERM, &ignore, &old_term);
+  ::sigaction(SIGUSR1, &ignore, &old_usr1);
+  auto r = RunNsboxJson({"--", "/bin/grep", "SigIgn", "/proc/self/status"});
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  ::sigaction(SIGUSR1, &old_usr1, nullptr);
+  INFO(r.Describe());
+  CHECK(r.out() == "SigIgn:\t0000000000000000\n");
+}
+
+TEST_CASE("CPU time counts every process of the sandbox, also those killed at a time-out or at the end",
+          "[integration][exit]") {
+  // The kernel lets the processes it kills with pid 1 vanish unreaped, and their CPU time with them.
+  auto timeout = RunShell("while :; do :; done", {"--timeout", "1s"});
+  INFO(timeout.Describe());
+  CHECK(timeout.status() == "timeout");
+  CHECK(timeout.json.value("cpu_ms", 0) >= 200);
+  auto left = RunShell("setsid sh -c 'while :; do :; done' & sleep 1", {"--timeout", "10s"});
+  INFO(left.Describe());
+  CHECK(left.status() == "ok");
+  CHECK(left.json.value("cpu_ms", 0) >= 200);
+}

@@ -6,18 +6,29 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
 #include "tests/support/run_nsbox.h"
 
 using namespace nsbox::testing;
+using namespace std::chrono_literals;
 
 namespace {
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The names in a directory (not recursive).
+std::set<std::string> Entries(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) names.insert(entry.path().filename().string());
+  return names;
 }
 
 }  // namespace
@@ -128,9 +139,10 @@ TEST_CASE("--workspace binds a host directory read-write and the code file is re
                          "ls -A /workspace | sort | tr '\\n' ' '; tr a-z A-Z < input.txt > output.txt"});
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
-  CHECK(r.out() == ".nsbox-main.sh input.txt ");
+  // The code file has a name of its own in a --workspace (see the next tests).
+  CHECK(std::regex_match(r.out(), std::regex(R"(\.nsbox-main-[0-9a-f]{32}\.sh input\.txt )")));
   CHECK(Slurp(dir.path() + "/output.txt") == "HELLO\n");
-  CHECK_FALSE(std::filesystem::exists(dir.path() + "/.nsbox-main.sh"));
+  CHECK(Entries(dir.path()) == std::set<std::string>{"input.txt", "output.txt"});
   struct stat st;
   REQUIRE(::stat((dir.path() + "/output.txt").c_str(), &st) == 0);
   CHECK(st.st_uid == 65534);  // written by the sandbox user, an unprivileged host uid
@@ -141,11 +153,40 @@ TEST_CASE("the code file is removed from --workspace after a failure and a time-
   REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
   auto failed = RunNsboxJson({"--workspace", dir.path(), "--lang", "python", "--code", "raise SystemExit(4)"});
   CHECK(failed.status() == "exit");
-  CHECK_FALSE(std::filesystem::exists(dir.path() + "/.nsbox-main.py"));
+  CHECK(Entries(dir.path()).empty());
   auto timed_out = RunNsboxJson({"--workspace", dir.path(), "--timeout", "300ms", "--lang", "python", "--code",
                                  "import time; time.sleep(10)"});
   CHECK(timed_out.status() == "timeout");
-  CHECK_FALSE(std::filesystem::exists(dir.path() + "/.nsbox-main.py"));
+  CHECK(Entries(dir.path()).empty());
+}
+
+TEST_CASE("a user's file named like nsbox's code file in --workspace is neither overwritten nor removed",
+          "[integration][io]") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
+  dir.Write(".nsbox-main.py", "KEEP\n");
+  REQUIRE(::chown((dir.path() + "/.nsbox-main.py").c_str(), 65534, 65534) == 0);  // writable by the sandbox user
+  auto r = RunNsboxJson({"--workspace", dir.path(), "--lang", "python", "--code", "print(1)"});
+  INFO(r.Describe());
+  CHECK(r.out() == "1\n");
+  CHECK(Slurp(dir.path() + "/.nsbox-main.py") == "KEEP\n");
+  CHECK(Entries(dir.path()) == std::set<std::string>{".nsbox-main.py"});
+}
+
+TEST_CASE("runs sharing one --workspace at once each run their own code", "[integration][io]") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
+  auto slow = StartProcess({NsboxBinary(), "run", "--json", "--workspace", dir.path(), "--lang", "bash", "--code",
+                            "touch started; sleep 1.5\necho A"});
+  for (int i = 0; i < 500 && !std::filesystem::exists(dir.path() + "/started"); ++i) std::this_thread::sleep_for(20ms);
+  auto quick = RunNsboxJson({"--workspace", dir.path(), "--lang", "bash", "--code", "echo B; echo B2"});
+  CHECK(quick.out() == "B\nB2\n");
+  slow.Wait();
+  auto json = nlohmann::json::parse(slow.Out(), nullptr, false);
+  INFO(slow.Out());
+  CHECK(json.value("stdout", "") == "A\n");
+  CHECK(json.value("stderr", "x") == "");
+  CHECK(Entries(dir.path()) == std::set<std::string>{"started"});
 }
 
 TEST_CASE("--ro-bind is readable and read-only; --bind is writable and visible on the host", "[integration][io]") {
@@ -185,6 +226,19 @@ TEST_CASE("a result that cannot be written is an nsbox failure, said on stderr, 
   // Nothing to write, nothing lost: the program's own exit code.
   auto quiet = RunProcess({"/bin/sh", "-c", "exec \"$0\" run -- /bin/sh -c 'exit 3' > /dev/full", NsboxBinary()});
   CHECK(quiet.exit_code == 3);
+}
+
+TEST_CASE("a reader that goes away is a write error too (exit 125, said), not a silent death by SIGPIPE",
+          "[integration][io]") {
+  // 141 would read as "the program was killed by SIGPIPE". The program itself still gets SIGPIPE's default action.
+  auto r = RunProcess({"/bin/bash", "-c",
+                       "\"$0\" run -- /bin/sh -c 'head -c 10M /dev/zero' | head -c1 >/dev/null; echo \"rc=${PIPESTATUS[0]}\"",
+                       NsboxBinary()});
+  INFO(r.err);
+  CHECK(r.out == "rc=125\n");
+  CHECK(r.err == "nsbox: writing the program's output: Broken pipe (EPIPE)\n");
+  auto inside = RunNsboxJson({"--", "/bin/sh", "-c", "yes | head -c 3; echo \" $?\""});
+  CHECK(inside.out() == "y\ny 0\n");
 }
 
 TEST_CASE("started with stdout closed, nsbox holds /dev/null there, not one of its own files or pipes",

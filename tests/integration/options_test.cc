@@ -35,7 +35,13 @@ TEST_CASE("a bad size is a one-line error, exit 125", "[integration][options]") 
 
 TEST_CASE("a limit the kernel would refuse is a one-line error before any sandbox, exit 125", "[integration][options]") {
   CheckOneLineError({"run", "--pids", "4194305", "--", "/bin/true"}, "pids limit must be at most 4194304");
-  CheckOneLineError({"run", "--pids", "0", "--", "/bin/true"}, "pids limit must be at least 1");
+  CheckOneLineError({"run", "--pids", "0", "--", "/bin/true"}, "pids limit must be at least 2");
+  CheckOneLineError({"run", "--pids", "1", "--", "/bin/true"}, "pids limit must be at least 2");
+  CheckOneLineError({"run", "--pids", "-1", "--", "/bin/true"}, "--pids");
+  CheckOneLineError({"run", "--dangerously-run-without-limits", "--memory", "64M", "--", "/bin/true"},
+                    "--memory sets a limit, and --dangerously-run-without-limits asks for none");
+  CheckOneLineError({"run", "--pids", "5", "--dangerously-run-without-limits", "--", "/bin/true"},
+                    "--pids sets a limit");
   CheckOneLineError({"run", "--memory", "1K", "--", "/bin/true"}, "memory limit must be at least");
   CheckOneLineError({"run", "--cpus", "0", "--", "/bin/true"}, "cpus must be a number above 0");
   CheckOneLineError({"run", "--cpus", "5000", "--", "/bin/true"}, "cpus must be at most 4096");
