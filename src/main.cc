@@ -73,9 +73,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // One line naming the problem, and the exit code of an nsbox failure.
-    fmt::print(stderr, "nsbox: {}\n", e.what());
-    return nsbox::cli::kExitNsboxFailure;
+    // One line naming the problem, and the exit code of an nsbox failure (and the JSON result --json promises).
+    return nsbox::cli::FailBeforeRun("", e.what(), nsbox::cli::WantsJsonResult(argc, argv));
   } catch (const std::exception& e) {
     fmt::print(stderr, "nsbox: {}\n", e.what());
     return nsbox::cli::kExitNsboxFailure;

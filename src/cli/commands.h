@@ -18,6 +18,12 @@ struct ExitCode {
 // Exit code for failures of nsbox itself: bad options, setup errors.
 inline constexpr int kExitNsboxFailure = 125;
 
+// run's and exec's failures before any sandbox ran (a bad option or input): the one-line error on stderr and, with
+// --json, a setup_error result on stdout, which then holds one JSON object whatever happened. Returns 125.
+int FailBeforeRun(std::string_view verb, std::string_view message, bool json);
+// Whether argv is `nsbox run|exec ... --json ...` (before any "--"), for errors found while parsing it.
+bool WantsJsonResult(int argc, char** argv);
+
 void RegisterRun(CLI::App& app, ExitCode& exit_code);
 void RegisterDoctor(CLI::App& app, ExitCode& exit_code);
 void RegisterAgent(CLI::App& app, ExitCode& exit_code);

@@ -22,8 +22,7 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
   exec->add_flag("--repl", repl, "python: run --code/--file in the session's persistent interpreter");
   exec->callback([&exit_code] {
     auto fail = [&](const Status& status) {
-      fmt::print(stderr, "nsbox exec: {}\n", status.message());
-      exit_code.value = kExitNsboxFailure;
+      exit_code.value = FailBeforeRun("exec", status.message(), program_options.json);
     };
     auto found = session::FindSession(session::StateRoot(), session_ref);
     if (!found.ok()) return fail(found.status());

@@ -37,6 +37,27 @@ int EmitResult(const Result& result, bool json) {
   return result.ShellExitCode();
 }
 
+int FailBeforeRun(std::string_view verb, std::string_view message, bool json) {
+  (void)WriteAll(2, fmt::format("nsbox{}{}: {}\n", verb.empty() ? "" : " ", verb, message));
+  if (json) {
+    Result result;
+    result.status = RunStatus::kSetupError;  // exit_code stays -1: no program ran
+    result.reason = std::string(message);
+    (void)WriteAll(1, ResultToJson(result).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
+  return kExitNsboxFailure;
+}
+
+bool WantsJsonResult(int argc, char** argv) {
+  if (argc < 2 || (std::string_view(argv[1]) != "run" && std::string_view(argv[1]) != "exec")) return false;
+  for (int i = 2; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") return false;
+    if (arg == "--json") return true;
+  }
+  return false;
+}
+
 void RegisterRun(CLI::App& app, ExitCode& exit_code) {
   auto* run = app.add_subcommand("run", "run one program in a fresh sandbox");
   static SandboxOptions sandbox_options;
@@ -45,8 +66,7 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
   AddProgramOptions(run, program_options);
   run->callback([&exit_code] {
     auto fail = [&](const Status& status) {
-      fmt::print(stderr, "nsbox run: {}\n", status.message());
-      exit_code.value = kExitNsboxFailure;
+      exit_code.value = FailBeforeRun("run", status.message(), program_options.json);
     };
     auto policy = BuildPolicy(sandbox_options);
     if (!policy.ok()) return fail(policy.status());

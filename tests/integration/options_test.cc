@@ -1,5 +1,5 @@
-// Integration: bad options and inputs: each gets one line on stderr, nothing on stdout, and exit code 125, before
-// any sandbox is made.
+// Integration: bad options and inputs: each gets one line on stderr, nothing on stdout (a setup_error object with
+// --json), and exit code 125, before any sandbox is made.
 #include <catch2/catch.hpp>
 
 #include "tests/support/run_nsbox.h"
@@ -119,4 +119,30 @@ TEST_CASE("nsbox mcp checks the sandbox options it passes through before it serv
   auto ok = RunNsboxRaw({"mcp", "--memory", "256M", "--network", "none", "--idle-timeout", "5m"});
   INFO(ok.err);
   CHECK(ok.exit_code == 0);
+}
+
+TEST_CASE("with --json, a bad option or input still gives one setup_error object on stdout", "[integration][options]") {
+  // A caller that parses stdout as the result must not get nothing: the line on stderr is said as well.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"run", "--json", "--cpus", "0", "--", "/bin/true"},
+           {"run", "--json", "--frobnicate", "--", "/bin/true"},
+           {"run", "--json", "--timeout", "0", "--", "/bin/true"},
+           {"run", "--json", "--rootfs", "/nonexistent/root", "--", "/bin/true"},
+           {"run", "--json", "--lang", "cobol", "--code", "x"},
+           {"exec", "no-such-session", "--json", "--", "/bin/true"}}) {
+    auto r = RunNsboxRaw(args);
+    INFO(args[2] << " " << args[3] << "\nstdout: " << r.out << "\nstderr: " << r.err);
+    CHECK(r.exit_code == 125);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    auto json = nlohmann::json::parse(r.out, nullptr, false);
+    REQUIRE(json.is_object());
+    CHECK(json.value("status", "") == "setup_error");
+    CHECK(json.value("exit_code", 0) == -1);
+    CHECK(!json.value("reason", "").empty());
+    CHECK(r.err.find(json.value("reason", "")) != std::string::npos);
+  }
+  // After "--", --json is the program's argument, not nsbox's.
+  auto r = RunNsboxRaw({"run", "--frobnicate", "--", "/bin/echo", "--json"});
+  CHECK(r.exit_code == 125);
+  CHECK(r.out.empty());
 }
