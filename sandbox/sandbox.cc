@@ -437,6 +437,9 @@ Result Sandbox::Run() {
     result.status = RunStatus::kSetupError;
     result.reason = fmt::format("sandbox setup failed at {}: {} ({})", setup_error.text, strerror(setup_error.err),
                                 ErrnoName(setup_error.err));
+    if (code_file_failed && setup_error.err == EACCES && !policy_.workspace_dir().empty())
+      result.reason += fmt::format("; the sandbox user (host uid {}) cannot write to the workspace {}: give that uid "
+                                   "write access to it (chown or chmod)", policy_.host_uid(), policy_.workspace_dir());
   } else if (timed_out || cancelled) {
     result.status = RunStatus::kTimeout;
     result.signal = SIGKILL;

@@ -263,3 +263,14 @@ TEST_CASE("started with stdout closed, nsbox holds /dev/null there, not one of i
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+TEST_CASE("a --workspace the sandbox user cannot write is a setup error that says whose access is missing",
+          "[integration][io]") {
+  TempDir dir;  // root's, mode 0755: the sandbox user (an unprivileged host uid) may not create the code file
+  REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);
+  auto r = RunNsboxJson({"--workspace", dir.path(), "--lang", "python", "--code", "print(1)"});
+  INFO(r.Describe());
+  CHECK(r.status() == "setup_error");
+  CHECK(r.json.value("reason", "").find("cannot write to the workspace " + dir.path()) != std::string::npos);
+  CHECK(Entries(dir.path()).empty());
+}
