@@ -226,7 +226,9 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   if (o.stdin_source == "-") {
     ex.stdin_fd = 0;
   } else if (!o.stdin_source.empty()) {
-    int fd = ::open(o.stdin_source.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO nobody writes to would block here, before the time limit runs. The feeder polls
+    // the source, so a writer that comes later is still waited for, within --timeout.
+    int fd = ::open(o.stdin_source.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return Status::Errno(fmt::format("--stdin: open({})", o.stdin_source));
     struct stat st;
     if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {

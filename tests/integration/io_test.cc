@@ -274,3 +274,26 @@ TEST_CASE("a --workspace the sandbox user cannot write is a setup error that say
   CHECK(r.json.value("reason", "").find("cannot write to the workspace " + dir.path()) != std::string::npos);
   CHECK(Entries(dir.path()).empty());
 }
+
+TEST_CASE("--stdin from a FIFO: nsbox does not hang opening it; a writer that comes later is read, within --timeout",
+          "[integration][io]") {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  SpawnOptions guard;
+  guard.timeout = 20s;
+  // Nobody ever writes: the program waits for input until the time limit, and nsbox ends it there.
+  auto r = RunNsboxJson({"--timeout", "1s", "--stdin", fifo, "--", "/bin/cat"}, guard);
+  INFO(r.Describe());
+  CHECK_FALSE(r.process.guard_fired);
+  CHECK(r.status() == "timeout");
+  std::thread writer([&] {
+    std::this_thread::sleep_for(300ms);
+    std::ofstream(fifo) << "late\n";
+  });
+  auto late = RunNsboxJson({"--timeout", "10s", "--stdin", fifo, "--", "/bin/cat"}, guard);
+  writer.join();
+  INFO(late.Describe());
+  CHECK(late.status() == "ok");
+  CHECK(late.out() == "late\n");
+}
