@@ -16,6 +16,10 @@ class OutputBuffer {
   bool truncated() const { return total_ > limit_; }
   // The kept bytes; when cut, head + "\n[nsbox: N bytes cut]\n" + tail.
   std::string Contents() const;
+  // How many more bytes the head takes: those are kept whatever comes after, so they may be passed on at once.
+  uint64_t HeadRoom() const { return head_limit_ - head_.size(); }
+  // Contents() without the head: what is known only once the stream has ended.
+  std::string AfterHead() const { return Contents().substr(head_.size()); }
 
  private:
   uint64_t limit_;

@@ -45,6 +45,10 @@ struct Result {
   std::map<std::string, uint64_t> denied_syscalls;  // syscall name -> count
   std::map<std::string, uint64_t> denied_hosts;     // host -> count
   nlohmann::json extra = nlohmann::json::object();  // front-end additions (changed files, REPL value …)
+  // Not part of the JSON result: the output was already written out while the program ran (Sandbox::PassOutputOn),
+  // and the errno of the write that failed there, if one did.
+  bool output_passed_on = false;
+  int output_write_errno = 0;
 
   // The process exit code nsbox itself uses for this result: the program's code, 124 time-out,
   // 125 setup error, 128+N for signal N (137 for OOM and kill verdicts).

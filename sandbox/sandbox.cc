@@ -29,6 +29,7 @@
 #include "sandbox/child.h"
 #include "sandbox/launch.h"
 #include "sandbox/init.h"
+#include "sandbox/live_output.h"
 #include "sandbox/output_buffer.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/mount_plan.h"
@@ -275,11 +276,15 @@ Result Sandbox::Run() {
   std::string control_bytes;
   std::vector<char> buffer(1 << 16);
 
+  std::optional<LiveOutput> live;
+  if (live_stdout_fd_ >= 0 && live_stderr_fd_ >= 0) live.emplace(live_stdout_fd_, live_stderr_fd_);
   auto drain = [&](UniqueFd& fd, OutputBuffer& sink) {
     for (;;) {
       ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
       if (n > 0) {
-        sink.Append(std::string_view(buffer.data(), static_cast<size_t>(n)));
+        std::string_view chunk(buffer.data(), static_cast<size_t>(n));
+        if (live) live->Add(&sink == &stdout_buf ? 1 : 2, chunk.substr(0, std::min<uint64_t>(chunk.size(), sink.HeadRoom())));
+        sink.Append(chunk);
         continue;
       }
       if (n == 0) fd.reset();
@@ -406,6 +411,12 @@ Result Sandbox::Run() {
 
   // 8. The verdict.
   Result result;
+  if (live) {
+    live->Add(1, stdout_buf.AfterHead());
+    live->Add(2, stderr_buf.AfterHead());
+    result.output_passed_on = true;
+    result.output_write_errno = live->Finish();
+  }
   result.stdout_data = stdout_buf.Contents();
   result.stderr_data = stderr_buf.Contents();
   result.stdout_bytes = stdout_buf.total_bytes();

@@ -41,12 +41,20 @@ class Sandbox {
   void ForwardSignals(bool forward) { forward_signals_ = forward; }
   // Not owned; must outlive Run().
   void SetHooks(SandboxHooks* hooks) { hooks_ = hooks; }
+  // Passes the program's output on to these descriptors while it runs: each stream's head as it comes, the rest (the
+  // cut marker and the tail, when cut) at the end, so what is written is exactly what the result keeps. The result
+  // still holds it all; its output_passed_on and output_write_errno say what happened to the copy.
+  void PassOutputOn(int stdout_fd, int stderr_fd) {
+    live_stdout_fd_ = stdout_fd;
+    live_stderr_fd_ = stderr_fd;
+  }
 
  private:
   Executor executor_;
   Policy policy_;
   bool forward_signals_ = false;
   SandboxHooks* hooks_ = nullptr;
+  int live_stdout_fd_ = -1, live_stderr_fd_ = -1;
   std::atomic<bool> kill_requested_{false};
   int kill_eventfd_ = -1;
 };

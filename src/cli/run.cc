@@ -25,8 +25,12 @@ int EmitResult(const Result& result, bool json) {
     err = WriteAll(1, ResultToJson(result).dump() + "\n");
   } else {
     what = "the program's output";
-    err = WriteAll(1, result.stdout_data);
-    if (err == 0) err = WriteAll(2, result.stderr_data);
+    if (result.output_passed_on) {
+      err = result.output_write_errno;  // written while it ran
+    } else {
+      err = WriteAll(1, result.stdout_data);
+      if (err == 0) err = WriteAll(2, result.stderr_data);
+    }
     if (err == 0 && result.status != RunStatus::kOk && result.status != RunStatus::kExit)
       err = WriteAll(2, fmt::format("nsbox: {}: {}\n", RunStatusName(result.status), result.reason));
   }
@@ -81,6 +85,7 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     }
     Sandbox sandbox(std::move(*executor), std::move(*policy));
     sandbox.ForwardSignals(true);
+    if (!program_options.json) sandbox.PassOutputOn(1, 2);
     if (proxy) sandbox.SetHooks(proxy.get());
     Result result = sandbox.Run();
     exit_code.value = EmitResult(result, program_options.json);

@@ -2,6 +2,7 @@
 // --workspace (and the code file's removal), --ro-bind and --bind, --env.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -296,4 +297,33 @@ TEST_CASE("--stdin from a FIFO: nsbox does not hang opening it; a writer that co
   INFO(late.Describe());
   CHECK(late.status() == "ok");
   CHECK(late.out() == "late\n");
+}
+
+TEST_CASE("without --json, the program's output is passed on while it runs, and is what --json would keep",
+          "[integration][io]") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
+  // The program goes on only once the test has seen its first line on nsbox's stdout.
+  auto bg = StartProcess({NsboxBinary(), "run", "--timeout", "30s", "--bind", dir.path() + ":/w", "--", "/bin/sh", "-c",
+                          "echo first; while [ ! -e /w/go ]; do sleep 0.05; done; echo second"});
+  bool seen = false;
+  for (int i = 0; i < 500 && !seen; ++i) {
+    seen = bg.Out() == "first\n";
+    if (!seen) std::this_thread::sleep_for(20ms);
+  }
+  std::ofstream(dir.path() + "/go") << "";
+  int status = bg.Wait();
+  CHECK(seen);
+  CHECK(WIFEXITED(status));
+  CHECK(bg.Out() == "first\nsecond\n");
+  // A cut stream: the head as it came, then the marker and the tail, the same bytes as the JSON result's.
+  const std::vector<std::string> program = {"--output-limit", "20", "--", "/bin/sh", "-c", "seq 1 100; seq 1 50 >&2"};
+  std::vector<std::string> args = {"run"};
+  args.insert(args.end(), program.begin(), program.end());
+  auto text = RunNsboxRaw(args);
+  auto json = RunNsboxJson(program);
+  CHECK(text.exit_code == 0);
+  CHECK(text.out == json.out());
+  CHECK(text.err == json.err());
+  CHECK(text.out.find("[nsbox: 272 bytes cut]") != std::string::npos);
 }
