@@ -44,7 +44,8 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code) {
         },
         mcp::ServerOptions{});
 
-    // SIGINT/SIGTERM/SIGHUP end the session before the server goes; stdin's end does the same in Serve().
+    // SIGINT/SIGTERM/SIGHUP end the session at once, running calls and all. The end of stdin is gentler: Serve()
+    // answers the calls in flight first.
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR2}) sigaddset(&stop_signals, sig);
