@@ -111,6 +111,25 @@ Status CheckWorkspacePath(const std::string& path) {
   return OkStatus();
 }
 
+// The start of every file tool's script: `p`, the tool's path in /workspace, which must not lead out of it through a
+// symlink (the code could look there itself, but a file tool speaks of the workspace only), and kind(p) to say what
+// a path that is not what the tool wants is instead. Errors are one line on stderr and exit code 1 (sys.exit).
+std::string FileToolScript(const std::string& path, const std::string& body) {
+  return fmt::format(
+      "import os, stat, sys\n"
+      "p = os.path.join('/workspace', {})\n"
+      "root, real = os.path.realpath('/workspace'), os.path.realpath(p)\n"
+      "if real != root and not real.startswith(root + '/'):\n"
+      "    sys.exit(f'{{p}} leads outside /workspace (to {{real}}); file tools do not follow it')\n"
+      "def kind(p):\n"
+      "    m = os.stat(p).st_mode\n"
+      "    kinds = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISSOCK, 'a socket'),\n"
+      "             (stat.S_ISCHR, 'a character device'), (stat.S_ISBLK, 'a block device'))\n"
+      "    return next((name for test, name in kinds if test(m)), 'a regular file')\n"
+      "{}",
+      PyString(path), body);
+}
+
 }  // namespace
 
 const std::vector<std::string>& SupportedProtocolVersions() {
@@ -208,29 +227,36 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
     if (name == "write_file" && !get_string("content", content)) throw std::invalid_argument("write_file needs a string 'content'");
     language = "python";
     // File tools run inside the sandbox too: the sandbox user, its own root, nothing of the host.
-    std::string p = PyString(path);
     if (name == "write_file") {
-      code = fmt::format(
-          "import base64, os\np = os.path.join('/workspace', {})\nos.makedirs(os.path.dirname(p) or '.', exist_ok=True)\n"
-          "data = base64.b64decode('{}')\nopen(p, 'wb').write(data)\nprint(f'wrote {{len(data)}} bytes to {{p}}')\n",
-          p, Base64(content));
+      code = FileToolScript(path, fmt::format("import base64\n"
+                                              "data = base64.b64decode('{}')\n"
+                                              "try:\n"
+                                              "    os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+                                              "    with open(p, 'wb') as f: f.write(data)\n"
+                                              "except OSError as e:\n"
+                                              "    sys.exit(f'cannot write {{p}}: [Errno {{e.errno}}] {{e.strerror}}')\n"
+                                              "print(f'wrote {{len(data)}} bytes to {{p}}')\n",
+                                              Base64(content)));
     } else if (name == "read_file") {
-      code = fmt::format(
-          "import os, sys\np = os.path.join('/workspace', {})\n"
-          "if not os.path.isfile(p): sys.exit(f'no such file: {{p}}')\n"
-          "sys.stdout.write(open(p, 'rb').read().decode('utf-8', 'replace'))\n",
-          p);
+      code = FileToolScript(path,
+                            "if not os.path.exists(p): sys.exit(f'no such file: {p}')\n"
+                            "if not os.path.isfile(p): sys.exit(f'{p} is {kind(p)}, not a regular file')\n"
+                            "try:\n"
+                            "    with open(p, 'rb') as f: data = f.read()\n"
+                            "except OSError as e:\n"
+                            "    sys.exit(f'cannot read {p}: [Errno {e.errno}] {e.strerror}')\n"
+                            "sys.stdout.write(data.decode('utf-8', 'replace'))\n");
     } else {
-      code = fmt::format(
-          "import os, sys\nroot = os.path.join('/workspace', {})\n"
-          "if not os.path.isdir(root): sys.exit(f'no such directory: {{root}}')\n"
-          "for d, dirs, files in os.walk(root):\n"
-          "    dirs[:] = sorted(x for x in dirs if not x.startswith('.nsbox'))\n"
-          "    for f in sorted(files):\n"
-          "        if f.startswith('.nsbox'): continue\n"
-          "        q = os.path.join(d, f)\n"
-          "        print(f'{{os.path.relpath(q, \"/workspace\")}}\\t{{os.path.getsize(q)}}')\n",
-          p);
+      // Symlinks below are listed with their own size (lstat) and not descended into (os.walk's default).
+      code = FileToolScript(path,
+                            "if not os.path.exists(p): sys.exit(f'no such directory: {p}')\n"
+                            "if not os.path.isdir(p): sys.exit(f'{p} is {kind(p)}, not a directory')\n"
+                            "for d, dirs, files in os.walk(p):\n"
+                            "    dirs[:] = sorted(x for x in dirs if not x.startswith('.nsbox'))\n"
+                            "    for f in sorted(files):\n"
+                            "        if f.startswith('.nsbox'): continue\n"
+                            "        q = os.path.join(d, f)\n"
+                            "        print(f'{os.path.relpath(q, \"/workspace\")}\\t{os.lstat(q).st_size}')\n");
     }
   } else {
     throw std::out_of_range(fmt::format("unknown tool '{}'", name));
