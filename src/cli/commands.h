@@ -33,6 +33,8 @@ void RegisterImage(CLI::App& app, ExitCode& exit_code);    // src/cli/image.cc
 void RegisterSession(CLI::App& app, ExitCode& exit_code);
 // Parses and checks options as `nsbox session create` would, making nothing: for verbs that pass them through.
 Status CheckSessionCreateArgs(const std::vector<std::string>& args);
+// The help lines of those options, for the --help of verbs that pass them through.
+std::string SessionCreateOptionsHelp();
 void RegisterExec(CLI::App& app, ExitCode& exit_code);
 void RegisterCp(CLI::App& app, ExitCode& exit_code);
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.

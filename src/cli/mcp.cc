@@ -20,6 +20,15 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code) {
   mcp->prefix_command(false);
   static bool verbose = false;
   mcp->add_flag("--verbose", verbose, "log each session step to stderr");
+  mcp->footer([] {
+    return "Sandbox options: those of `nsbox session create` (isolation, limits, lifetime), passed through to the\n"
+           "connection's session and checked at start-up:\n" +
+           SessionCreateOptionsHelp() +
+           "\nExamples:\n"
+           "  nsbox mcp --memory 1G --pids 128\n"
+           "  nsbox mcp --network allow=pypi.org,files.pythonhosted.org --network-limit 500M\n"
+           "  nsbox mcp --rootfs IMAGE --idle-timeout 30m --max-lifetime 8h\n";
+  });
   mcp->callback([mcp, &exit_code] {
     std::vector<std::string> sandbox_args = mcp->remaining();
     for (const auto& arg : sandbox_args) {
@@ -44,7 +53,8 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code) {
         },
         mcp::ServerOptions{});
 
-    // SIGINT/SIGTERM/SIGHUP end the session before the server goes; stdin's end does the same in Serve().
+    // SIGINT/SIGTERM/SIGHUP end the session at once, running calls and all. The end of stdin is gentler: Serve()
+    // answers the calls in flight first.
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR2}) sigaddset(&stop_signals, sig);

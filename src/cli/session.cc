@@ -74,6 +74,17 @@ Status CheckSessionCreateArgs(const std::vector<std::string>& args) {
   return CheckCreate(options).status();
 }
 
+std::string SessionCreateOptionsHelp() {
+  CLI::App app;
+  CreateOptions options;
+  AddCreateOptions(&app, options);
+  CLI::Formatter formatter;
+  std::string lines;
+  for (const CLI::Option* option : app.get_options())
+    if (option != app.get_help_ptr()) lines += formatter.make_option(option, false);
+  return lines;
+}
+
 void RegisterSession(CLI::App& app, ExitCode& exit_code) {
   auto* session = app.add_subcommand("session", "long-lived sandboxes for many execs: create, ls, rm");
   session->require_subcommand(1);

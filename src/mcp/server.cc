@@ -1,8 +1,13 @@
-// McpServer: initialize/version negotiation, ping, tools/list, tools/call on worker threads, cancellation, and
-// JSON-RPC errors for everything malformed. stdout carries protocol messages only; logs go to stderr.
+// McpServer: initialize/version negotiation, ping, tools/list, tools/call on worker threads, batches, cancellation,
+// the end of input, and JSON-RPC errors for everything malformed. stdout carries protocol messages only.
 #include "src/mcp/server.h"
 
+#include <poll.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <string_view>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -20,6 +25,13 @@ constexpr int kInvalidParams = -32602;
 constexpr int kInternalError = -32603;
 
 json TextContent(const std::string& text) { return json::array({{{"type", "text"}, {"text", text}}}); }
+
+json ErrorResponse(const json& id, int code, const std::string& message) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}};
+}
+
+// JSON-RPC ids are strings or integers; anything else cannot be echoed back as one.
+bool IsValidId(const json& id) { return id.is_string() || id.is_number_integer(); }
 
 std::string Base64(const std::string& in) {
   static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -99,6 +111,25 @@ Status CheckWorkspacePath(const std::string& path) {
   return OkStatus();
 }
 
+// The start of every file tool's script: `p`, the tool's path in /workspace, which must not lead out of it through a
+// symlink (the code could look there itself, but a file tool speaks of the workspace only), and kind(p) to say what
+// a path that is not what the tool wants is instead. Errors are one line on stderr and exit code 1 (sys.exit).
+std::string FileToolScript(const std::string& path, const std::string& body) {
+  return fmt::format(
+      "import os, stat, sys\n"
+      "p = os.path.join('/workspace', {})\n"
+      "root, real = os.path.realpath('/workspace'), os.path.realpath(p)\n"
+      "if real != root and not real.startswith(root + '/'):\n"
+      "    sys.exit(f'{{p}} leads outside /workspace (to {{real}}); file tools do not follow it')\n"
+      "def kind(p):\n"
+      "    m = os.stat(p).st_mode\n"
+      "    kinds = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISSOCK, 'a socket'),\n"
+      "             (stat.S_ISCHR, 'a character device'), (stat.S_ISBLK, 'a block device'))\n"
+      "    return next((name for test, name in kinds if test(m)), 'a regular file')\n"
+      "{}",
+      PyString(path), body);
+}
+
 }  // namespace
 
 const std::vector<std::string>& SupportedProtocolVersions() {
@@ -124,25 +155,29 @@ void McpServer::Shutdown() {
 }
 
 void McpServer::Send(const json& msg) {
-  std::lock_guard lock(out_mutex_);
-  if (captured_) {
-    captured_->push_back(msg);
-    return;
-  }
   std::string line = msg.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-  size_t done = 0;
-  while (done < line.size()) {
-    ssize_t n = ::write(out_fd_, line.data() + done, line.size() - done);
-    if (n <= 0) {
+  bool failed = false;
+  {
+    std::lock_guard lock(out_mutex_);
+    size_t done = 0;
+    while (done < line.size()) {
+      ssize_t n = ::write(out_fd_, line.data() + done, line.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      return;  // the client went away; the read side will see EOF
+      if (n <= 0) {
+        failed = true;
+        break;
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
+  // EPIPE or the like: nobody reads the answers any more, so the calls still running are stopped, not waited for.
+  if (failed) CancelAll();
 }
 
-void McpServer::SendError(const json& id, int code, const std::string& message) {
-  Send({{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}});
+void McpServer::CancelAll() {
+  std::lock_guard lock(calls_mutex_);
+  output_broken_ = true;
+  for (auto& [key, call] : calls_) call->cancelled = true;
 }
 
 StatusOr<runtime::SandboxRuntime*> McpServer::Runtime() {
@@ -175,10 +210,12 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
     else if (!get_string("language", language)) throw std::invalid_argument("execute_code needs a string 'language'");
     if (!get_string("code", code)) throw std::invalid_argument(name + " needs a string 'code'");
     if (args.contains("timeout_seconds")) {
-      if (!args["timeout_seconds"].is_number() || args["timeout_seconds"].get<double>() <= 0)
+      const json& seconds = args["timeout_seconds"];
+      if (!seconds.is_number() || !(seconds.get<double>() > 0))
         throw std::invalid_argument("timeout_seconds must be a positive number");
-      auto ms = std::chrono::milliseconds(static_cast<int64_t>(args["timeout_seconds"].get<double>() * 1000));
-      exec.timeout = std::clamp(ms, std::chrono::milliseconds(1), options_.max_timeout);
+      // Clamped while still a double: 1e18 s in milliseconds overflows int64 and would wrap to a tiny time-out.
+      double ms = std::min(seconds.get<double>() * 1000, static_cast<double>(options_.max_timeout.count()));
+      exec.timeout = std::max(std::chrono::milliseconds(static_cast<int64_t>(ms)), std::chrono::milliseconds(1));
     }
   } else if (name == "write_file" || name == "read_file" || name == "list_files") {
     std::string path, content;
@@ -190,29 +227,36 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
     if (name == "write_file" && !get_string("content", content)) throw std::invalid_argument("write_file needs a string 'content'");
     language = "python";
     // File tools run inside the sandbox too: the sandbox user, its own root, nothing of the host.
-    std::string p = PyString(path);
     if (name == "write_file") {
-      code = fmt::format(
-          "import base64, os\np = os.path.join('/workspace', {})\nos.makedirs(os.path.dirname(p) or '.', exist_ok=True)\n"
-          "data = base64.b64decode('{}')\nopen(p, 'wb').write(data)\nprint(f'wrote {{len(data)}} bytes to {{p}}')\n",
-          p, Base64(content));
+      code = FileToolScript(path, fmt::format("import base64\n"
+                                              "data = base64.b64decode('{}')\n"
+                                              "try:\n"
+                                              "    os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+                                              "    with open(p, 'wb') as f: f.write(data)\n"
+                                              "except OSError as e:\n"
+                                              "    sys.exit(f'cannot write {{p}}: [Errno {{e.errno}}] {{e.strerror}}')\n"
+                                              "print(f'wrote {{len(data)}} bytes to {{p}}')\n",
+                                              Base64(content)));
     } else if (name == "read_file") {
-      code = fmt::format(
-          "import os, sys\np = os.path.join('/workspace', {})\n"
-          "if not os.path.isfile(p): sys.exit(f'no such file: {{p}}')\n"
-          "sys.stdout.write(open(p, 'rb').read().decode('utf-8', 'replace'))\n",
-          p);
+      code = FileToolScript(path,
+                            "if not os.path.exists(p): sys.exit(f'no such file: {p}')\n"
+                            "if not os.path.isfile(p): sys.exit(f'{p} is {kind(p)}, not a regular file')\n"
+                            "try:\n"
+                            "    with open(p, 'rb') as f: data = f.read()\n"
+                            "except OSError as e:\n"
+                            "    sys.exit(f'cannot read {p}: [Errno {e.errno}] {e.strerror}')\n"
+                            "sys.stdout.write(data.decode('utf-8', 'replace'))\n");
     } else {
-      code = fmt::format(
-          "import os, sys\nroot = os.path.join('/workspace', {})\n"
-          "if not os.path.isdir(root): sys.exit(f'no such directory: {{root}}')\n"
-          "for d, dirs, files in os.walk(root):\n"
-          "    dirs[:] = sorted(x for x in dirs if not x.startswith('.nsbox'))\n"
-          "    for f in sorted(files):\n"
-          "        if f.startswith('.nsbox'): continue\n"
-          "        q = os.path.join(d, f)\n"
-          "        print(f'{{os.path.relpath(q, \"/workspace\")}}\\t{{os.path.getsize(q)}}')\n",
-          p);
+      // Symlinks below are listed with their own size (lstat) and not descended into (os.walk's default).
+      code = FileToolScript(path,
+                            "if not os.path.exists(p): sys.exit(f'no such directory: {p}')\n"
+                            "if not os.path.isdir(p): sys.exit(f'{p} is {kind(p)}, not a directory')\n"
+                            "for d, dirs, files in os.walk(p):\n"
+                            "    dirs[:] = sorted(x for x in dirs if not x.startswith('.nsbox'))\n"
+                            "    for f in sorted(files):\n"
+                            "        if f.startswith('.nsbox'): continue\n"
+                            "        q = os.path.join(d, f)\n"
+                            "        print(f'{os.path.relpath(q, \"/workspace\")}\\t{os.lstat(q).st_size}')\n");
     }
   } else {
     throw std::out_of_range(fmt::format("unknown tool '{}'", name));
@@ -233,65 +277,79 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   return json{{"content", TextContent(text)}, {"structuredContent", structured}, {"isError", failed}};
 }
 
-void McpServer::HandleRequest(const json& msg, bool inline_tools) {
+std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools) {
   const json& id = msg["id"];
   const std::string method = msg["method"].get<std::string>();
   const json params = msg.contains("params") ? msg["params"] : json::object();
-  if (!params.is_object()) return SendError(id, kInvalidParams, "params must be an object");
+  if (!params.is_object()) return ErrorResponse(id, kInvalidParams, "params must be an object");
 
   if (method == "initialize") {
-    std::string requested = params.value("protocolVersion", "");
+    std::string requested;
+    if (params.contains("protocolVersion")) {
+      if (!params["protocolVersion"].is_string()) return ErrorResponse(id, kInvalidParams, "protocolVersion must be a string");
+      requested = params["protocolVersion"].get<std::string>();
+    }
     const auto& versions = SupportedProtocolVersions();
     std::string chosen = versions.front();
     for (const auto& v : versions)
       if (v == requested) chosen = v;
     initialized_ = true;
-    return Send({{"jsonrpc", "2.0"},
-                 {"id", id},
-                 {"result",
-                  {{"protocolVersion", chosen},
-                   {"capabilities", {{"tools", {{"listChanged", false}}}}},
-                   {"serverInfo", {{"name", "nsbox"}, {"version", NSBOX_VERSION}}},
-                   {"instructions",
-                    "Tools that run code in an isolated nsbox sandbox. Always run code to get real output; never "
-                    "invent results. Files under /workspace persist for this connection."}}}});
+    return json{{"jsonrpc", "2.0"},
+                {"id", id},
+                {"result",
+                 {{"protocolVersion", chosen},
+                  {"capabilities", {{"tools", {{"listChanged", false}}}}},
+                  {"serverInfo", {{"name", "nsbox"}, {"version", NSBOX_VERSION}}},
+                  {"instructions",
+                   "Tools that run code in an isolated nsbox sandbox. Always run code to get real output; never "
+                   "invent results. Files under /workspace persist for this connection."}}}};
   }
-  if (method == "ping") return Send({{"jsonrpc", "2.0"}, {"id", id}, {"result", json::object()}});
-  if (method == "tools/list") return Send({{"jsonrpc", "2.0"}, {"id", id}, {"result", {{"tools", ToolList()}}}});
-  if (method != "tools/call") return SendError(id, kMethodNotFound, fmt::format("method not found: {}", method));
+  if (method == "ping") return json{{"jsonrpc", "2.0"}, {"id", id}, {"result", json::object()}};
+  if (method == "tools/list") return json{{"jsonrpc", "2.0"}, {"id", id}, {"result", {{"tools", ToolList()}}}};
+  if (method != "tools/call") return ErrorResponse(id, kMethodNotFound, fmt::format("method not found: {}", method));
 
   if (!params.contains("name") || !params["name"].is_string())
-    return SendError(id, kInvalidParams, "tools/call needs a string 'name'");
+    return ErrorResponse(id, kInvalidParams, "tools/call needs a string 'name'");
   json args = params.contains("arguments") ? params["arguments"] : json::object();
-  if (!args.is_object()) return SendError(id, kInvalidParams, "'arguments' must be an object");
+  if (!args.is_object()) return ErrorResponse(id, kInvalidParams, "'arguments' must be an object");
   std::string tool = params["name"].get<std::string>();
   auto call = std::make_shared<Call>();
   std::string key = id.dump();
   {
     std::lock_guard lock(calls_mutex_);
+    if (output_broken_) call->cancelled = true;
     calls_[key] = call;
   }
-  auto work = [this, id, tool, args, call, key] {
+  auto run = [this, id, tool, args, call, key]() -> std::optional<json> {
     json response;
     try {
-      json result = CallTool(tool, args, &call->cancelled);
-      response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", result}};
+      response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", CallTool(tool, args, &call->cancelled)}};
     } catch (const std::invalid_argument& e) {
-      response = {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", kInvalidParams}, {"message", e.what()}}}};
+      response = ErrorResponse(id, kInvalidParams, e.what());
     } catch (const std::out_of_range& e) {
-      response = {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", kInvalidParams}, {"message", e.what()}}}};
+      response = ErrorResponse(id, kInvalidParams, e.what());
     } catch (const std::exception& e) {
-      response = {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", kInternalError}, {"message", e.what()}}}};
+      response = ErrorResponse(id, kInternalError, e.what());
     }
     {
       std::lock_guard lock(calls_mutex_);
-      calls_.erase(key);
+      if (auto it = calls_.find(key); it != calls_.end() && it->second == call) calls_.erase(it);
     }
-    // A cancelled request gets no response (the client has stopped waiting for it).
-    if (!call->cancelled) Send(response);
+    // A cancelled request gets no response (the client has stopped waiting for it, or is gone).
+    if (call->cancelled) return std::nullopt;
+    return response;
   };
-  if (inline_tools) work();
-  else workers_.emplace_back(work);
+  if (inline_tools) return run();
+  try {
+    workers_.emplace_back([this, run] {
+      if (auto response = run()) Send(*response);
+    });
+  } catch (const std::system_error& e) {
+    std::lock_guard lock(calls_mutex_);
+    calls_.erase(key);
+    return ErrorResponse(id, kInternalError, fmt::format("cannot start a thread for the call: {}", e.what()));
+  }
+  return std::nullopt;
 }
 
 void McpServer::HandleNotification(const json& msg) {
@@ -305,74 +363,105 @@ void McpServer::HandleNotification(const json& msg) {
   // notifications/initialized and unknown notifications need no answer.
 }
 
-void McpServer::HandleLine(const std::string& line, bool inline_tools) {
-  if (line.find_first_not_of(" \t\r") == std::string::npos) return;
+std::optional<json> McpServer::HandleMessage(const json& msg, bool inline_tools) {
+  bool is_request = msg.is_object() && msg.contains("id");
+  json id = is_request && IsValidId(msg["id"]) ? msg["id"] : json(nullptr);
+  try {
+    if (!msg.is_object() || !msg.contains("jsonrpc") || msg["jsonrpc"] != "2.0" || !msg.contains("method") ||
+        !msg["method"].is_string()) {
+      // A response from the client (we send no requests) is ignored; anything else is an invalid request.
+      if (is_request && (msg.contains("result") || msg.contains("error"))) return std::nullopt;
+      return ErrorResponse(id, kInvalidRequest, "invalid request: expected a JSON-RPC 2.0 object with a string 'method'");
+    }
+    if (!is_request) {
+      HandleNotification(msg);
+      return std::nullopt;
+    }
+    if (id.is_null()) return ErrorResponse(nullptr, kInvalidRequest, "id must be a string or an integer");
+    return HandleRequest(msg, inline_tools);
+  } catch (const std::exception& e) {
+    // The safety net: every bad shape known is answered above with its own code, but no message, however
+    // malformed, may end the server. A notification gets no answer even so.
+    if (!is_request) return std::nullopt;
+    return ErrorResponse(id, kInternalError, fmt::format("internal error: {}", e.what()));
+  }
+}
+
+std::optional<json> McpServer::HandleBatch(const json& batch) {
+  if (batch.empty()) return ErrorResponse(nullptr, kInvalidRequest, "invalid request: empty batch");
+  // One array answers the whole batch, in order. Its tool calls run here, one after another, so it is complete.
+  json responses = json::array();
+  for (const auto& msg : batch)
+    if (auto response = HandleMessage(msg, true)) responses.push_back(std::move(*response));
+  if (responses.empty()) return std::nullopt;  // notifications only
+  return responses;
+}
+
+std::optional<json> McpServer::HandleLine(const std::string& line, bool inline_tools) {
+  if (line.find_first_not_of(" \t\r") == std::string::npos) return std::nullopt;
   json msg;
   try {
     msg = json::parse(line);
-  } catch (const json::parse_error& e) {
-    return SendError(nullptr, kParseError, fmt::format("parse error: {}", e.what()));
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number too large for a double (1e400) is an out_of_range.
+    return ErrorResponse(nullptr, kParseError, fmt::format("parse error: {}", e.what()));
   }
-  if (msg.is_array()) {
-    if (msg.empty()) return SendError(nullptr, kInvalidRequest, "empty batch");
-    for (const auto& m : msg) HandleLine(m.dump(), inline_tools);
-    return;
-  }
-  if (!msg.is_object() || msg.value("jsonrpc", "") != "2.0" || !msg.contains("method") || !msg["method"].is_string()) {
-    // A response from the client (we send no requests) is ignored; anything else is an invalid request.
-    if (msg.is_object() && msg.contains("id") && (msg.contains("result") || msg.contains("error"))) return;
-    json id = msg.is_object() && msg.contains("id") ? msg["id"] : json(nullptr);
-    return SendError(id, kInvalidRequest, "invalid request: expected a JSON-RPC 2.0 object with a string 'method'");
-  }
-  if (!msg.contains("id")) return HandleNotification(msg);
-  const json& id = msg["id"];
-  if (!id.is_string() && !id.is_number_integer()) return SendError(nullptr, kInvalidRequest, "id must be a string or an integer");
-  HandleRequest(msg, inline_tools);
+  if (msg.is_array()) return HandleBatch(msg);
+  return HandleMessage(msg, inline_tools);
 }
 
 std::vector<json> McpServer::HandleForTest(const std::string& line) {
   std::vector<json> out;
-  {
-    std::lock_guard lock(out_mutex_);
-    captured_ = &out;
-  }
-  HandleLine(line, true);
-  std::lock_guard lock(out_mutex_);
-  captured_ = nullptr;
+  if (auto response = HandleLine(line, true)) out.push_back(std::move(*response));
   return out;
 }
 
 void McpServer::Serve(int in_fd, int out_fd) {
   out_fd_ = out_fd;
-  std::string pending;
+  const size_t max_bytes = options_.max_message_bytes;
+  auto handle = [&](const std::string& line) {
+    if (line.size() > max_bytes) return Send(ErrorResponse(nullptr, kParseError, fmt::format("message larger than {} bytes", max_bytes)));
+    if (auto response = HandleLine(line, false)) Send(*response);
+  };
+  std::string pending;    // the start of a line whose newline has not come yet
+  bool skipping = false;  // inside an over-long line, already answered: its bytes are dropped up to its newline
   char buf[65536];
-  bool skipping = false;  // inside an over-long line
   for (;;) {
     ssize_t n = ::read(in_fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    pending.append(buf, static_cast<size_t>(n));
-    size_t pos;
-    while ((pos = pending.find('\n')) != std::string::npos) {
-      std::string line = pending.substr(0, pos);
-      pending.erase(0, pos + 1);
+    // Only the new bytes are searched for newlines: a long line costs its length, not its length squared.
+    std::string_view chunk(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t newline; (newline = chunk.find('\n', start)) != std::string_view::npos; start = newline + 1) {
       if (skipping) {
         skipping = false;
         continue;
       }
-      HandleLine(line, false);
+      pending.append(chunk.substr(start, newline - start));
+      handle(pending);
+      pending.clear();
     }
-    if (pending.size() > options_.max_message_bytes) {
-      SendError(nullptr, kParseError, fmt::format("message larger than {} bytes", options_.max_message_bytes));
+    if (skipping) continue;
+    pending.append(chunk.substr(start));
+    if (pending.size() > max_bytes) {
+      handle(pending);  // the one error for this line
       pending.clear();
       skipping = true;
     }
   }
-  if (!pending.empty() && !skipping) HandleLine(pending, false);
-  // End of input: the client is gone. Cancel what runs, wait for it, end the sandbox.
-  {
-    std::lock_guard lock(calls_mutex_);
-    for (auto& [id, call] : calls_) call->cancelled = true;
+  if (!skipping) handle(pending);
+  // End of input is a half-close: the client sends nothing more but still reads. Calls in flight run to their end
+  // (each is bounded by its own time limit) and are answered. If the client is gone for good, they are cancelled:
+  // by Send() when a write fails, or here when the output's reader is gone (POLLERR on a pipe whose read end is
+  // closed, POLLHUP on a socket or terminal) before any call had something to write.
+  for (;;) {
+    {
+      std::lock_guard lock(calls_mutex_);
+      if (calls_.empty() || output_broken_) break;
+    }
+    pollfd output{.fd = out_fd, .events = 0, .revents = 0};
+    if (::poll(&output, 1, 100) > 0 && (output.revents & (POLLERR | POLLHUP | POLLNVAL))) CancelAll();
   }
   for (auto& t : workers_)
     if (t.joinable()) t.join();

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,9 +33,11 @@ class McpServer {
   using RuntimeFactory = std::function<StatusOr<std::unique_ptr<runtime::SandboxRuntime>>()>;
   McpServer(RuntimeFactory factory, ServerOptions options);
   ~McpServer();
-  // Serves until end of input on `in_fd`; every message written to `out_fd`. Returns when all calls are done.
+  // Serves until end of input on `in_fd`, every message written to `out_fd`. End of input is a half-close: calls in
+  // flight still run to their end and are answered. A failed write (the client is gone) cancels them instead.
+  // Returns when all calls are done.
   void Serve(int in_fd, int out_fd);
-  // Handles one message synchronously and returns the responses it produced (for tests); tools run inline.
+  // Handles one line synchronously and returns the response it produced, if any (for tests); tools run inline.
   std::vector<nlohmann::json> HandleForTest(const std::string& line);
   // Ends the runtime's sandbox (safe to call more than once, from a signal-watching thread).
   void Shutdown();
@@ -43,24 +46,29 @@ class McpServer {
   struct Call {
     std::atomic<bool> cancelled{false};
   };
-  void HandleLine(const std::string& line, bool inline_tools);
-  void HandleRequest(const nlohmann::json& msg, bool inline_tools);
+  // Each returns the response to send, if any. A tools/call that does not run inline answers later, itself, by Send().
+  std::optional<nlohmann::json> HandleLine(const std::string& line, bool inline_tools);
+  std::optional<nlohmann::json> HandleMessage(const nlohmann::json& msg, bool inline_tools);
+  std::optional<nlohmann::json> HandleBatch(const nlohmann::json& batch);
+  std::optional<nlohmann::json> HandleRequest(const nlohmann::json& msg, bool inline_tools);
   void HandleNotification(const nlohmann::json& msg);
   nlohmann::json CallTool(const std::string& name, const nlohmann::json& args, const std::atomic<bool>* cancel);
   StatusOr<runtime::SandboxRuntime*> Runtime();
+  // Writes one message to the output; when that fails, the client is gone and every call still running is cancelled.
   void Send(const nlohmann::json& msg);
-  void SendError(const nlohmann::json& id, int code, const std::string& message);
+  // The client is gone: cancels the calls running, and any that start later.
+  void CancelAll();
 
   RuntimeFactory factory_;
   ServerOptions options_;
   int out_fd_ = 1;
   std::mutex out_mutex_;
-  std::vector<nlohmann::json>* captured_ = nullptr;  // for HandleForTest
   std::mutex runtime_mutex_;
   std::unique_ptr<runtime::SandboxRuntime> runtime_;
   bool initialized_ = false;
   std::mutex calls_mutex_;
   std::map<std::string, std::shared_ptr<Call>> calls_;  // by request id (dumped JSON)
+  bool output_broken_ = false;  // under calls_mutex_: a write failed, so new calls start cancelled
   std::vector<std::thread> workers_;
 };
 

@@ -118,6 +118,35 @@ await test("mcp: bad tool arguments and unknown tools are JSON-RPC errors, not c
   await client.close();
 });
 
+await test("mcp: file tools say what a path is instead, stay inside /workspace and fail in one clear line", async () => {
+  const { client } = await connect();
+  let r = await client.callTool({
+    name: "execute_code",
+    arguments: { language: "bash", code: "mkfifo pipe && mkdir dir locked && chmod 555 locked && ln -s /etc dl && ln -s /etc/passwd pw && echo ready" },
+  });
+  assert.equal(r.isError, false, text(r));
+  const fails = async (tool, args, pattern) => {
+    const r = await client.callTool({ name: tool, arguments: args });
+    assert.equal(r.isError, true, text(r));
+    assert.match(text(r), /exit_code: 1/);
+    assert.match(text(r), pattern);
+    assert.doesNotMatch(text(r), /Traceback/);
+  };
+  await fails("read_file", { path: "pipe" }, /\/workspace\/pipe is a FIFO, not a regular file/);
+  await fails("read_file", { path: "dir" }, /\/workspace\/dir is a directory, not a regular file/);
+  await fails("read_file", { path: "pw" }, /\/workspace\/pw leads outside \/workspace/);
+  await fails("list_files", { path: "dl" }, /\/workspace\/dl leads outside \/workspace/);
+  await fails("list_files", { path: "pipe" }, /is a FIFO, not a directory/);
+  await fails("write_file", { path: ".", content: "x" }, /cannot write \/workspace\/\.: \[Errno 21\] Is a directory/);
+  await fails("write_file", { path: "locked/x", content: "x" }, /cannot write \/workspace\/locked\/x: \[Errno 13\] Permission denied/);
+  await fails("write_file", { path: "dl/x", content: "x" }, /leads outside \/workspace/);
+  r = await client.callTool({ name: "list_files", arguments: {} });
+  assert.equal(r.isError, false, text(r));
+  assert.doesNotMatch(text(r), /^dl\//m, "the listing does not descend into a symlink");
+  assert.match(text(r), /^pw\t11$/m, "a symlink is listed with its own size");
+  await client.close();
+});
+
 // Raw protocol: malformed lines must get spec errors and the server must live on.
 await test("mcp: malformed JSON, invalid requests and unknown methods get JSON-RPC errors", async () => {
   const child = spawn(nsbox, ["mcp"], { stdio: ["pipe", "pipe", "pipe"] });

@@ -1,52 +1,152 @@
-// Unit tests: the MCP server's protocol handling (versions, errors, tool results), with a scripted runtime.
+// Unit tests: the MCP server's protocol handling (versions, errors, batches, tool results, the read loop and the end
+// of input), with a scripted runtime.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
 #include <catch2/catch.hpp>
 
 #include "src/mcp/server.h"
 
 using namespace nsbox;
 using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
 
 namespace {
 
-// Records what it was asked to run and answers with a prepared result.
+// What the scripted runtime answers, and what it was asked (runs may come from the server's worker threads).
+struct Script {
+  Result answer;
+  milliseconds run_time{0};  // each run takes this long, unless it is cancelled first
+  std::mutex mutex;
+  std::vector<std::string> calls;  // "language:timeout_ms:code"
+  std::atomic<int> cancelled_runs{0};
+};
+
 class ScriptedRuntime : public runtime::SandboxRuntime {
  public:
-  explicit ScriptedRuntime(Result answer, std::vector<std::string>* calls) : answer_(std::move(answer)), calls_(calls) {}
+  explicit ScriptedRuntime(Script* script) : script_(script) {}
   std::string name() const override { return "scripted"; }
   StatusOr<runtime::ExecutionResult> execute(const std::string& language, const std::string& code,
                                              const runtime::ExecuteOptions& options) override {
-    calls_->push_back(language + ":" + std::to_string(options.timeout.count()) + ":" + code);
-    return answer_;
+    {
+      std::lock_guard lock(script_->mutex);
+      script_->calls.push_back(language + ":" + std::to_string(options.timeout.count()) + ":" + code);
+    }
+    auto end = steady_clock::now() + script_->run_time;
+    while (steady_clock::now() < end) {
+      if (options.cancel && *options.cancel) {
+        ++script_->cancelled_runs;
+        Result cancelled;
+        cancelled.status = RunStatus::kTimeout;
+        return cancelled;
+      }
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    return script_->answer;
   }
 
  private:
-  Result answer_;
-  std::vector<std::string>* calls_;
+  Script* script_;
 };
 
 struct Fixture {
-  std::vector<std::string> calls;
+  explicit Fixture(mcp::ServerOptions options = {})
+      : server(
+            [this]() -> StatusOr<std::unique_ptr<runtime::SandboxRuntime>> {
+              ++runtimes_made;
+              return std::unique_ptr<runtime::SandboxRuntime>(new ScriptedRuntime(&script));
+            },
+            options) {}
+  Script script;
   int runtimes_made = 0;
-  Result answer;
-  mcp::McpServer server{[this]() -> StatusOr<std::unique_ptr<runtime::SandboxRuntime>> {
-                          ++runtimes_made;
-                          return std::unique_ptr<runtime::SandboxRuntime>(new ScriptedRuntime(answer, &calls));
-                        },
-                        mcp::ServerOptions{}};
-  json One(const json& msg) {
-    auto out = server.HandleForTest(msg.dump());
+  mcp::McpServer server;
+  json One(const json& msg) { return OneLine(msg.dump()); }
+  json OneLine(const std::string& line) {
+    auto out = server.HandleForTest(line);
     REQUIRE(out.size() == 1);
     return out[0];
   }
+};
+
+void WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::vector<json> ParseLines(const std::string& output) {
+  std::vector<json> messages;
+  size_t start = 0;
+  for (size_t newline; (newline = output.find('\n', start)) != std::string::npos; start = newline + 1)
+    messages.push_back(json::parse(output.substr(start, newline - start)));
+  CHECK(start == output.size());  // every message ends with a newline
+  return messages;
+}
+
+// Serve() over pipes, as `nsbox mcp` runs it: writes `input`, ends the input, and returns what the server wrote
+// until it returned.
+std::vector<json> ServeOverPipes(mcp::McpServer& server, const std::string& input) {
+  int in[2], out[2];
+  REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  std::thread serving([&] {
+    server.Serve(in[0], out[1]);
+    ::close(out[1]);
+  });
+  std::thread writing([&] {
+    WriteAll(in[1], input);
+    ::close(in[1]);
+  });
+  std::string output;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) output.append(buf, static_cast<size_t>(n));
+  writing.join();
+  serving.join();
+  ::close(in[0]);
+  ::close(out[0]);
+  return ParseLines(output);
+}
+
+// Ignores SIGPIPE while it lives, as `nsbox mcp` does, so that writing to a closed pipe fails with EPIPE.
+struct IgnoreSigpipe {
+  IgnoreSigpipe() { previous = ::signal(SIGPIPE, SIG_IGN); }
+  ~IgnoreSigpipe() { ::signal(SIGPIPE, previous); }
+  sighandler_t previous;
 };
 
 json Call(int id, const std::string& tool, const json& args) {
   return {{"jsonrpc", "2.0"}, {"id", id}, {"method", "tools/call"}, {"params", {{"name", tool}, {"arguments", args}}}};
 }
 
+json Ping(int id) { return {{"jsonrpc", "2.0"}, {"id", id}, {"method", "ping"}}; }
+
+json ById(const std::vector<json>& messages, int id) {
+  for (const auto& m : messages)
+    if (m.is_object() && m["id"] == id) return m;
+  FAIL("no message with id " << id);
+  return nullptr;
+}
+
+std::string Lines(const std::vector<json>& messages) {
+  std::string text;
+  for (const auto& m : messages) text += m.dump() + "\n";
+  return text;
+}
+
 }  // namespace
 
-TEST_CASE("mcp initialize echoes a supported version and offers the newest otherwise") {
+TEST_CASE("mcp initialize echoes a supported version and offers the newest otherwise", "[mcp]") {
   Fixture f;
   json init = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"},
                {"params", {{"protocolVersion", "2025-03-26"}, {"capabilities", json::object()}}}};
@@ -58,7 +158,7 @@ TEST_CASE("mcp initialize echoes a supported version and offers the newest other
   CHECK(f.runtimes_made == 0);  // the sandbox is created lazily, on the first tool call
 }
 
-TEST_CASE("mcp answers malformed input with JSON-RPC errors") {
+TEST_CASE("mcp answers malformed input with JSON-RPC errors", "[mcp]") {
   Fixture f;
   auto out = f.server.HandleForTest("{\"jsonrpc\": ");
   REQUIRE(out.size() == 1);
@@ -71,15 +171,15 @@ TEST_CASE("mcp answers malformed input with JSON-RPC errors") {
   CHECK(f.One(Call(6, "unknown_tool", json::object()))["error"]["code"] == -32602);
   CHECK(f.One(Call(7, "read_file", {{"path", "../../etc/passwd"}}))["error"]["code"] == -32602);
   CHECK(f.server.HandleForTest(json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump()).empty());
-  CHECK(f.calls.empty());
+  CHECK(f.script.calls.empty());
 }
 
-TEST_CASE("mcp tool results carry exit code, clipped output, structuredContent and isError") {
+TEST_CASE("mcp tool results carry exit code, clipped output, structuredContent and isError", "[mcp]") {
   Fixture f;
-  f.answer.status = RunStatus::kExit;
-  f.answer.exit_code = 1;
-  f.answer.stdout_data = std::string(100'000, 'a') + "END";
-  f.answer.stderr_data = "Traceback...\nZeroDivisionError: division by zero\n";
+  f.script.answer.status = RunStatus::kExit;
+  f.script.answer.exit_code = 1;
+  f.script.answer.stdout_data = std::string(100'000, 'a') + "END";
+  f.script.answer.stderr_data = "Traceback...\nZeroDivisionError: division by zero\n";
   json reply = f.One(Call(1, "execute_code", {{"language", "python"}, {"code", "1/0"}, {"timeout_seconds", 2}}));
   const json& result = reply["result"];
   CHECK(result["isError"] == true);
@@ -90,18 +190,179 @@ TEST_CASE("mcp tool results carry exit code, clipped output, structuredContent a
   CHECK(text.find("ZeroDivisionError") != std::string::npos);
   CHECK(text.size() < 50'000);
   CHECK(result["structuredContent"]["exit_code"] == 1);
-  REQUIRE(f.calls.size() == 1);
-  CHECK(f.calls[0] == "python:2000:1/0");
+  REQUIRE(f.script.calls.size() == 1);
+  CHECK(f.script.calls[0] == "python:2000:1/0");
 }
 
-TEST_CASE("mcp run_python runs python and a clean exit is not an error") {
+TEST_CASE("mcp run_python runs python and a clean exit is not an error", "[mcp]") {
   Fixture f;
-  f.answer.status = RunStatus::kOk;
-  f.answer.exit_code = 0;
-  f.answer.stdout_data = "42\n";
+  f.script.answer.status = RunStatus::kOk;
+  f.script.answer.exit_code = 0;
+  f.script.answer.stdout_data = "42\n";
   json result = f.One(Call(1, "run_python", {{"code", "print(42)"}}))["result"];
   CHECK(result["isError"] == false);
-  CHECK(f.calls.at(0).starts_with("python:30000:print(42)"));
+  CHECK(f.script.calls.at(0).starts_with("python:30000:print(42)"));
   f.One(Call(2, "run_python", {{"code", "print(1)"}}));
   CHECK(f.runtimes_made == 1);  // one sandbox for the whole connection
+}
+
+TEST_CASE("mcp answers lines nlohmann cannot represent or type-check with errors and keeps serving", "[mcp]") {
+  Fixture f;
+  const std::vector<std::pair<std::string, int>> cases = {
+      {R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":1e400}})", -32700},
+      {R"({"jsonrpc":"2.0","id":1e400,"method":"ping"})", -32700},
+      {R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"1","timeout_seconds":1e400}}})", -32700},
+      {R"({"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":5}})", -32602},
+      {R"({"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":null}})", -32602},
+      {R"({"jsonrpc":"2.0","id":5,"method":"initialize","params":{"protocolVersion":["x"]}})", -32602},
+      {R"({"jsonrpc":5,"id":6,"method":"ping"})", -32600},
+      {R"({"jsonrpc":"2.0","id":{"a":1},"method":"ping"})", -32600},
+  };
+  std::string input;
+  for (const auto& [line, code] : cases) input += line + "\n";
+  input += Ping(7).dump() + "\n";
+  auto out = ServeOverPipes(f.server, input);
+  REQUIRE(out.size() == cases.size() + 1);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO(cases[i].first);
+    CHECK(out[i]["error"]["code"] == cases[i].second);
+  }
+  CHECK(out[3]["id"] == 3);  // an invalid parameter is answered with the request's id
+  CHECK(out.back() == json{{"jsonrpc", "2.0"}, {"id", 7}, {"result", json::object()}});
+  CHECK(f.script.calls.empty());
+}
+
+TEST_CASE("mcp clamps a huge timeout_seconds to the maximum instead of wrapping it", "[mcp]") {
+  Fixture f;
+  for (double seconds : {601.0, 1e18, 1e20, 1e300}) {
+    INFO(seconds);
+    f.script.calls.clear();
+    f.One(Call(1, "run_python", {{"code", "x"}, {"timeout_seconds", seconds}}));
+    REQUIRE(f.script.calls.size() == 1);
+    CHECK(f.script.calls[0] == "python:600000:x");
+  }
+  f.script.calls.clear();
+  f.One(Call(2, "run_python", {{"code", "x"}, {"timeout_seconds", 1e-9}}));
+  CHECK(f.script.calls.at(0) == "python:1:x");
+}
+
+TEST_CASE("mcp answers each over-long line with exactly one parse error and reads the next line normally", "[mcp]") {
+  mcp::ServerOptions options;
+  options.max_message_bytes = 1000;
+  Fixture f(options);
+  // The first line spans many reads; the second is over-long but arrives whole.
+  std::string input = std::string(300'000, 'x') + "\n" + Ping(1).dump() + "\n" + std::string(2000, 'y') + "\n" +
+                      Ping(2).dump() + "\n" + std::string(999, ' ') + "\n";
+  auto out = ServeOverPipes(f.server, input);
+  REQUIRE(out.size() == 4);
+  CHECK(out[0]["error"]["code"] == -32700);
+  CHECK(out[0]["id"].is_null());
+  CHECK(out[1]["id"] == 1);
+  CHECK(out[2]["error"]["code"] == -32700);
+  CHECK(out[3]["id"] == 2);
+}
+
+TEST_CASE("mcp answers a batch with one array, in order, without notifications", "[mcp]") {
+  Fixture f;
+  json notification = {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}};
+  json reply = f.One(json::array({Ping(5), notification, Ping(6)}));
+  REQUIRE(reply.is_array());
+  REQUIRE(reply.size() == 2);
+  CHECK(reply[0]["id"] == 5);
+  CHECK(reply[1]["id"] == 6);
+
+  CHECK(f.server.HandleForTest(json::array({notification, notification}).dump()).empty());
+
+  json empty = f.OneLine("[]");
+  CHECK(empty.is_object());
+  CHECK(empty["error"]["code"] == -32600);
+
+  json mixed = f.OneLine(R"([1, [], {"jsonrpc":"2.0","id":7,"method":"ping"}])");
+  REQUIRE(mixed.size() == 3);
+  CHECK(mixed[0]["error"]["code"] == -32600);
+  CHECK(mixed[1]["error"]["code"] == -32600);
+  CHECK(mixed[2]["id"] == 7);
+
+  f.script.answer.status = RunStatus::kOk;
+  json calls = f.One(json::array({Call(8, "run_python", {{"code", "a"}}), Call(9, "run_python", {{"code", "b"}})}));
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[0]["id"] == 8);
+  CHECK(calls[1]["id"] == 9);
+  CHECK(calls[1]["result"]["isError"] == false);
+  CHECK(f.script.calls == std::vector<std::string>{"python:30000:a", "python:30000:b"});
+}
+
+TEST_CASE("mcp keeps a batch's array to its own responses while other calls answer concurrently", "[mcp]") {
+  Fixture f;
+  f.script.answer.status = RunStatus::kOk;
+  f.script.run_time = milliseconds(300);
+  // Call 1 runs on a worker and finishes while the batch's two calls run inline.
+  std::string input = Lines({Call(1, "run_python", {{"code", "a"}}),
+                             json::array({Call(2, "run_python", {{"code", "b"}}), Call(3, "run_python", {{"code", "c"}}), Ping(4)})});
+  auto out = ServeOverPipes(f.server, input);
+  REQUIRE(out.size() == 2);
+  const json& batch = out[0].is_array() ? out[0] : out[1];
+  const json& single = out[0].is_array() ? out[1] : out[0];
+  REQUIRE(batch.size() == 3);
+  CHECK(batch[0]["id"] == 2);
+  CHECK(batch[1]["id"] == 3);
+  CHECK(batch[2]["id"] == 4);
+  CHECK(single["id"] == 1);
+  CHECK(single["result"]["isError"] == false);
+}
+
+TEST_CASE("mcp answers the calls in flight when its input ends (a half-close)", "[mcp]") {
+  Fixture f;
+  f.script.answer.status = RunStatus::kOk;
+  f.script.answer.stdout_data = "done\n";
+  f.script.run_time = milliseconds(200);
+  json init = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"},
+               {"params", {{"protocolVersion", "2025-06-18"}, {"capabilities", json::object()}}}};
+  auto out = ServeOverPipes(f.server, Lines({init, Call(2, "run_python", {{"code", "print('done')"}}),
+                                             Call(3, "nope", json::object())}));
+  REQUIRE(out.size() == 3);
+  CHECK(ById(out, 1)["result"].contains("protocolVersion"));
+  CHECK(ById(out, 3)["error"]["code"] == -32602);
+  CHECK(ById(out, 2)["result"]["isError"] == false);
+  CHECK(f.script.cancelled_runs == 0);
+}
+
+TEST_CASE("mcp notifications/cancelled stops a call, which gets no response", "[mcp]") {
+  Fixture f;
+  f.script.run_time = milliseconds(20'000);
+  json cancel = {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 7}}}};
+  auto started = steady_clock::now();
+  auto out = ServeOverPipes(f.server, Lines({Call(7, "run_python", {{"code", "x"}}), cancel, Ping(8)}));
+  REQUIRE(out.size() == 1);
+  CHECK(out[0]["id"] == 8);
+  CHECK(f.script.cancelled_runs == 1);
+  CHECK(steady_clock::now() - started < milliseconds(10'000));
+}
+
+TEST_CASE("mcp cancels running calls when the client is gone for good", "[mcp]") {
+  IgnoreSigpipe ignore_sigpipe;
+  Fixture f;
+  f.script.run_time = milliseconds(20'000);
+  int in[2], out[2];
+  REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  ::close(out[0]);  // nobody reads the answers
+  auto started = steady_clock::now();
+  std::thread serving([&] { f.server.Serve(in[0], out[1]); });
+  WriteAll(in[1], Call(1, "run_python", {{"code", "x"}}).dump() + "\n");
+
+  SECTION("a write fails while the input is still open") {
+    WriteAll(in[1], Ping(2).dump() + "\n");
+    while (f.script.cancelled_runs == 0 && steady_clock::now() - started < milliseconds(10'000))
+      std::this_thread::sleep_for(milliseconds(10));
+    CHECK(f.script.cancelled_runs == 1);
+  }
+  SECTION("the input ends and nothing more is written") {}
+
+  ::close(in[1]);
+  serving.join();
+  CHECK(f.script.cancelled_runs == 1);
+  CHECK(steady_clock::now() - started < milliseconds(10'000));
+  ::close(in[0]);
+  ::close(out[1]);
 }
