@@ -182,6 +182,31 @@ int PollMs(Clock::time_point deadline, bool killing) {
 
 bool CancelRequested(const struct pollfd& fd) { return fd.revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR); }
 
+// The most one answer of the REPL driver takes on its channel: the driver cuts a value and an exception to 64 Ki
+// characters and a traceback to 256 Ki, at most 12 bytes each once JSON-escaped. More is a cell writing to the
+// channel itself, and is not buffered.
+constexpr size_t kMaxReplyBytes = 8 << 20;
+
+// Whether `line` is the driver's answer to cell `id`: one JSON object with that id, and parts of the driver's types.
+bool ParseReply(std::string_view line, uint64_t id, nlohmann::json* reply) {
+  *reply = nlohmann::json::parse(line, nullptr, false);
+  if (!reply->is_object()) return false;  // a parse error (discarded) too
+  auto got = reply->find("id");
+  if (got == reply->end() || !got->is_number_unsigned() || got->get<uint64_t>() != id) return false;
+  for (const char* key : {"value", "exception", "traceback"}) {
+    auto part = reply->find(key);
+    if (part != reply->end() && !part->is_null() && !part->is_string()) return false;
+  }
+  auto exit_code = reply->find("exit_code");
+  return exit_code == reply->end() || exit_code->is_null() || exit_code->is_number_integer();
+}
+
+// Bytes are waiting on the socket, or its other end is gone.
+bool HasBytesWaiting(int fd) {
+  struct pollfd p = {fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
 // Opens the session's /workspace from a child that joins pid 1's user and mount namespaces. Needs no access to
 // /proc/<pid 1>/root, which an unprivileged owner lacks (pid 1 is not dumpable). Call while single-threaded.
 StatusOr<UniqueFd> OpenWorkspaceInside(int pid1_pidfd, const int ns_fds[6]) {
@@ -215,6 +240,9 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
   // Each exec's helper hands its payload over to this process and exits (enter.h): orphans of our children become
   // ours to wait for.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) return Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)");
+  // Resets this process's peak resident size before each payload starts (StartHelper); without it (an old kernel, a
+  // restricted /proc) execs' peaks only read higher.
+  session->clear_refs_fd_.reset(::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC));
 
   // 1. The root, planned as `nsbox run` plans it.
   auto mounts = PlanChildRoot(p);
@@ -313,7 +341,11 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
 
 SessionSandbox::~SessionSandbox() { Terminate(); }
 
-void SessionSandbox::Terminate() {
+void SessionSandbox::Terminate(std::string_view why) {
+  {
+    std::lock_guard lock(end_cause_mutex_);
+    if (!terminating_ && end_cause_.empty()) end_cause_ = why;
+  }
   terminating_ = true;  // calls that begin from now on do nothing
   if (pid1_ > 0) {
     ::kill(pid1_, SIGKILL);  // the whole pid namespace goes with it
@@ -341,6 +373,11 @@ void SessionSandbox::Terminate() {
     kept_exec_groups_.clear();
   }
   cgroup_.reset();
+}
+
+std::string SessionSandbox::SessionEndedReason(std::string_view what) {
+  std::lock_guard lock(end_cause_mutex_);
+  return fmt::format("the session ended while the {} ran{}", what, end_cause_.empty() ? "" : " (" + end_cause_ + ")");
 }
 
 StatusOr<std::unique_ptr<CgroupChild>> SessionSandbox::StartExecGroup() {
@@ -468,6 +505,14 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     std::lock_guard lock(payloads_mutex_);
     sigset_t all, old;
     sigfillset(&all);
+    // The payload runs in this process's memory until its execve, which keeps the larger of that memory's high-water
+    // mark and its own in the payload's peak (ru_maxrss): reset the mark to what is resident now, or every exec would
+    // report the supervisor's largest size ever (a large output it held) as its peak. What stays counted is what the
+    // supervisor has resident, a few MiB (it hands large buffers back to the system when it frees them: RunSupervisor).
+    if (clear_refs_fd_) {
+      ssize_t ignored = ::write(clear_refs_fd_.get(), "5", 1);
+      (void)ignored;
+    }
     ::pthread_sigmask(SIG_SETMASK, &all, &old);
     pid_t helper_pid = StartVforkChild(EnterSessionEntry, &enter);
     int start_err = errno;
@@ -635,6 +680,9 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   result.stderr_truncated = stderr_buf.truncated();
   FillVerdict(h, timed_out, cancelled, ex.wall_timeout, &result);
   FinishReport(h, counters_before, &result);
+  // Killed because the session ended (rm, its lifetime): say that, not only which signal.
+  if (terminating_ && result.status == RunStatus::kSignal && result.signal == SIGKILL)
+    result.reason = SessionEndedReason("exec") + "; the exec was killed";
   result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   result.extra["changed_files"] = ChangedFilesJson(before, workspace_fd_.get());
   return result;
@@ -657,10 +705,19 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
     repl_channel_.reset();
     repl_state_lost_ = true;
   };
-  // An interpreter that died between cells (killed from another exec, say) is replaced, and the loss reported.
+  // An interpreter that died between cells (killed from another exec, say) is replaced, and the loss reported. So is
+  // one whose channel holds bytes that no request asked for (an earlier cell's thread wrote to fd 3): its next answer
+  // could be anything.
+  std::string restarted_because;
   if (repl_) {
     struct pollfd fd = {repl_->pidfd.get(), POLLIN, 0};
-    if (::poll(&fd, 1, 0) > 0) drop_interpreter();
+    if (::poll(&fd, 1, 0) > 0) {
+      drop_interpreter();
+    } else if (HasBytesWaiting(repl_channel_.get())) {
+      drop_interpreter();
+      restarted_because = "an earlier cell wrote to the REPL's channel (fd 3), which put it out of step: the "
+                          "interpreter was restarted before this cell and its state is lost";
+    }
   }
   if (!repl_) {
     int pair[2];
@@ -685,7 +742,8 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
   Drain(h.err, nullptr);
   ReadControl(h);
 
-  std::string request = nlohmann::json{{"code", code}}.dump() + "\n";
+  const uint64_t cell_id = ++repl_cell_id_;
+  std::string request = nlohmann::json{{"id", cell_id}, {"code", code}}.dump() + "\n";
   bool died = false;
   for (size_t done = 0; done < request.size();) {
     ssize_t n = ::send(repl_channel_.get(), request.data() + done, request.size() - done, MSG_NOSIGNAL);
@@ -700,9 +758,10 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
   OutputBuffer stdout_buf(options.output_limit_bytes), stderr_buf(options.output_limit_bytes);
   const auto deadline = started + options.wall_timeout;
   bool timed_out = false, cancelled = false, replied = false;
-  std::string reply_bytes;
+  std::string out_of_step;  // why the channel no longer pairs this request with its answer
+  std::string reply_bytes;  // the answer so far: no newline yet
   nlohmann::json reply;
-  while (!died && !replied) {
+  while (!died && !replied && out_of_step.empty()) {
     if (!timed_out && !cancelled && Clock::now() >= deadline) {
       timed_out = true;
       break;
@@ -729,12 +788,18 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
       char buffer[65536];
       ssize_t n = ::recv(repl_channel_.get(), buffer, sizeof buffer, MSG_DONTWAIT);
       if (n > 0) {
+        const size_t scanned = reply_bytes.size();
         reply_bytes.append(buffer, static_cast<size_t>(n));
-        auto newline = reply_bytes.find('\n');
-        if (newline != std::string::npos) {
-          reply = nlohmann::json::parse(reply_bytes.substr(0, newline), nullptr, false);
-          replied = !reply.is_discarded();
-          if (!replied) died = true;  // the channel carries garbage: the cell wrote to fd 3
+        const size_t newline = reply_bytes.find('\n', scanned);
+        if (newline == std::string::npos) {
+          if (reply_bytes.size() > kMaxReplyBytes)
+            out_of_step =
+                fmt::format("the cell wrote more than {} MiB to the REPL's channel (fd 3)", kMaxReplyBytes >> 20);
+        } else if (newline + 1 != reply_bytes.size() ||
+                   !ParseReply(std::string_view(reply_bytes).substr(0, newline), cell_id, &reply)) {
+          out_of_step = "the cell wrote to the REPL's channel (fd 3), which put it out of step";
+        } else {
+          replied = true;
         }
       } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
         died = true;
@@ -755,7 +820,14 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
     repl["value"] = reply.value("value", nlohmann::json(nullptr));
     repl["exception"] = reply.value("exception", nlohmann::json(nullptr));
     repl["traceback"] = reply.value("traceback", nlohmann::json(nullptr));
-    if (repl["exception"].is_null()) {
+    const nlohmann::json exit_code = reply.value("exit_code", nlohmann::json(nullptr));
+    if (exit_code.is_number_integer()) {
+      // sys.exit ends the cell, as it would end a script, with its code; the interpreter lives on.
+      result.exit_code = static_cast<int>(exit_code.get<int64_t>() & 0xff);
+      result.status = result.exit_code == 0 ? RunStatus::kOk : RunStatus::kExit;
+      result.reason = fmt::format("the cell called sys.exit (exit code {}); the interpreter keeps its state",
+                                  result.exit_code);
+    } else if (repl["exception"].is_null()) {
       result.status = RunStatus::kOk;
       result.exit_code = 0;
       result.reason = "the cell ran";
@@ -765,23 +837,29 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
       result.reason = fmt::format("the cell raised {}", repl["exception"].get<std::string>());
     }
   } else {
-    // Timed out, cancelled or crashed: the interpreter goes, and the next cell starts a fresh one.
+    // Timed out, cancelled, crashed or out of step: the interpreter goes, and the next cell starts a fresh one.
     KillExec(h);
     Reap(h);
     ReadControl(h);
     Drain(h.out, &stdout_buf);
     Drain(h.err, &stderr_buf);
     FillVerdict(h, timed_out, cancelled, options.wall_timeout, &result);
-    if (timed_out) {
+    if (!out_of_step.empty()) {
+      result.reason = fmt::format("{}; the interpreter was killed and its state is lost (the next cell starts a "
+                                  "fresh one)", out_of_step);
+    } else if (timed_out) {
       result.reason = fmt::format("wall-clock time limit of {} ms exceeded; the interpreter was killed and its "
                                   "state is lost (the session lives on)", options.wall_timeout.count());
+    } else if (terminating_ && result.status == RunStatus::kSignal && result.signal == SIGKILL) {
+      result.reason = SessionEndedReason("cell") + "; the interpreter was killed";
     } else if (!cancelled && result.status != RunStatus::kSetupError) {
       result.reason = fmt::format("the interpreter died ({}); its state is lost", result.reason);
-      if (result.status == RunStatus::kOk) result.status = RunStatus::kExit;  // it may not just stop
     }
+    if (result.status == RunStatus::kOk) result.status = RunStatus::kExit;  // it may not just stop
     repl["interpreter_killed"] = true;
     drop_interpreter();
   }
+  if (!restarted_because.empty()) result.reason += "; " + restarted_because;
   result.stdout_data = stdout_buf.Contents();
   result.stderr_data = stderr_buf.Contents();
   result.stdout_bytes = stdout_buf.total_bytes();

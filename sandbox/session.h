@@ -13,6 +13,7 @@
 #include <shared_mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sandbox/base/status.h"
@@ -66,11 +67,14 @@ class SessionSandbox {
   Result Exec(Executor executor, int cancel_fd = -1);
 
   // Runs one cell in the session's persistent interpreter (started on first use, and again after it died). One cell
-  // at a time. extra["repl"] = {value, exception, traceback, state_lost, interpreter_killed}.
+  // at a time. extra["repl"] = {value, exception, traceback, state_lost, interpreter_killed}. The interpreter answers
+  // each request with one JSON object carrying the request's cell id; anything else on its channel (a cell wrote to
+  // it) kills the interpreter, so that no later cell gets an earlier one's answer.
   Result RunCell(const std::string& code, const ReplOptions& options, int cancel_fd = -1);
 
-  // Kills pid 1 (and with it every process of the session) and every exec helper; waits for pid 1.
-  void Terminate();
+  // Kills pid 1 (and with it every process of the session) and every exec helper; waits for pid 1. `why` says how the
+  // session ended ("removed by nsbox session rm"): the execs and cells it cuts short report it as their reason.
+  void Terminate(std::string_view why = {});
 
   pid_t pid1() const { return pid1_; }
   int pid1_pidfd() const { return pid1_pidfd_.get(); }
@@ -109,6 +113,12 @@ class SessionSandbox {
   // A session that ends at its lifetime while an exec runs would otherwise free the cgroup under that exec's report.
   std::shared_mutex calls_mutex_;
   std::atomic<bool> terminating_{false};
+  std::mutex end_cause_mutex_;
+  std::string end_cause_;  // Terminate's `why`, set before terminating_
+  // Why a call that ended while the session ended was cut short; `what` is "exec" or "cell".
+  std::string SessionEndedReason(std::string_view what);
+  // /proc/self/clear_refs, written before each payload starts: see StartHelper.
+  UniqueFd clear_refs_fd_;
   // Ended execs' groups that still held processes (a background server started with setsid), removed once empty.
   std::mutex exec_groups_mutex_;
   std::vector<std::unique_ptr<CgroupChild>> kept_exec_groups_;
@@ -124,6 +134,7 @@ class SessionSandbox {
   std::unique_ptr<SessionHelper> repl_;
   UniqueFd repl_channel_;
   bool repl_state_lost_ = false;  // the previous interpreter died: the next cell says so
+  uint64_t repl_cell_id_ = 0;     // the last cell's id, sent with it and echoed in the driver's answer
 };
 
 }  // namespace nsbox

@@ -1,6 +1,8 @@
 # nsbox REPL driver: a persistent Python interpreter for one session; one JSON line in (the cell), one JSON line out.
 # Run by /usr/bin/python3 -u -c inside the session. fd 3 is the channel to the session supervisor; fds 1 and 2 are the
-# cell's stdout and stderr (read by the supervisor); stdin is /dev/null.
+# cell's stdout and stderr (read by the supervisor); stdin is /dev/null. Each request carries the cell's id and the
+# answer echoes it: the supervisor takes anything else on the channel (a cell that wrote to fd 3) as a channel out of
+# step, and restarts the interpreter.
 import ast
 import json
 import linecache
@@ -9,7 +11,10 @@ import socket
 import sys
 import traceback
 
+# An answer's parts are cut to these sizes, so that the supervisor can cap what it reads from the channel (anything
+# longer is not the driver's answer).
 MAX_VALUE_CHARS = 64 * 1024
+MAX_TRACEBACK_CHARS = 256 * 1024
 
 channel = socket.socket(fileno=3)
 reader = channel.makefile("rb")
@@ -28,13 +33,26 @@ def compile_cell(source, filename):
     return body, compile(last, filename, "eval") if last is not None else None
 
 
+def exit_code_of(error):
+    """What a script's process would exit with on this SystemExit; like Python, a message that is not a number goes to
+    stderr."""
+    code = error.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
 def run_cell(source):
     global cell_number
     cell_number += 1
     filename = f"<cell {cell_number}>"
     # Tracebacks show the cell's lines.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    answer = {"value": None, "exception": None, "traceback": None}
+    # exit_code: set only when the cell called sys.exit (raised SystemExit), which ends the cell, not the interpreter.
+    answer = {"value": None, "exception": None, "traceback": None, "exit_code": None}
     try:
         body, last = compile_cell(source, filename)
         exec(body, namespace)
@@ -44,8 +62,10 @@ def run_cell(source):
                 namespace["_"] = value
                 text = repr(value)
                 answer["value"] = text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "..."
-    except BaseException as error:  # SystemExit and KeyboardInterrupt included: the interpreter stays
-        answer["exception"] = "".join(traceback.format_exception_only(type(error), error)).strip()
+    except SystemExit as error:
+        answer["exit_code"] = exit_code_of(error)
+    except BaseException as error:  # KeyboardInterrupt included: the interpreter stays
+        answer["exception"] = "".join(traceback.format_exception_only(type(error), error)).strip()[:MAX_VALUE_CHARS]
         frames = traceback.extract_tb(error.__traceback__)
         # The driver's own frame (exec/eval above) is not the user's.
         frames = [f for f in frames if f.filename != "<string>"]
@@ -53,6 +73,8 @@ def run_cell(source):
             "".join(traceback.format_exception_only(type(error), error))
         # As a script's failure would: the traceback on the cell's stderr too.
         sys.stderr.write(answer["traceback"])
+        if len(answer["traceback"]) > MAX_TRACEBACK_CHARS:  # the end says what was raised: keep that
+            answer["traceback"] = "..." + answer["traceback"][-MAX_TRACEBACK_CHARS:]
     finally:
         try:
             sys.stdout.flush()
@@ -72,6 +94,7 @@ def main():
             return
         request = json.loads(line)
         answer = run_cell(request["code"])
+        answer["id"] = request["id"]
         channel.sendall((json.dumps(answer) + "\n").encode())
 
 

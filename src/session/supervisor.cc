@@ -3,6 +3,7 @@
 #include "src/session/supervisor.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <system_error>
@@ -55,13 +57,14 @@ class Server {
   void Serve() {
     if (config_.owner_pid > 0) {
       owner_.reset(static_cast<int>(::syscall(SYS_pidfd_open, config_.owner_pid, 0)));
-      if (!owner_) return Shutdown("owner process already gone");
+      if (!owner_) return Shutdown("its --end-with-pid process had already ended", 0);
     }
     SpawnWorker();
     SpawnWorker();
     for (;;) {
       auto now = Clock::now();
-      if (now - created_ >= config_.max_lifetime) return Shutdown("lifetime over");
+      if (now - created_ >= config_.max_lifetime)
+        return Shutdown(fmt::format("its maximum lifetime of {} ms was reached", config_.max_lifetime.count()), 0);
       int64_t wait_ms = 1000;
       wait_ms = std::min<int64_t>(
           wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(created_ + config_.max_lifetime - now).count());
@@ -76,16 +79,16 @@ class Server {
           }
         }
       }
-      if (shutting_down_) return Shutdown("idle");
+      if (shutting_down_) return Shutdown(fmt::format("idle for {} ms", config_.idle_timeout.count()), 0);
       struct pollfd fds[2] = {{session_->pid1_pidfd(), POLLIN, 0}, {owner_.get(), POLLIN, 0}};
       struct pollfd& pid1 = fds[0];
       int rc = ::poll(fds, owner_ ? 2 : 1, static_cast<int>(std::max<int64_t>(wait_ms, 0)) + 1);
-      if (rc < 0 && errno != EINTR) return Shutdown("poll failed");
-      if (owner_ && (fds[1].revents & POLLIN)) return Shutdown("owner process ended");
+      if (rc < 0 && errno != EINTR) return Shutdown("its supervisor's poll failed", 0);
+      if (owner_ && (fds[1].revents & POLLIN)) return Shutdown("its --end-with-pid process ended", 0);
       if (pid1.revents & POLLIN) {
         // An rm in progress killed pid 1: its thread answers the client and ends the process.
-        if (removing_) std::this_thread::sleep_for(std::chrono::seconds(5));
-        return Shutdown("pid 1 died");
+        if (removing_) std::this_thread::sleep_for(std::chrono::seconds(10));  // rm waits up to 5 s for answers
+        return Shutdown("its pid 1 died", 0);
       }
     }
   }
@@ -136,19 +139,28 @@ class Server {
     bool activity = Handle(std::move(conn));
     std::lock_guard lock(activity_mutex_);
     --active_;
+    request_ended_.notify_all();
     // Looking at a session (ls) does not keep it alive; using it does, from the end of the request.
     if (activity) last_activity_ = Clock::now();
   }
 
   // Ends the session once: every process (pid 1 takes its pid namespace along; exec helpers are killed), the
-  // mounts (they lived in the session's mount namespace only), and the state directory.
-  void Shutdown(const char* /*why*/) {
-    std::lock_guard lock(shutdown_mutex_);
-    if (shut_down_) return;
-    shut_down_ = true;
-    ::unlink((config_.dir + "/socket").c_str());  // no new clients
-    session_->Terminate();
-    RemoveSessionDir(config_.dir);
+  // mounts (they lived in the session's mount namespace only), and the state directory. `why` ("removed by nsbox
+  // session rm") becomes the reason of the execs and cells it cuts short, whose answers then go out before the process
+  // exits; `own_requests`: the caller's own request, if it is one, which is not waited for.
+  void Shutdown(std::string_view why, int own_requests) {
+    {
+      std::lock_guard lock(shutdown_mutex_);
+      if (!shut_down_) {
+        shut_down_ = true;
+        ::unlink((config_.dir + "/socket").c_str());  // no new clients
+        session_->Terminate(why);
+        RemoveSessionDir(config_.dir);
+      }
+    }
+    // Bounded: a client that does not read its answer loses it.
+    std::unique_lock activity(activity_mutex_);
+    request_ended_.wait_for(activity, std::chrono::seconds(5), [&] { return active_ <= own_requests; });
   }
 
  private:
@@ -178,7 +190,7 @@ class Server {
       return true;
     } else if (op == "rm") {
       removing_ = true;
-      Shutdown("rm");
+      Shutdown("removed by nsbox session rm", 1);
       (void)SendMessage(conn.get(), {{"ok", true}, {"id", config_.id}});
       ::_exit(0);
     } else {
@@ -245,6 +257,7 @@ class Server {
   cli::EgressProxyHooks* proxy_;  // null without --network allow=
   const Clock::time_point created_ = Clock::now();
   std::mutex activity_mutex_;
+  std::condition_variable request_ended_;  // active_ went down
   int active_ = 0;
   Clock::time_point last_activity_;
   std::atomic<bool> removing_{false};
@@ -276,6 +289,10 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
     RemoveSessionDir(config.dir);
     return 1;
   };
+  // Buffers of 1 MiB and more (large outputs, a cell's answer) go back to the system when freed, whatever glibc's
+  // sliding threshold learnt from earlier ones: each exec's peak counts what the supervisor has resident when the exec
+  // starts (SessionSandbox::StartHelper).
+  ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
   // The proxy's threads start here, in the supervisor itself (after its forks): it lives as long as the session.
   std::unique_ptr<cli::EgressProxyHooks> proxy;
   if (config.network_allow) proxy = std::make_unique<cli::EgressProxyHooks>(*config.network_allow);

@@ -84,6 +84,15 @@ Output Run(std::vector<std::string> argv, const std::vector<std::string>& env_ex
 
 bool ProcessExists(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
 
+// A process's peak resident size (VmHWM), or 0 when it cannot be read.
+uint64_t PeakResidentBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.starts_with("VmHWM:")) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
 template <typename F>
 bool WaitFor(F condition, std::chrono::milliseconds limit) {
   auto end = std::chrono::steady_clock::now() + limit;
@@ -331,6 +340,119 @@ TEST_CASE("a crashing cell loses the interpreter's state but not the session", "
   CHECK(crash["exit_code"] == 7);
   json next = s.Cell(id, "1");
   CHECK(next["repl"]["state_lost"] == true);
+}
+
+TEST_CASE("a cell that floods the REPL's channel is cut off at the answer's cap; the supervisor stays small",
+          "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  REQUIRE(s.Cell(id, "kept = 1")["status"] == "ok");
+  pid_t supervisor = s.Record(id)["supervisor_pid"];
+  // 400 MiB without a newline: the supervisor once buffered all of it, rescanning it on every read.
+  json flood = s.Cell(id, "import os\nb = b'x' * (1 << 20)\nfor i in range(400): os.write(3, b)");
+  INFO(flood.dump());
+  CHECK(flood["reason"].get<std::string>().starts_with("the cell wrote more than 8 MiB to the REPL's channel (fd 3)"));
+  CHECK(flood["repl"]["interpreter_killed"] == true);
+  CHECK(flood["wall_ms"].get<int64_t>() < 5000);
+  const uint64_t peak = PeakResidentBytes(supervisor);
+  CHECK(peak > 0);
+  CHECK(peak < (64u << 20));
+  json next = s.Cell(id, "'kept' in globals()");
+  CHECK(next["status"] == "ok");
+  CHECK(next["repl"]["state_lost"] == true);
+  CHECK(next["repl"]["value"] == "False");
+}
+
+TEST_CASE("a cell that writes its own answer to the REPL's channel never shifts later cells' answers",
+          "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  pid_t supervisor = s.Record(id)["supervisor_pid"];
+  REQUIRE(s.Cell(id, "kept = 1")["status"] == "ok");
+  // A forged answer without the cell's id: out of step at once.
+  json forged = s.Cell(id, "import os\n"
+                           "os.write(3, b'{\"value\": \"SPOOF\", \"exception\": null, \"traceback\": null}\\n')\n"
+                           "print('real output')\n1/0");
+  INFO(forged.dump());
+  CHECK(forged["repl"]["value"].is_null());
+  CHECK(forged["repl"]["interpreter_killed"] == true);
+  CHECK(forged["reason"] == "the cell wrote to the REPL's channel (fd 3), which put it out of step; the interpreter "
+                            "was killed and its state is lost (the next cell starts a fresh one)");
+  json after_forged = s.Cell(id, "6 * 7");
+  INFO(after_forged.dump());
+  CHECK(after_forged["status"] == "ok");
+  CHECK(after_forged["repl"]["value"] == "42");
+  CHECK(after_forged["repl"]["state_lost"] == true);
+  // One with the right id (read from the driver's frame) is taken, but the real answer that follows it is not given
+  // to the next cell: that cell runs in a fresh interpreter and says why.
+  REQUIRE(s.Cell(id, "kept = 2")["status"] == "ok");
+  json guessed = s.Cell(id, "import os, sys, json, time\nrid = sys._getframe(2).f_locals['request']['id']\n"
+                            "os.write(3, (json.dumps({'id': rid, 'value': 'SPOOF'}) + '\\n').encode())\n"
+                            "time.sleep(0.3)\n1/0");
+  CHECK(guessed["repl"]["value"] == "SPOOF");
+  std::this_thread::sleep_for(1s);  // the driver's own answer arrives
+  json after_guessed = s.Cell(id, "'kept' in globals()");
+  INFO(after_guessed.dump());
+  CHECK(after_guessed["status"] == "ok");
+  CHECK(after_guessed["repl"]["value"] == "False");
+  CHECK(after_guessed["repl"]["exception"].is_null());
+  CHECK(after_guessed["repl"]["state_lost"] == true);
+  CHECK(after_guessed["reason"].get<std::string>().find("an earlier cell wrote to the REPL's channel (fd 3)") !=
+        std::string::npos);
+  // Valid JSON that is not an object: once an uncaught exception in the supervisor, which ended the session.
+  json number = s.Cell(id, "import os\nos.write(3, b'5\\n')");
+  INFO(number.dump());
+  CHECK(number["repl"]["interpreter_killed"] == true);
+  CHECK(ProcessExists(supervisor));
+  json last = s.Cell(id, "1 + 1");
+  CHECK(last["status"] == "ok");
+  CHECK(last["repl"]["value"] == "2");
+}
+
+TEST_CASE("sys.exit in a cell reports its exit code as a script's would, and the interpreter keeps its state",
+          "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  REQUIRE(s.Cell(id, "import sys\nkept = 'yes'")["status"] == "ok");
+  struct Case {
+    const char* code;
+    const char* status;
+    int exit_code;
+    const char* stderr_text;
+  };
+  for (const Case& c : {Case{"sys.exit(0)", "ok", 0, ""}, Case{"sys.exit()", "ok", 0, ""},
+                        Case{"raise SystemExit(5)", "exit", 5, ""}, Case{"sys.exit(-1)", "exit", 255, ""},
+                        Case{"sys.exit('bye')", "exit", 1, "bye\n"}}) {
+    json r = s.Cell(id, c.code);
+    INFO(c.code << ": " << r.dump());
+    CHECK(r["status"] == c.status);
+    CHECK(r["exit_code"] == c.exit_code);
+    CHECK(r["stderr"] == c.stderr_text);
+    CHECK(r["reason"] == "the cell called sys.exit (exit code " + std::to_string(c.exit_code) +
+                             "); the interpreter keeps its state");
+    CHECK(r["repl"]["interpreter_killed"] == false);
+  }
+  json after = s.Cell(id, "kept");
+  CHECK(after["repl"]["value"] == "'yes'");
+  CHECK(after["repl"]["state_lost"] == false);
+}
+
+TEST_CASE("an exec's peak memory is its own, not the supervisor's nor an earlier exec's", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  pid_t supervisor = s.Record(id)["supervisor_pid"];
+  // 48 MiB of output, all held by the supervisor: its own peak grows past it.
+  json loud = s.Exec(id, {"/usr/bin/python3", "-c", "import sys; sys.stdout.write('x' * (48 << 20))"},
+                     {"--output-limit", "64M"});
+  REQUIRE(loud["stdout_bytes"] == 48u << 20);
+  REQUIRE(PeakResidentBytes(supervisor) > (48u << 20));
+  json hungry = s.Exec(id, {"/usr/bin/python3", "-c", "b = bytearray(96 << 20)"});
+  INFO(hungry.dump());
+  CHECK(hungry["peak_memory_bytes"].get<uint64_t>() >= (96u << 20));
+  json small = s.Exec(id, {"/bin/true"});
+  INFO(small.dump());
+  CHECK(small["peak_memory_bytes"].get<uint64_t>() > 0);
+  CHECK(small["peak_memory_bytes"].get<uint64_t>() < (16u << 20));
 }
 
 TEST_CASE("an exec's time-out kills it and its process group, not the session", "[session]") {
@@ -592,6 +714,38 @@ TEST_CASE("a session ends at its maximum lifetime even while it is used", "[sess
   CHECK(cut.code != 0);
   CHECK(std::chrono::steady_clock::now() - started < 5s);
   CHECK(WaitFor([&] { return !std::filesystem::exists(s.state_dir + "/" + id); }, 3s));
+}
+
+TEST_CASE("an exec or a cell cut short by the session's end says how the session ended", "[session][lifecycle]") {
+  Sessions s;
+  std::string id = s.Create({"--max-lifetime", "2s"});
+  Output cell;
+  std::thread cell_client([&] {
+    cell = s.Nsbox({"exec", id, "--json", "--lang", "python", "--repl", "--code", "import time\ntime.sleep(10)"});
+  });
+  json exec = s.Exec(id, {"/bin/sleep", "10"});
+  cell_client.join();
+  CHECK(exec["status"] == "signal");
+  CHECK(exec["reason"] == "the session ended while the exec ran (its maximum lifetime of 2000 ms was reached); the "
+                          "exec was killed");
+  INFO(cell.err);
+  json cut_cell = json::parse(cell.out, nullptr, false);
+  CHECK(cut_cell["reason"] == "the session ended while the cell ran (its maximum lifetime of 2000 ms was reached); "
+                              "the interpreter was killed");
+  CHECK(cut_cell["repl"]["interpreter_killed"] == true);
+
+  std::string removed = s.Create();
+  Output cut;
+  std::thread client([&] {
+    cut = s.Nsbox({"exec", removed, "--json", "--", "/bin/sh", "-c", "touch started; sleep 10"});
+  });
+  bool started = WaitFor([&] { return s.Sh(removed, "[ -e started ] && echo yes")["stdout"] == "yes\n"; }, 10s);
+  CHECK(s.Nsbox({"session", "rm", removed}).code == 0);
+  client.join();
+  REQUIRE(started);
+  INFO(cut.err);
+  json by_rm = json::parse(cut.out, nullptr, false);
+  CHECK(by_rm["reason"] == "the session ended while the exec ran (removed by nsbox session rm); the exec was killed");
 }
 
 TEST_CASE("a session whose supervisor was killed is cleaned up by the next nsbox call", "[session][lifecycle]") {
