@@ -16,6 +16,9 @@ class OutputBuffer {
   bool truncated() const { return total_ > limit_; }
   // The kept bytes; when cut, head + "\n[nsbox: N bytes cut]\n" + tail.
   std::string Contents() const;
+  // How many of a stream's total_bytes its Contents() kept: the contents less the cut marker, never more than the
+  // total. For front ends that get the contents from elsewhere (a result's JSON) and report what was kept.
+  static uint64_t KeptBytes(std::string_view contents, uint64_t total_bytes);
 
  private:
   uint64_t limit_;
