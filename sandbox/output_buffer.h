@@ -20,6 +20,9 @@ class OutputBuffer {
   uint64_t HeadRoom() const { return head_limit_ - head_.size(); }
   // Contents() without the head: what is known only once the stream has ended.
   std::string AfterHead() const { return Contents().substr(head_.size()); }
+  // How many of a stream's total_bytes its Contents() kept: the contents less the cut marker, never more than the
+  // total. For front ends that get the contents from elsewhere (a result's JSON) and report what was kept.
+  static uint64_t KeptBytes(std::string_view contents, uint64_t total_bytes);
 
  private:
   uint64_t limit_;

@@ -2,12 +2,15 @@
 #include <fcntl.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -23,6 +26,29 @@ void OpenStandardDescriptors() {
     if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
     int null = ::open("/dev/null", O_RDWR);  // the lowest free number: this one
     if (null >= 0 && null != fd) ::close(null);
+  }
+}
+
+// Every level of verbs is checked alike: a word that names none of a level's commands (`nsbox bogus`, `nsbox image
+// bogus`), or none at all where one is required (`nsbox image`), is one line listing them. Options end the walk:
+// CLI11 judges those, and --help works at any level.
+std::optional<std::string> CommandMistake(CLI::App& app, int argc, char** argv) {
+  CLI::App* command = &app;
+  std::string path = "nsbox";
+  for (int i = 1;; ++i) {
+    std::vector<CLI::App*> commands = command->get_subcommands([](CLI::App*) { return true; });
+    if (commands.empty() || (i < argc && argv[i][0] == '-')) return std::nullopt;
+    std::string names;
+    for (const CLI::App* c : commands) names += (names.empty() ? "" : ", ") + c->get_name();
+    if (i >= argc) {
+      if (command->get_require_subcommand_min() == 0) return std::nullopt;
+      return fmt::format("{}: a command is required (commands: {}; see {} --help)", path, names, path);
+    }
+    auto named = std::find_if(commands.begin(), commands.end(), [&](const CLI::App* c) { return c->check_name(argv[i]); });
+    if (named == commands.end())
+      return fmt::format("{}: unknown command '{}' (commands: {}; see {} --help)", path, argv[i], names, path);
+    command = *named;
+    path += " " + command->get_name();
   }
 }
 
@@ -56,14 +82,12 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (!registered && argc > 1 && argv[1][0] != '-') {
-    std::string known;
-    for (const auto& [name, reg] : kVerbs) known += known.empty() ? name : std::string(", ") + name;
-    fmt::print(stderr, "nsbox: unknown command '{}' (commands: {}; see nsbox --help)\n", argv[1], known);
-    return nsbox::cli::kExitNsboxFailure;
-  }
   if (!registered)
     for (const auto& [name, reg] : kVerbs) reg(app, exit_code);
+  if (auto mistake = CommandMistake(app, argc, argv)) {
+    fmt::print(stderr, "{}\n", *mistake);
+    return nsbox::cli::kExitNsboxFailure;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,18 +1,20 @@
 // RunAgent: steps, time-out layers, retries with backoff, at-most-once tool execution and the JSONL transcript.
 #include "src/agent/agent_loop.h"
 
-
+#include <fcntl.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ctime>
-#include <fstream>
 #include <map>
 #include <random>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
 #include "src/agent/tools.h"
 
 namespace nsbox::agent {
@@ -29,24 +31,30 @@ std::string Lower(std::string s) {
   return s;
 }
 
-// One JSON object per line: every request, response, tool call and tool result of the run.
+// One JSON object per line: every request, response, tool call and tool result of the run. The first failed write is
+// kept: the run then ends saying so (a transcript asked for and silently lost would read as complete).
 class Transcript {
  public:
   Status Open(const std::string& path) {
     if (path.empty()) return OkStatus();
-    file_.open(path, std::ios::out | std::ios::trunc);
-    if (!file_) return Status::Errno(fmt::format("open({}) for the transcript", path));
+    path_ = path;
+    fd_ = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+    if (!fd_) return Status::Errno(fmt::format("open({}) for the transcript", path));
     return OkStatus();
   }
   void Write(nlohmann::json entry) {
-    if (!file_.is_open()) return;
+    if (!fd_ || !error_.empty()) return;
     entry["time_ms"] = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    file_ << entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-    file_.flush();
+    if (int err = WriteAll(fd_.get(), entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"); err != 0)
+      error_ = fmt::format("writing the transcript {}: {} ({})", path_, std::strerror(err), ErrnoName(err));
   }
+  // Empty while every write succeeded.
+  const std::string& error() const { return error_; }
 
  private:
-  std::ofstream file_;
+  std::string path_;
+  UniqueFd fd_;
+  std::string error_;
 };
 
 struct ModelReply {
@@ -65,12 +73,13 @@ class Loop {
   AgentOutcome Run(const std::string& prompt) {
     start_ = Clock::now();
     run_deadline_ = start_ + config_.run_timeout;
-    if (Status s = transcript_.Open(config_.transcript_path); !s.ok()) return End(AgentEnd::kProviderError, s.message());
+    if (Status s = transcript_.Open(config_.transcript_path); !s.ok()) return End(AgentEnd::kTranscriptError, s.message());
     transcript_.Write({{"kind", "start"}, {"provider", provider_.name()}, {"model", provider_.model()},
                        {"runtime", runtime_.name()}, {"prompt", prompt}});
     provider_.AddUserText(prompt);
     for (int step = 1; step <= config_.max_steps; ++step) {
       if (Cancelled()) return End(AgentEnd::kCancelled, "interrupted");
+      if (!transcript_.error().empty()) return End(AgentEnd::kTranscriptError, transcript_.error());
       if (Clock::now() >= run_deadline_) return RunTimedOut();
       Log(fmt::format("step {}: asking {} ({})", step, provider_.name(), provider_.model()));
       ModelReply reply = CallModel();
@@ -117,6 +126,15 @@ class Loop {
     transcript_.Write({{"kind", "end"}, {"outcome", AgentEndName(end)}, {"error", error}, {"answer", outcome_.answer},
                        {"model_calls", outcome_.model_calls}, {"tool_calls", outcome_.tool_calls},
                        {"elapsed_ms", std::chrono::duration_cast<milliseconds>(Clock::now() - start_).count()}});
+    // A lost transcript fails an answered run; a run that failed otherwise says both.
+    if (!transcript_.error().empty() && end != AgentEnd::kTranscriptError) {
+      if (end == AgentEnd::kAnswered) {
+        outcome_.end = AgentEnd::kTranscriptError;
+        outcome_.error = transcript_.error();
+      } else {
+        outcome_.error = fmt::format("{} (and {})", error, transcript_.error());
+      }
+    }
     return outcome_;
   }
 
@@ -147,12 +165,13 @@ class Loop {
     for (int attempt = 0;; ++attempt) {
       if (Cancelled()) return Fail(AgentEnd::kCancelled, "interrupted");
       HttpRequest request{provider_.url(), provider_.headers(), body_text, turn_deadline, config_.cancel};
-      transcript_.Write({{"kind", "request"}, {"url", request.url}, {"attempt", attempt + 1},
+      const std::string shown_url = RedactUrl(request.url);
+      transcript_.Write({{"kind", "request"}, {"url", shown_url}, {"attempt", attempt + 1},
                          {"headers", RedactedHeaders()}, {"body", body}});
       ++outcome_.http_requests;
       HttpResult result = transport_(request);
       nlohmann::json logged_body = nlohmann::json::parse(result.response.body, nullptr, false);
-      transcript_.Write({{"kind", "response"}, {"url", request.url}, {"attempt", attempt + 1},
+      transcript_.Write({{"kind", "response"}, {"url", shown_url}, {"attempt", attempt + 1},
                          {"status", result.response.status}, {"transport_error", result.error_message},
                          {"body", logged_body.is_discarded() ? nlohmann::json(result.response.body) : logged_body}});
 
@@ -173,7 +192,7 @@ class Loop {
         if (status >= 200 && status < 300) {
           if (logged_body.is_discarded())
             return Fail(AgentEnd::kMalformed, fmt::format("malformed {} response: the body is not JSON: {}", provider_.name(),
-                                                          result.response.body.substr(0, 200)));
+                                                          OneLine(result.response.body, 200)));
           ModelReply reply;
           reply.body = std::move(logged_body);
           return reply;
@@ -289,8 +308,11 @@ int64_t RetryAfterMs(const std::map<std::string, std::string>& headers) {
     const char* rest = strptime(it->second.c_str(), format, &parts);
     if (!rest || *rest != '\0') continue;
     time_t when = timegm(&parts);
-    if (when < 0) return -1;
-    return std::max<int64_t>(0, (static_cast<int64_t>(when) - static_cast<int64_t>(std::time(nullptr))) * 1000);
+    int64_t ahead_ms = (static_cast<int64_t>(when) - static_cast<int64_t>(std::time(nullptr))) * 1000;
+    // A date already past (a skewed clock, a stale cache) says nothing about when to retry: the normal backoff does,
+    // not an immediate retry that would spend every attempt in a moment.
+    if (when < 0 || ahead_ms <= 0) return -1;
+    return ahead_ms;
   }
   return -1;
 }
@@ -310,6 +332,7 @@ const char* AgentEndName(AgentEnd end) {
     case AgentEnd::kTimeout: return "timeout";
     case AgentEnd::kCancelled: return "cancelled";
     case AgentEnd::kRuntimeError: return "runtime_error";
+    case AgentEnd::kTranscriptError: return "transcript_error";
   }
   return "provider_error";
 }
@@ -320,7 +343,8 @@ int AgentExitCode(AgentEnd end) {
     case AgentEnd::kAuthError: return 2;
     case AgentEnd::kTimeout: return 124;
     case AgentEnd::kCancelled: return 130;
-    case AgentEnd::kRuntimeError: return 125;
+    case AgentEnd::kRuntimeError:
+    case AgentEnd::kTranscriptError: return 125;
     case AgentEnd::kProviderError:
     case AgentEnd::kMalformed:
     case AgentEnd::kMaxSteps: return 1;

@@ -41,6 +41,7 @@ enum class AgentEnd {
   kTimeout,
   kCancelled,
   kRuntimeError,   // the runtime could not run code at all, repeatedly
+  kTranscriptError,  // --transcript could not be opened or written
 };
 
 struct AgentOutcome {
@@ -55,13 +56,16 @@ struct AgentOutcome {
 AgentOutcome RunAgent(Provider& provider, runtime::SandboxRuntime& runtime, const AgentConfig& config,
                       const std::string& prompt);
 
-// "answered", "auth_error", "provider_error", "malformed", "max_steps", "timeout", "cancelled", "runtime_error".
+// "answered", "auth_error", "provider_error", "malformed", "max_steps", "timeout", "cancelled", "runtime_error",
+// "transcript_error".
 const char* AgentEndName(AgentEnd end);
 
-// 0 answered, 1 provider/model failure, 2 key rejected, 124 time-out, 130 interrupted, 125 runtime failure.
+// 0 answered, 1 provider/model failure, 2 key rejected, 124 time-out, 130 interrupted, 125 runtime or transcript
+// failure.
 int AgentExitCode(AgentEnd end);
 
-// Seconds to wait from a retry-after header (delta-seconds or an HTTP date) or retry-after-ms; -1 if none.
+// Milliseconds to wait from a retry-after header (delta-seconds or an HTTP date) or retry-after-ms; -1 if none, if
+// unparsable, or for a date that is not in the future (the caller then backs off as usual).
 int64_t RetryAfterMs(const std::map<std::string, std::string>& headers);
 
 }  // namespace nsbox::agent

@@ -12,8 +12,9 @@ namespace nsbox::agent {
 
 namespace {
 
-// The answer's size bound: far above any model reply; a larger one is reported, not cut.
-constexpr uint64_t kMaxAnswerBytes = 256ull << 20;
+// The helper's answer: the body (at most kMaxResponseBodyBytes, which the helper enforces) after one JSON line of
+// status and headers. Only a helper that broke that bound would reach this one.
+constexpr uint64_t kMaxAnswerBytes = kMaxResponseBodyBytes + (1 << 20);
 // How long past the request's own deadline the helper may take to report that deadline before it is killed.
 constexpr std::chrono::seconds kHelperGrace{5};
 
@@ -47,7 +48,20 @@ HttpResult Failure(TransportError error, std::string message) {
 
 }  // namespace
 
+std::string RedactUrl(std::string_view url) {
+  size_t scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return std::string(url);
+  size_t start = scheme_end + 3;
+  std::string_view authority = url.substr(start, url.find_first_of("/?#", start) - start);
+  size_t at = authority.rfind('@');
+  if (at == std::string_view::npos) return std::string(url);
+  size_t colon = authority.substr(0, at).find(':');
+  std::string userinfo = colon == std::string_view::npos ? "[redacted]" : std::string(authority.substr(0, colon + 1)) + "[redacted]";
+  return std::string(url.substr(0, start)) + userinfo + std::string(url.substr(start + at));
+}
+
 HttpResult HttpPost(const HttpRequest& request) {
+  const std::string shown_url = RedactUrl(request.url);  // messages only; curl gets the credentials
   auto helper = FindHelper();
   if (!helper.ok()) return Failure(TransportError::kOther, helper.status().message());
 
@@ -55,7 +69,7 @@ HttpResult HttpPost(const HttpRequest& request) {
   runtime::SubprocessSpec spec;
   if (request.deadline) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*request.deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Failure(TransportError::kTimeout, fmt::format("POST {}: the deadline passed", request.url));
+    if (left.count() <= 0) return Failure(TransportError::kTimeout, fmt::format("POST {}: the deadline passed", shown_url));
     wire.timeout_ms = left.count();
     spec.deadline = *request.deadline + kHelperGrace;
   }
@@ -67,27 +81,27 @@ HttpResult HttpPost(const HttpRequest& request) {
   spec.cancel = request.cancel;
 
   auto outcome = runtime::RunSubprocess(spec);
-  if (!outcome.ok()) return Failure(TransportError::kOther, fmt::format("POST {}: {}", request.url, outcome.status().message()));
-  if (outcome->cancelled) return Failure(TransportError::kCancelled, fmt::format("POST {}: cancelled", request.url));
-  if (outcome->deadline_passed) return Failure(TransportError::kTimeout, fmt::format("POST {}: timed out", request.url));
+  if (!outcome.ok()) return Failure(TransportError::kOther, fmt::format("POST {}: {}", shown_url, outcome.status().message()));
+  if (outcome->cancelled) return Failure(TransportError::kCancelled, fmt::format("POST {}: cancelled", shown_url));
+  if (outcome->deadline_passed) return Failure(TransportError::kTimeout, fmt::format("POST {}: timed out", shown_url));
   if (outcome->stdout_truncated) {
-    return Failure(TransportError::kOther, fmt::format("POST {}: the answer is larger than {} bytes", request.url, kMaxAnswerBytes));
+    return Failure(TransportError::kOther, fmt::format("POST {}: the answer is larger than {} bytes", shown_url, kMaxAnswerBytes));
   }
   if (!outcome->exited || outcome->exit_code != 0) {
     std::string why = outcome->exited ? fmt::format("exit status {}", outcome->exit_code) : fmt::format("signal {}", outcome->signal);
     std::string said = outcome->stderr_data.substr(0, outcome->stderr_data.find('\n'));
     return Failure(TransportError::kOther,
-                   fmt::format("POST {}: nsbox-http failed ({}){}{}", request.url, why, said.empty() ? "" : ": ", said));
+                   fmt::format("POST {}: nsbox-http failed ({}){}{}", shown_url, why, said.empty() ? "" : ": ", said));
   }
   auto answer = DecodeResponse(outcome->stdout_data);
-  if (!answer.ok()) return Failure(TransportError::kOther, fmt::format("POST {}: {}", request.url, answer.status().message()));
+  if (!answer.ok()) return Failure(TransportError::kOther, fmt::format("POST {}: {}", shown_url, answer.status().message()));
 
   HttpResult result;
   if (answer->error != "none") {
     result.error = answer->error == "connect"   ? TransportError::kConnect
                    : answer->error == "timeout" ? TransportError::kTimeout
                                                 : TransportError::kOther;
-    result.error_message = fmt::format("POST {}: {}", request.url, answer->message);
+    result.error_message = fmt::format("POST {}: {}", shown_url, answer->message);
     return result;
   }
   result.response.status = answer->status;

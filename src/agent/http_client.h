@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sandbox/base/status.h"
@@ -36,5 +37,9 @@ struct HttpResult {
 };
 
 HttpResult HttpPost(const HttpRequest& request);
+
+// The URL with the userinfo's secret replaced by [redacted] (user:[redacted]@host, or [redacted]@host for a lone
+// token), as API keys are: for logs, transcripts and messages.
+std::string RedactUrl(std::string_view url);
 
 }  // namespace nsbox::agent

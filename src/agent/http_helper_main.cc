@@ -23,8 +23,19 @@ using nsbox::agent::WireResponse;
 // Requests are model conversations: far below this, which only bounds a confused or hostile writer.
 constexpr size_t kMaxRequestBytes = 256u << 20;
 
+// The body so far; a write past kMaxResponseBodyBytes is refused (curl then ends the transfer with CURLE_WRITE_ERROR).
+struct BodySink {
+  std::string* body;
+  bool too_large = false;
+};
+
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
-  static_cast<std::string*>(user)->append(data, size * count);
+  auto* sink = static_cast<BodySink*>(user);
+  if (sink->body->size() + size * count > nsbox::agent::kMaxResponseBodyBytes) {
+    sink->too_large = true;
+    return 0;
+  }
+  sink->body->append(data, size * count);
   return size * count;
 }
 
@@ -74,7 +85,8 @@ WireResponse Perform(const WireRequest& request) {
   curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, header_list);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &response.body);
+  BodySink body_sink{&response.body};
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body_sink);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &response.headers);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error_buffer);
@@ -85,6 +97,9 @@ WireResponse Perform(const WireRequest& request) {
   CURLcode code = curl_easy_perform(c);
   if (code != CURLE_OK) {
     response.message = error_buffer[0] ? error_buffer : curl_easy_strerror(code);
+    if (body_sink.too_large)
+      response.message = fmt::format("the response body is larger than nsbox's limit of {} MiB",
+                                     nsbox::agent::kMaxResponseBodyBytes >> 20);
     switch (code) {
       case CURLE_COULDNT_CONNECT:
       case CURLE_COULDNT_RESOLVE_HOST:

@@ -16,6 +16,10 @@ namespace nsbox::agent {
 // its ~30 dependent libraries). The agent's requests therefore go through nsbox-http, a small program that links
 // Debian's libcurl the ordinary way; `nsbox run` never loads any of it.
 
+// The largest response body nsbox-http takes (after decompression): far above any model reply, and it bounds what a
+// confused or hostile server can make nsbox hold in memory and print. A larger body fails the request.
+inline constexpr uint64_t kMaxResponseBodyBytes = 32ull << 20;
+
 // What nsbox-http is asked to do. The body follows the JSON line as raw bytes (body_bytes of them).
 struct WireRequest {
   std::string url;

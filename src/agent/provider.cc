@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "src/agent/anthropic.h"
+#include "src/agent/http_client.h"
 #include "src/agent/openai.h"
 
 namespace nsbox::agent {
@@ -25,15 +26,34 @@ std::string BaseUrlVariable(const std::string& provider) {
   return provider == "anthropic" ? "ANTHROPIC_BASE_URL" : "OPENAI_BASE_URL";
 }
 
+StatusOr<std::string> ChooseBaseUrl(const std::string& provider, const std::optional<std::string>& flag,
+                                    const char* env_value) {
+  if (flag) {
+    if (flag->empty()) return Status::Error("--base-url is empty: give the endpoint's URL, or leave the option out for the public API");
+    return *flag;
+  }
+  if (env_value) {
+    if (*env_value == '\0')
+      return Status::Error(fmt::format("{} is set but empty: give the endpoint's URL, or unset it for the public API",
+                                       BaseUrlVariable(provider)));
+    return std::string(env_value);
+  }
+  return std::string();
+}
+
 StatusOr<std::unique_ptr<Provider>> MakeProvider(ProviderConfig config) {
   if (config.provider != "anthropic" && config.provider != "openai")
     return Status::Error(fmt::format("unknown provider \"{}\" (choose anthropic or openai)", config.provider));
   if (config.model.empty()) config.model = DefaultModel(config.provider);
   if (config.base_url.empty()) config.base_url = DefaultBaseUrl(config.provider);
-  while (!config.base_url.empty() && config.base_url.back() == '/') config.base_url.pop_back();
-  // A mistyped endpoint is said at once, not after five retries of a host that cannot be resolved.
+  // A mistyped endpoint is said at once, not after five retries of a host that cannot be resolved; as it was given.
+  const std::string given = RedactUrl(config.base_url);
   if (!config.base_url.starts_with("http://") && !config.base_url.starts_with("https://"))
-    return Status::Error(fmt::format("base URL \"{}\" is not an http:// or https:// URL", config.base_url));
+    return Status::Error(fmt::format("base URL \"{}\" is not an http:// or https:// URL", given));
+  const size_t host_start = config.base_url.find("://") + 3;
+  while (config.base_url.size() > host_start && config.base_url.back() == '/') config.base_url.pop_back();
+  if (config.base_url.size() == host_start || config.base_url[host_start] == '/')
+    return Status::Error(fmt::format("base URL \"{}\" names no host", given));
   if (config.provider == "anthropic") return std::unique_ptr<Provider>(new AnthropicProvider(std::move(config)));
   return std::unique_ptr<Provider>(new OpenAIProvider(std::move(config)));
 }
@@ -42,14 +62,38 @@ std::string ErrorMessageFromBody(const std::string& body) {
   auto json = nlohmann::json::parse(body, nullptr, false);
   if (!json.is_discarded() && json.is_object() && json.contains("error")) {
     const auto& error = json["error"];
-    if (error.is_string()) return error.get<std::string>();
+    if (error.is_string()) return OneLine(error.get<std::string>());
     if (error.is_object() && error.contains("message") && error["message"].is_string()) {
       std::string type = error.contains("type") && error["type"].is_string() ? error["type"].get<std::string>() : "";
-      return type.empty() ? error["message"].get<std::string>() : fmt::format("{}: {}", type, error["message"].get<std::string>());
+      std::string message = error["message"].get<std::string>();
+      return OneLine(type.empty() ? message : fmt::format("{}: {}", type, message));
     }
   }
-  std::string text = body.substr(0, 300);
+  std::string text = OneLine(body);
   return text.empty() ? "(empty body)" : text;
+}
+
+std::string OneLine(std::string_view text, size_t max_bytes) {
+  std::string out;
+  bool pending_space = false;
+  for (char c : text) {
+    // Control characters count as whitespace: a server's escape sequences do not reach the terminal.
+    if (static_cast<unsigned char>(c) <= ' ' || c == '\x7f') {
+      pending_space = !out.empty();
+      continue;
+    }
+    if (pending_space) out += ' ';
+    pending_space = false;
+    out += c;
+    if (out.size() > max_bytes + 4) break;  // enough to know it is clipped
+  }
+  if (out.size() > max_bytes) {
+    size_t cut = max_bytes;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    out.resize(cut);
+    out += " …";
+  }
+  return out;
 }
 
 }  // namespace nsbox::agent

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -84,9 +86,21 @@ std::string DefaultModel(const std::string& provider);
 std::string ApiKeyVariable(const std::string& provider);
 std::string BaseUrlVariable(const std::string& provider);
 
+// The base URL of a run: --base-url when given, else the provider's variable when set (env_value: its getenv, or
+// nullptr); empty, the public endpoint, when neither is. One given but empty is an error: an unset shell variable in
+// `--base-url "$URL"` or `OPENAI_BASE_URL=$URL` must not send the prompt and the key to the public API.
+StatusOr<std::string> ChooseBaseUrl(const std::string& provider, const std::optional<std::string>& flag,
+                                    const char* env_value);
+
 StatusOr<std::unique_ptr<Provider>> MakeProvider(ProviderConfig config);
 
-// The message a provider put in an error response body ({"error": {"message": …}} in both formats).
+// The message a provider put in an error response body ({"error": {"message": …}} in both formats), else the body
+// itself (an HTML error page …), as one line of at most kMaxErrorTextBytes.
 std::string ErrorMessageFromBody(const std::string& body);
+
+// Text from a server made fit for a one-line error: every run of whitespace (newlines included) becomes one space,
+// and text longer than max_bytes is clipped (at a character boundary) with " …".
+inline constexpr size_t kMaxErrorTextBytes = 300;
+std::string OneLine(std::string_view text, size_t max_bytes = kMaxErrorTextBytes);
 
 }  // namespace nsbox::agent

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/output_buffer.h"
+
 namespace nsbox::agent {
 
 std::vector<ToolSpec> CodeTools() {
@@ -87,7 +89,8 @@ std::string FormatToolResult(const runtime::ExecutionResult& r, uint64_t budget_
     out += fmt::format("{}:\n{}", name, clipped.text);
     if (out.back() != '\n') out += '\n';
     if (truncated)
-      out += fmt::format("[the sandbox kept {} of the {} bytes the program wrote to {}]\n", data.size(), produced, name);
+      out += fmt::format("[the sandbox kept {} of the {} bytes the program wrote to {}]\n",
+                         OutputBuffer::KeptBytes(data, produced), produced, name);
   };
   section("stdout", r.stdout_data, out_budget, r.stdout_truncated, r.stdout_bytes);
   section("stderr", r.stderr_data, err_budget, r.stderr_truncated, r.stderr_bytes);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -36,6 +37,7 @@ struct AgentOptions {
   std::string provider;
   std::string model;
   std::string base_url;
+  bool base_url_given = false;  // even as '': not the same as left out
   std::string runtime = "nsbox";
   int max_steps = 10;
   std::string timeout = "10m";
@@ -92,7 +94,10 @@ int RunAgentCommand(const AgentOptions& o) {
   agent::ProviderConfig provider_config;
   provider_config.provider = provider;
   provider_config.model = o.model;
-  provider_config.base_url = !o.base_url.empty() ? o.base_url : Env(agent::BaseUrlVariable(provider));
+  auto base_url = agent::ChooseBaseUrl(provider, o.base_url_given ? std::optional(o.base_url) : std::nullopt,
+                                       getenv(agent::BaseUrlVariable(provider).c_str()));
+  if (!base_url.ok()) return Fail(base_url.status().message(), kExitNsboxFailure);
+  provider_config.base_url = *base_url;
   provider_config.api_key = Env(agent::ApiKeyVariable(provider));
   provider_config.system_prompt = agent::SystemPrompt();
   provider_config.tools = agent::CodeTools();
@@ -122,7 +127,7 @@ int RunAgentCommand(const AgentOptions& o) {
   sigaction(SIGTERM, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  if (config.log) config.log(fmt::format("provider {} at {}, model {}, runtime {}", provider, (*made_provider)->url(),
+  if (config.log) config.log(fmt::format("provider {} at {}, model {}, runtime {}", provider, agent::RedactUrl((*made_provider)->url()),
                                          (*made_provider)->model(), sandbox->name()));
   agent::AgentOutcome outcome = agent::RunAgent(**made_provider, *sandbox, config, o.prompt);
   // The conversation is over however it ended: end its sandbox now, before printing.
@@ -145,7 +150,7 @@ void RegisterAgent(CLI::App& app, ExitCode& exit_code) {
       "Answer PROMPT with an LLM that runs real code in a sandbox instead of guessing (tools execute_code and "
       "run_python). Keys from ANTHROPIC_API_KEY / OPENAI_API_KEY, endpoints from --base-url or ANTHROPIC_BASE_URL / "
       "OPENAI_BASE_URL (any OpenAI-compatible server works). Exit codes: 0 answered, 1 model/provider failure, "
-      "2 API key missing or rejected, 124 time-out, 125 runtime failure, 130 interrupted.");
+      "2 API key missing or rejected, 124 time-out, 125 bad option, runtime or transcript failure, 130 interrupted.");
   cmd->add_option("--provider", options->provider, "anthropic or openai (default: the one whose API key is set)")
       ->check(CLI::IsMember({"anthropic", "openai"}));
   cmd->add_option("--model", options->model, "model name (default: claude-sonnet-4-5 / gpt-4o)");
@@ -165,7 +170,10 @@ void RegisterAgent(CLI::App& app, ExitCode& exit_code) {
   cmd->add_option("--transcript", options->transcript, "write every request, response and tool call to FILE as JSONL");
   cmd->add_flag("--verbose", options->verbose, "print each step, tool call and result to stderr");
   cmd->add_option("PROMPT", options->prompt, "the question or task")->required();
-  cmd->callback([options, &exit_code] { exit_code.value = RunAgentCommand(*options); });
+  cmd->callback([options, cmd, &exit_code] {
+    options->base_url_given = cmd->count("--base-url") > 0;
+    exit_code.value = RunAgentCommand(*options);
+  });
 }
 
 }  // namespace nsbox::cli

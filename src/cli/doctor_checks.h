@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "src/cli/image_store.h"
+
 namespace nsbox::doctor {
 
 enum class Verdict { kPass, kWarn, kFail };
@@ -28,7 +30,7 @@ struct HostPaths {
   std::string cgroup_root = "/sys/fs/cgroup";
   std::string host_root = "/";  // where the host view's paths and the interpreters are looked up
   std::string data_dir;         // rootfs/host.json and rootfs/languages.json; empty: DataDir()
-  std::string image_store = "/var/lib/nsbox/images";
+  std::string image_store = cli::ImageStoreRoot();  // as `nsbox image` resolves it ($NSBOX_IMAGE_STORE)
 };
 
 // Who asks: the verdicts differ for root and for an ordinary user.

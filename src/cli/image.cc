@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <ctime>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -254,17 +255,20 @@ Status RequireRoot(const std::string& store) {
 
 struct BuildOptions {
   std::string template_name;
-  std::string name;
+  std::optional<std::string> name;  // --name, when given
 };
 
 Status BuildImage(const BuildOptions& options) {
   const auto start = Clock::now();
+  // A bad --name is a usage error, said before anything else is looked at.
+  if (options.name) NSBOX_RETURN_IF_ERROR(NewImageName(options.name, "").status());
   const std::string store = ImageStoreRoot();
   NSBOX_RETURN_IF_ERROR(RequireRoot(store));
   auto tmpl = LoadTemplate(options.template_name, TemplateDir());
   if (!tmpl.ok()) return tmpl.status();
-  const std::string name = options.name.empty() ? tmpl->name : options.name;
-  NSBOX_RETURN_IF_ERROR(ValidateImageName(name));
+  auto new_name = NewImageName(options.name, tmpl->name);
+  if (!new_name.ok()) return new_name.status();
+  const std::string name = *new_name;
   NSBOX_RETURN_IF_ERROR(EnsureStore(store));
   auto swept = SweepStaleEntries(store);
   if (!swept.ok()) return swept.status();
@@ -422,8 +426,10 @@ void RegisterImage(CLI::App& app, ExitCode& exit_code) {
   static BuildOptions build_options;
   auto* build = image->add_subcommand("build", "build an image from a template (rootfs/templates/NAME.json or a .json path)");
   build->add_option("template", build_options.template_name, "template name or path to a template .json file")->required();
-  build->add_option("--name", build_options.name, "image name (default: the template's name)");
-  build->callback([fail] {
+  static std::string build_name;
+  build->add_option("--name", build_name, "image name (default: the template's name)");
+  build->callback([fail, build] {
+    if (build->count("--name") > 0) build_options.name = build_name;
     Status status = BuildImage(build_options);
     fail("build", status);
     // An interrupted build ends with the conventional 128+signal code once its cleanup is done.

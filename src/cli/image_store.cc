@@ -119,6 +119,15 @@ Status ValidateImageName(const std::string& name) {
   return OkStatus();
 }
 
+StatusOr<std::string> NewImageName(const std::optional<std::string>& requested, const std::string& template_name) {
+  if (requested && requested->empty()) return Status::Error("--name is empty: give the image a name, or leave --name out for the template's");
+  const std::string name = requested.value_or(template_name);
+  if (name == "host")
+    return Status::Error("'host' cannot name an image: --rootfs host always means the host view (give another --name)");
+  NSBOX_RETURN_IF_ERROR(ValidateImageName(name));
+  return name;
+}
+
 StatusOr<std::string> ResolveImage(const std::string& name) { return ResolveImageIn(ImageStoreRoot(), name); }
 
 StatusOr<std::string> ResolveImageIn(const std::string& store, const std::string& name) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ StatusOr<std::string> ResolveImageIn(const std::string& store, const std::string
 
 // Image names are what a path component and a CLI argument can carry safely: [a-z0-9][a-z0-9._-]{0,63}.
 Status ValidateImageName(const std::string& name);
+// The name a new image gets: --name when given, else the template's. It must be valid, and not "host": `--rootfs host`
+// always means the host view, so an image of that name could never be used.
+StatusOr<std::string> NewImageName(const std::optional<std::string>& requested, const std::string& template_name);
 
 struct ImageInfo {
   std::string name;

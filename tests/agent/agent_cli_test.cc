@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 
 #include <catch2/catch.hpp>
 
@@ -49,6 +50,15 @@ std::vector<std::string> ReadLines(const std::string& path) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
+}
+
+// An empty file of this test's own under /tmp; the test removes it.
+std::string TempFile() {
+  char path[] = "/tmp/nsbox-agent-cli-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  return path;
 }
 
 const char* const kPrime = "What is the 1000th prime number? Verify by computing it.";
@@ -118,21 +128,18 @@ TEST_CASE("nsbox agent rejects a bad duration with a one-line error") {
 TEST_CASE("Ctrl-C ends nsbox agent with 130 and removes its sandbox session") {
   if (!CliReady("Ctrl-C ends nsbox agent")) return;
   testing::FakeProviderServer server;
-  char log[] = "/tmp/nsbox-agent-cli-XXXXXX";
-  int fd = mkstemp(log);
-  REQUIRE(fd >= 0);
-  close(fd);
+  const std::string log = TempFile();
   // The stand-in nsbox has sessions and logs create/exec/rm; SIGINT arrives while the loop spins.
   auto start = std::chrono::steady_clock::now();
   CliRun run = RunCli({"/usr/bin/timeout", "--preserve-status", "-s", "INT", "2", NsboxBin(), "agent", "--provider",
                        "anthropic", "--base-url", server.BaseUrl("anthropic"), "Spin forever [scenario:loop]"},
                       {"ANTHROPIC_API_KEY=test-anthropic-key", "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"),
-                       std::string("FAKE_NSBOX_LOG=") + log});
+                       "FAKE_NSBOX_LOG=" + log});
   CHECK(run.exit_code == 130);
   CHECK(run.err == "nsbox agent: interrupted\n");
   CHECK(std::chrono::steady_clock::now() - start < 8s);
   auto lines = ReadLines(log);
-  unlink(log);
+  unlink(log.c_str());
   REQUIRE(lines.size() == 3);
   CHECK(lines[0].rfind("create ", 0) == 0);
   CHECK(lines[2] == "rm " + lines[0].substr(7, lines[0].find(' ', 7) - 7));
@@ -141,18 +148,84 @@ TEST_CASE("Ctrl-C ends nsbox agent with 130 and removes its sandbox session") {
 TEST_CASE("the run time-out ends nsbox agent with 124 and removes its sandbox session") {
   if (!CliReady("run time-out ends nsbox agent")) return;
   testing::FakeProviderServer server;
-  char log[] = "/tmp/nsbox-agent-cli-XXXXXX";
-  int fd = mkstemp(log);
-  REQUIRE(fd >= 0);
-  close(fd);
+  const std::string log = TempFile();
   CliRun run = RunCli({NsboxBin(), "agent", "--timeout", "2s", "--base-url", server.BaseUrl("anthropic"),
                        "Spin forever [scenario:loop]"},
                       {"ANTHROPIC_API_KEY=test-anthropic-key", "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"),
-                       std::string("FAKE_NSBOX_LOG=") + log});
+                       "FAKE_NSBOX_LOG=" + log});
   CHECK(run.exit_code == 124);
   CHECK(run.err == "nsbox agent: the run's time-out of 2s (--timeout) passed\n");
   auto lines = ReadLines(log);
-  unlink(log);
+  unlink(log.c_str());
   REQUIRE_FALSE(lines.empty());
   CHECK(lines.back().rfind("rm ", 0) == 0);
+}
+
+TEST_CASE("nsbox agent refuses a model response over its size limit with one line and exit 1") {
+  if (!CliReady("nsbox agent huge response")) return;
+  testing::FakeProviderServer server;
+  CliRun run = RunCli({NsboxBin(), "agent", "--runtime", "local", "--base-url", server.BaseUrl("anthropic"),
+                       "Answer at length [scenario:huge]"},
+                      {"ANTHROPIC_API_KEY=test-anthropic-key"});
+  CHECK(run.exit_code == 1);
+  CHECK(run.out.empty());
+  // After the --runtime local warning, one line.
+  CHECK_THAT(run.err, Catch::EndsWith("\nnsbox agent: POST " + server.BaseUrl("anthropic") +
+                                      "/v1/messages: the response body is larger than nsbox's limit of 32 MiB\n"));
+}
+
+TEST_CASE("nsbox agent refuses an empty base URL, given or in the environment, instead of using the public API") {
+  if (!CliReady("nsbox agent empty base URL")) return;
+  CliRun flag = RunCli({NsboxBin(), "agent", "--base-url", "", "hello"}, {"ANTHROPIC_API_KEY=x"});
+  CHECK(flag.exit_code == 125);
+  CHECK(flag.err == "nsbox agent: --base-url is empty: give the endpoint's URL, or leave the option out for the public API\n");
+  CliRun anthropic = RunCli({NsboxBin(), "agent", "hello"}, {"ANTHROPIC_API_KEY=x", "ANTHROPIC_BASE_URL="});
+  CHECK(anthropic.exit_code == 125);
+  CHECK(anthropic.err ==
+        "nsbox agent: ANTHROPIC_BASE_URL is set but empty: give the endpoint's URL, or unset it for the public API\n");
+  CliRun openai = RunCli({NsboxBin(), "agent", "hello"}, {"OPENAI_API_KEY=x", "OPENAI_BASE_URL="});
+  CHECK(openai.exit_code == 125);
+  CHECK(openai.err ==
+        "nsbox agent: OPENAI_BASE_URL is set but empty: give the endpoint's URL, or unset it for the public API\n");
+  CliRun no_host = RunCli({NsboxBin(), "agent", "--base-url", "http://", "hello"}, {"ANTHROPIC_API_KEY=x"});
+  CHECK(no_host.exit_code == 125);
+  CHECK(no_host.err == "nsbox agent: base URL \"http://\" names no host\n");
+}
+
+TEST_CASE("nsbox agent keeps a base URL's password out of --verbose and the transcript") {
+  if (!CliReady("nsbox agent URL credentials")) return;
+  testing::FakeProviderServer server;
+  const std::string transcript = TempFile();
+  std::string url = server.BaseUrl("anthropic");
+  url.insert(url.find("//") + 2, "user:s3cr3t@");
+  CliRun run = RunCli({NsboxBin(), "agent", "--runtime", "local", "--verbose", "--transcript", transcript, "--base-url",
+                       url, kPrime},
+                      {"ANTHROPIC_API_KEY=test-anthropic-key"});
+  std::ifstream in(transcript);
+  std::string logged((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unlink(transcript.c_str());
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  CHECK(run.err.find("user:[redacted]@127.0.0.1") != std::string::npos);
+  CHECK(run.err.find("s3cr3t") == std::string::npos);
+  CHECK(logged.find("\"url\":\"http://user:[redacted]@127.0.0.1") != std::string::npos);
+  CHECK(logged.find("s3cr3t") == std::string::npos);
+}
+
+TEST_CASE("nsbox agent fails with 125 when its transcript cannot be opened or written") {
+  if (!CliReady("nsbox agent transcript failure")) return;
+  testing::FakeProviderServer server;
+  CliRun missing = RunCli({NsboxBin(), "agent", "--runtime", "local", "--transcript", "/nonexistent/t", "--base-url",
+                           server.BaseUrl("anthropic"), kPrime},
+                          {"ANTHROPIC_API_KEY=test-anthropic-key"});
+  CHECK(missing.exit_code == 125);
+  CHECK_THAT(missing.err,
+             Catch::EndsWith("\nnsbox agent: open(/nonexistent/t) for the transcript: No such file or directory (ENOENT)\n"));
+  // /dev/full: opened fine, every write fails with ENOSPC; the run must not answer as if the transcript were kept.
+  CliRun full = RunCli({NsboxBin(), "agent", "--runtime", "local", "--transcript", "/dev/full", "--base-url",
+                        server.BaseUrl("anthropic"), kPrime},
+                       {"ANTHROPIC_API_KEY=test-anthropic-key"});
+  CHECK(full.exit_code == 125);
+  CHECK(full.out.empty());
+  CHECK_THAT(full.err, Catch::EndsWith("\nnsbox agent: writing the transcript /dev/full: No space left on device (ENOSPC)\n"));
 }

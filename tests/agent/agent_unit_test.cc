@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "sandbox/output_buffer.h"
 #include "src/agent/agent_loop.h"
 #include "src/agent/anthropic.h"
 #include "src/agent/http_wire.h"
@@ -26,6 +27,15 @@ std::unique_ptr<Provider> Make(const std::string& name, const std::string& base_
   return std::move(*p);
 }
 
+// Why an OpenAI provider cannot be made on base_url; empty when it can.
+std::string RefusalOf(const std::string& base_url) {
+  ProviderConfig config;
+  config.provider = "openai";
+  config.base_url = base_url;
+  auto made = MakeProvider(config);
+  return made.ok() ? "" : made.status().message();
+}
+
 json AnthropicToolTurn() {
   return json::parse(R"J({"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use",
     "content":[{"type":"text","text":"Let me compute."},
@@ -44,16 +54,37 @@ json OpenAIToolTurn() {
 
 TEST_CASE("a base URL that is not http(s) is refused when the provider is made") {
   for (const char* url : {"notaurl", "api.openai.com/v1", "ftp://example.com", "file:///etc/passwd"}) {
-    ProviderConfig config;
-    config.provider = "openai";
-    config.base_url = url;
-    auto p = MakeProvider(config);
     INFO(url);
-    REQUIRE_FALSE(p.ok());
-    CHECK(p.status().message().find("is not an http:// or https:// URL") != std::string::npos);
+    CHECK(RefusalOf(url).find("is not an http:// or https:// URL") != std::string::npos);
   }
   CHECK(Make("openai", "http://127.0.0.1:8080/v1/") != nullptr);
   CHECK(Make("anthropic", "https://api.anthropic.com") != nullptr);
+}
+
+TEST_CASE("a base URL without a host is refused as it was given, credentials redacted") {
+  for (std::string url : {"http://", "https:///", "http:///v1"}) CHECK(RefusalOf(url) == "base URL \"" + url + "\" names no host");
+  CHECK(RefusalOf("ftp://user:s3cr3t@host/") == "base URL \"ftp://user:[redacted]@host/\" is not an http:// or https:// URL");
+}
+
+TEST_CASE("an empty base URL, given or in the environment, is an error; only one left out means the public API") {
+  CHECK(ChooseBaseUrl("anthropic", std::nullopt, nullptr).value() == "");
+  CHECK(ChooseBaseUrl("openai", std::nullopt, "http://local/v1").value() == "http://local/v1");
+  CHECK(ChooseBaseUrl("openai", std::string("http://flag/v1"), "http://env/v1").value() == "http://flag/v1");
+  CHECK(ChooseBaseUrl("anthropic", std::string(), "http://env").status().message() ==
+        "--base-url is empty: give the endpoint's URL, or leave the option out for the public API");
+  CHECK(ChooseBaseUrl("anthropic", std::nullopt, "").status().message() ==
+        "ANTHROPIC_BASE_URL is set but empty: give the endpoint's URL, or unset it for the public API");
+  CHECK(ChooseBaseUrl("openai", std::nullopt, "").status().message() ==
+        "OPENAI_BASE_URL is set but empty: give the endpoint's URL, or unset it for the public API");
+}
+
+TEST_CASE("credentials in a URL are redacted the way API keys are") {
+  CHECK(RedactUrl("http://user:s3cr3t@host:8080/v1/messages") == "http://user:[redacted]@host:8080/v1/messages");
+  CHECK(RedactUrl("https://tok3n@host/v1") == "https://[redacted]@host/v1");
+  CHECK(RedactUrl("http://u:p@ss@host/x@y") == "http://u:[redacted]@host/x@y");
+  CHECK(RedactUrl("http://host/v1?to=a@b") == "http://host/v1?to=a@b");
+  CHECK(RedactUrl("https://api.anthropic.com/v1/messages") == "https://api.anthropic.com/v1/messages");
+  CHECK(RedactUrl("not a url") == "not a url");
 }
 
 TEST_CASE("anthropic request carries model, max_tokens, system prompt and both tools with input schemas") {
@@ -179,6 +210,21 @@ TEST_CASE("provider error bodies are read in both formats") {
   CHECK(ErrorMessageFromBody("<html>bad gateway</html>") == "<html>bad gateway</html>");
 }
 
+TEST_CASE("provider error messages are one line, long bodies clipped") {
+  CHECK(ErrorMessageFromBody("<html>\r\n<head><title>500 Internal Server Error</title></head>\n<body>\n\t<h1>oops</h1>\n</body>\n</html>\n") ==
+        "<html> <head><title>500 Internal Server Error</title></head> <body> <h1>oops</h1> </body> </html>");
+  CHECK(ErrorMessageFromBody(R"J({"error":{"type":"invalid_request_error","message":"messages: line one\nline two\n"}})J") ==
+        "invalid_request_error: messages: line one line two");
+  CHECK(ErrorMessageFromBody(" \n ") == "(empty body)");
+  std::string page = "<html>" + std::string(100000, 'x') + "\n</html>";
+  std::string clipped = ErrorMessageFromBody(page);
+  CHECK(clipped.size() <= kMaxErrorTextBytes + 4);
+  CHECK(clipped.ends_with(" …"));
+  // A clip never splits a character, and escape sequences do not reach the terminal.
+  CHECK(OneLine(std::string(9, 'a') + "\xc3\xa9zz", 10) == std::string(9, 'a') + " …");
+  CHECK(OneLine("red \x1b[31mtext") == "red [31mtext");
+}
+
 TEST_CASE("tool calls are read into language and code, and bad ones are explained to the model") {
   ToolCall python{"1", "run_python", {{"code", "print(1)"}}, ""};
   auto r = ParseCodeCall(python);
@@ -259,12 +305,31 @@ TEST_CASE("tool result notes output the sandbox itself dropped, and is always va
   CHECK_NOTHROW(json(text).dump());
 }
 
+TEST_CASE("the sandbox's kept byte count is the program's bytes, not nsbox's cut marker") {
+  for (auto [limit, written] : {std::pair<uint64_t, uint64_t>{0, 3}, {1024, 1288890}}) {
+    OutputBuffer buf(limit);
+    buf.Append(std::string(written, 'z'));
+    nsbox::Result r;
+    r.status = RunStatus::kExit;
+    r.exit_code = 0;
+    r.stdout_data = buf.Contents();
+    r.stdout_bytes = written;
+    r.stdout_truncated = true;
+    std::string text = FormatToolResult(r, 1 << 20);
+    INFO(text);
+    CHECK(text.find(fmt::format("[the sandbox kept {} of the {} bytes the program wrote to stdout]", limit, written)) !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("retry-after is read as seconds, milliseconds or an HTTP date") {
   CHECK(RetryAfterMs({{"retry-after", "2"}}) == 2000);
   CHECK(RetryAfterMs({{"retry-after", "0.5"}}) == 500);
   CHECK(RetryAfterMs({{"retry-after-ms", "250"}, {"retry-after", "9"}}) == 250);
   CHECK(RetryAfterMs({}) == -1);
-  CHECK(RetryAfterMs({{"retry-after", "Wed, 21 Oct 2015 07:28:00 GMT"}}) == 0);  // in the past: at once
+  // A date in the past, or one not understood, leaves the wait to the normal backoff.
+  CHECK(RetryAfterMs({{"retry-after", "Wed, 21 Oct 2015 07:28:00 GMT"}}) == -1);
+  CHECK(RetryAfterMs({{"retry-after", "Wed, 32 Foo 2015 07:28:00 GMT"}}) == -1);
   CHECK(RetryAfterMs({{"retry-after", "soon"}}) == -1);
   CHECK(RetryAfterMs({{"retry-after", "Wed, 21 Oct 2015 07:28:00 GMT and more"}}) == -1);
   // A date two minutes ahead, in the preferred form and in both obsolete ones (RFC 9110 5.6.7).

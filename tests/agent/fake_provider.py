@@ -282,7 +282,10 @@ class Handler(BaseHTTPRequestHandler):
         for k, v in extra_headers:
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # a client that stopped reading (the agent's cap on a huge answer)
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
@@ -330,6 +333,11 @@ class Handler(BaseHTTPRequestHandler):
             if fmt == "anthropic":
                 return self.reply(200, {"id": "msg_x", "type": "message", "role": "assistant", "stop_reason": "end_turn"})
             return self.reply(200, {"id": "chatcmpl-x", "object": "chat.completion", "model": body["model"]})
+        if "[scenario:huge]" in prompt:
+            # A valid answer of 40 MiB: more than the agent's HTTP client takes.
+            move = ("text", "x" * (40 << 20))
+            make = anthropic_response if fmt == "anthropic" else openai_response
+            return self.reply(200, make(body["model"], move))
         if "[scenario:slow]" in prompt:
             time.sleep(5)
         try:

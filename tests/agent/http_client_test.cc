@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "src/agent/http_client.h"
+#include "src/agent/http_wire.h"
 
 using namespace nsbox;
 using namespace std::chrono_literals;
@@ -82,7 +83,12 @@ class OneShotServer {
     }
     if (header_end != std::string::npos) body_ = request.substr(header_end + 4, want);
     if (!reply_.empty()) {
-      REQUIRE(write(conn, reply_.data(), reply_.size()) == static_cast<ssize_t>(reply_.size()));
+      // A client that stops reading (a body over its limit) ends the reply: no SIGPIPE.
+      for (size_t sent = 0; sent < reply_.size();) {
+        ssize_t n = send(conn, reply_.data() + sent, reply_.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        sent += static_cast<size_t>(n);
+      }
     } else {
       while (!done_) std::this_thread::sleep_for(20ms);
     }
@@ -140,6 +146,29 @@ TEST_CASE("HttpPost carries any bytes both ways through nsbox-http") {
   CHECK(result.response.headers.at("x-odd") == "caf\xEF\xBF\xBD");  // invalid UTF-8 replaced, not fatal
   CHECK(server.ReceivedBody() == body);
   CHECK(HelperChildren() == 0);
+}
+
+TEST_CASE("a response body over the limit fails the request, naming the limit") {
+  std::string body(agent::kMaxResponseBodyBytes + 1, 'x');
+  OneShotServer server("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  agent::HttpRequest request;
+  request.url = server.Url();
+  request.body = "{}";
+  request.deadline = std::chrono::steady_clock::now() + 30s;
+  auto result = agent::HttpPost(request);
+  CHECK(result.error == agent::TransportError::kOther);
+  CHECK(result.error_message == "POST " + server.Url() + ": the response body is larger than nsbox's limit of 32 MiB");
+  CHECK(result.response.body.empty());
+  CHECK(HelperChildren() == 0);
+}
+
+TEST_CASE("a URL's credentials stay out of the error messages") {
+  agent::HttpRequest request;
+  request.url = "http://user:s3cr3t@127.0.0.1:1/";  // nothing listens on port 1
+  auto result = agent::HttpPost(request);
+  CHECK(result.error == agent::TransportError::kConnect);
+  CHECK(result.error_message.rfind("POST http://user:[redacted]@127.0.0.1:1/: ", 0) == 0);
+  CHECK(result.error_message.find("s3cr3t") == std::string::npos);
 }
 
 TEST_CASE("a cancelled request ends at once and leaves no nsbox-http behind") {

@@ -281,6 +281,38 @@ TEST_CASE("unknown and invalid templates fail with one clear line and leave noth
   CHECK_FALSE(nsbox::PathExists(Store() + "/bad"));
 }
 
+TEST_CASE("an image cannot be named host or nothing; the refusal comes before any build", "[cli]") {
+  Outcome host = Nsbox({"image", "build", "minimal", "--name", "host"});
+  CHECK(host.exit_code == 125);
+  CHECK(host.err ==
+        "nsbox image build: 'host' cannot name an image: --rootfs host always means the host view (give another --name)\n");
+  Outcome empty = Nsbox({"image", "build", "minimal", "--name", ""});
+  CHECK(empty.exit_code == 125);
+  CHECK(empty.err == "nsbox image build: --name is empty: give the image a name, or leave --name out for the template's\n");
+  CHECK_FALSE(nsbox::PathExists(Store() + "/host"));
+  CHECK_FALSE(nsbox::PathExists(Store() + "/minimal"));
+}
+
+TEST_CASE("a verb with sub-verbs names them when given an unknown one or none, as the top level does", "[cli]") {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"image", "bogus"}, "nsbox image: unknown command 'bogus' (commands: build, ls, rm; see nsbox image --help)\n"},
+      {{"image"}, "nsbox image: a command is required (commands: build, ls, rm; see nsbox image --help)\n"},
+      {{"profile", "list"}, "nsbox profile: unknown command 'list' (commands: check; see nsbox profile --help)\n"},
+      {{"session", "bogus", "--all"}, "nsbox session: unknown command 'bogus' (commands: create, ls, rm; see nsbox session --help)\n"},
+      {{"bogus"}, "nsbox: unknown command 'bogus' (commands: run, session, exec, cp, agent, mcp, image, profile, doctor; "
+                  "see nsbox --help)\n"},
+  };
+  for (const auto& [args, said] : cases) {
+    INFO(args.front());
+    Outcome o = Nsbox(args);
+    CHECK(o.exit_code == 125);
+    CHECK(o.err == said);
+  }
+  // Known sub-verbs and help still get through.
+  CHECK(Nsbox({"image", "--help"}).exit_code == 0);
+  CHECK(Nsbox({"profile", "check", "default"}).exit_code == 0);
+}
+
 TEST_CASE("a template naming a package Debian lacks fails with apt's reason and leaves nothing", "[build]") {
   if (!RequireRootOrSkip("missing package")) return;
   const std::string t = TemplateFile("nopkg", R"({"packages": ["nsbox-no-such-package"], "smoke_test": ["/bin/true"]})");

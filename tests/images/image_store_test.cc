@@ -112,6 +112,18 @@ TEST_CASE("image names that could escape the store or read as options are refuse
   CHECK_FALSE(nsbox::cli::ValidateImageName(std::string(65, 'a')).ok());
 }
 
+TEST_CASE("a new image takes --name or the template's name, never an empty one and never host") {
+  CHECK(nsbox::cli::NewImageName(std::nullopt, "python").value() == "python");
+  CHECK(nsbox::cli::NewImageName(std::string("ds"), "datasci").value() == "ds");
+  CHECK(nsbox::cli::NewImageName(std::string(), "minimal").status().message() ==
+        "--name is empty: give the image a name, or leave --name out for the template's");
+  const std::string host_refused =
+      "'host' cannot name an image: --rootfs host always means the host view (give another --name)";
+  CHECK(nsbox::cli::NewImageName(std::string("host"), "minimal").status().message() == host_refused);
+  CHECK(nsbox::cli::NewImageName(std::nullopt, "host").status().message() == host_refused);  // ./host.json
+  CHECK_FALSE(nsbox::cli::NewImageName(std::string("Bad Name"), "minimal").ok());
+}
+
 TEST_CASE("ls shows published images with their metadata and hides builds in progress") {
   TempStore store;
   store.AddImage("py", R"({"template": "python", "size_bytes": 1048576, "created": "2026-01-01T00:00:00Z"})");

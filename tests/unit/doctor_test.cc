@@ -336,6 +336,19 @@ TEST_CASE("image store: missing is a warning; present counts its images") {
   CHECK_THAT(present.detail, Catch::Contains("2 image(s)"));
 }
 
+TEST_CASE("image store: doctor looks where nsbox image does, $NSBOX_IMAGE_STORE included") {
+  Fixture store;
+  fs::create_directories(store.root / "images/python");
+  ::setenv("NSBOX_IMAGE_STORE", store.Path("images").c_str(), 1);
+  HostPaths paths;
+  Check check = ImageStoreCheck(paths, kRoot);
+  ::unsetenv("NSBOX_IMAGE_STORE");
+  CHECK(paths.image_store == store.Path("images"));
+  CHECK(check.verdict == Verdict::kPass);
+  CHECK_THAT(check.detail, Catch::StartsWith(store.Path("images") + ": 1 image(s)"));
+  CHECK(HostPaths{}.image_store == "/var/lib/nsbox/images");
+}
+
 TEST_CASE("nsbox can run with its defaults unless a required check fails; warnings and optional failures do not count") {
   std::vector<Check> checks = {{"a", "", Verdict::kPass, "", "", true},
                                {"b", "", Verdict::kWarn, "", "x", true},
