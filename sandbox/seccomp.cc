@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -201,6 +202,9 @@ std::vector<sock_filter> EnosysPrologue(const std::vector<std::pair<uint32_t, ui
   return code;
 }
 
+// Rules (a syscall with one set of conditions) past which no filter fits the kernel's 4096 instructions.
+constexpr size_t kMaxFilterRules = 4096;
+
 Status AddRule(void* ctx, const SeccompRule& rule, const std::string& name, int nr, uint32_t action) {
   for (const auto& conditions : ConditionSets(rule.args)) {
     int rc = seccomp_rule_add_array(ctx, action, nr, static_cast<unsigned>(conditions.size()),
@@ -256,6 +260,7 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
   };
   std::map<int, RuleRef> unconditional;
   std::map<int, std::vector<RuleRef>> conditional;
+  size_t rule_count = 0;
   for (const SeccompRule& rule : profile.syscalls) {
     switch (RuleAppliesTo(rule, host)) {
       case RuleApplicability::kApplies: break;
@@ -283,11 +288,26 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
         not_native.insert(syscall);
         continue;
       }
+      if (rule.args.empty()) {
+        // libseccomp keeps the first unconditional rule of a syscall and drops a later one with another action
+        // without a word: the author's second rule (a kill, say) would never apply.
+        auto [it, added] = unconditional.emplace(nr, RuleRef{rule.json_path, label, action});
+        if (!added && it->second.action != action) {
+          return Status::Error(fmt::format("{}: \"{}\" is given {} here and {} by {}: a call gets one action",
+                                           rule.json_path, syscall, label, it->second.label, it->second.path));
+        }
+        if (!added) continue;  // the same action again changes nothing
+      }
+      // Each rule costs the filter instructions, and libseccomp's work grows faster than the rule count: a profile
+      // with more rules than the kernel's instruction limit can never load, so it is refused before that work.
+      rule_count += std::max<size_t>(1, ConditionSets(rule.args).size());
+      if (rule_count > kMaxFilterRules) {
+        return Status::Error(fmt::format("{}: more than {} syscall rules; a filter that large cannot fit the kernel's "
+                                         "limit of 4096 instructions", rule.json_path, kMaxFilterRules));
+      }
       NSBOX_RETURN_IF_ERROR(AddRule(ctx.get(), rule, syscall, nr, action));
       names_by_action[label].insert(syscall);
-      if (rule.args.empty()) {
-        unconditional.emplace(nr, RuleRef{rule.json_path, label, action});
-      } else {
+      if (!rule.args.empty()) {
         conditional[nr].push_back(RuleRef{rule.json_path, label, action});
       }
     }
@@ -303,6 +323,17 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
           "{}: the conditional {} rule for \"{}\" can never match: {} gives \"{}\" {} unconditionally",
           rule.path, rule.label, SyscallName(nr), it->second.path, SyscallName(nr), it->second.label));
     }
+  }
+  // Every profile: the program is started with execve and ends with exit_group. A profile that denies either could
+  // run nothing, and the failure would show as a crash of the program (nsbox's own error report would be denied).
+  for (const char* needed : {"execve", "exit_group"}) {
+    const int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, needed);
+    auto it = unconditional.find(nr);
+    const bool allowed = it != unconditional.end() ? it->second.action == SCMP_ACT_ALLOW
+                                                   : default_action == SCMP_ACT_ALLOW || conditional.count(nr) > 0;
+    if (!allowed)
+      return Status::Error(fmt::format("the profile denies \"{}\": no program could {} under it", needed,
+                                       std::string_view(needed) == "execve" ? "start" : "end"));
   }
   if (program->uses_notify) {
     for (const char* needed : kSyscallsAfterInstall) {
@@ -358,8 +389,20 @@ StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path,
   return path;
 }
 
+namespace {
+
+// A profile is a regular file: a FIFO nobody writes to would block the open forever, a device read without end.
+StatusOr<std::string> ReadProfileText(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Status::Errno(fmt::format("stat({})", path));
+  if (!S_ISREG(st.st_mode)) return Status::Error(fmt::format("{} is not a regular file", path));
+  return ReadFile(path, 4 << 20);
+}
+
+}  // namespace
+
 StatusOr<SeccompProfile> ReadSeccompProfile(const std::string& path) {
-  auto text = ReadFile(path, 4 << 20);
+  auto text = ReadProfileText(path);
   if (!text.ok()) return text.status();
   auto profile = ParseSeccompProfile(*text);
   if (!profile.ok()) return profile.status().Wrap(path);
@@ -370,7 +413,7 @@ StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::st
                                                                    const std::string& profiles_dir) {
   auto path = ResolveSeccompProfilePath(name_or_path, profiles_dir);
   if (!path.ok()) return path.status();
-  auto text = ReadFile(*path, 4 << 20);
+  auto text = ReadProfileText(*path);
   if (!text.ok()) return text.status();
   // A program compiled earlier from the same text, by the same nsbox and libseccomp, for the same host.
   const SeccompHost host = NativeSeccompHost();

@@ -1,10 +1,12 @@
 // Seccomp profile loading without privileges: the format, its error messages, rule gating, and compiling real profiles.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -230,10 +232,58 @@ TEST_CASE("a conditional rule that an unconditional rule would silently override
         R"(syscalls[1]: the conditional SCMP_ACT_KILL_PROCESS rule for "read" can never match: syscalls[0] gives "read" SCMP_ACT_ALLOW unconditionally)");
   // The same action under a condition is merely redundant.
   auto redundant = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
-    {"names": ["read"], "action": "SCMP_ACT_ALLOW"},
+    {"names": ["read", "execve", "exit_group"], "action": "SCMP_ACT_ALLOW"},
     {"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 5, "op": "SCMP_CMP_EQ"}]}]})");
   REQUIRE(redundant.ok());
   CHECK(CompileSeccompProfile(*redundant, "test", NativeSeccompHost()).ok());
+}
+
+TEST_CASE("two unconditional rules giving one call different actions are an error, not first-one-wins") {
+  // libseccomp would keep the first and drop the second without a word.
+  auto profile = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+    {"names": ["getpid", "execve", "exit_group"], "action": "SCMP_ACT_ALLOW"},
+    {"names": ["getpid"], "action": "SCMP_ACT_KILL_PROCESS"}]})");
+  REQUIRE(profile.ok());
+  auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
+  REQUIRE_FALSE(program.ok());
+  CHECK(program.status().message() ==
+        R"(syscalls[1]: "getpid" is given SCMP_ACT_KILL_PROCESS here and SCMP_ACT_ALLOW by syscalls[0]: a call gets one action)");
+  // The same action twice, and a name repeated in one rule, change nothing.
+  auto repeated = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+    {"names": ["getpid", "getpid", "execve", "exit_group"], "action": "SCMP_ACT_ALLOW"},
+    {"names": ["getpid"], "action": "SCMP_ACT_ALLOW"}]})");
+  REQUIRE(repeated.ok());
+  CHECK(CompileSeccompProfile(*repeated, "test", NativeSeccompHost()).ok());
+}
+
+TEST_CASE("a profile that denies execve or exit_group is refused: nothing could start or end under it") {
+  auto none = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": []})");
+  REQUIRE(none.ok());
+  auto program = CompileSeccompProfile(*none, "test", NativeSeccompHost());
+  REQUIRE_FALSE(program.ok());
+  CHECK(program.status().message() == R"(the profile denies "execve": no program could start under it)");
+  auto no_exit = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+    {"names": ["exit_group"], "action": "SCMP_ACT_KILL_PROCESS"}]})");
+  REQUIRE(no_exit.ok());
+  program = CompileSeccompProfile(*no_exit, "test", NativeSeccompHost());
+  REQUIRE_FALSE(program.ok());
+  CHECK(program.status().message() == R"(the profile denies "exit_group": no program could end under it)");
+}
+
+TEST_CASE("a profile with more rules than any filter could hold is refused before libseccomp's slow work") {
+  // 20000 conditional rules took libseccomp over a minute before the instruction count was checked.
+  std::string rules;
+  for (int i = 0; i < 20000; ++i)
+    rules += fmt::format(R"(,{{"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{{"index": 0, "value": {}, "op": "SCMP_CMP_EQ"}}]}})", i);
+  auto profile = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+    {"names": ["execve", "exit_group"], "action": "SCMP_ACT_ALLOW"})" + rules + "]}");
+  REQUIRE(profile.ok());
+  const auto started = std::chrono::steady_clock::now();
+  auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
+  REQUIRE_FALSE(program.ok());
+  CHECK(program.status().message() ==
+        "syscalls[4095]: more than 4096 syscall rules; a filter that large cannot fit the kernel's limit of 4096 instructions");
+  INFO("took " << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count() << " ms");
 }
 
 TEST_CASE("a notifying profile must allow the calls the child makes after installing it") {
@@ -296,5 +346,11 @@ TEST_CASE("nsbox profile check prints a summary, or one line naming the fault, w
   CHECK(run(bad, output) == 125);
   CHECK(output == "nsbox: profile check: " + bad + ": syscalls[1].args[0].op: unknown operator \"SCMP_CMP_FOO\"\n");
   std::remove(bad.c_str());
+  // A FIFO nobody writes to would block the open forever.
+  const std::string fifo = std::string(dir_template) + "/fifo.json";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(run(fifo, output) == 125);
+  CHECK(output == "nsbox: profile check: " + fifo + " is not a regular file\n");
+  std::remove(fifo.c_str());
   rmdir(dir_template);
 }
