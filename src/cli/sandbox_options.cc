@@ -129,7 +129,7 @@ StatusOr<std::optional<NetworkAllowSpec>> BuildNetworkSpec(const SandboxOptions&
   }
   NetworkAllowSpec spec;
   auto domains = netproxy::ParseAllowList(o.network);
-  if (!domains.ok()) return domains.status().Wrap("--network");
+  if (!domains.ok()) return domains.status();  // its messages name --network
   spec.domains = *domains;
   if (!o.network_limit.empty()) {
     auto limit = ParseSize(o.network_limit);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -28,11 +29,13 @@ std::string FormatAge(int64_t ms) {
 struct CreateOptions {
   SandboxOptions sandbox;
   std::string name, idle_timeout = "15m", max_lifetime = "2h";
+  bool name_given = false;  // --name '' is a bad name, not no name
 };
 
 void AddCreateOptions(CLI::App* app, CreateOptions& o) {
   AddSandboxOptions(app, o.sandbox);
-  app->add_option("--name", o.name, "a name to find the session by, unique among live sessions");
+  app->add_option("--name", o.name, "a name to find the session by, unique among live sessions")
+      ->each([&o](const std::string&) { o.name_given = true; });
   app->add_option("--idle-timeout", o.idle_timeout, "end the session after this long without a request")
       ->capture_default_str();
   app->add_option("--max-lifetime", o.max_lifetime, "end the session this long after its start")->capture_default_str();
@@ -54,7 +57,7 @@ StatusOr<CheckedCreate> CheckCreate(const CreateOptions& o) {
   if (!idle.ok()) return idle.status().Wrap("--idle-timeout");
   auto lifetime = ParseDuration(o.max_lifetime);
   if (!lifetime.ok()) return lifetime.status().Wrap("--max-lifetime");
-  if (!o.name.empty() && !session::ValidSessionName(o.name))
+  if (o.name_given && !session::ValidSessionName(o.name))
     return Status::Error(fmt::format("--name '{}': use 1 to 64 of A-Z a-z 0-9 . _ - (not first . or -)", o.name));
   return CheckedCreate{std::move(*policy), std::move(*network), *idle, *lifetime};
 }
@@ -219,10 +222,12 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
       targets = session::ListSessions(root);
     } else {
       // Every name must resolve before anything ends: a typo disturbs nothing.
+      // One session named twice (by id and by name, say) is ended once.
+      std::set<std::string> seen;
       for (const auto& ref : refs) {
         auto s = session::FindSession(root, ref);
         if (!s.ok()) return fail(s.status());
-        targets.push_back(std::move(*s));
+        if (seen.insert(s->id()).second) targets.push_back(std::move(*s));
       }
     }
     for (const auto& s : targets) {

@@ -47,6 +47,14 @@ TEST_CASE("a limit the kernel would refuse is a one-line error before any sandbo
   CheckOneLineError({"run", "--cpus", "5000", "--", "/bin/true"}, "cpus must be at most 4096");
 }
 
+TEST_CASE("a unit that is not known is quoted as given, and each message names its option once",
+          "[integration][options]") {
+  CheckOneLineError({"run", "--memory", "1X", "--", "/bin/true"}, "--memory: invalid size '1X': unknown unit 'X'");
+  CheckOneLineError({"run", "--timeout", "5Q", "--", "/bin/true"}, "unknown unit 'Q'");
+  auto r = RunNsboxRaw({"run", "--network", "allow=", "--", "/bin/true"});
+  CHECK(r.err == "nsbox run: --network 'allow=': empty domain in the allow list\n");
+}
+
 TEST_CASE("a bad duration is a one-line error, exit 125", "[integration][options]") {
   CheckOneLineError({"run", "--timeout", "forever", "--", "/bin/true"}, "--timeout");
   CheckOneLineError({"run", "--timeout", "-5s", "--", "/bin/true"}, "--timeout");

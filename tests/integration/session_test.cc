@@ -670,6 +670,21 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
   CHECK(s.Nsbox({"session", "ls", "--json"}).Json().empty());
 }
 
+TEST_CASE("session rm given one session twice (by id and by name) ends it once and succeeds", "[session]") {
+  Sessions s;
+  std::string id = s.Create({"--name", "twice"});
+  Output rm = s.Nsbox({"session", "rm", id, "twice", id});
+  INFO(rm.err);
+  CHECK(rm.code == 0);
+  CHECK(rm.err.empty());
+  CHECK(s.Nsbox({"session", "ls", "--json"}).Json().empty());
+  // An empty --name is a bad name, not "no name".
+  Output empty_name = s.Nsbox({"session", "create", "--name", ""});
+  CHECK(empty_name.code == 125);
+  CHECK(empty_name.err.find("--name ''") != std::string::npos);
+  CHECK(s.Nsbox({"session", "ls", "--json"}).Json().empty());
+}
+
 TEST_CASE("create whose id cannot be written ends the session again and fails, exit 125", "[session][lifecycle]") {
   Sessions s;
   // /dev/full: the id is lost, so the session would live on unseen until its idle time-out.
