@@ -119,8 +119,10 @@ Result SetupError(std::string reason) {
 std::string ExitReason(int wait_status) {
   if (WIFEXITED(wait_status)) return fmt::format("exited with code {}", WEXITSTATUS(wait_status));
   if (WIFSIGNALED(wait_status)) {
-    const char* name = sigabbrev_np(WTERMSIG(wait_status));
-    return fmt::format("killed by signal {} (SIG{})", WTERMSIG(wait_status), name ? name : "?");
+    const int sig = WTERMSIG(wait_status);
+    if (sig >= SIGRTMIN && sig <= SIGRTMAX) return fmt::format("killed by signal {} (SIGRTMIN+{})", sig, sig - SIGRTMIN);
+    const char* name = sigabbrev_np(sig);
+    return name ? fmt::format("killed by signal {} (SIG{})", sig, name) : fmt::format("killed by signal {}", sig);
   }
   return fmt::format("ended with wait status {}", wait_status);
 }

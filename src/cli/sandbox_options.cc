@@ -35,8 +35,10 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
   app->add_option("--workspace", o.workspace, "bind this host directory read-write at /workspace (default: a fresh tmpfs)");
   // One value per occurrence: a greedy vector option would take a following "--" as the end of its own list, and
   // the command's arguments after it ("-c", "-n") would then be parsed as nsbox options.
-  app->add_option("--ro-bind", o.ro_binds, "SRC[:DST]: bind a host path read-only (repeatable)")->allow_extra_args(false);
-  app->add_option("--bind", o.binds, "SRC[:DST]: bind a host path read-write (repeatable)")->allow_extra_args(false);
+  app->add_option("--ro-bind", o.ro_binds, "bind a host path read-only (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("SRC[:DST]");
+  app->add_option("--bind", o.binds, "bind a host path read-write (repeatable)")->allow_extra_args(false)->type_name("SRC[:DST]");
   app->add_option("--network", o.network,
                   "none (own namespace, loopback only), allow=DOMAIN[,DOMAIN...] (only these domains, through nsbox's "
                   "HTTP(S) proxy), or host (the host's network: gives up network isolation)")
@@ -148,8 +150,9 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& o) {
   app->add_option("--stdin", o.stdin_source, "FILE or - (default: /dev/null)");
   app->add_option("--env", o.env, "KEY=VALUE added to the small clean environment (repeatable)")->allow_extra_args(false);
   app->add_option("--lang", o.lang, "language of --code/--file: python, bash, sh, node");
-  app->add_option("--code", o.code, "the program text to run");
-  app->add_option("--file", o.file, "a file holding the program text, or - for stdin");
+  app->add_option("--code", o.code, "the program text to run")->each([&o](const std::string&) { o.code_given = true; });
+  app->add_option("--file", o.file, "a file holding the program text, or - for stdin")
+      ->each([&o](const std::string&) { o.file_given = true; });
   app->add_option("command", o.command, "the command to run, after --");
 }
 
@@ -188,10 +191,10 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   ex.umask = ::umask(022);
   ::umask(ex.umask);
 
-  bool has_code = !o.code.empty() || !o.file.empty();
+  bool has_code = o.code_given || o.file_given;
   if (!o.lang.empty()) {
     if (!o.command.empty()) return Status::Error("give either --lang with --code/--file, or a command after --, not both");
-    if (!o.code.empty() && !o.file.empty()) return Status::Error("give --code or --file, not both");
+    if (o.code_given && o.file_given) return Status::Error("give --code or --file, not both");
     if (!has_code) return Status::Error(fmt::format("--lang {} needs --code STRING or --file PATH", o.lang));
     auto lang = LookupLanguage(o.lang);
     if (!lang.ok()) return lang.status();
@@ -199,7 +202,7 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
     if (::access(interpreter.c_str(), X_OK) != 0)
       return Status::Error(fmt::format("language '{}': interpreter {} is not in the root filesystem ({})", o.lang,
                                        lang->argv[0], rootfs_dir.empty() ? "host" : rootfs_dir));
-    if (!o.file.empty()) {
+    if (o.file_given) {
       if (o.file == "-" && o.stdin_source == "-")
         return Status::Error("--file - and --stdin - both want nsbox's standard input");
       auto code = ReadInput(o.file, kMaxCodeBytes, "--file");
@@ -216,6 +219,7 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   } else {
     if (has_code) return Status::Error("--code and --file need --lang");
     if (o.command.empty()) return Status::Error("nothing to run: give a command after --, or --lang with --code/--file");
+    if (o.command[0].empty()) return Status::Error("the command after -- is an empty string");
     ex.argv = o.command;
   }
   for (const auto& kv : o.env) {

@@ -44,6 +44,7 @@ struct ProgramOptions {
   std::string stdin_source;  // "" → /dev/null, "-" → nsbox's stdin, else a file
   std::vector<std::string> env;
   std::string lang, code, file;
+  bool code_given = false, file_given = false;  // --code '' is an empty program, not no program
   std::vector<std::string> command;
 };
 

@@ -74,7 +74,8 @@ std::string BaseName(const std::string& path) {
 
 StatusOr<std::string> WorkspaceRelativePath(const std::string& path) {
   std::string rel = path;
-  if (rel == "/workspace") return std::string();
+  // The workspace itself, however it is spelled ("S:", "S:.", "S:/workspace/"): cp puts a file there by its name.
+  if (rel == "/workspace" || rel == "/workspace/" || rel == "." || rel == "./" || rel == "/workspace/.") return std::string();
   if (rel.starts_with("/workspace/")) rel = rel.substr(strlen("/workspace/"));
   else if (!rel.empty() && rel[0] == '/')
     return Status::Error(fmt::format("'{}' is outside /workspace (give a path in /workspace, or relative to it)", path));

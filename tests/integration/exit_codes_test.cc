@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "tests/support/run_nsbox.h"
 
@@ -161,4 +162,11 @@ TEST_CASE("CPU time counts every process of the sandbox, also those killed at a 
   INFO(left.Describe());
   CHECK(left.status() == "ok");
   CHECK(left.json.value("cpu_ms", 0) >= 200);
+}
+
+TEST_CASE("a real-time signal is named by its offset from SIGRTMIN", "[integration][exit]") {
+  auto r = RunShell("kill -s RTMIN+2 $$");
+  INFO(r.Describe());
+  CHECK(r.status() == "signal");
+  CHECK(r.json.value("reason", "") == fmt::format("killed by signal {} (SIGRTMIN+2)", SIGRTMIN + 2));
 }

@@ -154,3 +154,11 @@ TEST_CASE("with --json, a bad option or input still gives one setup_error object
   CHECK(r.exit_code == 125);
   CHECK(r.out.empty());
 }
+
+TEST_CASE("an empty command is a one-line error; an empty --code is an empty program", "[integration][options]") {
+  CheckOneLineError({"run", "--", ""}, "the command after -- is an empty string");
+  CheckOneLineError({"run", "--lang", "python", "--code", "", "--file", "/dev/null"}, "give --code or --file, not both");
+  auto empty = RunNsboxJson({"--lang", "python", "--code", ""});
+  INFO(empty.Describe());
+  CHECK(empty.status() == "ok");
+}

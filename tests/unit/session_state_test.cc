@@ -21,6 +21,8 @@ TEST_CASE("cp paths are taken relative to /workspace and may not leave it", "[se
   CHECK(*WorkspaceRelativePath("out.txt") == "out.txt");
   CHECK(*WorkspaceRelativePath("/workspace/a/b.txt") == "a/b.txt");
   CHECK(*WorkspaceRelativePath("/workspace") == "");
+  CHECK(*WorkspaceRelativePath(".") == "");  // `cp f S:.`, as `cp f S:` and `cp f S:/workspace`
+  CHECK(*WorkspaceRelativePath("/workspace/") == "");
   CHECK(*WorkspaceRelativePath("a//b") == "a/b");
   CHECK(*WorkspaceRelativePath("dir/") == "dir/");
   CHECK(!WorkspaceRelativePath("/etc/shadow").ok());
