@@ -23,7 +23,7 @@ namespace nsbox::cli {
 
 namespace {
 
-// Set by SIGINT/SIGTERM; the loop, the HTTP client and the runtime poll it and wind down, and the
+// Set by SIGINT/SIGTERM/SIGHUP (a closed terminal); the loop, the HTTP client and the runtime poll it and wind down, and the
 // runtime's session is removed on the way out.
 std::atomic<bool> g_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
@@ -125,6 +125,7 @@ int RunAgentCommand(const AgentOptions& o) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGHUP, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   if (config.log) config.log(fmt::format("provider {} at {}, model {}, runtime {}", provider, agent::RedactUrl((*made_provider)->url()),

@@ -125,13 +125,15 @@ TEST_CASE("nsbox agent rejects a bad duration with a one-line error") {
   CHECK(run.err.rfind("nsbox agent: --timeout: ", 0) == 0);
 }
 
-TEST_CASE("Ctrl-C ends nsbox agent with 130 and removes its sandbox session") {
+TEST_CASE("Ctrl-C (or a hang-up) ends nsbox agent with 130 and removes its sandbox session") {
   if (!CliReady("Ctrl-C ends nsbox agent")) return;
+  const char* signal_name = GENERATE("INT", "HUP");
+  INFO("SIG" << signal_name);
   testing::FakeProviderServer server;
   const std::string log = TempFile();
-  // The stand-in nsbox has sessions and logs create/exec/rm; SIGINT arrives while the loop spins.
+  // The stand-in nsbox has sessions and logs create/exec/rm; the signal arrives while the loop spins.
   auto start = std::chrono::steady_clock::now();
-  CliRun run = RunCli({"/usr/bin/timeout", "--preserve-status", "-s", "INT", "2", NsboxBin(), "agent", "--provider",
+  CliRun run = RunCli({"/usr/bin/timeout", "--preserve-status", "-s", signal_name, "2", NsboxBin(), "agent", "--provider",
                        "anthropic", "--base-url", server.BaseUrl("anthropic"), "Spin forever [scenario:loop]"},
                       {"ANTHROPIC_API_KEY=test-anthropic-key", "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"),
                        "FAKE_NSBOX_LOG=" + log});
