@@ -4,6 +4,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <ostream>
+#include <streambuf>
 
 #include <fmt/format.h>
 
@@ -13,6 +16,51 @@
 #include "src/cli/sandbox_options.h"
 
 namespace nsbox::cli {
+namespace {
+
+// A stream buffer that writes through to a descriptor in 64 KiB pieces and keeps the first write's errno: a JSON
+// result is serialized straight to stdout, never whole in memory (a stream of NUL bytes grows sixfold as \u0000).
+class FdStreamBuf : public std::streambuf {
+ public:
+  explicit FdStreamBuf(int fd) : fd_(fd) { setp(buffer_, buffer_ + sizeof buffer_); }
+  int error() const { return error_; }
+
+ protected:
+  int overflow(int c) override {
+    if (sync() != 0) return traits_type::eof();
+    if (c != traits_type::eof()) {
+      *pptr() = static_cast<char>(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+  int sync() override {
+    if (error_ == 0) error_ = WriteAll(fd_, std::string_view(pbase(), static_cast<size_t>(pptr() - pbase())));
+    setp(buffer_, buffer_ + sizeof buffer_);
+    return error_ == 0 ? 0 : -1;
+  }
+
+ private:
+  int fd_;
+  int error_ = 0;
+  char buffer_[1 << 16];
+};
+
+// One JSON object and a newline on fd; 0 or the errno of the write that failed. The result's strings are valid
+// UTF-8 already (ResultToJson sanitizes them); if one were not, that is EILSEQ, not an exception.
+int WriteJsonLine(int fd, const nlohmann::json& value) {
+  auto out = std::make_unique<FdStreamBuf>(fd);
+  std::ostream stream(out.get());
+  try {
+    stream << value << '\n';
+  } catch (const nlohmann::json::exception&) {
+    return EILSEQ;
+  }
+  stream.flush();
+  return out->error();
+}
+
+}  // namespace
 
 // Prints a result the way run and exec do; returns the exit code. A result that cannot be delivered (a full disk, an
 // I/O error) is an nsbox failure, said on stderr: the caller must not take the program's exit code for the whole
@@ -22,7 +70,7 @@ int EmitResult(const Result& result, bool json) {
   int err = 0;
   const char* what = "the result";
   if (json) {
-    err = WriteAll(1, ResultToJson(result).dump() + "\n");
+    err = WriteJsonLine(1, ResultToJson(result));
   } else {
     what = "the program's output";
     if (result.output_passed_on) {

@@ -327,3 +327,15 @@ TEST_CASE("without --json, the program's output is passed on while it runs, and 
   CHECK(text.err == json.err());
   CHECK(text.out.find("[nsbox: 272 bytes cut]") != std::string::npos);
 }
+
+TEST_CASE("a large JSON result is streamed out, not built whole in nsbox's memory", "[integration][io]") {
+  // 16 MiB of NUL bytes kept: as JSON text that is 96 MiB of \u0000, which nsbox used to hold twice over.
+  auto r = RunProcess({NsboxBinary(), "run", "--json", "--output-limit", "16M", "--", "/bin/sh", "-c",
+                       "head -c 64M /dev/zero"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.size() > 96u << 20);
+  CHECK(r.out.ends_with("}\n"));
+  CHECK(nlohmann::json::parse(r.out, nullptr, false).value("stdout_bytes", 0) == 64u << 20);
+  CHECK(r.max_rss_kb < 110 * 1024);  // 52 MiB measured; 170 MiB before
+}
