@@ -97,6 +97,8 @@ class Loop {
         outcome_.answer = turn->text;
         return End(AgentEnd::kAnswered, "");
       }
+      // At the last step a tool's result could never reach the model: the call is not run.
+      if (step == config_.max_steps) break;
       std::vector<ToolResult> results;
       for (const ToolCall& call : turn->tool_calls) results.push_back(RunTool(call));
       if (Cancelled()) return End(AgentEnd::kCancelled, "interrupted");
@@ -104,7 +106,8 @@ class Loop {
       if (consecutive_runtime_failures_ >= 3)
         return End(AgentEnd::kRuntimeError, "the " + runtime_.name() + " runtime could not run code: " + last_runtime_error_);
     }
-    return End(AgentEnd::kMaxSteps, fmt::format("the model gave no final answer within {} steps (--max-steps)", config_.max_steps));
+    return End(AgentEnd::kMaxSteps, fmt::format("the model gave no final answer within {} step{} (--max-steps)",
+                                                config_.max_steps, config_.max_steps == 1 ? "" : "s"));
   }
 
  private:
