@@ -141,9 +141,16 @@ McpServer::McpServer(RuntimeFactory factory, ServerOptions options)
     : factory_(std::move(factory)), options_(options) {}
 
 McpServer::~McpServer() {
-  for (auto& t : workers_)
-    if (t.joinable()) t.join();
+  JoinWorkers(false);
   Shutdown();
+}
+
+void McpServer::JoinWorkers(bool finished_only) {
+  std::erase_if(workers_, [finished_only](Worker& w) {
+    if (finished_only && !*w.done) return false;
+    if (w.thread.joinable()) w.thread.join();
+    return true;
+  });
 }
 
 void McpServer::Shutdown() {
@@ -340,10 +347,14 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools)
     return response;
   };
   if (inline_tools) return run();
+  JoinWorkers(true);
   try {
-    workers_.emplace_back([this, run] {
-      if (auto response = run()) Send(*response);
-    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    workers_.push_back({std::thread([this, run, done] {
+                          if (auto response = run()) Send(*response);
+                          *done = true;
+                        }),
+                        done});
   } catch (const std::system_error& e) {
     std::lock_guard lock(calls_mutex_);
     calls_.erase(key);
@@ -463,9 +474,7 @@ void McpServer::Serve(int in_fd, int out_fd) {
     pollfd output{.fd = out_fd, .events = 0, .revents = 0};
     if (::poll(&output, 1, 100) > 0 && (output.revents & (POLLERR | POLLHUP | POLLNVAL))) CancelAll();
   }
-  for (auto& t : workers_)
-    if (t.joinable()) t.join();
-  workers_.clear();
+  JoinWorkers(false);
   Shutdown();
 }
 

@@ -69,7 +69,14 @@ class McpServer {
   std::mutex calls_mutex_;
   std::map<std::string, std::shared_ptr<Call>> calls_;  // by request id (dumped JSON)
   bool output_broken_ = false;  // under calls_mutex_: a write failed, so new calls start cancelled
-  std::vector<std::thread> workers_;
+  // Tool calls' threads, each with a flag it sets when done: finished ones are joined as new calls come, so a long
+  // connection does not keep a thread (and its stack) per call it ever served.
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  void JoinWorkers(bool finished_only);
+  std::vector<Worker> workers_;
 };
 
 }  // namespace nsbox::mcp

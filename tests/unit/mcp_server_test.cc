@@ -5,8 +5,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -365,4 +368,48 @@ TEST_CASE("mcp cancels running calls when the client is gone for good", "[mcp]")
   CHECK(steady_clock::now() - started < milliseconds(10'000));
   ::close(in[0]);
   ::close(out[1]);
+}
+
+TEST_CASE("mcp joins the threads of finished calls as it goes, not only when the connection ends", "[mcp]") {
+  // A finished but unjoined thread keeps its stack mapped: a long connection would hold one per call it served.
+  Fixture f;
+  f.script.answer.status = RunStatus::kOk;
+  int in[2], out[2];
+  REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  std::thread serving([&] {
+    f.server.Serve(in[0], out[1]);
+    ::close(out[1]);
+  });
+  auto mappings = [] {
+    std::ifstream maps("/proc/self/maps");
+    return std::count(std::istreambuf_iterator<char>(maps), std::istreambuf_iterator<char>(), '\n');
+  };
+  std::string pending;
+  auto answer = [&] {  // the next line the server writes
+    char buf[4096];
+    size_t newline;
+    while ((newline = pending.find('\n')) == std::string::npos) {
+      ssize_t n = ::read(out[0], buf, sizeof buf);
+      REQUIRE(n > 0);
+      pending.append(buf, static_cast<size_t>(n));
+    }
+    json line = json::parse(pending.substr(0, newline));
+    pending.erase(0, newline + 1);
+    return line;
+  };
+  WriteAll(in[1], Call(0, "run_python", {{"code", "warm-up"}}).dump() + "\n");
+  answer();
+  const auto before = mappings();
+  for (int id = 1; id <= 40; ++id) {
+    WriteAll(in[1], Call(id, "run_python", {{"code", "x"}}).dump() + "\n");
+    CHECK(answer()["id"] == id);
+  }
+  const auto after = mappings();
+  ::close(in[1]);
+  serving.join();
+  ::close(in[0]);
+  ::close(out[0]);
+  INFO("mappings before " << before << ", after 40 calls " << after);
+  CHECK(after - before < 20);
 }
