@@ -25,11 +25,16 @@ constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, 
 void Ignore(int) {}
 
 // Kills every process of the pid namespace but pid 1 and reaps them (and any other child), so that their CPU time
-// counts in pid 1's rusage. kill(-1) is repeated while children remain: one may have forked during the sweep.
+// counts in pid 1's rusage. A sweep reaps all that is dead; kill(-1) is repeated while children remain (one may have
+// forked during the sweep), once per round rather than once per child, which a fork bomb would make quadratic.
 [[noreturn]] void KillAllAndExit() {
   for (;;) {
     ::kill(-1, SIGKILL);
-    pid_t pid = ::waitpid(-1, nullptr, __WALL);
+    pid_t pid;
+    while ((pid = ::waitpid(-1, nullptr, __WALL | WNOHANG)) > 0) {
+    }
+    if (pid < 0 && errno == ECHILD) _exit(0);
+    pid = ::waitpid(-1, nullptr, __WALL);  // the rest are still dying: wait for one, then sweep again
     if (pid < 0 && errno == ECHILD) _exit(0);
   }
 }
