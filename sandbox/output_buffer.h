@@ -18,8 +18,8 @@ class OutputBuffer {
   std::string Contents() const;
   // How many more bytes the head takes: those are kept whatever comes after, so they may be passed on at once.
   uint64_t HeadRoom() const { return head_limit_ - head_.size(); }
-  // Contents() without the head: what is known only once the stream has ended.
-  std::string AfterHead() const { return Contents().substr(head_.size()); }
+  // The head's size: Contents() starts with these bytes, whatever came after them.
+  uint64_t head_size() const { return head_.size(); }
   // How many of a stream's total_bytes its Contents() kept: the contents less the cut marker, never more than the
   // total. For front ends that get the contents from elsewhere (a result's JSON) and report what was kept.
   static uint64_t KeptBytes(std::string_view contents, uint64_t total_bytes);

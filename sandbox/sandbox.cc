@@ -411,14 +411,14 @@ Result Sandbox::Run() {
 
   // 8. The verdict.
   Result result;
-  if (live) {
-    live->Add(1, stdout_buf.AfterHead());
-    live->Add(2, stderr_buf.AfterHead());
+  result.stdout_data = stdout_buf.Contents();
+  result.stderr_data = stderr_buf.Contents();
+  if (live) {  // the rest of what is kept, after the head passed on while the program ran
+    live->Add(1, std::string_view(result.stdout_data).substr(stdout_buf.head_size()));
+    live->Add(2, std::string_view(result.stderr_data).substr(stderr_buf.head_size()));
     result.output_passed_on = true;
     result.output_write_errno = live->Finish();
   }
-  result.stdout_data = stdout_buf.Contents();
-  result.stderr_data = stderr_buf.Contents();
   result.stdout_bytes = stdout_buf.total_bytes();
   result.stderr_bytes = stderr_buf.total_bytes();
   result.stdout_truncated = stdout_buf.truncated();

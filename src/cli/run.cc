@@ -95,7 +95,7 @@ int FailBeforeRun(std::string_view verb, std::string_view message, bool json) {
     Result result;
     result.status = RunStatus::kSetupError;  // exit_code stays -1: no program ran
     result.reason = std::string(message);
-    (void)WriteAll(1, ResultToJson(result).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    (void)WriteJsonLine(1, ResultToJson(result));
   }
   return kExitNsboxFailure;
 }
