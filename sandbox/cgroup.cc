@@ -83,6 +83,36 @@ uint64_t ReadNumber(const std::string& path) {
   return std::strtoull(content->c_str(), nullptr, 10);
 }
 
+void ControlFile::Open() { fd_.reset(::open(path_.c_str(), O_RDONLY | O_CLOEXEC)); }
+
+std::string ControlFile::Read() const {
+  if (!fd_) {
+    auto content = ReadFile(path_);
+    return content.ok() ? *content : "";
+  }
+  std::string content(4096, '\0');
+  ssize_t n;
+  do n = ::pread(fd_.get(), content.data(), content.size(), 0); while (n < 0 && errno == EINTR);
+  content.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return content;
+}
+
+uint64_t ControlFile::Number() const { return std::strtoull(Read().c_str(), nullptr, 10); }
+
+uint64_t ControlFile::Keyed(const std::string& key) const {
+  auto values = ParseKeyedFile(Read());
+  auto it = values.find(key);
+  return it == values.end() ? 0 : it->second;
+}
+
+int ControlFile::Empty() const {
+  if (!fd_) return -1;
+  char probe[16];
+  ssize_t n;
+  do n = ::pread(fd_.get(), probe, sizeof probe, 0); while (n < 0 && errno == EINTR);
+  return n == 0 ? 1 : n > 0 ? 0 : -1;
+}
+
 std::vector<pid_t> ReadPids(const std::string& path) {
   std::vector<pid_t> pids;
   auto content = ReadFile(path);
@@ -653,6 +683,15 @@ Status ArmReaper(const CgroupConfig& config, const ReaperPlan& plan, std::unique
 }  // namespace cgroup_internal
 
 using namespace cgroup_internal;
+
+void WaitForDismissedReapers() {
+  std::lock_guard<std::mutex> lock(dismissed_mutex);
+  for (pid_t pid : dismissed_reapers) {
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  dismissed_reapers.clear();
+}
 
 StatusOr<std::shared_ptr<PrestartedReaper>> StartCgroupReaper() {
   auto reaper = Reaper::Start();

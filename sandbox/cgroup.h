@@ -20,6 +20,11 @@ namespace nsbox {
 struct PrestartedReaper;
 StatusOr<std::shared_ptr<PrestartedReaper>> StartCgroupReaper();
 
+// Reaps every reaper dismissed so far, waiting for those still exiting (a dismissed reaper exits as soon as it reads
+// the dismissal). Called before a process that made groups exits, so that no reaper outlives it: an orphan is left
+// to init, which may take seconds to reap it (a zombie until then).
+void WaitForDismissedReapers();
+
 struct CgroupConfig {
   // Where the cgroup file systems are mounted; tests point it at a fake tree in a temp dir.
   std::string cgroup_root = "/sys/fs/cgroup";
@@ -121,6 +126,11 @@ class Cgroup {
   // Descriptors for JoinCgroupSelf, valid until the Cgroup is destroyed. On v2, prefer clone_into_fd where the
   // child can be cloned into the group.
   virtual CgroupSelfJoin self_join() const = 0;
+  // Descriptors through which a process of the group moves itself (JoinCgroupSelf) back out into the group's parent,
+  // so that the group can be removed while that process is still exiting: a run's pid 1, whose last step, tearing
+  // down the namespaces, takes longer than removing the group. v1 only (the parent's `tasks` files); empty where
+  // moving out would cost more than waiting (v2: a move by cgroup.procs takes the global threadgroup lock).
+  virtual CgroupSelfJoin leave_join() const { return {}; }
   virtual CgroupStats ReadStats() const = 0;
   // The counters that only grow (oom_kills, pids_limit_events, cpu_throttled_us) alone: three files instead of five.
   // A session reads them before each exec, to report what happened during that exec.

@@ -34,6 +34,26 @@ std::map<std::string, uint64_t> ParseKeyedFile(std::string_view content);
 uint64_t ReadKeyed(const std::string& path, const std::string& key);
 // Reads a file holding one number; 0 when missing or "max".
 uint64_t ReadNumber(const std::string& path);
+// A control file opened once and then read with pread from offset 0, which makes the kernel generate it afresh: the
+// counters a run reads at its end cost one system call each instead of an open, a read and a close (a cgroup file's
+// open is the expensive part). Read by path when it is not open (not opened yet, or missing on an older kernel).
+class ControlFile {
+ public:
+  ControlFile() = default;
+  explicit ControlFile(std::string path) : path_(std::move(path)) {}
+  void Open();  // O_RDONLY; a failure leaves reads by path
+  std::string Read() const;  // "" when unreadable
+  uint64_t Number() const;   // as ReadNumber
+  uint64_t Keyed(const std::string& key) const;  // as ReadKeyed
+  // 1 when the file (a cgroup.procs) lists nothing, 0 when it lists something, -1 when it cannot tell (not open, or
+  // the group is gone).
+  int Empty() const;
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+};
+
 // The pids listed in a cgroup.procs or tasks file.
 std::vector<pid_t> ReadPids(const std::string& path);
 

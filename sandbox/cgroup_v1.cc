@@ -44,6 +44,12 @@ class CgroupV1 final : public Cgroup {
     cpu_dir_ = add(parents.cpu);
     cpuacct_dir_ = add(parents.cpuacct);
     freezer_dir_ = add(parents.freezer);
+    oom_control_ = ControlFile(memory_dir_ + "/memory.oom_control");
+    max_usage_ = ControlFile(memory_dir_ + "/memory.max_usage_in_bytes");
+    pids_events_ = ControlFile(pids_dir_ + "/pids.events");
+    cpu_stat_ = ControlFile(cpu_dir_ + "/cpu.stat");
+    cpuacct_usage_ = ControlFile(cpuacct_dir_ + "/cpuacct.usage");
+    memory_procs_ = ControlFile(memory_dir_ + "/cgroup.procs");
   }
   ~CgroupV1() override {
     if (removed_) return;
@@ -60,7 +66,13 @@ class CgroupV1 final : public Cgroup {
     return join;
   }
 
-  // Opens each hierarchy's `tasks` file for self_join().
+  CgroupSelfJoin leave_join() const override {
+    CgroupSelfJoin join;
+    for (const UniqueFd& fd : parent_tasks_fds_) join.fds[join.count++] = fd.get();
+    return join;
+  }
+
+  // Opens each hierarchy's `tasks` file for self_join(), and its parent's for leave_join().
   Status OpenTasksFiles() {
     if (hierarchies_.size() > static_cast<size_t>(CgroupSelfJoin::kMax))
       return Status::Error(fmt::format("{} cgroup v1 hierarchies; at most {} are supported", hierarchies_.size(),
@@ -70,6 +82,10 @@ class CgroupV1 final : public Cgroup {
       UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
       if (!fd) return Status::Errno(fmt::format("open({})", path));
       tasks_fds_.push_back(std::move(fd));
+      std::string parent_tasks = hierarchy.dir.substr(0, hierarchy.dir.rfind('/')) + "/tasks";
+      UniqueFd parent_fd(::open(parent_tasks.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!parent_fd) return Status::Errno(fmt::format("open({})", parent_tasks));
+      parent_tasks_fds_.push_back(std::move(parent_fd));
     }
     return OkStatus();
   }
@@ -95,21 +111,29 @@ class CgroupV1 final : public Cgroup {
 
   CgroupStats ReadCounters() const override {
     CgroupStats stats;
-    stats.oom_kills = ReadKeyed(memory_dir_ + "/memory.oom_control", "oom_kill");  // Linux 4.13+
-    stats.pids_limit_events = ReadKeyed(pids_dir_ + "/pids.events", "max");
+    stats.oom_kills = oom_control_.Keyed("oom_kill");  // Linux 4.13+
+    stats.pids_limit_events = pids_events_.Keyed("max");
     stats.pids_limit_hit = stats.pids_limit_events > 0;
-    stats.cpu_throttled_us = ReadKeyed(cpu_dir_ + "/cpu.stat", "throttled_time") / 1000;
+    stats.cpu_throttled_us = cpu_stat_.Keyed("throttled_time") / 1000;
     return stats;
   }
 
   CgroupStats ReadStats() const override {
     CgroupStats stats = ReadCounters();
-    stats.peak_memory_bytes = ReadNumber(memory_dir_ + "/memory.max_usage_in_bytes");
-    if (!cpuacct_dir_.empty()) stats.cpu_usage_us = ReadNumber(cpuacct_dir_ + "/cpuacct.usage") / 1000;
+    stats.peak_memory_bytes = max_usage_.Number();
+    if (!cpuacct_dir_.empty()) stats.cpu_usage_us = cpuacct_usage_.Number() / 1000;
     return stats;
   }
 
+  // The files ReadStats and KillAll read, opened while the group is new (a run makes it while its child builds the
+  // root), so that reading them at the end is cheap.
+  void OpenControlFiles() {
+    for (ControlFile* file : {&oom_control_, &max_usage_, &pids_events_, &cpu_stat_, &memory_procs_}) file->Open();
+    if (!cpuacct_dir_.empty()) cpuacct_usage_.Open();
+  }
+
   Status KillAll() override {
+    if (memory_procs_.Empty() == 1) return OkStatus();  // the usual case: every process is gone already
     // Every process is in every hierarchy's group; read the list from the first that still exists.
     std::string procs_file;
     for (const Hierarchy& hierarchy : hierarchies_) {
@@ -184,7 +208,8 @@ class CgroupV1 final : public Cgroup {
   std::set<std::string> seen_;
   std::string memory_dir_, pids_dir_, cpu_dir_, cpuacct_dir_, freezer_dir_;
   std::unique_ptr<Reaper> reaper_;
-  std::vector<UniqueFd> tasks_fds_;
+  std::vector<UniqueFd> tasks_fds_, parent_tasks_fds_;
+  ControlFile oom_control_, max_usage_, pids_events_, cpu_stat_, cpuacct_usage_, memory_procs_;
   bool swap_limited_ = false;
   bool removed_ = false;
 };
@@ -204,6 +229,7 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, con
   }
   NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
   NSBOX_RETURN_IF_ERROR(group->OpenTasksFiles().Wrap("opening the sandbox's cgroup for joining"));
+  group->OpenControlFiles();
   return std::unique_ptr<Cgroup>(std::move(group));
 }
 

@@ -261,18 +261,22 @@ void ChildMain(const ChildPlan& plan) {
   // 6. The code to run, written where the program will find it.
   if (!plan.code_path.empty() && WriteCodeFile(plan) != 0) Fail(plan, "write(code file)", errno);
 
-  // 7. The cgroup nsbox made meanwhile (v1): into it before anything of the payload's runs, then its namespace.
+  // 7. The cgroup nsbox made meanwhile (v1): into it before anything of the payload's runs, then its namespace. The
+  //    descriptors to leave it again stay with pid 1, for its end.
+  CgroupSelfJoin leave;
   if (plan.cgroup_join_socket >= 0) {
-    char count = 0;
-    ssize_t got;
-    do got = ::read(plan.cgroup_join_socket, &count, 1); while (got < 0 && errno == EINTR);
-    if (got != 1) _exit(125);  // nsbox is gone, or gave up on the cgroup and kills us
     CgroupSelfJoin join;  // count 0: nsbox has placed us itself
-    if (count < 0 || count > CgroupSelfJoin::kMax) Fail(plan, "receiving the sandbox's cgroup: bad count", EPROTO);
-    for (int i = 0; i < count; ++i) {
-      int fd = ReceiveFd(plan.cgroup_join_socket);
-      if (fd < 0) Fail(plan, "recvmsg(cgroup tasks descriptor)", errno);
-      join.fds[join.count++] = fd;
+    for (CgroupSelfJoin* fds : {&join, &leave}) {
+      char count = 0;
+      ssize_t got;
+      do got = ::read(plan.cgroup_join_socket, &count, 1); while (got < 0 && errno == EINTR);
+      if (got != 1) _exit(125);  // nsbox is gone, or gave up on the cgroup and kills us
+      if (count < 0 || count > CgroupSelfJoin::kMax) Fail(plan, "receiving the sandbox's cgroup: bad count", EPROTO);
+      for (int i = 0; i < count; ++i) {
+        int fd = ReceiveFd(plan.cgroup_join_socket);
+        if (fd < 0) Fail(plan, "recvmsg(cgroup tasks descriptor)", errno);
+        fds->fds[fds->count++] = fd;
+      }
     }
     if (JoinCgroupSelf(join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
     for (int i = 0; i < join.count; ++i) ::close(join.fds[i]);
@@ -288,11 +292,11 @@ void ChildMain(const ChildPlan& plan) {
   DropInitPrivileges(plan, watch);
   // 10. The payload, and pid 1 for as long as it runs.
   // A session's pid 1 has no payload: it stays, reaping, while execs join its namespaces from outside.
-  if (plan.persistent) RunInit(plan, -1);
+  if (plan.persistent) RunInit(plan, -1, leave);
   // vfork-style: pid 1 waits until the payload has called execve (RunPayload makes only system calls).
   pid_t payload = StartVforkChild(PayloadEntry, const_cast<ChildPlan*>(&plan));
   if (payload < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload)", errno);
-  RunInit(plan, payload);
+  RunInit(plan, payload, leave);
 }
 
 }  // namespace nsbox

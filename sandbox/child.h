@@ -19,14 +19,17 @@ struct SeccompProgram;
 // One message from the sandbox's pid 1 (or the payload before exec) to nsbox, atomic on a pipe.
 struct InitMessage {
   // kReady: a persistent pid 1 (sessions) finished setting up. kStarted: an exec's payload was forked (value: its
-  // pid as the supervisor sees it).
-  enum Kind : int32_t { kSetupError = 1, kExited = 2, kReady = 3, kStarted = 4 };
+  // pid as the supervisor sees it). kGone: a run's pid 1 has killed and reaped every other process of the sandbox
+  // and is about to exit (value: 1 when it holds no group of the sandbox's any more, having moved itself out).
+  enum Kind : int32_t { kSetupError = 1, kExited = 2, kReady = 3, kStarted = 4, kGone = 5 };
   int32_t kind = 0;
   int32_t value = 0;  // kExited: the payload's wait status
   int32_t err = 0;    // kSetupError: errno
   int32_t reserved = 0;
-  int64_t cpu_us = 0;       // kExited from a session exec: the payload's CPU time (its parent measures it)
-  int64_t max_rss_kb = 0;   // kExited from a session exec: the payload's peak resident size
+  // kExited from a session exec: the payload's CPU time (its parent measures it). kGone: pid 1's own and its reaped
+  // children's, what wait4 on pid 1 would report.
+  int64_t cpu_us = 0;
+  int64_t max_rss_kb = 0;   // kExited from a session exec, kGone: the peak resident size, as cpu_us
   char text[224] = {};  // kSetupError: the step and call that failed
 };
 static_assert(sizeof(InitMessage) == 256);
@@ -62,7 +65,8 @@ struct ChildPlan {
   // v1: the cgroup the child moves itself into first thing (JoinCgroupSelf); count 0 when nsbox places it otherwise.
   CgroupSelfJoin cgroup_join;
   // v1, made while the child builds its root: a socket on which nsbox sends one byte N, then N descriptors (SendFd)
-  // for JoinCgroupSelf, before the payload is forked. -1 when unused.
+  // for JoinCgroupSelf, before the payload is forked; then one byte M and M descriptors through which pid 1 moves
+  // itself out again at its end (Cgroup::leave_join). -1 when unused.
   int cgroup_join_socket = -1;
   const SeccompProgram* seccomp = nullptr;
   cap_t no_caps = nullptr;  // an empty capability set, made before clone

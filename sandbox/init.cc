@@ -4,17 +4,20 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "sandbox/caps.h"
+#include "sandbox/cgroup.h"
 
 namespace nsbox {
 namespace {
@@ -24,18 +27,37 @@ constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, 
 // pid 1 ignores signals whose handler is SIG_DFL, even blocked ones; a no-op handler lets sigwaitinfo see them.
 void Ignore(int) {}
 
+// pid 1's last message: every other process is reaped. It moves itself out of the sandbox's groups first, so that
+// nsbox can remove them while the kernel still tears down the namespaces at pid 1's exit; value 0 tells nsbox it
+// could not (or had nowhere to go), and nsbox then waits for the exit. The rusage is what wait4 would give nsbox.
+[[noreturn]] void ReportGoneAndExit(const ChildPlan& plan, const CgroupSelfJoin& leave) {
+  if (plan.persistent) _exit(0);  // a session's pid 1 has closed its control pipe: nobody waits for this
+  InitMessage msg;
+  msg.kind = InitMessage::kGone;
+  msg.value = leave.count > 0 && JoinCgroupSelf(leave) == 0 ? 1 : 0;
+  struct rusage self = {}, children = {};
+  ::getrusage(RUSAGE_SELF, &self);
+  ::getrusage(RUSAGE_CHILDREN, &children);
+  auto us = [](const struct timeval& tv) { return static_cast<int64_t>(tv.tv_sec) * 1000000 + tv.tv_usec; };
+  msg.cpu_us = us(self.ru_utime) + us(self.ru_stime) + us(children.ru_utime) + us(children.ru_stime);
+  msg.max_rss_kb = std::max(self.ru_maxrss, children.ru_maxrss);
+  ssize_t ignored = ::write(plan.control_fd, &msg, sizeof msg);
+  (void)ignored;
+  _exit(0);
+}
+
 // Kills every process of the pid namespace but pid 1 and reaps them (and any other child), so that their CPU time
 // counts in pid 1's rusage. A sweep reaps all that is dead; kill(-1) is repeated while children remain (one may have
 // forked during the sweep), once per round rather than once per child, which a fork bomb would make quadratic.
-[[noreturn]] void KillAllAndExit() {
+[[noreturn]] void KillAllAndExit(const ChildPlan& plan, const CgroupSelfJoin& leave) {
   for (;;) {
     ::kill(-1, SIGKILL);
     pid_t pid;
     while ((pid = ::waitpid(-1, nullptr, __WALL | WNOHANG)) > 0) {
     }
-    if (pid < 0 && errno == ECHILD) _exit(0);
+    if (pid < 0 && errno == ECHILD) ReportGoneAndExit(plan, leave);
     pid = ::waitpid(-1, nullptr, __WALL);  // the rest are still dying: wait for one, then sweep again
-    if (pid < 0 && errno == ECHILD) _exit(0);
+    if (pid < 0 && errno == ECHILD) ReportGoneAndExit(plan, leave);
   }
 }
 
@@ -132,7 +154,7 @@ void DropInitPrivileges(const ChildPlan& plan, ParentWatch& watch) {
   }
 }
 
-void RunInit(const ChildPlan& plan, pid_t payload) {
+void RunInit(const ChildPlan& plan, pid_t payload, const CgroupSelfJoin& leave) {
   // pid 1 holds none of the payload's stdio: when the sandbox ends, nsbox sees end-of-file.
   if (plan.stdin_fd >= 0) ::close(plan.stdin_fd);
   ::close(plan.stdout_fd);
@@ -165,7 +187,7 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
     int sig = ::sigwaitinfo(&wanted, &info);
     if (sig < 0) continue;
     // Only nsbox, outside, may end the sandbox this way: the payload's own processes share pid 1's uid.
-    if (sig == KillSandboxSignal() && info.si_code == SI_USER && info.si_pid == 0) KillAllAndExit();
+    if (sig == KillSandboxSignal() && info.si_code == SI_USER && info.si_pid == 0) KillAllAndExit(plan, leave);
     if (sig == KillSandboxSignal()) continue;
     if (sig != SIGCHLD) {
       // To the payload's process group (it leads its own session), so that a shell's children get it as well.
@@ -177,7 +199,7 @@ void RunInit(const ChildPlan& plan, pid_t payload) {
     while ((pid = ::waitpid(-1, &status, WNOHANG | __WALL)) > 0) {
       if (payload > 0 && pid == payload) {
         Report(plan, status);
-        KillAllAndExit();
+        KillAllAndExit(plan, leave);
       }
     }
   }

@@ -36,9 +36,10 @@ void DropInitPrivileges(const ChildPlan& plan, ParentWatch& watch);
 inline int KillSandboxSignal() { return SIGRTMAX; }
 
 // Never returns. When the payload has exited: reports its status, kills and reaps every process left in the pid
-// namespace (double-forked, setsid, ignoring SIGTERM), and exits. Termination signals go to the payload's process
-// group, as a terminal's would. payload < 0 (a session): reports kReady and reaps until killed. DropInitPrivileges
-// has run.
-[[noreturn]] void RunInit(const ChildPlan& plan, pid_t payload);
+// namespace (double-forked, setsid, ignoring SIGTERM), moves itself out of the sandbox's groups through `leave`
+// (Cgroup::leave_join; count 0 when there are none or it cannot), reports kGone with its rusage, and exits.
+// Termination signals go to the payload's process group, as a terminal's would. payload < 0 (a session): reports
+// kReady and reaps until killed. DropInitPrivileges has run.
+[[noreturn]] void RunInit(const ChildPlan& plan, pid_t payload, const CgroupSelfJoin& leave);
 
 }  // namespace nsbox

@@ -26,7 +26,8 @@ class SandboxHooks {
     (void)child;
     return OkStatus();
   }
-  // After every process of the sandbox is gone: adds what the service saw to the result.
+  // After every process of the sandbox is gone (but its pid 1, which may still be exiting): adds what the service saw
+  // to the result.
   virtual void OnFinished(Result& result) { (void)result; }
 };
 

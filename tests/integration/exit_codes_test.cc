@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -162,6 +164,59 @@ TEST_CASE("CPU time counts every process of the sandbox, also those killed at a 
   INFO(left.Describe());
   CHECK(left.status() == "ok");
   CHECK(left.json.value("cpu_ms", 0) >= 200);
+}
+
+TEST_CASE("a run that ends by itself reports the CPU time and peak memory of all its processes, with and without "
+          "limits", "[integration][exit]") {
+  // pid 1 measures them itself (kGone) and leaves its groups, so that nsbox need not wait for its exit: the figures
+  // must be those wait4 on pid 1 would give, a background child's CPU time included.
+  const char* busy =
+      "import os, time\n"
+      "def spin(seconds):\n"
+      "    end = time.process_time() + seconds\n"
+      "    while time.process_time() < end: pass\n"
+      "if os.fork() == 0:\n"
+      "    spin(0.3); os._exit(0)\n"
+      "b = bytearray(48 << 20)\n"
+      "for i in range(0, len(b), 4096): b[i] = 1\n"
+      "spin(0.3)\n"
+      "os.wait()\n";
+  for (bool limits : {true, false}) {
+    std::vector<std::string> options;
+    if (!limits) options.push_back("--dangerously-run-without-limits");
+    auto r = RunPython(busy, options);
+    INFO(r.Describe());
+    INFO("limits " << limits);
+    CHECK(r.status() == "ok");
+    CHECK(r.json.value("cpu_ms", 0) >= 500);
+    CHECK(r.json.value("peak_memory_bytes", uint64_t{0}) >= (48u << 20));
+  }
+}
+
+TEST_CASE("a run leaves no zombie behind: neither its pid 1 nor the cgroup reaper outlives nsbox",
+          "[integration][exit]") {
+  // What outlives nsbox is reparented to init, which may take seconds to reap it. nsbox reaps both itself.
+  auto zombies_of_init = [] {
+    size_t n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream in(entry.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto paren = stat.rfind(')');
+      if (paren == std::string::npos || stat.size() < paren + 6) continue;
+      // "pid (comm) Z 1 ...": a zombie whose parent is init.
+      if (stat.compare(paren + 2, 4, "Z 1 ") == 0 && stat.find("nsbox") != std::string::npos) ++n;
+    }
+    return n;
+  };
+  size_t before = zombies_of_init();
+  for (int i = 0; i < 5; ++i) {
+    auto r = RunNsboxJson({"--", "/bin/true"});
+    INFO(r.Describe());
+    REQUIRE(r.status() == "ok");
+  }
+  CHECK(zombies_of_init() <= before);
 }
 
 TEST_CASE("a real-time signal is named by its offset from SIGRTMIN", "[integration][exit]") {

@@ -55,14 +55,20 @@ class FakeTree {
   }
   // A hybrid host: v1 controllers plus an empty v2 tree at unified/.
   void MakeV1(bool comount_cpu = false) {
-    for (const char* controller : {"memory", "pids", "freezer"}) Put(cg() / controller / "cgroup.procs", "");
+    for (const char* controller : {"memory", "pids", "freezer"}) {
+      Put(cg() / controller / "cgroup.procs", "");
+      Put(cg() / controller / "tasks", "");
+    }
     if (comount_cpu) {
       Put(cg() / "cpu,cpuacct" / "cgroup.procs", "");
+      Put(cg() / "cpu,cpuacct" / "tasks", "");
       fs::create_directory_symlink("cpu,cpuacct", cg() / "cpu");
       fs::create_directory_symlink("cpu,cpuacct", cg() / "cpuacct");
     } else {
-      Put(cg() / "cpu" / "cgroup.procs", "");
-      Put(cg() / "cpuacct" / "cgroup.procs", "");
+      for (const char* controller : {"cpu", "cpuacct"}) {
+        Put(cg() / controller / "cgroup.procs", "");
+        Put(cg() / controller / "tasks", "");
+      }
     }
     Put(cg() / "unified" / "cgroup.controllers", "");
     std::string cpu_line = comount_cpu ? "2:cpu,cpuacct:/\n" : "1:cpu:/\n2:cpuacct:/\n";
@@ -284,6 +290,30 @@ TEST_CASE("v1: a child joins by writing \"0\" to each hierarchy's tasks file, on
   bad.count = 1;
   CHECK(JoinCgroupSelf(bad) == -1);
   CHECK(errno == EBADF);
+}
+
+TEST_CASE("v1: a process of the group leaves it by writing \"0\" to the tasks file of each hierarchy's parent") {
+  FakeTree tree;
+  tree.MakeV1(/*comount_cpu=*/true);
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
+  REQUIRE(group.ok());
+  std::string name = Name((*group)->path());
+  CgroupSelfJoin leave = (*group)->leave_join();
+  REQUIRE(leave.count == 4);  // memory, pids, cpu,cpuacct, freezer: the same hierarchies as self_join
+  REQUIRE(JoinCgroupSelf(leave) == 0);
+  for (const char* controller : {"memory", "pids", "cpu,cpuacct", "freezer"}) {
+    INFO(controller);
+    CHECK(Get(tree.cg() / controller / "tasks") == "0");
+    CHECK(Get(tree.cg() / controller / name / "tasks").empty());
+  }
+}
+
+TEST_CASE("v2: a group offers no way out (moving by cgroup.procs takes the global lock): leave_join is empty") {
+  FakeTree tree;
+  tree.MakeV2();
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
+  REQUIRE(group.ok());
+  CHECK((*group)->leave_join().count == 0);
 }
 
 TEST_CASE("v1: stats come from memory.oom_control, max_usage_in_bytes, pids.events, cpuacct.usage and cpu.stat") {
