@@ -79,6 +79,17 @@ TEST_CASE("SIGKILL to pid 1 from inside is ignored and the run completes", "[esc
   CHECK(r.out() == "alive\n");
 }
 
+// pid 1 holds descriptors of the host's cgroup tree: at its end it moves itself out of the sandbox's groups through
+// their parents' `tasks` files. The program, with pid 1's uid, must not be able to take them (it would leave its
+// limits behind): pid 1 is not dumpable, so neither pidfd_getfd nor /proc/1/fd reach them.
+TEST_CASE("pid 1's descriptors cannot be taken with pidfd_getfd or /proc/1/fd", "[escape][processes]") {
+  auto r = RunPython("pidfd = os.pidfd_open(1)\n"
+                     "print(sorted(set(sc(438, pidfd, fd, 0) for fd in range(3, 16))), err(os.listdir, '/proc/1/fd'))\n");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "['EPERM'] EACCES\n");
+}
+
 // Descriptors leaked into a container (runc CVE-2024-21626, and the older CVE-2016-9962) give a handle on host
 // files and directories. The test opens a host file and a host directory WITHOUT O_CLOEXEC before running nsbox.
 TEST_CASE("descriptors inherited by nsbox are not visible inside (CVE-2024-21626)", "[escape][processes]") {
