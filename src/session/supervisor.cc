@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
+#include "sandbox/cgroup.h"
 #include "sandbox/session.h"
 #include "src/session/state.h"
 #include "src/session/wire.h"
@@ -156,6 +157,9 @@ class Server {
         ::unlink((config_.dir + "/socket").c_str());  // no new clients
         session_->Terminate(why);
         RemoveSessionDir(config_.dir);
+        // The group's reaper, dismissed by Terminate, is reaped here: the supervisor exits next, and a reaper that
+        // outlived it would be left to init as a zombie.
+        WaitForDismissedReapers();
       }
     }
     // Bounded: a client that does not read its answer loses it.

@@ -4,9 +4,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -196,27 +193,13 @@ TEST_CASE("a run that ends by itself reports the CPU time and peak memory of all
 TEST_CASE("a run leaves no zombie behind: neither its pid 1 nor the cgroup reaper outlives nsbox",
           "[integration][exit]") {
   // What outlives nsbox is reparented to init, which may take seconds to reap it. nsbox reaps both itself.
-  auto zombies_of_init = [] {
-    size_t n = 0;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream in(entry.path() / "stat");
-      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      auto paren = stat.rfind(')');
-      if (paren == std::string::npos || stat.size() < paren + 6) continue;
-      // "pid (comm) Z 1 ...": a zombie whose parent is init.
-      if (stat.compare(paren + 2, 4, "Z 1 ") == 0 && stat.find("nsbox") != std::string::npos) ++n;
-    }
-    return n;
-  };
-  size_t before = zombies_of_init();
+  size_t before = NsboxZombiesOfInit();
   for (int i = 0; i < 5; ++i) {
     auto r = RunNsboxJson({"--", "/bin/true"});
     INFO(r.Describe());
     REQUIRE(r.status() == "ok");
   }
-  CHECK(zombies_of_init() <= before);
+  CHECK(NsboxZombiesOfInit() <= before);
 }
 
 TEST_CASE("a real-time signal is named by its offset from SIGRTMIN", "[integration][exit]") {

@@ -670,6 +670,17 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
   CHECK(s.Nsbox({"session", "ls", "--json"}).Json().empty());
 }
 
+TEST_CASE("a removed session leaves no cgroup reaper behind for init to reap", "[session]") {
+  // The reaper leads a session of its own (setsid); the supervisor, a daemon, is init's to reap by design.
+  Sessions s;
+  size_t before = nsbox::testing::NsboxZombiesOfInit(/*session_leaders=*/true);
+  for (int i = 0; i < 3; ++i) {
+    std::string id = s.Create();
+    CHECK(s.Nsbox({"session", "rm", id}).code == 0);
+  }
+  CHECK(nsbox::testing::NsboxZombiesOfInit(/*session_leaders=*/true) <= before);
+}
+
 TEST_CASE("session rm given one session twice (by id and by name) ends it once and succeeds", "[session]") {
   Sessions s;
   std::string id = s.Create({"--name", "twice"});

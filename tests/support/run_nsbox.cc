@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -358,6 +359,25 @@ void AddGroup(const std::filesystem::path& dir, const std::string& label, std::s
 }  // namespace
 
 // v1 groups are nsbox-<id> in each hierarchy's root, v2 groups <id> under <root>/nsbox.
+size_t NsboxZombiesOfInit(bool session_leaders) {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    if (stat.substr(open + 1, close - open - 1).find("nsbox") == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));  // "state ppid pgrp session ..."
+    std::string state;
+    long ppid = 0, pgrp = 0, sid = 0;
+    fields >> state >> ppid >> pgrp >> sid;
+    if (state == "Z" && ppid == 1 && (!session_leaders || sid == std::stol(name))) ++n;
+  }
+  return n;
+}
+
 std::set<std::string> NsboxGroups() {
   std::set<std::string> names;
   std::error_code ec;

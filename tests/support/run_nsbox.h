@@ -92,6 +92,9 @@ std::string UniqueMarker(const std::string& what);  // "nsbox-test-WHAT-<pid>-<n
 std::set<std::string> NsboxGroups();
 // After SIGKILL the reaper removes the groups on its own time: waits a few seconds at most for the set to be this.
 bool WaitForGroups(const std::set<std::string>& expected);
+// nsbox processes (a command name holding "nsbox") that are zombies adopted by init: what an nsbox that did not reap
+// its own children leaves behind. session_leaders: only those that lead a session of their own (the cgroup reaper).
+size_t NsboxZombiesOfInit(bool session_leaders = false);
 
 // A private temporary directory, removed (recursively) when the object dies.
 class TempDir {
