@@ -371,6 +371,7 @@ void SessionSandbox::Terminate(std::string_view why) {
   {
     std::lock_guard lock(exec_groups_mutex_);
     kept_exec_groups_.clear();
+    spare_exec_group_.reset();
   }
   cgroup_.reset();
 }
@@ -385,6 +386,7 @@ StatusOr<std::unique_ptr<CgroupChild>> SessionSandbox::StartExecGroup() {
   uint64_t n;
   {
     std::lock_guard lock(exec_groups_mutex_);
+    if (spare_exec_group_) return std::move(spare_exec_group_);
     std::erase_if(kept_exec_groups_, [](const auto& group) { return group->TryRemove(); });
     n = ++exec_group_counter_;
   }
@@ -392,9 +394,19 @@ StatusOr<std::unique_ptr<CgroupChild>> SessionSandbox::StartExecGroup() {
 }
 
 void SessionSandbox::KeepExecGroup(std::unique_ptr<CgroupChild> group) {
-  if (!group || group->TryRemove()) return;
+  if (!group) return;
   std::lock_guard lock(exec_groups_mutex_);
   kept_exec_groups_.push_back(std::move(group));
+}
+
+void SessionSandbox::PrepareNextExec() {
+  std::shared_lock call(calls_mutex_);  // Terminate removes the groups and the cgroup under the exclusive lock
+  if (terminating_ || !cgroup_) return;
+  std::lock_guard lock(exec_groups_mutex_);
+  std::erase_if(kept_exec_groups_, [](const auto& group) { return group->TryRemove(); });
+  if (spare_exec_group_) return;
+  auto made = cgroup_->CreateChild(fmt::format("exec-{}", ++exec_group_counter_));
+  if (made.ok()) spare_exec_group_ = std::move(*made);  // a failure shows at the next exec, which makes its own
 }
 
 bool SessionSandbox::Alive() const {

@@ -85,15 +85,19 @@ class SessionSandbox {
   StatusOr<UniqueFd> OpenWorkspace() const;
   // Resident memory of the session's processes plus what its tmpfs mounts hold.
   uint64_t MemoryInUseBytes() const;
+  // Work an exec leaves for later, done once its answer is sent so that the next client does not wait for it:
+  // removes the groups of ended execs that emptied, and makes the group the next exec will take. Thread-safe.
+  void PrepareNextExec();
 
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
   // `join` (may be null): the cgroup descriptors the payload joins, instead of the session's (an exec's own group).
   StatusOr<std::unique_ptr<SessionHelper>> StartHelper(const Executor& executor, int channel_fd,
                                                        const CgroupSelfJoin* join = nullptr);
-  // A group of the exec's own below the session's (CgroupChild), or null without a cgroup.
+  // A group of the exec's own below the session's (CgroupChild): the one PrepareNextExec made, else a new one; null
+  // without a cgroup.
   StatusOr<std::unique_ptr<CgroupChild>> StartExecGroup();
-  // Keeps an ended exec's group that background processes still use, and removes the kept ones that emptied.
+  // Keeps an ended exec's group until PrepareNextExec (or the next exec) finds it empty and removes it.
   void KeepExecGroup(std::unique_ptr<CgroupChild> group);
   void Forget(pid_t payload);
   // counters_before: the session cgroup's counters when the exec began (Cgroup::ReadCounters); the exec's limits
@@ -122,6 +126,7 @@ class SessionSandbox {
   // Ended execs' groups that still held processes (a background server started with setsid), removed once empty.
   std::mutex exec_groups_mutex_;
   std::vector<std::unique_ptr<CgroupChild>> kept_exec_groups_;
+  std::unique_ptr<CgroupChild> spare_exec_group_;  // made by PrepareNextExec, empty, for the next exec
   uint64_t exec_group_counter_ = 0;
   bool new_network_ = true;
   std::mutex payloads_mutex_;

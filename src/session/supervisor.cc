@@ -182,6 +182,9 @@ class Server {
       UniqueFd stdin_fd;
       if (!reader.fds().empty()) stdin_fd = std::move(reader.fds().front());
       answer = Exec(*request, stdin_fd.get(), conn.get());
+      (void)SendMessage(conn.get(), answer);
+      session_->PrepareNextExec();  // after the answer: the client need not wait for it
+      return true;
     } else if (op == "workspace") {
       auto workspace = session_->OpenWorkspace();
       if (!workspace.ok()) {
