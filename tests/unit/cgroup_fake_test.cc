@@ -93,6 +93,18 @@ CgroupLimits Limits(uint64_t memory, uint64_t pids, double cpus) {
 
 std::string Name(const std::string& path) { return fs::path(path).filename().string(); }
 
+// The hierarchies of a hybrid tree with cpu and cpuacct co-mounted (FakeTree::MakeV1(true)), each holding one copy of
+// a group.
+constexpr const char* kCoMountedV1[] = {"memory", "pids", "cpu,cpuacct", "freezer"};
+
+// A group in a fresh hybrid tree with cpu,cpuacct co-mounted.
+std::unique_ptr<Cgroup> CoMountedV1Group(FakeTree& tree) {
+  tree.MakeV1(/*comount_cpu=*/true);
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
+  REQUIRE(group.ok());
+  return std::move(*group);
+}
+
 }  // namespace
 
 TEST_CASE("v2: a sandbox group gets memory.max, swap off, pids.max and a cpu.max quota") {
@@ -259,28 +271,24 @@ TEST_CASE("v1: a sandbox group gets memory and memsw limits, pids.max and a CFS 
 
 TEST_CASE("v1: a co-mounted cpu,cpuacct hierarchy holds one group, which gets the pid once") {
   FakeTree tree;
-  tree.MakeV1(/*comount_cpu=*/true);
-  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
-  REQUIRE(group.ok());
-  std::string name = Name((*group)->path());
+  auto group = CoMountedV1Group(tree);
+  std::string name = Name(group->path());
   fs::path cpu = tree.cg() / "cpu,cpuacct" / name;
   CHECK(Get(cpu / "cpu.cfs_quota_us") == "200000");
-  REQUIRE((*group)->AddProcess(4242).ok());
+  REQUIRE(group->AddProcess(4242).ok());
   CHECK(Get(cpu / "cgroup.procs") == "4242");  // written once: a second write would fail on a real hierarchy
-  for (const char* controller : {"memory", "pids", "cpu,cpuacct", "freezer"})
+  for (const char* controller : kCoMountedV1)
     Put(tree.cg() / controller / name / "cgroup.procs", "");
 }
 
 TEST_CASE("v1: a child joins by writing \"0\" to each hierarchy's tasks file, once per co-mounted hierarchy") {
   FakeTree tree;
-  tree.MakeV1(/*comount_cpu=*/true);
-  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
-  REQUIRE(group.ok());
-  std::string name = Name((*group)->path());
-  CgroupSelfJoin join = (*group)->self_join();
+  auto group = CoMountedV1Group(tree);
+  std::string name = Name(group->path());
+  CgroupSelfJoin join = group->self_join();
   REQUIRE(join.count == 4);  // memory, pids, cpu,cpuacct, freezer
   REQUIRE(JoinCgroupSelf(join) == 0);
-  for (const char* controller : {"memory", "pids", "cpu,cpuacct", "freezer"}) {
+  for (const char* controller : kCoMountedV1) {
     INFO(controller);
     CHECK(Get(tree.cg() / controller / name / "tasks") == "0");
     CHECK(Get(tree.cg() / controller / name / "cgroup.procs").empty());
@@ -294,14 +302,12 @@ TEST_CASE("v1: a child joins by writing \"0\" to each hierarchy's tasks file, on
 
 TEST_CASE("v1: a process of the group leaves it by writing \"0\" to the tasks file of each hierarchy's parent") {
   FakeTree tree;
-  tree.MakeV1(/*comount_cpu=*/true);
-  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
-  REQUIRE(group.ok());
-  std::string name = Name((*group)->path());
-  CgroupSelfJoin leave = (*group)->leave_join();
+  auto group = CoMountedV1Group(tree);
+  std::string name = Name(group->path());
+  CgroupSelfJoin leave = group->leave_join();
   REQUIRE(leave.count == 4);  // memory, pids, cpu,cpuacct, freezer: the same hierarchies as self_join
   REQUIRE(JoinCgroupSelf(leave) == 0);
-  for (const char* controller : {"memory", "pids", "cpu,cpuacct", "freezer"}) {
+  for (const char* controller : kCoMountedV1) {
     INFO(controller);
     CHECK(Get(tree.cg() / controller / "tasks") == "0");
     CHECK(Get(tree.cg() / controller / name / "tasks").empty());
