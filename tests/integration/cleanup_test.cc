@@ -1,6 +1,13 @@
 // Integration: nothing is left behind after success, failure, setup error, time-out or SIGKILL of nsbox: no
 // process, no mount in the host's mount table, no temporary file, no cgroup.
+#include <seccomp.h>
 #include <signal.h>
+#include <sys/inotify.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -61,6 +68,89 @@ const char* const kSpawnsChildren =
     "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', sys.argv[1]])\n"
     "time.sleep(0.2)\n";
 
+// A tmpfs of the test's own on the host, watched with inotify: IN_UNMOUNT arrives when its superblock shuts down,
+// that is when the last mount of it is gone, in whichever mount namespace. Bound into a sandbox, it tells when the
+// sandbox's mount namespace is torn down.
+class WatchedTmpfs {
+ public:
+  explicit WatchedTmpfs(const std::string& dir) : dir_(dir) {
+    std::filesystem::create_directories(dir_);
+    REQUIRE(::mount("nsbox-test-watched", dir_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m") == 0);
+    mounted_ = true;
+    std::filesystem::create_directories(data());
+    inotify_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    REQUIRE(inotify_ >= 0);
+    REQUIRE(::inotify_add_watch(inotify_, data().c_str(), IN_ATTRIB) >= 0);
+  }
+  ~WatchedTmpfs() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+    if (inotify_ >= 0) ::close(inotify_);
+  }
+  std::string data() const { return dir_ + "/data"; }
+  // From now on only other mount namespaces (a sandbox's) can hold the file system.
+  void DetachFromHost() {
+    REQUIRE(::umount2(dir_.c_str(), MNT_DETACH) == 0);
+    mounted_ = false;
+  }
+  bool WaitForShutdown(std::chrono::milliseconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    alignas(struct inotify_event) char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      struct pollfd fd = {inotify_, POLLIN, 0};
+      ::poll(&fd, 1, 50);
+      ssize_t n;
+      while ((n = ::read(inotify_, buf, sizeof buf)) > 0) {
+        for (char* p = buf; p < buf + n;) {
+          auto* event = reinterpret_cast<struct inotify_event*>(p);
+          if (event->mask & IN_UNMOUNT) return true;
+          p += sizeof(struct inotify_event) + event->len;
+        }
+      }
+    }
+    return false;
+  }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+  int inotify_ = -1;
+};
+
+// nsbox run --json ARGS with io_uring_setup refused (EPERM) by a seccomp filter on nsbox itself, as a container
+// runtime's default profile does. Returns the parsed result.
+nlohmann::json RunWithoutIoUring(const std::vector<std::string>& args) {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx || seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(io_uring_setup), 0) != 0 ||
+        ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || seccomp_load(ctx) != 0)
+      _exit(126);
+    std::vector<std::string> argv = {NsboxBinary(), "run", "--json"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> raw;
+    for (auto& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    ::execv(raw[0], raw.data());
+    _exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(out[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  INFO(text);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) != 126);
+  return nlohmann::json::parse(text, nullptr, false);
+}
+
 }  // namespace
 
 TEST_CASE("nothing is left behind after a successful run", "[integration][cleanup]") {
@@ -109,4 +199,53 @@ TEST_CASE("a cgroup limit that fails after the clone stops the run and leaves no
   CHECK(MountLinesContaining("nsbox") == mounts_before);
   CHECK(Entries(tmp.path()) == 0);
   CHECK(NsboxGroups() == groups_before);
+}
+
+// pid 1's exit does not tear the sandbox's mount namespace down (nsbox would wait for that, ~0.5 ms): an io_uring's
+// file table holds the namespace, and the kernel releases it from a worker once nsbox has closed it. The teardown
+// must still happen, soon: the mounts of a file system bound into the sandbox are all gone within seconds.
+TEST_CASE("the sandbox's mount namespace is torn down soon after nsbox returns", "[integration][cleanup]") {
+  if (::geteuid() != 0) {
+    RecordSkip("integration_tests", "the sandbox's mount namespace is torn down soon after nsbox returns",
+               "mounting the watched tmpfs needs root");
+    return;
+  }
+  TempDir tmp;
+  std::filesystem::permissions(tmp.path(), std::filesystem::perms(0755));  // the sandbox uid reaches the bind source
+  const std::string marker = UniqueMarker("ns-release");
+
+  SECTION("with io_uring: nsbox holds the namespace in one while the sandbox runs") {
+    WatchedTmpfs fs(tmp.path() + "/fs");
+    auto bg = StartProcess({NsboxBinary(), "run", "--json", "--ro-bind", fs.data() + ":/data", "--", "/usr/bin/python3",
+                            "-c", "import time; time.sleep(30)", marker});
+    REQUIRE(WaitForPidsWithMarker(marker, 2, 10s));  // nsbox and the program
+    bool holds_ring = false;
+    for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(bg.pid) + "/fd")) {
+      std::error_code ec;
+      if (std::filesystem::read_symlink(fd.path(), ec).string() == "anon_inode:[io_uring]") holds_ring = true;
+    }
+    CHECK(holds_ring);
+    ::kill(bg.pid, SIGTERM);
+    bg.Wait();
+    CHECK(WaitForNoPidsWithMarker(marker, 3s));
+    fs.DetachFromHost();
+    CHECK(fs.WaitForShutdown(5s));
+  }
+
+  // A file the program reads through the bind, then the file system detached from the host: the sandbox's
+  // namespace, once released, was its last holder.
+  for (bool io_uring : {true, false}) {
+    DYNAMIC_SECTION((io_uring ? "with io_uring: a run that ends normally"
+                              : "without io_uring (refused by seccomp): the same run; pid 1's exit does the teardown")) {
+      WatchedTmpfs fs(tmp.path() + "/fs");
+      tmp.Write("fs/data/f", "seen");
+      const std::vector<std::string> args = {"--ro-bind", fs.data() + ":/data", "--", "/bin/cat", "/data/f"};
+      nlohmann::json json = io_uring ? RunNsboxJson(args).json : RunWithoutIoUring(args);
+      INFO(json.dump());
+      CHECK(json.value("status", "") == "ok");
+      CHECK(json.value("stdout", "") == "seen");
+      fs.DetachFromHost();
+      CHECK(fs.WaitForShutdown(5s));
+    }
+  }
 }
