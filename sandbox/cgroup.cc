@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -693,7 +694,38 @@ void WaitForDismissedReapers() {
   dismissed_reapers.clear();
 }
 
+namespace {
+
+std::mutex early_reaper_mutex;
+std::unique_ptr<Reaper> early_reaper;
+
+void DismissEarlyReaper() {
+  {
+    std::lock_guard<std::mutex> lock(early_reaper_mutex);
+    early_reaper.reset();
+  }
+  WaitForDismissedReapers();
+}
+
+}  // namespace
+
+void PrestartCgroupReaper() {
+  auto reaper = Reaper::Start();
+  if (!reaper.ok()) return;
+  std::lock_guard<std::mutex> lock(early_reaper_mutex);
+  early_reaper = std::move(*reaper);
+  std::atexit(DismissEarlyReaper);
+}
+
 StatusOr<std::shared_ptr<PrestartedReaper>> StartCgroupReaper() {
+  {
+    std::lock_guard<std::mutex> lock(early_reaper_mutex);
+    if (early_reaper) {
+      auto prestarted = std::make_shared<PrestartedReaper>();
+      prestarted->reaper = std::move(early_reaper);
+      return prestarted;
+    }
+  }
   auto reaper = Reaper::Start();
   if (!reaper.ok()) return reaper.status();
   auto prestarted = std::make_shared<PrestartedReaper>();

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/cgroup.h"
 #include "src/cli/commands.h"
 
 namespace {
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
   // A reader that went away (`nsbox run ... | head -c1`) is a write error nsbox reports (exit 125, with the reason),
   // not a silent death by SIGPIPE that would read as the program's. Sandboxed programs get the default back.
   ::signal(SIGPIPE, SIG_IGN);
+  // A run with limits forks its cgroup reaper before anything else is allocated (cgroup.h says why).
+  if (nsbox::cli::RunMakesCgroups(argc, argv)) nsbox::PrestartCgroupReaper();
   CLI::App app{"nsbox: run untrusted code in a Linux-native sandbox (namespaces, cgroups, seccomp, read-only root)"};
   app.set_version_flag("--version", "nsbox " NSBOX_VERSION);
   app.require_subcommand(1);

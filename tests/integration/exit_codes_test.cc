@@ -200,6 +200,17 @@ TEST_CASE("a run leaves no zombie behind: neither its pid 1 nor the cgroup reape
     REQUIRE(r.status() == "ok");
   }
   CHECK(NsboxZombiesOfInit() <= before);
+  // A run forks its reaper before it parses its options: one that never gets to make a group (a bad option, a
+  // setup error, --help) still reaps it.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"run", "--bogus", "--", "/bin/true"}, {"run", "--help"}, {"run", "--", "/nonexistent/program"}}) {
+    for (int i = 0; i < 3; ++i) {
+      auto r = RunNsboxRaw(args);
+      INFO(r.err);
+      CHECK(r.exit_code == (args[1] == "--help" ? 0 : 125));
+    }
+  }
+  CHECK(NsboxZombiesOfInit() <= before);
 }
 
 TEST_CASE("a real-time signal is named by its offset from SIGRTMIN", "[integration][exit]") {
