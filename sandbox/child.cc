@@ -19,6 +19,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "sandbox/caps.h"
 #include "sandbox/init.h"
@@ -51,11 +53,48 @@ std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan) {
   using Kind = MountStep::Kind;
   std::vector<ChildMount> out;
   out.reserve(plan.size());
+  // Directories of the new root that exist, as far as the steps so far tell (MakeDirs and MakeParent create every
+  // missing component). A mount hides what was made below its target; a skipped optional step makes nothing.
+  std::set<std::string> made = {"/newroot"};
+  auto add_with_parents = [&](std::string dir) {
+    while (dir.size() > strlen("/newroot") && made.insert(dir).second) dir.resize(dir.rfind('/'));
+  };
+  auto hide_below = [&](const std::string& target) {
+    for (auto it = made.lower_bound(target + "/"); it != made.end() && it->starts_with(target + "/");)
+      it = made.erase(it);
+  };
   for (const auto& step : plan) {
-    ChildMount m{step.kind, step.source, "/newroot" + step.target, step.data, step.optional};
+    ChildMount m{step.kind, step.source, "/newroot" + step.target, step.data, step.optional, step.source_type};
     bool has_host_source = step.kind == Kind::kBindReadOnly || step.kind == Kind::kBindWritable ||
                            step.kind == Kind::kBindDevice;
     if (has_host_source) m.source = "/oldroot" + step.source;
+    const std::string parent = m.target.substr(0, m.target.rfind('/'));
+    m.parent_exists = made.count(parent) > 0;
+    if (!step.optional) {
+      switch (step.kind) {
+        case Kind::kDir:
+          add_with_parents(m.target);
+          break;
+        case Kind::kFile:
+        case Kind::kSymlink:
+          add_with_parents(parent);
+          break;
+        case Kind::kBindReadOnly:
+        case Kind::kBindWritable:
+        case Kind::kBindDevice:
+          add_with_parents(parent);  // the target itself is the source's: a directory of unknown content
+          hide_below(m.target);
+          made.erase(m.target);
+          break;
+        default:  // a mount on an existing target
+          hide_below(m.target);
+          break;
+      }
+    } else if (has_host_source || step.kind == Kind::kMaskDir || step.kind == Kind::kMaskFile ||
+               step.kind == Kind::kReadOnly) {
+      hide_below(m.target);  // if it does happen, it hides what is below
+      made.erase(m.target);
+    }
     out.push_back(std::move(m));
   }
   return out;

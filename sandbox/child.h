@@ -42,6 +42,10 @@ struct ChildMount {
   std::string target;
   std::string data;
   bool optional;
+  char source_type = 0;  // MountStep::source_type
+  // The target's parent directory exists when this step runs (an earlier step of the plan made it, and no mount
+  // since hides it): the child skips the mkdir -p of the parent, one failing mkdir per path component.
+  bool parent_exists = false;
 };
 
 struct ChildPlan {

@@ -75,8 +75,8 @@ int MakeParent(const char* path) {
 }
 
 // A mount point of the source's type: a directory for a directory, an empty file otherwise.
-int MakeMountPoint(bool directory, const char* target) {
-  if (MakeParent(target) != 0) return -1;
+int MakeMountPoint(bool directory, const char* target, bool parent_exists) {
+  if (!parent_exists && MakeParent(target) != 0) return -1;
   if (directory) return (::mkdir(target, 0755) == 0 || errno == EEXIST) ? 0 : -1;
   int fd = ::open(target, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return errno == EEXIST ? 0 : -1;
@@ -128,7 +128,7 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
       return MakeDirs(target);
     case Kind::kFile: {
       *step = Step("write", target);
-      if (MakeParent(target) != 0) return -1;
+      if (!m.parent_exists && MakeParent(target) != 0) return -1;
       int fd = ::open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
       if (fd < 0) return -1;
       int err = WriteAll(fd, m.data);
@@ -139,18 +139,22 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
     }
     case Kind::kSymlink:
       *step = Step("symlink", target);
-      if (MakeParent(target) != 0) return -1;
+      if (!m.parent_exists && MakeParent(target) != 0) return -1;
       return (::symlink(data, target) == 0 || errno == EEXIST) ? 0 : -1;
     case Kind::kBindReadOnly:
     case Kind::kBindWritable:
     case Kind::kBindDevice: {
       *step = Step("bind source", Shown(source));
-      struct stat source_st;
-      if (::stat(source, &source_st) != 0) return (m.optional && errno == ENOENT) ? 0 : -1;
+      bool directory = m.source_type == 'd';
+      if (m.source_type == 0) {  // the planner did not look
+        struct stat source_st;
+        if (::stat(source, &source_st) != 0) return (m.optional && errno == ENOENT) ? 0 : -1;
+        directory = S_ISDIR(source_st.st_mode);
+      }
       snprintf(step_buffer, sizeof step_buffer, "creating the mount point %s (for a %s)", Shown(target),
-               S_ISDIR(source_st.st_mode) ? "directory" : "file");
+               directory ? "directory" : "file");
       *step = step_buffer;
-      if (MakeMountPoint(S_ISDIR(source_st.st_mode), target) != 0) return -1;
+      if (MakeMountPoint(directory, target, m.parent_exists) != 0) return -1;
       *step = Step("mount(MS_BIND)", target);
       if (::mount(source, target, nullptr, MS_BIND | MS_REC, nullptr) != 0) return -1;
       uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;

@@ -37,16 +37,20 @@ const std::set<std::string> kReservedTopLevel = {"proc", "dev", "sys", "tmp", "w
 const std::set<std::string> kGeneratedEtc = {"passwd", "group", "hosts", "hostname", "resolv.conf", "nsswitch.conf",
                                              "shadow", "gshadow", "mtab"};
 
-void AddRootEntry(std::vector<MountStep>& plan, const std::string& host_path, const std::string& target) {
+char SourceType(const struct stat& st) { return S_ISDIR(st.st_mode) ? 'd' : 'f'; }
+
+// A link is recreated, a directory or regular file bound read-only. False when host_path does not exist.
+bool AddRootEntry(std::vector<MountStep>& plan, const std::string& host_path, const std::string& target) {
   struct stat st;
-  if (::lstat(host_path.c_str(), &st) != 0) return;
+  if (::lstat(host_path.c_str(), &st) != 0) return false;
   if (S_ISLNK(st.st_mode)) {
     char link[PATH_MAX];
     ssize_t n = ::readlink(host_path.c_str(), link, sizeof link - 1);
     if (n > 0) plan.push_back({Kind::kSymlink, "", target, std::string(link, static_cast<size_t>(n))});
   } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
-    plan.push_back({Kind::kBindReadOnly, host_path, target, ""});
+    plan.push_back({Kind::kBindReadOnly, host_path, target, "", false, SourceType(st)});
   }
+  return true;
 }
 
 std::vector<std::string> ListDir(const std::string& dir) {
@@ -86,21 +90,22 @@ StatusOr<std::vector<MountStep>> BuildMountPlan(const MountPlanInputs& in) {
   const std::string size = fmt::format("size={}", policy.tmpfs_size_bytes());
 
   // 1. The root's contents, read-only.
-  std::vector<std::string> etc_entries;  // host paths to bind under /etc
+  std::vector<HostView::Bind> etc_entries;  // host paths to bind under /etc (looked at when /etc is planned)
   if (policy.host_rootfs()) {
     if (!in.host_view) return Status::Error("the host root view is not loaded");
     for (const auto& link : in.host_view->root_links) AddRootEntry(plan, Join(in.host_root, link), link);
     for (const auto& bind : in.host_view->read_only_binds) {
+      if (bind.path.starts_with("/etc/")) {
+        etc_entries.push_back(bind);
+        continue;
+      }
       std::string host_path = Join(in.host_root, bind.path);
-      if (!PathExists(host_path)) {
+      struct stat st;
+      if (::stat(host_path.c_str(), &st) != 0) {
         if (bind.optional) continue;
         return Status::Error(fmt::format("host view: {} does not exist", host_path));
       }
-      if (bind.path.starts_with("/etc/")) {
-        etc_entries.push_back(bind.path);
-        continue;
-      }
-      plan.push_back({Kind::kBindReadOnly, host_path, bind.path, ""});
+      plan.push_back({Kind::kBindReadOnly, host_path, bind.path, "", false, SourceType(st)});
     }
   } else {
     const std::string& root = policy.rootfs_dir();
@@ -111,13 +116,17 @@ StatusOr<std::vector<MountStep>> BuildMountPlan(const MountPlanInputs& in) {
       AddRootEntry(plan, root + "/" + name, "/" + name);
     }
     for (const auto& name : ListDir(root + "/etc"))
-      if (!kGeneratedEtc.count(name)) etc_entries.push_back("/etc/" + name);
+      if (!kGeneratedEtc.count(name)) etc_entries.push_back({"/etc/" + name, /*optional=*/true});
   }
 
   // 2. /etc: generated identity and name service files, plus the allowed entries of the root's /etc.
   plan.push_back({Kind::kDir, "", "/etc", ""});
   std::string etc_source_root = policy.host_rootfs() ? in.host_root : policy.rootfs_dir();
-  for (const auto& entry : etc_entries) AddRootEntry(plan, Join(etc_source_root, entry), entry);
+  for (const auto& entry : etc_entries) {
+    std::string host_path = Join(etc_source_root, entry.path);
+    if (!AddRootEntry(plan, host_path, entry.path) && !entry.optional)
+      return Status::Error(fmt::format("host view: {} does not exist", host_path));
+  }
   plan.push_back({Kind::kFile, "", "/etc/passwd",
                   fmt::format("root:x:0:0:root:/root:/usr/sbin/nologin\n{}:x:{}:{}:nsbox sandbox:{}:/bin/sh\n"
                               "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
@@ -144,7 +153,7 @@ StatusOr<std::vector<MountStep>> BuildMountPlan(const MountPlanInputs& in) {
   plan.push_back({Kind::kDir, "", "/dev", ""});
   plan.push_back({Kind::kTmpfs, "", "/dev", "mode=0755,size=65536,nr_inodes=64"});
   for (const char* dev : kDevices)
-    plan.push_back({Kind::kBindDevice, fmt::format("/dev/{}", dev), fmt::format("/dev/{}", dev), ""});
+    plan.push_back({Kind::kBindDevice, fmt::format("/dev/{}", dev), fmt::format("/dev/{}", dev), "", false, 'f'});
   plan.push_back({Kind::kDir, "", "/dev/pts", ""});
   plan.push_back({Kind::kDevpts, "", "/dev/pts", "newinstance,ptmxmode=0666,mode=0620"});
   plan.push_back({Kind::kSymlink, "", "/dev/ptmx", "pts/ptmx"});

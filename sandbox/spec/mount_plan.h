@@ -30,6 +30,10 @@ struct MountStep {
   std::string target;  // path inside the sandbox
   std::string data;    // tmpfs options, symlink target or file content
   bool optional = false;  // a missing source is skipped instead of failing
+  // For binds: 'd' (a directory) or 'f' (anything else) as the planner saw the source, so that the child makes the
+  // mount point without looking again; 0 when the planner did not look (the child does). A source that changed
+  // type since makes the bind fail, which stops the set-up.
+  char source_type = 0;
 };
 
 // What the built-in "host" root shows of the host (rootfs/host.json).

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sandbox/child.h"
 #include "sandbox/spec/mount_plan.h"
 
 using namespace nsbox;
@@ -175,4 +176,36 @@ TEST_CASE("policy builder reports its first error once") {
   CHECK_FALSE(PolicyBuilder().AddReadOnlyBind("/usr", "relative").TryBuild().ok());
   CHECK_FALSE(PolicyBuilder().AddReadOnlyBind("/usr", "/a/../etc").TryBuild().ok());
   CHECK_FALSE(PolicyBuilder().SetRootfsDir("/").TryBuild().ok());
+}
+
+// The child skips the mkdir -p of a target's parent when the plan itself made that parent and nothing mounted since
+// hides it: a wrong "exists" would fail the sandbox's set-up, a missed one only costs a failing mkdir.
+TEST_CASE("the child's view of a plan knows which parents the plan made") {
+  auto step = [](Kind kind, const std::string& target, bool optional = false) {
+    MountStep s{kind, kind == Kind::kBindReadOnly ? "/host" + target : "", target, "", optional};
+    return s;
+  };
+  const std::vector<MountStep> plan = {
+      step(Kind::kBindReadOnly, "/usr"),            // 0: directly below the root
+      step(Kind::kDir, "/etc/ssl"),                 // 1: /etc not made yet (a directory step makes its parents)
+      step(Kind::kFile, "/etc/passwd"),             // 2: /etc made by 1
+      step(Kind::kBindReadOnly, "/etc/ssl/certs"),  // 3: /etc/ssl made by 1
+      step(Kind::kFile, "/usr/x"),                  // 4: /usr is the host's directory, its content unknown
+      step(Kind::kDir, "/tmp/a"),                   // 5: /tmp not made yet
+      step(Kind::kTmpfs, "/tmp"),                   // 6: hides /tmp/a
+      step(Kind::kFile, "/tmp/a/f"),                // 7
+      step(Kind::kBindReadOnly, "/opt/x", true),    // 8: optional: may make nothing
+      step(Kind::kFile, "/opt/y"),                  // 9
+      step(Kind::kSymlink, "/opt/z"),               // 10: /opt made by 9
+      step(Kind::kBindReadOnly, "/etc"),            // 11: hides /etc/ssl
+      step(Kind::kFile, "/etc/ssl/g"),              // 12
+  };
+  const std::vector<bool> expected = {true, false, true, true, false, false, true, false,
+                                      false, false, true, true, false};
+  auto child = PrepareChildMounts(plan);
+  REQUIRE(child.size() == expected.size());
+  for (size_t i = 0; i < child.size(); ++i) {
+    INFO("step " << i << ": " << child[i].target);
+    CHECK(child[i].parent_exists == expected[i]);
+  }
 }
