@@ -1,13 +1,18 @@
-// The network namespace in the child: brings up "lo" with SIOCSIFFLAGS; the namespace has no other interface.
+// The sandbox's network namespace: "lo" up (SIOCSIFFLAGS), by the child or, sooner, by nsbox from outside; the
+// namespace has no other interface.
 #include "sandbox/net.h"
 
+#include <fcntl.h>
 #include <net/if.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+
+#include "sandbox/base/unique_fd.h"
 
 namespace nsbox {
 
@@ -20,7 +25,7 @@ int BringUpLoopback(const char** step) {
   struct ifreq ifr = {};
   strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
   int rc = ::ioctl(fd, SIOCGIFFLAGS, &ifr);
-  if (rc == 0) {
+  if (rc == 0 && !(ifr.ifr_flags & IFF_UP)) {
     ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
     rc = ::ioctl(fd, SIOCSIFFLAGS, &ifr);
   }
@@ -32,6 +37,19 @@ int BringUpLoopback(const char** step) {
     return -1;
   }
   return 0;
+}
+
+StatusOr<bool> BringUpLoopbackFromOutside(int pidfd) {
+  UniqueFd own(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  if (!own || ::setns(pidfd, CLONE_NEWNET) != 0) return false;
+  UniqueFd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));  // a socket stays in the namespace it was made in
+  if (::setns(own.get(), CLONE_NEWNET) != 0) return Status::Errno("setns(nsbox's own network namespace)");
+  if (!sock) return false;
+  struct ifreq ifr = {};
+  strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  if (::ioctl(sock.get(), SIOCGIFFLAGS, &ifr) != 0) return false;
+  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+  return ::ioctl(sock.get(), SIOCSIFFLAGS, &ifr) == 0;
 }
 
 }  // namespace nsbox

@@ -30,6 +30,7 @@
 #include "sandbox/launch.h"
 #include "sandbox/init.h"
 #include "sandbox/live_output.h"
+#include "sandbox/net.h"
 #include "sandbox/ns_release.h"
 #include "sandbox/output_buffer.h"
 #include "sandbox/seccomp.h"
@@ -256,6 +257,10 @@ Result Sandbox::Run() {
   if (::write(sync->write.get(), &go, 1) != 1) return SetupError(Status::Errno("write(sync pipe)").message());
   sync->write.reset();
   mount_ns_holder = HoldForAsyncRelease(std::move(mount_ns));  // meanwhile pid 1 builds its root
+  if (plan.new_network && privileged) {  // setns needs CAP_SYS_ADMIN here: rootless nsbox leaves it to the child
+    if (auto up = BringUpLoopbackFromOutside(pidfd.get()); !up.ok())
+      return SetupError(up.status().Wrap("bringing the sandbox's loopback up").message());
+  }
   if (cgroup_socket) {
     auto made = CreateSandboxCgroup(*limits, cgroup_config);
     if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
