@@ -145,6 +145,10 @@ class Cgroup {
   virtual Status KillAll() = 0;
   // Removes the group's directories, and the subtree directory when no other sandbox uses it.
   virtual Status Remove() = 0;
+  // For an empty group: leaves its removal to its reaper, which does it (kill what is left, then Remove's rmdirs)
+  // while the caller goes on with its verdict and its own exit. False, and nothing done, without a reaper. The
+  // caller reaps the reaper before it exits (WaitForDismissedReapers), so the group is gone by then.
+  virtual bool RemoveInBackground() = 0;
   // A membership-only group below this one (CgroupChild), named `name` (one path component).
   virtual StatusOr<std::unique_ptr<CgroupChild>> CreateChild(const std::string& name) = 0;
   // Which mechanism enforced each limit, with measurements already read by ReadStats().

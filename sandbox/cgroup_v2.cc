@@ -77,6 +77,13 @@ class CgroupV2 final : public Cgroup {
     return OkStatus();
   }
 
+  bool RemoveInBackground() override {
+    if (removed_ || !reaper_) return false;
+    removed_ = true;  // the reaper's from here on
+    reaper_->Abandon();
+    return true;
+  }
+
   Status Remove() override {
     if (removed_) return OkStatus();
     dir_fd_.reset();

@@ -468,9 +468,12 @@ Result Sandbox::Run() {
     result.limits = cgroup->ReportFrom(*policy_.cgroup_limits(), stats);
     if (stats.cpu_usage_us > 0) result.cpu_ms = static_cast<int64_t>(stats.cpu_usage_us / 1000);
     if (stats.peak_memory_bytes > 0) result.peak_memory_bytes = stats.peak_memory_bytes;
-    // After kGone the group is empty: removed (and its reaper dismissed) now, while pid 1 still exits; pid 1 is
-    // reaped on the way out (kill_child).
-    if (gone) cgroup.reset();
+    // After kGone the group is empty: its reaper removes it while pid 1 still exits and the verdict is made; both are
+    // reaped on the way out (kill_child, WaitForDismissedReapers).
+    if (gone) {
+      (void)cgroup->RemoveInBackground();
+      cgroup.reset();
+    }
   } else {
     LimitsReport none;
     none.backend = "none";

@@ -56,6 +56,9 @@ void CheckNothingLeft(const std::string& scenario, const std::vector<std::string
   }
   INFO(scenario);
   CHECK(status == expected_status);
+  // The groups are gone when nsbox has returned (their reaper may remove them, but nsbox waits for it), unless nsbox
+  // was killed: then the reaper removes them on its own time.
+  if (!kill_nsbox) CHECK(NsboxGroups() == groups_before);
   CHECK(WaitForNoPidsWithMarker(marker, 3s));
   CHECK(MountLinesContaining("nsbox") == mounts_before);
   CHECK(MountLinesContaining(marker).empty());
