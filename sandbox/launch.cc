@@ -66,12 +66,27 @@ int SendFd(int socket, int fd) {
 }
 
 pid_t StartVforkChild(int (*entry)(void*), void* arg) {
+  // One stack per calling thread, kept: the thread waits while its child runs on it (CLONE_VFORK), so the next call
+  // may reuse it. A session's supervisor starts one helper per exec; an mmap, the faults of a fresh stack and the
+  // munmap (a TLB shootdown in a multi-threaded process) each time cost it about 20 µs.
+  // The child shares the thread's memory and its thread-local storage too, and may start a child of its own (a
+  // session's exec helper starts the payload): depth, shared with it, gives that one the next stack.
   constexpr size_t kStackSize = 256 << 10;
-  void* stack = ::mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return -1;
+  constexpr int kKept = 2;
+  thread_local void* stacks[kKept] = {};
+  thread_local int depth = 0;
+  void* stack = depth < kKept ? stacks[depth] : nullptr;
+  if (!stack) {
+    stack = ::mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) return -1;
+    if (depth < kKept) stacks[depth] = stack;
+  }
+  const bool kept = depth < kKept;
+  ++depth;
   pid_t pid = ::clone(entry, static_cast<char*>(stack) + kStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
   int err = errno;
-  ::munmap(stack, kStackSize);
+  --depth;
+  if (!kept) ::munmap(stack, kStackSize);
   errno = err;
   return pid;
 }
