@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -81,6 +82,26 @@ void CleanUpDead(const std::string& dir, const nlohmann::json& record) {
   RemoveSessionDir(dir);
 }
 
+bool LooksLikeSessionId(const std::string& name) { return !name.empty() && name[0] == 's' && name.size() == 13; }
+
+// The live session whose directory this is; nullopt (after cleaning up a dead one) otherwise.
+std::optional<SessionRecord> ReadLiveSession(const std::string& path) {
+  auto text = ReadFile(path + "/session.json", 1 << 20);
+  if (!text.ok()) {
+    // A session still being created has no record yet; one older than a minute never will.
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime > 60) RemoveSessionDir(path);
+    return std::nullopt;
+  }
+  auto record = nlohmann::json::parse(*text, nullptr, false);
+  if (record.is_discarded() || !record.is_object()) return std::nullopt;
+  if (!SupervisorAlive(record)) {
+    CleanUpDead(path, record);
+    return std::nullopt;
+  }
+  return SessionRecord{record, path};
+}
+
 }  // namespace
 
 std::vector<SessionRecord> ListSessions(const std::string& root) {
@@ -89,22 +110,8 @@ std::vector<SessionRecord> ListSessions(const std::string& root) {
   if (!dir) return sessions;
   while (struct dirent* entry = ::readdir(dir)) {
     std::string name = entry->d_name;
-    if (name.empty() || name[0] != 's' || name.size() != 13) continue;
-    std::string path = root + "/" + name;
-    auto text = ReadFile(path + "/session.json", 1 << 20);
-    if (!text.ok()) {
-      // A session still being created has no record yet; one older than a minute never will.
-      struct stat st;
-      if (::stat(path.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime > 60) RemoveSessionDir(path);
-      continue;
-    }
-    auto record = nlohmann::json::parse(*text, nullptr, false);
-    if (record.is_discarded() || !record.is_object()) continue;
-    if (!SupervisorAlive(record)) {
-      CleanUpDead(path, record);
-      continue;
-    }
-    sessions.push_back({record, path});
+    if (!LooksLikeSessionId(name)) continue;
+    if (auto live = ReadLiveSession(root + "/" + name)) sessions.push_back(std::move(*live));
   }
   ::closedir(dir);
   std::sort(sessions.begin(), sessions.end(), [](const SessionRecord& a, const SessionRecord& b) {
@@ -115,6 +122,10 @@ std::vector<SessionRecord> ListSessions(const std::string& root) {
 
 StatusOr<SessionRecord> FindSession(const std::string& root, const std::string& ref) {
   if (ref.empty()) return Status::Error("empty session id");
+  // An id names its directory: that record alone, not every session's (each exec's client looks one up).
+  if (LooksLikeSessionId(ref) && ref.find('/') == std::string::npos) {
+    if (auto live = ReadLiveSession(root + "/" + ref); live && live->id() == ref) return std::move(*live);
+  }
   for (auto& s : ListSessions(root))
     if (s.id() == ref || s.name() == ref) return s;
   return Status::Error(fmt::format("no such session: {} (it may have ended; see `nsbox session ls`)", ref));

@@ -89,3 +89,39 @@ TEST_CASE("the changed-file list has new and modified regular files, not links, 
   CHECK(capped->truncated);
   std::filesystem::remove_all(root);
 }
+
+// A session is found by its id (its own directory, read alone) or by its name (every record listed); a record whose
+// supervisor is not alive is no session, and its directory goes.
+TEST_CASE("sessions are found by id or by name; only live ones", "[session]") {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/nsbox-session-state-test-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const uint64_t my_start = nsbox::session::ProcessStartTime(::getpid());
+  REQUIRE(my_start != 0);
+  auto write_record = [&](const std::string& id, const std::string& name, uint64_t start) {
+    fs::create_directories(root + "/" + id);
+    nlohmann::json record = {{"id", id}, {"name", name}, {"supervisor_pid", ::getpid()},
+                             {"supervisor_start_time", start}};
+    std::ofstream(root + "/" + id + "/session.json") << record.dump();
+  };
+  write_record("s0123456789ab", "plain", my_start);
+  write_record("s00000000000a", "sabcdefabcdef", my_start);  // a name shaped like an id
+  write_record("s00000000000d", "dead", my_start + 1);        // not this process's start: a dead supervisor
+
+  auto by_id = nsbox::session::FindSession(root, "s0123456789ab");
+  REQUIRE(by_id.ok());
+  CHECK(by_id->name() == "plain");
+  CHECK(by_id->dir == root + "/s0123456789ab");
+  auto by_name = nsbox::session::FindSession(root, "plain");
+  REQUIRE(by_name.ok());
+  CHECK(by_name->id() == "s0123456789ab");
+  auto id_shaped_name = nsbox::session::FindSession(root, "sabcdefabcdef");
+  REQUIRE(id_shaped_name.ok());
+  CHECK(id_shaped_name->id() == "s00000000000a");
+  auto dead = nsbox::session::FindSession(root, "s00000000000d");
+  CHECK(!dead.ok());
+  CHECK(!fs::exists(root + "/s00000000000d"));
+  CHECK(!nsbox::session::FindSession(root, "s0123456789ac").ok());
+  CHECK(!nsbox::session::FindSession(root, "../s0123456789ab").ok());
+  fs::remove_all(root);
+}
