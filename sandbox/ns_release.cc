@@ -1,4 +1,4 @@
-// AsyncNamespaceRelease: an io_uring fixed-file slot as the last reference to a sandbox's mount namespace.
+// Deferred release of a mount namespace: an io_uring fixed-file slot holds the last reference.
 #include "sandbox/ns_release.h"
 
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// AsyncNamespaceRelease: lets the kernel's workqueue, not the sandbox's exiting pid 1, tear down its mount namespace.
+// Deferred release of a sandbox's mount namespace: a kernel worker, not the exiting pid 1, tears it down.
 #pragma once
 
 #include <sys/types.h>
