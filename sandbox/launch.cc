@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <sstream>
 
@@ -66,27 +67,28 @@ int SendFd(int socket, int fd) {
 }
 
 pid_t StartVforkChild(int (*entry)(void*), void* arg) {
-  // One stack per calling thread, kept: the thread waits while its child runs on it (CLONE_VFORK), so the next call
-  // may reuse it. A session's supervisor starts one helper per exec; an mmap, the faults of a fresh stack and the
-  // munmap (a TLB shootdown in a multi-threaded process) each time cost it about 20 µs.
-  // The child shares the thread's memory and its thread-local storage too, and may start a child of its own (a
-  // session's exec helper starts the payload): depth, shared with it, gives that one the next stack.
+  // Stacks are kept for the next call, one per nesting level, process-wide: a session's supervisor starts one helper
+  // per exec, and an mmap, the faults of a fresh stack and the munmap (a TLB shootdown in a multi-threaded process)
+  // each time cost it about 20 µs. The caller waits while its child runs on the stack (CLONE_VFORK), so the stack is
+  // free again when clone returns. The child shares the caller's memory and thread-local storage, and may start a
+  // child of its own (a session's exec helper starts the payload): `depth`, shared with it, sends that one to the
+  // next level. Calls from other threads at once take no kept stack, or find it taken, and map their own.
   constexpr size_t kStackSize = 256 << 10;
-  constexpr int kKept = 2;
-  thread_local void* stacks[kKept] = {};
+  constexpr int kLevels = 2;
+  static std::atomic<void*> kept[kLevels] = {};
   thread_local int depth = 0;
-  void* stack = depth < kKept ? stacks[depth] : nullptr;
+  const int level = depth;
+  void* stack = level < kLevels ? kept[level].exchange(nullptr) : nullptr;
   if (!stack) {
     stack = ::mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) return -1;
-    if (depth < kKept) stacks[depth] = stack;
   }
-  const bool kept = depth < kKept;
   ++depth;
   pid_t pid = ::clone(entry, static_cast<char*>(stack) + kStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
   int err = errno;
   --depth;
-  if (!kept) ::munmap(stack, kStackSize);
+  void* expected = nullptr;
+  if (level >= kLevels || !kept[level].compare_exchange_strong(expected, stack)) ::munmap(stack, kStackSize);
   errno = err;
   return pid;
 }
