@@ -70,30 +70,15 @@ std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan) {
     if (has_host_source) m.source = "/oldroot" + step.source;
     const std::string parent = m.target.substr(0, m.target.rfind('/'));
     m.parent_exists = made.count(parent) > 0;
+    const bool makes_only = step.kind == Kind::kDir || step.kind == Kind::kFile || step.kind == Kind::kSymlink;
+    if (!makes_only) {
+      hide_below(m.target);  // a mount (if it happens) hides what was made below its target
+      // A bind's target, or a mask that may be skipped, is not a directory of the plan's.
+      if (has_host_source || step.optional) made.erase(m.target);
+    }
     if (!step.optional) {
-      switch (step.kind) {
-        case Kind::kDir:
-          add_with_parents(m.target);
-          break;
-        case Kind::kFile:
-        case Kind::kSymlink:
-          add_with_parents(parent);
-          break;
-        case Kind::kBindReadOnly:
-        case Kind::kBindWritable:
-        case Kind::kBindDevice:
-          add_with_parents(parent);  // the target itself is the source's: a directory of unknown content
-          hide_below(m.target);
-          made.erase(m.target);
-          break;
-        default:  // a mount on an existing target
-          hide_below(m.target);
-          break;
-      }
-    } else if (has_host_source || step.kind == Kind::kMaskDir || step.kind == Kind::kMaskFile ||
-               step.kind == Kind::kReadOnly) {
-      hide_below(m.target);  // if it does happen, it hides what is below
-      made.erase(m.target);
+      if (step.kind == Kind::kDir) add_with_parents(m.target);
+      else if (step.kind == Kind::kFile || step.kind == Kind::kSymlink || has_host_source) add_with_parents(parent);
     }
     out.push_back(std::move(m));
   }

@@ -16,19 +16,27 @@
 
 namespace nsbox {
 
+namespace {
+
+// lo up through a socket of its namespace: one ioctl when it is up already. 0, or -1 with errno.
+int SetLoopbackUp(int sock) {
+  struct ifreq ifr = {};
+  strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  if (::ioctl(sock, SIOCGIFFLAGS, &ifr) != 0) return -1;
+  if (ifr.ifr_flags & IFF_UP) return 0;
+  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+  return ::ioctl(sock, SIOCSIFFLAGS, &ifr);
+}
+
+}  // namespace
+
 int BringUpLoopback(const char** step) {
   int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *step = "socket(AF_INET) for loopback";
     return -1;
   }
-  struct ifreq ifr = {};
-  strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-  int rc = ::ioctl(fd, SIOCGIFFLAGS, &ifr);
-  if (rc == 0 && !(ifr.ifr_flags & IFF_UP)) {
-    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    rc = ::ioctl(fd, SIOCSIFFLAGS, &ifr);
-  }
+  int rc = SetLoopbackUp(fd);
   int saved = errno;
   ::close(fd);
   if (rc != 0) {
@@ -44,12 +52,7 @@ StatusOr<bool> BringUpLoopbackFromOutside(int pidfd) {
   if (!own || ::setns(pidfd, CLONE_NEWNET) != 0) return false;
   UniqueFd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));  // a socket stays in the namespace it was made in
   if (::setns(own.get(), CLONE_NEWNET) != 0) return Status::Errno("setns(nsbox's own network namespace)");
-  if (!sock) return false;
-  struct ifreq ifr = {};
-  strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-  if (::ioctl(sock.get(), SIOCGIFFLAGS, &ifr) != 0) return false;
-  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-  return ::ioctl(sock.get(), SIOCSIFFLAGS, &ifr) == 0;
+  return sock && SetLoopbackUp(sock.get()) == 0;
 }
 
 }  // namespace nsbox
