@@ -14,16 +14,16 @@
 
 namespace nsbox {
 
-// A cgroup reaper forked before its group exists. `run` starts one first thing: its fork then does not fall in the
+// A cgroup reaper started before its group exists. `run` starts one first thing: its start then does not fall in the
 // stretch where the group is made while the sandbox's child builds its root (the two compete for the kernel's per-CPU
 // allocator). Released unused, it is dismissed.
 struct PrestartedReaper;
 StatusOr<std::shared_ptr<PrestartedReaper>> StartCgroupReaper();
-// Forks, now, the reaper that StartCgroupReaper hands out next. Called first thing in main() by a process that will
-// make groups, while it has allocated next to nothing: the fork copies less, and the writes that follow fault fewer
-// pages it shares with the reaper (copy-on-write). Measured here: 10 fewer page faults, 0.07 ms a run. A reaper
-// never taken is dismissed and reaped when the process exits. A failed fork is left for StartCgroupReaper to
-// report.
+// Starts, now, the reaper that StartCgroupReaper hands out next. Called first thing in main() by a process that will
+// make groups, before the options are parsed (where the reaper is forked rather than cloned into nsbox's memory, see
+// Reaper::Start, the fork then copies less and the writes that follow fault fewer pages shared copy-on-write). A
+// reaper never taken is dismissed and reaped when the process exits. A failed start is left for StartCgroupReaper
+// to report.
 void PrestartCgroupReaper();
 
 // Reaps every reaper dismissed so far, waiting for those still exiting (a dismissed reaper exits as soon as it reads
