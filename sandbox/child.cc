@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <set>
 #include <string>
 
@@ -42,7 +43,7 @@ void SetPlanProgram(ChildPlan& plan, const Executor& ex) {
   for (auto& s : plan.env_storage) plan.envp.push_back(s.data());
   plan.envp.push_back(nullptr);
   auto path_it = ex.env.find("PATH");
-  plan.path_dirs = SplitPath(path_it != ex.env.end() ? path_it->second : "/usr/bin:/bin");
+  plan.path = path_it != ex.env.end() ? path_it->second : "/usr/bin:/bin";
   plan.cwd = ex.cwd;
   plan.umask = ex.umask;
   plan.code_path = ex.code_path;
@@ -99,12 +100,12 @@ namespace {
 
 }  // namespace
 
-int WriteCodeFile(const ChildPlan& plan) {
+namespace {
+
+int WriteNewFile(const char* path, const char* data, size_t left) {
   // O_EXCL: never over a file that is there already (a --workspace is the user's directory).
-  int fd = ::open(plan.code_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return -1;
-  const char* data = plan.code.data();
-  size_t left = plan.code.size();
   while (left > 0) {
     ssize_t n = ::write(fd, data, left);
     if (n < 0) {
@@ -118,30 +119,48 @@ int WriteCodeFile(const ChildPlan& plan) {
   return ::close(fd);
 }
 
+}  // namespace
+
+int WriteCodeFile(const ChildPlan& plan) { return WriteNewFile(plan.code_path.c_str(), plan.code.data(), plan.code.size()); }
+
 namespace {
 
+void CloseUnplannedDescriptors(const ChildPlan& plan);
 
-void ExecPayload(const ChildPlan& plan) {
-  char* const* argv = const_cast<char* const*>(plan.argv.data());
-  char* const* envp = const_cast<char* const*>(plan.envp.data());
-  const char* file = plan.argv[0];
+// execve, searching the directories of `path` (a PATH value) for a program named without a slash; relative entries
+// are skipped (the working directory is the sandbox's). Returns only on failure, with errno from the first directory
+// that had the program but could not run it (else ENOENT). Allocation-free.
+void ExecSearching(char* const argv[], char* const envp[], const char* path) {
+  const char* file = argv[0];
   if (strchr(file, '/')) {
     ::execve(file, argv, envp);
     return;
   }
   int first_error = ENOENT;
-  for (const auto& dir : plan.path_dirs) {
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir.c_str(), file) >= static_cast<int>(sizeof path)) continue;
-    ::execve(path, argv, envp);
-    if (errno != ENOENT && errno != ENOTDIR) first_error = errno;
+  for (const char* dir = path; dir && *dir;) {
+    const char* end = strchrnul(dir, ':');
+    const int dir_len = static_cast<int>(end - dir);
+    char candidate[PATH_MAX];
+    if (dir_len > 0 && dir[0] == '/' &&
+        snprintf(candidate, sizeof candidate, "%.*s/%s", dir_len, dir, file) < static_cast<int>(sizeof candidate)) {
+      ::execve(candidate, argv, envp);
+      if (errno != ENOENT && errno != ENOTDIR) first_error = errno;
+    }
+    dir = *end ? end + 1 : end;
   }
   errno = first_error;
 }
 
-}  // namespace
+[[noreturn]] void FailExec(const ChildPlan& plan, const char* program) {
+  int err = errno;
+  char step_text[200];
+  snprintf(step_text, sizeof step_text, "execve(%s)", program);
+  Fail(plan, step_text, err);
+}
 
-void RunPayload(const ChildPlan& plan, bool inherited) {
+// RunPayload's steps before the program: setsid, default signals, stdio, credentials, the working directory and
+// umask (unless `program_cwd` is false: a parked payload's come with its request), seccomp.
+void PreparePayload(const ChildPlan& plan, bool inherited, bool program_cwd) {
   if (::setsid() < 0) Fail(plan, "setsid()", errno);
   // Every signal at its default action: a signal nsbox's own caller ignored (`trap '' INT`, a shell's background
   // job, nsbox's SIGPIPE) would otherwise stay ignored across execve, and the signals pid 1 forwards would do nothing.
@@ -190,10 +209,13 @@ void RunPayload(const ChildPlan& plan, bool inherited) {
   // A new process has none: the payload dies with its parent, pid 1 (a session's exec: see parent_death_signal).
   if (plan.parent_death_signal && ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
     Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
-  if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
-  ::umask(plan.umask);  // this process's own: a vfork-style child does not share the file-system context
+  if (program_cwd) {
+    if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
+    ::umask(plan.umask);  // this process's own: a vfork-style child does not share the file-system context
+  }
 
-  // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall).
+  // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall), and in a
+  // parked payload the calls of kSyscallsWhenParked.
   if (plan.seccomp) {
     int listener = -1;
     int rc = InstallSeccompProgram(*plan.seccomp, &listener);
@@ -203,12 +225,86 @@ void RunPayload(const ChildPlan& plan, bool inherited) {
       ::close(listener);
     }
   }
-  ExecPayload(plan);
-  // Only reached when execve failed; the message names the program.
-  int err = errno;
-  char step_text[200];
-  snprintf(step_text, sizeof step_text, "execve(%s)", plan.argv[0]);
-  Fail(plan, step_text, err);
+}
+
+}  // namespace
+
+void RunPayload(const ChildPlan& plan, bool inherited) {
+  PreparePayload(plan, inherited, /*program_cwd=*/true);
+  ExecSearching(plan.argv.data(), plan.envp.data(), plan.path.c_str());
+  FailExec(plan, plan.argv[0]);  // only reached when execve failed; the message names the program
+}
+
+void RunParkedPayload(const ChildPlan& plan, const ParkedRequest* request) {
+  // A copy of the supervisor's descriptor table: keep only what the plan names, now, for as long as it waits.
+  CloseUnplannedDescriptors(plan);
+  // And of its command line, which the session's programs could read while this waits: a name instead.
+  ParentWatch self;
+  if (OpenParentWatch(&self) == 0) HideNsboxCommandLine(self, "nsbox-exec");
+  if (self.host_stat_fd >= 0) ::close(self.host_stat_fd);
+  ::prctl(PR_SET_NAME, "nsbox-exec", 0, 0, 0);
+  PreparePayload(plan, /*inherited=*/false, /*program_cwd=*/false);
+  char go = 0;
+  ssize_t n;
+  do n = ::read(plan.park_fd, &go, 1); while (n < 0 && errno == EINTR);
+  if (n != 1) _exit(0);  // the supervisor let it go (the session ends, or its request did not fit)
+  ::close(plan.park_fd);
+  ::umask(request->umask);
+  if (::chdir(request->cwd) != 0) Fail(plan, "chdir(working directory)", errno);
+  if (request->code_path && WriteNewFile(request->code_path, request->code, request->code_size) != 0)
+    Fail(plan, "write(code file)", errno);
+  ExecSearching(request->argv, request->envp, request->path);
+  FailExec(plan, request->argv[0]);
+}
+
+bool WriteParkedRequest(const Executor& ex, void* mapping) {
+  char* const base = static_cast<char*>(mapping);
+  char* next = base + sizeof(ParkedRequest);
+  char* const end = base + ParkedRequest::kMappingBytes;
+  auto take = [&](size_t bytes, size_t align) -> char* {
+    next = base + ((static_cast<size_t>(next - base) + align - 1) & ~(align - 1));
+    if (bytes > static_cast<size_t>(end - next)) return nullptr;
+    char* at = next;
+    next += bytes;
+    return at;
+  };
+  auto copy = [&](std::string_view text) -> char* {
+    char* at = take(text.size() + 1, 1);
+    if (at) {
+      memcpy(at, text.data(), text.size());
+      at[text.size()] = '\0';
+    }
+    return at;
+  };
+  auto* request = new (base) ParkedRequest();
+  auto** argv = reinterpret_cast<char**>(take((ex.argv.size() + 1) * sizeof(char*), alignof(char*)));
+  auto** envp = reinterpret_cast<char**>(take((ex.env.size() + 1) * sizeof(char*), alignof(char*)));
+  if (!argv || !envp || ex.argv.empty()) return false;
+  for (size_t i = 0; i < ex.argv.size(); ++i)
+    if (!(argv[i] = copy(ex.argv[i]))) return false;
+  argv[ex.argv.size()] = nullptr;
+  size_t i = 0;
+  for (const auto& [key, value] : ex.env)
+    if (!(envp[i++] = copy(key + "=" + value))) return false;
+  envp[i] = nullptr;
+  auto path_it = ex.env.find("PATH");
+  const char* path = copy(path_it != ex.env.end() ? path_it->second : "/usr/bin:/bin");
+  const char* cwd = copy(ex.cwd);
+  if (!path || !cwd) return false;
+  request->argv = argv;
+  request->envp = envp;
+  request->path = path;
+  request->cwd = cwd;
+  request->umask = ex.umask;
+  if (!ex.code_path.empty()) {
+    request->code_path = copy(ex.code_path);
+    char* code = take(ex.code.size(), 1);
+    if (!request->code_path || !code) return false;
+    memcpy(code, ex.code.data(), ex.code.size());
+    request->code = code;
+    request->code_size = ex.code.size();
+  }
+  return true;
 }
 
 namespace {
@@ -216,10 +312,10 @@ namespace {
 // Closes every descriptor inherited from nsbox except stdio and the ones the plan names: pid 1 must hold nothing
 // of nsbox's (its end of the sync pipe above all, so that EOF there means nsbox is gone).
 void CloseUnplannedDescriptors(const ChildPlan& plan) {
-  int keep[9 + CgroupSelfJoin::kMax];
+  int keep[10 + CgroupSelfJoin::kMax];
   int count = 0;
   for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.control_fd, plan.sync_fd, plan.seccomp_socket,
-                 plan.channel_fd, plan.cgroup_join_socket})
+                 plan.channel_fd, plan.cgroup_join_socket, plan.park_fd})
     if (fd > 2) keep[count++] = fd;
   for (int i = 0; i < plan.cgroup_join.count; ++i)
     if (plan.cgroup_join.fds[i] > 2) keep[count++] = plan.cgroup_join.fds[i];

@@ -82,7 +82,22 @@ int EnterSessionEntry(void* arg) {
   const char* step = nullptr;
   if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
 
-  // 4. The payload: only a child enters the pid namespace. We wait here until it has called execve (or died), then
+  // 4. A parked payload: a fork (a copy of this memory, which is the supervisor's: it may wait as long as it likes,
+  //    and it allocates nothing), the supervisor's child at once. A raw clone: glibc's fork would run the supervisor's
+  //    fork handlers, whose locks another of its threads may hold.
+  if (payload.park_fd >= 0) {
+    long child = ::syscall(SYS_clone, CLONE_PARENT | SIGCHLD, nullptr, nullptr, nullptr, 0);
+    if (child < 0) Fail(plan, "clone(CLONE_PARENT, parked payload)", errno);
+    if (child == 0) {
+      ::syscall(SYS_setfsuid, payload.uid);
+      ::syscall(SYS_setfsgid, payload.gid);
+      RunParkedPayload(payload, plan.request);
+    }
+    *plan.payload_pid = static_cast<pid_t>(child);
+    _exit(0);
+  }
+
+  // 5. The payload: only a child enters the pid namespace. We wait here until it has called execve (or died), then
   //    leave: the payload passes to the supervisor, the subreaper above us.
   pid_t child = StartVforkChild(PayloadEntry, const_cast<EnterPlan*>(&plan));
   if (child < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload in the session's pid namespace)", errno);

@@ -114,15 +114,15 @@ int RearmParentDeathSignal(const ParentWatch& watch) {
   return 0;
 }
 
-void HideNsboxCommandLine(const ParentWatch& watch) {
+void HideNsboxCommandLine(const ParentWatch& watch, const char* name) {
   if (watch.arg_start == 0 || watch.arg_end <= watch.arg_start) return;
   // A fork's private copy of nsbox's stack: only this process sees the change. Ends in NUL bytes, so the kernel
   // reports it as plain argv.
   char* args = reinterpret_cast<char*>(watch.arg_start);
   size_t size = watch.arg_end - watch.arg_start;
   memset(args, 0, size);
-  const char name[] = "nsbox-init";
-  if (size > sizeof name) memcpy(args, name, sizeof name);
+  const size_t name_size = strlen(name) + 1;
+  if (size > name_size) memcpy(args, name, name_size);
 }
 
 void DropInitPrivileges(const ChildPlan& plan, ParentWatch& watch) {

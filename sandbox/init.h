@@ -21,9 +21,9 @@ struct ParentWatch {
 int OpenParentWatch(ParentWatch* watch);
 // Re-arms PR_SET_PDEATHSIG(SIGKILL) and fails (errno ESRCH) when the parent is no longer nsbox.
 int RearmParentDeathSignal(const ParentWatch& watch);
-// Wipes the argv strings inherited from nsbox: /proc/1/cmdline needs no ptrace permission to read, and nsbox's
-// command line holds host paths and option values.
-void HideNsboxCommandLine(const ParentWatch& watch);
+// Wipes the argv strings inherited from nsbox and writes `name` there: /proc/<pid>/cmdline needs no ptrace permission
+// to read, and nsbox's command line holds host paths and option values.
+void HideNsboxCommandLine(const ParentWatch& watch, const char* name = "nsbox-init");
 
 // pid 1 becomes the sandbox user before it starts anything: the sandbox's groups, uid and gid, no capabilities,
 // no_new_privs, not dumpable (the payload can neither ptrace it nor read its memory), the parent-death signal

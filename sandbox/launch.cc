@@ -40,15 +40,6 @@ pid_t CloneWithPidfd(uint64_t flags, int* pidfd, int cgroup_fd) {
   return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
 }
 
-std::vector<std::string> SplitPath(const std::string& path) {
-  std::vector<std::string> dirs;
-  std::stringstream in(path);
-  std::string dir;
-  while (std::getline(in, dir, ':'))
-    if (!dir.empty() && dir[0] == '/') dirs.push_back(dir);
-  return dirs;
-}
-
 int SendFd(int socket, int fd) {
   char byte = 'F';
   struct iovec iov = {&byte, 1};

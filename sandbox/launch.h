@@ -27,8 +27,6 @@ pid_t CloneWithPidfd(uint64_t flags, int* pidfd, int cgroup_fd);
 // caller is suspended until the child calls execve or exits. entry must make only system calls: the child shares the
 // caller's memory and thread state (errno among it). Returns the child's pid, or -1 with errno.
 pid_t StartVforkChild(int (*entry)(void*), void* arg);
-// The absolute directories of a PATH value, for the child's own lookup after clone.
-std::vector<std::string> SplitPath(const std::string& path);
 // A result that says nothing ran, and why.
 Result SetupError(std::string reason);
 // Passes one descriptor over a unix socket (SCM_RIGHTS). Async-signal-safe: used between clone and execve.

@@ -26,8 +26,10 @@ namespace nsbox {
 namespace {
 
 // Bump when the file layout or the compilation's meaning changes in a way the key does not capture.
-constexpr char kMagic[] = "nsbox-seccomp-cache 1\n";
+constexpr char kMagic[] = "nsbox-seccomp-cache 2\n";
 constexpr size_t kMaxFileBytes = 1 << 20;
+// The flags word of an entry.
+constexpr uint64_t kUsesNotify = 1, kAllowsParking = 2;
 
 // The directory, opened without following a final symlink, if it belongs to us and nobody else may write to it.
 UniqueFd OpenTrustedDir(const std::string& dir) {
@@ -128,20 +130,21 @@ std::shared_ptr<const SeccompProgram> LookupSeccompCache(const std::string& dir,
     got += static_cast<size_t>(n);
   }
   size_t pos = 0;
-  uint64_t key_size = 0, uses_notify = 0, notify_errno = 0, instructions = 0;
+  uint64_t key_size = 0, flags = 0, notify_errno = 0, instructions = 0;
   if (!GetU64(data, &pos, &key_size) || key_size != key.size() || data.size() - pos < key_size ||
       data.compare(pos, key_size, key) != 0)
     return nullptr;
   pos += key_size;
-  if (!GetU64(data, &pos, &uses_notify) || !GetU64(data, &pos, &notify_errno) || !GetU64(data, &pos, &instructions))
+  if (!GetU64(data, &pos, &flags) || !GetU64(data, &pos, &notify_errno) || !GetU64(data, &pos, &instructions))
     return nullptr;
-  if (uses_notify > 1 || notify_errno > 4095 || instructions == 0 || instructions > BPF_MAXINSNS ||
+  if (flags > (kUsesNotify | kAllowsParking) || notify_errno > 4095 || instructions == 0 || instructions > BPF_MAXINSNS ||
       data.size() - pos != instructions * sizeof(sock_filter))
     return nullptr;
   auto program = std::make_shared<SeccompProgram>();
   program->filter.resize(instructions);
   memcpy(program->filter.data(), data.data() + pos, instructions * sizeof(sock_filter));
-  program->uses_notify = uses_notify == 1;
+  program->uses_notify = (flags & kUsesNotify) != 0;
+  program->allows_parking = (flags & kAllowsParking) != 0;
   program->notify_errno = static_cast<int>(notify_errno);
   return program;
 }
@@ -157,7 +160,7 @@ void StoreSeccompCache(const std::string& dir, const std::string& key, const Sec
   std::string data;
   PutU64(data, key.size());
   data += key;
-  PutU64(data, program.uses_notify ? 1 : 0);
+  PutU64(data, (program.uses_notify ? kUsesNotify : 0) | (program.allows_parking ? kAllowsParking : 0));
   PutU64(data, static_cast<uint64_t>(program.notify_errno));
   PutU64(data, program.filter.size());
   data.append(reinterpret_cast<const char*>(program.filter.data()), program.filter.size() * sizeof(sock_filter));

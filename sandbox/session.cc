@@ -6,6 +6,7 @@
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -243,6 +244,8 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
   // Resets this process's peak resident size before each payload starts (StartHelper); without it (an old kernel, a
   // restricted /proc) execs' peaks only read higher.
   session->clear_refs_fd_.reset(::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC));
+  // The next exec may be prepared up to its seccomp filter where what follows the filter is allowed (ParkedExec).
+  session->parking_ = !p.seccomp() || p.seccomp()->allows_parking;
 
   // 1. The root, planned as `nsbox run` plans it.
   auto mounts = PlanChildRoot(p);
@@ -370,10 +373,26 @@ void SessionSandbox::Terminate(std::string_view why) {
   // The cgroup's destructor kills whatever is still in it (helpers too) and removes it, with the execs' groups.
   {
     std::lock_guard lock(exec_groups_mutex_);
+    if (parked_ && parked_->helper) parked_->helper->reaped = true;  // with the other payloads, above
+    parked_.reset();
     kept_exec_groups_.clear();
     spare_exec_group_.reset();
   }
   cgroup_.reset();
+}
+
+ParkedExec::~ParkedExec() {
+  if (mapping) ::munmap(mapping, ParkedRequest::kMappingBytes);
+}
+
+void SessionSandbox::DropParked(std::unique_ptr<ParkedExec> parked) {
+  if (parked->helper && !parked->helper->reaped && parked->helper->pid > 0) {
+    // Through its pidfd (our child, not yet waited for): it may still be preparing, and nothing waits for it.
+    ::syscall(SYS_pidfd_send_signal, parked->helper->pidfd.get(), SIGKILL, nullptr, 0);
+    Reap(*parked->helper);
+    Forget(parked->helper->pid);
+  }
+  KeepExecGroup(std::move(parked->group));
 }
 
 std::string SessionSandbox::SessionEndedReason(std::string_view what) {
@@ -401,12 +420,74 @@ void SessionSandbox::KeepExecGroup(std::unique_ptr<CgroupChild> group) {
 
 void SessionSandbox::PrepareNextExec() {
   std::shared_lock call(calls_mutex_);  // Terminate removes the groups and the cgroup under the exclusive lock
-  if (terminating_ || !cgroup_) return;
-  std::lock_guard lock(exec_groups_mutex_);
-  std::erase_if(kept_exec_groups_, [](const auto& group) { return group->TryRemove(); });
-  if (spare_exec_group_) return;
-  auto made = cgroup_->CreateChild(fmt::format("exec-{}", ++exec_group_counter_));
-  if (made.ok()) spare_exec_group_ = std::move(*made);  // a failure shows at the next exec, which makes its own
+  if (terminating_) return;
+  if (cgroup_) {
+    std::lock_guard lock(exec_groups_mutex_);
+    std::erase_if(kept_exec_groups_, [](const auto& group) { return group->TryRemove(); });
+    if (!spare_exec_group_) {
+      auto made = cgroup_->CreateChild(fmt::format("exec-{}", ++exec_group_counter_));
+      if (made.ok()) spare_exec_group_ = std::move(*made);  // a failure shows at the next exec, which makes its own
+    }
+  }
+  Park();
+}
+
+void SessionSandbox::Park() {
+  if (!parking_) return;
+  {
+    std::lock_guard lock(exec_groups_mutex_);
+    if (parked_) return;
+  }
+  auto parked = std::make_unique<ParkedExec>();
+  auto group = StartExecGroup();
+  if (!group.ok()) return;  // the next exec makes its own, and says what failed
+  parked->group = std::move(*group);
+  void* mapping = ::mmap(nullptr, ParkedRequest::kMappingBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) {
+    KeepExecGroup(std::move(parked->group));
+    return;
+  }
+  parked->mapping = mapping;
+  auto park = MakePipe();
+  if (!park.ok()) {
+    KeepExecGroup(std::move(parked->group));
+    return;
+  }
+  CgroupSelfJoin exec_join;
+  if (parked->group) exec_join = parked->group->self_join();
+  Executor program;  // its own comes with the request
+  auto helper = StartHelper(program, -1, parked->group ? &exec_join : nullptr, park->read.get(),
+                            static_cast<const ParkedRequest*>(mapping));
+  if (!helper.ok() || (*helper)->pid <= 0) {
+    KeepExecGroup(std::move(parked->group));
+    return;  // the next exec starts its own payload, and reports what failed
+  }
+  parked->helper = std::move(*helper);
+  parked->park = std::move(park->write);
+  {
+    std::lock_guard lock(exec_groups_mutex_);
+    if (!parked_ && !terminating_) {
+      parked_ = std::move(parked);
+      return;
+    }
+  }
+  DropParked(std::move(parked));  // another call parked one meanwhile, or the session ends
+}
+
+std::unique_ptr<ParkedExec> SessionSandbox::TakeParked() {
+  std::unique_ptr<ParkedExec> parked;
+  {
+    std::lock_guard lock(exec_groups_mutex_);
+    parked = std::move(parked_);
+  }
+  if (!parked) return nullptr;
+  // Still waiting: not exited (a program of the session may have killed it: same user), nothing reported.
+  struct pollfd fds[2] = {{parked->helper->pidfd.get(), POLLIN, 0}, {parked->helper->control.get(), POLLIN, 0}};
+  if (::poll(fds, 2, 0) != 0) {
+    DropParked(std::move(parked));
+    return nullptr;
+  }
+  return parked;
 }
 
 bool SessionSandbox::Alive() const {
@@ -432,12 +513,18 @@ uint64_t SessionSandbox::MemoryInUseBytes() const {
   char link[64];
   const pid_t pid1 = pid1_;
   std::string ns_path = fmt::format("/proc/{}/ns/pid", pid1);
+  // Not the parked payload's: a copy of the supervisor's pages, nothing of the session's programs yet.
+  std::string parked;
+  {
+    std::lock_guard lock(exec_groups_mutex_);
+    if (parked_ && parked_->helper) parked = std::to_string(parked_->helper->pid);
+  }
   ssize_t len = ::readlink(ns_path.c_str(), link, sizeof link - 1);
   if (len > 0) {
     std::string session_ns(link, static_cast<size_t>(len));
     if (DIR* proc = ::opendir("/proc")) {
       while (struct dirent* entry = ::readdir(proc)) {
-        if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9' || entry->d_name == parked) continue;
         std::string base = fmt::format("/proc/{}/", entry->d_name);
         ssize_t n = ::readlink((base + "ns/pid").c_str(), link, sizeof link - 1);
         if (n <= 0 || std::string(link, static_cast<size_t>(n)) != session_ns) continue;
@@ -466,7 +553,8 @@ void SessionSandbox::Forget(pid_t payload) {
 }
 
 StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd,
-                                                                      const CgroupSelfJoin* join) {
+                                                                      const CgroupSelfJoin* join, int park_fd,
+                                                                      const ParkedRequest* request) {
   if (!Alive()) return Status::Error("the session has ended");
   EnterPlan enter;
   ChildPlan& plan = enter.payload;
@@ -504,6 +592,8 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     plan.cgroup_join = join ? *join : cgroup_->self_join();
     if (plan.cgroup_join.count == 0) return Status::Error("the session's cgroup gives no way to join it");
   }
+  plan.park_fd = park_fd;
+  enter.request = request;
   enter.session_pidfd = pid1_pidfd_.get();
   for (int i = 0; i < 6; ++i) enter.ns_fds[i] = ns_fds_[i].get();
   pid_t payload = -1;
@@ -521,7 +611,8 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     // mark and its own in the payload's peak (ru_maxrss): reset the mark to what is resident now, or every exec would
     // report the supervisor's largest size ever (a large output it held) as its peak. What stays counted is what the
     // supervisor has resident, a few MiB (it hands large buffers back to the system when it frees them: RunSupervisor).
-    if (clear_refs_fd_) {
+    // A parked payload is a fork instead: its mark starts at what it copied, and the supervisor's own stays.
+    if (clear_refs_fd_ && park_fd < 0) {
       ssize_t ignored = ::write(clear_refs_fd_.get(), "5", 1);
       (void)ignored;
     }
@@ -612,25 +703,44 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   }
 
   // The exec's own group: its time-out kills everything the exec started, however it detached (setsid, double fork).
-  auto exec_group = StartExecGroup();
-  if (!exec_group.ok()) return SetupError(exec_group.status().Wrap("creating the exec's cgroup").message());
-  CgroupSelfJoin exec_join;
-  if (*exec_group) exec_join = (*exec_group)->self_join();
+  // A parked payload (no stdin of the exec's own) sits in its group already, past its seccomp filter: its program is
+  // written into the memory it shares with us, and one byte starts it.
+  std::unique_ptr<CgroupChild> exec_group;
+  std::unique_ptr<SessionHelper> helper;
+  if (std::unique_ptr<ParkedExec> parked = ex.stdin_fd < 0 ? TakeParked() : nullptr) {
+    const char go = 'G';
+    if (WriteParkedRequest(ex, parked->mapping) && ::write(parked->park.get(), &go, 1) == 1) {
+      helper = std::move(parked->helper);
+      exec_group = std::move(parked->group);
+    } else {
+      DropParked(std::move(parked));  // a request too large for the mapping: a payload of its own
+    }
+  }
+  if (!helper) {
+    auto made = StartExecGroup();
+    if (!made.ok()) return SetupError(made.status().Wrap("creating the exec's cgroup").message());
+    exec_group = std::move(*made);
+    CgroupSelfJoin exec_join;
+    if (exec_group) exec_join = exec_group->self_join();
+    auto started_helper = StartHelper(ex, -1, exec_group ? &exec_join : nullptr);
+    if (!started_helper.ok()) {
+      KeepExecGroup(std::move(exec_group));
+      return SetupError(started_helper.status().message());
+    }
+    helper = std::move(*started_helper);
+  }
   auto kill_exec = [&](SessionHelper& h) {
     KillExec(h);
-    if (*exec_group) (void)(*exec_group)->KillAll();
+    if (exec_group) (void)exec_group->KillAll();
   };
-
-  auto started_helper = StartHelper(ex, -1, *exec_group ? &exec_join : nullptr);
-  if (!started_helper.ok()) return SetupError(started_helper.status().message());
   stdin_feeder.ReleaseChildEnd();
-  SessionHelper& h = **started_helper;
+  SessionHelper& h = *helper;
   Defer forget([&] {
     KillExec(h);
     Reap(h);
     Forget(h.pid);
     // What the exec started in a session of its own lives on in its group until it ends (or the session does).
-    KeepExecGroup(std::move(*exec_group));
+    KeepExecGroup(std::move(exec_group));
     // The code file, which the payload's setup wrote in the session's /workspace. One name directly under the
     // workspace's descriptor only: a path through a directory the sandbox controls could be a symlink out of it.
     const std::string_view name = std::string_view(ex.code_path).substr(std::min<size_t>(ex.code_path.size(), 11));

@@ -40,6 +40,20 @@ struct SessionHelper {
   std::unique_ptr<SeccompNotifier> notifier;   // answers (and counts) the payload's denied calls
 };
 
+// A session's next exec, prepared ahead (SessionSandbox::PrepareNextExec): its payload parked just before execve
+// (RunParkedPayload), the group it joined, the pipe that starts it and the shared mapping its program goes into.
+// Owned by the session until an exec takes it (SessionSandbox::DropParked ends one that will not run).
+struct ParkedExec {
+  std::unique_ptr<SessionHelper> helper;
+  std::unique_ptr<CgroupChild> group;
+  UniqueFd park;             // the write end; one byte starts the payload
+  void* mapping = nullptr;   // ParkedRequest::kMappingBytes, MAP_SHARED
+  ParkedExec() = default;
+  ParkedExec(const ParkedExec&) = delete;
+  ParkedExec& operator=(const ParkedExec&) = delete;
+  ~ParkedExec();
+};
+
 // How the persistent interpreter is started and what one cell may use.
 struct ReplOptions {
   std::vector<std::string> driver_argv;      // e.g. /usr/bin/python3 -u -c <driver source>; speaks on fd 3
@@ -92,8 +106,16 @@ class SessionSandbox {
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
   // `join` (may be null): the cgroup descriptors the payload joins, instead of the session's (an exec's own group).
+  // park_fd >= 0: the payload parks (RunParkedPayload) until a byte arrives on that pipe, to run *request.
   StatusOr<std::unique_ptr<SessionHelper>> StartHelper(const Executor& executor, int channel_fd,
-                                                       const CgroupSelfJoin* join = nullptr);
+                                                       const CgroupSelfJoin* join = nullptr, int park_fd = -1,
+                                                       const ParkedRequest* request = nullptr);
+  // The parked payload, if there is one and it still waits; null otherwise (one found dead is discarded).
+  std::unique_ptr<ParkedExec> TakeParked();
+  // Parks the next exec's payload (PrepareNextExec), where the profile allows it.
+  void Park();
+  // Kills and reaps a parked payload that will not run (dead already, or its request does not fit), keeps its group.
+  void DropParked(std::unique_ptr<ParkedExec> parked);
   // A group of the exec's own below the session's (CgroupChild): the one PrepareNextExec made, else a new one; null
   // without a cgroup.
   StatusOr<std::unique_ptr<CgroupChild>> StartExecGroup();
@@ -124,9 +146,13 @@ class SessionSandbox {
   // /proc/self/clear_refs, written before each payload starts: see StartHelper.
   UniqueFd clear_refs_fd_;
   // Ended execs' groups that still held processes (a background server started with setsid), removed once empty.
-  std::mutex exec_groups_mutex_;
+  mutable std::mutex exec_groups_mutex_;
   std::vector<std::unique_ptr<CgroupChild>> kept_exec_groups_;
   std::unique_ptr<CgroupChild> spare_exec_group_;  // made by PrepareNextExec, empty, for the next exec
+  // The next exec's payload, prepared up to its seccomp filter by PrepareNextExec and waiting for its program (with
+  // the exec group it joined). Taken by an exec with no stdin of its own.
+  std::unique_ptr<ParkedExec> parked_;
+  bool parking_ = false;  // the profile allows parking (SeccompProgram::allows_parking), or there is none
   uint64_t exec_group_counter_ = 0;
   bool new_network_ = true;
   std::mutex payloads_mutex_;

@@ -60,6 +60,7 @@ class Server {
       owner_.reset(static_cast<int>(::syscall(SYS_pidfd_open, config_.owner_pid, 0)));
       if (!owner_) return Shutdown("its --end-with-pid process had already ended", 0);
     }
+    session_->PrepareNextExec();  // the first exec's too; the creator has its answer already
     SpawnWorker();
     SpawnWorker();
     for (;;) {
@@ -183,6 +184,7 @@ class Server {
       if (!reader.fds().empty()) stdin_fd = std::move(reader.fds().front());
       answer = Exec(*request, stdin_fd.get(), conn.get());
       (void)SendMessage(conn.get(), answer);
+      answer = nullptr;  // a large output goes back to the system before the next exec's payload is forked
       session_->PrepareNextExec();  // after the answer: the client need not wait for it
       return true;
     } else if (op == "workspace") {

@@ -10,8 +10,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -526,7 +529,7 @@ TEST_CASE("a detached background process keeps its exec's group until the sessio
   REQUIRE(s.Sh(id, "setsid sleep 1000 >/dev/null 2>&1 &")["status"] == "ok");
   REQUIRE(s.Sh(id, "true")["status"] == "ok");
   // The first exec's group holds the sleep. The second's was empty at its end: removed once its answer went out,
-  // when the supervisor also makes the (empty) group the next exec will take.
+  // when the supervisor also prepares the next exec, whose payload waits in a group of its own (ParkedExec).
   auto busy_and_empty = [] {
     std::pair<int, int> counts{0, 0};
     for (const auto& g : nsbox::testing::NsboxGroups()) {
@@ -537,7 +540,7 @@ TEST_CASE("a detached background process keeps its exec's group until the sessio
     }
     return counts;
   };
-  CHECK(WaitFor([&] { return busy_and_empty() == std::pair<int, int>{1, 1}; }, 5s));
+  CHECK(WaitFor([&] { return busy_and_empty() == std::pair<int, int>{2, 0}; }, 5s));
   CHECK(s.Nsbox({"session", "rm", id}).code == 0);
   CHECK(nsbox::testing::WaitForGroups(groups_before));
 }
@@ -790,7 +793,9 @@ TEST_CASE("a session whose supervisor was killed is cleaned up by the next nsbox
   json record = s.Record(id);
   pid_t supervisor = record["supervisor_pid"], pid1 = record["pid1"];
   REQUIRE(::kill(supervisor, SIGKILL) == 0);
-  CHECK(WaitFor([&] { return !ProcessExists(pid1); }, 2s));  // pid 1 (and its namespace) died with it
+  // pid 1 (and its namespace) died with it. Its exit waits until the parked payload (the supervisor's child, in the
+  // namespace) is reaped by the host's init, which here reaps orphans every 2 s; then pid 1 itself is reaped so.
+  CHECK(WaitFor([&] { return !ProcessExists(pid1); }, 6s));
   CHECK(std::filesystem::exists(s.state_dir + "/" + id));
   Output ls = s.Nsbox({"session", "ls", "--json"});
   CHECK(ls.Json().empty());
@@ -822,4 +827,123 @@ TEST_CASE("another user can't drive a session, even when the directories let it 
   INFO(refused.err);
   CHECK(refused.err.find("refused for uid 65534") != std::string::npos);
   CHECK(s.Sh(id, "ls /workspace")["stdout"] == "");
+}
+
+namespace {
+
+// The supervisor's child that waits as the next exec's payload (comm "nsbox-exec"), or 0.
+pid_t ParkedPayload(pid_t supervisor) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t close = line.rfind(')');
+    const size_t open = line.find('(');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == supervisor && line.substr(open + 1, close - open - 1) == "nsbox-exec") return std::stoi(name);
+  }
+  return 0;
+}
+
+// One "Key:" line of /proc/<pid>/status, without the key; "" when missing.
+std::string StatusField(pid_t pid, const std::string& key) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (!line.starts_with(key + ":")) continue;
+    size_t value = line.find_first_not_of(" \t", key.size() + 1);
+    return value == std::string::npos ? "" : line.substr(value);
+  }
+  return "";
+}
+
+// A new session in which one exec has run, so that the next one waits parked: its id, supervisor and parked payload.
+std::tuple<std::string, pid_t, pid_t> CreateWithParked(Sessions& s) {
+  std::string id = s.Create();
+  const pid_t supervisor = s.Record(id)["supervisor_pid"];
+  REQUIRE(s.Sh(id, "true")["status"] == "ok");
+  pid_t parked = 0;
+  REQUIRE(WaitFor([&] { return (parked = ParkedPayload(supervisor)) > 0; }, 5s));
+  return {id, supervisor, parked};
+}
+
+}  // namespace
+
+TEST_CASE("the next exec waits parked past its seccomp filter, as the sandbox user, and runs the program it is given",
+          "[session][parked]") {
+  Sessions s;
+  const auto [id, supervisor, parked] = CreateWithParked(s);
+  // Everything but the program is done: the filter, no capabilities at all, no_new_privs, the sandbox's user.
+  CHECK(WaitFor([&] { return StatusField(parked, "Seccomp") == "2"; }, 5s));
+  CHECK(StatusField(parked, "NoNewPrivs") == "1");
+  for (const char* set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}) {
+    INFO(set);
+    CHECK(StatusField(parked, set) == "0000000000000000");
+  }
+  const std::string uid = std::to_string(s.Record(id)["sandbox_host_uid"].get<uint32_t>());
+  CHECK(StatusField(parked, "Uid").starts_with(uid + "\t" + uid + "\t" + uid));
+  // Its command line is not the supervisor's (host paths, options): the session's programs can read it.
+  std::ifstream cmdline("/proc/" + std::to_string(parked) + "/cmdline");
+  std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+  CHECK(args.substr(0, args.find('\0')) == "nsbox-exec");
+  // The next exec is that process (the same pid in the session's namespace), with its own program, environment, code
+  // file and umask.
+  const std::string nspid = StatusField(parked, "NSpid");
+  const std::string inner_pid = nspid.substr(nspid.rfind('\t') + 1);
+  json ran = s.Exec(id, {"/bin/sh", "-c", "echo $$ $GREETING; pwd; umask; cat \"$0\" >/dev/null && echo $0"},
+                    {"--env", "GREETING=hello"});
+  INFO(ran.dump());
+  CHECK(ran["status"] == "ok");
+  CHECK(ran["stdout"] == inner_pid + " hello\n/workspace\n0022\n/bin/sh\n");
+  json code = s.Exec(id, {}, {"--lang", "python", "--code", "import os; print(os.getcwd(), __file__.startswith('/workspace/'))"});
+  INFO(code.dump());
+  CHECK(code["stdout"] == "/workspace True\n");
+  // Used, it is gone; the exec after next finds another one waiting.
+  CHECK_FALSE(ProcessExists(parked));
+  CHECK(WaitFor([&] { pid_t next = ParkedPayload(supervisor); return next > 0 && next != parked; }, 5s));
+}
+
+TEST_CASE("an exec finds its parked payload killed, or its code too large for it, and starts a payload of its own",
+          "[session][parked]") {
+  Sessions s;
+  const auto [id, supervisor, parked] = CreateWithParked(s);
+  // Any program of the session could do this: it runs as the same user.
+  REQUIRE(::kill(parked, SIGKILL) == 0);
+  REQUIRE(WaitFor([&] { return StatusField(parked, "State").starts_with("Z") || !ProcessExists(parked); }, 5s));
+  json after_kill = s.Sh(id, "echo still here");
+  INFO(after_kill.dump());
+  CHECK(after_kill["status"] == "ok");
+  CHECK(after_kill["stdout"] == "still here\n");
+  CHECK_FALSE(ProcessExists(parked));  // reaped, not left a zombie
+  // 2 MiB of code: more than the request's shared mapping holds.
+  REQUIRE(WaitFor([&] { return ParkedPayload(supervisor) > 0; }, 5s));
+  const std::string big = s.state_dir + "/big.py";
+  std::ofstream(big) << "x = '" << std::string(2 << 20, 'a') << "'\nprint(len(x))\n";
+  json large = s.Exec(id, {}, {"--lang", "python", "--file", big});
+  INFO(large["stderr"].dump());
+  CHECK(large["status"] == "ok");
+  CHECK(large["stdout"] == std::to_string(2 << 20) + "\n");
+}
+
+TEST_CASE("a profile that denies what a parked payload does after its filter gets none; its execs still run",
+          "[session][parked]") {
+  Sessions s;
+  const std::string profile = s.state_dir + "/no-umask.json";
+  std::ofstream(profile) << R"({"defaultAction": "SCMP_ACT_ALLOW",
+                                "syscalls": [{"names": ["umask"], "action": "SCMP_ACT_ERRNO"}]})";
+  std::string id = s.Create({"--profile", profile});
+  const pid_t supervisor = s.Record(id)["supervisor_pid"];
+  for (int i = 0; i < 2; ++i) {
+    json ran = s.Sh(id, "echo ran");
+    INFO(ran.dump());
+    CHECK(ran["stdout"] == "ran\n");
+  }
+  std::this_thread::sleep_for(300ms);
+  CHECK(ParkedPayload(supervisor) == 0);
 }
