@@ -709,6 +709,8 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   std::unique_ptr<SessionHelper> helper;
   if (std::unique_ptr<ParkedExec> parked = ex.stdin_fd < 0 ? TakeParked() : nullptr) {
     const char go = 'G';
+    // Continued first: the session's programs run as the same user, and one may have stopped it (SIGSTOP).
+    ::syscall(SYS_pidfd_send_signal, parked->helper->pidfd.get(), SIGCONT, nullptr, 0);
     if (WriteParkedRequest(ex, parked->mapping) && ::write(parked->park.get(), &go, 1) == 1) {
       helper = std::move(parked->helper);
       exec_group = std::move(parked->group);

@@ -912,8 +912,15 @@ TEST_CASE("the next exec waits parked past its seccomp filter, as the sandbox us
 TEST_CASE("an exec finds its parked payload killed, or its code too large for it, and starts a payload of its own",
           "[session][parked]") {
   Sessions s;
-  const auto [id, supervisor, parked] = CreateWithParked(s);
-  // Any program of the session could do this: it runs as the same user.
+  auto [id, supervisor, parked] = CreateWithParked(s);
+  // Any program of the session could do these: it runs as the same user. Stopped, it is continued and used.
+  REQUIRE(::kill(parked, SIGSTOP) == 0);
+  REQUIRE(WaitFor([&] { return StatusField(parked, "State").starts_with("T"); }, 5s));
+  json after_stop = s.Sh(id, "echo $$", {"--timeout", "5s"});
+  INFO(after_stop.dump());
+  CHECK(after_stop["status"] == "ok");
+  CHECK_FALSE(ProcessExists(parked));  // it was the one that ran
+  REQUIRE(WaitFor([&] { return (parked = ParkedPayload(supervisor)) > 0; }, 5s));
   REQUIRE(::kill(parked, SIGKILL) == 0);
   REQUIRE(WaitFor([&] { return StatusField(parked, "State").starts_with("Z") || !ProcessExists(parked); }, 5s));
   json after_kill = s.Sh(id, "echo still here");
