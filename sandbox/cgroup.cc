@@ -869,8 +869,8 @@ StatusOr<Plan> Detect(const CgroupConfig& config) {
         return "";
       }
       std::string mount = config.cgroup_root + "/" + controller;  // co-mounted hierarchies have a symlink per name
-      if (!PathExists(mount + "/cgroup.procs")) mount = config.cgroup_root + "/" + self.v1_mount_dir[controller];
-      if (!PathExists(mount + "/cgroup.procs")) {
+      if (!PathExists(mount + "/cgroup.procs") &&
+          !PathExists((mount = config.cgroup_root + "/" + self.v1_mount_dir[controller]) + "/cgroup.procs")) {
         missing.push_back(controller + " (not mounted at " + config.cgroup_root + "/" + controller + ")");
         return "";
       }

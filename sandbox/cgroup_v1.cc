@@ -1,6 +1,7 @@
 // The cgroup v1 backend for hybrid hosts: one group per sandbox in the memory, pids, cpu, cpuacct (and freezer) hierarchies.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -33,9 +34,9 @@ class CgroupV1 final : public Cgroup {
     auto add = [&](const std::string& parent) -> std::string {
       if (parent.empty()) return "";
       std::string dir = parent + "/" + subtree + "-" + name;
-      char* real = ::realpath(parent.c_str(), nullptr);
-      std::string key = real ? real : parent;
-      ::free(real);
+      // One stat, following the symlink of a co-mounted controller's second name: the directory's identity.
+      struct stat st;
+      std::string key = ::stat(parent.c_str(), &st) == 0 ? fmt::format("{}:{}", st.st_dev, st.st_ino) : parent;
       if (seen_.insert(key).second) hierarchies_.push_back({dir});
       return dir;
     };
@@ -189,14 +190,15 @@ class CgroupV1 final : public Cgroup {
   Status Apply(const CgroupLimits& limits) {
     // memory.memsw (memory plus swap) may never be below memory.limit_in_bytes: set the memory limit first.
     NSBOX_RETURN_IF_ERROR(WriteCgroupFile(memory_dir_ + "/memory.limit_in_bytes", std::to_string(limits.memory_max_bytes)));
-    if (PathExists(memory_dir_ + "/memory.memsw.limit_in_bytes")) {
-      uint64_t memsw = limits.memory_max_bytes + limits.memory_swap_max_bytes.value_or(0);
-      NSBOX_RETURN_IF_ERROR(WriteCgroupFile(memory_dir_ + "/memory.memsw.limit_in_bytes", std::to_string(memsw)));
-      swap_limited_ = true;
-    }
+    // No such file: the kernel keeps no swap accounting (swapaccount=0), and there is no swap limit to set.
+    uint64_t memsw = limits.memory_max_bytes + limits.memory_swap_max_bytes.value_or(0);
+    int memsw_err = 0;
+    Status memsw_set = WriteCgroupFile(memory_dir_ + "/memory.memsw.limit_in_bytes", std::to_string(memsw), &memsw_err);
+    if (!memsw_set.ok() && memsw_err != ENOENT) return memsw_set;
+    swap_limited_ = memsw_set.ok();
     NSBOX_RETURN_IF_ERROR(WriteCgroupFile(pids_dir_ + "/pids.max", std::to_string(limits.pids_max)));
+    // A new group's period is the kernel's default, kCpuPeriodUs (100 ms): only the quota is written.
     uint64_t quota = std::max<uint64_t>(1000, static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs)));
-    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(cpu_dir_ + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs)));
     NSBOX_RETURN_IF_ERROR(WriteCgroupFile(cpu_dir_ + "/cpu.cfs_quota_us", std::to_string(quota)));
     return OkStatus();
   }

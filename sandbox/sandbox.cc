@@ -256,11 +256,6 @@ Result Sandbox::Run() {
   const char go = 'G';
   if (::write(sync->write.get(), &go, 1) != 1) return SetupError(Status::Errno("write(sync pipe)").message());
   sync->write.reset();
-  mount_ns_holder = HoldForAsyncRelease(std::move(mount_ns));  // meanwhile pid 1 builds its root
-  if (plan.new_network && privileged) {  // setns needs CAP_SYS_ADMIN here: rootless nsbox leaves it to the child
-    if (auto up = BringUpLoopbackFromOutside(pidfd.get()); !up.ok())
-      return SetupError(up.status().Wrap("bringing the sandbox's loopback up").message());
-  }
   if (cgroup_socket) {
     auto made = CreateSandboxCgroup(*limits, cgroup_config);
     if (!made.ok()) return SetupError(made.status().Wrap("setting up the cgroup limits").message());
@@ -283,6 +278,13 @@ Result Sandbox::Run() {
     if (!sent && errno != EPIPE && errno != ECONNRESET)
       return SetupError(Status::Errno("sendmsg(cgroup descriptors to the sandbox)").message());
     cgroup_socket.reset();
+  }
+  // Then (pid 1 waits for its group, not for these) the namespace's release and the loopback: pid 1 finds lo up unless
+  // it got there first.
+  mount_ns_holder = HoldForAsyncRelease(std::move(mount_ns));
+  if (plan.new_network && privileged) {  // setns needs CAP_SYS_ADMIN here: rootless nsbox leaves it to the child
+    if (auto up = BringUpLoopbackFromOutside(pidfd.get()); !up.ok())
+      return SetupError(up.status().Wrap("bringing the sandbox's loopback up").message());
   }
 
   // 6. Supervise: drain output, watch the clock, the child, kill requests and signals.

@@ -44,8 +44,9 @@ class FakeTree {
                                "memory.max", "memory.swap.max", "memory.events", "memory.peak", "pids.max",
                                "pids.events", "cpu.max", "cpu.stat", "memory.limit_in_bytes",
                                "memory.memsw.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control",
-                               "cpu.cfs_period_us", "cpu.cfs_quota_us", "cpuacct.usage", "freezer.state"})
+                               "cpu.cfs_quota_us", "cpuacct.usage", "freezer.state"})
         Put(fs::path(dir) / file, "");
+      Put(fs::path(dir) / "cpu.cfs_period_us", "100000");  // the kernel's default period, which nsbox relies on
     };
   }
   ~FakeTree() { fs::remove_all(root_); }
@@ -260,7 +261,7 @@ TEST_CASE("v1: a sandbox group gets memory and memsw limits, pids.max and a CFS 
   CHECK(Get(memory / "memory.limit_in_bytes") == std::to_string(64 << 20));
   CHECK(Get(memory / "memory.memsw.limit_in_bytes") == std::to_string(64 << 20));  // swap off
   CHECK(Get(tree.cg() / "pids" / name / "pids.max") == "32");
-  CHECK(Get(tree.cg() / "cpu" / name / "cpu.cfs_period_us") == "100000");
+  CHECK(Get(tree.cg() / "cpu" / name / "cpu.cfs_period_us") == "100000");  // left as the kernel made it
   CHECK(Get(tree.cg() / "cpu" / name / "cpu.cfs_quota_us") == "50000");
   CHECK(fs::is_directory(tree.cg() / "cpuacct" / name));
   CHECK(fs::is_directory(tree.cg() / "freezer" / name));
@@ -476,4 +477,22 @@ TEST_CASE("reapers started by threads that ended remove their groups; nsbox's er
   const long grown_kb = VmSizeKb() - before_kb;
   INFO("VmSize grew by " << grown_kb << " KiB");
   CHECK(grown_kb < 1024);
+}
+
+TEST_CASE("v1 without swap accounting (no memsw file): the memory limit alone, and the report says swap is unlimited") {
+  FakeTree tree;
+  tree.MakeV1();
+  auto make_files = tree.config.fake_fs_mkdir_hook;
+  tree.config.fake_fs_mkdir_hook = [make_files](const std::string& dir) {
+    make_files(dir);
+    fs::remove(fs::path(dir) / "memory.memsw.limit_in_bytes");  // as under swapaccount=0
+  };
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1), tree.config);
+  INFO((group.ok() ? "" : group.status().message()));
+  REQUIRE(group.ok());
+  const std::string name = Name((*group)->path());
+  CHECK(Get(tree.cg() / "memory" / name / "memory.limit_in_bytes") == std::to_string(64 << 20));
+  CHECK_FALSE(fs::exists(tree.cg() / "memory" / name / "memory.memsw.limit_in_bytes"));
+  LimitsReport report = (*group)->ReportFrom(Limits(64 << 20, 32, 1), CgroupStats{});
+  CHECK(report.enforced_by["memory_swap"].starts_with("none"));
 }
