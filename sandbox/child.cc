@@ -159,8 +159,8 @@ void ExecSearching(char* const argv[], char* const envp[], const char* path) {
 }
 
 // RunPayload's steps before the program: setsid, default signals, stdio, credentials, the working directory and
-// umask (unless `program_cwd` is false: a parked payload's come with its request), seccomp.
-void PreparePayload(const ChildPlan& plan, bool inherited, bool program_cwd) {
+// umask (a parked payload's come with its request), seccomp.
+void PreparePayload(const ChildPlan& plan, bool inherited, bool parked) {
   if (::setsid() < 0) Fail(plan, "setsid()", errno);
   // Every signal at its default action: a signal nsbox's own caller ignored (`trap '' INT`, a shell's background
   // job, nsbox's SIGPIPE) would otherwise stay ignored across execve, and the signals pid 1 forwards would do nothing.
@@ -209,9 +209,13 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool program_cwd) {
   // A new process has none: the payload dies with its parent, pid 1 (a session's exec: see parent_death_signal).
   if (plan.parent_death_signal && ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
     Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
-  if (program_cwd) {
+  if (!parked) {
     if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
     ::umask(plan.umask);  // this process's own: a vfork-style child does not share the file-system context
+  } else if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    // Not dumpable while it waits, whatever fs.suid_dumpable made of the credential change: the session's programs
+    // share its user, and its memory is a copy of the supervisor's. (The program it becomes is dumpable as any.)
+    Fail(plan, "prctl(PR_SET_DUMPABLE, 0)", errno);
   }
 
   // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall), and in a
@@ -230,7 +234,7 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool program_cwd) {
 }  // namespace
 
 void RunPayload(const ChildPlan& plan, bool inherited) {
-  PreparePayload(plan, inherited, /*program_cwd=*/true);
+  PreparePayload(plan, inherited, /*parked=*/false);
   ExecSearching(plan.argv.data(), plan.envp.data(), plan.path.c_str());
   FailExec(plan, plan.argv[0]);  // only reached when execve failed; the message names the program
 }
@@ -243,7 +247,7 @@ void RunParkedPayload(const ChildPlan& plan, const ParkedRequest* request) {
   if (OpenParentWatch(&self) == 0) HideNsboxCommandLine(self, "nsbox-exec");
   if (self.host_stat_fd >= 0) ::close(self.host_stat_fd);
   ::prctl(PR_SET_NAME, "nsbox-exec", 0, 0, 0);
-  PreparePayload(plan, /*inherited=*/false, /*program_cwd=*/false);
+  PreparePayload(plan, /*inherited=*/false, /*parked=*/true);
   char go = 0;
   ssize_t n;
   do n = ::read(plan.park_fd, &go, 1); while (n < 0 && errno == EINTR);

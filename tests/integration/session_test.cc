@@ -888,6 +888,7 @@ TEST_CASE("the next exec waits parked past its seccomp filter, as the sandbox us
   }
   const std::string uid = std::to_string(s.Record(id)["sandbox_host_uid"].get<uint32_t>());
   CHECK(StatusField(parked, "Uid").starts_with(uid + "\t" + uid + "\t" + uid));
+
   // Its command line is not the supervisor's (host paths, options): the session's programs can read it.
   std::ifstream cmdline("/proc/" + std::to_string(parked) + "/cmdline");
   std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
@@ -907,6 +908,17 @@ TEST_CASE("the next exec waits parked past its seccomp filter, as the sandbox us
   // Used, it is gone; the exec after next finds another one waiting.
   CHECK_FALSE(ProcessExists(parked));
   CHECK(WaitFor([&] { pid_t next = ParkedPayload(supervisor); return next > 0 && next != parked; }, 5s));
+  // Not dumpable while it waits (its memory is a copy of the supervisor's): a program of the session, of the same user
+  // and user namespace, may not read it. A background program looks once the next one is parked.
+  json looker = s.Sh(id, R"sh(setsid sh -c 'sleep 0.5; for p in /proc/[0-9]*; do
+      [ "$(cat $p/comm 2>/dev/null)" = nsbox-exec ] || continue
+      if cat $p/environ >/dev/null 2>&1; then echo readable; else echo refused; fi >/workspace/verdict
+    done' >/dev/null 2>&1 &)sh");
+  REQUIRE(looker["status"] == "ok");
+  std::this_thread::sleep_for(1500ms);
+  json verdict = s.Sh(id, "cat /workspace/verdict");
+  INFO(verdict.dump());
+  CHECK(verdict["stdout"] == "refused\n");
 }
 
 TEST_CASE("an exec finds its parked payload killed, or its code too large for it, and starts a payload of its own",
