@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <sstream>
 
 #include <fmt/format.h>
 
