@@ -724,6 +724,13 @@ void Reaper::Abandon() {
 
 Reaper::~Reaper() { Dismiss(); }
 
+bool LeaveRemovalToReaper(bool* removed, Reaper* reaper) {
+  if (*removed || !reaper) return false;
+  *removed = true;
+  reaper->Abandon();
+  return true;
+}
+
 Status ArmReaper(const CgroupConfig& config, const ReaperPlan& plan, std::unique_ptr<Reaper>* reaper) {
   if (config.prestarted_reaper && config.prestarted_reaper->reaper) {
     *reaper = std::move(config.prestarted_reaper->reaper);

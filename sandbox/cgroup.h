@@ -19,11 +19,9 @@ namespace nsbox {
 // allocator). Released unused, it is dismissed.
 struct PrestartedReaper;
 StatusOr<std::shared_ptr<PrestartedReaper>> StartCgroupReaper();
-// Starts, now, the reaper that StartCgroupReaper hands out next. Called first thing in main() by a process that will
-// make groups, before the options are parsed (where the reaper is forked rather than cloned into nsbox's memory, see
-// Reaper::Start, the fork then copies less and the writes that follow fault fewer pages shared copy-on-write). A
-// reaper never taken is dismissed and reaped when the process exits. A failed start is left for StartCgroupReaper
-// to report.
+// Starts, now, the reaper that StartCgroupReaper hands out next. Called first thing in main(), before the options are
+// parsed, by a process that will make groups. A reaper never taken is dismissed and reaped when the process exits. A
+// failed start is left for StartCgroupReaper to report.
 void PrestartCgroupReaper();
 
 // Reaps every reaper dismissed so far, waiting for those still exiting (a dismissed reaper exits as soon as it reads

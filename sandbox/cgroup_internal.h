@@ -140,6 +140,10 @@ class Reaper {
   int socket_fd_;
 };
 
+// Cgroup::RemoveInBackground for both backends: hands a group not yet removed to its reaper (Abandon) and marks it
+// removed, the reaper's from then on. False, and nothing done, when it is removed already or has no reaper.
+bool LeaveRemovalToReaper(bool* removed, Reaper* reaper);
+
 // Arms config.prestarted_reaper (taking it) when there is one, else starts a reaper with the plan.
 Status ArmReaper(const CgroupConfig& config, const ReaperPlan& plan, std::unique_ptr<Reaper>* reaper);
 

@@ -151,12 +151,7 @@ class CgroupV1 final : public Cgroup {
     return OkStatus();
   }
 
-  bool RemoveInBackground() override {
-    if (removed_ || !reaper_) return false;
-    removed_ = true;  // the reaper's from here on
-    reaper_->Abandon();
-    return true;
-  }
+  bool RemoveInBackground() override { return LeaveRemovalToReaper(&removed_, reaper_.get()); }
 
   Status Remove() override {
     if (removed_) return OkStatus();

@@ -22,6 +22,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "sandbox/caps.h"
 #include "sandbox/init.h"
@@ -31,6 +32,16 @@
 #include "sandbox/seccomp.h"
 
 namespace nsbox {
+
+namespace {
+
+// Where a program named without a slash is looked for: the executor's PATH, else the usual directories.
+std::string_view ProgramSearchPath(const Executor& ex) {
+  auto path = ex.env.find("PATH");
+  return path != ex.env.end() ? std::string_view(path->second) : "/usr/bin:/bin";
+}
+
+}  // namespace
 
 void SetPlanProgram(ChildPlan& plan, const Executor& ex) {
   plan.argv_storage = ex.argv;
@@ -42,8 +53,7 @@ void SetPlanProgram(ChildPlan& plan, const Executor& ex) {
   plan.envp.clear();
   for (auto& s : plan.env_storage) plan.envp.push_back(s.data());
   plan.envp.push_back(nullptr);
-  auto path_it = ex.env.find("PATH");
-  plan.path = path_it != ex.env.end() ? path_it->second : "/usr/bin:/bin";
+  plan.path = ProgramSearchPath(ex);
   plan.cwd = ex.cwd;
   plan.umask = ex.umask;
   plan.code_path = ex.code_path;
@@ -291,8 +301,7 @@ bool WriteParkedRequest(const Executor& ex, void* mapping) {
   for (const auto& [key, value] : ex.env)
     if (!(envp[i++] = copy(key + "=" + value))) return false;
   envp[i] = nullptr;
-  auto path_it = ex.env.find("PATH");
-  const char* path = copy(path_it != ex.env.end() ? path_it->second : "/usr/bin:/bin");
+  const char* path = copy(ProgramSearchPath(ex));
   const char* cwd = copy(ex.cwd);
   if (!path || !cwd) return false;
   request->argv = argv;

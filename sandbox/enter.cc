@@ -88,11 +88,7 @@ int EnterSessionEntry(void* arg) {
   if (payload.park_fd >= 0) {
     long child = ::syscall(SYS_clone, CLONE_PARENT | SIGCHLD, nullptr, nullptr, nullptr, 0);
     if (child < 0) Fail(plan, "clone(CLONE_PARENT, parked payload)", errno);
-    if (child == 0) {
-      ::syscall(SYS_setfsuid, payload.uid);
-      ::syscall(SYS_setfsgid, payload.gid);
-      RunParkedPayload(payload, plan.request);
-    }
+    if (child == 0) RunParkedPayload(payload, plan.request);  // writes its code file as the sandbox user it becomes
     *plan.payload_pid = static_cast<pid_t>(child);
     _exit(0);
   }

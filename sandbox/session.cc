@@ -438,30 +438,21 @@ void SessionSandbox::Park() {
     std::lock_guard lock(exec_groups_mutex_);
     if (parked_) return;
   }
-  auto parked = std::make_unique<ParkedExec>();
+  // Any failure here leaves the next exec to start its own payload, and to report what failed.
   auto group = StartExecGroup();
-  if (!group.ok()) return;  // the next exec makes its own, and says what failed
+  if (!group.ok()) return;
+  auto parked = std::make_unique<ParkedExec>();
   parked->group = std::move(*group);
   void* mapping = ::mmap(nullptr, ParkedRequest::kMappingBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (mapping == MAP_FAILED) {
-    KeepExecGroup(std::move(parked->group));
-    return;
-  }
-  parked->mapping = mapping;
   auto park = MakePipe();
-  if (!park.ok()) {
-    KeepExecGroup(std::move(parked->group));
-    return;
-  }
+  if (mapping != MAP_FAILED) parked->mapping = mapping;
+  if (!parked->mapping || !park.ok()) return DropParked(std::move(parked));
   CgroupSelfJoin exec_join;
   if (parked->group) exec_join = parked->group->self_join();
   Executor program;  // its own comes with the request
   auto helper = StartHelper(program, -1, parked->group ? &exec_join : nullptr, park->read.get(),
                             static_cast<const ParkedRequest*>(mapping));
-  if (!helper.ok() || (*helper)->pid <= 0) {
-    KeepExecGroup(std::move(parked->group));
-    return;  // the next exec starts its own payload, and reports what failed
-  }
+  if (!helper.ok() || (*helper)->pid <= 0) return DropParked(std::move(parked));
   parked->helper = std::move(*helper);
   parked->park = std::move(park->write);
   {
