@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <cstring>
 #include <sstream>
 
@@ -296,15 +297,18 @@ Result Sandbox::Run() {
   InitMessage setup_error{}, exit_message{}, gone_message{};
   bool have_setup_error = false, have_exit = false;
   std::string control_bytes;
-  std::vector<char> buffer(1 << 16);
+  // Not zeroed: on this kind of VM every page nsbox touches first costs a fault of about 12 us, and a read fills only
+  // what it returns (a quiet program's output touches one page of the 16).
+  constexpr size_t kReadChunk = 1 << 16;
+  std::unique_ptr<char[]> buffer(new char[kReadChunk]);
 
   std::optional<LiveOutput> live;
   if (live_stdout_fd_ >= 0 && live_stderr_fd_ >= 0) live.emplace(live_stdout_fd_, live_stderr_fd_);
   auto drain = [&](UniqueFd& fd, OutputBuffer& sink) {
     for (;;) {
-      ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+      ssize_t n = ::read(fd.get(), buffer.get(), kReadChunk);
       if (n > 0) {
-        std::string_view chunk(buffer.data(), static_cast<size_t>(n));
+        std::string_view chunk(buffer.get(), static_cast<size_t>(n));
         if (live) live->Add(&sink == &stdout_buf ? 1 : 2, chunk.substr(0, std::min<uint64_t>(chunk.size(), sink.HeadRoom())));
         sink.Append(chunk);
         continue;
@@ -326,9 +330,9 @@ Result Sandbox::Run() {
 
   auto read_control = [&] {
     while (control->read) {
-      ssize_t n = ::read(control->read.get(), buffer.data(), buffer.size());
+      ssize_t n = ::read(control->read.get(), buffer.get(), kReadChunk);
       if (n > 0) {
-        control_bytes.append(buffer.data(), static_cast<size_t>(n));
+        control_bytes.append(buffer.get(), static_cast<size_t>(n));
         continue;
       }
       // End of file: stop polling it, or poll() would report the hang-up again and again.

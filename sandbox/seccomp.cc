@@ -428,9 +428,8 @@ StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::st
   const std::string cache_dir = SeccompCacheDir();
   const std::string key = cache_dir.empty() ? "" : SeccompCacheKey(name_or_path, *text, host);
   if (auto cached = LookupSeccompCache(cache_dir, key)) {
-    auto named = std::make_shared<SeccompProgram>(*cached);
-    named->name = name_or_path;
-    return std::shared_ptr<const SeccompProgram>(std::move(named));
+    cached->name = name_or_path;
+    return std::shared_ptr<const SeccompProgram>(std::move(cached));
   }
   auto profile = ParseSeccompProfile(*text);
   if (!profile.ok()) return profile.status().Wrap(*path);

@@ -20,7 +20,7 @@ std::string SeccompCacheKey(const std::string& name, const std::string& profile_
 
 // The cached program for key, or nullptr: no entry, another key under the same file name, a malformed file, or a
 // directory or file nsbox does not trust (not owned by the effective uid, or writable by group or others).
-std::shared_ptr<const SeccompProgram> LookupSeccompCache(const std::string& dir, const std::string& key);
+std::shared_ptr<SeccompProgram> LookupSeccompCache(const std::string& dir, const std::string& key);
 
 // Stores a program under key (temp file, then rename), keeping at most kMaxEntries entries. Best effort: a cache that
 // cannot be written only costs the next run a compile. Makes dir (0700) if missing.

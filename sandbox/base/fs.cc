@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "sandbox/base/unique_fd.h"
@@ -14,19 +16,29 @@ namespace nsbox {
 StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return Status::Errno(fmt::format("open({})", path));
+  // Read straight into the string, sized by fstat where the file says its size (a /proc or pipe file says 0, and
+  // grows it as it comes): no bounce through a stack buffer, whose fresh pages would each cost a page fault.
+  struct stat st;
+  size_t expected = ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0
+                        ? static_cast<size_t>(st.st_size) : 0;
   std::string out;
-  char buf[65536];
+  out.resize(std::min(max_bytes, expected) + 1);  // one byte more: end of file is seen without a second buffer
+  size_t got = 0;
   for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (got == out.size()) {
+      if (got > max_bytes) return Status::Error(fmt::format("{}: larger than {} bytes", path, max_bytes));
+      out.resize(std::max<size_t>(4096, got * 2));
+    }
+    ssize_t n = ::read(fd.get(), out.data() + got, out.size() - got);
     if (n < 0) {
       if (errno == EINTR) continue;
       return Status::Errno(fmt::format("read({})", path));
     }
     if (n == 0) break;
-    if (out.size() + static_cast<size_t>(n) > max_bytes)
-      return Status::Error(fmt::format("{}: larger than {} bytes", path, max_bytes));
-    out.append(buf, static_cast<size_t>(n));
+    got += static_cast<size_t>(n);
   }
+  if (got > max_bytes) return Status::Error(fmt::format("{}: larger than {} bytes", path, max_bytes));
+  out.resize(got);
   return out;
 }
 
