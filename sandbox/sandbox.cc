@@ -18,7 +18,6 @@
 #include <chrono>
 #include <memory>
 #include <cstring>
-#include <sstream>
 
 #include <fmt/format.h>
 

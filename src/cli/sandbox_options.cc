@@ -55,13 +55,15 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
   app->add_option("--memory-swap", o.memory_swap, "swap allowed on top of --memory (default: none)")
       ->each(given("--memory-swap"));
   // Checked as a number first: an unsigned option would take "-1" as 2^64-1.
+  // The numbers' defaults are given as text: CLI11 would format them through a std::stringstream, and so set up
+  // std::locale on every start (cli11.h says what that costs).
   app->add_option("--pids", o.pids, "maximum number of processes and threads")
-      ->capture_default_str()
+      ->default_str(fmt::format("{}", o.pids))
       ->check([](const std::string& value) {
         return value.starts_with('-') ? fmt::format("'{}' is not a number of processes", value) : std::string();
       })
       ->each(given("--pids"));
-  app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")->capture_default_str()->each(given("--cpus"));
+  app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")->default_str(fmt::format("{}", o.cpus))->each(given("--cpus"));
   app->add_option("--tmpfs-size", o.tmpfs_size, "size cap of /tmp, /workspace and the home directory")->capture_default_str();
   app->add_option("--profile", o.profile,
                   "seccomp profile: default, strict (no sockets but AF_UNIX), or a Docker/OCI JSON profile file")

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include "src/cli/cli11.h"
 
 #include "sandbox/base/status.h"
 #include "sandbox/executor.h"

@@ -362,6 +362,21 @@ TEST_CASE("/proc/self/cgroup of a hybrid host parses into the unified path and e
   CHECK(self.v1_paths.count("name=systemd") == 0);
 }
 
+TEST_CASE("keyed cgroup files and pid lists parse whatever the whitespace, and stop where a number stops") {
+  auto values = cgroup_internal::ParseKeyedFile("oom_kill_disable 0\nunder_oom  0\n\toom_kill 3\nbad x1\nmax 7");
+  CHECK(values.at("oom_kill") == 3);
+  CHECK(values.at("under_oom") == 0);
+  CHECK(values.at("max") == 7);
+  CHECK(values.count("bad") == 0);
+  CHECK(cgroup_internal::ParseKeyedFile("").empty());
+  CHECK(cgroup_internal::ParseKeyedFile("lonely").empty());
+  FakeTree tree;
+  Put(tree.cg() / "procs", "12\n345\n  6\nnot-a-pid\n7\n");
+  CHECK(cgroup_internal::ReadPids((tree.cg() / "procs").string()) == std::vector<pid_t>{12, 345, 6});
+  Put(tree.cg() / "empty", "");
+  CHECK(cgroup_internal::ReadPids((tree.cg() / "empty").string()).empty());
+}
+
 TEST_CASE("a group whose creator is dead or whose pid was reused is stale; a live creator's and foreign names are not") {
   using cgroup_internal::IsStaleGroupName;
   std::string mine = cgroup_internal::NewGroupName();
