@@ -154,9 +154,12 @@ std::shared_ptr<SeccompProgram> LookupSeccompCache(const std::string& dir, const
 
 void StoreSeccompCache(const std::string& dir, const std::string& key, const SeccompProgram& program) {
   if (dir.empty() || program.filter.empty()) return;
-  // mkdir -p: the directories nsbox makes are 0700.
+  // mkdir -p: the cache directory itself is 0700; parents it makes get ordinary modes (0755 under the umask), as
+  // other directories may come to live beside it (root's /var/cache/nsbox also holds image stores, which sandboxes
+  // must be able to pass through).
   for (size_t i = 1; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') ::mkdir(dir.substr(0, i).c_str(), 0700);
+    if (i == dir.size()) ::mkdir(dir.c_str(), 0700);
+    else if (dir[i] == '/') ::mkdir(dir.substr(0, i).c_str(), 0755);
   }
   UniqueFd dir_fd = OpenTrustedDir(dir);
   if (!dir_fd) return;

@@ -16,13 +16,14 @@ namespace nsbox {
 StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return Status::Errno(fmt::format("open({})", path));
-  // Read straight into the string, sized by fstat where the file says its size (a /proc or pipe file says 0, and
-  // grows it as it comes): no bounce through a stack buffer, whose fresh pages would each cost a page fault.
+  // Read straight into the string, sized by fstat where the file says its size (one byte more, so that the end of
+  // file comes in the same buffer); a /proc file or a pipe says 0 and gets 4 KiB, grown as it comes. No bounce
+  // through a stack buffer, whose fresh pages would each cost a page fault.
   struct stat st;
   size_t expected = ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0
-                        ? static_cast<size_t>(st.st_size) : 0;
+                        ? static_cast<size_t>(st.st_size) + 1 : 4096;
   std::string out;
-  out.resize(std::min(max_bytes, expected) + 1);  // one byte more: end of file is seen without a second buffer
+  out.resize(std::min(max_bytes + 1, expected));
   size_t got = 0;
   for (;;) {
     if (got == out.size()) {

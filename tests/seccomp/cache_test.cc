@@ -67,6 +67,21 @@ void Tamper(const fs::path& file) {
 
 }  // namespace
 
+TEST_CASE("the cache directory is private, and the parents it makes stay passable for what lives beside it") {
+  CacheDir cache;
+  const std::string nested = cache.root + "/var/cache/nsbox";
+  ::setenv("NSBOX_CACHE_DIR", nested.c_str(), 1);
+  Load("default");
+  struct stat st;
+  REQUIRE(::stat((nested + "/seccomp").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  for (const std::string& parent : {cache.root + "/var", cache.root + "/var/cache", nested}) {
+    REQUIRE(::stat(parent.c_str(), &st) == 0);
+    INFO(parent);
+    CHECK((st.st_mode & S_IXOTH) != 0);
+  }
+}
+
 TEST_CASE("a compiled profile is stored once and later loads come from the cache") {
   CacheDir cache;
   auto compiled = Load("default");
