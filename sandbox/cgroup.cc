@@ -101,12 +101,28 @@ std::map<std::string, uint64_t> ParseKeyedFile(std::string_view content) {
   return values;
 }
 
+namespace {
+
+// The value of one key of a keyed file (as ParseKeyedFile would map it), 0 when absent: no map is built for the
+// counters read at the end of every run.
+uint64_t KeyedValue(std::string_view content, std::string_view key) {
+  uint64_t found = 0;
+  std::vector<std::string_view> words = Words(content);
+  for (size_t i = 0; i + 1 < words.size(); i += 2) {
+    if (words[i] != key) continue;
+    std::string value(words[i + 1]);
+    char* end = nullptr;
+    unsigned long long number = std::strtoull(value.c_str(), &end, 10);
+    if (end && *end == '\0') found = number;  // the last valid one, as the map keeps it
+  }
+  return found;
+}
+
+}  // namespace
+
 uint64_t ReadKeyed(const std::string& path, const std::string& key) {
   auto content = ReadFile(path);
-  if (!content.ok()) return 0;
-  auto values = ParseKeyedFile(*content);
-  auto it = values.find(key);
-  return it == values.end() ? 0 : it->second;
+  return content.ok() ? KeyedValue(*content, key) : 0;
 }
 
 uint64_t ReadNumber(const std::string& path) {
@@ -122,20 +138,15 @@ std::string ControlFile::Read() const {
     auto content = ReadFile(path_);
     return content.ok() ? *content : "";
   }
-  std::string content(4096, '\0');
+  char buffer[4096];
   ssize_t n;
-  do n = ::pread(fd_.get(), content.data(), content.size(), 0); while (n < 0 && errno == EINTR);
-  content.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  return content;
+  do n = ::pread(fd_.get(), buffer, sizeof buffer, 0); while (n < 0 && errno == EINTR);
+  return std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0);
 }
 
 uint64_t ControlFile::Number() const { return std::strtoull(Read().c_str(), nullptr, 10); }
 
-uint64_t ControlFile::Keyed(const std::string& key) const {
-  auto values = ParseKeyedFile(Read());
-  auto it = values.find(key);
-  return it == values.end() ? 0 : it->second;
-}
+uint64_t ControlFile::Keyed(const std::string& key) const { return KeyedValue(Read(), key); }
 
 int ControlFile::Empty() const {
   if (!fd_) return -1;
