@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <memory>
 #include <cstring>
+#include <memory>
 
 #include <fmt/format.h>
 

@@ -10,7 +10,6 @@
 // include guard then keeps CLI11's own #include <iostream> from adding the object.
 #if defined(__GLIBCXX__) && !defined(_GLIBCXX_IOSTREAM) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
 #define _GLIBCXX_IOSTREAM 1
-#define NSBOX_STANDARD_STREAMS_ON_DEMAND 1
 #include <istream>
 #include <ostream>
 namespace std {
@@ -32,10 +31,6 @@ namespace nsbox::cli {
 // Constructs std::cout and the other standard streams (once per process, whoever asks first) before anything uses
 // them: hold one where CLI11 or anyone may print through them.
 class StandardStreams {
- public:
-  StandardStreams() = default;
-
- private:
   std::ios_base::Init init_;
 };
 
