@@ -400,10 +400,15 @@ StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path,
 namespace {
 
 // A profile is a regular file: a FIFO nobody writes to would block the open forever, a device read without end.
+Status CheckProfileFile(const std::string& path, struct stat* st) {
+  if (::stat(path.c_str(), st) != 0) return Status::Errno(fmt::format("stat({})", path));
+  if (!S_ISREG(st->st_mode)) return Status::Error(fmt::format("{} is not a regular file", path));
+  return OkStatus();
+}
+
 StatusOr<std::string> ReadProfileText(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Status::Errno(fmt::format("stat({})", path));
-  if (!S_ISREG(st.st_mode)) return Status::Error(fmt::format("{} is not a regular file", path));
+  NSBOX_RETURN_IF_ERROR(CheckProfileFile(path, &st));
   return ReadFile(path, 4 << 20);
 }
 
@@ -421,15 +426,25 @@ StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::st
                                                                    const std::string& profiles_dir) {
   auto path = ResolveSeccompProfilePath(name_or_path, profiles_dir);
   if (!path.ok()) return path.status();
-  auto text = ReadProfileText(*path);
-  if (!text.ok()) return text.status();
-  // A program compiled earlier from the same text, by the same nsbox and libseccomp, for the same host.
+  struct stat st;
+  NSBOX_RETURN_IF_ERROR(CheckProfileFile(*path, &st));
+  // A program compiled earlier from the same profile, by the same nsbox and libseccomp, for the same host: known by
+  // the file's identity when it has not changed lately, else by its text (seccomp_cache.h).
   const SeccompHost host = NativeSeccompHost();
   const std::string cache_dir = SeccompCacheDir();
-  const std::string key = cache_dir.empty() ? "" : SeccompCacheKey(name_or_path, *text, host);
-  if (auto cached = LookupSeccompCache(cache_dir, key)) {
+  std::string key = cache_dir.empty() ? "" : SeccompCacheFileKey(name_or_path, st, host, ::time(nullptr));
+  auto found = [&](std::shared_ptr<SeccompProgram> cached) {
     cached->name = name_or_path;
     return std::shared_ptr<const SeccompProgram>(std::move(cached));
+  };
+  if (!key.empty()) {
+    if (auto cached = LookupSeccompCache(cache_dir, key)) return found(std::move(cached));
+  }
+  auto text = ReadFile(*path, 4 << 20);
+  if (!text.ok()) return text.status();
+  if (key.empty() && !cache_dir.empty()) {
+    key = SeccompCacheKey(name_or_path, *text, host);
+    if (auto cached = LookupSeccompCache(cache_dir, key)) return found(std::move(cached));
   }
   auto profile = ParseSeccompProfile(*text);
   if (!profile.ok()) return profile.status().Wrap(*path);

@@ -29,7 +29,7 @@ namespace nsbox {
 namespace {
 
 // Bump when the file layout or the compilation's meaning changes in a way the key does not capture.
-constexpr char kMagic[] = "nsbox-seccomp-cache 2\n";
+constexpr char kMagic[] = "nsbox-seccomp-cache 3\n";
 constexpr size_t kMaxFileBytes = 1 << 20;
 // The flags word of an entry.
 constexpr uint64_t kUsesNotify = 1, kAllowsParking = 2;
@@ -82,18 +82,9 @@ void Trim(int dir_fd, const std::string& keep) {
   for (size_t i = 0; i < excess; ++i) ::unlinkat(dir_fd, entries[i].second.c_str(), 0);
 }
 
-}  // namespace
-
-std::string SeccompCacheDir() {
-  if (const char* off = std::getenv("NSBOX_SECCOMP_CACHE"); off && std::string(off) == "off") return "";
-  if (const char* env = std::getenv("NSBOX_CACHE_DIR"); env && *env) return std::string(env) + "/seccomp";
-  if (::geteuid() == 0) return "/var/cache/nsbox/seccomp";
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg == '/') return std::string(xdg) + "/nsbox/seccomp";
-  if (const char* home = std::getenv("HOME"); home && *home == '/') return std::string(home) + "/.cache/nsbox/seccomp";
-  return "";
-}
-
-std::string SeccompCacheKey(const std::string& name, const std::string& profile_text, const SeccompHost& host) {
+// What every key starts with: the cache format, the nsbox executable (path, inode, size, mtime), libseccomp's version,
+// the host and the profile's name.
+std::string KeyPrefix(const std::string& name, const SeccompHost& host) {
   std::string key = kMagic;
   char exe[4096];
   ssize_t len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -109,9 +100,35 @@ std::string SeccompCacheKey(const std::string& name, const std::string& profile_
                      version ? version->micro : 0);
   key += fmt::format("host {} {} {}.{}\n", host.go_arch, host.scmp_arch, host.kernel.major, host.kernel.minor);
   key += fmt::format("name {}\n", name);
+  return key;
+}
+
+}  // namespace
+
+std::string SeccompCacheDir() {
+  if (const char* off = std::getenv("NSBOX_SECCOMP_CACHE"); off && std::string(off) == "off") return "";
+  if (const char* env = std::getenv("NSBOX_CACHE_DIR"); env && *env) return std::string(env) + "/seccomp";
+  if (::geteuid() == 0) return "/var/cache/nsbox/seccomp";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg == '/') return std::string(xdg) + "/nsbox/seccomp";
+  if (const char* home = std::getenv("HOME"); home && *home == '/') return std::string(home) + "/.cache/nsbox/seccomp";
+  return "";
+}
+
+std::string SeccompCacheKey(const std::string& name, const std::string& profile_text, const SeccompHost& host) {
+  std::string key = KeyPrefix(name, host);
+  key += "text ";
   PutU64(key, profile_text.size());
   key += profile_text;
   return key;
+}
+
+std::string SeccompCacheFileKey(const std::string& name, const struct stat& profile, const SeccompHost& host,
+                                time_t now) {
+  if (!S_ISREG(profile.st_mode) || now - profile.st_ctim.tv_sec < kSeccompStableSeconds) return "";
+  // "file", where the other kind has "text": no text key can equal a file key.
+  return KeyPrefix(name, host) + fmt::format("file {}:{} {} {}.{} {}.{}\n", profile.st_dev, profile.st_ino,
+                                             profile.st_size, profile.st_mtim.tv_sec, profile.st_mtim.tv_nsec,
+                                             profile.st_ctim.tv_sec, profile.st_ctim.tv_nsec);
 }
 
 std::shared_ptr<SeccompProgram> LookupSeccompCache(const std::string& dir, const std::string& key) {

@@ -4,8 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -153,11 +156,88 @@ TEST_CASE("another profile text, name or host misses the cache") {
   SeccompHost host = NativeSeccompHost();
   std::string text = *ReadFile(copy.string());
   std::string key = SeccompCacheKey("x", text, host);
+  CHECK(key.find(text) != std::string::npos);
   CHECK(key != SeccompCacheKey("y", text, host));
   SeccompHost older = host;
   older.kernel = {4, 19};
   CHECK(key != SeccompCacheKey("x", text, older));
   CHECK(LookupSeccompCache(cache.dir().string(), SeccompCacheKey("never stored", text, host)) == nullptr);
+}
+
+// Reads the key stored at the start of a cache entry.
+std::string StoredKey(const fs::path& entry) {
+  std::string data = *ReadFile(entry.string());
+  uint64_t size = 0;
+  REQUIRE(data.size() >= sizeof size);
+  memcpy(&size, data.data(), sizeof size);
+  REQUIRE(data.size() - sizeof size >= size);
+  return data.substr(sizeof size, size);
+}
+
+TEST_CASE("a profile file that has not changed lately is known by its identity, a recent one by its text") {
+  SeccompHost host = NativeSeccompHost();
+  struct stat st;
+  REQUIRE(::stat((kProfilesDir + "/strict.json").c_str(), &st) == 0);
+  const time_t changed = st.st_ctim.tv_sec;
+  // Within kSeccompStableSeconds of its last change: no identity key (the times may not show a second edit).
+  CHECK(SeccompCacheFileKey("strict", st, host, changed).empty());
+  CHECK(SeccompCacheFileKey("strict", st, host, changed + kSeccompStableSeconds - 1).empty());
+  const std::string key = SeccompCacheFileKey("strict", st, host, changed + kSeccompStableSeconds);
+  REQUIRE_FALSE(key.empty());
+  CHECK(key.find("\"defaultAction\"") == std::string::npos);  // the text is not in it
+  CHECK(key != SeccompCacheKey("strict", *ReadFile(kProfilesDir + "/strict.json"), host));
+  // Any change of what an edit or a replacement changes is another key.
+  const time_t later = changed + 100;
+  for (auto change : std::vector<std::function<void(struct stat&)>>{
+           [](struct stat& s) { s.st_ino += 1; }, [](struct stat& s) { s.st_dev += 1; },
+           [](struct stat& s) { s.st_size += 1; }, [](struct stat& s) { s.st_mtim.tv_nsec ^= 1; },
+           [](struct stat& s) { s.st_ctim.tv_nsec ^= 1; }, [](struct stat& s) { s.st_ctim.tv_sec -= 1; }}) {
+    struct stat other = st;
+    change(other);
+    CHECK(SeccompCacheFileKey("strict", other, host, later) != SeccompCacheFileKey("strict", st, host, later));
+  }
+  CHECK(SeccompCacheFileKey("other", st, host, later) != SeccompCacheFileKey("strict", st, host, later));
+  struct stat fifo = st;
+  fifo.st_mode = S_IFIFO | 0644;
+  CHECK(SeccompCacheFileKey("strict", fifo, host, later).empty());
+}
+
+TEST_CASE("a run loads a settled profile by its identity, and an edited profile never by its old one") {
+  CacheDir cache;
+  fs::path copy = fs::path(cache.root) / "mine.json";
+  fs::copy_file(kProfilesDir + "/strict.json", copy);
+  // Fresh: stored under its text.
+  auto strict = Load(copy.string());
+  REQUIRE(cache.Entries().size() == 1);
+  CHECK(StoredKey(cache.Entries()[0]).find("\"defaultAction\"") != std::string::npos);
+  // Settled (its change time kSeccompStableSeconds in the past): stored and found under its identity.
+  ::sleep(kSeccompStableSeconds + 1);
+  CHECK(Same(Load(copy.string()), strict));
+  REQUIRE(cache.Entries().size() == 2);
+  fs::path by_identity;
+  for (const fs::path& entry : cache.Entries())
+    if (StoredKey(entry).find("\"defaultAction\"") == std::string::npos) by_identity = entry;
+  REQUIRE_FALSE(by_identity.empty());
+  // Proof that the next load is served from that entry, without the text: a changed program in it comes back.
+  Tamper(by_identity);
+  CHECK(Load(copy.string()).back().k == 0x7fff0000u);
+  // Edited to the same size (the default errno, EPERM, becomes ENOENT): its change time is new, so its old identity
+  // no longer matches, and the edited rules are compiled.
+  std::string text = *ReadFile(copy.string());
+  const size_t at = text.find("\"defaultErrnoRet\": 1,");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, strlen("\"defaultErrnoRet\": 1,"), "\"defaultErrnoRet\": 2,");
+  {
+    std::ofstream f(copy, std::ios::trunc);
+    f << text;
+  }
+  REQUIRE(fs::file_size(copy) == text.size());
+  auto edited = LoadSeccompProfile(copy.string(), kProfilesDir);
+  REQUIRE(edited.ok());
+  CHECK((*edited)->notify_errno == ENOENT);  // the errno nsbox answers denials with: the edited one
+  CHECK((*edited)->filter.back().k != 0x7fff0000u);
+  ::setenv("NSBOX_SECCOMP_CACHE", "off", 1);
+  CHECK(Same((*edited)->filter, Load(copy.string())));
 }
 
 TEST_CASE("the cache can be turned off and keeps a bounded number of entries") {
