@@ -89,36 +89,37 @@ SelfCgroup ParseSelfCgroup(std::string_view content) {
   return self;
 }
 
-std::map<std::string, uint64_t> ParseKeyedFile(std::string_view content) {
-  std::map<std::string, uint64_t> values;
-  std::vector<std::string_view> words = Words(content);
-  for (size_t i = 0; i + 1 < words.size(); i += 2) {
-    std::string value(words[i + 1]);
-    char* end = nullptr;
-    unsigned long long number = std::strtoull(value.c_str(), &end, 10);
-    if (end && *end == '\0') values[std::string(words[i])] = number;
-  }
-  return values;
-}
-
 namespace {
 
-// The value of one key of a keyed file (as ParseKeyedFile would map it), 0 when absent: no map is built for the
-// counters read at the end of every run.
-uint64_t KeyedValue(std::string_view content, std::string_view key) {
-  uint64_t found = 0;
+// Calls f(key, value) for each "key value" pair of a keyed file whose value is a whole decimal number, in order.
+template <typename F>
+void ForEachKeyedNumber(std::string_view content, F&& f) {
   std::vector<std::string_view> words = Words(content);
   for (size_t i = 0; i + 1 < words.size(); i += 2) {
-    if (words[i] != key) continue;
     std::string value(words[i + 1]);
     char* end = nullptr;
     unsigned long long number = std::strtoull(value.c_str(), &end, 10);
-    if (end && *end == '\0') found = number;  // the last valid one, as the map keeps it
+    if (end && *end == '\0') f(words[i], static_cast<uint64_t>(number));
   }
+}
+
+// The value of one key of a keyed file (as ParseKeyedFile would map it: the last valid one), 0 when absent: no map
+// is built for the counters read at the end of every run.
+uint64_t KeyedValue(std::string_view content, std::string_view key) {
+  uint64_t found = 0;
+  ForEachKeyedNumber(content, [&](std::string_view k, uint64_t v) {
+    if (k == key) found = v;
+  });
   return found;
 }
 
 }  // namespace
+
+std::map<std::string, uint64_t> ParseKeyedFile(std::string_view content) {
+  std::map<std::string, uint64_t> values;
+  ForEachKeyedNumber(content, [&](std::string_view k, uint64_t v) { values[std::string(k)] = v; });
+  return values;
+}
 
 uint64_t ReadKeyed(const std::string& path, const std::string& key) {
   auto content = ReadFile(path);
