@@ -1,9 +1,11 @@
 // Unit tests for the cgroup backends against a fake cgroup tree in a temp dir: detection, placement, file writes, stat parsing.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -492,6 +494,24 @@ TEST_CASE("reapers started by threads that ended remove their groups; nsbox's er
   const long grown_kb = VmSizeKb() - before_kb;
   INFO("VmSize grew by " << grown_kb << " KiB");
   CHECK(grown_kb < 1024);
+}
+
+// Its wakeup, when nsbox hands it a group's removal, must not take nsbox's CPU from the verdict (cgroup.cc).
+TEST_CASE("a reaper runs as SCHED_BATCH, so that its wakeups never preempt nsbox") {
+  auto reaper = cgroup_internal::Reaper::Start();
+  REQUIRE(reaper.ok());
+  const pid_t pid = (*reaper)->pid();
+  REQUIRE(pid > 0);
+  CHECK(::sched_getscheduler(0) == SCHED_OTHER);  // set by the reaper itself, for itself only
+  int policy = -1;
+  for (int i = 0; i < 500 && policy != SCHED_BATCH; ++i) {  // it switches as it starts, on its own CPU
+    policy = ::sched_getscheduler(pid);
+    if (policy != SCHED_BATCH) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(policy == SCHED_BATCH);
+  reaper->reset();  // dismissed
+  WaitForDismissedReapers();
+  CHECK(::sched_getscheduler(0) == SCHED_OTHER);
 }
 
 TEST_CASE("v1 without swap accounting (no memsw file): the memory limit alone, and the report says swap is unlimited") {
