@@ -20,11 +20,23 @@ namespace {
 
 constexpr size_t kMaxCodeBytes = 16 << 20;
 
-// "SRC[:DST]" → {SRC, DST}; DST defaults to SRC.
+// "SRC[:DST]" → {SRC, DST}; DST defaults to SRC. The first ':' not written "\:" ends SRC; in either path "\:" is a
+// ':' and "\\" a '\' (any other backslash is itself), so that a path holding a ':' can be bound at all.
 std::pair<std::string, std::string> SplitBind(const std::string& spec) {
-  auto colon = spec.find(':');
-  if (colon == std::string::npos) return {spec, spec};
-  return {spec.substr(0, colon), spec.substr(colon + 1)};
+  std::string parts[2];
+  int part = 0;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const char c = spec[i];
+    if (c == '\\' && i + 1 < spec.size() && (spec[i + 1] == ':' || spec[i + 1] == '\\')) {
+      parts[part] += spec[++i];
+    } else if (c == ':' && part == 0) {
+      part = 1;
+    } else {
+      parts[part] += c;
+    }
+  }
+  if (part == 0) return {parts[0], parts[0]};
+  return {parts[0], parts[1]};
 }
 
 }  // namespace
@@ -35,10 +47,10 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
   app->add_option("--workspace", o.workspace, "bind this host directory read-write at /workspace (default: a fresh tmpfs)");
   // One value per occurrence: a greedy vector option would take a following "--" as the end of its own list, and
   // the command's arguments after it ("-c", "-n") would then be parsed as nsbox options.
-  app->add_option("--ro-bind", o.ro_binds, "bind a host path read-only (repeatable)")
+  app->add_option("--ro-bind", o.ro_binds, "bind a host path read-only (repeatable; write a ':' in a path as \\:)")
       ->allow_extra_args(false)
       ->type_name("SRC[:DST]");
-  app->add_option("--bind", o.binds, "bind a host path read-write (repeatable)")->allow_extra_args(false)->type_name("SRC[:DST]");
+  app->add_option("--bind", o.binds, "bind a host path read-write (repeatable; write a ':' in a path as \\:)")->allow_extra_args(false)->type_name("SRC[:DST]");
   app->add_option("--network", o.network,
                   "none (own namespace, loopback only), allow=DOMAIN[,DOMAIN...] (only these domains, through nsbox's "
                   "HTTP(S) proxy), or host (the host's network: gives up network isolation)")

@@ -2,6 +2,11 @@
 // --json), and exit code 125, before any sandbox is made.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <fstream>
+#include <string>
+
 #include "tests/support/run_nsbox.h"
 
 using namespace nsbox::testing;
@@ -115,6 +120,35 @@ TEST_CASE("after repeatable options, the command's own dash arguments following 
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "1 -n\n");
+}
+
+TEST_CASE("a bind source or destination holding ':' is written with \\:, and a literal backslash as \\\\",
+          "[integration][options]") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);  // the sandbox user opens the bind source
+  const std::string odd = dir.path() + "/data:2026\\x";  // a ':' and a backslash in one directory name
+  REQUIRE(::mkdir(odd.c_str(), 0755) == 0);
+  {
+    std::ofstream f(odd + "/file");
+    f << "inside\n";
+  }
+  std::string escaped;
+  for (char c : odd) {
+    if (c == ':' || c == '\\') escaped += '\\';
+    escaped += c;
+  }
+  // SRC:DST with the source escaped, then the destination holding a ':' of its own.
+  auto r = RunNsboxJson({"--ro-bind", escaped + ":/mnt/a\\:b", "--", "/bin/sh", "-c", "cat '/mnt/a:b/file'"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "inside\n");
+  // SRC alone: bound at its own path, ':' and all.
+  auto same = RunNsboxJson({"--ro-bind", escaped, "--", "/bin/cat", odd + "/file"});
+  INFO(same.Describe());
+  REQUIRE(same.status() == "ok");
+  CHECK(same.out() == "inside\n");
+  // Unescaped, the first ':' still ends the source: a source that does not exist is named in the error.
+  CheckOneLineError({"run", "--ro-bind", odd + ":/x", "--", "/bin/true"}, "bind source '" + dir.path() + "/data'");
 }
 
 TEST_CASE("nsbox mcp checks the sandbox options it passes through before it serves, exit 125", "[integration][options]") {
