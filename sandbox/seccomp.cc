@@ -399,6 +399,8 @@ StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path,
 
 namespace {
 
+constexpr size_t kMaxProfileBytes = 4 << 20;
+
 // A profile is a regular file: a FIFO nobody writes to would block the open forever, a device read without end.
 Status CheckProfileFile(const std::string& path, struct stat* st) {
   if (::stat(path.c_str(), st) != 0) return Status::Errno(fmt::format("stat({})", path));
@@ -409,7 +411,7 @@ Status CheckProfileFile(const std::string& path, struct stat* st) {
 StatusOr<std::string> ReadProfileText(const std::string& path) {
   struct stat st;
   NSBOX_RETURN_IF_ERROR(CheckProfileFile(path, &st));
-  return ReadFile(path, 4 << 20);
+  return ReadFile(path, kMaxProfileBytes);
 }
 
 }  // namespace
@@ -440,7 +442,7 @@ StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::st
   if (!key.empty()) {
     if (auto cached = LookupSeccompCache(cache_dir, key)) return found(std::move(cached));
   }
-  auto text = ReadFile(*path, 4 << 20);
+  auto text = ReadFile(*path, kMaxProfileBytes);
   if (!text.ok()) return text.status();
   if (key.empty() && !cache_dir.empty()) {
     key = SeccompCacheKey(name_or_path, *text, host);
