@@ -50,7 +50,10 @@ class CgroupV1 final : public Cgroup {
     pids_events_ = ControlFile(pids_dir_ + "/pids.events");
     cpu_stat_ = ControlFile(cpu_dir_ + "/cpu.stat");
     cpuacct_usage_ = ControlFile(cpuacct_dir_ + "/cpuacct.usage");
-    memory_procs_ = ControlFile(memory_dir_ + "/cgroup.procs");
+    // The pids group holds every process of the sandbox: a pid 1 that shares nsbox's memory is not in the memory
+    // group (ChildPlan::shares_memory).
+    all_procs_dir_ = !pids_dir_.empty() ? pids_dir_ : memory_dir_;
+    all_procs_ = ControlFile(all_procs_dir_ + "/cgroup.procs");
   }
   ~CgroupV1() override {
     if (removed_) return;
@@ -61,17 +64,8 @@ class CgroupV1 final : public Cgroup {
   const char* backend() const override { return "cgroup1"; }
   std::string path() const override { return memory_dir_; }
 
-  CgroupSelfJoin self_join() const override {
-    CgroupSelfJoin join;
-    for (const UniqueFd& fd : tasks_fds_) join.fds[join.count++] = fd.get();
-    return join;
-  }
-
-  CgroupSelfJoin leave_join() const override {
-    CgroupSelfJoin join;
-    for (const UniqueFd& fd : parent_tasks_fds_) join.fds[join.count++] = fd.get();
-    return join;
-  }
+  CgroupSelfJoin self_join() const override { return Join(tasks_fds_); }
+  CgroupSelfJoin leave_join() const override { return Join(parent_tasks_fds_); }
 
   // Opens each hierarchy's `tasks` file for self_join(), and its parent's for leave_join().
   Status OpenTasksFiles() {
@@ -129,19 +123,17 @@ class CgroupV1 final : public Cgroup {
   // The files ReadStats and KillAll read, opened while the group is new (a run makes it while its child builds the
   // root), so that reading them at the end is cheap.
   void OpenControlFiles() {
-    for (ControlFile* file : {&oom_control_, &max_usage_, &pids_events_, &cpu_stat_, &memory_procs_}) file->Open();
+    for (ControlFile* file : {&oom_control_, &max_usage_, &pids_events_, &cpu_stat_, &all_procs_}) file->Open();
     if (!cpuacct_dir_.empty()) cpuacct_usage_.Open();
   }
 
   Status KillAll() override {
-    if (memory_procs_.Empty() == 1) return OkStatus();  // the usual case: every process is gone already
-    // Every process is in every hierarchy's group; read the list from the first that still exists.
+    if (all_procs_.Empty() == 1) return OkStatus();  // the usual case: every process is gone already
+    // The pids group lists every process; else read the list from the first group that still exists.
     std::string procs_file;
+    if (PathExists(all_procs_dir_)) procs_file = all_procs_dir_ + "/cgroup.procs";
     for (const Hierarchy& hierarchy : hierarchies_) {
-      if (PathExists(hierarchy.dir)) {
-        procs_file = hierarchy.dir + "/cgroup.procs";
-        break;
-      }
+      if (procs_file.empty() && PathExists(hierarchy.dir)) procs_file = hierarchy.dir + "/cgroup.procs";
     }
     if (procs_file.empty()) return OkStatus();
     std::string freezer_state = freezer_dir_.empty() || !PathExists(freezer_dir_) ? "" : freezer_dir_ + "/freezer.state";
@@ -182,6 +174,19 @@ class CgroupV1 final : public Cgroup {
 
   const std::vector<Hierarchy>& hierarchies() const { return hierarchies_; }
 
+ private:
+  // One descriptor per hierarchy, in the order of hierarchies_, the memory controller's marked.
+  CgroupSelfJoin Join(const std::vector<UniqueFd>& fds) const {
+    CgroupSelfJoin join;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (hierarchies_[i].dir == memory_dir_) join.memory_index = join.count;
+      join.fds[join.count++] = fds[i].get();
+    }
+    return join;
+  }
+
+ public:
+
   Status Apply(const CgroupLimits& limits) {
     // memory.memsw (memory plus swap) may never be below memory.limit_in_bytes: set the memory limit first.
     NSBOX_RETURN_IF_ERROR(WriteCgroupFile(memory_dir_ + "/memory.limit_in_bytes", std::to_string(limits.memory_max_bytes)));
@@ -201,7 +206,7 @@ class CgroupV1 final : public Cgroup {
   // Before the first mkdir: a group the reaper does not know of could be left behind.
   Status StartReaper(const CgroupConfig& config) {
     ReaperPlan plan;
-    plan.procs_file = memory_dir_ + "/cgroup.procs";
+    plan.procs_file = all_procs_dir_ + "/cgroup.procs";
     if (!freezer_dir_.empty()) plan.freezer_state_file = freezer_dir_ + "/freezer.state";
     for (const Hierarchy& hierarchy : hierarchies_) plan.group_dirs.push_back(hierarchy.dir);
     return ArmReaper(config, plan, &reaper_);
@@ -210,10 +215,10 @@ class CgroupV1 final : public Cgroup {
  private:
   std::vector<Hierarchy> hierarchies_;
   std::set<std::string> seen_;
-  std::string memory_dir_, pids_dir_, cpu_dir_, cpuacct_dir_, freezer_dir_;
+  std::string memory_dir_, pids_dir_, cpu_dir_, cpuacct_dir_, freezer_dir_, all_procs_dir_;
   std::unique_ptr<Reaper> reaper_;
   std::vector<UniqueFd> tasks_fds_, parent_tasks_fds_;
-  ControlFile oom_control_, max_usage_, pids_events_, cpu_stat_, cpuacct_usage_, memory_procs_;
+  ControlFile oom_control_, max_usage_, pids_events_, cpu_stat_, cpuacct_usage_, all_procs_;
   bool swap_limited_ = false;
   bool removed_ = false;
 };

@@ -168,9 +168,11 @@ void ExecSearching(char* const argv[], char* const envp[], const char* path) {
   Fail(plan, step_text, err);
 }
 
-// RunPayload's steps before the program: setsid, default signals, stdio, credentials, the working directory and
-// umask (a parked payload's come with its request), seccomp.
-void PreparePayload(const ChildPlan& plan, bool inherited, bool parked) {
+// RunPayload's steps before the program: the memory group, setsid, default signals, stdio, credentials, the working
+// directory and umask (a parked payload's come with its request), seccomp.
+void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memory_join_fd = -1) {
+  if (memory_join_fd >= 0 && ::write(memory_join_fd, "0", 1) != 1)
+    Fail(plan, "write(cgroup tasks, \"0\"): the program joining the sandbox's memory group", errno);
   if (::setsid() < 0) Fail(plan, "setsid()", errno);
   // Every signal at its default action: a signal nsbox's own caller ignored (`trap '' INT`, a shell's background
   // job, nsbox's SIGPIPE) would otherwise stay ignored across execve, and the signals pid 1 forwards would do nothing.
@@ -243,8 +245,8 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked) {
 
 }  // namespace
 
-void RunPayload(const ChildPlan& plan, bool inherited) {
-  PreparePayload(plan, inherited, /*parked=*/false);
+void RunPayload(const ChildPlan& plan, bool inherited, int memory_join_fd) {
+  PreparePayload(plan, inherited, /*parked=*/false, memory_join_fd);
   ExecSearching(plan.argv.data(), plan.envp.data(), plan.path.c_str());
   FailExec(plan, plan.argv[0]);  // only reached when execve failed; the message names the program
 }
@@ -351,7 +353,16 @@ void CloseUnplannedDescriptors(const ChildPlan& plan) {
 
 namespace {
 
-int PayloadEntry(void* plan) { RunPayload(*static_cast<const ChildPlan*>(plan), /*inherited=*/true); }
+// What pid 1 hands its payload, on pid 1's stack (the payload runs vfork-style, while pid 1 waits).
+struct PayloadStart {
+  const ChildPlan* plan;
+  int memory_join_fd;
+};
+
+int PayloadEntry(void* arg) {
+  const auto* start = static_cast<const PayloadStart*>(arg);
+  RunPayload(*start->plan, /*inherited=*/true, start->memory_join_fd);
+}
 
 }  // namespace
 
@@ -362,7 +373,8 @@ void ChildMain(const ChildPlan& plan) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
   ParentWatch watch;
   if (OpenParentWatch(&watch) != 0) Fail(plan, "open(/proc/self/stat) to watch nsbox", errno);
-  HideNsboxCommandLine(watch);
+  // Sharing nsbox's memory, this hides nsbox's own command line too: it then reads just "nsbox".
+  HideNsboxCommandLine(watch, plan.shares_memory ? "nsbox" : "nsbox-init");
   // 2. Into the sandbox's cgroup (v1; v2 cloned us into it), before anything else runs here.
   if (plan.cgroup_join.count > 0) {
     if (JoinCgroupSelf(plan.cgroup_join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
@@ -397,24 +409,38 @@ void ChildMain(const ChildPlan& plan) {
   // 7. The cgroup nsbox made meanwhile (v1): into it before anything of the payload's runs, then its namespace. The
   //    descriptors to leave it again stay with pid 1, for its end.
   CgroupSelfJoin leave;
+  int memory_join_fd = -1;  // for the payload, when pid 1 stays out of the memory group
   if (plan.cgroup_join_socket >= 0) {
     CgroupSelfJoin join;  // count 0: nsbox has placed us itself
     for (CgroupSelfJoin* fds : {&join, &leave}) {
-      char count = 0;
+      char header[2] = {};  // the count, and the memory index plus one
       ssize_t got;
-      do got = ::read(plan.cgroup_join_socket, &count, 1); while (got < 0 && errno == EINTR);
-      if (got != 1) _exit(125);  // nsbox is gone, or gave up on the cgroup and kills us
-      if (count < 0 || count > CgroupSelfJoin::kMax) Fail(plan, "receiving the sandbox's cgroup: bad count", EPROTO);
+      do got = ::read(plan.cgroup_join_socket, header, sizeof header); while (got < 0 && errno == EINTR);
+      if (got != sizeof header) _exit(125);  // nsbox is gone, or gave up on the cgroup and kills us
+      const int count = header[0], memory_index = header[1] - 1;
+      if (count < 0 || count > CgroupSelfJoin::kMax || memory_index < -1 || memory_index >= count)
+        Fail(plan, "receiving the sandbox's cgroup: bad count", EPROTO);
       for (int i = 0; i < count; ++i) {
         int fd = ReceiveFd(plan.cgroup_join_socket);
         if (fd < 0) Fail(plan, "recvmsg(cgroup tasks descriptor)", errno);
         fds->fds[fds->count++] = fd;
       }
+      fds->memory_index = memory_index;
     }
     if (JoinCgroupSelf(join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
-    for (int i = 0; i < join.count; ++i) ::close(join.fds[i]);
+    const bool apart = plan.shares_memory && join.memory_index >= 0 && leave.memory_index >= 0;
+    if (plan.shares_memory && join.count > 0 && !apart)
+      Fail(plan, "receiving the sandbox's cgroup: no memory group to stay out of", EPROTO);
+    for (int i = 0; i < join.count; ++i)
+      if (!apart || i != join.memory_index) ::close(join.fds[i]);
     ::close(plan.cgroup_join_socket);
+    // The namespace is rooted at the sandbox's groups, the memory group among them; then pid 1 leaves that one.
     if (::unshare(CLONE_NEWCGROUP) != 0) Fail(plan, "unshare(CLONE_NEWCGROUP)", errno);
+    if (apart) {
+      memory_join_fd = join.fds[join.memory_index];
+      if (::write(leave.fds[leave.memory_index], "0", 1) != 1)
+        Fail(plan, "write(cgroup tasks, \"0\"): pid 1 leaving the sandbox's memory group", errno);
+    }
   }
   // 8. An empty capability bounding set, inherited by the payload and everything it starts.
   if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
@@ -427,8 +453,10 @@ void ChildMain(const ChildPlan& plan) {
   // A session's pid 1 has no payload: it stays, reaping, while execs join its namespaces from outside.
   if (plan.persistent) RunInit(plan, -1, leave);
   // vfork-style: pid 1 waits until the payload has called execve (RunPayload makes only system calls).
-  pid_t payload = StartVforkChild(PayloadEntry, const_cast<ChildPlan*>(&plan));
+  PayloadStart start = {&plan, memory_join_fd};
+  pid_t payload = StartVforkChild(PayloadEntry, &start);
   if (payload < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload)", errno);
+  if (memory_join_fd >= 0) ::close(memory_join_fd);
   RunInit(plan, payload, leave);
 }
 

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,7 +41,8 @@ void Ignore(int) {}
   ::getrusage(RUSAGE_CHILDREN, &children);
   auto us = [](const struct timeval& tv) { return static_cast<int64_t>(tv.tv_sec) * 1000000 + tv.tv_usec; };
   msg.cpu_us = us(self.ru_utime) + us(self.ru_stime) + us(children.ru_utime) + us(children.ru_stime);
-  msg.max_rss_kb = std::max(self.ru_maxrss, children.ru_maxrss);
+  // A pid 1 that shares nsbox's memory would report nsbox's resident size as its own: only the children's counts.
+  msg.max_rss_kb = plan.shares_memory ? children.ru_maxrss : std::max(self.ru_maxrss, children.ru_maxrss);
   ssize_t ignored = ::write(plan.control_fd, &msg, sizeof msg);
   (void)ignored;
   _exit(0);
@@ -116,8 +118,8 @@ int RearmParentDeathSignal(const ParentWatch& watch) {
 
 void HideNsboxCommandLine(const ParentWatch& watch, const char* name) {
   if (watch.arg_start == 0 || watch.arg_end <= watch.arg_start) return;
-  // A fork's private copy of nsbox's stack: only this process sees the change. Ends in NUL bytes, so the kernel
-  // reports it as plain argv.
+  // A fork's private copy of nsbox's stack: only this process sees the change. A pid 1 that shares nsbox's memory
+  // changes nsbox's own (ChildPlan::shares_memory). Ends in NUL bytes, so the kernel reports it as plain argv.
   char* args = reinterpret_cast<char*>(watch.arg_start);
   size_t size = watch.arg_end - watch.arg_start;
   memset(args, 0, size);
@@ -128,15 +130,17 @@ void HideNsboxCommandLine(const ParentWatch& watch, const char* name) {
 void DropInitPrivileges(const ChildPlan& plan, ParentWatch& watch) {
   // pid 1 keeps no privilege it does not need to wait and signal. Done before the payload exists: what is left for
   // pid 1 once the payload runs is a few closes, so the two do not compete for a CPU while the payload starts.
+  // Raw system calls: glibc's set*id() would also change the credentials of every thread it knows of, and sharing
+  // nsbox's memory, pid 1 would find nsbox's (ChildPlan::shares_memory).
   const char* step = nullptr;
   bool dropped = true;
   if (plan.may_setgroups) {
     gid_t groups[1] = {plan.gid};
-    dropped = ::setgroups(1, groups) == 0;
+    dropped = ::syscall(SYS_setgroups, 1, groups) == 0;
     if (!dropped) step = "setgroups([sandbox gid])";
   }
-  dropped = dropped && ::setresgid(plan.gid, plan.gid, plan.gid) == 0 &&
-            ::setresuid(plan.uid, plan.uid, plan.uid) == 0 && ClearCapabilities(plan.no_caps, &step) == 0 &&
+  dropped = dropped && ::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) == 0 &&
+            ::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) == 0 && ClearCapabilities(plan.no_caps, &step) == 0 &&
             ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
   // The credential changes above cleared the parent-death signal: arm it again, for good this time.
   if (dropped && RearmParentDeathSignal(watch) != 0) _exit(125);  // nsbox is gone: nobody to report to

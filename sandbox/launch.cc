@@ -1,16 +1,20 @@
 // Launch helpers shared by one-shot sandboxes and sessions.
 #include "sandbox/launch.h"
 
+#include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/auxv.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -54,6 +58,83 @@ int SendFd(int socket, int fd) {
   cmsg->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
   return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+void SharedChildMemory::Release() {
+  if (base) ::munmap(base, size);
+  base = nullptr;
+  size = 0;
+}
+
+}  // namespace nsbox
+
+#if defined(__x86_64__)
+// glibc's size of its thread control block (struct pthread), published for libthread_db.
+extern "C" const uint32_t _thread_db_sizeof_pthread;
+#endif
+
+namespace nsbox {
+
+pid_t StartSharedMemoryChild(uint64_t flags, int* pidfd, int (*entry)(void*), void* arg, SharedChildMemory* memory) {
+#if defined(__x86_64__)
+  // x86-64 keeps the static thread-local block just below the thread pointer and the thread control block at it.
+  // The copy holds both, with the block's two pointers to itself (tcb, self) pointing at the copy. The main
+  // program's PT_TLS segment gives the block's size: nsbox is linked statically, so there is no other module.
+  size_t tls_size = 0, tls_align = 1;
+  const auto* phdr = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
+  const size_t phnum = ::getauxval(AT_PHNUM);
+  for (size_t i = 0; phdr && i < phnum; ++i) {
+    if (phdr[i].p_type != PT_TLS) continue;
+    tls_size = phdr[i].p_memsz;
+    tls_align = phdr[i].p_align > 0 ? phdr[i].p_align : 1;
+  }
+  const size_t tcb_size = _thread_db_sizeof_pthread;
+  // clone(2) takes the flags as an int: none of clone3's (CLONE_INTO_CGROUP) here.
+  if (tcb_size < 3 * sizeof(void*) || tcb_size > (64u << 10) || flags > 0x7fffffffu) {
+    errno = ENOSYS;
+    return -1;
+  }
+  const size_t tls_offset = (tls_size + tls_align - 1) / tls_align * tls_align;
+  constexpr size_t kPage = 4096, kStackSize = 256 << 10;
+  const size_t align = std::max<size_t>(64, tls_align);  // a cache line at least, as glibc's own
+  const size_t tls_room = (tls_offset + align + tcb_size + kPage - 1) / kPage * kPage;
+  // Guard page, stack (growing down towards it), then the thread-local copy.
+  const size_t size = kPage + kStackSize + tls_room;
+  char* base = static_cast<char*>(
+      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0));
+  if (base == MAP_FAILED) return -1;
+  if (::mprotect(base, kPage, PROT_NONE) != 0) {
+    int err = errno;
+    ::munmap(base, size);
+    errno = err;
+    return -1;
+  }
+  char* const stack_top = base + kPage + kStackSize;
+  // The thread pointer aligned as the block's alignment needs, with the block below it.
+  const uintptr_t lowest = reinterpret_cast<uintptr_t>(stack_top) + tls_offset;
+  char* const thread_pointer = reinterpret_cast<char*>((lowest + align - 1) / align * align);
+  const char* const own = static_cast<const char*>(__builtin_thread_pointer());
+  memcpy(thread_pointer - tls_offset, own - tls_offset, tls_offset + tcb_size);
+  void** header = reinterpret_cast<void**>(thread_pointer);
+  header[0] = thread_pointer;  // tcbhead_t.tcb
+  header[2] = thread_pointer;  // tcbhead_t.self
+  const int clone_flags = static_cast<int>(flags) | CLONE_VM | CLONE_SETTLS | CLONE_PIDFD | SIGCHLD;
+  pid_t pid = ::clone(entry, stack_top, clone_flags, arg, pidfd, thread_pointer, nullptr);
+  if (pid < 0) {
+    int err = errno;
+    ::munmap(base, size);
+    errno = err;
+    return -1;
+  }
+  memory->Release();
+  memory->base = base;
+  memory->size = size;
+  return pid;
+#else
+  (void)flags, (void)pidfd, (void)entry, (void)arg, (void)memory;
+  errno = ENOSYS;
+  return -1;
+#endif
 }
 
 pid_t StartVforkChild(int (*entry)(void*), void* arg) {
