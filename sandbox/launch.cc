@@ -75,26 +75,52 @@ extern "C" const uint32_t _thread_db_sizeof_pthread;
 
 namespace nsbox {
 
+namespace {
+
+#if defined(__x86_64__)
+// The static thread-local area of the calling thread: every loaded module's block lies below the thread pointer
+// (x86-64's variant II), the lowest of them is where the area starts. Not ok when a module's block lies elsewhere (a
+// library loaded later, whose block glibc allocates on first use): a copy could not hold it.
+struct TlsArea {
+  uintptr_t thread_pointer = 0;
+  uintptr_t lowest = 0;
+  size_t align = 1;
+  bool ok = true;
+};
+
+int VisitTlsBlock(struct dl_phdr_info* info, size_t, void* data) {
+  auto* area = static_cast<TlsArea*>(data);
+  if (info->dlpi_tls_modid == 0) return 0;  // no thread-local storage in this module
+  const auto block = reinterpret_cast<uintptr_t>(info->dlpi_tls_data);
+  if (block == 0 || block > area->thread_pointer || area->thread_pointer - block > (1u << 20)) {
+    area->ok = false;
+    return 1;
+  }
+  area->lowest = std::min(area->lowest, block);
+  for (size_t i = 0; i < info->dlpi_phnum; ++i)
+    if (info->dlpi_phdr[i].p_type == PT_TLS) area->align = std::max<size_t>(area->align, info->dlpi_phdr[i].p_align);
+  return 0;
+}
+#endif
+
+}  // namespace
+
 pid_t StartSharedMemoryChild(uint64_t flags, int* pidfd, int (*entry)(void*), void* arg, SharedChildMemory* memory) {
 #if defined(__x86_64__)
-  // x86-64 keeps the static thread-local block just below the thread pointer and the thread control block at it.
-  // The copy holds both, with the block's two pointers to itself (tcb, self) pointing at the copy. The main
-  // program's PT_TLS segment gives the block's size: nsbox is linked statically, so there is no other module.
-  size_t tls_size = 0, tls_align = 1;
-  const auto* phdr = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
-  const size_t phnum = ::getauxval(AT_PHNUM);
-  for (size_t i = 0; phdr && i < phnum; ++i) {
-    if (phdr[i].p_type != PT_TLS) continue;
-    tls_size = phdr[i].p_memsz;
-    tls_align = phdr[i].p_align > 0 ? phdr[i].p_align : 1;
-  }
+  // The copy holds the static thread-local area (below the thread pointer) and glibc's thread control block (at
+  // it), with the block's two pointers to itself (tcb, self) pointing at the copy.
+  TlsArea area;
+  area.thread_pointer = reinterpret_cast<uintptr_t>(__builtin_thread_pointer());
+  area.lowest = area.thread_pointer;
+  ::dl_iterate_phdr(VisitTlsBlock, &area);
   const size_t tcb_size = _thread_db_sizeof_pthread;
   // clone(2) takes the flags as an int: none of clone3's (CLONE_INTO_CGROUP) here.
-  if (tcb_size < 3 * sizeof(void*) || tcb_size > (64u << 10) || flags > 0x7fffffffu) {
+  if (!area.ok || tcb_size < 3 * sizeof(void*) || tcb_size > (64u << 10) || flags > 0x7fffffffu) {
     errno = ENOSYS;
     return -1;
   }
-  const size_t tls_offset = (tls_size + tls_align - 1) / tls_align * tls_align;
+  const size_t tls_offset = area.thread_pointer - area.lowest;
+  const size_t tls_align = area.align;
   constexpr size_t kPage = 4096, kStackSize = 256 << 10;
   const size_t align = std::max<size_t>(64, tls_align);  // a cache line at least, as glibc's own
   const size_t tls_room = (tls_offset + align + tcb_size + kPage - 1) / kPage * kPage;

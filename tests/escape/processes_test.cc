@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <string>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -235,6 +237,25 @@ TEST_CASE("a memory bomb ends as status oom", "[escape][processes][cgroup]") {
                      {"--memory", "64M", "--timeout", "20s"});
   INFO(r.Describe());
   CHECK(r.status() == "oom");
+}
+
+// The other half of the same rule, seen from inside: the program is in the sandbox's memory group (the root of its
+// cgroup namespace), pid 1 is not (one level up). On cgroup v2 pid 1 is forked, and sits in the one group.
+TEST_CASE("pid 1 stays out of the sandbox's memory group, the program is in it", "[escape][processes][cgroup]") {
+  auto r = RunShell("grep ':memory:' /proc/1/cgroup; grep ':memory:' /proc/self/cgroup; true");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  if (r.json["limits"]["backend"] != "cgroup1") {
+    RecordSkip("escape_tests", "pid 1 stays out of the sandbox's memory group, the program is in it",
+               "cgroup v1 only: a v2 sandbox's pid 1 is forked into its one group");
+    return;
+  }
+  const std::string out = r.out();
+  const size_t newline = out.find('\n');
+  REQUIRE(newline != std::string::npos);
+  CHECK(out.substr(0, newline).ends_with(":memory:/.."));  // pid 1
+  CHECK(out.substr(newline + 1).ends_with(":memory:/\n"));  // the program
+  CHECK(std::count(out.begin(), out.end(), '\n') == 2);
 }
 
 // The group filled by a tmpfs file, by a shell of about 1 MiB: every process of the sandbox is smaller than nsbox.

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include <fstream>
 #include <string>
@@ -56,6 +58,9 @@ int SharedChild(void*) {
   tls_value = 7;
   errno = 0;
   if (::close(-1) == 0 || errno != EBADF) _exit(12);
+  char text[32];  // formatting reads the thread's locale, a thread-local pointer of libc's own
+  snprintf(text, sizeof text, "%d-%s", 1234, "x");
+  if (strcmp(text, "1234-x") != 0) _exit(13);
   _exit(0);
 }
 
