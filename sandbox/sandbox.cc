@@ -43,10 +43,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A run's sandbox has its own pid namespace: its CPU time is pid 1's rusage, and pid 1's death kills it whole.
 // pid 1's entry when it shares nsbox's memory (StartSharedMemoryChild).
 int ChildEntry(void* plan) { ChildMain(*static_cast<const ChildPlan*>(plan)); }
 
+// A run's sandbox has its own pid namespace: its CPU time is pid 1's rusage, and pid 1's death kills it whole.
 CgroupConfig RunCgroupConfig() {
   CgroupConfig config;
   config.v1_cpu_accounting = false;
