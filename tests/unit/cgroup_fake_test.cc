@@ -497,7 +497,9 @@ TEST_CASE("reapers started by threads that ended remove their groups; nsbox's er
 }
 
 // Its wakeup, when nsbox hands it a group's removal, must not take nsbox's CPU from the verdict (cgroup.cc).
-TEST_CASE("a reaper runs as SCHED_BATCH, so that its wakeups never preempt nsbox") {
+TEST_CASE("a reaper runs as SCHED_BATCH on one CPU, so that its wakeups never preempt nsbox nor wake another CPU") {
+  cpu_set_t before;
+  REQUIRE(::sched_getaffinity(0, sizeof before, &before) == 0);
   auto reaper = cgroup_internal::Reaper::Start();
   REQUIRE(reaper.ok());
   const pid_t pid = (*reaper)->pid();
@@ -509,6 +511,15 @@ TEST_CASE("a reaper runs as SCHED_BATCH, so that its wakeups never preempt nsbox
     if (policy != SCHED_BATCH) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(policy == SCHED_BATCH);
+  // And it stays on one CPU, one nsbox may run on; nsbox's own choice of CPUs is untouched.
+  cpu_set_t mine, its;
+  REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);
+  REQUIRE(::sched_getaffinity(pid, sizeof its, &its) == 0);
+  CHECK(CPU_COUNT(&its) == 1);
+  cpu_set_t both;
+  CPU_AND(&both, &mine, &its);
+  CHECK(CPU_EQUAL(&both, &its));
+  CHECK(CPU_EQUAL(&mine, &before));
   reaper->reset();  // dismissed
   WaitForDismissedReapers();
   CHECK(::sched_getscheduler(0) == SCHED_OTHER);
