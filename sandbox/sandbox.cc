@@ -528,6 +528,14 @@ Result Sandbox::Run() {
       result.reason = fmt::format("killed by the OOM killer: the memory limit of {} bytes was reached",
                                   policy_.cgroup_limits()->memory_max_bytes);
     }
+  } else if (reaped && WIFSIGNALED(init_status) && WTERMSIG(init_status) == SIGKILL && stats.oom_kills > 0) {
+    // The OOM killer chose pid 1 (a v2 sandbox's, which is in the group: when the program's processes are all
+    // smaller, a tmpfs file filling the group), and its death ended every process: the program's verdict.
+    result.status = RunStatus::kOom;
+    result.signal = SIGKILL;
+    result.reason = fmt::format("killed by the OOM killer: the memory limit of {} bytes was reached (it ended the "
+                                "sandbox's pid 1, and with it every process)",
+                                policy_.cgroup_limits()->memory_max_bytes);
   } else {
     result.status = RunStatus::kSetupError;
     result.reason = fmt::format("the sandbox's pid 1 ended before the program finished ({})", ExitReason(init_status));
