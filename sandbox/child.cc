@@ -440,6 +440,10 @@ void ChildMain(const ChildPlan& plan) {
       memory_join_fd = join.fds[join.memory_index];
       if (::write(leave.fds[leave.memory_index], "0", 1) != 1)
         Fail(plan, "write(cgroup tasks, \"0\"): pid 1 leaving the sandbox's memory group", errno);
+      // Out of that one for good: its way out is not taken again at the end.
+      ::close(leave.fds[leave.memory_index]);
+      leave.fds[leave.memory_index] = leave.fds[--leave.count];
+      leave.memory_index = -1;
     }
   }
   // 8. An empty capability bounding set, inherited by the payload and everything it starts.
