@@ -94,13 +94,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    nsbox::cli::StandardStreams streams;  // CLI11 prints through std::cout
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
-    nsbox::cli::StandardStreams streams;  // CLI11 prints through std::cout
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
-    nsbox::cli::StandardStreams streams;  // CLI11 prints through std::cout
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line naming the problem, and the exit code of an nsbox failure (and the JSON result --json promises).

@@ -93,7 +93,7 @@ Status At(std::string_view path, std::string_view message) {
   return Status::Error(fmt::format("{}: {}", path.empty() ? "(top level)" : path, message));
 }
 
-std::string Join(std::string_view parent, std::string_view key) {
+std::string JsonPathJoin(std::string_view parent, std::string_view key) {
   return parent.empty() ? std::string(key) : fmt::format("{}.{}", parent, key);
 }
 
@@ -178,27 +178,27 @@ Status ParseGate(const Json& value, const std::string& path, SeccompGate& gate) 
   if (!value.is_object()) return At(path, fmt::format("expected an object, got {}", TypeName(value)));
   NSBOX_RETURN_IF_ERROR(CheckKeys(value, path, {"caps", "arches", "minKernel"}));
   if (const Json* caps = Field(value, "caps")) {
-    auto list = GetStringArray(*caps, Join(path, "caps"));
+    auto list = GetStringArray(*caps, JsonPathJoin(path, "caps"));
     if (!list.ok()) return list.status();
     for (size_t i = 0; i < list->size(); ++i) {
       if (!ValidCapName((*list)[i])) {
-        return At(Index(Join(path, "caps"), i), fmt::format("{} is not a capability name (CAP_…)", Quote((*list)[i])));
+        return At(Index(JsonPathJoin(path, "caps"), i), fmt::format("{} is not a capability name (CAP_…)", Quote((*list)[i])));
       }
     }
     gate.caps = std::move(*list);
   }
   if (const Json* arches = Field(value, "arches")) {
-    auto list = GetStringArray(*arches, Join(path, "arches"));
+    auto list = GetStringArray(*arches, JsonPathJoin(path, "arches"));
     if (!list.ok()) return list.status();
     for (size_t i = 0; i < list->size(); ++i) {
       if (!InTable(kGateArches, (*list)[i]) && !InTable(kScmpArches, (*list)[i])) {
-        return At(Index(Join(path, "arches"), i), fmt::format("unknown architecture {}", Quote((*list)[i])));
+        return At(Index(JsonPathJoin(path, "arches"), i), fmt::format("unknown architecture {}", Quote((*list)[i])));
       }
     }
     gate.arches = std::move(*list);
   }
   if (const Json* min_kernel = Field(value, "minKernel")) {
-    const std::string field_path = Join(path, "minKernel");
+    const std::string field_path = JsonPathJoin(path, "minKernel");
     auto text = GetString(*min_kernel, field_path);
     if (!text.ok()) return text.status();
     if (!ParseKernelVersion(*text)) {
@@ -214,24 +214,24 @@ Status ParseArg(const Json& value, const std::string& path, SeccompArg& arg) {
   NSBOX_RETURN_IF_ERROR(CheckKeys(value, path, {"index", "value", "valueTwo", "op"}));
   const Json* index = Field(value, "index");
   if (!index) return At(path, "missing \"index\"");
-  auto index_value = GetUnsigned(*index, Join(path, "index"));
+  auto index_value = GetUnsigned(*index, JsonPathJoin(path, "index"));
   if (!index_value.ok()) return index_value.status();
   // A system call has six argument registers.
-  if (*index_value > 5) return At(Join(path, "index"), fmt::format("argument index {} is out of range (0..5)", *index_value));
+  if (*index_value > 5) return At(JsonPathJoin(path, "index"), fmt::format("argument index {} is out of range (0..5)", *index_value));
   arg.index = static_cast<unsigned>(*index_value);
   if (const Json* v = Field(value, "value")) {
-    auto number = GetUnsigned(*v, Join(path, "value"));
+    auto number = GetUnsigned(*v, JsonPathJoin(path, "value"));
     if (!number.ok()) return number.status();
     arg.value = *number;
   }
   if (const Json* v = Field(value, "valueTwo")) {
-    auto number = GetUnsigned(*v, Join(path, "valueTwo"));
+    auto number = GetUnsigned(*v, JsonPathJoin(path, "valueTwo"));
     if (!number.ok()) return number.status();
     arg.value_two = *number;
   }
   const Json* op = Field(value, "op");
   if (!op) return At(path, "missing \"op\"");
-  auto op_name = GetString(*op, Join(path, "op"));
+  auto op_name = GetString(*op, JsonPathJoin(path, "op"));
   if (!op_name.ok()) return op_name.status();
   bool found = false;
   for (const auto& [text, compare] : kOperators) {
@@ -240,7 +240,7 @@ Status ParseArg(const Json& value, const std::string& path, SeccompArg& arg) {
       found = true;
     }
   }
-  if (!found) return At(Join(path, "op"), fmt::format("unknown operator {}", Quote(*op_name)));
+  if (!found) return At(JsonPathJoin(path, "op"), fmt::format("unknown operator {}", Quote(*op_name)));
   return OkStatus();
 }
 
@@ -250,39 +250,39 @@ Status ParseRule(const Json& value, const std::string& path, SeccompRule& rule) 
   NSBOX_RETURN_IF_ERROR(
       CheckKeys(value, path, {"names", "name", "action", "errnoRet", "args", "includes", "excludes", "comment"}));
   if (const Json* names = Field(value, "names")) {
-    auto list = GetStringArray(*names, Join(path, "names"));
+    auto list = GetStringArray(*names, JsonPathJoin(path, "names"));
     if (!list.ok()) return list.status();
     rule.names = std::move(*list);
   }
   if (const Json* name = Field(value, "name")) {
-    auto single = GetString(*name, Join(path, "name"));
+    auto single = GetString(*name, JsonPathJoin(path, "name"));
     if (!single.ok()) return single.status();
     rule.names.push_back(std::move(*single));
   }
   if (rule.names.empty()) return At(path, "the rule names no system call (\"names\" is missing or empty)");
   for (size_t i = 0; i < rule.names.size(); ++i) {
     if (!ValidSyscallName(rule.names[i])) {
-      return At(Field(value, "names") ? Index(Join(path, "names"), i) : Join(path, "name"),
+      return At(Field(value, "names") ? Index(JsonPathJoin(path, "names"), i) : JsonPathJoin(path, "name"),
                 fmt::format("{} is not a system call name", Quote(rule.names[i])));
     }
   }
   const Json* action = Field(value, "action");
   if (!action) return At(path, "missing \"action\"");
-  auto parsed_action = ParseAction(*action, Join(path, "action"));
+  auto parsed_action = ParseAction(*action, JsonPathJoin(path, "action"));
   if (!parsed_action.ok()) return parsed_action.status();
   rule.action = *parsed_action;
   if (const Json* errno_ret = Field(value, "errnoRet")) {
     // A rule's notification is answered with the profile's default errno, so errnoRet has no place there.
     if (!TakesErrno(rule.action) || rule.action == SeccompAction::kNotify) {
-      return At(Join(path, "errnoRet"), fmt::format("only meaningful with SCMP_ACT_ERRNO or SCMP_ACT_TRACE, not {}",
+      return At(JsonPathJoin(path, "errnoRet"), fmt::format("only meaningful with SCMP_ACT_ERRNO or SCMP_ACT_TRACE, not {}",
                                                     SeccompActionName(rule.action)));
     }
-    auto number = ParseErrno(*errno_ret, Join(path, "errnoRet"));
+    auto number = ParseErrno(*errno_ret, JsonPathJoin(path, "errnoRet"));
     if (!number.ok()) return number.status();
     rule.errno_ret = *number;
   }
   if (const Json* args = Field(value, "args")) {
-    const std::string args_path = Join(path, "args");
+    const std::string args_path = JsonPathJoin(path, "args");
     if (!args->is_array()) return At(args_path, fmt::format("expected an array, got {}", TypeName(*args)));
     for (size_t i = 0; i < args->size(); ++i) {
       SeccompArg arg;
@@ -293,13 +293,13 @@ Status ParseRule(const Json& value, const std::string& path, SeccompRule& rule) 
     if (rule.args.size() > 6) return At(args_path, fmt::format("{} conditions; at most 6 are possible", rule.args.size()));
   }
   if (const Json* includes = Field(value, "includes")) {
-    NSBOX_RETURN_IF_ERROR(ParseGate(*includes, Join(path, "includes"), rule.includes));
+    NSBOX_RETURN_IF_ERROR(ParseGate(*includes, JsonPathJoin(path, "includes"), rule.includes));
   }
   if (const Json* excludes = Field(value, "excludes")) {
-    NSBOX_RETURN_IF_ERROR(ParseGate(*excludes, Join(path, "excludes"), rule.excludes));
+    NSBOX_RETURN_IF_ERROR(ParseGate(*excludes, JsonPathJoin(path, "excludes"), rule.excludes));
   }
   if (const Json* comment = Field(value, "comment")) {
-    auto text = GetString(*comment, Join(path, "comment"));
+    auto text = GetString(*comment, JsonPathJoin(path, "comment"));
     if (!text.ok()) return text.status();
     rule.comment = std::move(*text);
   }
@@ -393,16 +393,16 @@ StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
       SeccompArchMapEntry parsed;
       const Json* arch = Field(entry, "architecture");
       if (!arch) return At(path, "missing \"architecture\"");
-      auto name = GetString(*arch, Join(path, "architecture"));
+      auto name = GetString(*arch, JsonPathJoin(path, "architecture"));
       if (!name.ok()) return name.status();
-      if (!InTable(kScmpArches, *name)) return At(Join(path, "architecture"), fmt::format("unknown architecture {}", Quote(*name)));
+      if (!InTable(kScmpArches, *name)) return At(JsonPathJoin(path, "architecture"), fmt::format("unknown architecture {}", Quote(*name)));
       parsed.architecture = std::move(*name);
       if (const Json* subs = Field(entry, "subArchitectures")) {
-        auto list = GetStringArray(*subs, Join(path, "subArchitectures"));
+        auto list = GetStringArray(*subs, JsonPathJoin(path, "subArchitectures"));
         if (!list.ok()) return list.status();
         for (size_t j = 0; j < list->size(); ++j) {
           if (!InTable(kScmpArches, (*list)[j])) {
-            return At(Index(Join(path, "subArchitectures"), j), fmt::format("unknown architecture {}", Quote((*list)[j])));
+            return At(Index(JsonPathJoin(path, "subArchitectures"), j), fmt::format("unknown architecture {}", Quote((*list)[j])));
           }
         }
         parsed.sub_architectures = std::move(*list);

@@ -25,12 +25,12 @@ namespace {
 
 // Set by SIGINT/SIGTERM/SIGHUP (a closed terminal); the loop, the HTTP client and the runtime poll it and wind down, and the
 // runtime's session is removed on the way out.
-std::atomic<bool> g_interrupted{false};
+std::atomic<bool> g_agent_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
 // A second Ctrl-C leaves at once; the session still ends by itself (its --max-lifetime).
 void OnSignal(int) {
-  if (g_interrupted.exchange(true)) _exit(130);
+  if (g_agent_interrupted.exchange(true)) _exit(130);
 }
 
 struct AgentOptions {
@@ -82,7 +82,7 @@ int RunAgentCommand(const AgentOptions& o) {
   if (!limit.ok()) return Fail("--output-limit: " + limit.status().message(), kExitNsboxFailure);
   config.sandbox_output_limit_bytes = *limit;
   config.transcript_path = o.transcript;
-  config.cancel = &g_interrupted;
+  config.cancel = &g_agent_interrupted;
   if (o.verbose) config.log = [](const std::string& line) { fmt::print(stderr, "nsbox agent: {}\n", line); };
 
   // Provider: the flag, else the one whose key is set.

@@ -40,12 +40,12 @@ using Clock = std::chrono::steady_clock;
 // The one child a build waits for at a time, and the signal that ends it when the build is interrupted.
 // The handler only records the signal and passes it on (kill(2) is async-signal-safe); the build loop
 // sees the interrupted read(2), waits for the child and removes the half-built directory itself.
-volatile sig_atomic_t g_interrupted = 0;
+volatile sig_atomic_t g_image_interrupted = 0;
 volatile pid_t g_child = -1;
 volatile int g_child_stop_signal = SIGKILL;
 
 extern "C" void OnInterrupt(int sig) {
-  g_interrupted = sig;
+  g_image_interrupted = sig;
   pid_t child = g_child;
   if (child > 0) ::kill(child, g_child_stop_signal);
 }
@@ -73,8 +73,8 @@ class InterruptHandlers {
 
 Status InterruptedStatus() {
   return Status::Error(fmt::format("interrupted by {}; nothing was published and the partial build was removed",
-                                   sigabbrev_np(g_interrupted) ? fmt::format("SIG{}", sigabbrev_np(g_interrupted))
-                                                               : std::to_string(g_interrupted)));
+                                   sigabbrev_np(g_image_interrupted) ? fmt::format("SIG{}", sigabbrev_np(g_image_interrupted))
+                                                               : std::to_string(g_image_interrupted)));
 }
 
 // --- Children -----------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ struct ChildOutcome {
 StatusOr<ChildOutcome> Supervise(pid_t pid, UniqueFd output, const std::string& echo_prefix,
                                  const std::string& error_prefix) {
   g_child = pid;
-  if (g_interrupted) ::kill(pid, g_child_stop_signal);  // a signal that came between fork and here
+  if (g_image_interrupted) ::kill(pid, g_child_stop_signal);  // a signal that came between fork and here
   ChildOutcome outcome;
   std::string pending;
   char buf[4096];
@@ -102,7 +102,7 @@ StatusOr<ChildOutcome> Supervise(pid_t pid, UniqueFd output, const std::string& 
   for (;;) {
     ssize_t n = ::read(output.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) {
-      if (g_interrupted) break;
+      if (g_image_interrupted) break;
       continue;
     }
     if (n <= 0) break;
@@ -299,7 +299,7 @@ Status BuildImage(const BuildOptions& options) {
   });
   const std::string rootfs_dir = build_dir + "/rootfs";
 
-  g_interrupted = 0;
+  g_image_interrupted = 0;
   InterruptHandlers handlers;
   fmt::print(stderr, "nsbox image build: template '{}' ({} packages, digest {}) -> image '{}' in {}\n", tmpl->name,
              tmpl->packages.size(), tmpl->digest, name, store);
@@ -309,7 +309,7 @@ Status BuildImage(const BuildOptions& options) {
   fmt::print(stderr, "nsbox image build: [1/3] bootstrap with {} ...\n", mkrootfs);
   auto bootstrap = RunMkrootfs(mkrootfs, tmpl->path, rootfs_dir);
   if (!bootstrap.ok()) return bootstrap.status().Wrap("bootstrap");
-  if (g_interrupted) return InterruptedStatus();
+  if (g_image_interrupted) return InterruptedStatus();
   if (bootstrap->wait_status != 0) {
     std::string why = bootstrap->last_error_line.substr(std::string_view("mkrootfs: error:").size());
     why.erase(0, why.find_first_not_of(' '));
@@ -323,7 +323,7 @@ Status BuildImage(const BuildOptions& options) {
   fmt::print(stderr, "nsbox image build: [2/3] smoke test inside nsbox: {} ...\n", ShellQuoteForDisplay(tmpl->smoke_test));
   auto smoke = RunSmokeTest(rootfs_dir, tmpl->smoke_test);
   if (!smoke.ok()) return smoke.status().Wrap("smoke test");
-  if (g_interrupted) return InterruptedStatus();
+  if (g_image_interrupted) return InterruptedStatus();
   if (smoke->wait_status != 0) {
     std::string last = smoke->output;
     while (!last.empty() && last.back() == '\n') last.pop_back();
@@ -350,7 +350,7 @@ Status BuildImage(const BuildOptions& options) {
       {"build_seconds", SecondsSince(start)},
   };
   NSBOX_RETURN_IF_ERROR(WriteFile(build_dir + "/image.json", meta.dump(2) + "\n"));
-  if (g_interrupted) return InterruptedStatus();
+  if (g_image_interrupted) return InterruptedStatus();
   const std::string final_dir = store + "/" + name;
   if (::renameat2(AT_FDCWD, build_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) != 0) {
     if (errno == EEXIST)
@@ -433,7 +433,7 @@ void RegisterImage(CLI::App& app, ExitCode& exit_code) {
     Status status = BuildImage(build_options);
     fail("build", status);
     // An interrupted build ends with the conventional 128+signal code once its cleanup is done.
-    if (!status.ok() && g_interrupted) std::exit(128 + g_interrupted);
+    if (!status.ok() && g_image_interrupted) std::exit(128 + g_image_interrupted);
   });
 
   static bool ls_json = false;

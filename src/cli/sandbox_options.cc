@@ -67,8 +67,6 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
   app->add_option("--memory-swap", o.memory_swap, "swap allowed on top of --memory (default: none)")
       ->each(given("--memory-swap"));
   // Checked as a number first: an unsigned option would take "-1" as 2^64-1.
-  // The numbers' defaults are given as text: CLI11 would format them through a std::stringstream, and so set up
-  // std::locale on every start (cli11.h says what that costs).
   app->add_option("--pids", o.pids, "maximum number of processes and threads")
       ->default_str(fmt::format("{}", o.pids))
       ->check([](const std::string& value) {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "src/cli/cli11.h"
+#include <CLI/CLI.hpp>
 
 #include "sandbox/base/status.h"
 #include "sandbox/executor.h"
