@@ -1,4 +1,5 @@
 // Seccomp: libseccomp compiles a profile to BPF held in memory; the child installs it; the parent answers notifications.
+#include "nsbox_config.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/seccomp_cache.h"
 

@@ -1,4 +1,5 @@
 // SeccompCache: one file per compiled program, "<hash of key>.bpf": a header, the full key, then the program.
+#include "nsbox_config.h"
 #include "sandbox/seccomp_cache.h"
 
 #include <dirent.h>

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "nsbox_config.h"
 #include "sandbox/cgroup.h"
 #include "src/cli/commands.h"
 

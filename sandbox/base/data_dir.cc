@@ -1,4 +1,5 @@
 // DataDir: the environment override first, then the install location, then the source tree of an uninstalled build.
+#include "nsbox_config.h"
 #include "sandbox/base/data_dir.h"
 
 #include <cstdlib>

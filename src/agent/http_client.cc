@@ -1,4 +1,5 @@
 // HttpPost: hands the request to the nsbox-http helper (src/agent/http_wire.h says why) under the caller's deadline and cancel flag.
+#include "nsbox_config.h"
 #include "src/agent/http_client.h"
 
 #include <unistd.h>

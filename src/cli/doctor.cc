@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "nsbox_config.h"
 #include "src/cli/commands.h"
 #include "src/cli/doctor_checks.h"
 

@@ -1,5 +1,6 @@
 // nsbox doctor's checks: kernel probes run in forked children, and the verdict logic over their results and the
 // host's /proc and /sys files. Each verdict names what was found and, when it is not a pass, the fix.
+#include "nsbox_config.h"
 #include "src/cli/doctor_checks.h"
 
 #include <dirent.h>

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "nsbox_config.h"
 #include "sandbox/base/data_dir.h"
 #include "sandbox/base/defer.h"
 #include "sandbox/base/fs.h"

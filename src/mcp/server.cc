@@ -1,5 +1,6 @@
 // McpServer: initialize/version negotiation, ping, tools/list, tools/call on worker threads, batches, cancellation,
 // the end of input, and JSON-RPC errors for everything malformed. stdout carries protocol messages only.
+#include "nsbox_config.h"
 #include "src/mcp/server.h"
 
 #include <poll.h>

@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "nsbox_config.h"
 #include "src/agent/http_client.h"
 #include "src/runtime/nsbox_runtime.h"
 

@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "nsbox_config.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "src/cli/image_store.h"

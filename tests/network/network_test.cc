@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "nsbox_config.h"
 #include "tests/support/run_nsbox.h"
 
 using nlohmann::json;

@@ -26,6 +26,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "nsbox_config.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 

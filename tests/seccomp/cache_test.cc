@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "nsbox_config.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/seccomp_cache.h"

@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "nsbox_config.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/seccomp.h"
 

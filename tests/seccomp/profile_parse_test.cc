@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nsbox_config.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/seccomp_profile.h"
