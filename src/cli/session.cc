@@ -171,6 +171,11 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
   ls->add_flag("--json", ls_json, "print a JSON array");
   ls->callback([&exit_code] {
     std::string root = session::StateRoot();
+    if (Status safe = session::CheckStateRootIfPresent(root); !safe.ok()) {
+      fmt::print(stderr, "nsbox session ls: {}\n", safe.message());
+      exit_code.value = kExitNsboxFailure;
+      return;
+    }
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& s : session::ListSessions(root)) {
       auto info = session::Request(s, {{"op", "info"}});
@@ -201,7 +206,6 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
                  l.value("memory", ""), l.value("pids", 0), l.value("cpus", 0.0), r["network"].get<std::string>(),
                  FormatAge(r["idle_timeout_ms"].get<int64_t>()));
     }
-    (void)exit_code;
   });
 
   // rm
@@ -219,6 +223,7 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     std::string root = session::StateRoot();
     std::vector<session::SessionRecord> targets;
     if (all) {
+      if (Status safe = session::CheckStateRootIfPresent(root); !safe.ok()) return fail(safe);
       targets = session::ListSessions(root);
     } else {
       // Every name must resolve before anything ends: a typo disturbs nothing.

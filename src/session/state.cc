@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -28,6 +29,35 @@ std::string StateRoot() {
   return fmt::format("/tmp/nsbox-{}/sessions", ::geteuid());
 }
 
+Status CheckStateRoot(const std::string& root, uid_t uid) {
+  // Every directory on the way is one that only the user or root can change: else another user could swap a
+  // component (a pre-made /tmp/nsbox-UID) and serve the user's sessions, receiving their code, environment and files.
+  // A root-owned sticky directory (/tmp) lets others add entries but not replace the user's.
+  char resolved[PATH_MAX];
+  if (!::realpath(root.c_str(), resolved)) return Status::Errno(fmt::format("realpath({})", root));
+  const std::string path = resolved;
+  std::vector<std::string> parts{"/"};
+  for (size_t i = 1; i <= path.size(); ++i)
+    if (i == path.size() || path[i] == '/') parts.push_back(path.substr(0, i));
+  for (const std::string& part : parts) {
+    struct stat st;
+    if (::lstat(part.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", part));
+    if (!S_ISDIR(st.st_mode)) return Status::Error(fmt::format("state directory {}: {} is not a directory", root, part));
+    if (st.st_uid != 0 && st.st_uid != uid)
+      return Status::Error(fmt::format("state directory {}: {} belongs to uid {}, not to uid {} or root", root, part,
+                                       st.st_uid, uid));
+    bool others_may_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+    if (others_may_write && !(st.st_uid == 0 && (st.st_mode & S_ISVTX)))
+      return Status::Error(fmt::format("state directory {}: {} is writable by other users (mode {:04o})", root, part,
+                                       st.st_mode & 07777));
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", path));
+  if (st.st_uid != uid || (st.st_mode & 077) != 0)
+    return Status::Error(fmt::format("state directory {} must belong to uid {} with mode 0700", root, uid));
+  return OkStatus();
+}
+
 Status EnsureStateRoot(const std::string& root) {
   // mkdir -p; the directories nsbox makes are 0700 (sessions of one user are invisible to others).
   for (size_t i = 1; i <= root.size(); ++i) {
@@ -35,14 +65,7 @@ Status EnsureStateRoot(const std::string& root) {
     std::string part = root.substr(0, i);
     if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return Status::Errno(fmt::format("mkdir({})", part));
   }
-  struct stat st;
-  if (::lstat(root.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", root));
-  if (!S_ISDIR(st.st_mode)) return Status::Error(fmt::format("state directory {} is not a directory", root));
-  const char* env = std::getenv("NSBOX_STATE_DIR");
-  bool chosen = env && *env;
-  if (!chosen && (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0))
-    return Status::Error(fmt::format("state directory {} must belong to uid {} with mode 0700", root, ::geteuid()));
-  return OkStatus();
+  return CheckStateRoot(root, ::geteuid());
 }
 
 uint64_t ProcessStartTime(pid_t pid) {
@@ -120,8 +143,15 @@ std::vector<SessionRecord> ListSessions(const std::string& root) {
   return sessions;
 }
 
+Status CheckStateRootIfPresent(const std::string& root) {
+  struct stat st;
+  if (::lstat(root.c_str(), &st) != 0 && errno == ENOENT) return OkStatus();  // no session was ever made there
+  return CheckStateRoot(root, ::geteuid());
+}
+
 StatusOr<SessionRecord> FindSession(const std::string& root, const std::string& ref) {
   if (ref.empty()) return Status::Error("empty session id");
+  if (Status safe = CheckStateRootIfPresent(root); !safe.ok()) return safe;
   // An id names its directory: that record alone, not every session's (each exec's client looks one up).
   if (LooksLikeSessionId(ref) && ref.find('/') == std::string::npos) {
     if (auto live = ReadLiveSession(root + "/" + ref); live && live->id() == ref) return std::move(*live);
@@ -160,6 +190,14 @@ StatusOr<UniqueFd> ConnectSession(const SessionRecord& session) {
   memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   if (::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0)
     return Status::Errno(fmt::format("connect({})", path));
+  // Nothing is sent (code, environment, files) before the server is known to be the user's own supervisor.
+  struct ucred peer = {};
+  socklen_t length = sizeof peer;
+  if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0)
+    return Status::Errno(fmt::format("getsockopt({}, SO_PEERCRED)", path));
+  if (peer.uid != ::geteuid())
+    return Status::Error(fmt::format("{} is served by uid {}, not by uid {}: refusing to talk to it", path, peer.uid,
+                                     ::geteuid()));
   return sock;
 }
 

@@ -1,8 +1,12 @@
 // Sessions without a sandbox: workspace path rules, session names, and the changed-file diff over a temp directory.
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -124,4 +128,98 @@ TEST_CASE("sessions are found by id or by name; only live ones", "[session]") {
   CHECK(!nsbox::session::FindSession(root, "s0123456789ac").ok());
   CHECK(!nsbox::session::FindSession(root, "../s0123456789ab").ok());
   fs::remove_all(root);
+}
+
+namespace {
+
+// A fresh directory under /tmp (root-owned, sticky), removed with what it holds at the end of the test.
+struct TempTree {
+  std::string path;
+  TempTree() {
+    char templ[] = "/tmp/nsbox-state-test-XXXXXX";
+    path = ::mkdtemp(templ);
+  }
+  ~TempTree() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("a state directory is refused when another user could replace a directory on its way", "[session]") {
+  using nsbox::session::CheckStateRoot;
+  TempTree tree;
+  const uid_t me = ::geteuid();
+  const std::string root = tree.path + "/nsbox-1000/sessions";
+  std::filesystem::create_directories(root);
+  ::chmod((tree.path + "/nsbox-1000").c_str(), 0700);
+  ::chmod(root.c_str(), 0700);
+  REQUIRE(CheckStateRoot(root, me).ok());
+
+  SECTION("a 0700 root of the user's own is accepted, also through a link to it") {
+    std::filesystem::create_directory_symlink(root, tree.path + "/link");
+    CHECK(CheckStateRoot(tree.path + "/link", me).ok());
+  }
+  SECTION("a directory on the way that others may write (not root's sticky /tmp) is refused") {
+    ::chmod((tree.path + "/nsbox-1000").c_str(), 0777);
+    auto s = CheckStateRoot(root, me);
+    REQUIRE(!s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("writable by other users"));
+  }
+  SECTION("the root itself must be 0700") {
+    ::chmod(root.c_str(), 0755);
+    CHECK(!CheckStateRoot(root, me).ok());
+  }
+  if (me == 0) {
+    SECTION("a directory on the way that belongs to another user is refused (a pre-made /tmp/nsbox-UID)") {
+      REQUIRE(::chown((tree.path + "/nsbox-1000").c_str(), 12345, 12345) == 0);
+      auto s = CheckStateRoot(root, me);
+      REQUIRE(!s.ok());
+      CHECK_THAT(s.message(), Catch::Contains("belongs to uid 12345"));
+    }
+    SECTION("a root owned by another user is refused for this one") {
+      CHECK(!CheckStateRoot(root, 12345).ok());
+    }
+  }
+}
+
+TEST_CASE("a session socket served by another uid is refused before anything is sent", "[session]") {
+  if (::geteuid() != 0) {
+    WARN("SKIP: needs root to serve a socket as another uid");
+    return;
+  }
+  TempTree tree;
+  const std::string dir = tree.path + "/sabcdefabcdef";
+  std::filesystem::create_directory(dir);
+  ::chmod(tree.path.c_str(), 0755);
+  ::chmod(dir.c_str(), 0777);
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  pid_t server = ::fork();
+  REQUIRE(server >= 0);
+  if (server == 0) {  // another user's "supervisor": listens, and would read whatever it is sent
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) ::_exit(1);
+    int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    std::string path = dir + "/socket";
+    memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    if (::bind(sock, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0 || ::listen(sock, 1) != 0)
+      ::_exit(2);
+    (void)!::write(ready[1], "x", 1);
+    int client = ::accept(sock, nullptr, nullptr);
+    char buf[64];
+    ssize_t n = client >= 0 ? ::read(client, buf, sizeof buf) : -1;
+    ::_exit(n > 0 ? 3 : 0);  // 3: the client sent something to a stranger
+  }
+  ::close(ready[1]);
+  char c;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  ::close(ready[0]);
+  nsbox::session::SessionRecord record{nlohmann::json{{"id", "sabcdefabcdef"}}, dir};
+  auto answer = nsbox::session::Request(record, {{"op", "exec"}, {"code", "secret"}});
+  REQUIRE(!answer.ok());
+  CHECK_THAT(answer.status().message(), Catch::Contains("is served by uid 65534"));
+  int status = 0;
+  REQUIRE(::waitpid(server, &status, 0) == server);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
