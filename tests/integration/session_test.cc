@@ -821,11 +821,25 @@ TEST_CASE("another user can't drive a session, even when the directories let it 
   ::chmod((s.state_dir + "/" + id).c_str(), 0755);
   ::chmod((s.state_dir + "/" + id + "/socket").c_str(), 0777);
   ::chmod((s.state_dir + "/" + id + "/session.json").c_str(), 0644);
-  Output refused = Run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", NsboxBin(), "exec", id, "--",
-                        "/bin/sh", "-c", "echo ran > /workspace/intruder"});
-  CHECK(refused.code == 125);
-  INFO(refused.err);
-  CHECK(refused.err.find("refused for uid 65534") != std::string::npos);
+  // nsbox itself refuses a state directory that is not the caller's own, so the intruder talks to the socket itself.
+  Output cli = Run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", NsboxBin(), "exec", id, "--",
+                    "/bin/sh", "-c", "echo ran > /workspace/intruder"});
+  CHECK(cli.code == 125);
+  const std::string intruder =
+      "import json, socket, sys\n"
+      "s = socket.socket(socket.AF_UNIX)\n"
+      "s.connect(sys.argv[1])\n"
+      "req = {'op': 'exec', 'argv': ['/bin/sh', '-c', 'echo ran > /workspace/intruder'], 'env': [], 'cwd': '/workspace',"
+      " 'timeout_ms': 5000, 'output_limit': 1024}\n"
+      "try:\n"
+      "    s.sendall(json.dumps(req).encode() + b'\\n')\n"
+      "except OSError:\n"
+      "    pass\n"
+      "print(s.recv(65536).decode())\n";
+  Output refused = Run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                        intruder, s.state_dir + "/" + id + "/socket"});
+  INFO(refused.out << refused.err);
+  CHECK(refused.out.find("refused for uid 65534") != std::string::npos);
   CHECK(s.Sh(id, "ls /workspace")["stdout"] == "");
 }
 
