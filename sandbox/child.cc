@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <sys/fsuid.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -202,6 +203,11 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memo
   // Every other descriptor closes at execve; the control pipe and seccomp socket stay usable until then.
   if (::syscall(SYS_close_range, first_closed, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
     Fail(plan, "close_range(3, ~0, CLOEXEC)", errno);
+
+  // No core dumps: a crashing program would write its memory as a file into its working directory, the host's own
+  // directory under --workspace. Soft and hard 0, so the program cannot raise it again.
+  struct rlimit no_core = {0, 0};
+  if (::setrlimit(RLIMIT_CORE, &no_core) != 0) Fail(plan, "setrlimit(RLIMIT_CORE, 0)", errno);
 
   const char* step = nullptr;
   // The bounding set is already empty: pid 1 emptied it before the fork (each drop costs a credential commit).

@@ -2,10 +2,12 @@
 // directory (runc CVE-2024-21626), zombies and orphans, time-outs against evasive processes, nsbox's own death.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -272,4 +274,38 @@ TEST_CASE("an OOM among processes smaller than nsbox is the program's and not ns
   CHECK(r.status() == "oom");
   CHECK(r.json["limits"]["oom_kills"] == 1);
   CHECK(r.process.exit_code == 128 + SIGKILL);
+}
+
+// Core dumps land in the crashing program's working directory: under --workspace, a host directory. The program
+// starts with RLIMIT_CORE soft and hard 0 and cannot raise it; a program that aborts leaves no core file.
+TEST_CASE("core dumps are off: RLIMIT_CORE is 0 and hard 0, an abort leaves no core in the workspace",
+          "[escape][processes]") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);  // the sandbox user writes there
+  auto r = RunPython(R"(
+import resource
+try:
+    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    raised = "raised"
+except (OSError, ValueError):  # Python turns EPERM from setrlimit into ValueError
+    raised = "refused"
+print(resource.getrlimit(resource.RLIMIT_CORE), raised)
+pid = os.fork()
+if pid == 0:
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (OSError, ValueError):
+        pass
+    os.abort()
+_, status = os.waitpid(pid, 0)
+print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == 6, os.WCOREDUMP(status))
+)",
+                     {"--workspace", dir.path()});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "(0, 0) refused\nTrue False\n");
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().filename().string().rfind("core", 0) == 0) left.push_back(e.path().filename());
+  CHECK(left.empty());
 }
