@@ -169,6 +169,27 @@ void ExecSearching(char* const argv[], char* const envp[], const char* path) {
   Fail(plan, step_text, err);
 }
 
+}  // namespace
+
+int BecomeSandboxUser(const ChildPlan& plan, const char** step) {
+  // Raw system calls: this may run vfork-style in the memory of a process with threads (a session supervisor), where
+  // glibc's set*id() would change the credentials of all of those threads too.
+  if (plan.may_setgroups) {
+    gid_t groups[1] = {plan.gid};
+    *step = "setgroups([sandbox gid])";
+    if (::syscall(SYS_setgroups, 1, groups) != 0) return -1;
+  }
+  *step = "setresgid(sandbox gid)";
+  if (::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) return -1;
+  *step = "setresuid(sandbox uid)";
+  if (::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) return -1;
+  if (ClearCapabilities(plan.no_caps, step) != 0) return -1;
+  *step = "prctl(PR_SET_NO_NEW_PRIVS, 1)";
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+}
+
+namespace {
+
 // RunPayload's steps before the program: the memory group, setsid, default signals, stdio, credentials, the working
 // directory and umask (a parked payload's come with its request), seccomp.
 void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memory_join_fd = -1) {
@@ -211,19 +232,9 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memo
 
   const char* step = nullptr;
   // The bounding set is already empty: pid 1 emptied it before the fork (each drop costs a credential commit).
-  // Inherited (a run): pid 1 is the sandbox user already, with no capabilities and no_new_privs (DropInitPrivileges),
-  // and we have its credentials. Otherwise raw system calls: this may run vfork-style in the memory of a process with
-  // threads (a session supervisor), where glibc's set*id() would change the credentials of all of those threads too.
-  if (!inherited) {
-    if (plan.may_setgroups) {
-      gid_t groups[1] = {plan.gid};
-      if (::syscall(SYS_setgroups, 1, groups) != 0) Fail(plan, "setgroups([sandbox gid])", errno);
-    }
-    if (::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) Fail(plan, "setresgid(sandbox gid)", errno);
-    if (::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) Fail(plan, "setresuid(sandbox uid)", errno);
-    if (ClearCapabilities(plan.no_caps, &step) != 0) Fail(plan, step, errno);
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_NO_NEW_PRIVS, 1)", errno);
-  }
+  // Inherited: pid 1 of a run, or a session's exec helper, made itself the sandbox user (DropInitPrivileges,
+  // BecomeSandboxUser) before this process existed, and we have its credentials.
+  if (!inherited && BecomeSandboxUser(plan, &step) != 0) Fail(plan, step, errno);
   // A new process has none: the payload dies with its parent, pid 1 (a session's exec: see parent_death_signal).
   if (plan.parent_death_signal && ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
     Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
@@ -265,7 +276,7 @@ void RunParkedPayload(const ChildPlan& plan, const ParkedRequest* request) {
   if (OpenParentWatch(&self) == 0) HideNsboxCommandLine(self, "nsbox-exec");
   if (self.host_stat_fd >= 0) ::close(self.host_stat_fd);
   ::prctl(PR_SET_NAME, "nsbox-exec", 0, 0, 0);
-  PreparePayload(plan, /*inherited=*/false, /*parked=*/true);
+  PreparePayload(plan, /*inherited=*/true, /*parked=*/true);  // the exec helper made us the sandbox user
   char go = 0;
   ssize_t n;
   do n = ::read(plan.park_fd, &go, 1); while (n < 0 && errno == EINTR);

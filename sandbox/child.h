@@ -123,9 +123,14 @@ std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan);
 // Writes plan.code to plan.code_path (O_NOFOLLOW, as the current fsuid). 0, or -1 with errno.
 int WriteCodeFile(const ChildPlan& plan);
 
+// The sandbox user's credentials for the calling process only: its groups, uids and gids, no capabilities,
+// no_new_privs (raw system calls: safe vfork-style in a process with threads). 0, or -1 with errno and *step naming
+// the call that failed.
+int BecomeSandboxUser(const ChildPlan& plan, const char** step);
+
 // The payload's own steps, shared by run and session exec: a new session, its stdio, the sandbox user, no
 // capabilities, no_new_privs, seccomp last, execve. Failures go to plan.control_fd as kSetupError. Never returns.
-// inherited: the caller is the sandbox user already (pid 1 of a run: groups, uids, no capabilities, no_new_privs), so
+// inherited: the caller is the sandbox user already (pid 1 of a run, a session's exec helper: BecomeSandboxUser), so
 // the payload keeps those credentials and makes no credential calls of its own.
 // memory_join_fd: a tasks descriptor of the sandbox's memory group, which the payload joins before anything else of
 // its own (ChildPlan::shares_memory); -1 when it is in every group already.

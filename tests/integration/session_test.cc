@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/support/run_nsbox.h"
@@ -530,10 +531,12 @@ TEST_CASE("a detached background process keeps its exec's group until the sessio
   REQUIRE(s.Sh(id, "true")["status"] == "ok");
   // The first exec's group holds the sleep. The second's was empty at its end: removed once its answer went out,
   // when the supervisor also prepares the next exec, whose payload waits in a group of its own (ParkedExec).
-  auto busy_and_empty = [] {
+  // This session's groups only (named after its supervisor): other sessions may run on the host meanwhile.
+  const std::string own = fmt::format("/nsbox-{}-", s.Record(id)["supervisor_pid"].get<pid_t>());
+  auto busy_and_empty = [&] {
     std::pair<int, int> counts{0, 0};
     for (const auto& g : nsbox::testing::NsboxGroups()) {
-      if (g.find("/exec-") == std::string::npos) continue;
+      if (g.find("/exec-") == std::string::npos || g.find(own) == std::string::npos) continue;
       std::ifstream procs("/sys/fs/cgroup/" + g + "/cgroup.procs");
       std::string first;
       ++(std::getline(procs, first) ? counts.first : counts.second);
@@ -980,3 +983,45 @@ TEST_CASE("a profile that denies what a parked payload does after its filter get
   std::this_thread::sleep_for(300ms);
   CHECK(ParkedPayload(supervisor) == 0);
 }
+
+// Sets a sysctl for the test's duration and puts the old value back.
+struct SysctlFor {
+  std::string path, old;
+  SysctlFor(std::string p, const std::string& value) : path(std::move(p)) {
+    std::ifstream in(path);
+    std::getline(in, old);
+    std::ofstream(path) << value;
+  }
+  ~SysctlFor() { std::ofstream(path) << old; }
+};
+
+TEST_CASE("a daemon of the session cannot open the memory of the next exec before its execve, even with "
+          "fs.suid_dumpable 1", "[session][escape]") {
+  // The kernel makes a process non-dumpable when its uid changes, unless fs.suid_dumpable is 1: then only nsbox keeps
+  // the payload that runs in the supervisor's memory out of reach. (Rootless: rootless_tests.)
+  SysctlFor suid_dumpable("/proc/sys/fs/suid_dumpable", "1");
+  Sessions s;
+  std::string id = s.Create();
+  std::ofstream(s.state_dir + "/watcher.py") << nsbox::testing::MemoryWatcherScript();
+  REQUIRE(s.Nsbox({"cp", s.state_dir + "/watcher.py", id + ":/workspace/watcher.py"}).code == 0);
+  constexpr int kRounds = 6;
+  json started = s.Sh(id, "setsid /usr/bin/python3 /workspace/watcher.py </dev/null >/dev/null 2>&1 & "
+                          "while [ ! -e /workspace/ready ]; do sleep 0.05; done");
+  REQUIRE(started["status"] == "ok");
+  // Execs with stdin of their own: their payloads start vfork-style in the supervisor's memory (not parked).
+  const std::string input = s.state_dir + "/input";
+  std::ofstream(input) << "attacked\n";
+  for (int i = 0; i < kRounds; ++i) {
+    json attacked = s.Exec(id, {"/bin/cat"}, {"--stdin", input, "--timeout", "30s"});
+    INFO(attacked.dump());
+    CHECK(attacked["stdout"] == "attacked\n");
+  }
+  json verdict = s.Sh(id, "touch /workspace/stop; while ! grep -q '^done$' /workspace/verdict; do sleep 0.05; done; "
+                          "cat /workspace/verdict", {"--timeout", "30s"});
+  const std::string lines = verdict["stdout"].get<std::string>();
+  INFO(lines);
+  const auto watched = nsbox::testing::ParseMemoryWatcherVerdict(lines);
+  CHECK(watched.opened_in_nsbox_memory.empty());
+  CHECK(watched.caught_before_execve > 0);  // else the test proved nothing
+}
+

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nsbox_config.h"
+#include "tests/support/run_nsbox.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -605,20 +606,18 @@ TEST_CASE("nsbox run where user namespaces are unavailable fails with exit 125 n
                         Catch::Contains("nsbox doctor"));
 }
 
+// The test user's session state root (no XDG_RUNTIME_DIR here: /tmp/nsbox-UID), removed again if the test made it.
+struct StateRootOfTestUser {
+  fs::path path = fmt::format("/tmp/nsbox-{}", E().uid);
+  bool existed = fs::exists(path);
+  ~StateRootOfTestUser() {
+    std::error_code ignored;
+    if (!existed) fs::remove_all(path, ignored);
+  }
+};
+
 TEST_CASE("an ordinary user's session keeps files and REPL names between execs, and rm ends it") {
-  // The user's state root (no XDG_RUNTIME_DIR here: /tmp/nsbox-UID) is removed again if this test made it.
-  struct passwd* pw = ::getpwnam(kTestUser);
-  REQUIRE(pw);
-  const fs::path state_root = fmt::format("/tmp/nsbox-{}", pw->pw_uid);
-  const bool state_root_existed = fs::exists(state_root);
-  struct RemoveStateRoot {
-    fs::path path;
-    bool keep;
-    ~RemoveStateRoot() {
-      std::error_code ignored;
-      if (!keep) fs::remove_all(path, ignored);
-    }
-  } remove_state_root{state_root, state_root_existed};
+  StateRootOfTestUser state_root;
   Outcome created = Spawn(Nsbox({"session", "create", "--dangerously-run-without-limits", "--json"}));
   INFO(created.err);
   REQUIRE(created.exit_code == 0);
@@ -653,4 +652,41 @@ TEST_CASE("an ordinary user runs a prepared root (--rootfs DIR, as images are), 
   CHECK(o.out.find("1000\n") == 0);
   CHECK(o.out.find("read-only") != std::string::npos);
   fs::remove_all(root);
+}
+
+TEST_CASE("an ordinary user's session: a daemon of one exec cannot open the memory of the next exec before execve") {
+  // Rootless, every program of the session and nsbox itself are the user's uid on the host: only non-dumpability keeps
+  // a process that runs in the supervisor's memory (an exec's payload before its execve) out of the daemon's reach.
+  StateRootOfTestUser state_root;
+  Outcome created = Spawn(Nsbox({"session", "create", "--dangerously-run-without-limits", "--json"}));
+  INFO(created.err);
+  REQUIRE(created.exit_code == 0);
+  const std::string id = ParseJson(created)["id"].get<std::string>();
+  struct RemoveSession {
+    std::string id;
+    ~RemoveSession() { Spawn(Nsbox({"session", "rm", id})); }
+  } remove_session{id};
+  const std::string watcher = (E().dir / "watcher.py").string(), input = (E().dir / "input").string();
+  std::ofstream(watcher) << nsbox::testing::MemoryWatcherScript();
+  std::ofstream(input) << "attacked\n";
+  ::chmod(watcher.c_str(), 0644);
+  ::chmod(input.c_str(), 0644);
+  REQUIRE(Spawn(Nsbox({"cp", watcher, id + ":/workspace/watcher.py"})).exit_code == 0);
+  Outcome started = Spawn(Nsbox({"exec", id, "--", "/bin/sh", "-c",
+                                 "setsid /usr/bin/python3 /workspace/watcher.py </dev/null >/dev/null 2>&1 & "
+                                 "while [ ! -e /workspace/ready ]; do sleep 0.05; done"}));
+  REQUIRE(started.exit_code == 0);
+  // Execs with stdin of their own: their payloads start vfork-style in the supervisor's memory (not parked).
+  for (int i = 0; i < 6; ++i) {
+    Outcome attacked = Spawn(Nsbox({"exec", id, "--stdin", input, "--timeout", "30s", "--", "/bin/cat"}));
+    INFO(attacked.err);
+    CHECK(attacked.out == "attacked\n");
+  }
+  Outcome verdict = Spawn(Nsbox({"exec", id, "--timeout", "30s", "--", "/bin/sh", "-c",
+                                 "touch /workspace/stop; while ! grep -q '^done$' /workspace/verdict; do sleep 0.05; "
+                                 "done; cat /workspace/verdict"}));
+  INFO(verdict.out);
+  const auto watched = nsbox::testing::ParseMemoryWatcherVerdict(verdict.out);
+  CHECK(watched.opened_in_nsbox_memory.empty());
+  CHECK(watched.caught_before_execve > 0);  // else the test proved nothing
 }

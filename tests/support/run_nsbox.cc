@@ -1,6 +1,8 @@
 // Test support: spawning nsbox and other programs with captured output, JSON parsing, and host-side observations.
 #include "tests/support/run_nsbox.h"
 
+#include "nsbox_config.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -398,6 +400,33 @@ std::set<std::string> NsboxGroups() {
 bool WaitForGroups(const std::set<std::string>& expected) {
   for (int i = 0; i < 500 && NsboxGroups() != expected; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return NsboxGroups() == expected;
+}
+
+std::string MemoryWatcherScript() {
+  std::ifstream in(std::string(NSBOX_SOURCE_DIR) + "/tests/probes/memory_watcher.py");
+  std::string script((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (script.empty()) throw std::runtime_error("tests/probes/memory_watcher.py is missing or empty");
+  return script;
+}
+
+MemoryWatcherVerdict ParseMemoryWatcherVerdict(const std::string& lines) {
+  MemoryWatcherVerdict verdict;
+  std::istringstream in(lines);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string pid, comm, mem, exe;
+    fields >> pid >> comm >> mem;
+    if (comm == "became") {
+      ++verdict.caught_before_execve;
+      continue;
+    }
+    if (!(fields >> exe)) continue;
+    // Its exe is nsbox, or not readable at all (not dumpable): the process still runs in nsbox's memory.
+    const bool nsbox_memory = exe == "?" || std::filesystem::path(exe).filename().string().starts_with("nsbox");
+    if (nsbox_memory && mem == "open") verdict.opened_in_nsbox_memory.push_back(line);
+  }
+  return verdict;
 }
 
 }  // namespace nsbox::testing

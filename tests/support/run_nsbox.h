@@ -110,6 +110,15 @@ class TempDir {
   std::string path_;
 };
 
+// tests/probes/memory_watcher.py: an attacker a session's exec leaves behind, which tries to open the memory of every
+// process the next execs start, and what its verdict (the file it writes) says.
+std::string MemoryWatcherScript();
+struct MemoryWatcherVerdict {
+  std::vector<std::string> opened_in_nsbox_memory;  // its lines for processes opened while in nsbox's memory
+  int caught_before_execve = 0;  // payloads it caught in nsbox's memory that then became the exec's `cat`
+};
+MemoryWatcherVerdict ParseMemoryWatcherVerdict(const std::string& lines);
+
 // Records a skip the way tools/test expects ($NSBOX_SKIP_FILE) and prints why.
 void RecordSkip(const std::string& suite, const std::string& test, const std::string& reason);
 
