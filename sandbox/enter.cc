@@ -101,7 +101,7 @@ int EnterSessionEntry(void* arg) {
 
   // 6. The payload: only a child enters the pid namespace. We wait here until it has called execve (or died), then
   //    leave: the payload passes to the supervisor, the subreaper above us.
-  pid_t child = StartVforkChild(PayloadEntry, const_cast<EnterPlan*>(&plan));
+  pid_t child = StartVforkChild(PayloadEntry, const_cast<EnterPlan*>(&plan), plan.payload_started);
   if (child < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload in the session's pid namespace)", errno);
   *plan.payload_pid = child;
   _exit(0);

@@ -12,6 +12,10 @@ struct EnterPlan {
   int ns_fds[6] = {-1, -1, -1, -1, -1, -1};
   ChildPlan payload;       // the payload's plan; its control_fd carries the helper's and the payload's set-up errors
   pid_t* payload_pid = nullptr;  // where the helper leaves the payload's pid (it shares the supervisor's memory)
+  // Where the kernel stores the payload's pid the moment it is cloned, while the helper (and the supervisor's thread
+  // that started it) are still suspended until its execve: a program of the session may stop it there, and the
+  // supervisor's watchdog kills it by this pid at the exec's deadline. 0 until then.
+  pid_t* payload_started = nullptr;
   // A parked payload (payload.park_fd >= 0): forked, not started vfork-style, so that it can wait for its program
   // (RunParkedPayload); `request` is where that program will be, in memory shared with the supervisor.
   const ParkedRequest* request = nullptr;

@@ -163,7 +163,7 @@ pid_t StartSharedMemoryChild(uint64_t flags, int* pidfd, int (*entry)(void*), vo
 #endif
 }
 
-pid_t StartVforkChild(int (*entry)(void*), void* arg) {
+pid_t StartVforkChild(int (*entry)(void*), void* arg, pid_t* published_pid) {
   // Stacks are kept for the next call, one per nesting level, process-wide: a session's supervisor starts one helper
   // per exec, and an mmap, the faults of a fresh stack and the munmap (a TLB shootdown in a multi-threaded process)
   // each time cost it about 20 µs. The caller waits while its child runs on the stack (CLONE_VFORK), so the stack is
@@ -181,7 +181,8 @@ pid_t StartVforkChild(int (*entry)(void*), void* arg) {
     if (stack == MAP_FAILED) return -1;
   }
   ++depth;
-  pid_t pid = ::clone(entry, static_cast<char*>(stack) + kStackSize, CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
+  const int flags = CLONE_VM | CLONE_VFORK | SIGCHLD | (published_pid ? CLONE_PARENT_SETTID : 0);
+  pid_t pid = ::clone(entry, static_cast<char*>(stack) + kStackSize, flags, arg, published_pid);
   int err = errno;
   --depth;
   void* expected = nullptr;

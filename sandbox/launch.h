@@ -43,7 +43,9 @@ pid_t StartSharedMemoryChild(uint64_t flags, int* pidfd, int (*entry)(void*), vo
 // caller's page tables, no copy-on-write faults, and its execve drops only a reference to the shared memory. The
 // caller is suspended until the child calls execve or exits. entry must make only system calls: the child shares the
 // caller's memory and thread state (errno among it). Returns the child's pid, or -1 with errno.
-pid_t StartVforkChild(int (*entry)(void*), void* arg);
+// published_pid (may be null): where the kernel stores the child's pid (CLONE_PARENT_SETTID) before the child runs,
+// so that another thread can signal it while this one is suspended.
+pid_t StartVforkChild(int (*entry)(void*), void* arg, pid_t* published_pid = nullptr);
 // A result that says nothing ran, and why.
 Result SetupError(std::string reason);
 // Passes one descriptor over a unix socket (SCM_RIGHTS). Async-signal-safe: used between clone and execve.

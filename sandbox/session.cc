@@ -545,7 +545,8 @@ void SessionSandbox::Forget(pid_t payload) {
 
 StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd,
                                                                       const CgroupSelfJoin* join, int park_fd,
-                                                                      const ParkedRequest* request) {
+                                                                      const ParkedRequest* request,
+                                                                      VforkWatchdog::Clock::time_point start_deadline) {
   if (!Alive()) return Status::Error("the session has ended");
   EnterPlan enter;
   ChildPlan& plan = enter.payload;
@@ -589,6 +590,8 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   for (int i = 0; i < 6; ++i) enter.ns_fds[i] = ns_fds_[i].get();
   pid_t payload = -1;
   enter.payload_pid = &payload;
+  pid_t payload_started = 0;
+  enter.payload_started = &payload_started;
 
   auto helper = std::make_unique<SessionHelper>();
   {
@@ -596,6 +599,8 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     // waits until the payload has called execve (or the helper failed), with every signal blocked meanwhile (the
     // helper and the payload share this thread's memory until then).
     std::lock_guard lock(payloads_mutex_);
+    // Until the helper is reaped: the payload stays unreaped, its pid its own, meanwhile.
+    VforkWatch watch(start_watchdog_, &payload_started, start_deadline);
     sigset_t all, old;
     sigfillset(&all);
     // The payload runs in this process's memory until its execve, which keeps the larger of that memory's high-water
@@ -715,7 +720,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     exec_group = std::move(*made);
     CgroupSelfJoin exec_join;
     if (exec_group) exec_join = exec_group->self_join();
-    auto started_helper = StartHelper(ex, -1, exec_group ? &exec_join : nullptr);
+    auto started_helper = StartHelper(ex, -1, exec_group ? &exec_join : nullptr, -1, nullptr, started + ex.wall_timeout);
     if (!started_helper.ok()) {
       KeepExecGroup(std::move(exec_group));
       return SetupError(started_helper.status().message());
@@ -843,7 +848,7 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
     ex.argv = options.driver_argv;
     ex.env = options.env;
     ex.umask = options.umask;
-    auto helper = StartHelper(ex, theirs.get());
+    auto helper = StartHelper(ex, theirs.get(), nullptr, -1, nullptr, started + options.wall_timeout);
     if (!helper.ok()) return SetupError(helper.status().Wrap("starting the REPL interpreter").message());
     repl_ = std::move(*helper);
     repl_channel_ = std::move(ours);

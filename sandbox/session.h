@@ -24,6 +24,7 @@
 #include "sandbox/executor.h"
 #include "sandbox/policy.h"
 #include "sandbox/result.h"
+#include "sandbox/vfork_watchdog.h"
 
 namespace nsbox {
 
@@ -107,9 +108,12 @@ class SessionSandbox {
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
   // `join` (may be null): the cgroup descriptors the payload joins, instead of the session's (an exec's own group).
   // park_fd >= 0: the payload parks (RunParkedPayload) until a byte arrives on that pipe, to run *request.
-  StatusOr<std::unique_ptr<SessionHelper>> StartHelper(const Executor& executor, int channel_fd,
-                                                       const CgroupSelfJoin* join = nullptr, int park_fd = -1,
-                                                       const ParkedRequest* request = nullptr);
+  // start_deadline: when the payload, if it has not reached its execve yet (a program of the session stopped it), is
+  // killed so that the call returns (VforkWatchdog).
+  StatusOr<std::unique_ptr<SessionHelper>> StartHelper(
+      const Executor& executor, int channel_fd, const CgroupSelfJoin* join = nullptr, int park_fd = -1,
+      const ParkedRequest* request = nullptr,
+      VforkWatchdog::Clock::time_point start_deadline = VforkWatchdog::Clock::time_point::max());
   // The parked payload, if there is one and it still waits; null otherwise (one found dead is discarded).
   std::unique_ptr<ParkedExec> TakeParked();
   // Parks the next exec's payload (PrepareNextExec), where the profile allows it.
@@ -155,6 +159,7 @@ class SessionSandbox {
   bool parking_ = false;  // the profile allows parking (SeccompProgram::allows_parking), or there is none
   uint64_t exec_group_counter_ = 0;
   bool new_network_ = true;
+  VforkWatchdog start_watchdog_;  // for payloads still starting at their exec's deadline
   std::mutex payloads_mutex_;
   std::set<pid_t> payloads_;  // the execs' live payloads (our children), killed and reaped by Terminate()
   std::mutex exec_counter_mutex_;

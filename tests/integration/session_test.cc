@@ -1025,3 +1025,55 @@ TEST_CASE("a daemon of the session cannot open the memory of the next exec befor
   CHECK(watched.caught_before_execve > 0);  // else the test proved nothing
 }
 
+
+TEST_CASE("an exec's time-out holds when a program of the session stops its payload before execve",
+          "[session][escape]") {
+  // The payload starts vfork-style: the supervisor's thread waits in the kernel until its execve. A daemon of the
+  // session stops the next process to appear and never continues it; the exec must still end at its time-out.
+  Sessions s;
+  // A profile that makes parking impossible (it denies umask, which a parked payload calls after its filter), so
+  // that the next new process is the next exec's payload.
+  const std::string profile = s.state_dir + "/no-parking.json";
+  std::ofstream(profile) << R"({"defaultAction": "SCMP_ACT_ALLOW",
+                                "syscalls": [{"names": ["umask"], "action": "SCMP_ACT_ERRNO"}]})";
+  std::string id = s.Create({"--profile", profile});
+  std::ofstream(s.state_dir + "/stopper.py") << R"py(import os, signal
+target = int(open("/proc/sys/kernel/ns_last_pid").read()) + 1
+open("/workspace/ready", "w").close()
+while True:
+    try:
+        os.kill(target, signal.SIGSTOP)
+        break
+    except (ProcessLookupError, PermissionError):
+        pass
+try:
+    os.readlink(f"/proc/{target}/exe")
+    caught = "after-execve"
+except OSError:
+    caught = "before-execve"  # not dumpable: still in the supervisor's memory
+open("/workspace/caught", "w").write(caught)
+)py";
+  std::ofstream(s.state_dir + "/input") << "input\n";
+  REQUIRE(s.Nsbox({"cp", s.state_dir + "/stopper.py", id + ":/workspace/stopper.py"}).code == 0);
+  int before_execve = 0;
+  for (int round = 0; round < 4 && before_execve == 0; ++round) {
+    json armed = s.Sh(id, "rm -f /workspace/ready /workspace/caught; "
+                          "setsid /usr/bin/python3 /workspace/stopper.py </dev/null >/dev/null 2>&1 & "
+                          "while [ ! -e /workspace/ready ]; do :; done");  // no process of its own meanwhile
+    REQUIRE(armed["status"] == "ok");
+    // Killed by this harness after a minute: a hang fails the test instead of the suite.
+    Output o = Run({"timeout", "-s", "KILL", "60", NsboxBin(), "exec", id, "--json", "--timeout", "2s", "--stdin",
+                    s.state_dir + "/input", "--", "/bin/cat"});
+    INFO(o.err);
+    REQUIRE(o.code != 128 + SIGKILL);
+    const std::string caught = s.Sh(id, "cat /workspace/caught")["stdout"].get<std::string>();
+    INFO(caught);
+    if (caught != "before-execve") continue;  // it ran before the daemon looked: again
+    ++before_execve;
+    json result = o.Json();
+    CHECK(result["status"] == "timeout");
+  }
+  CHECK(before_execve == 1);  // else the test proved nothing
+  json after = s.Sh(id, "echo still here");
+  CHECK(after["stdout"] == "still here\n");
+}
