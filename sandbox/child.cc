@@ -249,6 +249,10 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memo
 
   // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall), and in a
   // parked payload the calls of kSyscallsWhenParked.
+  // nsbox's guard first (the profile may deny seccomp itself once installed), under every profile.
+  if (!plan.pid1_guard) Fail(plan, "seccomp: nsbox's pid 1 guard filter is missing", EINVAL);
+  if (int rc = InstallSeccompProgram(*plan.pid1_guard, nullptr); rc != 0)
+    Fail(plan, "seccomp(SECCOMP_SET_MODE_FILTER): nsbox's pid 1 guard", -rc);
   if (plan.seccomp) {
     int listener = -1;
     int rc = InstallSeccompProgram(*plan.seccomp, &listener);
@@ -478,6 +482,12 @@ void ChildMain(const ChildPlan& plan) {
   pid_t payload = StartVforkChild(PayloadEntry, &start);
   if (payload < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload)", errno);
   if (memory_join_fd >= 0) ::close(memory_join_fd);
+  // The payload has called execve (or reported why not): from here on the program may have run, and an early end of
+  // pid 1 is not a set-up failure.
+  InitMessage started;
+  started.kind = InitMessage::kStarted;
+  ssize_t ignored = ::write(plan.control_fd, &started, sizeof started);
+  (void)ignored;
   RunInit(plan, payload, leave);
 }
 

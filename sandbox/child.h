@@ -18,8 +18,8 @@ struct SeccompProgram;
 
 // One message from the sandbox's pid 1 (or the payload before exec) to nsbox, atomic on a pipe.
 struct InitMessage {
-  // kReady: a persistent pid 1 (sessions) finished setting up. kStarted: an exec's payload was forked (value: its
-  // pid as the supervisor sees it). kGone: a run's pid 1 has killed and reaped every other process of the sandbox
+  // kReady: a persistent pid 1 (sessions) finished setting up. kStarted: a run's payload called execve (or failed
+  // to, and said why first); an exec's payload was forked (value: its pid as the supervisor sees it). kGone: a run's pid 1 has killed and reaped every other process of the sandbox
   // and is about to exit (value: 1 when it holds no group of the sandbox's any more, having moved itself out).
   enum Kind : int32_t { kSetupError = 1, kExited = 2, kReady = 3, kStarted = 4, kGone = 5 };
   int32_t kind = 0;
@@ -75,6 +75,7 @@ struct ChildPlan {
   // -1 when unused.
   int cgroup_join_socket = -1;
   const SeccompProgram* seccomp = nullptr;
+  const SeccompProgram* pid1_guard = nullptr;  // Pid1GuardProgram(), installed before `seccomp`; required
   cap_t no_caps = nullptr;  // an empty capability set, made before clone
   // pid 1 shares nsbox's memory (StartSharedMemoryChild) instead of a copy of it. Three things follow. It must not
   // allocate or change state nsbox's threads share (it makes only system calls, through glibc's plain wrappers). Its

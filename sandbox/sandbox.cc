@@ -177,6 +177,9 @@ Result Sandbox::Run() {
     SetNonBlocking(seccomp_parent.get());
   }
   plan.seccomp = seccomp;
+  auto guard = Pid1GuardProgram();
+  if (!guard.ok()) return SetupError(guard.status().message());
+  plan.pid1_guard = *guard;
   plan.seccomp_socket = seccomp_child.get();
   UniqueFd kill_event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!kill_event) return SetupError(Status::Errno("eventfd").message());
@@ -309,7 +312,7 @@ Result Sandbox::Run() {
   const auto deadline = started + executor_.wall_timeout;
   bool timed_out = false, cancelled = false, child_exited = false;
   InitMessage setup_error{}, exit_message{}, gone_message{};
-  bool have_setup_error = false, have_exit = false;
+  bool have_setup_error = false, have_exit = false, program_started = false;
   std::string control_bytes;
   // Not zeroed: on this kind of VM every page nsbox touches first costs a fault of about 12 us, and a read fills only
   // what it returns (a quiet program's output touches one page of the 16).
@@ -360,6 +363,8 @@ Result Sandbox::Run() {
       if (msg.kind == InitMessage::kSetupError && !have_setup_error) {
         setup_error = msg;
         have_setup_error = true;
+      } else if (msg.kind == InitMessage::kStarted) {
+        program_started = true;
       } else if (msg.kind == InitMessage::kExited) {
         exit_message = msg;
         have_exit = true;
@@ -536,9 +541,15 @@ Result Sandbox::Run() {
     result.reason = fmt::format("killed by the OOM killer: the memory limit of {} bytes was reached (it ended the "
                                 "sandbox's pid 1, and with it every process)",
                                 policy_.cgroup_limits()->memory_max_bytes);
+  } else if (program_started) {
+    // The program ran: its end came with pid 1's, whose death killed every process of the sandbox.
+    result.status = RunStatus::kSignal;
+    result.signal = SIGKILL;
+    result.reason = fmt::format("killed with every process of the sandbox: its pid 1 ended while the program ran ({})",
+                                ExitReason(init_status));
   } else {
     result.status = RunStatus::kSetupError;
-    result.reason = fmt::format("the sandbox's pid 1 ended before the program finished ({})", ExitReason(init_status));
+    result.reason = fmt::format("the sandbox's pid 1 ended before the program started ({})", ExitReason(init_status));
   }
   NoteLimitsHit(&result);
   if (hooks_) hooks_->OnFinished(result);

@@ -457,6 +457,30 @@ StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::st
   return program;
 }
 
+StatusOr<const SeccompProgram*> Pid1GuardProgram() {
+  static const StatusOr<SeccompProgram> compiled = []() -> StatusOr<SeccompProgram> {
+    FilterContext ctx(seccomp_init(SCMP_ACT_ALLOW));
+    if (!ctx) return Status::Error("seccomp_init(SCMP_ACT_ALLOW) for nsbox's pid 1 guard failed");
+    // Other architectures are the profile's to judge (it kills them); this filter only adds a refusal.
+    if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ALLOW); rc < 0)
+      return Status::Errno("seccomp_attr_set(SCMP_FLTATR_ACT_BADARCH, ALLOW)", -rc);
+    const int nr = seccomp_syscall_resolve_name("prlimit64");
+    // prlimit64(pid, resource, new_limit, old_limit): a new limit for pid 1 (reading its limits stays allowed).
+    if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 2, SCMP_A0(SCMP_CMP_EQ, 1),
+                                  SCMP_A2(SCMP_CMP_NE, 0));
+        rc < 0)
+      return Status::Errno("seccomp_rule_add(prlimit64(1, ..., new limit) -> EPERM)", -rc);
+    auto bpf = ExportBpf(ctx.get());
+    if (!bpf.ok()) return bpf.status();
+    SeccompProgram program;
+    program.name = "nsbox pid 1 guard";
+    program.filter = std::move(*bpf);
+    return program;
+  }();
+  if (!compiled.ok()) return compiled.status().Wrap("compiling nsbox's pid 1 guard filter");
+  return &*compiled;
+}
+
 std::string DefaultSeccompProfilesDir() {
   if (const char* env = std::getenv("NSBOX_PROFILES_DIR"); env && *env) return env;
   if (const char* env = std::getenv("NSBOX_DATADIR"); env && *env) return std::string(env) + "/seccomp-profiles";

@@ -555,6 +555,9 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   plan.gid = policy_.sandbox_gid();
   plan.may_setgroups = ::geteuid() == 0;
   plan.seccomp = policy_.seccomp().get();
+  auto guard = Pid1GuardProgram();
+  if (!guard.ok()) return guard.status();
+  plan.pid1_guard = *guard;
   plan.parent_death_signal = false;  // its helper exits at once; the session's pid namespace takes it down instead
   SetPlanProgram(plan, ex);
   cap_t no_caps = cap_init();

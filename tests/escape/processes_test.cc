@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "tests/support/run_nsbox.h"
 
@@ -308,4 +310,72 @@ print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == 6, os.WCOREDUMP(status))
   for (const auto& e : std::filesystem::directory_iterator(dir.path()))
     if (e.path().filename().string().rfind("core", 0) == 0) left.push_back(e.path().filename());
   CHECK(left.empty());
+}
+
+TEST_CASE("the program cannot lower pid 1's limits and kill it with a signal flood, under any profile",
+          "[escape][processes]") {
+  // pid 1 runs as the program's user: prlimit(1, RLIMIT_CPU) was allowed, and a flood of signals it forwards then
+  // burnt its second of CPU, the kernel killed it, and the verdict said nothing ran.
+  TempDir dir;
+  const std::string allow_all =
+      dir.Write("allow-all.json", R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})");
+  for (const std::vector<std::string>& profile : {std::vector<std::string>{}, {"--profile", allow_all}}) {
+    INFO((profile.empty() ? "default profile" : "allow-all profile"));
+    auto r = RunPython(R"(
+import resource, signal, time
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+    signal.signal(s, signal.SIG_IGN)
+print("started", flush=True)
+print(err(resource.prlimit, 1, resource.RLIMIT_CPU, (1, 1)), resource.prlimit(1, resource.RLIMIT_CPU)[0] == -1)
+end = time.time() + 3
+while time.time() < end:
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        os.kill(1, s)
+print("still here")
+)",
+                       profile);
+    INFO(r.Describe());
+    CHECK(r.status() == "ok");
+    CHECK(r.out() == "started\nEPERM True\nstill here\n");
+  }
+}
+
+TEST_CASE("a pid 1 killed after the program started gives the program's end, never setup_error",
+          "[escape][processes]") {
+  const std::string marker = UniqueMarker("pid1-killed");
+  BackgroundProcess nsbox = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "60s", "--", "/bin/sh", "-c",
+                                          "echo started; sleep 1000; :", marker});
+  // The shell (its $0 is the marker, as nsbox's own argv holds it); its parent is the sandbox's pid 1.
+  std::vector<pid_t> program;
+  for (int i = 0; i < 500 && program.empty(); ++i) {
+    for (pid_t pid : PidsWithMarker(marker)) {
+      std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+      std::string name;
+      if (std::getline(comm, name) && name == "sh") program.push_back(pid);
+    }
+    if (program.empty()) std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(program.size() == 1);
+  // It has echoed once its sleep runs.
+  const std::string children = fmt::format("/proc/{0}/task/{0}/children", program[0]);
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream in(children);
+    std::string first;
+    if (in >> first) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  std::ifstream status("/proc/" + std::to_string(program[0]) + "/status");
+  std::string line;
+  pid_t pid1 = 0;
+  while (std::getline(status, line))
+    if (line.starts_with("PPid:")) pid1 = std::stoi(line.substr(5));
+  REQUIRE(pid1 > 0);
+  REQUIRE(::kill(pid1, SIGKILL) == 0);
+  nsbox.Wait();
+  auto result = nlohmann::json::parse(nsbox.Out());
+  INFO(result.dump());
+  CHECK(result["status"] == "signal");
+  CHECK(result["signal"] == SIGKILL);
+  CHECK(result["stdout"] == "started\n");
+  CHECK_THAT(result["reason"].get<std::string>(), Catch::Contains("pid 1 ended while the program ran"));
 }
