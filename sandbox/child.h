@@ -21,7 +21,9 @@ struct InitMessage {
   // kReady: a persistent pid 1 (sessions) finished setting up. kStarted: a run's payload called execve (or failed
   // to, and said why first); an exec's payload was forked (value: its pid as the supervisor sees it). kGone: a run's pid 1 has killed and reaped every other process of the sandbox
   // and is about to exit (value: 1 when it holds no group of the sandbox's any more, having moved itself out).
-  enum Kind : int32_t { kSetupError = 1, kExited = 2, kReady = 3, kStarted = 4, kGone = 5 };
+  // kDeadline: a run's pid 1 reached plan.wall_deadline_ns first (nsbox did not end the sandbox: it was stopped, say)
+  // and kills everything; kGone follows.
+  enum Kind : int32_t { kSetupError = 1, kExited = 2, kReady = 3, kStarted = 4, kGone = 5, kDeadline = 6 };
   int32_t kind = 0;
   int32_t value = 0;  // kExited: the payload's wait status
   int32_t err = 0;    // kSetupError: errno
@@ -75,6 +77,9 @@ struct ChildPlan {
   // -1 when unused.
   int cgroup_join_socket = -1;
   const SeccompProgram* seccomp = nullptr;
+  // A run's pid 1 ends the sandbox at this CLOCK_MONOTONIC time (ns), whatever becomes of nsbox, which normally does
+  // so a little earlier, at the time-out; 0: never.
+  int64_t wall_deadline_ns = 0;
   const SeccompProgram* pid1_guard = nullptr;  // Pid1GuardProgram(), installed before `seccomp`; required
   cap_t no_caps = nullptr;  // an empty capability set, made before clone
   // pid 1 shares nsbox's memory (StartSharedMemoryChild) instead of a copy of it. Three things follow. It must not

@@ -3,6 +3,7 @@
 
 #include <grp.h>
 #include <signal.h>
+#include <time.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -188,7 +189,24 @@ void RunInit(const ChildPlan& plan, pid_t payload, const CgroupSelfJoin& leave) 
   sigaddset(&wanted, KillSandboxSignal());
   for (;;) {
     siginfo_t info;
-    int sig = ::sigwaitinfo(&wanted, &info);
+    int sig;
+    if (payload > 0 && plan.wall_deadline_ns > 0) {
+      // The run's deadline holds here too, so that it holds while nsbox cannot act (stopped, say).
+      struct timespec now;
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      const int64_t left = plan.wall_deadline_ns - (static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec);
+      if (left <= 0) {
+        InitMessage deadline;
+        deadline.kind = InitMessage::kDeadline;
+        ssize_t ignored = ::write(plan.control_fd, &deadline, sizeof deadline);
+        (void)ignored;
+        KillAllAndExit(plan, leave);
+      }
+      struct timespec wait = {static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+      sig = ::sigtimedwait(&wanted, &info, &wait);
+    } else {
+      sig = ::sigwaitinfo(&wanted, &info);
+    }
     if (sig < 0) continue;
     // Only nsbox, outside, may end the sandbox this way: the payload's own processes share pid 1's uid.
     if (sig == KillSandboxSignal() && info.si_code == SI_USER && info.si_pid == 0) KillAllAndExit(plan, leave);

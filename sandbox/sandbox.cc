@@ -180,6 +180,14 @@ Result Sandbox::Run() {
   auto guard = Pid1GuardProgram();
   if (!guard.ok()) return SetupError(guard.status().message());
   plan.pid1_guard = *guard;
+  // pid 1's own deadline, a little after nsbox's (which ends the sandbox at the time-out and reports it). Beyond a
+  // year the steady clock's nanoseconds could overflow: no deadline of pid 1's then.
+  if (executor_.wall_timeout < std::chrono::hours(24 * 365)) {
+    constexpr auto kPid1Grace = std::chrono::milliseconds(500);
+    plan.wall_deadline_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>((started + executor_.wall_timeout + kPid1Grace)
+                                                                 .time_since_epoch()).count();
+  }
   plan.seccomp_socket = seccomp_child.get();
   UniqueFd kill_event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!kill_event) return SetupError(Status::Errno("eventfd").message());
@@ -365,6 +373,8 @@ Result Sandbox::Run() {
         have_setup_error = true;
       } else if (msg.kind == InitMessage::kStarted) {
         program_started = true;
+      } else if (msg.kind == InitMessage::kDeadline && !cancelled) {
+        timed_out = true;  // pid 1 ended the sandbox at the deadline before nsbox did
       } else if (msg.kind == InitMessage::kExited) {
         exit_message = msg;
         have_exit = true;

@@ -24,6 +24,17 @@ namespace {
 
 // Python that leaves behind the processes a sloppy supervisor misses: a double-forked setsid daemon and a direct
 // child, both ignoring SIGTERM, each carrying MARKER in its argv so the host can find them.
+// The sandboxed shells started as `sh -c SCRIPT MARKER` (nsbox's own processes hold the marker in their argv too).
+std::vector<pid_t> ShellsWithMarker(const std::string& marker) {
+  std::vector<pid_t> shells;
+  for (pid_t pid : PidsWithMarker(marker)) {
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string name;
+    if (std::getline(comm, name) && name == "sh") shells.push_back(pid);
+  }
+  return shells;
+}
+
 std::string EvasiveProcesses(const std::string& marker) {
   return R"PY(
 import signal, subprocess, time
@@ -345,14 +356,10 @@ TEST_CASE("a pid 1 killed after the program started gives the program's end, nev
   const std::string marker = UniqueMarker("pid1-killed");
   BackgroundProcess nsbox = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "60s", "--", "/bin/sh", "-c",
                                           "echo started; sleep 1000; :", marker});
-  // The shell (its $0 is the marker, as nsbox's own argv holds it); its parent is the sandbox's pid 1.
+  // The shell (its $0 is the marker); its parent is the sandbox's pid 1.
   std::vector<pid_t> program;
   for (int i = 0; i < 500 && program.empty(); ++i) {
-    for (pid_t pid : PidsWithMarker(marker)) {
-      std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-      std::string name;
-      if (std::getline(comm, name) && name == "sh") program.push_back(pid);
-    }
+    program = ShellsWithMarker(marker);
     if (program.empty()) std::this_thread::sleep_for(20ms);
   }
   REQUIRE(program.size() == 1);
@@ -378,4 +385,29 @@ TEST_CASE("a pid 1 killed after the program started gives the program's end, nev
   CHECK(result["signal"] == SIGKILL);
   CHECK(result["stdout"] == "started\n");
   CHECK_THAT(result["reason"].get<std::string>(), Catch::Contains("pid 1 ended while the program ran"));
+}
+
+TEST_CASE("the time-out holds while nsbox itself is stopped: pid 1 ends the sandbox", "[escape][processes]") {
+  const std::string marker = UniqueMarker("nsbox-stopped");
+  BackgroundProcess nsbox = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "2s", "--", "/bin/sh", "-c",
+                                          "while :; do sleep 0.1; done", marker});
+  bool started = false;
+  for (int i = 0; i < 500 && !started; ++i) {
+    started = !ShellsWithMarker(marker).empty();
+    if (!started) std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(started);
+  REQUIRE(::kill(nsbox.pid, SIGSTOP) == 0);
+  // The shell goes at the deadline though nsbox cannot act meanwhile.
+  bool sandbox_ended = false;
+  for (int i = 0; i < 1000 && !sandbox_ended; ++i) {
+    sandbox_ended = ShellsWithMarker(marker).empty();
+    if (!sandbox_ended) std::this_thread::sleep_for(20ms);
+  }
+  ::kill(nsbox.pid, SIGCONT);
+  CHECK(sandbox_ended);
+  nsbox.Wait();
+  auto result = nlohmann::json::parse(nsbox.Out());
+  INFO(result.dump());
+  CHECK(result["status"] == "timeout");
 }
