@@ -20,12 +20,19 @@ struct Executor {
   mode_t umask = 022;
   // stdin: -1 means /dev/null; otherwise a host fd passed in (not closed by the sandbox).
   int stdin_fd = -1;
-  uint64_t output_limit_bytes = 1 << 20;  // bytes kept per stream (head and tail)
+  uint64_t output_limit_bytes = 1 << 20;  // bytes kept per stream (head and tail), at most kMaxOutputLimitBytes
   std::chrono::milliseconds wall_timeout{30'000};
   // When set, this content is written to code_path inside the sandbox before the program starts.
   std::string code_path;
   std::string code;
 };
+
+// The largest output_limit_bytes: nsbox holds what it keeps of both streams in its own memory, outside every cgroup
+// of the sandbox, and copies it again into the result (a JSON string): a limit without a cap would let one run take
+// gigabytes of the host's memory. Larger outputs belong in files (--workspace).
+constexpr uint64_t kMaxOutputLimitBytes = 64ull << 20;
+// "" when the executor's output limit is within kMaxOutputLimitBytes, else the one-line reason it is refused.
+std::string CheckOutputLimit(uint64_t bytes);
 
 // Gives the code file another name in its directory, keeping its extension ("/workspace/.nsbox-main.py" with stem
 // ".nsbox-exec-7" is "/workspace/.nsbox-exec-7.py"), in code_path and in argv. For workspaces that outlive one

@@ -83,6 +83,12 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
   return PrepareChildMounts(*mount_plan);
 }
 
+std::string CheckOutputLimit(uint64_t bytes) {
+  if (bytes <= kMaxOutputLimitBytes) return "";
+  return fmt::format("an output limit of {} bytes per stream is more than nsbox keeps in its memory ({} bytes, 64M): "
+                     "write large outputs to files in a --workspace instead", bytes, kMaxOutputLimitBytes);
+}
+
 void RenameCodeFile(Executor& ex, const std::string& stem) {
   auto slash = ex.code_path.rfind('/');
   auto dot = ex.code_path.rfind('.');
@@ -117,6 +123,7 @@ void Sandbox::Kill() {
 Result Sandbox::Run() {
   const auto started = Clock::now();
   if (executor_.argv.empty()) return SetupError("nothing to run: empty command");
+  if (std::string why = CheckOutputLimit(executor_.output_limit_bytes); !why.empty()) return SetupError(why);
   // Last thing on every way out (declared first): the group's reaper, dismissed when the group was removed, is reaped
   // rather than left to outlive nsbox.
   Defer reap_reapers([] { WaitForDismissedReapers(); });

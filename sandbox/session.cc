@@ -683,6 +683,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   std::shared_lock call(calls_mutex_);
   if (terminating_) return SetupError("the session is ending");
   if (ex.argv.empty()) return SetupError("nothing to run: empty command");
+  if (std::string why = CheckOutputLimit(ex.output_limit_bytes); !why.empty()) return SetupError(why);
   // Execs may run at once: each gets its own code file, left out of the changed files and removed afterwards.
   if (!ex.code_path.empty()) {
     uint64_t n;

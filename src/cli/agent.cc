@@ -80,6 +80,7 @@ int RunAgentCommand(const AgentOptions& o) {
   config.tool_output_budget_bytes = *budget;
   auto limit = ParseSize(o.output_limit);
   if (!limit.ok()) return Fail("--output-limit: " + limit.status().message(), kExitNsboxFailure);
+  if (std::string why = CheckOutputLimit(*limit); !why.empty()) return Fail("--output-limit: " + why, kExitNsboxFailure);
   config.sandbox_output_limit_bytes = *limit;
   config.transcript_path = o.transcript;
   config.cancel = &g_agent_interrupted;

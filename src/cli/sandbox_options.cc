@@ -197,6 +197,7 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   ex.wall_timeout = *timeout;
   auto limit = ParseSize(o.output_limit);
   if (!limit.ok()) return limit.status().Wrap("--output-limit");
+  if (std::string why = CheckOutputLimit(*limit); !why.empty()) return Status::Error("--output-limit: " + why);
   ex.output_limit_bytes = *limit;
   ex.env = DefaultSandboxEnv();
   // The caller's umask (reading it means setting it; this runs before any thread exists).

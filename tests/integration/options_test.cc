@@ -38,6 +38,12 @@ TEST_CASE("a bad size is a one-line error, exit 125", "[integration][options]") 
   CheckOneLineError({"run", "--tmpfs-size", "lots", "--", "/bin/true"}, "--tmpfs-size");
 }
 
+TEST_CASE("an output limit above 64M is refused: nsbox would hold it outside every cgroup", "[integration][options]") {
+  // nsbox keeps both streams' head and tail in its own memory, and copies them into the JSON result.
+  CheckOneLineError({"run", "--output-limit", "1G", "--", "/bin/true"}, "--output-limit");
+  CheckOneLineError({"agent", "--output-limit", "65M", "hello"}, "--output-limit");
+}
+
 TEST_CASE("a limit the kernel would refuse is a one-line error before any sandbox, exit 125", "[integration][options]") {
   CheckOneLineError({"run", "--pids", "4194305", "--", "/bin/true"}, "pids limit must be at most 4194304");
   CheckOneLineError({"run", "--pids", "0", "--", "/bin/true"}, "pids limit must be at least 2");
