@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -176,13 +177,43 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
       exit_code.value = kExitNsboxFailure;
       return;
     }
+    // Asked all at once, each within its own deadline: one supervisor that does not answer (stopped, hung) delays
+    // the listing by kInfoDeadline at most and hides no other session.
+    auto sessions = session::ListSessions(root);
+    std::vector<StatusOr<nlohmann::json>> infos(sessions.size(), Status::Error("not asked"));
+    std::vector<session::RequestOutcome> outcomes(sessions.size());
+    {
+      std::vector<std::thread> askers;
+      for (size_t k = 0; k < sessions.size(); ++k)
+        askers.emplace_back([&, k] {
+          infos[k] = session::Request(sessions[k], {{"op", "info"}},
+                                      {.deadline = session::kInfoDeadline, .outcome = &outcomes[k]});
+        });
+      for (auto& asker : askers) asker.join();
+    }
     nlohmann::json rows = nlohmann::json::array();
-    for (const auto& s : session::ListSessions(root)) {
-      auto info = session::Request(s, {{"op", "info"}});
-      if (!info.ok()) continue;  // ended meanwhile
-      const auto& i = *info;
+    for (size_t k = 0; k < sessions.size(); ++k) {
+      const auto& s = sessions[k];
+      if (!infos[k].ok()) {
+        if (!outcomes[k].timed_out) continue;  // ended meanwhile
+        // Listed from its record, marked: it is there (its processes, its limits) but does not answer.
+        fmt::print(stderr, "nsbox session ls: {}\n", infos[k].status().message());
+        const auto& r = s.json;
+        rows.push_back({{"id", s.id()},
+                        {"name", s.name()},
+                        {"state", "not_answering"},
+                        {"error", infos[k].status().message()},
+                        {"idle_timeout_ms", r.value("idle_timeout_ms", int64_t{0})},
+                        {"max_lifetime_ms", r.value("max_lifetime_ms", int64_t{0})},
+                        {"created_unix_ms", r.value("created_unix_ms", int64_t{0})},
+                        {"network", r.value("network", "")},
+                        {"limits", r.value("limits", nlohmann::json::object())}});
+        continue;
+      }
+      const auto& i = *infos[k];
       rows.push_back({{"id", s.id()},
                       {"name", s.name()},
+                      {"state", "live"},
                       {"age_ms", i.value("age_ms", int64_t{0})},
                       {"idle_ms", i.value("idle_ms", int64_t{0})},
                       {"idle_timeout_ms", i.value("idle_timeout_ms", int64_t{0})},
@@ -200,6 +231,11 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  {}\n", "ID", "NAME", "AGE", "IDLE", "MEMORY", "LIMITS");
     for (const auto& r : rows) {
       const auto& l = r["limits"];
+      if (r["state"] == "not_answering") {
+        fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  (not answering: see the error above)\n", r["id"].get<std::string>(),
+                   r["name"].get<std::string>(), "?", "?", "?");
+        continue;
+      }
       fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  memory={} pids={} cpus={} network={} idle-timeout={}\n",
                  r["id"].get<std::string>(), r["name"].get<std::string>(), FormatAge(r["age_ms"].get<int64_t>()),
                  FormatAge(r["idle_ms"].get<int64_t>()), FormatSize(r["memory_bytes"].get<uint64_t>()),
@@ -235,9 +271,34 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
         if (seen.insert(s->id()).second) targets.push_back(std::move(*s));
       }
     }
-    for (const auto& s : targets) {
-      auto answer = session::Request(s, {{"op", "rm"}});
-      if (!answer.ok()) fail(answer.status());
+    // All at once, each within its own deadline; a session whose supervisor does not answer (stopped, hung, died
+    // on the way) is ended here instead: its verified supervisor killed, its state removed.
+    std::vector<Status> ended(targets.size());
+    std::vector<std::string> notes(targets.size());
+    {
+      std::vector<std::thread> removers;
+      for (size_t k = 0; k < targets.size(); ++k)
+        removers.emplace_back([&, k] {
+          session::RequestOutcome outcome;
+          auto answer = session::Request(targets[k], {{"op", "rm"}},
+                                         {.deadline = session::kRemoveDeadline, .outcome = &outcome});
+          if (answer.ok()) return;
+          if (outcome.answered) {  // a refusal: the supervisor is there and said no
+            ended[k] = answer.status();
+            return;
+          }
+          Status forced = session::EndUnresponsiveSession(targets[k]);
+          if (!forced.ok()) {
+            ended[k] = forced.Wrap(answer.status().message());
+            return;
+          }
+          if (outcome.timed_out) notes[k] = answer.status().message() + ": its supervisor was killed and its state removed";
+        });
+      for (auto& remover : removers) remover.join();
+    }
+    for (size_t k = 0; k < targets.size(); ++k) {
+      if (!notes[k].empty()) fmt::print(stderr, "nsbox session rm: {}\n", notes[k]);
+      if (!ended[k].ok()) fail(ended[k]);
     }
   });
 }
