@@ -67,7 +67,7 @@ std::string DescribeSession(const SessionRecord& session);
 inline constexpr std::chrono::milliseconds kInfoDeadline{5'000};
 inline constexpr std::chrono::milliseconds kCallDeadline{10'000};
 inline constexpr std::chrono::milliseconds kExecGrace{10'000};
-inline constexpr std::chrono::milliseconds kRemoveDeadline{15'000};
+inline constexpr std::chrono::milliseconds kRemoveDeadline{12'000};
 
 // Where a request got to, for a caller that must tell "nothing reached the session" from "it may have acted".
 struct RequestOutcome {

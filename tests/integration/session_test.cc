@@ -804,6 +804,116 @@ TEST_CASE("a session whose supervisor was killed is cleaned up by the next nsbox
   CHECK(nsbox::testing::WaitForGroups(groups_before));
 }
 
+// `nsbox ARGS...` under a 60 s watchdog: a client that hangs is killed (exit 137) and the test fails, instead of
+// hanging the suite. Not a timing assertion: every call checked with it has a bound far below 60 s.
+Output NsboxWithin60s(std::vector<std::string> args) {
+  args.insert(args.begin(), {"timeout", "-s", "KILL", "60", NsboxBin()});
+  return Run(args);
+}
+
+// A stopped or killed process that init has not reaped yet is a zombie: it is gone for these tests.
+bool ProcessGone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto paren = text.rfind(')');
+  return text.empty() || (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z');
+}
+
+TEST_CASE("a stopped supervisor: exec ends past its time-out, ls lists the other sessions, rm --all ends both",
+          "[session][lifecycle][stopped]") {
+  const auto groups_before = nsbox::testing::NsboxGroups();
+  const std::string marker = nsbox::testing::UniqueMarker("stopped-supervisor");
+  Sessions s;
+  std::string good = s.Create({"--name", "healthy"});
+  std::string bad = s.Create({"--name", "stopped"});
+  s.Sh(bad, "setsid sh -c 'sleep 1000; :' " + marker + " >/dev/null 2>&1 &");
+  REQUIRE(nsbox::testing::WaitForPidWithMarker(marker, 10s));
+  json record = s.Record(bad);
+  pid_t supervisor = record["supervisor_pid"], pid1 = record["pid1"];
+  pid_t good_supervisor = s.Record(good)["supervisor_pid"];
+  REQUIRE(::kill(supervisor, SIGSTOP) == 0);
+
+  // The exec's own time-out and a grace after it; then the client says the session did not answer. The request
+  // reached the supervisor's socket, so the program may have run: session_lost, not setup_error.
+  Output exec = NsboxWithin60s({"exec", "stopped", "--json", "--timeout", "2s", "--", "/bin/echo", "hi"});
+  INFO(exec.err);
+  REQUIRE(exec.code != 137);  // the watchdog's SIGKILL: the client hung
+  CHECK(exec.code == 125);
+  json lost = json::parse(exec.out, nullptr, false);
+  CHECK(lost["status"] == "session_lost");
+  CHECK(lost["exit_code"] == -1);
+  CHECK_THAT(lost["reason"].get<std::string>(),
+             Catch::Contains("session " + bad + " (stopped): its supervisor (pid " + std::to_string(supervisor) +
+                             ", stopped) did not answer the exec request within 12 s"));
+  CHECK(std::count(exec.err.begin(), exec.err.end(), '\n') == 1);
+
+  // The healthy session is listed as ever; the stopped one is there, marked, with the reason on stderr.
+  Output ls = NsboxWithin60s({"session", "ls", "--json"});
+  INFO(ls.err);
+  REQUIRE(ls.code != 137);
+  CHECK(ls.code == 0);
+  json rows = json::parse(ls.out, nullptr, false);
+  REQUIRE(rows.is_array());
+  REQUIRE(rows.size() == 2);
+  for (const auto& row : rows) {
+    if (row["id"] == good) {
+      CHECK(row["state"] == "live");
+      CHECK(row["memory_bytes"].get<uint64_t>() > 0);
+    } else {
+      CHECK(row["id"] == bad);
+      CHECK(row["state"] == "not_answering");
+      CHECK_THAT(row["error"].get<std::string>(), Catch::Contains("did not answer the info request"));
+    }
+  }
+  CHECK_THAT(ls.err, Catch::Contains("session " + bad + " (stopped)"));
+  // The healthy session still serves.
+  CHECK(s.Sh("healthy", "echo still")["stdout"] == "still\n");
+
+  // rm --all ends both: the healthy one as ever, the stopped one by killing its supervisor; nothing is left.
+  Output rm = NsboxWithin60s({"session", "rm", "--all"});
+  INFO(rm.err);
+  REQUIRE(rm.code != 137);
+  CHECK(rm.code == 0);
+  CHECK_THAT(rm.err, Catch::Contains("its supervisor was killed and its state removed"));
+  CHECK(!std::filesystem::exists(s.state_dir + "/" + good));
+  CHECK(!std::filesystem::exists(s.state_dir + "/" + bad));
+  CHECK(WaitFor([&] { return ProcessGone(supervisor) && ProcessGone(good_supervisor); }, 10s));
+  // pid 1 and the session's processes die with the supervisor (pid 1's PR_SET_PDEATHSIG takes its namespace).
+  CHECK(WaitFor([&] { return ProcessGone(pid1); }, 10s));
+  CHECK(nsbox::testing::WaitForNoPidsWithMarker(marker, 10s));
+  CHECK(nsbox::testing::WaitForGroups(groups_before));
+  Output after = NsboxWithin60s({"session", "ls", "--json"});
+  CHECK(after.code == 0);
+  CHECK(json::parse(after.out, nullptr, false) == json::array());
+}
+
+TEST_CASE("a supervisor killed while an exec runs: the exec's result says the session was lost, not setup_error",
+          "[session][lifecycle]") {
+  Sessions s;
+  std::string id = s.Create();
+  pid_t supervisor = s.Record(id)["supervisor_pid"];
+  Output cut;
+  std::thread client(
+      [&] { cut = NsboxWithin60s({"exec", id, "--json", "--", "/bin/sh", "-c", "touch started; sleep 30"}); });
+  bool started = WaitFor([&] { return s.Sh(id, "[ -e started ] && echo yes")["stdout"] == "yes\n"; }, 20s);
+  if (started) REQUIRE(::kill(supervisor, SIGKILL) == 0);
+  client.join();
+  REQUIRE(started);
+  INFO(cut.err);
+  REQUIRE(cut.code != 137);
+  CHECK(cut.code == 125);
+  json lost = json::parse(cut.out, nullptr, false);
+  CHECK(lost["status"] == "session_lost");
+  CHECK(lost["status"] != "setup_error");
+  CHECK_THAT(lost["reason"].get<std::string>(), Catch::Contains("ended before answering the exec request"));
+  CHECK_THAT(lost["reason"].get<std::string>(), Catch::Contains("the program may have run"));
+  CHECK(std::count(cut.err.begin(), cut.err.end(), '\n') == 1);
+  // Refused before it reached any supervisor, an exec still says that nothing ran.
+  Output gone = NsboxWithin60s({"exec", id, "--json", "--", "/bin/true"});
+  CHECK(gone.code == 125);
+  CHECK(json::parse(gone.out, nullptr, false)["status"] == "setup_error");
+}
+
 TEST_CASE("another user can't drive a session, even when the directories let it reach the socket", "[session]") {
   if (::geteuid() != 0) {
     WARN("needs root to run a command as another uid");
