@@ -664,6 +664,7 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
   REQUIRE(rows.size() == 1);
   CHECK(rows[0]["id"] == id);
   CHECK(rows[0]["name"] == "listed");
+  CHECK(rows[0]["state"] == "live");
   CHECK(rows[0]["limits"]["memory"] == "256M");
   CHECK(rows[0]["memory_bytes"].get<uint64_t>() > 0);
   CHECK(rows[0]["age_ms"].get<int64_t>() >= 0);
