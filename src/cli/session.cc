@@ -2,8 +2,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -18,6 +21,26 @@
 
 namespace nsbox::cli {
 namespace {
+
+// Calls f(0) … f(count - 1) on up to 16 threads at once: sessions are asked in parallel, so that one that does not
+// answer costs its deadline once, not once per session behind it. f must not throw.
+template <typename F>
+void ForEachAtOnce(size_t count, F f) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next++) < count;) f(k);
+  };
+  std::vector<std::thread> workers;
+  for (size_t i = 1; i < std::min<size_t>(count, 16); ++i) {
+    try {
+      workers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // out of threads: fewer workers, the same work
+    }
+  }
+  work();
+  for (auto& worker : workers) worker.join();
+}
 
 std::string FormatAge(int64_t ms) {
   int64_t s = ms / 1000;
@@ -182,15 +205,10 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     auto sessions = session::ListSessions(root);
     std::vector<StatusOr<nlohmann::json>> infos(sessions.size(), Status::Error("not asked"));
     std::vector<session::RequestOutcome> outcomes(sessions.size());
-    {
-      std::vector<std::thread> askers;
-      for (size_t k = 0; k < sessions.size(); ++k)
-        askers.emplace_back([&, k] {
-          infos[k] = session::Request(sessions[k], {{"op", "info"}},
-                                      {.deadline = session::kInfoDeadline, .outcome = &outcomes[k]});
-        });
-      for (auto& asker : askers) asker.join();
-    }
+    ForEachAtOnce(sessions.size(), [&](size_t k) {
+      infos[k] = session::Request(sessions[k], {{"op", "info"}},
+                                  {.deadline = session::kInfoDeadline, .outcome = &outcomes[k]});
+    });
     nlohmann::json rows = nlohmann::json::array();
     for (size_t k = 0; k < sessions.size(); ++k) {
       const auto& s = sessions[k];
@@ -275,27 +293,25 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     // on the way) is ended here instead: its verified supervisor killed, its state removed.
     std::vector<Status> ended(targets.size());
     std::vector<std::string> notes(targets.size());
-    {
-      std::vector<std::thread> removers;
-      for (size_t k = 0; k < targets.size(); ++k)
-        removers.emplace_back([&, k] {
-          session::RequestOutcome outcome;
-          auto answer = session::Request(targets[k], {{"op", "rm"}},
-                                         {.deadline = session::kRemoveDeadline, .outcome = &outcome});
-          if (answer.ok()) return;
-          if (outcome.answered) {  // a refusal: the supervisor is there and said no
-            ended[k] = answer.status();
-            return;
-          }
-          Status forced = session::EndUnresponsiveSession(targets[k]);
-          if (!forced.ok()) {
-            ended[k] = forced.Wrap(answer.status().message());
-            return;
-          }
-          if (outcome.timed_out) notes[k] = answer.status().message() + ": its supervisor was killed and its state removed";
-        });
-      for (auto& remover : removers) remover.join();
-    }
+    ForEachAtOnce(targets.size(), [&](size_t k) {
+      session::RequestOutcome outcome;
+      auto answer =
+          session::Request(targets[k], {{"op", "rm"}}, {.deadline = session::kRemoveDeadline, .outcome = &outcome});
+      if (answer.ok()) return;
+      if (outcome.answered) {  // a refusal: the supervisor is there and said no
+        ended[k] = answer.status();
+        return;
+      }
+      // Timed out: it does not answer, kill it now. Otherwise (no socket, a refused or closed connection) it may be
+      // ending on its own (idle time-out, another rm): it gets the time its own shutdown takes first.
+      Status forced = session::EndUnresponsiveSession(
+          targets[k], outcome.timed_out ? std::chrono::milliseconds(0) : session::kRemoveDeadline);
+      if (!forced.ok()) {
+        ended[k] = forced.Wrap(answer.status().message());
+        return;
+      }
+      if (outcome.timed_out) notes[k] = answer.status().message() + ": its supervisor was killed and its state removed";
+    });
     for (size_t k = 0; k < targets.size(); ++k) {
       if (!notes[k].empty()) fmt::print(stderr, "nsbox session rm: {}\n", notes[k]);
       if (!ended[k].ok()) fail(ended[k]);

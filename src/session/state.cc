@@ -307,7 +307,8 @@ std::optional<std::pair<uid_t, uid_t>> ProcessUids(pid_t pid) {
 
 }  // namespace
 
-Status EndUnresponsiveSession(const SessionRecord& session, std::chrono::milliseconds wait) {
+Status EndUnresponsiveSession(const SessionRecord& session, std::chrono::milliseconds grace) {
+  const std::chrono::milliseconds wait = std::chrono::seconds(5);
   const std::string who = DescribeSession(session);
   pid_t pid = session.json.value("supervisor_pid", 0);
   uint64_t start = session.json.value("supervisor_start_time", uint64_t{0});
@@ -324,14 +325,22 @@ Status EndUnresponsiveSession(const SessionRecord& session, std::chrono::millise
   auto uids = ProcessUids(pid);
   if (!uids || uids->first != ::geteuid() || uids->second != ::geteuid())
     return Status::Error(fmt::format("{}: process {} does not run as uid {}: not killing it", who, pid, ::geteuid()));
+  // The pidfd is readable once the process has exited (a zombie, init's to reap): its threads are gone and pid 1
+  // has its PDEATHSIG.
+  auto exits_within = [&](std::chrono::milliseconds limit) {
+    struct pollfd fd = {pidfd.get(), POLLIN, 0};
+    int rc;
+    while ((rc = ::poll(&fd, 1, static_cast<int>(limit.count()))) < 0 && errno == EINTR) {
+    }
+    return rc > 0;
+  };
+  if (grace.count() > 0 && exits_within(grace)) {
+    CleanUpDead(session.dir, session.json);
+    return OkStatus();
+  }
   if (::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0) != 0 && errno != ESRCH)
     return Status::Errno(fmt::format("pidfd_send_signal({}, SIGKILL)", pid)).Wrap(who);
-  // Readable once it has exited (a zombie, init's to reap): its threads are gone and pid 1 has its PDEATHSIG.
-  struct pollfd fd = {pidfd.get(), POLLIN, 0};
-  int rc;
-  while ((rc = ::poll(&fd, 1, static_cast<int>(wait.count()))) < 0 && errno == EINTR) {
-  }
-  if (rc <= 0)
+  if (!exits_within(wait))
     return Status::Error(fmt::format("{}: its supervisor (pid {}) was killed but did not exit within {}", who, pid,
                                      FormatDeadline(wait)));
   CleanUpDead(session.dir, session.json);

@@ -95,8 +95,10 @@ StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::j
 // Ends a session whose supervisor does not answer (session rm): SIGKILL to the supervisor, but only if the process
 // is verifiably the one that wrote the session's record (the recorded pid with the recorded start time, held by a
 // pidfd while it is checked, and running as the caller's uid); then pid 1 if it outlived it (PR_SET_PDEATHSIG), and
-// the state directory. The session's cgroup reaper removes its groups once its processes are gone. An error when
-// the process is not the session's supervisor (nothing is killed then) or did not die within `wait`.
-Status EndUnresponsiveSession(const SessionRecord& session, std::chrono::milliseconds wait = std::chrono::seconds(5));
+// the state directory. The session's cgroup reaper removes its groups once its processes are gone. `grace`: how long
+// a supervisor that may be ending on its own (its socket gone) gets to exit before it is killed. An error when the
+// process is not the session's supervisor (nothing is killed then) or did not die within 5 s of the SIGKILL.
+Status EndUnresponsiveSession(const SessionRecord& session,
+                              std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
 }  // namespace nsbox::session
