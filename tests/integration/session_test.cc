@@ -860,7 +860,18 @@ TEST_CASE("a stopped supervisor: exec ends past its time-out, ls lists the other
 
   // The exec's own time-out and a grace after it; then the client says the session did not answer. The request
   // reached the supervisor's socket, so the program may have run: session_lost, not setup_error.
-  Output exec = NsboxWithin60s({"exec", "stopped", "--json", "--timeout", "2s", "--", "/bin/echo", "hi"});
+  // All the clients at once: each has its own deadline, and none waits for another.
+  const std::string host_copy = s.state_dir + "-copy";
+  Output exec, ls, ls_text, cp;
+  {
+    std::vector<std::thread> clients;
+    clients.emplace_back(
+        [&] { exec = NsboxWithin60s({"exec", "stopped", "--json", "--timeout", "2s", "--", "/bin/echo", "hi"}); });
+    clients.emplace_back([&] { ls = NsboxWithin60s({"session", "ls", "--json"}); });
+    clients.emplace_back([&] { ls_text = NsboxWithin60s({"session", "ls"}); });
+    clients.emplace_back([&] { cp = NsboxWithin60s({"cp", "stopped:file", host_copy}); });
+    for (auto& client : clients) client.join();
+  }
   INFO(exec.err);
   REQUIRE(exec.code != 137);  // the watchdog's SIGKILL: the client hung
   CHECK(exec.code == 125);
@@ -873,7 +884,6 @@ TEST_CASE("a stopped supervisor: exec ends past its time-out, ls lists the other
   CHECK(std::count(exec.err.begin(), exec.err.end(), '\n') == 1);
 
   // The healthy session is listed as ever; the stopped one is there, marked, with the reason on stderr.
-  Output ls = NsboxWithin60s({"session", "ls", "--json"});
   INFO(ls.err);
   REQUIRE(ls.code != 137);
   CHECK(ls.code == 0);
@@ -891,6 +901,17 @@ TEST_CASE("a stopped supervisor: exec ends past its time-out, ls lists the other
     }
   }
   CHECK_THAT(ls.err, Catch::Contains("session " + bad + " (stopped)"));
+  REQUIRE(ls_text.code != 137);
+  CHECK(ls_text.code == 0);
+  CHECK_THAT(ls_text.out, Catch::Contains(good + "  healthy"));
+  CHECK_THAT(ls_text.out, Catch::Contains("not answering"));
+  // cp: a one-line error naming the session and what did not answer; nothing copied.
+  INFO(cp.err);
+  REQUIRE(cp.code != 137);
+  CHECK(cp.code == 125);
+  CHECK(cp.err == "nsbox cp: session " + bad + " (stopped): its supervisor (pid " + std::to_string(supervisor) +
+                      ", stopped) did not answer the workspace request within 10 s\n");
+  CHECK(!std::filesystem::exists(host_copy));
   // The healthy session still serves.
   CHECK(s.Sh("healthy", "echo still")["stdout"] == "still\n");
 
