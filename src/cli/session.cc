@@ -184,7 +184,12 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     // An id the caller never gets is a session no one would end before its idle time-out: end it now, and fail.
     if (int err = WriteAll(1, line); err != 0) {
       auto made = session::FindSession(root, id);
-      if (made.ok()) (void)session::Request(*made, {{"op", "rm"}});
+      if (made.ok()) {
+        session::RequestOutcome outcome;
+        auto removed =
+            session::Request(*made, {{"op", "rm"}}, {.deadline = session::kRemoveDeadline, .outcome = &outcome});
+        if (!removed.ok() && !outcome.answered) (void)session::EndUnresponsiveSession(*made);
+      }
       return fail(Status::Errno("writing the new session's id (the session was ended again)", err));
     }
   });
@@ -250,8 +255,8 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     for (const auto& r : rows) {
       const auto& l = r["limits"];
       if (r["state"] == "not_answering") {
-        fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  (not answering: see the error above)\n", r["id"].get<std::string>(),
-                   r["name"].get<std::string>(), "?", "?", "?");
+        fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  (not answering: see the error above)\n",
+                   r["id"].get<std::string>(), r["name"].get<std::string>(), "?", "?", "?");
         continue;
       }
       fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  memory={} pids={} cpus={} network={} idle-timeout={}\n",
