@@ -306,7 +306,8 @@ TEST_CASE("a supervisor that reads the request and goes away is a delivered requ
     UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     char buffer[256];
     ssize_t n;
-    while (conn && (n = ::read(conn.get(), buffer, sizeof buffer)) > 0 && !memchr(buffer, '\n', static_cast<size_t>(n))) {
+    while (conn && (n = ::read(conn.get(), buffer, sizeof buffer)) > 0 &&
+           !memchr(buffer, '\n', static_cast<size_t>(n))) {
     }
   });
   nsbox::session::RequestOutcome outcome;
