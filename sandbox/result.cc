@@ -12,13 +12,14 @@ const char* RunStatusName(RunStatus status) {
     case RunStatus::kOom: return "oom";
     case RunStatus::kViolation: return "violation";
     case RunStatus::kSetupError: return "setup_error";
+    case RunStatus::kSessionLost: return "session_lost";
   }
   return "setup_error";
 }
 
 static RunStatus RunStatusFromName(const std::string& name) {
   for (RunStatus s : {RunStatus::kOk, RunStatus::kExit, RunStatus::kSignal, RunStatus::kTimeout, RunStatus::kOom,
-                      RunStatus::kViolation, RunStatus::kSetupError})
+                      RunStatus::kViolation, RunStatus::kSetupError, RunStatus::kSessionLost})
     if (name == RunStatusName(s)) return s;
   return RunStatus::kSetupError;
 }
@@ -28,7 +29,8 @@ int Result::ShellExitCode() const {
     case RunStatus::kOk: return 0;
     case RunStatus::kExit: return exit_code;
     case RunStatus::kTimeout: return 124;
-    case RunStatus::kSetupError: return 125;
+    case RunStatus::kSetupError:
+    case RunStatus::kSessionLost: return 125;
     case RunStatus::kSignal:
     case RunStatus::kOom:
     case RunStatus::kViolation: return 128 + (signal > 0 ? signal : 9);

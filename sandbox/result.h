@@ -11,7 +11,9 @@
 
 namespace nsbox {
 
-enum class RunStatus { kOk, kExit, kSignal, kTimeout, kOom, kViolation, kSetupError };
+// kSessionLost: a session's supervisor took an exec and then died or stopped answering; the program may have run
+// (a setup error says that nothing ran).
+enum class RunStatus { kOk, kExit, kSignal, kTimeout, kOom, kViolation, kSetupError, kSessionLost };
 
 const char* RunStatusName(RunStatus status);
 
@@ -51,7 +53,7 @@ struct Result {
   int output_write_errno = 0;
 
   // The process exit code nsbox itself uses for this result: the program's code, 124 time-out,
-  // 125 setup error, 128+N for signal N (137 for OOM and kill verdicts).
+  // 125 setup error or session lost, 128+N for signal N (137 for OOM and kill verdicts).
   int ShellExitCode() const;
 };
 

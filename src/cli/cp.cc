@@ -49,7 +49,7 @@ void RegisterCp(CLI::App& app, ExitCode& exit_code) {
     auto found = session::FindSession(session::StateRoot(), inside.session);
     if (!found.ok()) return fail(found.status());
     UniqueFd workspace;
-    auto answer = session::Request(*found, {{"op", "workspace"}}, -1, &workspace);
+    auto answer = session::Request(*found, {{"op", "workspace"}}, {.received_fd = &workspace});
     if (!answer.ok()) return fail(answer.status());
     if (!workspace) return fail(Status::Error("the session sent no workspace descriptor"));
     StatusOr<uint64_t> copied = uint64_t{0};

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/fs.h"
 #include "sandbox/result.h"
 #include "src/cli/commands.h"
 #include "src/cli/sandbox_options.h"
@@ -11,6 +12,7 @@
 namespace nsbox::cli {
 
 int EmitResult(const Result& result, bool json);  // run.cc
+int WriteJsonResultLine(const Result& result);    // run.cc
 
 void RegisterExec(CLI::App& app, ExitCode& exit_code) {
   auto* exec = app.add_subcommand("exec", "run a program, or a Python REPL cell (--repl), in a live session");
@@ -44,7 +46,24 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
                               {"timeout_ms", executor->wall_timeout.count()},
                               {"output_limit", executor->output_limit_bytes},
                               {"repl", repl}};
-    auto answer = session::Request(*found, request, executor->stdin_fd);
+    // The supervisor answers by the exec's own time-out and a grace after it, or the client stops waiting.
+    session::RequestOutcome outcome;
+    auto answer = session::Request(*found, request,
+                                   {.deadline = executor->wall_timeout + session::kExecGrace,
+                                    .send_fd = executor->stdin_fd,
+                                    .outcome = &outcome});
+    if (!answer.ok() && outcome.delivered && !outcome.answered) {
+      // The supervisor had the request: the program may have run, and its effects may be in the session. Not a
+      // setup error, which says that nothing ran. (A supervisor that resumes sees this client gone and kills the
+      // exec, as for any client that goes away.)
+      Result lost;
+      lost.status = RunStatus::kSessionLost;
+      lost.reason = answer.status().message() + "; the program may have run";
+      (void)WriteAll(2, fmt::format("nsbox exec: {}\n", lost.reason));
+      if (program_options.json) (void)WriteJsonResultLine(lost);
+      exit_code.value = lost.ShellExitCode();
+      return;
+    }
     if (!answer.ok()) return fail(answer.status());
     Result result = ResultFromJson(answer->value("result", nlohmann::json::object()));
     if (!program_options.json && repl) {

@@ -62,6 +62,9 @@ int WriteJsonLine(int fd, const nlohmann::json& value) {
 
 }  // namespace
 
+// One result as a JSON line on stdout; 0 or the errno of the write that failed.
+int WriteJsonResultLine(const Result& result) { return WriteJsonLine(1, ResultToJson(result)); }
+
 // Prints a result the way run and exec do; returns the exit code. A result that cannot be delivered (a full disk, an
 // I/O error) is an nsbox failure, said on stderr: the caller must not take the program's exit code for the whole
 // story when its output is lost. (A standard descriptor nsbox was started without is /dev/null: see main.cc.)

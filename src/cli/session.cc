@@ -2,8 +2,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <set>
+#include <system_error>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -17,6 +21,26 @@
 
 namespace nsbox::cli {
 namespace {
+
+// Calls f(0) … f(count - 1) on up to 16 threads at once: sessions are asked in parallel, so that one that does not
+// answer costs its deadline once, not once per session behind it. f must not throw.
+template <typename F>
+void ForEachAtOnce(size_t count, F f) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next++) < count;) f(k);
+  };
+  std::vector<std::thread> workers;
+  for (size_t i = 1; i < std::min<size_t>(count, 16); ++i) {
+    try {
+      workers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // out of threads: fewer workers, the same work
+    }
+  }
+  work();
+  for (auto& worker : workers) worker.join();
+}
 
 std::string FormatAge(int64_t ms) {
   int64_t s = ms / 1000;
@@ -160,7 +184,12 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     // An id the caller never gets is a session no one would end before its idle time-out: end it now, and fail.
     if (int err = WriteAll(1, line); err != 0) {
       auto made = session::FindSession(root, id);
-      if (made.ok()) (void)session::Request(*made, {{"op", "rm"}});
+      if (made.ok()) {
+        session::RequestOutcome outcome;
+        auto removed =
+            session::Request(*made, {{"op", "rm"}}, {.deadline = session::kRemoveDeadline, .outcome = &outcome});
+        if (!removed.ok() && !outcome.answered) (void)session::EndUnresponsiveSession(*made);
+      }
       return fail(Status::Errno("writing the new session's id (the session was ended again)", err));
     }
   });
@@ -176,13 +205,38 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
       exit_code.value = kExitNsboxFailure;
       return;
     }
+    // Asked all at once, each within its own deadline: one supervisor that does not answer (stopped, hung) delays
+    // the listing by kInfoDeadline at most and hides no other session.
+    auto sessions = session::ListSessions(root);
+    std::vector<StatusOr<nlohmann::json>> infos(sessions.size(), Status::Error("not asked"));
+    std::vector<session::RequestOutcome> outcomes(sessions.size());
+    ForEachAtOnce(sessions.size(), [&](size_t k) {
+      infos[k] = session::Request(sessions[k], {{"op", "info"}},
+                                  {.deadline = session::kInfoDeadline, .outcome = &outcomes[k]});
+    });
     nlohmann::json rows = nlohmann::json::array();
-    for (const auto& s : session::ListSessions(root)) {
-      auto info = session::Request(s, {{"op", "info"}});
-      if (!info.ok()) continue;  // ended meanwhile
-      const auto& i = *info;
+    for (size_t k = 0; k < sessions.size(); ++k) {
+      const auto& s = sessions[k];
+      if (!infos[k].ok()) {
+        if (!outcomes[k].timed_out) continue;  // ended meanwhile
+        // Listed from its record, marked: it is there (its processes, its limits) but does not answer.
+        fmt::print(stderr, "nsbox session ls: {}\n", infos[k].status().message());
+        const auto& r = s.json;
+        rows.push_back({{"id", s.id()},
+                        {"name", s.name()},
+                        {"state", "not_answering"},
+                        {"error", infos[k].status().message()},
+                        {"idle_timeout_ms", r.value("idle_timeout_ms", int64_t{0})},
+                        {"max_lifetime_ms", r.value("max_lifetime_ms", int64_t{0})},
+                        {"created_unix_ms", r.value("created_unix_ms", int64_t{0})},
+                        {"network", r.value("network", "")},
+                        {"limits", r.value("limits", nlohmann::json::object())}});
+        continue;
+      }
+      const auto& i = *infos[k];
       rows.push_back({{"id", s.id()},
                       {"name", s.name()},
+                      {"state", "live"},
                       {"age_ms", i.value("age_ms", int64_t{0})},
                       {"idle_ms", i.value("idle_ms", int64_t{0})},
                       {"idle_timeout_ms", i.value("idle_timeout_ms", int64_t{0})},
@@ -200,6 +254,11 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  {}\n", "ID", "NAME", "AGE", "IDLE", "MEMORY", "LIMITS");
     for (const auto& r : rows) {
       const auto& l = r["limits"];
+      if (r["state"] == "not_answering") {
+        fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  (not answering: see the error above)\n",
+                   r["id"].get<std::string>(), r["name"].get<std::string>(), "?", "?", "?");
+        continue;
+      }
       fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  memory={} pids={} cpus={} network={} idle-timeout={}\n",
                  r["id"].get<std::string>(), r["name"].get<std::string>(), FormatAge(r["age_ms"].get<int64_t>()),
                  FormatAge(r["idle_ms"].get<int64_t>()), FormatSize(r["memory_bytes"].get<uint64_t>()),
@@ -235,9 +294,32 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
         if (seen.insert(s->id()).second) targets.push_back(std::move(*s));
       }
     }
-    for (const auto& s : targets) {
-      auto answer = session::Request(s, {{"op", "rm"}});
-      if (!answer.ok()) fail(answer.status());
+    // All at once, each within its own deadline; a session whose supervisor does not answer (stopped, hung, died
+    // on the way) is ended here instead: its verified supervisor killed, its state removed.
+    std::vector<Status> ended(targets.size());
+    std::vector<std::string> notes(targets.size());
+    ForEachAtOnce(targets.size(), [&](size_t k) {
+      session::RequestOutcome outcome;
+      auto answer =
+          session::Request(targets[k], {{"op", "rm"}}, {.deadline = session::kRemoveDeadline, .outcome = &outcome});
+      if (answer.ok()) return;
+      if (outcome.answered) {  // a refusal: the supervisor is there and said no
+        ended[k] = answer.status();
+        return;
+      }
+      // Timed out: it does not answer, kill it now. Otherwise (no socket, a refused or closed connection) it may be
+      // ending on its own (idle time-out, another rm): it gets the time its own shutdown takes first.
+      Status forced = session::EndUnresponsiveSession(
+          targets[k], outcome.timed_out ? std::chrono::milliseconds(0) : session::kRemoveDeadline);
+      if (!forced.ok()) {
+        ended[k] = forced.Wrap(answer.status().message());
+        return;
+      }
+      if (outcome.timed_out) notes[k] = answer.status().message() + ": its supervisor was killed and its state removed";
+    });
+    for (size_t k = 0; k < targets.size(); ++k) {
+      if (!notes[k].empty()) fmt::print(stderr, "nsbox session rm: {}\n", notes[k]);
+      if (!ended[k].ok()) fail(ended[k]);
     }
   });
 }

@@ -3,14 +3,18 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -84,6 +88,20 @@ uint64_t ProcessStartTime(pid_t pid) {
   return std::strtoull(p, nullptr, 10);
 }
 
+char ProcessState(pid_t pid) {
+  if (pid <= 0) return 0;
+  auto stat = ReadFile(fmt::format("/proc/{}/stat", pid), 4096);
+  if (!stat.ok()) return 0;
+  auto paren = stat->rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat->size()) return 0;
+  return (*stat)[paren + 2];
+}
+
+std::string DescribeSession(const SessionRecord& session) {
+  if (session.name().empty()) return fmt::format("session {}", session.id());
+  return fmt::format("session {} ({})", session.id(), session.name());
+}
+
 void RemoveSessionDir(const std::string& dir) {
   for (const char* name : {"socket", "session.json", "session.json.tmp"}) ::unlink((dir + "/" + name).c_str());
   ::rmdir(dir.c_str());
@@ -91,10 +109,13 @@ void RemoveSessionDir(const std::string& dir) {
 
 namespace {
 
+// A zombie (or a dying process, X) is dead: a killed supervisor stays a zombie until init reaps it.
+bool Exited(char state) { return state == 0 || state == 'Z' || state == 'X'; }
+
 bool SupervisorAlive(const nlohmann::json& record) {
   pid_t pid = record.value("supervisor_pid", 0);
   uint64_t start = record.value("supervisor_start_time", uint64_t{0});
-  return pid > 0 && start != 0 && ProcessStartTime(pid) == start;
+  return pid > 0 && start != 0 && ProcessStartTime(pid) == start && !Exited(ProcessState(pid));
 }
 
 // The supervisor is gone: its pid 1 died with it (PR_SET_PDEATHSIG); make sure, then remove what is left.
@@ -180,16 +201,28 @@ bool ValidSessionName(const std::string& name) {
   return true;
 }
 
-StatusOr<UniqueFd> ConnectSession(const SessionRecord& session) {
+StatusOr<UniqueFd> ConnectSession(const SessionRecord& session, Deadline deadline, bool* timed_out) {
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock) return Status::Errno("socket(AF_UNIX)");
+  if (deadline) {
+    // A unix connect waits for room in the listener's backlog for up to SO_SNDTIMEO (a nonblocking one would not
+    // wait at all); a stopped supervisor's backlog fills and stays full.
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(*deadline - std::chrono::steady_clock::now());
+    int64_t us = std::max<int64_t>(left.count(), 1000);
+    struct timeval tv = {static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
+    if (::setsockopt(sock.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0)
+      return Status::Errno("setsockopt(SO_SNDTIMEO)");
+  }
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   std::string path = session.socket_path();
   if (path.size() >= sizeof addr.sun_path) return Status::Error(fmt::format("socket path too long: {}", path));
   memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0)
+  while (::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0) {
+    if (errno == EINTR) continue;
+    if ((errno == EAGAIN || errno == EINPROGRESS) && timed_out) *timed_out = true;
     return Status::Errno(fmt::format("connect({})", path));
+  }
   // Nothing is sent (code, environment, files) before the server is known to be the user's own supervisor.
   struct ucred peer = {};
   socklen_t length = sizeof peer;
@@ -201,20 +234,117 @@ StatusOr<UniqueFd> ConnectSession(const SessionRecord& session) {
   return sock;
 }
 
-StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::json& request, int send_fd,
-                                 UniqueFd* received_fd) {
-  auto sock = ConnectSession(session);
-  if (!sock.ok()) return sock.status().Wrap(fmt::format("session {}", session.id()));
-  Status sent = SendMessage(sock->get(), request, send_fd);
-  MessageReader reader(sock->get());
+namespace {
+
+std::string FormatDeadline(std::chrono::milliseconds ms) {
+  if (ms.count() % 1000 == 0) return fmt::format("{} s", ms.count() / 1000);
+  return fmt::format("{} ms", ms.count());
+}
+
+// "its supervisor (pid N, stopped)", from the record and /proc, for errors about a supervisor that did not answer.
+std::string DescribeSupervisor(const SessionRecord& session) {
+  pid_t pid = session.json.value("supervisor_pid", 0);
+  uint64_t start = session.json.value("supervisor_start_time", uint64_t{0});
+  if (pid <= 0 || start == 0 || ProcessStartTime(pid) != start) return "its supervisor";
+  char state = ProcessState(pid);
+  if (state == 'T' || state == 't') return fmt::format("its supervisor (pid {}, stopped)", pid);
+  if (Exited(state)) return fmt::format("its supervisor (pid {}, exited)", pid);
+  return fmt::format("its supervisor (pid {})", pid);
+}
+
+}  // namespace
+
+StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::json& request,
+                                 const RequestOptions& options) {
+  RequestOutcome ignored;
+  RequestOutcome& outcome = options.outcome ? *options.outcome : ignored;
+  outcome = {};
+  const Deadline deadline = std::chrono::steady_clock::now() + options.deadline;
+  const std::string op = request.value("op", "");
+  auto not_answering = [&](std::string_view what) {
+    outcome.timed_out = true;
+    return Status::Error(fmt::format("{}: {} did not {} within {}", DescribeSession(session),
+                                     DescribeSupervisor(session), what, FormatDeadline(options.deadline)));
+  };
+  bool timed_out = false;
+  auto sock = ConnectSession(session, deadline, &timed_out);
+  if (!sock.ok()) {
+    if (timed_out) return not_answering("accept the connection");
+    return sock.status().Wrap(DescribeSession(session));
+  }
+  Status sent = SendMessage(sock->get(), request, options.send_fd, deadline, &timed_out);
+  outcome.delivered = sent.ok();
+  MessageReader reader(sock->get(), 64 << 20, deadline);
   // A refusal (another user's session) may arrive, and the socket close, before the request is sent whole.
   auto answer = reader.Next();
-  if (!sent.ok() && (!answer.ok() || answer->value("ok", true))) return sent;
-  if (!answer.ok())
-    return Status::Error(fmt::format("session {} ended before answering ({})", session.id(), answer.status().message()));
+  outcome.answered = answer.ok();
+  if (!sent.ok() && (!answer.ok() || answer->value("ok", true))) {
+    if (timed_out) return not_answering(fmt::format("take the {} request", op));
+    return sent.Wrap(DescribeSession(session));
+  }
+  if (!answer.ok()) {
+    if (reader.timed_out()) return not_answering(fmt::format("answer the {} request", op));
+    return Status::Error(fmt::format("{} ended before answering the {} request ({})", DescribeSession(session), op,
+                                     answer.status().message()));
+  }
   if (!answer->value("ok", false)) return Status::Error(answer->value("error", "the session refused the request"));
-  if (received_fd && !reader.fds().empty()) *received_fd = std::move(reader.fds().front());
+  if (options.received_fd && !reader.fds().empty()) *options.received_fd = std::move(reader.fds().front());
   return answer;
+}
+
+namespace {
+
+// The real and effective uid of a process (the Uid: line of /proc/PID/status); nullopt when it cannot be read.
+std::optional<std::pair<uid_t, uid_t>> ProcessUids(pid_t pid) {
+  auto status = ReadFile(fmt::format("/proc/{}/status", pid), 1 << 16);
+  if (!status.ok()) return std::nullopt;
+  auto at = status->find("\nUid:");
+  if (at == std::string::npos) return std::nullopt;
+  unsigned long real = 0, effective = 0;
+  if (std::sscanf(status->c_str() + at + 5, "%lu %lu", &real, &effective) != 2) return std::nullopt;
+  return std::make_pair(static_cast<uid_t>(real), static_cast<uid_t>(effective));
+}
+
+}  // namespace
+
+Status EndUnresponsiveSession(const SessionRecord& session, std::chrono::milliseconds grace) {
+  const std::chrono::milliseconds wait = std::chrono::seconds(5);
+  const std::string who = DescribeSession(session);
+  pid_t pid = session.json.value("supervisor_pid", 0);
+  uint64_t start = session.json.value("supervisor_start_time", uint64_t{0});
+  if (pid <= 0 || start == 0) return Status::Error(fmt::format("{}: its record names no supervisor process", who));
+  // The pidfd holds on to one process: the start time read after it was opened says that process is the recorded
+  // one (a process with the recorded pid and start time existed before the open), so the signal below cannot reach
+  // a process that later took the pid.
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd && errno != ESRCH) return Status::Errno(fmt::format("pidfd_open({})", pid)).Wrap(who);
+  if (!pidfd || ProcessStartTime(pid) != start || Exited(ProcessState(pid))) {
+    CleanUpDead(session.dir, session.json);  // it died meanwhile: what is left goes as for any dead session
+    return OkStatus();
+  }
+  auto uids = ProcessUids(pid);
+  if (!uids || uids->first != ::geteuid() || uids->second != ::geteuid())
+    return Status::Error(fmt::format("{}: process {} does not run as uid {}: not killing it", who, pid, ::geteuid()));
+  // The pidfd is readable once the process has exited (a zombie, init's to reap): its threads are gone and pid 1
+  // has its PDEATHSIG.
+  auto exits_within = [&](std::chrono::milliseconds limit) {
+    struct pollfd fd = {pidfd.get(), POLLIN, 0};
+    int rc;
+    while ((rc = ::poll(&fd, 1, static_cast<int>(limit.count()))) < 0 && errno == EINTR) {
+    }
+    return rc > 0;
+  };
+  if (grace.count() > 0 && exits_within(grace)) {
+    CleanUpDead(session.dir, session.json);
+    return OkStatus();
+  }
+  if (::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0) != 0 && errno != ESRCH)
+    return Status::Errno(fmt::format("pidfd_send_signal({}, SIGKILL)", pid)).Wrap(who);
+  if (!exits_within(wait))
+    return Status::Error(fmt::format("{}: its supervisor (pid {}) was killed but did not exit within {}", who, pid,
+                                     FormatDeadline(wait)));
+  CleanUpDead(session.dir, session.json);
+  return OkStatus();
 }
 
 }  // namespace nsbox::session

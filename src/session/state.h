@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "sandbox/base/status.h"
 #include "sandbox/base/unique_fd.h"
+#include "src/session/wire.h"
 
 namespace nsbox::session {
 
@@ -51,11 +53,52 @@ bool ValidSessionName(const std::string& name);
 // Removes a session directory and what it holds (the record, the socket); no error when already gone.
 void RemoveSessionDir(const std::string& dir);
 
-// Connects to a session's supervisor, refused unless the peer (SO_PEERCRED) runs as the caller's uid.
-StatusOr<UniqueFd> ConnectSession(const SessionRecord& session);
-// One request and its answer. `send_fd` travels with the request; a descriptor in the answer goes to *received_fd.
-// An answer {"ok": false, "error": E} becomes an error with message E.
-StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::json& request, int send_fd = -1,
-                                 UniqueFd* received_fd = nullptr);
+// A process's state letter (field 3 of /proc/PID/stat: R, S, T for stopped, Z for a zombie …), 0 when it is gone.
+char ProcessState(pid_t pid);
+
+// "session ID" or "session ID (NAME)", as errors name a session.
+std::string DescribeSession(const SessionRecord& session);
+
+// How long a client waits for its supervisor, for the whole call (connect, send, answer). A supervisor that is
+// stopped, hung or swamped must not hang its clients: past its deadline a call fails and says what did not answer.
+// info (session ls) and workspace (cp) are quick for a supervisor that runs; an exec may take its --timeout and the
+// grace after it (its kill, its report, the changed-file scan); rm waits up to 5 s for the session's other requests
+// to take their answers (Server::Shutdown) before it answers.
+inline constexpr std::chrono::milliseconds kInfoDeadline{5'000};
+inline constexpr std::chrono::milliseconds kCallDeadline{10'000};
+inline constexpr std::chrono::milliseconds kExecGrace{10'000};
+inline constexpr std::chrono::milliseconds kRemoveDeadline{12'000};
+
+// Where a request got to, for a caller that must tell "nothing reached the session" from "it may have acted".
+struct RequestOutcome {
+  bool delivered = false;  // the whole request is in the supervisor's socket: it may have acted on it
+  bool answered = false;   // an answer came (possibly a refusal, {"ok": false})
+  bool timed_out = false;  // the call ended at its deadline: the supervisor did not take or answer it in time
+};
+
+struct RequestOptions {
+  std::chrono::milliseconds deadline = kCallDeadline;  // for the whole call
+  int send_fd = -1;                                     // travels with the request
+  UniqueFd* received_fd = nullptr;                      // a descriptor in the answer goes here
+  RequestOutcome* outcome = nullptr;
+};
+
+// Connects to a session's supervisor, refused unless the peer (SO_PEERCRED) runs as the caller's uid. A listener
+// whose backlog stays full (a stopped supervisor) fails the connect at the deadline, with *timed_out set.
+StatusOr<UniqueFd> ConnectSession(const SessionRecord& session, Deadline deadline = std::nullopt,
+                                  bool* timed_out = nullptr);
+// One request and its answer, within options.deadline. An answer {"ok": false, "error": E} becomes an error with
+// message E. Errors name the session and what did not answer (the connect, the request, the answer).
+StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::json& request,
+                                 const RequestOptions& options = {});
+
+// Ends a session whose supervisor does not answer (session rm): SIGKILL to the supervisor, but only if the process
+// is verifiably the one that wrote the session's record (the recorded pid with the recorded start time, held by a
+// pidfd while it is checked, and running as the caller's uid); then pid 1 if it outlived it (PR_SET_PDEATHSIG), and
+// the state directory. The session's cgroup reaper removes its groups once its processes are gone. `grace`: how long
+// a supervisor that may be ending on its own (its socket gone) gets to exit before it is killed. An error when the
+// process is not the session's supervisor (nothing is killed then) or did not die within 5 s of the SIGKILL.
+Status EndUnresponsiveSession(const SessionRecord& session,
+                              std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
 }  // namespace nsbox::session

@@ -1,16 +1,40 @@
 // The session wire format: newline-framed JSON with SCM_RIGHTS descriptors, both directions.
 #include "src/session/wire.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace nsbox::session {
 
-Status SendMessage(int socket, const nlohmann::json& message, int fd) {
+int WaitUntilReady(int socket, short events, Deadline deadline) {
+  if (!deadline) return 1;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+    struct pollfd fd = {socket, events, 0};
+    // Rounded up: a deadline 0.4 ms away is still waited for, not polled past.
+    int rc = ::poll(&fd, 1, static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 1 << 30)));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return -1;
+    if (rc > 0) return 1;
+    if (std::chrono::steady_clock::now() >= *deadline) return 0;
+  }
+}
+
+Status SendMessage(int socket, const nlohmann::json& message, int fd, Deadline deadline, bool* timed_out) {
   std::string line = message.dump() + "\n";
   size_t done = 0;
+  // With a deadline the socket is written without blocking, after a poll that ends at the deadline.
+  const int flags = MSG_NOSIGNAL | (deadline ? MSG_DONTWAIT : 0);
   while (done < line.size()) {
+    int ready = WaitUntilReady(socket, POLLOUT, deadline);
+    if (ready < 0) return Status::Errno("poll(session socket, POLLOUT)");
+    if (ready == 0) {
+      if (timed_out) *timed_out = true;
+      return Status::Error("the session did not take the request in time");
+    }
     struct iovec iov = {line.data() + done, line.size() - done};
     struct msghdr msg = {};
     msg.msg_iov = &iov;
@@ -25,9 +49,9 @@ Status SendMessage(int socket, const nlohmann::json& message, int fd) {
       cmsg->cmsg_len = CMSG_LEN(sizeof(int));
       memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
     }
-    ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
+    ssize_t n = ::sendmsg(socket, &msg, flags);
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR || errno == EAGAIN) continue;
       return Status::Errno("sendmsg(session socket)");
     }
     done += static_cast<size_t>(n);
@@ -45,6 +69,12 @@ StatusOr<nlohmann::json> MessageReader::Next() {
       return message;
     }
     if (buffer_.size() > max_bytes_) return Status::Error("message on the session socket is too large");
+    int ready = WaitUntilReady(socket_, POLLIN, deadline_);
+    if (ready < 0) return Status::Errno("poll(session socket, POLLIN)");
+    if (ready == 0) {
+      timed_out_ = true;
+      return Status::Error("the session did not answer in time");
+    }
     char data[65536];
     struct iovec iov = {data, sizeof data};
     alignas(struct cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
@@ -53,9 +83,9 @@ StatusOr<nlohmann::json> MessageReader::Next() {
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
-    ssize_t n = ::recvmsg(socket_, &msg, MSG_CMSG_CLOEXEC);
+    ssize_t n = ::recvmsg(socket_, &msg, MSG_CMSG_CLOEXEC | (deadline_ ? MSG_DONTWAIT : 0));
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR || errno == EAGAIN) continue;
       return Status::Errno("recvmsg(session socket)");
     }
     for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {

@@ -1,6 +1,8 @@
 // The session wire format: one JSON object per line over a unix stream socket, with at most one fd per message.
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,21 +13,35 @@
 
 namespace nsbox::session {
 
-// Sends `message` as one line; `fd` (when >= 0) travels with its first byte (SCM_RIGHTS).
-Status SendMessage(int socket, const nlohmann::json& message, int fd = -1);
+// When a client stops waiting for its supervisor; none: wait as long as it takes (the supervisor's side).
+using Deadline = std::optional<std::chrono::steady_clock::time_point>;
+
+// Sends `message` as one line; `fd` (when >= 0) travels with its first byte (SCM_RIGHTS). With a deadline, a peer
+// that takes nothing (a stopped supervisor, a full socket) fails the send then, with *timed_out set.
+Status SendMessage(int socket, const nlohmann::json& message, int fd = -1, Deadline deadline = std::nullopt,
+                   bool* timed_out = nullptr);
 
 class MessageReader {
  public:
-  explicit MessageReader(int socket, size_t max_bytes = 64 << 20) : socket_(socket), max_bytes_(max_bytes) {}
-  // The next message; an error at end-of-file or for a malformed line. Descriptors received go to fds().
+  explicit MessageReader(int socket, size_t max_bytes = 64 << 20, Deadline deadline = std::nullopt)
+      : socket_(socket), max_bytes_(max_bytes), deadline_(deadline) {}
+  // The next message; an error at end-of-file, for a malformed line, or at the deadline (timed_out() then says so).
+  // Descriptors received go to fds().
   StatusOr<nlohmann::json> Next();
   std::vector<UniqueFd>& fds() { return fds_; }
+  bool timed_out() const { return timed_out_; }
 
  private:
   int socket_;
   size_t max_bytes_;
+  Deadline deadline_;
+  bool timed_out_ = false;
   std::string buffer_;
   std::vector<UniqueFd> fds_;
 };
+
+// Waits until `socket` is ready for `events` (POLLIN, POLLOUT) or the deadline passes: 1 ready (or hung up: the
+// next call says how), 0 at the deadline, -1 with errno on error. Without a deadline: 1 at once (the call blocks).
+int WaitUntilReady(int socket, short events, Deadline deadline);
 
 }  // namespace nsbox::session

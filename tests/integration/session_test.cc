@@ -107,6 +107,27 @@ bool WaitFor(F condition, std::chrono::milliseconds limit) {
   return condition();
 }
 
+// The name of the cgroup a session's pid 1 is in ("nsbox-…"), empty without one: other suites running at the same
+// time make and remove groups of their own, so a test checks for its own session's groups by name.
+std::string SessionGroupName(pid_t pid1) {
+  std::ifstream cgroups("/proc/" + std::to_string(pid1) + "/cgroup");
+  std::string line;
+  while (std::getline(cgroups, line)) {
+    auto at = line.find(":/nsbox");
+    if (at == std::string::npos) continue;
+    std::string path = line.substr(at + 2);
+    if (path.starts_with("nsbox/")) path = path.substr(6);
+    return path.substr(0, path.find('/'));
+  }
+  return "";
+}
+
+bool NoGroupNamed(const std::string& name) {
+  for (const auto& group : nsbox::testing::NsboxGroups())
+    if (group.find(name) != std::string::npos) return false;
+  return true;
+}
+
 // One test's sessions: their own state directory (NSBOX_STATE_DIR) and an rm --all at the end.
 struct Sessions {
   std::string state_dir;
@@ -117,6 +138,8 @@ struct Sessions {
     ::setenv("NSBOX_STATE_DIR", state_dir.c_str(), 1);
   }
   ~Sessions() {
+    // A test may have opened the directory up (another user's view): rm refuses a state directory that is not 0700.
+    ::chmod(state_dir.c_str(), 0700);
     Run({NsboxBin(), "session", "rm", "--all"});
     std::filesystem::remove_all(state_dir);
     ::unsetenv("NSBOX_STATE_DIR");
@@ -520,10 +543,10 @@ TEST_CASE("a client that goes away mid-exec takes the exec's detached processes 
 
 TEST_CASE("a detached background process keeps its exec's group until the session ends, which removes it",
           "[session]") {
-  const auto groups_before = nsbox::testing::NsboxGroups();
   Sessions s;
   std::string id = s.Create();
-  if (nsbox::testing::NsboxGroups() == groups_before) {
+  const std::string group = SessionGroupName(s.Record(id)["pid1"]);
+  if (group.empty()) {
     nsbox::testing::RecordSkip("session", "exec groups", "the session has no cgroup here");
     return;
   }
@@ -531,12 +554,11 @@ TEST_CASE("a detached background process keeps its exec's group until the sessio
   REQUIRE(s.Sh(id, "true")["status"] == "ok");
   // The first exec's group holds the sleep. The second's was empty at its end: removed once its answer went out,
   // when the supervisor also prepares the next exec, whose payload waits in a group of its own (ParkedExec).
-  // This session's groups only (named after its supervisor): other sessions may run on the host meanwhile.
-  const std::string own = fmt::format("/nsbox-{}-", s.Record(id)["supervisor_pid"].get<pid_t>());
+  // This session's groups only: other suites on the host may have sessions of their own.
   auto busy_and_empty = [&] {
     std::pair<int, int> counts{0, 0};
     for (const auto& g : nsbox::testing::NsboxGroups()) {
-      if (g.find("/exec-") == std::string::npos || g.find(own) == std::string::npos) continue;
+      if (g.find(group + "/exec-") == std::string::npos) continue;
       std::ifstream procs("/sys/fs/cgroup/" + g + "/cgroup.procs");
       std::string first;
       ++(std::getline(procs, first) ? counts.first : counts.second);
@@ -545,7 +567,7 @@ TEST_CASE("a detached background process keeps its exec's group until the sessio
   };
   CHECK(WaitFor([&] { return busy_and_empty() == std::pair<int, int>{2, 0}; }, 5s));
   CHECK(s.Nsbox({"session", "rm", id}).code == 0);
-  CHECK(nsbox::testing::WaitForGroups(groups_before));
+  CHECK(WaitFor([&] { return NoGroupNamed(group); }, 5s));
 }
 
 TEST_CASE("two execs run at once in one session", "[session]") {
@@ -667,6 +689,7 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
   REQUIRE(rows.size() == 1);
   CHECK(rows[0]["id"] == id);
   CHECK(rows[0]["name"] == "listed");
+  CHECK(rows[0]["state"] == "live");
   CHECK(rows[0]["limits"]["memory"] == "256M");
   CHECK(rows[0]["memory_bytes"].get<uint64_t>() > 0);
   CHECK(rows[0]["age_ms"].get<int64_t>() >= 0);
@@ -789,12 +812,12 @@ TEST_CASE("an exec or a cell cut short by the session's end says how the session
 }
 
 TEST_CASE("a session whose supervisor was killed is cleaned up by the next nsbox call", "[session][lifecycle]") {
-  const auto groups_before = nsbox::testing::NsboxGroups();
   Sessions s;
   std::string id = s.Create();
   s.Sh(id, "setsid sleep 1000 >/dev/null 2>&1 &");
   json record = s.Record(id);
   pid_t supervisor = record["supervisor_pid"], pid1 = record["pid1"];
+  const std::string group = SessionGroupName(pid1);
   REQUIRE(::kill(supervisor, SIGKILL) == 0);
   // pid 1 (and its namespace) died with it. Its exit waits until the parked payload (the supervisor's child, in the
   // namespace) is reaped by the host's init, which here reaps orphans every 2 s; then pid 1 itself is reaped so.
@@ -804,7 +827,140 @@ TEST_CASE("a session whose supervisor was killed is cleaned up by the next nsbox
   CHECK(ls.Json().empty());
   CHECK(!std::filesystem::exists(s.state_dir + "/" + id));
   // The reaper removed the session's groups, and the exec's group below them that the sleep kept.
-  CHECK(nsbox::testing::WaitForGroups(groups_before));
+  if (!group.empty()) CHECK(WaitFor([&] { return NoGroupNamed(group); }, 5s));
+}
+
+// `nsbox ARGS...` under a 60 s watchdog: a client that hangs is killed (exit 137) and the test fails, instead of
+// hanging the suite. Not a timing assertion: every call checked with it has a bound far below 60 s.
+Output NsboxWithin60s(std::vector<std::string> args) {
+  args.insert(args.begin(), {"timeout", "-s", "KILL", "60", NsboxBin()});
+  return Run(args);
+}
+
+// A stopped or killed process that init has not reaped yet is a zombie: it is gone for these tests.
+bool ProcessGone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto paren = text.rfind(')');
+  return text.empty() || (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z');
+}
+
+TEST_CASE("a stopped supervisor: exec ends past its time-out, ls lists the other sessions, rm --all ends both",
+          "[session][lifecycle][stopped]") {
+  const std::string marker = nsbox::testing::UniqueMarker("stopped-supervisor");
+  Sessions s;
+  std::string good = s.Create({"--name", "healthy"});
+  std::string bad = s.Create({"--name", "stopped"});
+  s.Sh(bad, "setsid sh -c 'sleep 1000; :' " + marker + " >/dev/null 2>&1 &");
+  REQUIRE(nsbox::testing::WaitForPidWithMarker(marker, 10s));
+  json record = s.Record(bad);
+  pid_t supervisor = record["supervisor_pid"], pid1 = record["pid1"];
+  pid_t good_supervisor = s.Record(good)["supervisor_pid"];
+  const std::string group = SessionGroupName(pid1), good_group = SessionGroupName(s.Record(good)["pid1"]);
+  if (group.empty()) WARN("the sessions have no cgroups here: their removal is not checked");
+  REQUIRE(::kill(supervisor, SIGSTOP) == 0);
+
+  // The exec's own time-out and a grace after it; then the client says the session did not answer. The request
+  // reached the supervisor's socket, so the program may have run: session_lost, not setup_error.
+  // All the clients at once: each has its own deadline, and none waits for another.
+  const std::string host_copy = s.state_dir + "-copy";
+  Output exec, ls, ls_text, cp;
+  {
+    std::vector<std::thread> clients;
+    clients.emplace_back(
+        [&] { exec = NsboxWithin60s({"exec", "stopped", "--json", "--timeout", "2s", "--", "/bin/echo", "hi"}); });
+    clients.emplace_back([&] { ls = NsboxWithin60s({"session", "ls", "--json"}); });
+    clients.emplace_back([&] { ls_text = NsboxWithin60s({"session", "ls"}); });
+    clients.emplace_back([&] { cp = NsboxWithin60s({"cp", "stopped:file", host_copy}); });
+    for (auto& client : clients) client.join();
+  }
+  INFO(exec.err);
+  REQUIRE(exec.code != 137);  // the watchdog's SIGKILL: the client hung
+  CHECK(exec.code == 125);
+  json lost = json::parse(exec.out, nullptr, false);
+  CHECK(lost["status"] == "session_lost");
+  CHECK(lost["exit_code"] == -1);
+  CHECK_THAT(lost["reason"].get<std::string>(),
+             Catch::Contains("session " + bad + " (stopped): its supervisor (pid " + std::to_string(supervisor) +
+                             ", stopped) did not answer the exec request within 12 s"));
+  CHECK(std::count(exec.err.begin(), exec.err.end(), '\n') == 1);
+
+  // The healthy session is listed as ever; the stopped one is there, marked, with the reason on stderr.
+  INFO(ls.err);
+  REQUIRE(ls.code != 137);
+  CHECK(ls.code == 0);
+  json rows = json::parse(ls.out, nullptr, false);
+  REQUIRE(rows.is_array());
+  REQUIRE(rows.size() == 2);
+  for (const auto& row : rows) {
+    if (row["id"] == good) {
+      CHECK(row["state"] == "live");
+      CHECK(row["memory_bytes"].get<uint64_t>() > 0);
+    } else {
+      CHECK(row["id"] == bad);
+      CHECK(row["state"] == "not_answering");
+      CHECK_THAT(row["error"].get<std::string>(), Catch::Contains("did not answer the info request"));
+    }
+  }
+  CHECK_THAT(ls.err, Catch::Contains("session " + bad + " (stopped)"));
+  REQUIRE(ls_text.code != 137);
+  CHECK(ls_text.code == 0);
+  CHECK_THAT(ls_text.out, Catch::Contains(good + "  healthy"));
+  CHECK_THAT(ls_text.out, Catch::Contains("not answering"));
+  // cp: a one-line error naming the session and what did not answer; nothing copied.
+  INFO(cp.err);
+  REQUIRE(cp.code != 137);
+  CHECK(cp.code == 125);
+  CHECK(cp.err == "nsbox cp: session " + bad + " (stopped): its supervisor (pid " + std::to_string(supervisor) +
+                      ", stopped) did not answer the workspace request within 10 s\n");
+  CHECK(!std::filesystem::exists(host_copy));
+  // The healthy session still serves.
+  CHECK(s.Sh("healthy", "echo still")["stdout"] == "still\n");
+
+  // rm --all ends both: the healthy one as ever, the stopped one by killing its supervisor; nothing is left.
+  Output rm = NsboxWithin60s({"session", "rm", "--all"});
+  INFO(rm.err);
+  REQUIRE(rm.code != 137);
+  CHECK(rm.code == 0);
+  CHECK_THAT(rm.err, Catch::Contains("its supervisor was killed and its state removed"));
+  CHECK(!std::filesystem::exists(s.state_dir + "/" + good));
+  CHECK(!std::filesystem::exists(s.state_dir + "/" + bad));
+  CHECK(WaitFor([&] { return ProcessGone(supervisor) && ProcessGone(good_supervisor); }, 10s));
+  // pid 1 and the session's processes die with the supervisor (pid 1's PR_SET_PDEATHSIG takes its namespace).
+  CHECK(WaitFor([&] { return ProcessGone(pid1); }, 10s));
+  CHECK(nsbox::testing::WaitForNoPidsWithMarker(marker, 10s));
+  // The reaper removes the session's groups (and the exec's below them that the sleep kept) once it is all gone.
+  if (!group.empty()) CHECK(WaitFor([&] { return NoGroupNamed(group) && NoGroupNamed(good_group); }, 10s));
+  Output after = NsboxWithin60s({"session", "ls", "--json"});
+  CHECK(after.code == 0);
+  CHECK(json::parse(after.out, nullptr, false) == json::array());
+}
+
+TEST_CASE("a supervisor killed while an exec runs: the exec's result says the session was lost, not setup_error",
+          "[session][lifecycle]") {
+  Sessions s;
+  std::string id = s.Create();
+  pid_t supervisor = s.Record(id)["supervisor_pid"];
+  Output cut;
+  std::thread client(
+      [&] { cut = NsboxWithin60s({"exec", id, "--json", "--", "/bin/sh", "-c", "touch started; sleep 30"}); });
+  bool started = WaitFor([&] { return s.Sh(id, "[ -e started ] && echo yes")["stdout"] == "yes\n"; }, 20s);
+  if (started) REQUIRE(::kill(supervisor, SIGKILL) == 0);
+  client.join();
+  REQUIRE(started);
+  INFO(cut.err);
+  REQUIRE(cut.code != 137);
+  CHECK(cut.code == 125);
+  json lost = json::parse(cut.out, nullptr, false);
+  CHECK(lost["status"] == "session_lost");
+  CHECK(lost["status"] != "setup_error");
+  CHECK_THAT(lost["reason"].get<std::string>(), Catch::Contains("ended before answering the exec request"));
+  CHECK_THAT(lost["reason"].get<std::string>(), Catch::Contains("the program may have run"));
+  CHECK(std::count(cut.err.begin(), cut.err.end(), '\n') == 1);
+  // Refused before it reached any supervisor, an exec still says that nothing ran.
+  Output gone = NsboxWithin60s({"exec", id, "--json", "--", "/bin/true"});
+  CHECK(gone.code == 125);
+  CHECK(json::parse(gone.out, nullptr, false)["status"] == "setup_error");
 }
 
 TEST_CASE("another user can't drive a session, even when the directories let it reach the socket", "[session]") {

@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -18,6 +20,7 @@
 #include "src/session/state.h"
 #include "src/session/workspace_copy.h"
 
+using nsbox::Status;
 using nsbox::UniqueFd;
 
 TEST_CASE("cp paths are taken relative to /workspace and may not leave it", "[session]") {
@@ -222,4 +225,175 @@ TEST_CASE("a session socket served by another uid is refused before anything is 
   REQUIRE(::waitpid(server, &status, 0) == server);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+namespace {
+
+// A listening unix socket at DIR/socket, in this process: the kernel completes connections into its backlog (and
+// takes their data) whether or not anyone accepts them, as for a stopped supervisor.
+UniqueFd ListenAt(const std::string& dir, int backlog) {
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::string path = dir + "/socket";
+  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::bind(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(sock.get(), backlog) != 0)
+    return UniqueFd();
+  return sock;
+}
+
+nsbox::session::SessionRecord RecordAt(const std::string& dir, nlohmann::json extra = nlohmann::json::object()) {
+  nlohmann::json record = {{"id", "sabcdefabcdef"}, {"name", "quiet"}};
+  record.update(extra);
+  return {record, dir};
+}
+
+}  // namespace
+
+TEST_CASE("a request that is taken and never answered ends at its deadline: delivered, unanswered", "[session]") {
+  TempTree tree;
+  const std::string dir = tree.path + "/sabcdefabcdef";
+  std::filesystem::create_directory(dir);
+  UniqueFd listener = ListenAt(dir, 4);
+  REQUIRE(listener);
+  nsbox::session::RequestOutcome outcome;
+  auto answer = nsbox::session::Request(RecordAt(dir), {{"op", "exec"}},
+                                        {.deadline = std::chrono::milliseconds(300), .outcome = &outcome});
+  REQUIRE(!answer.ok());
+  CHECK(answer.status().message() ==
+        "session sabcdefabcdef (quiet): its supervisor did not answer the exec request within 300 ms");
+  CHECK(outcome.delivered);
+  CHECK(!outcome.answered);
+  CHECK(outcome.timed_out);
+}
+
+TEST_CASE("a connect to a listener whose backlog stays full ends at its deadline, with nothing sent", "[session]") {
+  TempTree tree;
+  const std::string dir = tree.path + "/sabcdefabcdef";
+  std::filesystem::create_directory(dir);
+  UniqueFd listener = ListenAt(dir, 0);
+  REQUIRE(listener);
+  // Backlog 0 holds one pending connection: this one fills it.
+  std::vector<UniqueFd> fillers;
+  for (int i = 0; i < 4; ++i) {
+    UniqueFd filler(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    struct sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    std::string path = dir + "/socket";
+    memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    if (::connect(filler.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0) break;
+    fillers.push_back(std::move(filler));
+  }
+  REQUIRE(!fillers.empty());
+  nsbox::session::RequestOutcome outcome;
+  auto answer = nsbox::session::Request(RecordAt(dir), {{"op", "info"}},
+                                        {.deadline = std::chrono::milliseconds(300), .outcome = &outcome});
+  REQUIRE(!answer.ok());
+  CHECK_THAT(answer.status().message(), Catch::Contains("did not accept the connection within 300 ms"));
+  CHECK(!outcome.delivered);
+  CHECK(outcome.timed_out);
+}
+
+TEST_CASE("a supervisor that reads the request and goes away is a delivered request that was never answered",
+          "[session]") {
+  TempTree tree;
+  const std::string dir = tree.path + "/sabcdefabcdef";
+  std::filesystem::create_directory(dir);
+  UniqueFd listener = ListenAt(dir, 4);
+  REQUIRE(listener);
+  std::thread server([&] {
+    UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    char buffer[256];
+    ssize_t n;
+    while (conn && (n = ::read(conn.get(), buffer, sizeof buffer)) > 0 &&
+           !memchr(buffer, '\n', static_cast<size_t>(n))) {
+    }
+  });
+  nsbox::session::RequestOutcome outcome;
+  auto answer = nsbox::session::Request(RecordAt(dir), {{"op", "exec"}},
+                                        {.deadline = std::chrono::seconds(30), .outcome = &outcome});
+  server.join();
+  REQUIRE(!answer.ok());
+  CHECK_THAT(answer.status().message(), Catch::Contains("ended before answering the exec request"));
+  CHECK(outcome.delivered);
+  CHECK(!outcome.answered);
+  CHECK(!outcome.timed_out);
+}
+
+namespace {
+
+// A child that waits to be killed; optionally as another uid.
+pid_t SleepingChild(uid_t uid = ::geteuid()) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (uid != ::geteuid() && (::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0)) ::_exit(1);
+    (void)!::write(ready[1], "x", 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c;
+  bool ok = ::read(ready[0], &c, 1) == 1;
+  ::close(ready[0]);
+  return ok ? child : -1;
+}
+
+bool StillRunning(pid_t child) {
+  int status;
+  return ::waitpid(child, &status, WNOHANG) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("rm's forced end kills the recorded supervisor, and nothing that is not verifiably it", "[session]") {
+  TempTree tree;
+  const std::string dir = tree.path + "/sabcdefabcdef";
+
+  SECTION("the recorded pid with the recorded start time, as the caller's uid: killed, its state removed") {
+    std::filesystem::create_directory(dir);
+    pid_t child = SleepingChild();
+    REQUIRE(child > 0);
+    auto record = RecordAt(dir, {{"supervisor_pid", child},
+                                 {"supervisor_start_time", nsbox::session::ProcessStartTime(child)}});
+    Status ended = nsbox::session::EndUnresponsiveSession(record);
+    INFO(ended.message());
+    CHECK(ended.ok());
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGKILL);
+    CHECK(!std::filesystem::exists(dir));
+  }
+  SECTION("the recorded pid with another start time (a reused pid): left alone, the dead session's state removed") {
+    std::filesystem::create_directory(dir);
+    pid_t child = SleepingChild();
+    REQUIRE(child > 0);
+    auto record = RecordAt(dir, {{"supervisor_pid", child},
+                                 {"supervisor_start_time", nsbox::session::ProcessStartTime(child) + 1}});
+    CHECK(nsbox::session::EndUnresponsiveSession(record).ok());
+    CHECK(StillRunning(child));
+    CHECK(!std::filesystem::exists(dir));
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  SECTION("a process of another uid, even with the recorded pid and start time: refused, left alone") {
+    if (::geteuid() != 0) {
+      WARN("SKIP: needs root to run a process as another uid");
+      return;
+    }
+    std::filesystem::create_directory(dir);
+    pid_t child = SleepingChild(65534);
+    REQUIRE(child > 0);
+    auto record = RecordAt(dir, {{"supervisor_pid", child},
+                                 {"supervisor_start_time", nsbox::session::ProcessStartTime(child)}});
+    Status ended = nsbox::session::EndUnresponsiveSession(record);
+    CHECK(!ended.ok());
+    CHECK_THAT(ended.message(), Catch::Contains("does not run as uid 0: not killing it"));
+    CHECK(StillRunning(child));
+    CHECK(std::filesystem::exists(dir));
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
 }
