@@ -163,6 +163,7 @@ class CgroupV1 final : public Cgroup {
     report.backend = "cgroup1";
     report.enforced_by = {{"memory", "cgroup1"}, {"pids", "cgroup1"}, {"cpus", "cgroup1"}};
     report.enforced_by["memory_swap"] = swap_limited_ ? "cgroup1" : "none (no swap accounting in this kernel)";
+    report.enforced_by["memory_tcp"] = "cgroup1 (memory.kmem.tcp, as much again as the memory limit)";
     report.memory_max_bytes = limits.memory_max_bytes;
     report.pids_max = limits.pids_max;
     report.cpus = limits.cpus;
@@ -196,6 +197,15 @@ class CgroupV1 final : public Cgroup {
     Status memsw_set = WriteCgroupFile(memory_dir_ + "/memory.memsw.limit_in_bytes", std::to_string(memsw), &memsw_err);
     if (!memsw_set.ok() && memsw_err != ENOENT) return memsw_set;
     swap_limited_ = memsw_set.ok();
+    // v1 keeps socket buffers out of memory.limit_in_bytes: a TCP socket is charged to its group only once the group's
+    // memory.kmem.tcp.limit_in_bytes has been written, and only if the socket is made after that write. Unwritten, a
+    // sandbox's sockets count against nothing but the host's global tcp_mem, which a few hundred loopback pairs that
+    // nobody reads fill up (the host's own TCP then fails). Set here, before any process joins the group, to the
+    // memory limit: the sandbox may hold at most its memory limit in memory and the same again in TCP buffers. No
+    // such file (a kernel without v1 kmem accounting) is no limit: refused, as any limit that cannot be set.
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(memory_dir_ + "/memory.kmem.tcp.limit_in_bytes",
+                                          std::to_string(limits.memory_max_bytes))
+                              .Wrap("limiting the sandbox's TCP buffer memory (cgroup v1 kmem.tcp accounting)"));
     NSBOX_RETURN_IF_ERROR(WriteCgroupFile(pids_dir_ + "/pids.max", std::to_string(limits.pids_max)));
     // A new group's period is the kernel's default, kCpuPeriodUs (100 ms): only the quota is written.
     uint64_t quota = std::max<uint64_t>(1000, static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs)));
