@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include <fmt/format.h>
@@ -19,6 +21,18 @@ namespace nsbox::cgroup_internal {
 namespace {
 
 constexpr uint64_t kCpuPeriodUs = 100000;
+
+// A sixteenth of the host's hard limit for the TCP buffers of all sockets together (net.ipv4.tcp_mem's third field,
+// in pages), read once; 0 when unreadable. Every sandbox's socket memory counts there as well as in its group.
+uint64_t HostTcpMemShare() {
+  static const uint64_t share = [] {
+    auto text = ReadFile("/proc/sys/net/ipv4/tcp_mem", 256);
+    unsigned long long low = 0, pressure = 0, high = 0;
+    if (!text.ok() || std::sscanf(text->c_str(), "%llu %llu %llu", &low, &pressure, &high) != 3) return uint64_t{0};
+    return static_cast<uint64_t>(high) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 16;
+  }();
+  return share;
+}
 
 // One hierarchy's copy of the sandbox's group. Co-mounted controllers (cpu,cpuacct) share one.
 struct Hierarchy {
@@ -163,6 +177,7 @@ class CgroupV1 final : public Cgroup {
     report.backend = "cgroup1";
     report.enforced_by = {{"memory", "cgroup1"}, {"pids", "cgroup1"}, {"cpus", "cgroup1"}};
     report.enforced_by["memory_swap"] = swap_limited_ ? "cgroup1" : "none (no swap accounting in this kernel)";
+    report.enforced_by["memory_tcp"] = "cgroup1 (memory.kmem.tcp: the memory limit again, at most 1/16 of tcp_mem)";
     report.memory_max_bytes = limits.memory_max_bytes;
     report.pids_max = limits.pids_max;
     report.cpus = limits.cpus;
@@ -196,6 +211,17 @@ class CgroupV1 final : public Cgroup {
     Status memsw_set = WriteCgroupFile(memory_dir_ + "/memory.memsw.limit_in_bytes", std::to_string(memsw), &memsw_err);
     if (!memsw_set.ok() && memsw_err != ENOENT) return memsw_set;
     swap_limited_ = memsw_set.ok();
+    // v1 keeps socket buffers out of memory.limit_in_bytes: a TCP socket is charged to its group only once the group's
+    // memory.kmem.tcp.limit_in_bytes has been written, and only if the socket is made after that write. Unwritten, a
+    // sandbox's sockets count against nothing but the host's global tcp_mem, which a few hundred loopback pairs that
+    // nobody reads fill up (the host's own TCP then fails). Set here, before any process joins the group, to the
+    // memory limit: the sandbox may hold at most its memory limit in memory and the same again in TCP buffers. No
+    // such file (a kernel without v1 kmem accounting) is no limit: refused, as any limit that cannot be set. At most
+    // a sixteenth of the host's tcp_mem, so that one sandbox (512M by default) cannot take the host's TCP alone.
+    uint64_t tcp_max = limits.memory_max_bytes;
+    if (uint64_t share = HostTcpMemShare(); share > 0) tcp_max = std::min(tcp_max, share);
+    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(memory_dir_ + "/memory.kmem.tcp.limit_in_bytes", std::to_string(tcp_max))
+                              .Wrap("limiting the sandbox's TCP buffer memory (cgroup v1 kmem.tcp accounting)"));
     NSBOX_RETURN_IF_ERROR(WriteCgroupFile(pids_dir_ + "/pids.max", std::to_string(limits.pids_max)));
     // A new group's period is the kernel's default, kCpuPeriodUs (100 ms): only the quota is written.
     uint64_t quota = std::max<uint64_t>(1000, static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs)));

@@ -95,6 +95,7 @@ class CgroupV2 final : public Cgroup {
     report.backend = "cgroup2";
     report.enforced_by = {{"memory", "cgroup2"}, {"pids", "cgroup2"}, {"cpus", "cgroup2"}};
     report.enforced_by["memory_swap"] = swap_limited_ ? "cgroup2" : "none (no swap accounting in this kernel)";
+    report.enforced_by["memory_tcp"] = "cgroup2 (socket buffers count in memory.max)";
     report.memory_max_bytes = limits.memory_max_bytes;
     report.pids_max = limits.pids_max;
     report.cpus = limits.cpus;

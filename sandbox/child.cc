@@ -26,6 +26,7 @@
 #include <string_view>
 
 #include "sandbox/caps.h"
+#include "sandbox/quotas.h"
 #include "sandbox/init.h"
 #include "sandbox/launch.h"
 #include "sandbox/mount_ns.h"
@@ -229,8 +230,10 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memo
   // directory under --workspace. Soft and hard 0, so the program cannot raise it again.
   struct rlimit no_core = {0, 0};
   if (::setrlimit(RLIMIT_CORE, &no_core) != 0) Fail(plan, "setrlimit(RLIMIT_CORE, 0)", errno);
-
   const char* step = nullptr;
+  // Pending signals and message queue bytes count per uid, against host root's quota too (quotas.h).
+  if (LimitPerUserRlimits(&step) != 0) Fail(plan, step, errno);
+
   // The bounding set is already empty: pid 1 emptied it before the fork (each drop costs a credential commit).
   // Inherited: pid 1 of a run, or a session's exec helper, made itself the sandbox user (DropInitPrivileges,
   // BecomeSandboxUser) before this process existed, and we have its credentials.
@@ -416,8 +419,11 @@ void ChildMain(const ChildPlan& plan) {
 
   // 3. Own hostname (uts namespace).
   if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) Fail(plan, "sethostname", errno);
-  // 4. The root filesystem.
   const char* step = nullptr;
+  //    The user namespace's own quotas (inotify, fanotify, namespaces), while we hold CAP_SYS_RESOURCE in it: its
+  //    counts are charged to its owner, host root for a root-run nsbox, as well (quotas.h).
+  if (SetUserNamespaceQuotas(&step) != 0) Fail(plan, step, errno);
+  // 4. The root filesystem.
   if (MountBaseAndPivotToIt(&step) != 0) Fail(plan, step, errno);
   for (const auto& m : plan.mounts)
     if (ApplyChildMount(m, plan.uid, plan.gid, &step) != 0) Fail(plan, step, errno);

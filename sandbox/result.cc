@@ -99,6 +99,7 @@ nlohmann::json ResultToJson(const Result& r) {
   }
   j["denied_syscalls"] = nlohmann::json::array();
   for (const auto& [name, count] : r.denied_syscalls) j["denied_syscalls"].push_back({{"name", name}, {"count", count}});
+  j["denied_syscalls_capped"] = r.denied_syscalls_capped;
   j["denied_hosts"] = nlohmann::json::array();
   for (const auto& [host, count] : r.denied_hosts) j["denied_hosts"].push_back({{"host", host}, {"count", count}});
   for (const auto& [key, value] : r.extra.items()) j[key] = value;
@@ -135,11 +136,13 @@ Result ResultFromJson(const nlohmann::json& j) {
   }
   if (j.contains("denied_syscalls"))
     for (const auto& d : j["denied_syscalls"]) r.denied_syscalls[d.value("name", "")] = d.value("count", uint64_t{0});
+  r.denied_syscalls_capped = j.value("denied_syscalls_capped", false);
   if (j.contains("denied_hosts"))
     for (const auto& d : j["denied_hosts"]) r.denied_hosts[d.value("host", "")] = d.value("count", uint64_t{0});
   static const char* const kKnown[] = {"status", "exit_code", "signal", "reason", "stdout", "stderr", "stdout_bytes",
                                        "stderr_bytes", "stdout_truncated", "stderr_truncated", "wall_ms", "cpu_ms",
-                                       "peak_memory_bytes", "limits", "denied_syscalls", "denied_hosts"};
+                                       "peak_memory_bytes", "limits", "denied_syscalls", "denied_syscalls_capped",
+                                       "denied_hosts"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;

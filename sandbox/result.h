@@ -45,6 +45,9 @@ struct Result {
   uint64_t peak_memory_bytes = 0;
   std::optional<LimitsReport> limits;
   std::map<std::string, uint64_t> denied_syscalls;  // syscall name -> count
+  // nsbox stopped answering denials after SeccompNotifier::kAnswerBudget of them: the later ones (ENOSYS from the
+  // kernel) are not in denied_syscalls.
+  bool denied_syscalls_capped = false;
   std::map<std::string, uint64_t> denied_hosts;     // host -> count
   nlohmann::json extra = nlohmann::json::object();  // front-end additions (changed files, REPL value …)
   // Not part of the JSON result: the output was already written out while the program ran (Sandbox::PassOutputOn),

@@ -503,6 +503,7 @@ Result Sandbox::Run() {
   if (notifier) {
     notifier->Stop();
     result.denied_syscalls = notifier->Denied();
+    result.denied_syscalls_capped = notifier->Capped();
   }
   CgroupStats stats;
   if (cgroup) {

@@ -527,8 +527,11 @@ std::string SyscallName(int nr) {
   return fmt::format("syscall_{}", nr);
 }
 
-SeccompNotifier::SeccompNotifier(UniqueFd listener, int answer_errno)
-    : listener_(std::move(listener)), wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), answer_errno_(answer_errno) {}
+SeccompNotifier::SeccompNotifier(UniqueFd listener, int answer_errno, uint64_t answer_budget)
+    : listener_(std::move(listener)),
+      wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      answer_errno_(answer_errno),
+      answer_budget_(answer_budget) {}
 
 SeccompNotifier::~SeccompNotifier() {
   Stop();
@@ -554,6 +557,11 @@ std::map<std::string, uint64_t> SeccompNotifier::Denied() const {
   return denied_;
 }
 
+bool SeccompNotifier::Capped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return capped_;
+}
+
 bool SeccompNotifier::AnswerOne() {
   if (!request_ && seccomp_notify_alloc(&request_, &response_) < 0) {
     request_ = nullptr;
@@ -571,6 +579,11 @@ bool SeccompNotifier::AnswerOne() {
   (void)seccomp_notify_respond(listener_.get(), response_);
   std::lock_guard<std::mutex> lock(mutex_);
   ++denied_[SyscallName(request_->data.nr)];
+  // The budget spent: false closes the listener (kAnswerBudget says why).
+  if (++answered_ >= answer_budget_) {
+    capped_ = true;
+    return false;
+  }
   return true;
 }
 

@@ -656,6 +656,7 @@ void SessionSandbox::FinishReport(SessionHelper& h, const CgroupStats& counters_
   if (h.notifier) {
     h.notifier->Stop();
     result->denied_syscalls = h.notifier->Denied();
+    result->denied_syscalls_capped = h.notifier->Capped();
   }
   if (!cgroup_) {
     LimitsReport none;

@@ -573,3 +573,28 @@ TEST_CASE("real cgroup: set-up cost of a sandbox cgroup, with and without the re
                 destroy_us[kRounds * 9 / 10], kRounds);
   }
 }
+
+// v1 counts socket buffers only in memory.kmem.tcp: set to the memory limit, at most a sixteenth of the host's hard
+// tcp_mem, so that one large sandbox cannot fill the host's TCP memory alone (issue 24, item 4).
+TEST_CASE("real cgroup v1: kmem.tcp is the memory limit, at most a sixteenth of the host's tcp_mem", "[real]") {
+  std::string backend = RealBackend("kmem.tcp");
+  if (backend.empty()) return;
+  if (backend != "cgroup1") {
+    std::printf("SKIP kmem.tcp: the %s backend counts socket buffers in memory.max itself\n", backend.c_str());
+    return;
+  }
+  unsigned long long low = 0, pressure = 0, high = 0;
+  std::ifstream("/proc/sys/net/ipv4/tcp_mem") >> low >> pressure >> high;
+  REQUIRE(high > 0);
+  const uint64_t share = high * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 16;
+  for (uint64_t memory : {uint64_t{64} << 20, uint64_t{64} << 30}) {
+    INFO("memory limit " << memory);
+    auto group = CreateSandboxCgroup(Limits(memory, 16, 1));
+    REQUIRE(group.ok());
+    auto tcp = ReadFile((*group)->path() + "/memory.kmem.tcp.limit_in_bytes");
+    REQUIRE(tcp.ok());
+    // The kernel rounds down to whole pages.
+    const uint64_t expected = std::min(memory, share) / ::sysconf(_SC_PAGESIZE) * ::sysconf(_SC_PAGESIZE);
+    CHECK(std::stoull(*tcp) == expected);
+  }
+}
