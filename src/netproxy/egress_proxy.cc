@@ -8,9 +8,11 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
@@ -222,11 +224,46 @@ struct Resolved {
   std::string error;  // the lookup itself failed
 };
 
+// The host's own addresses (every interface's, as getifaddrs lists them now), numeric: an allowed domain that
+// resolves to one of them would reach the host's own services, which is what the sandbox's namespace keeps away.
+// Numeric, an IPv4-mapped IPv6 address as the IPv4 one it carries.
+std::string CanonicalAddress(const sockaddr* address) {
+  if (address->sa_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(address);
+    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
+      sockaddr_in v4{};
+      v4.sin_family = AF_INET;
+      std::memcpy(&v4.sin_addr, v6->sin6_addr.s6_addr + 12, 4);
+      return FormatAddress(reinterpret_cast<const sockaddr*>(&v4));
+    }
+  }
+  return FormatAddress(address);
+}
+
+std::vector<std::string> HostAddresses(const ProxyState& state) {
+  if (!state.config.host_addresses_override.empty()) return state.config.host_addresses_override;
+  std::vector<std::string> addresses;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return addresses;
+  for (ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next)
+    if (entry->ifa_addr && (entry->ifa_addr->sa_family == AF_INET || entry->ifa_addr->sa_family == AF_INET6))
+      addresses.push_back(CanonicalAddress(entry->ifa_addr));
+  freeifaddrs(list);
+  return addresses;
+}
+
 void AddCandidate(const ProxyState& state, const sockaddr* address, socklen_t length, Resolved& resolved) {
   std::string_view range = SpecialAddressRange(address);
   if (!range.empty() && !state.config.allow_private_addresses) {
     if (resolved.refused.empty()) resolved.refused = fmt::format("{} ({})", FormatAddress(address), range);
     return;
+  }
+  if (!state.config.allow_private_addresses) {
+    const std::vector<std::string> host = HostAddresses(state);
+    if (std::find(host.begin(), host.end(), CanonicalAddress(address)) != host.end()) {
+      if (resolved.refused.empty()) resolved.refused = fmt::format("{} (an address of this host)", FormatAddress(address));
+      return;
+    }
   }
   sockaddr_storage copy{};
   std::memcpy(&copy, address, std::min<size_t>(length, sizeof copy));
@@ -316,6 +353,9 @@ UniqueFd ConnectAny(const ProxyState& state, const std::vector<sockaddr_storage>
 struct Direction {
   std::string buffer;
   size_t offset = 0;
+  // Bytes it may still take from its source: a plain HTTP request's body, and not a byte of what the client sends
+  // behind it (a pipelined second request, whose Host the proxy would never check).
+  uint64_t remaining = UINT64_MAX;
   bool source_eof = false;
   bool sink_shut = false;
   bool pending() const { return offset < buffer.size(); }
@@ -324,9 +364,10 @@ struct Direction {
 enum class IoResult { kOk, kEof, kBlocked, kError };
 
 IoResult Fill(ProxyState& state, int from, Direction& direction, std::atomic<uint64_t>& counter, bool& capped) {
-  direction.buffer.resize(kRelayChunk);
+  const size_t chunk = static_cast<size_t>(std::min<uint64_t>(kRelayChunk, direction.remaining));
+  direction.buffer.resize(chunk);
   direction.offset = 0;
-  ssize_t got = recv(from, direction.buffer.data(), kRelayChunk, 0);
+  ssize_t got = recv(from, direction.buffer.data(), chunk, 0);
   if (got <= 0) {
     direction.buffer.clear();
     if (got == 0) return IoResult::kEof;
@@ -336,6 +377,7 @@ IoResult Fill(ProxyState& state, int from, Direction& direction, std::atomic<uin
   if (granted < static_cast<uint64_t>(got)) capped = true;
   direction.buffer.resize(granted);
   counter += granted;
+  direction.remaining -= std::min<uint64_t>(direction.remaining, static_cast<uint64_t>(got));
   return IoResult::kOk;
 }
 
@@ -354,7 +396,9 @@ IoResult Drain(int to, Direction& direction) {
 // Moves bytes both ways until both sides have finished, either side fails, the byte limit is reached,
 // the connection idles out, or the proxy stops. Half-closes are passed on, as CONNECT tunnels need; a
 // plain HTTP exchange ends once the origin's response has been delivered (the origin was asked to close).
-void Relay(ProxyState& state, int client, int upstream, std::string to_upstream, bool end_with_response) {
+// client_bytes: how many more bytes the client may send the origin after to_upstream (UINT64_MAX: any).
+void Relay(ProxyState& state, int client, int upstream, std::string to_upstream, bool end_with_response,
+           uint64_t client_bytes) {
   Direction up;  // client -> upstream
   Direction down;  // upstream -> client
   bool capped = false;
@@ -363,6 +407,7 @@ void Relay(ProxyState& state, int client, int upstream, std::string to_upstream,
   to_upstream.resize(granted);
   state.bytes_out += granted;
   up.buffer = std::move(to_upstream);
+  up.remaining = client_bytes;
 
   while (true) {
     if (!up.pending() && up.source_eof && !up.sink_shut) {
@@ -379,7 +424,7 @@ void Relay(ProxyState& state, int client, int upstream, std::string to_upstream,
 
     short client_events = 0;
     short upstream_events = 0;
-    if (!capped && !up.source_eof && !up.pending()) client_events |= POLLIN;
+    if (!capped && !up.source_eof && !up.pending() && up.remaining > 0) client_events |= POLLIN;
     if (down.pending()) client_events |= POLLOUT;
     if (!capped && !down.source_eof && !down.pending()) upstream_events |= POLLIN;
     if (up.pending()) upstream_events |= POLLOUT;
@@ -420,6 +465,32 @@ void Relay(ProxyState& state, int client, int upstream, std::string to_upstream,
   }
 }
 
+// A plain request's body length from its Content-Length (none: 0). False with `why` for a chunked body (the proxy
+// would have to parse it to find its end) or a Content-Length that is not one plain number.
+bool RequestBodyLength(const ProxyRequest& request, uint64_t& length, std::string& why) {
+  length = 0;
+  bool seen = false;
+  for (const HeaderField& field : request.headers) {
+    if (strcasecmp(field.name.c_str(), "transfer-encoding") == 0) {
+      why = "chunked request bodies (Transfer-Encoding) are not passed on by the proxy: send a Content-Length";
+      return false;
+    }
+    if (strcasecmp(field.name.c_str(), "content-length") != 0) continue;
+    const std::string& value = field.value;
+    uint64_t parsed = 0;
+    bool valid = !value.empty() && value.size() <= 18;
+    for (char c : value) valid = valid && c >= '0' && c <= '9';
+    if (valid) parsed = std::stoull(value);
+    if (!valid || (seen && parsed != length)) {
+      why = "the request's Content-Length is not one plain number";
+      return false;
+    }
+    length = parsed;
+    seen = true;
+  }
+  return true;
+}
+
 std::string LimitMessage(const ProxyState& state) {
   return fmt::format("the sandbox's network byte limit ({} bytes, --network-limit) is used up", state.config.byte_limit);
 }
@@ -447,6 +518,20 @@ void ServeConnection(ProxyState& state, UniqueFd client) {
                             fmt::join(state.config.allowed_domains, ", ")));
   }
   if (state.limit_reached) return ReplyAndClose(state, client, 403, LimitMessage(state));
+  const auto& ports = state.config.connect_ports;
+  if (request.is_connect && std::find(ports.begin(), ports.end(), request.port) == ports.end()) {
+    return Deny(state, client, host,
+                fmt::format("CONNECT to port {} is refused: tunnels go only to port {} (HTTPS); use http:// URLs for "
+                            "plain HTTP, whose requests the proxy checks", request.port, fmt::join(ports, ", ")));
+  }
+  // A plain request carries its body and nothing more (Content-Length): what follows would be a second request
+  // the proxy never checked, for any host the origin serves.
+  uint64_t body_bytes = 0;
+  if (!request.is_connect) {
+    std::string why;
+    if (!RequestBodyLength(request, body_bytes, why))
+      return ReplyAndClose(state, client, why.starts_with("chunked") ? 501 : 400, why);
+  }
 
   Resolved resolved = Resolve(state, host, request.port);
   if (state.stopping) return;
@@ -473,9 +558,12 @@ void ServeConnection(ProxyState& state, UniqueFd client) {
     }
     to_upstream = std::move(leftover);
   } else {
+    if (leftover.size() > body_bytes) leftover.resize(body_bytes);  // a pipelined request behind it is dropped
+    body_bytes -= leftover.size();
     to_upstream = BuildOriginHead(request) + leftover;
   }
-  Relay(state, client.get(), upstream.get(), std::move(to_upstream), !request.is_connect);
+  Relay(state, client.get(), upstream.get(), std::move(to_upstream), !request.is_connect,
+        request.is_connect ? UINT64_MAX : body_bytes);
   if (!state.stopping) LingerClose(state, client.get());
 }
 

@@ -30,6 +30,11 @@ struct ProxyConfig {
   // test never leaks a lookup; its answers pass the same address check as DNS answers, so pointing a name
   // at 127.0.0.1 still needs allow_private_addresses.
   std::map<std::string, std::string> resolver_override;
+  // CONNECT tunnels go only to these ports (HTTPS): a tunnel to port 80 would carry requests whose Host header the
+  // proxy never sees, to any virtual host behind an allowed domain's address.
+  std::vector<uint16_t> connect_ports = {443};
+  // TEST ONLY: the host's own addresses, instead of its interfaces' (getifaddrs) when non-empty.
+  std::vector<std::string> host_addresses_override;
   // --network-limit: bytes relayed in + out over the proxy's lifetime; 0 = unlimited. The cap is exact:
   // the relay stops at the limit, and later requests are refused.
   uint64_t byte_limit = 0;

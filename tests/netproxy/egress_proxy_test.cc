@@ -44,9 +44,11 @@ RunningProxy StartProxy(ProxyConfig config) {
 }
 
 // The usual test set-up: "allowed.test" and "refused.test" both resolve to 127.0.0.1, only the first is
-// in the allow list, and loopback targets are opted in (the test servers live there).
-ProxyConfig LocalConfig() {
+// in the allow list, and loopback targets are opted in (the test servers live there). CONNECT goes to 443 and to
+// the given ports (the test servers' own).
+ProxyConfig LocalConfig(std::vector<uint16_t> connect_ports = {}) {
   ProxyConfig config;
+  config.connect_ports.insert(config.connect_ports.end(), connect_ports.begin(), connect_ports.end());
   config.allowed_domains = {"allowed.test", "tunnel.allowed.test", "*.wild.test"};
   config.allow_private_addresses = true;
   config.resolver_override = {{"allowed.test", "127.0.0.1"},
@@ -258,7 +260,7 @@ TEST_CASE("a request body is forwarded behind the rewritten head, whether it cam
 
 TEST_CASE("CONNECT opens a tunnel that carries bytes both ways and passes on the half-close") {
   EchoServer echo;
-  RunningProxy proxy = StartProxy(LocalConfig());
+  RunningProxy proxy = StartProxy(LocalConfig({echo.port()}));
   UniqueFd client = ConnectLoopback(proxy.port);
   REQUIRE(client);
   std::string authority = "tunnel.allowed.test:" + std::to_string(echo.port());
@@ -356,7 +358,7 @@ TEST_CASE("connections beyond the limit are answered 503 and the slots come back
 
 TEST_CASE("Stop ends open tunnels and closes the port promptly, and the counts stay readable") {
   EchoServer echo;
-  RunningProxy proxy = StartProxy(LocalConfig());
+  RunningProxy proxy = StartProxy(LocalConfig({echo.port()}));
   UniqueFd client = ConnectLoopback(proxy.port);
   std::string authority = "tunnel.allowed.test:" + std::to_string(echo.port());
   SendAllBlocking(client.get(), "CONNECT " + authority + " HTTP/1.1\r\n\r\n");
@@ -414,7 +416,7 @@ TEST_CASE("HTTPS through CONNECT reaches a real TLS server that is allowed") {
   }
   REQUIRE(listening);
 
-  ProxyConfig config = LocalConfig();
+  ProxyConfig config = LocalConfig({static_cast<uint16_t>(tls_port)});
   config.allowed_domains.push_back("secure.test");
   config.resolver_override["secure.test"] = "127.0.0.1";
   RunningProxy proxy = StartProxy(config);
@@ -543,4 +545,71 @@ TEST_CASE("pip installs from a local package index through the proxy using only 
                               environment, log);
   CHECK(status != 0);
   CHECK(proxy->DeniedHosts().at("refused.test") >= 1);
+}
+
+TEST_CASE("CONNECT goes only to port 443 (and the configured ports): a tunnel to port 80 is refused") {
+  // Through a tunnel to port 80 a client could send any Host to the allowed domain's address, unchecked.
+  EchoServer echo;
+  RunningProxy proxy = StartProxy(LocalConfig());
+  for (const std::string& port : {std::string("80"), std::to_string(echo.port())}) {
+    std::string response =
+        Exchange(proxy.port, "CONNECT tunnel.allowed.test:" + port + " HTTP/1.1\r\nHost: tunnel.allowed.test:" + port +
+                                 "\r\n\r\n");
+    INFO(response);
+    CHECK(StatusLine(response).rfind("HTTP/1.1 403", 0) == 0);
+    CHECK_THAT(response, Catch::Contains("port " + port) && Catch::Contains("443"));
+  }
+  CHECK(echo.connections() == 0);
+}
+
+TEST_CASE("a request pipelined behind an allowed one never reaches the origin, nor bytes past the body") {
+  std::mutex mutex;
+  std::string received;
+  TestServer origin([&](int fd) {
+    std::string all = ReadHeadBlocking(fd);
+    // Whatever else arrives within a moment: the proxy must send nothing more than the head and its body.
+    for (;;) {
+      pollfd ready = {fd, POLLIN, 0};
+      if (poll(&ready, 1, 300) <= 0) break;
+      char buffer[4096];
+      ssize_t n = recv(fd, buffer, sizeof buffer, 0);
+      if (n <= 0) break;
+      all.append(buffer, static_cast<size_t>(n));
+    }
+    {
+      std::lock_guard lock(mutex);
+      received += all;
+    }
+    SendAllBlocking(fd, HttpResponse(200, "first\n"));
+  });
+  RunningProxy proxy = StartProxy(LocalConfig());
+  const std::string authority = "allowed.test:" + std::to_string(origin.port());
+  const std::string smuggled = "GET /admin HTTP/1.1\r\nHost: internal.evil\r\n\r\n";
+  std::string response = Exchange(proxy.port, "GET http://" + authority + "/ HTTP/1.1\r\nHost: " + authority +
+                                                  "\r\n\r\n" + smuggled);
+  CHECK(Body(response) == "first\n");
+  response = Exchange(proxy.port, "POST http://" + authority + "/ HTTP/1.1\r\nHost: " + authority +
+                                      "\r\nContent-Length: 5\r\n\r\nhello" + smuggled);
+  CHECK(Body(response) == "first\n");
+  std::lock_guard lock(mutex);
+  INFO(received);
+  CHECK_THAT(received, Catch::Contains("\r\n\r\nhello") && !Catch::Contains("internal.evil"));
+  // A chunked body would need parsing to find its end: refused.
+  response = Exchange(proxy.port, "POST http://" + authority + "/ HTTP/1.1\r\nHost: " + authority +
+                                      "\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  CHECK(StatusLine(response).rfind("HTTP/1.1 501", 0) == 0);
+}
+
+TEST_CASE("an allowed domain resolving to one of the host's own addresses is refused") {
+  ProxyConfig config = LocalConfig();
+  config.allow_private_addresses = false;
+  // A public address standing for one of this host's interfaces (the host here has only private ones).
+  config.host_addresses_override = {"93.184.216.34", "2606:2800:220:1::7"};
+  config.resolver_override["self.allowed.test"] = "93.184.216.34";
+  config.allowed_domains.push_back("self.allowed.test");
+  RunningProxy proxy = StartProxy(config);
+  std::string response = Exchange(proxy.port, Get("self.allowed.test", 8080));
+  INFO(response);
+  CHECK(StatusLine(response).rfind("HTTP/1.1 403", 0) == 0);
+  CHECK_THAT(response, Catch::Contains("an address of this host"));
 }

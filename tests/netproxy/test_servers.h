@@ -131,6 +131,7 @@ class EchoServer {
           ssize_t got;
           while ((got = recv(fd, buffer, sizeof buffer, 0)) > 0) SendAllBlocking(fd, std::string_view(buffer, got));
         }) {}
+  int connections() const { return server_.connections(); }
   uint16_t port() const { return server_.port(); }
 
  private:
