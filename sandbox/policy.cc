@@ -173,7 +173,9 @@ PolicyBuilder& PolicyBuilder::SetRootfsDir(const std::string& dir) {
 PolicyBuilder& PolicyBuilder::AddBind(const std::string& source, const std::string& destination, bool writable) {
   auto resolved = ResolveBindSource(source, "bind source", false);
   if (!resolved.ok()) return Fail(resolved.status());
-  auto normal = NormalizeBindDestination(destination);
+  // No destination: the source's real path, so that it does not pass through a link of the sandbox's root (a bind
+  // destination follows none): --ro-bind /bin/x appears at /usr/bin/x, which the sandbox's /bin link shows.
+  auto normal = NormalizeBindDestination(destination.empty() ? *resolved : destination);
   if (!normal.ok()) return Fail(normal.status());
   // Two binds at one place: only the last would be seen, so the first was a mistake.
   for (const BindMount& bind : policy_.binds_)

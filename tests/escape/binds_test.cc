@@ -163,3 +163,21 @@ TEST_CASE("binds over the sandbox's own /proc, /sys and /dev are refused; below 
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "shm\n");
 }
+
+TEST_CASE("a bind without a destination appears at its source's real path; one through the root's own links is refused",
+          "[escape][filesystem][binds]") {
+  TempDir host;
+  REQUIRE(::chmod(host.path().c_str(), 0755) == 0);
+  REQUIRE(::mkdir((host.path() + "/real").c_str(), 0755) == 0);
+  host.Write("real/f", "real\n");
+  REQUIRE(::symlink("real", (host.path() + "/link").c_str()) == 0);  // root's link, in a directory only root writes
+  auto r = RunNsboxJson({"--ro-bind", host.path() + "/link", "--", "/bin/sh", "-c",
+                         "cat " + host.path() + "/real/f; test -e " + host.path() + "/link || echo no-link"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "real\nno-link\n");
+  // On a merged-/usr host the sandbox's /bin is a link (to usr/bin): a destination follows no link, whoever made it.
+  // (Elsewhere /bin is a read-only bind, where no mount point can be made: refused too, for another reason.)
+  auto through = RunNsboxRaw({"run", "--ro-bind", host.path() + "/real:/bin/nsbox-x", "--", "/bin/sh", "-c", "echo RAN"});
+  RequireRefused(through, fs::is_symlink("/bin") ? "symbolic link 'bin'" : "/bin/nsbox-x");
+}
