@@ -125,9 +125,11 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
   if (!new_root) return -1;
   UniqueFd dst(OpenMountPoint(new_root.get(), target + strlen("/newroot"), directory, bad_link, sizeof bad_link));
   if (!dst) {
+    int err = errno;
     snprintf(step_buffer, sizeof step_buffer, "creating the mount point %s (for a %s)%s", Shown(target),
              directory ? "directory" : "file", bad_link[0] ? LinkReason(bad_link, true) : "");
     *step = step_buffer;
+    errno = err;
     return -1;
   }
   *step = Step("open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)", Shown(source));
@@ -136,9 +138,9 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
   if (!tree) return -1;
   struct mount_attr attr = {};
   attr.attr_set = attrs;
-  *step = Step("mount_setattr(nosuid,nodev,ro)", target);
+  *step = Step("mount_setattr(nosuid,nodev,ro)", Shown(target));
   if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) return -1;
-  *step = Step("move_mount", target);
+  *step = Step("move_mount", Shown(target));
   return static_cast<int>(::syscall(SYS_move_mount, tree.get(), "", dst.get(), "",
                                     MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
 }
