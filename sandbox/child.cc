@@ -81,6 +81,7 @@ std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan) {
     bool has_host_source = step.kind == Kind::kBindReadOnly || step.kind == Kind::kBindWritable ||
                            step.kind == Kind::kBindDevice;
     if (has_host_source) m.source = "/oldroot" + step.source;
+    m.user_source = step.user_source;
     const std::string parent = m.target.substr(0, m.target.rfind('/'));
     m.parent_exists = made.count(parent) > 0;
     const bool makes_only = step.kind == Kind::kDir || step.kind == Kind::kFile || step.kind == Kind::kSymlink;

@@ -48,6 +48,7 @@ struct ChildMount {
   // The target's parent directory exists when this step runs (an earlier step of the plan made it, and no mount
   // since hides it): the child skips the mkdir -p of the parent, one failing mkdir per path component.
   bool parent_exists = false;
+  bool user_source = false;  // MountStep::user_source
 };
 
 struct ChildPlan {

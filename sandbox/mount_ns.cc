@@ -14,6 +14,8 @@
 #include <cstring>
 
 #include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/bind_path.h"
 
 namespace nsbox {
 namespace {
@@ -74,14 +76,73 @@ int MakeParent(const char* path) {
   return MakeDirs(buf);
 }
 
-// A mount point of the source's type: a directory for a directory, an empty file otherwise.
-int MakeMountPoint(bool directory, const char* target, bool parent_exists) {
-  if (!parent_exists && MakeParent(target) != 0) return -1;
-  if (directory) return (::mkdir(target, 0755) == 0 || errno == EEXIST) ? 0 : -1;
-  int fd = ::open(target, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return errno == EEXIST ? 0 : -1;
-  ::close(fd);
-  return 0;
+// Why a bind failed, for the step: a link's name, or a refusal of the source.
+thread_local char reason_buffer[160];
+
+const char* LinkReason(const char* bad_link, bool destination) {
+  snprintf(reason_buffer, sizeof reason_buffer,
+           destination ? ": it passes through the symbolic link '%s', and a bind destination follows no link"
+                       : ": the symbolic link '%s' in it was not made by root",
+           bad_link);
+  return reason_buffer;
+}
+
+// A bind, by descriptor from start to end, so that no link a sandbox planted is followed and nothing is swapped in
+// between the look and the mount: the source is opened below /oldroot (links only where root made them, see
+// OpenHostPath), the mount point below /newroot (no links at all), the source's tree cloned (open_tree), given its
+// attributes while still detached (so it is never visible writable), and moved onto the mount point's descriptor.
+// open_tree and move_mount are older (5.2) than mount_setattr (5.12), which nsbox needs anyway.
+int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
+  const char* source = m.source.c_str();
+  const char* target = m.target.c_str();
+  char bad_link[NAME_MAX + 1] = "";
+  *step = Step("open(/oldroot)", "/oldroot");
+  UniqueFd host_root(::open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!host_root) return -1;
+  UniqueFd src(OpenHostPath(host_root.get(), source + strlen("/oldroot"), bad_link, sizeof bad_link));
+  if (!src) {
+    int err = errno;
+    if (m.optional && err == ENOENT) return 0;
+    snprintf(step_buffer, sizeof step_buffer, "bind source %s%s", Shown(source), bad_link[0] ? LinkReason(bad_link, false) : "");
+    *step = step_buffer;
+    errno = err;
+    return -1;
+  }
+  if (m.user_source) {
+    if (const char* refusal = KernelFsBindRefusal(host_root.get(), src.get())) {
+      snprintf(step_buffer, sizeof step_buffer, "bind source %s: %s", Shown(source), refusal);
+      *step = step_buffer;
+      errno = EPERM;
+      return -1;
+    }
+  }
+  struct stat source_st;
+  *step = Step("fstat(bind source)", Shown(source));
+  if (::fstat(src.get(), &source_st) != 0) return -1;
+  const bool directory = S_ISDIR(source_st.st_mode);
+  *step = "open(/newroot)";
+  UniqueFd new_root(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!new_root) return -1;
+  UniqueFd dst(OpenMountPoint(new_root.get(), target + strlen("/newroot"), directory, bad_link, sizeof bad_link));
+  if (!dst) {
+    int err = errno;
+    snprintf(step_buffer, sizeof step_buffer, "creating the mount point %s (for a %s)%s", Shown(target),
+             directory ? "directory" : "file", bad_link[0] ? LinkReason(bad_link, true) : "");
+    *step = step_buffer;
+    errno = err;
+    return -1;
+  }
+  *step = Step("open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)", Shown(source));
+  UniqueFd tree(static_cast<int>(
+      ::syscall(SYS_open_tree, src.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH)));
+  if (!tree) return -1;
+  struct mount_attr attr = {};
+  attr.attr_set = attrs;
+  *step = Step("mount_setattr(nosuid,nodev,ro)", Shown(target));
+  if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) return -1;
+  *step = Step("move_mount", Shown(target));
+  return static_cast<int>(::syscall(SYS_move_mount, tree.get(), "", dst.get(), "",
+                                    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
 }
 
 }  // namespace
@@ -120,7 +181,6 @@ int MountBaseAndPivotToIt(const char** step) {
 int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char** step) {
   using Kind = MountStep::Kind;
   const char* target = m.target.c_str();
-  const char* source = m.source.c_str();
   const char* data = m.data.c_str();
   switch (m.kind) {
     case Kind::kDir:
@@ -144,24 +204,10 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
     case Kind::kBindReadOnly:
     case Kind::kBindWritable:
     case Kind::kBindDevice: {
-      *step = Step("bind source", Shown(source));
-      bool directory = m.source_type == 'd';
-      if (m.source_type == 0) {  // the planner did not look
-        struct stat source_st;
-        if (::stat(source, &source_st) != 0) return (m.optional && errno == ENOENT) ? 0 : -1;
-        directory = S_ISDIR(source_st.st_mode);
-      }
-      snprintf(step_buffer, sizeof step_buffer, "creating the mount point %s (for a %s)", Shown(target),
-               directory ? "directory" : "file");
-      *step = step_buffer;
-      if (MakeMountPoint(directory, target, m.parent_exists) != 0) return -1;
-      *step = Step("mount(MS_BIND)", target);
-      if (::mount(source, target, nullptr, MS_BIND | MS_REC, nullptr) != 0) return -1;
       uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
       if (m.kind == Kind::kBindReadOnly) attrs |= MOUNT_ATTR_RDONLY;
       if (m.kind == Kind::kBindDevice) attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
-      *step = Step("mount_setattr(nosuid,nodev,ro)", target);
-      return SetMountAttr(target, attrs, true);
+      return BindByDescriptor(m, attrs, step);
     }
     case Kind::kTmpfs:
       *step = Step("mount(tmpfs)", target);

@@ -1,12 +1,20 @@
 // PolicyBuilder: validates each setting as it is given; the first error is kept for TryBuild().
 #include "sandbox/policy.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/bind_path.h"
 
 namespace nsbox {
 namespace {
@@ -27,6 +35,12 @@ StatusOr<std::string> NormalizeBindDestination(const std::string& path) {
   }
   if (normal.empty())
     return Status::Error("bind destination '/' would replace the sandbox's whole root: use --rootfs DIR for a root of your own");
+  // The sandbox's kernel filesystems are nsbox's: its own /proc (with its masks), its /dev, and no /sys. A bind may
+  // go below /dev (/dev/shm), not over it, and nowhere in /proc or /sys.
+  for (std::string_view kernel_dir : {"/proc", "/sys", "/dev"}) {
+    if (normal == kernel_dir || (kernel_dir != "/dev" && normal.starts_with(std::string(kernel_dir) + "/")))
+      return Status::Error(fmt::format("bind destination '{}' would cover the sandbox's own {}: refused", path, kernel_dir));
+  }
   return normal;
 }
 
@@ -43,6 +57,99 @@ StatusOr<std::string> ResolveHostPath(const std::string& path, std::string_view 
   char resolved[PATH_MAX];
   if (!::realpath(path.c_str(), resolved)) return Status::Errno(fmt::format("{} '{}': realpath", what, path));
   return std::string(resolved);
+}
+
+// mountinfo's octal escapes (\040 for a space) undone.
+std::string UnescapeMountPath(std::string_view field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    auto octal = [&](size_t k) { return i + k < field.size() && field[i + k] >= '0' && field[i + k] <= '7'; };
+    if (field[i] == '\\' && octal(1) && octal(2) && octal(3)) {
+      out += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 + (field[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += field[i];
+    }
+  }
+  return out;
+}
+
+// A kernel filesystem mounted at or below the host path `dir` (a recursive bind would carry it in): its type and
+// mount point, from the host's mountinfo. Only the host's administrator mounts there, never a sandbox, so reading
+// it once in nsbox is enough.
+std::optional<std::pair<std::string, std::string>> KernelMountBelow(const std::string& dir) {
+  static const std::set<std::string> kKernelTypes = {
+      "proc",     "sysfs",   "cgroup",  "cgroup2", "debugfs",  "tracefs",     "securityfs", "selinuxfs", "smackfs",
+      "bpf",      "pstore",  "efivarfs", "devpts", "mqueue",   "nsfs",        "binfmt_misc", "configfs",  "fusectl",
+      "devtmpfs"};
+  auto text = ReadFile("/proc/self/mountinfo", 16 << 20);
+  if (!text.ok()) return std::nullopt;
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    size_t eol = rest.find('\n');
+    std::string_view line = rest.substr(0, eol);
+    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
+    // ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER_OPTIONS
+    std::vector<std::string_view> fields;
+    for (size_t pos = 0; pos <= line.size();) {
+      size_t space = line.find(' ', pos);
+      if (space == std::string_view::npos) space = line.size();
+      fields.push_back(line.substr(pos, space - pos));
+      pos = space + 1;
+    }
+    if (fields.size() < 7) continue;
+    size_t dash = 6;
+    while (dash < fields.size() && fields[dash] != "-") ++dash;
+    if (dash + 1 >= fields.size()) continue;
+    std::string type(fields[dash + 1]);
+    if (!kKernelTypes.count(type)) continue;
+    std::string point = UnescapeMountPath(fields[4]);
+    if (point == dir || point.starts_with(dir == "/" ? dir : dir + "/")) return std::make_pair(type, point);
+  }
+  return std::nullopt;
+}
+
+// A bind source or workspace as the child will open it again (sandbox/bind_path.h): walked by descriptor from the
+// host's root, following only links root made, refused when it is the host's root or on a kernel filesystem; the
+// result is the path of what was opened, with no link left. The child repeats the walk and the test by descriptor:
+// this one is here to refuse early, with the user's own words.
+StatusOr<std::string> ResolveBindSource(const std::string& given, std::string_view what, bool want_dir) {
+  std::string path = given;
+  if (path.empty()) return Status::Error(fmt::format("{} must not be empty", what));
+  if (path[0] != '/') {
+    char cwd[PATH_MAX];
+    if (!::getcwd(cwd, sizeof cwd)) return Status::Errno(fmt::format("{} '{}': getcwd", what, given));
+    path = std::string(cwd) + "/" + path;
+  }
+  UniqueFd root(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return Status::Errno("open(/)");
+  char bad_link[NAME_MAX + 1] = "";
+  UniqueFd fd(OpenHostPath(root.get(), path.c_str(), bad_link, sizeof bad_link));
+  if (!fd) {
+    if (errno == ELOOP && bad_link[0])
+      return Status::Error(fmt::format(
+          "{} '{}': the symbolic link '{}' in it was not made by root, and nsbox follows only links that root owns in "
+          "directories only root can write (a sandbox may have planted this one): give the path it points to",
+          what, given, bad_link));
+    return Status::Errno(fmt::format("{} '{}'", what, given));
+  }
+  if (const char* refusal = KernelFsBindRefusal(root.get(), fd.get()))
+    return Status::Error(fmt::format("{} '{}' is refused: {}", what, given, refusal));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Status::Errno(fmt::format("{} '{}': fstat", what, given));
+  if (want_dir && !S_ISDIR(st.st_mode)) return Status::Error(fmt::format("{} '{}' is not a directory", what, given));
+  char resolved[PATH_MAX];
+  std::string self = fmt::format("/proc/self/fd/{}", fd.get());
+  ssize_t n = ::readlink(self.c_str(), resolved, sizeof resolved - 1);
+  if (n <= 0) return Status::Errno(fmt::format("{} '{}': readlink({})", what, given, self));
+  std::string result(resolved, static_cast<size_t>(n));
+  if (result[0] != '/') return Status::Error(fmt::format("{} '{}' is not reachable from the host's root", what, given));
+  if (S_ISDIR(st.st_mode)) {
+    if (auto below = KernelMountBelow(result))
+      return Status::Error(fmt::format("{} '{}' is refused: it holds a {} filesystem at {}, which the bind would carry in",
+                                       what, given, below->first, below->second));
+  }
+  return result;
 }
 
 }  // namespace
@@ -64,10 +171,11 @@ PolicyBuilder& PolicyBuilder::SetRootfsDir(const std::string& dir) {
 }
 
 PolicyBuilder& PolicyBuilder::AddBind(const std::string& source, const std::string& destination, bool writable) {
-  if (Status s = CheckHostPath(source, "bind source", false); !s.ok()) return Fail(s);
-  auto resolved = ResolveHostPath(source, "bind source");
+  auto resolved = ResolveBindSource(source, "bind source", false);
   if (!resolved.ok()) return Fail(resolved.status());
-  auto normal = NormalizeBindDestination(destination);
+  // No destination: the source's real path, so that it does not pass through a link of the sandbox's root (a bind
+  // destination follows none): --ro-bind /bin/x appears at /usr/bin/x, which the sandbox's /bin link shows.
+  auto normal = NormalizeBindDestination(destination.empty() ? *resolved : destination);
   if (!normal.ok()) return Fail(normal.status());
   // Two binds at one place: only the last would be seen, so the first was a mistake.
   for (const BindMount& bind : policy_.binds_)
@@ -85,8 +193,7 @@ PolicyBuilder& PolicyBuilder::AddWritableBind(const std::string& source, const s
 }
 
 PolicyBuilder& PolicyBuilder::SetWorkspaceDir(const std::string& dir) {
-  if (Status s = CheckHostPath(dir, "workspace", true); !s.ok()) return Fail(s);
-  auto resolved = ResolveHostPath(dir, "workspace");
+  auto resolved = ResolveBindSource(dir, "workspace", true);
   if (!resolved.ok()) return Fail(resolved.status());
   policy_.workspace_dir_ = *resolved;
   return *this;

@@ -70,6 +70,8 @@ class PolicyBuilder {
  public:
   PolicyBuilder();
   PolicyBuilder& SetRootfsDir(const std::string& dir);
+  // A host path bound into the sandbox; an empty destination is the source's real path (links resolved). A source
+  // is opened following only links root made; a destination follows no link (sandbox/bind_path.h).
   PolicyBuilder& AddReadOnlyBind(const std::string& source, const std::string& destination);
   PolicyBuilder& AddWritableBind(const std::string& source, const std::string& destination);
   PolicyBuilder& SetWorkspaceDir(const std::string& dir);

@@ -173,7 +173,7 @@ StatusOr<std::vector<MountStep>> BuildMountPlan(const MountPlanInputs& in) {
   if (policy.workspace_dir().empty())
     plan.push_back({Kind::kTmpfs, "", "/workspace", fmt::format("mode=0755,uid={},gid={},{}", uid, gid, size)});
   else
-    plan.push_back({Kind::kBindWritable, policy.workspace_dir(), "/workspace", ""});
+    plan.push_back({Kind::kBindWritable, policy.workspace_dir(), "/workspace", "", false, 0, /*user_source=*/true});
   plan.push_back({Kind::kDir, "", "/home", ""});
   plan.push_back({Kind::kDir, "", in.home, ""});
   plan.push_back({Kind::kTmpfs, "", in.home, fmt::format("mode=0755,uid={},gid={},{}", uid, gid, size)});
@@ -181,7 +181,8 @@ StatusOr<std::vector<MountStep>> BuildMountPlan(const MountPlanInputs& in) {
 
   // 6. The user's extra binds, last so that they may cover anything above.
   for (const auto& bind : policy.binds())
-    plan.push_back({bind.writable ? Kind::kBindWritable : Kind::kBindReadOnly, bind.source, bind.destination, ""});
+    plan.push_back({bind.writable ? Kind::kBindWritable : Kind::kBindReadOnly, bind.source, bind.destination, "", false,
+                    0, /*user_source=*/true});
   return plan;
 }
 

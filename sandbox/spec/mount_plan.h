@@ -30,10 +30,12 @@ struct MountStep {
   std::string target;  // path inside the sandbox
   std::string data;    // tmpfs options, symlink target or file content
   bool optional = false;  // a missing source is skipped instead of failing
-  // For binds: 'd' (a directory) or 'f' (anything else) as the planner saw the source, so that the child makes the
-  // mount point without looking again; 0 when the planner did not look (the child does). A source that changed
-  // type since makes the bind fail, which stops the set-up.
+  // For binds: 'd' (a directory) or 'f' (anything else) as the planner saw the source; 0 when it did not look. The
+  // child goes by the descriptor it opens itself (sandbox/bind_path.h), whatever the planner saw.
   char source_type = 0;
+  // For binds: the source was given by the user (a --bind, --ro-bind or the --workspace), not by nsbox's own root
+  // recipe; the child refuses such a source on a kernel filesystem or the host's /dev, and the host's root itself.
+  bool user_source = false;
 };
 
 // What the built-in "host" root shows of the host (rootfs/host.json).

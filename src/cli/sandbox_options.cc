@@ -35,7 +35,7 @@ std::pair<std::string, std::string> SplitBind(const std::string& spec) {
       parts[part] += c;
     }
   }
-  if (part == 0) return {parts[0], parts[0]};
+  if (part == 0) return {parts[0], ""};  // the policy binds it at the source's real path
   return {parts[0], parts[1]};
 }
 

@@ -690,3 +690,50 @@ TEST_CASE("an ordinary user's session: a daemon of one exec cannot open the memo
   CHECK(watched.opened_in_nsbox_memory.empty());
   CHECK(watched.caught_before_execve > 0);  // else the test proved nothing
 }
+
+// Rootless, the links a sandbox plants are the user's own: nothing tells them from the user's, so a link not made by
+// root is refused in every bind source, and no link at all is followed in a bind destination.
+TEST_CASE("an ordinary user's later run follows no link its earlier sandbox planted in the workspace") {
+  fs::path ws = E().dir / "planted-ws", target = E().dir / "planted-target";
+  fs::create_directories(ws);
+  fs::create_directories(target);
+  for (const fs::path& dir : {ws, target}) REQUIRE(::chown(dir.c_str(), E().uid, E().gid) == 0);
+  struct Remove {
+    std::vector<fs::path> paths;
+    ~Remove() {
+      for (const auto& p : paths) fs::remove_all(p);
+    }
+  } remove{{ws, target}};
+  Outcome plant = Spawn(RunUnlimited({"--workspace", ws.string(), "--", "/bin/sh", "-c",
+                                      "ln -s /etc /workspace/data && ln -s " + target.string() + " /workspace/out && "
+                                      "ln -s ../../oldroot" + target.string() + " /workspace/sub"}));
+  INFO(plant.err);
+  REQUIRE(plant.exit_code == 0);
+  Outcome read = Spawn(RunUnlimited({"--ro-bind", (ws / "data").string() + ":/mnt", "--", "/bin/cat", "/mnt/passwd"}));
+  CHECK(read.exit_code == 125);
+  CHECK_THAT(read.err, Catch::Contains("symbolic link 'data'"));
+  CHECK(read.out.find("root:x:0:0") == std::string::npos);
+  Outcome write = Spawn(RunUnlimited({"--bind", (ws / "out").string() + ":/mnt", "--", "/bin/touch", "/mnt/planted"}));
+  CHECK(write.exit_code == 125);
+  CHECK_THAT(write.err, Catch::Contains("symbolic link 'out'"));
+  Outcome dest = Spawn(RunUnlimited({"--workspace", ws.string(), "--ro-bind", "/usr:/workspace/sub/made", "--",
+                                     "/bin/true"}));
+  CHECK(dest.exit_code == 125);
+  CHECK_THAT(dest.err, Catch::Contains("symbolic link 'sub'"));
+  CHECK(fs::is_empty(target));
+}
+
+TEST_CASE("an ordinary user's binds of /proc, /sys or / and over the sandbox's /proc are refused, exit 125") {
+  for (const auto& option : std::vector<std::vector<std::string>>{{"--bind", "/proc:/mnt"},
+                                                                  {"--workspace", "/sys"},
+                                                                  {"--workspace", "/"},
+                                                                  {"--ro-bind", "/tmp:/proc"}}) {
+    std::vector<std::string> args = option;
+    args.insert(args.end(), {"--", "/bin/sh", "-c", "echo RAN"});
+    Outcome o = Spawn(RunUnlimited(args));
+    INFO(option[0] << " " << option[1] << ": " << o.err);
+    CHECK(o.exit_code == 125);
+    CHECK(o.out.empty());
+    CHECK_THAT(o.err, Catch::Contains("refused"));
+  }
+}
