@@ -27,7 +27,10 @@ std::string Join(const std::string& root, const std::string& path) {
 constexpr const char* kProcMaskedFiles[] = {
     "/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
     "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kmsg", "/proc/kallsyms", "/proc/config.gz",
-    "/proc/vmallocinfo", "/proc/pagetypeinfo", "/proc/slabinfo"};
+    "/proc/vmallocinfo", "/proc/pagetypeinfo", "/proc/slabinfo",
+    // Host facts: the boot command line, the host's disks, partitions and swap devices, and the host's boot id (which
+    // links runs on one machine). Each reads as empty.
+    "/proc/cmdline", "/proc/partitions", "/proc/diskstats", "/proc/swaps", "/proc/sys/kernel/random/boot_id"};
 constexpr const char* kProcMaskedDirs[] = {"/proc/acpi", "/proc/asound", "/proc/scsi", "/proc/driver"};
 constexpr const char* kProcReadOnly[] = {"/proc/sys", "/proc/bus", "/proc/fs", "/proc/irq"};
 constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom", "tty"};
