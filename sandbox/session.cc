@@ -44,6 +44,51 @@ using Clock = std::chrono::steady_clock;
 
 
 
+// From /proc/PID/status: the parent's pid (PPid) and the depth in pid namespaces (how many pids NSpid lists). False
+// when the process is gone or the file unreadable.
+bool ParentAndDepth(const char* pid, pid_t* parent, int* depth) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%s/status", pid);
+  auto text = ReadFile(path, 1 << 16);
+  if (!text.ok()) return false;
+  *parent = -1;
+  *depth = 0;
+  std::istringstream lines(*text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.starts_with("PPid:")) *parent = static_cast<pid_t>(strtol(line.c_str() + 5, nullptr, 10));
+    if (line.starts_with("NSpid:")) {
+      std::istringstream pids(line.substr(6));
+      std::string one;
+      while (pids >> one) ++*depth;
+    }
+  }
+  return *parent >= 0 && *depth > 0;
+}
+
+// Our children that live in a pid namespace below ours, other than `except` (pid 1): processes of the session that
+// became ours without an exec's knowing, as clone(CLONE_PARENT) from an exec's program makes them under a profile
+// that allows it. pid 1's exit waits until each is reaped, and only we, their parent, can reap them.
+std::vector<pid_t> ChildrenInsideSandbox(pid_t except) {
+  std::vector<pid_t> found;
+  const std::string self_pid = std::to_string(::getpid());
+  pid_t ignored_parent;
+  int own_depth = 0;
+  if (!ParentAndDepth(self_pid.c_str(), &ignored_parent, &own_depth)) return found;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return found;
+  while (dirent* entry = ::readdir(proc)) {
+    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
+    pid_t parent;
+    int depth;
+    if (!ParentAndDepth(entry->d_name, &parent, &depth)) continue;
+    pid_t pid = static_cast<pid_t>(strtol(entry->d_name, nullptr, 10));
+    if (parent == ::getpid() && depth > own_depth && pid != except) found.push_back(pid);
+  }
+  ::closedir(proc);
+  return found;
+}
+
 // Reads what is there without blocking; false once the stream ended.
 void Drain(UniqueFd& fd, OutputBuffer* sink) {
   char buffer[65536];
@@ -363,6 +408,20 @@ void SessionSandbox::Terminate(std::string_view why) {
       // ECHILD: the exec's own thread reaped it first.
       while (::waitpid(payload, nullptr, __WALL) < 0 && errno == EINTR) {
       }
+    }
+    // pid 1 exits once every process of its namespace is reaped, so a child of ours in there that no exec knows of
+    // (clone(CLONE_PARENT) under a profile that allows it) would make it, and us, wait for ever. The kill above
+    // ends each of them; reap them while pid 1 has not exited (its pidfd turns readable when it has).
+    for (;;) {
+      struct pollfd fd = {pid1_pidfd_.get(), POLLIN, 0};
+      int rc = pid1_pidfd_ ? ::poll(&fd, 1, 50) : 0;
+      if (rc > 0 || (rc < 0 && errno != EINTR)) break;
+      bool reaped_none = true;
+      for (pid_t stray : ChildrenInsideSandbox(pid1_)) {
+        if (::waitpid(stray, nullptr, __WALL | WNOHANG) > 0) reaped_none = false;
+      }
+      // Without a pidfd, nothing tells us pid 1 is done: stop once no stray is left to reap, and wait for it below.
+      if (!pid1_pidfd_ && reaped_none) break;
     }
     while (::waitpid(pid1_, nullptr, __WALL) < 0 && errno == EINTR) {
     }

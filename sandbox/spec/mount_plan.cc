@@ -27,7 +27,12 @@ std::string Join(const std::string& root, const std::string& path) {
 constexpr const char* kProcMaskedFiles[] = {
     "/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
     "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kmsg", "/proc/kallsyms", "/proc/config.gz",
-    "/proc/vmallocinfo", "/proc/pagetypeinfo", "/proc/slabinfo"};
+    "/proc/vmallocinfo", "/proc/pagetypeinfo", "/proc/slabinfo",
+    // Host facts: the boot command line, the host's disks, partitions and swap devices. Each reads as empty.
+    "/proc/cmdline", "/proc/partitions", "/proc/diskstats", "/proc/swaps"};
+// Masked after /proc/sys is made read-only, whose nodev would make the null device unreadable: the host's boot id,
+// which links every run on one machine and one boot.
+constexpr const char* kProcSysMaskedFiles[] = {"/proc/sys/kernel/random/boot_id"};
 constexpr const char* kProcMaskedDirs[] = {"/proc/acpi", "/proc/asound", "/proc/scsi", "/proc/driver"};
 constexpr const char* kProcReadOnly[] = {"/proc/sys", "/proc/bus", "/proc/fs", "/proc/irq"};
 constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom", "tty"};
@@ -148,6 +153,7 @@ StatusOr<std::vector<MountStep>> BuildMountPlan(const MountPlanInputs& in) {
   for (const char* path : kProcMaskedFiles) plan.push_back({Kind::kMaskFile, "", path, "", true});
   for (const char* path : kProcMaskedDirs) plan.push_back({Kind::kMaskDir, "", path, "", true});
   for (const char* path : kProcReadOnly) plan.push_back({Kind::kReadOnly, "", path, "", true});
+  for (const char* path : kProcSysMaskedFiles) plan.push_back({Kind::kMaskFile, "", path, "", true});
 
   // 4. A minimal /dev.
   plan.push_back({Kind::kDir, "", "/dev", ""});

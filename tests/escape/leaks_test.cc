@@ -83,6 +83,32 @@ TEST_CASE("the mount table shows no host path of nsbox or its caller", "[escape]
   CHECK(r.out() == "False False False\n");
 }
 
+// Host facts: the kernel command line (boot options, sometimes root= and secrets passed to init), the host's disks,
+// partitions and swap, and the boot id (the same for every sandbox on one boot: it links runs to one machine). Each
+// reads as empty inside; the host's own are not.
+TEST_CASE("/proc/cmdline, partitions, diskstats, swaps and boot_id read as empty", "[escape][leaks]") {
+  const std::vector<std::string> paths = {"/proc/cmdline", "/proc/partitions", "/proc/diskstats", "/proc/swaps",
+                                          "/proc/sys/kernel/random/boot_id"};
+  std::string list, expected;
+  for (const auto& path : paths) {
+    list += (list.empty() ? "\"" : ", \"") + path + "\"";
+    bool present = ::access(path.c_str(), R_OK) == 0;
+    if (present) CHECK(!ReadHostFile(path).empty());  // the control: there is something to hide
+    expected += std::string(expected.empty() ? "" : " ") + (present ? "0" : "ENOENT");
+  }
+  auto r = RunPython(R"(
+def size(p):
+    try:
+        return str(len(open(p, "rb").read()))
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(*[size(p) for p in [)" + list + R"(]])
+)");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == expected + "\n");
+}
+
 // SysV IPC objects outlive processes: without an IPC namespace a sandbox could read the host's shared memory or leave
 // segments behind (or fill the host's limits).
 TEST_CASE("SysV IPC: the host's segments are invisible and the sandbox's vanish with it", "[escape][leaks]") {

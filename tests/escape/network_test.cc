@@ -43,6 +43,32 @@ print(err(mk, 38, socket.SOCK_SEQPACKET, 0), err(mk, 40, socket.SOCK_STREAM, 0))
   CHECK(r.out() == "EPERM EPERM\n");
 }
 
+// The profile checked family and type but not the protocol: MPTCP (262) and SCTP (132) on SOCK_STREAM and UDP-Lite
+// (136) on SOCK_DGRAM reached protocol code that ordinary programs never use. AF_UNIX takes protocol 0 only, for
+// socket and socketpair. TCP and UDP asked for by number still work.
+TEST_CASE("MPTCP, SCTP and UDP-Lite sockets are refused; TCP and UDP by number work", "[escape][network][seccomp]") {
+  auto r = RunPython(R"(
+def mk(*a):
+    socket.socket(*a).close()
+def pair(*a):
+    for s in socket.socketpair(*a): s.close()
+print(err(mk, socket.AF_INET, socket.SOCK_STREAM, 262), err(mk, socket.AF_INET6, socket.SOCK_STREAM, 262),
+      err(mk, socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK, 262),
+      err(mk, socket.AF_INET, socket.SOCK_STREAM, 132), err(mk, socket.AF_INET, socket.SOCK_SEQPACKET, 132),
+      err(mk, socket.AF_INET, socket.SOCK_DGRAM, 136), err(mk, socket.AF_INET6, socket.SOCK_DGRAM, 136),
+      err(mk, socket.AF_UNIX, socket.SOCK_STREAM, 1), err(pair, socket.AF_UNIX, socket.SOCK_STREAM, 1))
+print(err(mk, socket.AF_INET, socket.SOCK_STREAM, 6), err(mk, socket.AF_INET6, socket.SOCK_STREAM, 6),
+      err(mk, socket.AF_INET, socket.SOCK_DGRAM, 17), err(mk, socket.AF_INET6, socket.SOCK_DGRAM, 17),
+      err(mk, socket.AF_INET, socket.SOCK_STREAM, 0), err(mk, socket.AF_UNIX, socket.SOCK_DGRAM, 0),
+      err(pair, socket.AF_UNIX, socket.SOCK_STREAM, 0))
+)");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM\nok ok ok ok ok ok ok\n");
+  // Each refusal is the profile's: reported by name.
+  CHECK(r.json["denied_syscalls"] == nlohmann::json::parse(R"([{"count":8,"name":"socket"},{"count":1,"name":"socketpair"}])"));
+}
+
 // Host loopback services (databases, admin APIs, the Docker API on a TCP port, cloud metadata proxies) are
 // reachable from any process sharing the host's network namespace.
 TEST_CASE("a TCP service on the host's 127.0.0.1 is unreachable", "[escape][network]") {

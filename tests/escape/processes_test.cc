@@ -411,3 +411,81 @@ TEST_CASE("the time-out holds while nsbox itself is stopped: pid 1 ends the sand
   INFO(result.dump());
   CHECK(result["status"] == "timeout");
 }
+
+namespace {
+
+// A session (its own state directory) whose one exec tries clone(CLONE_PARENT): the new process would be a child of
+// nsbox's supervisor, outside the sandbox. Returns the exec's output; `rm` is what must not hang.
+struct CloneParentSession {
+  TempDir state;
+  SpawnOptions spawn;
+  std::string id;
+  explicit CloneParentSession(const std::vector<std::string>& options) {
+    spawn.extra_env["NSBOX_STATE_DIR"] = state.path();
+    spawn.timeout = std::chrono::milliseconds(30000);
+    std::vector<std::string> args = {NsboxBinary(), "session", "create", "--json"};
+    args.insert(args.end(), options.begin(), options.end());
+    auto created = RunProcess(args, spawn);
+    INFO(created.err);
+    REQUIRE(created.exit_code == 0);
+    id = nlohmann::json::parse(created.out).at("id").get<std::string>();
+  }
+  nlohmann::json Exec(const std::string& marker) {
+    std::string code = std::string(kPythonPrelude) + R"PY(
+pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT | SIGCHLD)
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(1000)", ")PY" + marker + R"PY("])
+print("ok" if pid > 0 else errno.errorcode[ctypes.get_errno()], flush=True)
+)PY";
+    auto r = RunProcess({NsboxBinary(), "exec", id, "--json", "--lang", "python", "--code", code}, spawn);
+    INFO(r.err);
+    return nlohmann::json::parse(r.out, nullptr, false);
+  }
+  ProcessResult Remove() { return RunProcess({NsboxBinary(), "session", "rm", id}, spawn); }
+  ~CloneParentSession() { RunProcess({NsboxBinary(), "session", "rm", "--all"}, spawn); }
+};
+
+}  // namespace
+
+// clone(CLONE_PARENT) from an exec's program made a child of the supervisor (outside the sandbox) that nobody reaped;
+// pid 1's exit waits for every process of its namespace to be reaped, and the supervisor waited for pid 1, so
+// `session rm` hung and the cgroups stayed. The default profile refuses the flag.
+TEST_CASE("clone(CLONE_PARENT) in a session exec is refused, and rm ends the session", "[escape][processes]") {
+  auto groups_before = NsboxGroups();
+  std::string marker = UniqueMarker("cloneparent");
+  CloneParentSession session({});
+  auto exec = session.Exec(marker);
+  INFO(exec.dump());
+  CHECK(exec.value("stdout", std::string()) == "EPERM\n");
+  auto rm = session.Remove();
+  INFO(rm.err);
+  CHECK_FALSE(rm.guard_fired);
+  CHECK(rm.exit_code == 0);
+  CHECK(WaitForNoPidsWithMarker(marker, 3s));
+  CHECK(WaitForGroups(groups_before));
+}
+
+// Defence in depth: under a profile that allows CLONE_PARENT (Docker's), the child exists as the supervisor's, and the
+// end of the session still cannot hang: the supervisor reaps such children while it waits for pid 1.
+TEST_CASE("a child made with CLONE_PARENT under Docker's profile cannot keep a session from ending",
+          "[escape][processes]") {
+  const std::string docker = "/work/shared/fixtures/docker-default-seccomp.json";
+  if (::access(docker.c_str(), R_OK) != 0) {
+    RecordSkip("escape_tests", "a child made with CLONE_PARENT under Docker's profile cannot keep a session from ending",
+               docker + " is missing");
+    return;
+  }
+  auto groups_before = NsboxGroups();
+  std::string marker = UniqueMarker("cloneparent-docker");
+  CloneParentSession session({"--profile", docker});
+  auto exec = session.Exec(marker);
+  INFO(exec.dump());
+  REQUIRE(exec.value("stdout", std::string()) == "ok\n");
+  REQUIRE(WaitForPidWithMarker(marker, 5s));  // the attack got through the profile: the stray lives
+  auto rm = session.Remove();
+  INFO(rm.err);
+  CHECK_FALSE(rm.guard_fired);
+  CHECK(rm.exit_code == 0);
+  CHECK(WaitForNoPidsWithMarker(marker, 3s));
+  CHECK(WaitForGroups(groups_before));
+}

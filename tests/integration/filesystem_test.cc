@@ -20,7 +20,8 @@ for line in open("/proc/self/mountinfo"):
             ("null", "zero", "full", "random", "urandom", "tty", "pts")) and point not in ("/proc/keys", "/proc/key-users",
             "/proc/timer_list", "/proc/kmsg", "/proc/kallsyms", "/proc/config.gz", "/proc/vmallocinfo",
             "/proc/pagetypeinfo", "/proc/slabinfo", "/proc/kcore", "/proc/sched_debug", "/proc/latency_stats",
-            "/proc/timer_stats", "/proc/sysrq-trigger"):
+            "/proc/timer_stats", "/proc/sysrq-trigger", "/proc/cmdline", "/proc/partitions", "/proc/diskstats",
+            "/proc/swaps", "/proc/sys/kernel/random/boot_id"):
         bad.append(point + " dev")
     if (point in ("/", "/usr") or point.startswith("/etc")) and "ro" not in opts: bad.append(point + " rw")
 print(bad)

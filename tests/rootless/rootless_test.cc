@@ -737,3 +737,110 @@ TEST_CASE("an ordinary user's binds of /proc, /sys or / and over the sandbox's /
     CHECK_THAT(o.err, Catch::Contains("refused"));
   }
 }
+
+// Issue 24, item 12, rootless: the host facts in /proc read as empty, and the profile checks socket protocols.
+TEST_CASE("an ordinary user's sandbox hides the host's cmdline, disks and boot id, and refuses MPTCP and UDP-Lite") {
+  const char* code = R"PY(
+import socket
+def size(p):
+    try:
+        return str(len(open(p, "rb").read()))
+    except OSError as e:
+        return e.strerror
+def mk(*a):
+    try:
+        socket.socket(*a).close()
+        return "ok"
+    except OSError as e:
+        return str(e.errno)
+print(*[size(p) for p in ["/proc/cmdline", "/proc/partitions", "/proc/diskstats", "/proc/swaps",
+                          "/proc/sys/kernel/random/boot_id"]])
+print(mk(socket.AF_INET, socket.SOCK_STREAM, 262), mk(socket.AF_INET6, socket.SOCK_DGRAM, 136),
+      mk(socket.AF_INET, socket.SOCK_STREAM, 132), mk(socket.AF_INET, socket.SOCK_STREAM, 6),
+      mk(socket.AF_INET, socket.SOCK_DGRAM, 17))
+)PY";
+  Outcome o = Spawn(RunUnlimited({"--lang", "python", "--code", code}));
+  INFO(o.err);
+  CHECK(o.out == "0 0 0 0 0\n1 1 1 ok ok\n");  // 1: EPERM
+}
+
+namespace {
+
+// A session of the test user (state in /tmp/nsbox-UID, removed again if this made it) whose exec calls
+// clone(CLONE_PARENT): "ok" when the child was made (it execs a sleeper carrying `marker`), else the errno.
+struct RootlessCloneParent {
+  fs::path state_root;
+  bool state_root_existed;
+  std::string id;
+  explicit RootlessCloneParent(std::vector<std::string> options) {
+    struct passwd* pw = ::getpwnam(kTestUser);
+    REQUIRE(pw);
+    state_root = fmt::format("/tmp/nsbox-{}", E().root ? pw->pw_uid : ::getuid());
+    state_root_existed = fs::exists(state_root);
+    std::vector<std::string> args = {"session", "create", "--dangerously-run-without-limits", "--json"};
+    args.insert(args.end(), options.begin(), options.end());
+    Outcome created = Spawn(Nsbox(args));
+    INFO(created.err);
+    REQUIRE(created.exit_code == 0);
+    id = ParseJson(created)["id"].get<std::string>();
+  }
+  std::string Exec(const std::string& marker) {
+    std::string code = R"PY(
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+pid = libc.syscall(56, ctypes.c_long(0x8000 | 17), 0, 0, 0, 0)
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(1000)", ")PY" + marker + R"PY("])
+print("ok" if pid > 0 else errno.errorcode[ctypes.get_errno()], flush=True)
+)PY";
+    return Spawn(Nsbox({"exec", id, "--lang", "python", "--code", code})).out;
+  }
+  ~RootlessCloneParent() {
+    Spawn(Nsbox({"session", "rm", "--all"}));
+    std::error_code ignored;
+    if (!state_root_existed) fs::remove_all(state_root, ignored);
+  }
+};
+
+bool AnyProcessWith(const std::string& marker) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::string cmdline = ReadWhole(entry.path() / "cmdline");
+    if (cmdline.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Issue 24, item 3, rootless: clone(CLONE_PARENT) from an exec made a child of the supervisor that pid 1's exit
+// waited for, so `session rm` hung. The default profile refuses it; under Docker's profile, which allows it, rm still
+// ends the session (Spawn's guard fails the test on a hang) and the child is gone.
+TEST_CASE("an ordinary user's session: CLONE_PARENT is refused, and a child made with it cannot keep rm waiting") {
+  {
+    std::string marker = fmt::format("sbx-cloneparent-{}", ::getpid());
+    RootlessCloneParent session({});
+    CHECK(session.Exec(marker) == "EPERM\n");
+    Outcome removed = Spawn(Nsbox({"session", "rm", session.id}));
+    CHECK(removed.exit_code == 0);
+  }
+  const fs::path docker = "/work/shared/fixtures/docker-default-seccomp.json";
+  if (!fs::exists(docker)) {
+    Skip("CLONE_PARENT under Docker's profile", docker.string() + " is missing");
+    return;
+  }
+  fs::path profile = E().dir / "docker.json";
+  fs::copy_file(docker, profile, fs::copy_options::overwrite_existing);
+  fs::permissions(profile, fs::perms::others_read | fs::perms::group_read, fs::perm_options::add);
+  std::string marker = fmt::format("sbx-cloneparent-docker-{}", ::getpid());
+  RootlessCloneParent session({"--profile", profile.string()});
+  REQUIRE(session.Exec(marker) == "ok\n");
+  CHECK(AnyProcessWith(marker));
+  SpawnOptions guarded;
+  guarded.timeout_seconds = 30;
+  Outcome removed = Spawn(Nsbox({"session", "rm", session.id}), guarded);
+  CHECK(removed.exit_code == 0);
+  bool gone = false;
+  for (int i = 0; i < 100 && !(gone = !AnyProcessWith(marker)); ++i) ::usleep(30000);
+  CHECK(gone);
+}

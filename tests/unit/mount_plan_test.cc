@@ -100,6 +100,18 @@ TEST_CASE("proc is fresh with sensitive entries masked and /proc/sys read-only")
   CHECK(Find(*plan, Kind::kMaskFile, "/proc/sysrq-trigger"));
   CHECK(Find(*plan, Kind::kReadOnly, "/proc/sys"));
   CHECK_FALSE(Find(*plan, Kind::kBindReadOnly, "/sys"));
+  // Host facts (issue 24): the boot command line, disks, swap, and the boot id.
+  for (const char* path : {"/proc/cmdline", "/proc/partitions", "/proc/diskstats", "/proc/swaps"})
+    CHECK(Find(*plan, Kind::kMaskFile, path));
+  // The boot id's mask comes after /proc/sys turns read-only: its recursive nodev would make the null device
+  // unreadable instead of empty.
+  auto index_of = [&](Kind kind, const std::string& target) {
+    for (size_t i = 0; i < plan->size(); ++i)
+      if ((*plan)[i].kind == kind && (*plan)[i].target == target) return static_cast<long>(i);
+    return -1L;
+  };
+  CHECK(index_of(Kind::kMaskFile, "/proc/sys/kernel/random/boot_id") > index_of(Kind::kReadOnly, "/proc/sys"));
+  CHECK(index_of(Kind::kReadOnly, "/proc/sys") >= 0);
 }
 
 TEST_CASE("tmpfs mounts carry the size cap, and a workspace dir becomes a writable bind") {
