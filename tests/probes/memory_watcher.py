@@ -25,28 +25,43 @@ def in_nsbox_memory(exe):
     return exe == "?" or os.path.basename(exe).startswith("nsbox")
 
 
+def exe_of(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return "?"
+
+
 def look(pid):
-    """Stops pid, waits until it is stopped, tries its memory, continues it. (comm, mem, exe) or None once gone."""
+    """Stops pid, waits until it is stopped, tries its memory, continues it. (comm, mem, exe) or None once gone.
+    A look at a process that did not stop in time says "unsure" (it may have changed in between)."""
     try:
         os.kill(pid, signal.SIGSTOP)
     except ProcessLookupError:
         return None
+    stopped = False
     for _ in range(100000):
         state = read(f"/proc/{pid}/stat").rpartition(")")[2].split()[:1]
-        if state != ["R"] and state != ["S"] and state != ["D"]:
-            break  # stopped (T, t), a zombie, or gone
+        if state in (["T"], ["t"]):
+            stopped = True
+            break
+        if state not in (["R"], ["S"], ["D"]):
+            break  # a zombie, or gone
     comm = read(f"/proc/{pid}/comm")
+    before = exe_of(pid)
     try:
         os.close(os.open(f"/proc/{pid}/mem", os.O_RDWR))
         mem = "open"
     except OSError:
         mem = "refused"
+    after = exe_of(pid)
     try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        exe = "?"
-    os.kill(pid, signal.SIGCONT)
-    return comm, mem, exe
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # it ended meanwhile (a SIGKILL, say, or it never stopped)
+    if not stopped:
+        mem = "unsure"
+    return comm, mem, before if before != "?" else after
 
 
 log = open("/workspace/verdict", "w", buffering=1)

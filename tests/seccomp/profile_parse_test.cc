@@ -367,7 +367,7 @@ TEST_CASE("nsbox profile check prints a summary, or one line naming the fault, w
   std::string output;
   CHECK(run("default --profiles-dir " + kProfilesDir, output) == 0);
   CHECK(output.find("default action: SCMP_ACT_ERRNO(EPERM), delivered by user notification") != std::string::npos);
-  CHECK(output.find("rules applied: 31 (allow 27, errno 4, kill 0, notify 0, other 0)") != std::string::npos);
+  CHECK(output.find("rules applied: 37 (allow 33, errno 4, kill 0, notify 0, other 0)") != std::string::npos);
   CHECK(run(kDockerFixture, output) == 0);
   CHECK(output.find("rules skipped: 14 need capabilities") != std::string::npos);
 
