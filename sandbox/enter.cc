@@ -37,11 +37,14 @@ namespace {
 int PayloadEntry(void* arg) {
   const EnterPlan& plan = *static_cast<const EnterPlan*>(arg);
   const ChildPlan& payload = plan.payload;
-  // Files the payload's setup creates (the code file) belong to the sandbox user.
+  // Files the payload's setup creates belong to the sandbox user.
   ::syscall(SYS_setfsuid, payload.uid);
   ::syscall(SYS_setfsgid, payload.gid);
-  if (!payload.code_path.empty() && WriteCodeFile(payload) != 0) Fail(plan, "write(code file)", errno);
-  RunPayload(payload);  // unblocks signals itself
+  // The code, sealed while this process still holds the capabilities the session's programs lack: none of them can
+  // open it through /proc before it is sealed, and nobody can change it after.
+  int code_fd = -1;
+  if (!payload.code_path.empty() && (code_fd = MakeSealedCodeFd(payload)) < 0) Fail(plan, "write(code memfd)", errno);
+  RunPayload(payload, /*inherited=*/false, /*memory_join_fd=*/-1, code_fd);  // unblocks signals itself
 }
 
 }  // namespace
