@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
