@@ -1,4 +1,4 @@
-// The in-child sequence, in order: wait for id maps, hostname, mounts, pivot, loopback, code file, join the cgroup, then
+// The in-child sequence, in order: wait for id maps, hostname, mounts, pivot, loopback, code memfd, join the cgroup, then
 // fork the payload and serve as pid 1. Runs after clone: no allocation, every failure reported to nsbox with its step and errno.
 #include "sandbox/child.h"
 
@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sched.h>
 #include <sys/fsuid.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -115,26 +116,62 @@ namespace {
 
 namespace {
 
-int WriteNewFile(const char* path, const char* data, size_t left) {
-  // O_EXCL: never over a file that is there already (a --workspace is the user's directory).
-  int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return -1;
+void ExecSearching(char* const argv[], char* const envp[], const char* path);
+
+// Writes all of data to fd, then seals it: no write, no size change, no seal removed. 0, or -1 with errno.
+int FillAndSealCode(int fd, const char* data, size_t left) {
   while (left > 0) {
     ssize_t n = ::write(fd, data, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      ::close(fd);
       return -1;
     }
     data += n;
     left -= static_cast<size_t>(n);
   }
-  return ::close(fd);
+  return ::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+}
+
+// execve with every argv entry equal to code_path replaced by "/dev/fd/<code_fd>" (code_fd < 0: argv as it is).
+// Returns only on failure, with errno. Allocation-free: the copy of argv is on the stack.
+void ExecWithCode(char* const argv[], char* const envp[], const char* path, const char* code_path, int code_fd) {
+  if (code_fd < 0 || !code_path) {
+    ExecSearching(argv, envp, path);
+    return;
+  }
+  constexpr int kMaxArgs = 64;  // an interpreter, its fixed arguments and the code: a language table's entry
+  char* args[kMaxArgs + 1];
+  char fd_path[32];
+  snprintf(fd_path, sizeof fd_path, "/dev/fd/%d", code_fd);
+  int count = 0;
+  for (; argv[count]; ++count) {
+    if (count == kMaxArgs) {
+      errno = E2BIG;
+      return;
+    }
+    args[count] = strcmp(argv[count], code_path) == 0 ? fd_path : argv[count];
+  }
+  args[count] = nullptr;
+  ExecSearching(args, envp, path);
 }
 
 }  // namespace
 
-int WriteCodeFile(const ChildPlan& plan) { return WriteNewFile(plan.code_path.c_str(), plan.code.data(), plan.code.size()); }
+int CreateCodeFd(bool close_on_exec) {
+  return ::memfd_create("nsbox-code", MFD_ALLOW_SEALING | (close_on_exec ? MFD_CLOEXEC : 0));
+}
+
+int MakeSealedCodeFd(const ChildPlan& plan) {
+  int fd = CreateCodeFd(/*close_on_exec=*/true);
+  if (fd < 0) return -1;
+  if (FillAndSealCode(fd, plan.code.data(), plan.code.size()) != 0) {
+    int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
 
 namespace {
 
@@ -194,7 +231,10 @@ namespace {
 
 // RunPayload's steps before the program: the memory group, setsid, default signals, stdio, credentials, the working
 // directory and umask (a parked payload's come with its request), seccomp.
-void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memory_join_fd = -1) {
+// code_fd: the sealed code (MakeSealedCodeFd), kept open across execve; -1 for none. A parked payload makes its own,
+// empty, into *parked_code_fd.
+void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memory_join_fd = -1, int code_fd = -1,
+                    int* parked_code_fd = nullptr) {
   if (memory_join_fd >= 0 && ::write(memory_join_fd, "0", 1) != 1)
     Fail(plan, "write(cgroup tasks, \"0\"): the program joining the sandbox's memory group", errno);
   if (::setsid() < 0) Fail(plan, "setsid()", errno);
@@ -226,6 +266,8 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memo
   // Every other descriptor closes at execve; the control pipe and seccomp socket stay usable until then.
   if (::syscall(SYS_close_range, first_closed, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
     Fail(plan, "close_range(3, ~0, CLOEXEC)", errno);
+  // The code stays open for the interpreter, which reads it as /dev/fd/N (ExecWithCode).
+  if (code_fd >= 0 && ::fcntl(code_fd, F_SETFD, 0) != 0) Fail(plan, "fcntl(code memfd, F_SETFD, 0)", errno);
 
   // No core dumps: a crashing program would write its memory as a file into its working directory, the host's own
   // directory under --workspace. Soft and hard 0, so the program cannot raise it again.
@@ -250,6 +292,10 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memo
     // share its user, and its memory is a copy of the supervisor's. (The program it becomes is dumpable as any.)
     Fail(plan, "prctl(PR_SET_DUMPABLE, 0)", errno);
   }
+  // A parked payload's code comes after its filter: the memfd is made now, and filled and sealed then. Until it is
+  // sealed only this process holds it, and it is not dumpable, so no other process can open it through /proc.
+  if (parked && (*parked_code_fd = CreateCodeFd(/*close_on_exec=*/false)) < 0)
+    Fail(plan, "memfd_create(code)", errno);
 
   // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall), and in a
   // parked payload the calls of kSyscallsWhenParked.
@@ -270,9 +316,9 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memo
 
 }  // namespace
 
-void RunPayload(const ChildPlan& plan, bool inherited, int memory_join_fd) {
-  PreparePayload(plan, inherited, /*parked=*/false, memory_join_fd);
-  ExecSearching(plan.argv.data(), plan.envp.data(), plan.path.c_str());
+void RunPayload(const ChildPlan& plan, bool inherited, int memory_join_fd, int code_fd) {
+  PreparePayload(plan, inherited, /*parked=*/false, memory_join_fd, code_fd);
+  ExecWithCode(plan.argv.data(), plan.envp.data(), plan.path.c_str(), plan.code_path.c_str(), code_fd);
   FailExec(plan, plan.argv[0]);  // only reached when execve failed; the message names the program
 }
 
@@ -284,7 +330,8 @@ void RunParkedPayload(const ChildPlan& plan, const ParkedRequest* request) {
   if (OpenParentWatch(&self) == 0) HideNsboxCommandLine(self, "nsbox-exec");
   if (self.host_stat_fd >= 0) ::close(self.host_stat_fd);
   ::prctl(PR_SET_NAME, "nsbox-exec", 0, 0, 0);
-  PreparePayload(plan, /*inherited=*/true, /*parked=*/true);  // the exec helper made us the sandbox user
+  int code_fd = -1;
+  PreparePayload(plan, /*inherited=*/true, /*parked=*/true, -1, -1, &code_fd);  // the exec helper made us the sandbox user
   char go = 0;
   ssize_t n;
   do n = ::read(plan.park_fd, &go, 1); while (n < 0 && errno == EINTR);
@@ -292,9 +339,13 @@ void RunParkedPayload(const ChildPlan& plan, const ParkedRequest* request) {
   ::close(plan.park_fd);
   ::umask(request->umask);
   if (::chdir(request->cwd) != 0) Fail(plan, "chdir(working directory)", errno);
-  if (request->code_path && WriteNewFile(request->code_path, request->code, request->code_size) != 0)
-    Fail(plan, "write(code file)", errno);
-  ExecSearching(request->argv, request->envp, request->path);
+  if (!request->code_path) {
+    ::close(code_fd);
+    code_fd = -1;
+  } else if (FillAndSealCode(code_fd, request->code, request->code_size) != 0) {
+    Fail(plan, "write(code memfd)", errno);
+  }
+  ExecWithCode(request->argv, request->envp, request->path, request->code_path, code_fd);
   FailExec(plan, request->argv[0]);
 }
 
@@ -382,11 +433,12 @@ namespace {
 struct PayloadStart {
   const ChildPlan* plan;
   int memory_join_fd;
+  int code_fd;
 };
 
 int PayloadEntry(void* arg) {
   const auto* start = static_cast<const PayloadStart*>(arg);
-  RunPayload(*start->plan, /*inherited=*/true, start->memory_join_fd);
+  RunPayload(*start->plan, /*inherited=*/true, start->memory_join_fd, start->code_fd);
 }
 
 }  // namespace
@@ -413,7 +465,7 @@ void ChildMain(const ChildPlan& plan) {
   ::close(plan.sync_fd);
   // A cgroup namespace rooted at the sandbox's own cgroup, once we are in it (now, unless it comes later).
   if (plan.cgroup_join_socket < 0 && ::unshare(CLONE_NEWCGROUP) != 0) Fail(plan, "unshare(CLONE_NEWCGROUP)", errno);
-  // Files we create (the code file, /etc) belong to the sandbox user, a uid mapped in our namespace.
+  // Files we create (/etc) belong to the sandbox user, a uid mapped in our namespace.
   ::setfsuid(plan.uid);
   ::setfsgid(plan.gid);
   if (RearmParentDeathSignal(watch) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG) after setfsuid", errno);
@@ -431,8 +483,10 @@ void ChildMain(const ChildPlan& plan) {
   if (FinishRoot(&step) != 0) Fail(plan, step, errno);
   // 5. Loopback up in the new network namespace; nothing else exists there.
   if (plan.new_network && BringUpLoopback(&step) != 0) Fail(plan, step, errno);
-  // 6. The code to run, written where the program will find it.
-  if (!plan.code_path.empty() && WriteCodeFile(plan) != 0) Fail(plan, "write(code file)", errno);
+  // 6. The code to run, sealed in a memfd of its own: no file in /workspace, which other runs may share, and nothing
+  //    that anyone, the program included, can change once it is written (the interpreter reads it as /dev/fd/N).
+  int code_fd = -1;
+  if (!plan.code_path.empty() && (code_fd = MakeSealedCodeFd(plan)) < 0) Fail(plan, "write(code memfd)", errno);
 
   // 7. The cgroup nsbox made meanwhile (v1): into it before anything of the payload's runs, then its namespace. The
   //    descriptors to leave it again stay with pid 1, for its end.
@@ -485,10 +539,11 @@ void ChildMain(const ChildPlan& plan) {
   // A session's pid 1 has no payload: it stays, reaping, while execs join its namespaces from outside.
   if (plan.persistent) RunInit(plan, -1, leave);
   // vfork-style: pid 1 waits until the payload has called execve (RunPayload makes only system calls).
-  PayloadStart start = {&plan, memory_join_fd};
+  PayloadStart start = {&plan, memory_join_fd, code_fd};
   pid_t payload = StartVforkChild(PayloadEntry, &start);
   if (payload < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload)", errno);
   if (memory_join_fd >= 0) ::close(memory_join_fd);
+  if (code_fd >= 0) ::close(code_fd);
   // The payload has called execve (or reported why not): from here on the program may have run, and an early end of
   // pid 1 is not a set-up failure.
   InitMessage started;

@@ -62,7 +62,7 @@ struct ChildPlan {
   std::vector<char*> argv, envp;
   std::string cwd;
   mode_t umask = 022;
-  std::string code_path;  // inside the sandbox; empty when there is no code file
+  std::string code_path;  // the argv entry that names the code (replaced by /dev/fd/N); empty when there is no code
   std::string code;
   // File descriptors, as numbered in the parent (the child inherits them).
   int stdin_fd = -1;       // -1: /dev/null inside the sandbox
@@ -111,7 +111,7 @@ struct ParkedRequest {
   const char* path = nullptr;  // PATH, for a program named without a slash
   const char* cwd = nullptr;
   mode_t umask = 022;
-  const char* code_path = nullptr;  // null: no code file
+  const char* code_path = nullptr;  // the argv entry that names the code; null: no code
   const char* code = nullptr;
   size_t code_size = 0;
 };
@@ -120,15 +120,20 @@ struct ParkedRequest {
 // False, and nothing usable, when it does not fit.
 bool WriteParkedRequest(const Executor& executor, void* mapping);
 
-// Fills the program part of a plan from an Executor (argv, environment, PATH directories, cwd, code file). In the
+// Fills the program part of a plan from an Executor (argv, environment, PATH directories, cwd, code). In the
 // parent: it allocates, so that the child only reads.
 void SetPlanProgram(ChildPlan& plan, const Executor& executor);
 
 // Builds the child view of a mount plan.
 std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan);
 
-// Writes plan.code to plan.code_path (O_NOFOLLOW, as the current fsuid). 0, or -1 with errno.
-int WriteCodeFile(const ChildPlan& plan);
+// The program's code lives in a memfd, never in a file of the sandbox: other runs may share a --workspace, and a
+// session's earlier execs leave processes behind. The interpreter reads it as /dev/fd/N.
+// An empty memfd that can be sealed. -1 with errno.
+int CreateCodeFd(bool close_on_exec);
+// A close-on-exec memfd holding plan.code, sealed (F_SEAL_WRITE|SHRINK|GROW|SEAL): nobody, however privileged, can
+// change it after this returns. -1 with errno. Allocation-free.
+int MakeSealedCodeFd(const ChildPlan& plan);
 
 // The sandbox user's credentials for the calling process only: its groups, uids and gids, no capabilities,
 // no_new_privs (raw system calls: safe vfork-style in a process with threads). 0, or -1 with errno and *step naming
@@ -141,11 +146,13 @@ int BecomeSandboxUser(const ChildPlan& plan, const char** step);
 // the payload keeps those credentials and makes no credential calls of its own.
 // memory_join_fd: a tasks descriptor of the sandbox's memory group, which the payload joins before anything else of
 // its own (ChildPlan::shares_memory); -1 when it is in every group already.
-[[noreturn]] void RunPayload(const ChildPlan& plan, bool inherited = false, int memory_join_fd = -1);
+// code_fd: MakeSealedCodeFd's, kept open across execve and named by /dev/fd/N in place of plan.code_path in argv; -1
+// when there is no code.
+[[noreturn]] void RunPayload(const ChildPlan& plan, bool inherited = false, int memory_join_fd = -1, int code_fd = -1);
 
 // A session's spare payload: everything RunPayload does up to and including seccomp (stdin /dev/null, the sandbox
 // user, no capabilities, no_new_privs, the filter and its listener), then it waits on plan.park_fd. One byte there
-// starts the program *request describes (working directory, umask, code file, execve); end of file exits quietly.
+// starts the program *request describes (working directory, umask, code memfd, execve); end of file exits quietly.
 // Only for a profile that allows what follows the filter (SeccompProgram::allows_parking). Never returns.
 [[noreturn]] void RunParkedPayload(const ChildPlan& plan, const ParkedRequest* request);
 

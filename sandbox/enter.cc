@@ -36,9 +36,11 @@ namespace {
 int PayloadEntry(void* arg) {
   const EnterPlan& plan = *static_cast<const EnterPlan*>(arg);
   const ChildPlan& payload = plan.payload;
-  // Born the sandbox user (the helper became it): the code file it writes belongs to that user.
-  if (!payload.code_path.empty() && WriteCodeFile(payload) != 0) Fail(plan, "write(code file)", errno);
-  RunPayload(payload, /*inherited=*/true);  // unblocks signals itself
+  // Born the sandbox user and not dumpable (the helper made itself so, and the memory it shares): the code is sealed
+  // before any program of the session could open it through /proc, and nobody can change it after.
+  int code_fd = -1;
+  if (!payload.code_path.empty() && (code_fd = MakeSealedCodeFd(payload)) < 0) Fail(plan, "write(code memfd)", errno);
+  RunPayload(payload, /*inherited=*/true, /*memory_join_fd=*/-1, code_fd);  // unblocks signals itself
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Executor: what to run inside the sandbox (argv, environment, stdin, code file, output and time limits).
+// Executor: what to run inside the sandbox (argv, environment, stdin, code, output and time limits).
 #pragma once
 
 #include <sys/types.h>
@@ -22,7 +22,9 @@ struct Executor {
   int stdin_fd = -1;
   uint64_t output_limit_bytes = 1 << 20;  // bytes kept per stream (head and tail), at most kMaxOutputLimitBytes
   std::chrono::milliseconds wall_timeout{30'000};
-  // When set, this content is written to code_path inside the sandbox before the program starts.
+  // When set, the program's code: it is sealed in a memfd (no file in the sandbox, so nothing another run or a
+  // session's earlier exec could change), and every argv entry equal to code_path is replaced by "/dev/fd/N", from
+  // which the interpreter reads it.
   std::string code_path;
   std::string code;
 };
@@ -33,11 +35,6 @@ struct Executor {
 constexpr uint64_t kMaxOutputLimitBytes = 64ull << 20;
 // "" when the executor's output limit is within kMaxOutputLimitBytes, else the one-line reason it is refused.
 std::string CheckOutputLimit(uint64_t bytes);
-
-// Gives the code file another name in its directory, keeping its extension ("/workspace/.nsbox-main.py" with stem
-// ".nsbox-exec-7" is "/workspace/.nsbox-exec-7.py"), in code_path and in argv. For workspaces that outlive one
-// program or are shared: a fixed name would overwrite a user's file, and two programs would run each other's code.
-void RenameCodeFile(Executor& ex, const std::string& stem);
 
 // The small clean environment a sandbox starts from; callers add --env entries on top.
 std::map<std::string, std::string> DefaultSandboxEnv();

@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -89,16 +88,6 @@ std::string CheckOutputLimit(uint64_t bytes) {
                      "write large outputs to files in a --workspace instead", bytes, kMaxOutputLimitBytes);
 }
 
-void RenameCodeFile(Executor& ex, const std::string& stem) {
-  auto slash = ex.code_path.rfind('/');
-  auto dot = ex.code_path.rfind('.');
-  std::string ext = dot != std::string::npos && dot > slash + 1 ? ex.code_path.substr(dot) : "";
-  std::string renamed = ex.code_path.substr(0, slash + 1) + stem + ext;
-  for (auto& arg : ex.argv)
-    if (arg == ex.code_path) arg = renamed;
-  ex.code_path = renamed;
-}
-
 std::map<std::string, std::string> DefaultSandboxEnv() {
   return {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
           {"HOME", "/home/sandbox"},
@@ -146,12 +135,6 @@ Result Sandbox::Run() {
   plan.gid = policy_.sandbox_gid();
   const bool privileged = ::geteuid() == 0;
   plan.may_setgroups = privileged;
-  // A --workspace directory is the user's, and other runs may share it: the code file gets a name of its own.
-  if (!policy_.workspace_dir().empty() && executor_.code_path.starts_with("/workspace/")) {
-    uint64_t random[2];
-    if (::getrandom(random, sizeof random, 0) != sizeof random) return SetupError(Status::Errno("getrandom").message());
-    RenameCodeFile(executor_, fmt::format(".nsbox-main-{:016x}{:016x}", random[0], random[1]));
-  }
   SetPlanProgram(plan, executor_);
   cap_t no_caps = cap_init();
   if (!no_caps) return SetupError(Status::Errno("cap_init").message());
@@ -471,10 +454,6 @@ Result Sandbox::Run() {
     if (err->read) drain(err->read, stderr_buf);
   }
   read_control();
-  // Removed unless writing it failed: then the name may be someone else's file (the write refuses to replace one).
-  const bool code_file_failed = have_setup_error && strncmp(setup_error.text, "write(code file)", 16) == 0;
-  if (!policy_.workspace_dir().empty() && executor_.code_path.starts_with("/workspace/") && !code_file_failed)
-    ::unlink((policy_.workspace_dir() + executor_.code_path.substr(strlen("/workspace"))).c_str());
 
   // 8. The verdict.
   Result result;
@@ -527,9 +506,6 @@ Result Sandbox::Run() {
     result.status = RunStatus::kSetupError;
     result.reason = fmt::format("sandbox setup failed at {}: {} ({})", setup_error.text, strerror(setup_error.err),
                                 ErrnoName(setup_error.err));
-    if (code_file_failed && setup_error.err == EACCES && !policy_.workspace_dir().empty())
-      result.reason += fmt::format("; the sandbox user (host uid {}) cannot write to the workspace {}: give that uid "
-                                   "write access to it (chown or chmod)", policy_.host_uid(), policy_.workspace_dir());
   } else if (timed_out || cancelled) {
     result.status = RunStatus::kTimeout;
     result.signal = SIGKILL;

@@ -79,8 +79,8 @@ std::string DefaultSeccompProfilesDir();
 // that only the listener it still holds could answer; CompileSeccompProfile refuses it otherwise.
 inline constexpr const char* kSyscallsAfterInstall[] = {"sendmsg", "close", "write", "exit_group", "execve"};
 // What a parked payload calls after its filter: it waits (read), takes its working directory and umask, writes its
-// code file and starts the program.
-inline constexpr const char* kSyscallsWhenParked[] = {"read",  "umask", "chdir",      "openat",
+// code into its memfd and seals it (write, fcntl), and starts the program.
+inline constexpr const char* kSyscallsWhenParked[] = {"read",  "umask", "chdir",      "fcntl",
                                                       "write", "close", "exit_group", "execve"};
 
 // In the sandboxed child, right before execve: async-signal-safe, no allocation. Sets no_new_privs

@@ -744,15 +744,6 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   if (terminating_) return SetupError("the session is ending");
   if (ex.argv.empty()) return SetupError("nothing to run: empty command");
   if (std::string why = CheckOutputLimit(ex.output_limit_bytes); !why.empty()) return SetupError(why);
-  // Execs may run at once: each gets its own code file, left out of the changed files and removed afterwards.
-  if (!ex.code_path.empty()) {
-    uint64_t n;
-    {
-      std::lock_guard lock(exec_counter_mutex_);
-      n = ++exec_counter_;
-    }
-    RenameCodeFile(ex, fmt::format(".nsbox-exec-{}-{}", ::getpid(), n));
-  }
   auto before = Snapshot(workspace_fd_.get());
   const CgroupStats counters_before = cgroup_ ? cgroup_->ReadCounters() : CgroupStats{};
   // The program's stdin is a pipe the supervisor fills, never the descriptor the client sent (stdin_feeder.h).
@@ -803,12 +794,6 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
     Forget(h.pid);
     // What the exec started in a session of its own lives on in its group until it ends (or the session does).
     KeepExecGroup(std::move(exec_group));
-    // The code file, which the payload's setup wrote in the session's /workspace. One name directly under the
-    // workspace's descriptor only: a path through a directory the sandbox controls could be a symlink out of it.
-    const std::string_view name = std::string_view(ex.code_path).substr(std::min<size_t>(ex.code_path.size(), 11));
-    if (ex.code_path.starts_with("/workspace/") && !name.empty() && name.find('/') == std::string_view::npos &&
-        workspace_fd_)
-      ::unlinkat(workspace_fd_.get(), std::string(name).c_str(), 0);
   });
 
   OutputBuffer stdout_buf(ex.output_limit_bytes), stderr_buf(ex.output_limit_bytes);

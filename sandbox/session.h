@@ -162,8 +162,6 @@ class SessionSandbox {
   VforkWatchdog start_watchdog_;  // for payloads still starting at their exec's deadline
   std::mutex payloads_mutex_;
   std::set<pid_t> payloads_;  // the execs' live payloads (our children), killed and reaped by Terminate()
-  std::mutex exec_counter_mutex_;
-  uint64_t exec_counter_ = 0;
 
   // The persistent interpreter.
   std::mutex repl_mutex_;

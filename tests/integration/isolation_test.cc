@@ -147,11 +147,15 @@ print(os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid(), stat[4])   # fie
   CHECK(r.out() == "True True 0\n");
 }
 
-TEST_CASE("only descriptors 0, 1 and 2 are open", "[integration][isolation]") {
-  auto r = RunShell("ls /proc/self/fd");  // ls's own directory handle is 3
+TEST_CASE("only descriptors 0, 1 and 2 are open, and with --lang the code's sealed memfd", "[integration][isolation]") {
+  auto r = RunNsboxJson({"--", "/bin/ls", "/proc/self/fd"});  // ls's own directory handle is 3
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "0\n1\n2\n3\n");
+  auto code = RunShell("ls -l /proc/self/fd | grep -c ' -> '; ls -l /proc/self/fd/ | grep -c 'memfd:nsbox-code'");
+  INFO(code.Describe());
+  REQUIRE(code.status() == "ok");
+  CHECK(code.out() == "5\n1\n");  // 0, 1, 2, the code and ls's handle
 }
 
 TEST_CASE("the environment is small and clean; --env adds to it", "[integration][isolation]") {

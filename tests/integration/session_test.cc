@@ -603,15 +603,27 @@ TEST_CASE("the result lists the workspace files an exec created or changed, with
   CHECK(cell["changed_files"] == json::array({{{"path", "/workspace/from_repl.txt"}, {"size", 3}}}));
 }
 
-TEST_CASE("an exec's code file is in /workspace while it runs and gone afterwards", "[session]") {
+TEST_CASE("an exec's code is a sealed descriptor, never a file in /workspace", "[session]") {
   Sessions s;
   std::string id = s.Create();
-  Output during = s.Nsbox({"exec", id, "--lang", "python", "--code",
-                           "import os, sys; print(os.path.basename(sys.argv[0]), sorted(os.listdir('/workspace')))"});
-  REQUIRE(during.code == 0);
-  CHECK(during.out.find(".nsbox-exec-") != std::string::npos);
-  json after = s.Sh(id, "ls -A /workspace");
-  CHECK(after["stdout"] == "");
+  const std::string code = R"(import errno, os, sys
+def err(f, *a):
+    try:
+        f(*a)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+path = sys.argv[0]
+fd = os.open(path, os.O_RDWR)
+print(path.startswith("/dev/fd/"), os.listdir("/workspace"), err(os.write, fd, b"x"), err(os.ftruncate, fd, 0),
+      err(os.unlink, path))
+)";
+  for (int round = 0; round < 2; ++round) {  // the second from a parked payload, where the session parks
+    Output during = s.Nsbox({"exec", id, "--lang", "python", "--code", code});
+    INFO(during.err);
+    REQUIRE(during.code == 0);
+    CHECK(during.out == "True [] EPERM EPERM EPERM\n");
+  }
 }
 
 TEST_CASE("cp copies regular files both ways, owned by the sandbox user inside", "[session][cp]") {
@@ -1075,7 +1087,7 @@ TEST_CASE("the next exec waits parked past its seccomp filter, as the sandbox us
   INFO(ran.dump());
   CHECK(ran["status"] == "ok");
   CHECK(ran["stdout"] == inner_pid + " hello\n/workspace\n0022\n/bin/sh\n");
-  json code = s.Exec(id, {}, {"--lang", "python", "--code", "import os; print(os.getcwd(), __file__.startswith('/workspace/'))"});
+  json code = s.Exec(id, {}, {"--lang", "python", "--code", "import os; print(os.getcwd(), __file__.startswith('/dev/fd/'))"});
   INFO(code.dump());
   CHECK(code["stdout"] == "/workspace True\n");
   // Used, it is gone; the exec after next finds another one waiting.

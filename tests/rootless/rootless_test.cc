@@ -21,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -367,6 +368,59 @@ TEST_CASE("the sandbox user, uid 1000 inside, is the calling user's uid outside"
   REQUIRE(::stat((workspace / "made").c_str(), &st) == 0);
   CHECK(st.st_uid == E().uid);
   CHECK(st.st_gid == E().gid);
+}
+
+// Issue 24: the code is a sealed memfd, not a file in the workspace, rootless too: two runs sharing a workspace, the
+// first rewriting every file there for as long as the second runs, and the second still runs its own code.
+TEST_CASE("an ordinary user's runs sharing --workspace each run their own, sealed code and leave nothing there") {
+  fs::path workspace = E().dir / "shared-workspace";
+  fs::create_directories(workspace);
+  REQUIRE(::chown(workspace.c_str(), E().uid, E().gid) == 0);
+  const std::string attacker = R"(import os, time
+open("/workspace/ready", "w").close()
+end = time.time() + 20
+while not os.path.exists("/workspace/stop") and time.time() < end:
+    for name in os.listdir("/workspace"):
+        if name not in ("ready", "stop"):
+            try:
+                with open("/workspace/" + name, "r+b") as f:
+                    f.write(b"sleep 1\necho PWNED\n")
+                print("wrote", name, flush=True)
+            except OSError:
+                pass
+    time.sleep(0.005)
+)";
+  const std::string victim = R"(import errno, os, sys
+fd = os.open(sys.argv[0], os.O_RDWR)
+try:
+    os.write(fd, b"x")
+    print("writable")
+except OSError as e:
+    print(sys.argv[0].startswith("/dev/fd/"), errno.errorcode[e.errno], sorted(os.listdir("/workspace")))
+)";
+  pid_t attacker_pid = ::fork();
+  REQUIRE(attacker_pid >= 0);
+  if (attacker_pid == 0) {
+    Outcome a = Spawn(RunUnlimited({"--workspace", workspace.string(), "--timeout", "30s", "--lang", "python",
+                                    "--code", attacker}));
+    _exit(a.out.empty() ? 0 : 1);  // it printed "wrote NAME": it found a file of the victim's
+  }
+  for (int i = 0; i < 500 && !fs::exists(workspace / "ready"); ++i) ::usleep(20'000);
+  REQUIRE(fs::exists(workspace / "ready"));
+  Outcome b = Spawn(RunUnlimited({"--workspace", workspace.string(), "--lang", "python", "--code", victim}));
+  Outcome bash = Spawn(RunUnlimited({"--workspace", workspace.string(), "--lang", "bash", "--code",
+                                     "sleep 1\necho B-own\n"}));
+  std::ofstream((workspace / "stop").string()).put(0);
+  int status = 0;
+  ::waitpid(attacker_pid, &status, 0);
+  INFO(b.err << bash.err);
+  CHECK(b.out == "True EPERM ['ready']\n");
+  CHECK(bash.out == "B-own\n");
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(workspace)) left.insert(e.path().filename().string());
+  CHECK(left == std::set<std::string>{"ready", "stop"});
+  fs::remove_all(workspace);
 }
 
 TEST_CASE("an ordinary user's sandbox has no capabilities at all") {
