@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
+#include "sandbox/executor.h"
 #include "sandbox/spec/units.h"
 #include "src/agent/agent_loop.h"
 #include "src/agent/provider.h"

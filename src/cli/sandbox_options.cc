@@ -9,6 +9,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include "sandbox/executor.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/units.h"
 #include "src/cli/image_store.h"
