@@ -252,15 +252,16 @@ std::vector<std::string> HostAddresses(const ProxyState& state) {
   return addresses;
 }
 
-void AddCandidate(const ProxyState& state, const sockaddr* address, socklen_t length, Resolved& resolved) {
+// host_addresses: HostAddresses(state), listed once per resolution.
+void AddCandidate(const ProxyState& state, const std::vector<std::string>& host_addresses, const sockaddr* address,
+                  socklen_t length, Resolved& resolved) {
   std::string_view range = SpecialAddressRange(address);
   if (!range.empty() && !state.config.allow_private_addresses) {
     if (resolved.refused.empty()) resolved.refused = fmt::format("{} ({})", FormatAddress(address), range);
     return;
   }
   if (!state.config.allow_private_addresses) {
-    const std::vector<std::string> host = HostAddresses(state);
-    if (std::find(host.begin(), host.end(), CanonicalAddress(address)) != host.end()) {
+    if (std::find(host_addresses.begin(), host_addresses.end(), CanonicalAddress(address)) != host_addresses.end()) {
       if (resolved.refused.empty()) resolved.refused = fmt::format("{} (an address of this host)", FormatAddress(address));
       return;
     }
@@ -272,6 +273,8 @@ void AddCandidate(const ProxyState& state, const sockaddr* address, socklen_t le
 
 Resolved Resolve(const ProxyState& state, const std::string& host, uint16_t port) {
   Resolved resolved;
+  const std::vector<std::string> host_addresses =
+      state.config.allow_private_addresses ? std::vector<std::string>{} : HostAddresses(state);
   const auto& override_map = state.config.resolver_override;
   if (!override_map.empty()) {
     auto it = override_map.find(host);
@@ -284,11 +287,11 @@ Resolved Resolve(const ProxyState& state, const std::string& host, uint16_t port
     if (inet_pton(AF_INET, it->second.c_str(), &v4.sin_addr) == 1) {
       v4.sin_family = AF_INET;
       v4.sin_port = htons(port);
-      AddCandidate(state, reinterpret_cast<sockaddr*>(&v4), sizeof v4, resolved);
+      AddCandidate(state, host_addresses, reinterpret_cast<sockaddr*>(&v4), sizeof v4, resolved);
     } else if (inet_pton(AF_INET6, it->second.c_str(), &v6.sin6_addr) == 1) {
       v6.sin6_family = AF_INET6;
       v6.sin6_port = htons(port);
-      AddCandidate(state, reinterpret_cast<sockaddr*>(&v6), sizeof v6, resolved);
+      AddCandidate(state, host_addresses, reinterpret_cast<sockaddr*>(&v6), sizeof v6, resolved);
     } else {
       resolved.error = "the test resolver override holds no IP address for it";
     }
@@ -305,7 +308,7 @@ Resolved Resolve(const ProxyState& state, const std::string& host, uint16_t port
     return resolved;
   }
   for (addrinfo* answer = answers; answer != nullptr; answer = answer->ai_next) {
-    AddCandidate(state, answer->ai_addr, answer->ai_addrlen, resolved);
+    AddCandidate(state, host_addresses, answer->ai_addr, answer->ai_addrlen, resolved);
   }
   freeaddrinfo(answers);
   return resolved;

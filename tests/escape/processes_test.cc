@@ -450,6 +450,17 @@ print("ok" if pid > 0 else errno.errorcode[ctypes.get_errno()], flush=True)
   ~CloneParentSession() { RunProcess({NsboxBinary(), "session", "rm", "--all"}, spawn); }
 };
 
+// rm returns (before the suite's guard fires), ends the session, and leaves no marked process and no group.
+void CheckRemovedCleanly(CloneParentSession& session, const std::string& marker,
+                         const std::set<std::string>& groups_before) {
+  auto rm = session.Remove();
+  INFO(rm.err);
+  CHECK_FALSE(rm.guard_fired);
+  CHECK(rm.exit_code == 0);
+  CHECK(WaitForNoPidsWithMarker(marker, 3s));
+  CHECK(WaitForGroups(groups_before));
+}
+
 }  // namespace
 
 // clone(CLONE_PARENT) from an exec's program made a child of the supervisor (outside the sandbox) that nobody reaped;
@@ -462,12 +473,7 @@ TEST_CASE("clone(CLONE_PARENT) in a session exec is refused, and rm ends the ses
   auto exec = session.Exec(marker);
   INFO(exec.dump());
   CHECK(exec.value("stdout", std::string()) == "EPERM\n");
-  auto rm = session.Remove();
-  INFO(rm.err);
-  CHECK_FALSE(rm.guard_fired);
-  CHECK(rm.exit_code == 0);
-  CHECK(WaitForNoPidsWithMarker(marker, 3s));
-  CHECK(WaitForGroups(groups_before));
+  CheckRemovedCleanly(session, marker, groups_before);
 }
 
 // Defence in depth: under a profile that allows CLONE_PARENT (Docker's), the child exists as the supervisor's, and the
@@ -487,10 +493,5 @@ TEST_CASE("a child made with CLONE_PARENT under Docker's profile cannot keep a s
   INFO(exec.dump());
   REQUIRE(exec.value("stdout", std::string()) == "ok\n");
   REQUIRE(WaitForPidWithMarker(marker, 5s));  // the attack got through the profile: the stray lives
-  auto rm = session.Remove();
-  INFO(rm.err);
-  CHECK_FALSE(rm.guard_fired);
-  CHECK(rm.exit_code == 0);
-  CHECK(WaitForNoPidsWithMarker(marker, 3s));
-  CHECK(WaitForGroups(groups_before));
+  CheckRemovedCleanly(session, marker, groups_before);
 }
