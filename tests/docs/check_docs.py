@@ -9,7 +9,7 @@ Which blocks run:
   - a block right after a line <!-- not-run: REASON --> is not run and counts as skipped with that reason.
 How a block runs: as one bash script with `set -e -o pipefail`, from the checkout's top directory, under a time-out,
 with `nsbox` on PATH meaning ./build/src/nsbox (it must be built), and with a state directory of its own for sessions
-(NSBOX_STATE_DIR), whose sessions are removed after each block. `bash tools/setup` in a block is run as written: on a
+(NSBOX_STATE_DIR), whose sessions are removed after each block, and with a TMPDIR removed at the end. `bash tools/setup` in a block is run as written: on a
 set-up tree it only checks the packages and finds nothing to build.
 """
 
@@ -129,12 +129,15 @@ def main():
     try:
         bindir = os.path.join(work, "bin")
         state = os.path.join(work, "sessions")
+        tmp = os.path.join(work, "tmp")  # a block's mktemp lands here, and goes with it
         os.makedirs(bindir)
+        os.makedirs(tmp)
         os.makedirs(state, mode=0o700)
         with open(os.path.join(bindir, "nsbox"), "w") as f:
             f.write(f'#!/bin/sh\nexec "{nsbox}" "$@"\n')
         os.chmod(os.path.join(bindir, "nsbox"), 0o755)
-        env = dict(os.environ, PATH=bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin"), NSBOX_STATE_DIR=state)
+        env = dict(os.environ, PATH=bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin"), NSBOX_STATE_DIR=state,
+                   TMPDIR=tmp)
         built = os.access(nsbox, os.X_OK)
         for path in pages():
             blocks, lines, prose = parse(path)
