@@ -186,6 +186,7 @@ def main():
                 xml.append(f'<skipped message="{html.escape(skipped)}"/>')
             xml.append("</testcase>")
         xml.append("</testsuite></testsuites>")
+        os.makedirs(results, exist_ok=True)
         with open(os.path.join(results, "docs.xml"), "w", encoding="utf-8") as f:
             f.write("\n".join(xml) + "\n")
     return 1 if failed else 0
