@@ -15,7 +15,10 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
-#include "sandbox/cgroup_internal.h"
+#include "sandbox/cgroup_backends.h"
+#include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup_reaper.h"
+#include "sandbox/spec/cgroup_text.h"
 
 namespace nsbox::cgroup_internal {
 namespace {
@@ -64,8 +67,7 @@ class CgroupV1 final : public Cgroup {
     pids_events_ = ControlFile(pids_dir_ + "/pids.events");
     cpu_stat_ = ControlFile(cpu_dir_ + "/cpu.stat");
     cpuacct_usage_ = ControlFile(cpuacct_dir_ + "/cpuacct.usage");
-    // The pids group holds every process of the sandbox: a pid 1 that shares nsbox's memory is not in the memory
-    // group (ChildPlan::shares_memory).
+    // The pids group holds every process of the sandbox.
     all_procs_dir_ = !pids_dir_.empty() ? pids_dir_ : memory_dir_;
     all_procs_ = ControlFile(all_procs_dir_ + "/cgroup.procs");
   }
@@ -190,13 +192,10 @@ class CgroupV1 final : public Cgroup {
   const std::vector<Hierarchy>& hierarchies() const { return hierarchies_; }
 
  private:
-  // One descriptor per hierarchy, in the order of hierarchies_, the memory controller's marked.
+  // One descriptor per hierarchy, in the order of hierarchies_.
   CgroupSelfJoin Join(const std::vector<UniqueFd>& fds) const {
     CgroupSelfJoin join;
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (hierarchies_[i].dir == memory_dir_) join.memory_index = join.count;
-      join.fds[join.count++] = fds[i].get();
-    }
+    for (size_t i = 0; i < fds.size(); ++i) join.fds[join.count++] = fds[i].get();
     return join;
   }
 
