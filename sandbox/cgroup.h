@@ -74,6 +74,9 @@ struct CgroupSelfJoin {
   static constexpr int kMax = 6;
   int fds[kMax] = {-1, -1, -1, -1, -1, -1};
   int count = 0;
+  // Which of fds is the memory controller's group (v1: a hierarchy of its own), -1 when none is apart. pid 1 stays
+  // out of that group (ChildMain says why).
+  int memory_index = -1;
 };
 
 // In the child, allocation-free: writes "0" to each descriptor. 0, or -1 with errno.

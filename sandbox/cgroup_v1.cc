@@ -67,7 +67,7 @@ class CgroupV1 final : public Cgroup {
     pids_events_ = ControlFile(pids_dir_ + "/pids.events");
     cpu_stat_ = ControlFile(cpu_dir_ + "/cpu.stat");
     cpuacct_usage_ = ControlFile(cpuacct_dir_ + "/cpuacct.usage");
-    // The pids group holds every process of the sandbox.
+    // The pids group holds every process of the sandbox: pid 1 is not in the memory group (ChildMain says why).
     all_procs_dir_ = !pids_dir_.empty() ? pids_dir_ : memory_dir_;
     all_procs_ = ControlFile(all_procs_dir_ + "/cgroup.procs");
   }
@@ -192,10 +192,13 @@ class CgroupV1 final : public Cgroup {
   const std::vector<Hierarchy>& hierarchies() const { return hierarchies_; }
 
  private:
-  // One descriptor per hierarchy, in the order of hierarchies_.
+  // One descriptor per hierarchy, in the order of hierarchies_, the memory controller's marked.
   CgroupSelfJoin Join(const std::vector<UniqueFd>& fds) const {
     CgroupSelfJoin join;
-    for (size_t i = 0; i < fds.size(); ++i) join.fds[join.count++] = fds[i].get();
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (hierarchies_[i].dir == memory_dir_) join.memory_index = join.count;
+      join.fds[join.count++] = fds[i].get();
+    }
     return join;
   }
 

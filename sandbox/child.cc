@@ -231,12 +231,14 @@ int BecomeSandboxUser(const ChildPlan& plan, const char** step) {
 
 namespace {
 
-// RunPayload's steps before the program: setsid, default signals, stdio, credentials, the working
+// RunPayload's steps before the program: the memory group, setsid, default signals, stdio, credentials, the working
 // directory and umask (a parked payload's come with its request), seccomp.
 // code_fd: the sealed code (MakeSealedCodeFd), kept open across execve; -1 for none. A parked payload makes its own,
 // empty, into *parked_code_fd.
-void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int code_fd = -1,
+void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memory_join_fd = -1, int code_fd = -1,
                     int* parked_code_fd = nullptr) {
+  if (memory_join_fd >= 0 && ::write(memory_join_fd, "0", 1) != 1)
+    Fail(plan, "write(cgroup tasks, \"0\"): the program joining the sandbox's memory group", errno);
   if (::setsid() < 0) Fail(plan, "setsid()", errno);
   // Every signal at its default action: a signal nsbox's own caller ignored (`trap '' INT`, a shell's background
   // job, nsbox's SIGPIPE) would otherwise stay ignored across execve, and the signals pid 1 forwards would do nothing.
@@ -316,8 +318,8 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int code
 
 }  // namespace
 
-void RunPayload(const ChildPlan& plan, bool inherited, int code_fd) {
-  PreparePayload(plan, inherited, /*parked=*/false, code_fd);
+void RunPayload(const ChildPlan& plan, bool inherited, int memory_join_fd, int code_fd) {
+  PreparePayload(plan, inherited, /*parked=*/false, memory_join_fd, code_fd);
   ExecWithCode(plan.argv.data(), plan.envp.data(), plan.path.c_str(), plan.code_path.c_str(), code_fd);
   FailExec(plan, plan.argv[0]);  // only reached when execve failed; the message names the program
 }
@@ -331,7 +333,7 @@ void RunParkedPayload(const ChildPlan& plan, const ParkedRequest* request) {
   if (self.host_stat_fd >= 0) ::close(self.host_stat_fd);
   ::prctl(PR_SET_NAME, "nsbox-exec", 0, 0, 0);
   int code_fd = -1;
-  PreparePayload(plan, /*inherited=*/true, /*parked=*/true, -1, &code_fd);  // the exec helper made us the sandbox user
+  PreparePayload(plan, /*inherited=*/true, /*parked=*/true, -1, -1, &code_fd);  // the exec helper made us the sandbox user
   char go = 0;
   ssize_t n;
   do n = ::read(plan.park_fd, &go, 1); while (n < 0 && errno == EINTR);
@@ -432,12 +434,13 @@ namespace {
 // What pid 1 hands its payload, on pid 1's stack (the payload runs vfork-style, while pid 1 waits).
 struct PayloadStart {
   const ChildPlan* plan;
+  int memory_join_fd;
   int code_fd;
 };
 
 int PayloadEntry(void* arg) {
   const auto* start = static_cast<const PayloadStart*>(arg);
-  RunPayload(*start->plan, /*inherited=*/true, start->code_fd);
+  RunPayload(*start->plan, /*inherited=*/true, start->memory_join_fd, start->code_fd);
 }
 
 }  // namespace
@@ -449,7 +452,7 @@ void ChildMain(const ChildPlan& plan) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
   ParentWatch watch;
   if (OpenParentWatch(&watch) != 0) Fail(plan, "open(/proc/self/stat) to watch nsbox", errno);
-  // pid 1's own copy of nsbox's command line (a fork's): nsbox's stays as it is.
+  // pid 1's own copy of nsbox's command line (pid 1 is a fork): nsbox's stays as it is.
   HideNsboxCommandLine(watch, "nsbox-init");
   // 2. Into the sandbox's cgroup (v1; v2 cloned us into it), before anything else runs here.
   if (plan.cgroup_join.count > 0) {
@@ -490,25 +493,43 @@ void ChildMain(const ChildPlan& plan) {
   // 7. The cgroup nsbox made meanwhile (v1): into it before anything of the payload's runs, then its namespace. The
   //    descriptors to leave it again stay with pid 1, for its end.
   CgroupSelfJoin leave;
+  int memory_join_fd = -1;  // for the payload, when pid 1 stays out of the memory group
   if (plan.cgroup_join_socket >= 0) {
     CgroupSelfJoin join;  // count 0: nsbox has placed us itself
     for (CgroupSelfJoin* fds : {&join, &leave}) {
-      char count = 0;
+      char header[2] = {};  // the count, and the memory index plus one
       ssize_t got;
-      do got = ::read(plan.cgroup_join_socket, &count, 1); while (got < 0 && errno == EINTR);
-      if (got != 1) _exit(125);  // nsbox is gone, or gave up on the cgroup and kills us
-      if (count < 0 || count > CgroupSelfJoin::kMax) Fail(plan, "receiving the sandbox's cgroup: bad count", EPROTO);
+      do got = ::read(plan.cgroup_join_socket, header, sizeof header); while (got < 0 && errno == EINTR);
+      if (got != sizeof header) _exit(125);  // nsbox is gone, or gave up on the cgroup and kills us
+      const int count = header[0], memory_index = header[1] - 1;
+      if (count < 0 || count > CgroupSelfJoin::kMax || memory_index < -1 || memory_index >= count)
+        Fail(plan, "receiving the sandbox's cgroup: bad count", EPROTO);
       for (int i = 0; i < count; ++i) {
         int fd = ReceiveFd(plan.cgroup_join_socket);
         if (fd < 0) Fail(plan, "recvmsg(cgroup tasks descriptor)", errno);
         fds->fds[fds->count++] = fd;
       }
+      fds->memory_index = memory_index;
     }
     if (JoinCgroupSelf(join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
-    for (int i = 0; i < join.count; ++i) ::close(join.fds[i]);
+    // pid 1 stays out of the memory group (v1, where it is a hierarchy of its own): the OOM killer takes the largest
+    // process of the group, and pid 1, a copy of nsbox's memory, may well be larger than the program. Its death would
+    // end the sandbox at once; the program's own death leaves pid 1 to report it. The payload joins it instead.
+    const bool apart = join.memory_index >= 0 && leave.memory_index >= 0;
+    for (int i = 0; i < join.count; ++i)
+      if (!apart || i != join.memory_index) ::close(join.fds[i]);
     ::close(plan.cgroup_join_socket);
-    // The namespace is rooted at the sandbox's groups.
+    // The namespace is rooted at the sandbox's groups, the memory group among them; then pid 1 leaves that one.
     if (::unshare(CLONE_NEWCGROUP) != 0) Fail(plan, "unshare(CLONE_NEWCGROUP)", errno);
+    if (apart) {
+      memory_join_fd = join.fds[join.memory_index];
+      if (::write(leave.fds[leave.memory_index], "0", 1) != 1)
+        Fail(plan, "write(cgroup tasks, \"0\"): pid 1 leaving the sandbox's memory group", errno);
+      // Out of that one for good: its way out is not taken again at the end.
+      ::close(leave.fds[leave.memory_index]);
+      leave.fds[leave.memory_index] = leave.fds[--leave.count];
+      leave.memory_index = -1;
+    }
   }
   // 8. An empty capability bounding set, inherited by the payload and everything it starts.
   if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
@@ -521,9 +542,10 @@ void ChildMain(const ChildPlan& plan) {
   // A session's pid 1 has no payload: it stays, reaping, while execs join its namespaces from outside.
   if (plan.persistent) RunInit(plan, -1, leave);
   // vfork-style: pid 1 waits until the payload has called execve (RunPayload makes only system calls).
-  PayloadStart start = {&plan, code_fd};
+  PayloadStart start = {&plan, memory_join_fd, code_fd};
   pid_t payload = StartVforkChild(PayloadEntry, &start);
   if (payload < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload)", errno);
+  if (memory_join_fd >= 0) ::close(memory_join_fd);
   if (code_fd >= 0) ::close(code_fd);
   // The payload has called execve (or reported why not): from here on the program may have run, and an early end of
   // pid 1 is not a set-up failure.

@@ -72,8 +72,8 @@ struct ChildPlan {
   int seccomp_socket = -1; // where the payload sends its seccomp listener fd, -1 when unused
   // v1: the cgroup the child moves itself into first thing (JoinCgroupSelf); count 0 when nsbox places it otherwise.
   CgroupSelfJoin cgroup_join;
-  // v1, made while the child builds its root: a socket on which nsbox sends one byte, N, then N descriptors (SendFd)
-  // for JoinCgroupSelf, before the payload is forked;
+  // v1, made while the child builds its root: a socket on which nsbox sends two bytes, N and the memory index plus
+  // one (CgroupSelfJoin::memory_index), then N descriptors (SendFd) for JoinCgroupSelf, before the payload is forked;
   // then the same for the descriptors through which pid 1 moves itself out again at its end (Cgroup::leave_join).
   // -1 when unused.
   int cgroup_join_socket = -1;
@@ -137,9 +137,11 @@ int BecomeSandboxUser(const ChildPlan& plan, const char** step);
 // capabilities, no_new_privs, seccomp last, execve. Failures go to plan.control_fd as kSetupError. Never returns.
 // inherited: the caller is the sandbox user already (pid 1 of a run, a session's exec helper: BecomeSandboxUser), so
 // the payload keeps those credentials and makes no credential calls of its own.
+// memory_join_fd: a tasks descriptor of the sandbox's memory group, which the payload joins before anything else of
+// its own (v1: pid 1 stays out of that group, ChildMain says why); -1 when it is in every group already.
 // code_fd: MakeSealedCodeFd's, kept open across execve and named by /dev/fd/N in place of plan.code_path in argv; -1
 // when there is no code.
-[[noreturn]] void RunPayload(const ChildPlan& plan, bool inherited = false, int code_fd = -1);
+[[noreturn]] void RunPayload(const ChildPlan& plan, bool inherited = false, int memory_join_fd = -1, int code_fd = -1);
 
 // A session's spare payload: everything RunPayload does up to and including seccomp (stdin /dev/null, the sandbox
 // user, no capabilities, no_new_privs, the filter and its listener), then it waits on plan.park_fd. One byte there

@@ -41,7 +41,7 @@ int PayloadEntry(void* arg) {
   // before any program of the session could open it through /proc, and nobody can change it after.
   int code_fd = -1;
   if (!payload.code_path.empty() && (code_fd = MakeSealedCodeFd(payload)) < 0) Fail(plan, "write(code memfd)", errno);
-  RunPayload(payload, /*inherited=*/true, code_fd);  // unblocks signals itself
+  RunPayload(payload, /*inherited=*/true, /*memory_join_fd=*/-1, code_fd);  // unblocks signals itself
 }
 
 }  // namespace

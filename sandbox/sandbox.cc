@@ -273,8 +273,8 @@ Result Sandbox::Run() {
     CgroupSelfJoin leave = join.count > 0 ? cgroup->leave_join() : CgroupSelfJoin{};
     bool sent = true;
     for (const CgroupSelfJoin* fds : {&join, &leave}) {
-      const char count = static_cast<char>(fds->count);
-      sent = sent && ::send(cgroup_socket.get(), &count, 1, MSG_NOSIGNAL) == 1;
+      const char header[2] = {static_cast<char>(fds->count), static_cast<char>(fds->memory_index + 1)};
+      sent = sent && ::send(cgroup_socket.get(), header, sizeof header, MSG_NOSIGNAL) == sizeof header;
       for (int i = 0; sent && i < fds->count; ++i) sent = SendFd(cgroup_socket.get(), fds->fds[i]) == 0;
     }
     // EPIPE: the child failed while its group was being made, and has said why on the control pipe; the loop below
