@@ -1,4 +1,6 @@
 // Cgroup: one sandbox's cgroup behind one interface (v2 and v1 backends), backend detection, and cleanup after nsbox dies.
+// Files: cgroup.cc (detection, placement), cgroup_v2.cc and cgroup_v1.cc (the backends, cgroup_backends.h),
+// cgroup_fs.cc (control files, names, kill and rmdir), cgroup_reaper.cc (the reaper), spec/cgroup_text.cc (parsing).
 #pragma once
 
 #include <sys/types.h>
@@ -14,15 +16,11 @@
 
 namespace nsbox {
 
-// A cgroup reaper started before its group exists. `run` starts one first thing: its start then does not fall in the
-// stretch where the group is made while the sandbox's child builds its root (the two compete for the kernel's per-CPU
-// allocator). Released unused, it is dismissed.
+// A cgroup reaper (cgroup_reaper.h) started before its group exists. Sandbox::Run starts one first thing, while the
+// process is small (the reaper is a fork) and before the stretch where the group is made while the sandbox's child
+// builds its root. Released unused, it is dismissed.
 struct PrestartedReaper;
 StatusOr<std::shared_ptr<PrestartedReaper>> StartCgroupReaper();
-// Starts, now, the reaper that StartCgroupReaper hands out next. Called first thing in main(), before the options are
-// parsed, by a process that will make groups. A reaper never taken is dismissed and reaped when the process exits. A
-// failed start is left for StartCgroupReaper to report.
-void PrestartCgroupReaper();
 
 // Reaps every reaper dismissed so far, waiting for those still exiting (a dismissed reaper exits as soon as it reads
 // the dismissal). Called before a process that made groups exits, so that no reaper outlives it: an orphan is left
@@ -76,8 +74,8 @@ struct CgroupSelfJoin {
   static constexpr int kMax = 6;
   int fds[kMax] = {-1, -1, -1, -1, -1, -1};
   int count = 0;
-  // Which of fds is the memory controller's group (v1: a hierarchy of its own), -1 when none is apart. A pid 1 that
-  // shares nsbox's memory stays out of that group (ChildPlan::shares_memory says why).
+  // Which of fds is the memory controller's group (v1: a hierarchy of its own), -1 when none is apart. pid 1 stays
+  // out of that group (ChildMain says why).
   int memory_index = -1;
 };
 

@@ -15,7 +15,10 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
-#include "sandbox/cgroup_internal.h"
+#include "sandbox/cgroup_backends.h"
+#include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup_reaper.h"
+#include "sandbox/spec/cgroup_text.h"
 
 namespace nsbox::cgroup_internal {
 namespace {
@@ -64,8 +67,7 @@ class CgroupV1 final : public Cgroup {
     pids_events_ = ControlFile(pids_dir_ + "/pids.events");
     cpu_stat_ = ControlFile(cpu_dir_ + "/cpu.stat");
     cpuacct_usage_ = ControlFile(cpuacct_dir_ + "/cpuacct.usage");
-    // The pids group holds every process of the sandbox: a pid 1 that shares nsbox's memory is not in the memory
-    // group (ChildPlan::shares_memory).
+    // The pids group holds every process of the sandbox: pid 1 is not in the memory group (ChildMain says why).
     all_procs_dir_ = !pids_dir_.empty() ? pids_dir_ : memory_dir_;
     all_procs_ = ControlFile(all_procs_dir_ + "/cgroup.procs");
   }

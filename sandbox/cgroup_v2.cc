@@ -10,7 +10,10 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
-#include "sandbox/cgroup_internal.h"
+#include "sandbox/cgroup_backends.h"
+#include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup_reaper.h"
+#include "sandbox/spec/cgroup_text.h"
 
 namespace nsbox::cgroup_internal {
 namespace {

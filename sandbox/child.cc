@@ -26,6 +26,8 @@
 #include <string>
 #include <string_view>
 
+#include "sandbox/base/clone.h"
+#include "sandbox/base/fd_passing.h"
 #include "sandbox/caps.h"
 #include "sandbox/quotas.h"
 #include "sandbox/init.h"
@@ -450,8 +452,8 @@ void ChildMain(const ChildPlan& plan) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
   ParentWatch watch;
   if (OpenParentWatch(&watch) != 0) Fail(plan, "open(/proc/self/stat) to watch nsbox", errno);
-  // Sharing nsbox's memory, this hides nsbox's own command line too: it then reads just "nsbox".
-  HideNsboxCommandLine(watch, plan.shares_memory ? "nsbox" : "nsbox-init");
+  // pid 1's own copy of nsbox's command line (pid 1 is a fork): nsbox's stays as it is.
+  HideNsboxCommandLine(watch, "nsbox-init");
   // 2. Into the sandbox's cgroup (v1; v2 cloned us into it), before anything else runs here.
   if (plan.cgroup_join.count > 0) {
     if (JoinCgroupSelf(plan.cgroup_join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
@@ -510,9 +512,10 @@ void ChildMain(const ChildPlan& plan) {
       fds->memory_index = memory_index;
     }
     if (JoinCgroupSelf(join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
-    const bool apart = plan.shares_memory && join.memory_index >= 0 && leave.memory_index >= 0;
-    if (plan.shares_memory && join.count > 0 && !apart)
-      Fail(plan, "receiving the sandbox's cgroup: no memory group to stay out of", EPROTO);
+    // pid 1 stays out of the memory group (v1, where it is a hierarchy of its own): the OOM killer takes the largest
+    // process of the group, and pid 1, a copy of nsbox's memory, may well be larger than the program. Its death would
+    // end the sandbox at once; the program's own death leaves pid 1 to report it. The payload joins it instead.
+    const bool apart = join.memory_index >= 0 && leave.memory_index >= 0;
     for (int i = 0; i < join.count; ++i)
       if (!apart || i != join.memory_index) ::close(join.fds[i]);
     ::close(plan.cgroup_join_socket);

@@ -83,13 +83,6 @@ struct ChildPlan {
   int64_t wall_deadline_ns = 0;
   const SeccompProgram* pid1_guard = nullptr;  // Pid1GuardProgram(), installed before `seccomp`; required
   cap_t no_caps = nullptr;  // an empty capability set, made before clone
-  // pid 1 shares nsbox's memory (StartSharedMemoryChild) instead of a copy of it. Three things follow. It must not
-  // allocate or change state nsbox's threads share (it makes only system calls, through glibc's plain wrappers). Its
-  // command line is nsbox's: hiding it from the sandbox hides nsbox's too. And it stays out of the sandbox's memory
-  // group: an OOM kill of a process also kills every process that shares its memory, and so would take nsbox with
-  // it; the payload joins that group itself, before execve (v1; a v2 sandbox, one group for every controller, is
-  // cloned into it and forked).
-  bool shares_memory = false;
   // Sessions: pid 1 sets up the sandbox, reports kReady and then only reaps, with no payload of its own.
   bool persistent = false;
   // Sessions (REPL): a descriptor the payload keeps open as fd 3 across execve, -1 when unused.
@@ -145,7 +138,7 @@ int BecomeSandboxUser(const ChildPlan& plan, const char** step);
 // inherited: the caller is the sandbox user already (pid 1 of a run, a session's exec helper: BecomeSandboxUser), so
 // the payload keeps those credentials and makes no credential calls of its own.
 // memory_join_fd: a tasks descriptor of the sandbox's memory group, which the payload joins before anything else of
-// its own (ChildPlan::shares_memory); -1 when it is in every group already.
+// its own (v1: pid 1 stays out of that group, ChildMain says why); -1 when it is in every group already.
 // code_fd: MakeSealedCodeFd's, kept open across execve and named by /dev/fd/N in place of plan.code_path in argv; -1
 // when there is no code.
 [[noreturn]] void RunPayload(const ChildPlan& plan, bool inherited = false, int memory_join_fd = -1, int code_fd = -1);

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "sandbox/base/clone.h"
 #include "sandbox/caps.h"
 #include "sandbox/launch.h"
 

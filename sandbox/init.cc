@@ -42,8 +42,8 @@ void Ignore(int) {}
   ::getrusage(RUSAGE_CHILDREN, &children);
   auto us = [](const struct timeval& tv) { return static_cast<int64_t>(tv.tv_sec) * 1000000 + tv.tv_usec; };
   msg.cpu_us = us(self.ru_utime) + us(self.ru_stime) + us(children.ru_utime) + us(children.ru_stime);
-  // A pid 1 that shares nsbox's memory would report nsbox's resident size as its own: only the children's counts.
-  msg.max_rss_kb = plan.shares_memory ? children.ru_maxrss : std::max(self.ru_maxrss, children.ru_maxrss);
+  // pid 1's own resident size is its copy of nsbox's memory, not the program's: only the children's counts.
+  msg.max_rss_kb = children.ru_maxrss;
   ssize_t ignored = ::write(plan.control_fd, &msg, sizeof msg);
   (void)ignored;
   _exit(0);
@@ -119,8 +119,8 @@ int RearmParentDeathSignal(const ParentWatch& watch) {
 
 void HideNsboxCommandLine(const ParentWatch& watch, const char* name) {
   if (watch.arg_start == 0 || watch.arg_end <= watch.arg_start) return;
-  // A fork's private copy of nsbox's stack: only this process sees the change. A pid 1 that shares nsbox's memory
-  // changes nsbox's own (ChildPlan::shares_memory). Ends in NUL bytes, so the kernel reports it as plain argv.
+  // pid 1's private copy of nsbox's stack (it is forked): only this process sees the change, nsbox's command line
+  // stays as it was. Ends in NUL bytes, so the kernel reports it as plain argv.
   char* args = reinterpret_cast<char*>(watch.arg_start);
   size_t size = watch.arg_end - watch.arg_start;
   memset(args, 0, size);
@@ -131,8 +131,8 @@ void HideNsboxCommandLine(const ParentWatch& watch, const char* name) {
 void DropInitPrivileges(const ChildPlan& plan, ParentWatch& watch) {
   // pid 1 keeps no privilege it does not need to wait and signal. Done before the payload exists: what is left for
   // pid 1 once the payload runs is a few closes, so the two do not compete for a CPU while the payload starts.
-  // Raw system calls: glibc's set*id() would also change the credentials of every thread it knows of, and sharing
-  // nsbox's memory, pid 1 would find nsbox's (ChildPlan::shares_memory).
+  // Raw system calls: glibc's set*id() would also change the credentials of every thread it knows of, and in a child
+  // of clone3 (which runs none of glibc's fork handlers) it still knows of nsbox's.
   const char* step = nullptr;
   bool dropped = true;
   if (plan.may_setgroups) {

@@ -20,8 +20,10 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/clone.h"
 #include "sandbox/base/data_dir.h"
 #include "sandbox/base/defer.h"
+#include "sandbox/base/fd_passing.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
@@ -41,9 +43,6 @@ namespace nsbox {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// pid 1's entry when it shares nsbox's memory (StartSharedMemoryChild).
-int ChildEntry(void* plan) { ChildMain(*static_cast<const ChildPlan*>(plan)); }
 
 // A run's sandbox has its own pid namespace: its CPU time is pid 1's rusage, and pid 1's death kills it whole.
 CgroupConfig RunCgroupConfig() {
@@ -219,20 +218,11 @@ Result Sandbox::Run() {
 
   // 4. Clone into fresh user, pid, mount, network, ipc and uts namespaces (the cgroup namespace follows in the
   //    child, once it sits in its own cgroup).
-  //    pid 1 shares nsbox's memory where it can (ChildPlan::shares_memory): without a cgroup yet (v1, or no limits)
-  //    and on x86-64. Else it is forked, as a v2 sandbox must be: its one group holds the memory controller too.
+  //    pid 1 is forked (a copy of nsbox's memory, not a share of it); a v2 child is born in its group.
   uint64_t flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
   if (plan.new_network) flags |= CLONE_NEWNET;
   int raw_pidfd = -1;
-  // Unmapped after kill_child (declared later, so run earlier) has reaped pid 1.
-  SharedChildMemory pid1_memory;
-  pid_t child = -1;
-  plan.shares_memory = !cgroup;
-  if (plan.shares_memory) {
-    child = StartSharedMemoryChild(flags, &raw_pidfd, ChildEntry, &plan, &pid1_memory);
-    if (child < 0 && errno == ENOSYS) plan.shares_memory = false;
-  }
-  if (!plan.shares_memory) child = CloneWithPidfd(flags, &raw_pidfd, cgroup ? cgroup->clone_into_fd() : -1);
+  pid_t child = CloneWithPidfd(flags, &raw_pidfd, cgroup ? cgroup->clone_into_fd() : -1);
   if (child < 0) {
     int err = errno;
     return SetupError(Status::Errno("clone3(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS|...)", err).message() +
@@ -276,8 +266,6 @@ Result Sandbox::Run() {
     cgroup = std::move(*made);
     // No descriptors (a backend that cannot be joined from inside): nsbox places the child itself, and says so with 0.
     CgroupSelfJoin join = cgroup->self_join();
-    if (join.count == 0 && plan.shares_memory)  // nsbox would place pid 1 in the memory group too
-      return SetupError("joining the sandbox's cgroup: this backend cannot keep pid 1 out of its memory group");
     if (join.count == 0) {
       if (Status s = cgroup->AddProcess(child); !s.ok()) return SetupError(s.Wrap("joining the sandbox's cgroup").message());
     }

@@ -23,6 +23,8 @@
 
 #include "sandbox/base/defer.h"
 #include "sandbox/base/fs.h"
+#include "sandbox/base/clone.h"
+#include "sandbox/base/fd_passing.h"
 #include "sandbox/child.h"
 #include "sandbox/launch.h"
 #include "sandbox/enter.h"
@@ -283,9 +285,11 @@ StatusOr<UniqueFd> OpenWorkspaceInside(int pid1_pidfd, const int ns_fds[6]) {
 StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, SandboxHooks* hooks) {
   std::unique_ptr<SessionSandbox> session(new SessionSandbox(std::move(policy)));
   const Policy& p = session->policy_;
-  // Each exec's helper hands its payload over to this process and exits (enter.h): orphans of our children become
-  // ours to wait for.
-  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) return Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)");
+  // Each exec's helper hands its payload over to this process and exits (enter.h): orphans of our children must
+  // become ours to wait for. A process-wide setting, so the embedder makes it (session.h), not the engine.
+  int subreaper = 0;
+  if (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper, 0, 0, 0) != 0 || !subreaper)
+    return Status::Error("starting a session needs a child subreaper: call prctl(PR_SET_CHILD_SUBREAPER, 1) first");
   // Resets this process's peak resident size before each payload starts (StartHelper); without it (an old kernel, a
   // restricted /proc) execs' peaks only read higher.
   session->clear_refs_fd_.reset(::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC));

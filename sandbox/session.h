@@ -67,8 +67,9 @@ struct ReplOptions {
 class SessionSandbox {
  public:
   // Clones the session's pid 1 into fresh namespaces, sets up its root as `nsbox run` does, and returns once pid 1
-  // has reported that it is ready. Its pid 1 dies with the calling thread (PR_SET_PDEATHSIG). Makes the calling
-  // process a child subreaper (PR_SET_CHILD_SUBREAPER): each exec's payload becomes its child.
+  // has reported that it is ready. Its pid 1 dies with the calling thread (PR_SET_PDEATHSIG). The calling process
+  // must be a child subreaper already (prctl(PR_SET_CHILD_SUBREAPER, 1), a process-wide setting the engine leaves to
+  // its embedder): each exec's payload becomes its child. Fails, and starts nothing, otherwise.
   // `hooks` (may be null, must outlive the session) starts host-side services once pid 1's namespaces exist.
   static StatusOr<std::unique_ptr<SessionSandbox>> Start(Policy policy, SandboxHooks* hooks = nullptr);
   ~SessionSandbox();

@@ -15,7 +15,6 @@
 #include <fmt/format.h>
 
 #include "nsbox_config.h"
-#include "sandbox/cgroup.h"
 #include "src/cli/commands.h"
 
 namespace {
@@ -61,8 +60,6 @@ int main(int argc, char** argv) {
   // A reader that went away (`nsbox run ... | head -c1`) is a write error nsbox reports (exit 125, with the reason),
   // not a silent death by SIGPIPE that would read as the program's. Sandboxed programs get the default back.
   ::signal(SIGPIPE, SIG_IGN);
-  // A run with limits forks its cgroup reaper before anything else is allocated (cgroup.h says why).
-  if (nsbox::cli::RunMakesCgroups(argc, argv)) nsbox::PrestartCgroupReaper();
   CLI::App app{"nsbox: run untrusted code in a Linux-native sandbox (namespaces, cgroups, seccomp, read-only root)"};
   app.set_version_flag("--version", "nsbox " NSBOX_VERSION);
   app.require_subcommand(1);

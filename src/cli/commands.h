@@ -23,9 +23,6 @@ inline constexpr int kExitNsboxFailure = 125;
 int FailBeforeRun(std::string_view verb, std::string_view message, bool json);
 // Whether argv is `nsbox run|exec ... --json ...` (before any "--"), for errors found while parsing it.
 bool WantsJsonResult(int argc, char** argv);
-// Whether argv is `nsbox run ...` without --dangerously-run-without-limits (before any "--"): a run that makes
-// cgroups, whose reaper main() forks first thing (PrestartCgroupReaper).
-bool RunMakesCgroups(int argc, char** argv);
 
 void RegisterRun(CLI::App& app, ExitCode& exit_code);
 void RegisterDoctor(CLI::App& app, ExitCode& exit_code);

@@ -113,16 +113,6 @@ bool WantsJsonResult(int argc, char** argv) {
   return false;
 }
 
-bool RunMakesCgroups(int argc, char** argv) {
-  if (argc < 2 || std::string_view(argv[1]) != "run") return false;
-  for (int i = 2; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg == "--dangerously-run-without-limits") return false;
-  }
-  return true;
-}
-
 void RegisterRun(CLI::App& app, ExitCode& exit_code) {
   auto* run = app.add_subcommand("run", "run one program in a fresh sandbox");
   static SandboxOptions sandbox_options;

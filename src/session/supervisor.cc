@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -305,6 +306,9 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
   // The proxy's threads start here, in the supervisor itself (after its forks): it lives as long as the session.
   std::unique_ptr<cli::EgressProxyHooks> proxy;
   if (config.network_allow) proxy = std::make_unique<cli::EgressProxyHooks>(*config.network_allow);
+  // Each exec's payload is handed to this process by a helper that exits (SessionSandbox::Start needs this).
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
+    return fail(Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)").Wrap("starting the session's sandbox"));
   auto session = SessionSandbox::Start(config.policy, proxy.get());
   if (!session.ok()) return fail(session.status().Wrap("starting the session's sandbox"));
   auto listener = Listen(config.dir + "/socket");

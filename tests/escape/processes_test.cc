@@ -202,8 +202,7 @@ TEST_CASE("nsbox killed with SIGKILL mid-run leaves no process behind", "[escape
   std::string marker = UniqueMarker("sigkill");
   auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "60s", "--lang", "python", "--code",
                           std::string(kPythonPrelude) + EvasiveProcesses(marker)});
-  // The two sleepers. nsbox had the marker in its --code, until its pid 1, which shares nsbox's memory (and with it
-  // the command line), hid it from the sandbox.
+  // The two sleepers (nsbox and its reaper have the marker in their --code too).
   bool appeared = WaitForPidsWithMarker(marker, 2, 10s);
   size_t before = PidsWithMarker(marker).size();
   ::kill(bg.pid, SIGKILL);
@@ -279,9 +278,8 @@ TEST_CASE("pid 1 stays out of the sandbox's memory group, the program is in it",
 }
 
 // The group filled by a tmpfs file, by a shell of about 1 MiB: every process of the sandbox is smaller than nsbox.
-// pid 1 shares nsbox's memory, and the OOM killer kills every process that shares its victim's: were pid 1 in the
-// memory group, it would be the largest process there, and nsbox would die with it (no verdict, exit 137 of nsbox's
-// own). It is not: the shell is the victim, and the verdict is oom.
+// pid 1 is a fork of nsbox: were it in the memory group (v1), it would be the largest process there and the OOM
+// killer's victim, ending the sandbox at once. It is not: the shell is the victim, and the verdict is oom.
 TEST_CASE("an OOM among processes smaller than nsbox is the program's and not nsbox's death",
           "[escape][processes][cgroup]") {
   auto r = RunNsboxJson({"--memory", "32M", "--timeout", "20s", "--", "/bin/sh", "-c",

@@ -18,7 +18,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/cgroup.h"
-#include "sandbox/cgroup_internal.h"
+#include "sandbox/cgroup_reaper.h"
 
 using namespace nsbox;
 namespace fs = std::filesystem;

@@ -1,0 +1,33 @@
+// The text of cgroup and proc files as data: /proc/self/cgroup, keyed files (memory.events, cpu.stat), pid lists.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nsbox::cgroup_internal {
+
+// nsbox's own cgroup membership, from /proc/self/cgroup.
+struct SelfCgroup {
+  std::optional<std::string> unified_path;          // the "0::/path" line
+  std::map<std::string, std::string> v1_paths;      // controller -> path, from "N:ctrl,ctrl:/path"
+  std::map<std::string, std::string> v1_mount_dir;  // controller -> hierarchy name ("cpu,cpuacct")
+};
+SelfCgroup ParseSelfCgroup(std::string_view content);
+
+// "key value" lines (memory.events, cpu.stat, memory.oom_control, pids.events).
+std::map<std::string, uint64_t> ParseKeyedFile(std::string_view content);
+// The value of one key of a keyed file (as ParseKeyedFile would map it: the last valid one), 0 when absent: no map
+// is built for the counters read at the end of every run.
+uint64_t KeyedValue(std::string_view content, std::string_view key);
+// The pids listed in the text of a cgroup.procs or tasks file, up to the first word that is not a number.
+std::vector<pid_t> ParsePids(std::string_view content);
+// Field 22 of a /proc/<pid>/stat text, the start time in clock ticks since boot; 0 when it cannot be read.
+uint64_t ParseStartTime(std::string_view stat);
+
+}  // namespace nsbox::cgroup_internal
