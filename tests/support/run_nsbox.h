@@ -78,6 +78,10 @@ ProcessResult RunNsboxRaw(const std::vector<std::string>& args, const SpawnOptio
 //   sc(nr, *args)  -> "ok" or the errno name of raw syscall nr (ctypes, integer/bytes args)
 //   libc           -> ctypes.CDLL(None, use_errno=True)
 extern const char* const kPythonPrelude;
+// Python (after kPythonPrelude) that tries every lever on pid 1's scheduling (nice, policy, parameters, affinity, I/O
+// class), then the same on itself; prints the answers for pid 1, whether pid 1 is unchanged, and the answers for
+// itself with its nice and whether it is SCHED_IDLE.
+extern const char* const kPid1SchedulingLevers;
 
 // Host-side observations.
 std::vector<pid_t> PidsWithMarker(const std::string& marker);  // processes whose cmdline or environ holds marker
