@@ -25,6 +25,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/host_id_lease.h"
 #include "sandbox/session.h"
 #include "src/session/state.h"
 #include "src/session/wire.h"
@@ -305,6 +306,9 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
   // The proxy's threads start here, in the supervisor itself (after its forks): it lives as long as the session.
   std::unique_ptr<cli::EgressProxyHooks> proxy;
   if (config.network_allow) proxy = std::make_unique<cli::EgressProxyHooks>(*config.network_allow);
+  // Run as root: a host uid of the session's own, held by the supervisor for the session's life.
+  auto host_ids = LeaseHostIdsIfRoot(config.policy);
+  if (!host_ids.ok()) return fail(host_ids.status());
   auto session = SessionSandbox::Start(config.policy, proxy.get());
   if (!session.ok()) return fail(session.status().Wrap("starting the session's sandbox"));
   auto listener = Listen(config.dir + "/socket");

@@ -55,14 +55,20 @@ time.sleep(1000)
 }  // namespace
 
 // kill(-1, SIGKILL) signals every process the caller may signal. A host process running as the host uid the
-// sandbox user maps to (65534) would be a target without the pid namespace.
+// sandbox user maps to would be a target without the pid namespace. Run as root, the sandbox's host uid is leased
+// from a range: pinned here to one id, which the victim runs as.
 TEST_CASE("kill(-1, SIGKILL) inside reaches no host process, even one running as the mapped host uid",
           "[escape][processes]") {
+  TempDir locks;
+  SpawnOptions spawn;
+  spawn.extra_env["NSBOX_HOST_ID_DIR"] = locks.path() + "/ids";
+  spawn.extra_env["NSBOX_HOST_ID_RANGE"] = "3100000-3100000";
+  const std::string mapped = ::geteuid() == 0 ? "3100000" : std::to_string(::geteuid());
   std::string marker = UniqueMarker("victim");
-  auto victim = StartProcess({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+  auto victim = StartProcess({"/usr/bin/setpriv", "--reuid=" + mapped, "--regid=" + mapped, "--clear-groups",
                               "/usr/bin/python3", "-c", "import time; time.sleep(60)", marker});
   REQUIRE(WaitForPidWithMarker(marker, 5s));
-  auto r = RunPython("print(err(os.kill, -1, 9))\n");
+  auto r = RunPython("print(err(os.kill, -1, 9), open('/proc/self/uid_map').read().split()[1])\n", {}, spawn);
   std::this_thread::sleep_for(200ms);
   bool victim_alive = !PidsWithMarker(marker).empty();
   ::kill(victim.pid, SIGKILL);
@@ -70,7 +76,7 @@ TEST_CASE("kill(-1, SIGKILL) inside reaches no host process, even one running as
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   // No other process of the sandbox (pid 1 is exempt): nothing to signal at all.
-  CHECK(r.out() == "ESRCH\n");
+  CHECK(r.out() == "ESRCH " + mapped + "\n");
   CHECK(victim_alive);
 }
 
