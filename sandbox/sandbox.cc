@@ -35,6 +35,7 @@
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/mount_plan.h"
 #include "sandbox/stdin_feeder.h"
+#include "sandbox/mount_ns.h"
 #include "sandbox/user_ns.h"
 
 namespace nsbox {
@@ -79,6 +80,7 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
   }
   auto mount_plan = BuildMountPlan(inputs);
   if (!mount_plan.ok()) return mount_plan.status().Wrap("planning the root filesystem");
+  PrepareDeviceNodeTree();  // before any clone: the child binds its device nodes from it (mount_ns.h)
   return PrepareChildMounts(*mount_plan);
 }
 
