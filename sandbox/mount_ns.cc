@@ -122,6 +122,7 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
   UniqueFd host_root(::open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!host_root) return -1;
   UniqueFd src(m.kind == MountStep::Kind::kBindDevice ? OpenOwnDeviceNode(source) : -1);
+  const bool own_device = static_cast<bool>(src);
   if (!src) src.reset(OpenHostPath(host_root.get(), source + strlen("/oldroot"), bad_link, sizeof bad_link));
   if (!src) {
     int err = errno;
@@ -158,6 +159,13 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
   *step = Step("open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)", Shown(source));
   UniqueFd tree(static_cast<int>(
       ::syscall(SYS_open_tree, src.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH)));
+  if (!tree && own_device) {
+    // A kernel that clones no tree of another mount namespace here: the host's node, as without nsbox's own.
+    src.reset(OpenHostPath(host_root.get(), source + strlen("/oldroot"), bad_link, sizeof bad_link));
+    if (!src) return -1;
+    tree.reset(static_cast<int>(
+        ::syscall(SYS_open_tree, src.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH)));
+  }
   if (!tree) return -1;
   struct mount_attr attr = {};
   attr.attr_set = attrs;
@@ -186,6 +194,9 @@ void PrepareDeviceNodeTree() {
       if (::mknodat(tree.get(), node.name, S_IFCHR | 0666, makedev(node.major, node.minor)) != 0) return;
       if (::fchmodat(tree.get(), node.name, 0666, 0) != 0) return;  // whatever the umask took away
     }
+    // Older kernels clone no detached tree of another mount namespace (open_tree: EINVAL): then the host's nodes.
+    UniqueFd probe(static_cast<int>(::syscall(SYS_open_tree, tree.get(), "null", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+    if (!probe) return;
     device_tree_fd = tree.release();
   });
 }
@@ -276,11 +287,12 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
       if (::lstat(target, &st) != 0) return (m.optional && errno == ENOENT) ? 0 : (*step = Step("stat", target), -1);
       *step = Step("mount(/dev/null over)", target);
       if (S_ISDIR(st.st_mode)) return ::mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=0");
-      if (device_tree_fd >= 0) {
-        // nsbox's own null device, cloned, made read-only while detached, then moved over the file.
-        *step = Step("open_tree(nsbox's null device)", target);
-        UniqueFd tree(static_cast<int>(::syscall(SYS_open_tree, device_tree_fd, "null", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
-        if (!tree) return -1;
+      // nsbox's own null device, cloned, made read-only while detached, then moved over the file; the host's where
+      // there is none, or where the kernel clones no tree of another mount namespace.
+      UniqueFd tree(device_tree_fd < 0 ? -1
+                                       : static_cast<int>(::syscall(SYS_open_tree, device_tree_fd, "null",
+                                                                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+      if (tree) {
         struct mount_attr attr = {};
         attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
         *step = Step("mount_setattr(ro,nosuid,noexec)", target);
