@@ -29,13 +29,13 @@
 #include "sandbox/launch.h"
 #include "sandbox/init.h"
 #include "sandbox/live_output.h"
+#include "sandbox/mount_ns.h"
 #include "sandbox/net.h"
 #include "sandbox/ns_release.h"
 #include "sandbox/output_buffer.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/mount_plan.h"
 #include "sandbox/stdin_feeder.h"
-#include "sandbox/mount_ns.h"
 #include "sandbox/user_ns.h"
 
 namespace nsbox {
