@@ -177,7 +177,7 @@ int MakeSealedCodeFd(const ChildPlan& plan) {
 
 namespace {
 
-void CloseUnplannedDescriptors(const ChildPlan& plan);
+void CloseUnplannedDescriptors(const ChildPlan& plan, int also_keep = -1);
 
 // execve, searching the directories of `path` (a PATH value) for a program named without a slash; relative entries
 // are skipped (the working directory is the sandbox's). Returns only on failure, with errno from the first directory
@@ -404,11 +404,11 @@ namespace {
 
 // Closes every descriptor inherited from nsbox except stdio and the ones the plan names: pid 1 must hold nothing
 // of nsbox's (its end of the sync pipe above all, so that EOF there means nsbox is gone).
-void CloseUnplannedDescriptors(const ChildPlan& plan) {
+void CloseUnplannedDescriptors(const ChildPlan& plan, int also_keep) {
   int keep[10 + CgroupSelfJoin::kMax];
   int count = 0;
   for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.control_fd, plan.sync_fd, plan.seccomp_socket,
-                 plan.channel_fd, plan.cgroup_join_socket, plan.park_fd})
+                 plan.channel_fd, plan.cgroup_join_socket, plan.park_fd, also_keep})
     if (fd > 2) keep[count++] = fd;
   for (int i = 0; i < plan.cgroup_join.count; ++i)
     if (plan.cgroup_join.fds[i] > 2) keep[count++] = plan.cgroup_join.fds[i];
@@ -446,7 +446,7 @@ int PayloadEntry(void* arg) {
 }  // namespace
 
 void ChildMain(const ChildPlan& plan) {
-  CloseUnplannedDescriptors(plan);
+  CloseUnplannedDescriptors(plan, DeviceNodeTreeFd());  // the device tree until the root is built (step 4)
   // 1. Die with nsbox: if nsbox is killed, the kernel kills pid 1 and with it the whole pid namespace. The watch
   //    (through the host's /proc, still mounted here) re-arms that signal after each credential change.
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
@@ -483,6 +483,7 @@ void ChildMain(const ChildPlan& plan) {
   for (const auto& m : plan.mounts)
     if (ApplyChildMount(m, plan.uid, plan.gid, &step) != 0) Fail(plan, step, errno);
   if (FinishRoot(&step) != 0) Fail(plan, step, errno);
+  CloseDeviceNodeTree();
   // 5. Loopback up in the new network namespace; nothing else exists there.
   if (plan.new_network && BringUpLoopback(&step) != 0) Fail(plan, step, errno);
   // 6. The code to run, sealed in a memfd of its own: no file in /workspace, which other runs may share, and nothing

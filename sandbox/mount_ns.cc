@@ -6,12 +6,14 @@
 #include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
@@ -21,6 +23,26 @@ namespace nsbox {
 namespace {
 
 thread_local char step_buffer[240];
+
+// The detached tmpfs with nsbox's own device nodes (PrepareDeviceNodeTree), or -1.
+int device_tree_fd = -1;
+
+struct DeviceNode {
+  const char* name;
+  unsigned major, minor;
+};
+constexpr DeviceNode kDeviceNodes[] = {{"null", 1, 3},    {"zero", 1, 5},    {"full", 1, 7},
+                                       {"random", 1, 8},  {"urandom", 1, 9}, {"tty", 5, 0}};
+
+// The node named like the last component of `source` (/oldroot/dev/null) in nsbox's device tree, or -1.
+int OpenOwnDeviceNode(const char* source) {
+  if (device_tree_fd < 0) return -1;
+  const char* slash = strrchr(source, '/');
+  const char* name = slash ? slash + 1 : source;
+  for (const DeviceNode& node : kDeviceNodes)
+    if (strcmp(node.name, name) == 0) return ::openat(device_tree_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  return -1;
+}
 
 // A path as the user gave it: the host's without the /oldroot it is reached through, the sandbox's without /newroot.
 const char* Shown(const char* path) {
@@ -99,7 +121,9 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
   *step = Step("open(/oldroot)", "/oldroot");
   UniqueFd host_root(::open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!host_root) return -1;
-  UniqueFd src(OpenHostPath(host_root.get(), source + strlen("/oldroot"), bad_link, sizeof bad_link));
+  UniqueFd src(m.kind == MountStep::Kind::kBindDevice ? OpenOwnDeviceNode(source) : -1);
+  const bool own_device = static_cast<bool>(src);
+  if (!src) src.reset(OpenHostPath(host_root.get(), source + strlen("/oldroot"), bad_link, sizeof bad_link));
   if (!src) {
     int err = errno;
     if (m.optional && err == ENOENT) return 0;
@@ -135,6 +159,13 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
   *step = Step("open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)", Shown(source));
   UniqueFd tree(static_cast<int>(
       ::syscall(SYS_open_tree, src.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH)));
+  if (!tree && own_device) {
+    // A kernel that clones no tree of another mount namespace here: the host's node, as without nsbox's own.
+    src.reset(OpenHostPath(host_root.get(), source + strlen("/oldroot"), bad_link, sizeof bad_link));
+    if (!src) return -1;
+    tree.reset(static_cast<int>(
+        ::syscall(SYS_open_tree, src.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH)));
+  }
   if (!tree) return -1;
   struct mount_attr attr = {};
   attr.attr_set = attrs;
@@ -146,6 +177,36 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
 }
 
 }  // namespace
+
+void PrepareDeviceNodeTree() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (::geteuid() != 0) return;  // mknod needs CAP_MKNOD on the host; rootless binds the host's nodes
+    UniqueFd context(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
+    if (!context) return;
+    for (const auto& [key, value] : {std::pair{"size", "4k"}, std::pair{"nr_inodes", "16"}, std::pair{"mode", "0755"}})
+      if (::syscall(SYS_fsconfig, context.get(), FSCONFIG_SET_STRING, key, value, 0) != 0) return;
+    if (::syscall(SYS_fsconfig, context.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) return;
+    UniqueFd tree(static_cast<int>(
+        ::syscall(SYS_fsmount, context.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)));
+    if (!tree) return;
+    for (const DeviceNode& node : kDeviceNodes) {
+      if (::mknodat(tree.get(), node.name, S_IFCHR | 0666, makedev(node.major, node.minor)) != 0) return;
+      if (::fchmodat(tree.get(), node.name, 0666, 0) != 0) return;  // whatever the umask took away
+    }
+    // Older kernels clone no detached tree of another mount namespace (open_tree: EINVAL): then the host's nodes.
+    UniqueFd probe(static_cast<int>(::syscall(SYS_open_tree, tree.get(), "null", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+    if (!probe) return;
+    device_tree_fd = tree.release();
+  });
+}
+
+int DeviceNodeTreeFd() { return device_tree_fd; }
+
+void CloseDeviceNodeTree() {
+  if (device_tree_fd >= 0) ::close(device_tree_fd);
+  device_tree_fd = -1;
+}
 
 int MountBaseAndPivotToIt(const char** step) {
   // Nothing we mount may propagate back to the host.
@@ -226,6 +287,19 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
       if (::lstat(target, &st) != 0) return (m.optional && errno == ENOENT) ? 0 : (*step = Step("stat", target), -1);
       *step = Step("mount(/dev/null over)", target);
       if (S_ISDIR(st.st_mode)) return ::mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=0");
+      // nsbox's own null device, cloned, made read-only while detached, then moved over the file; the host's where
+      // there is none, or where the kernel clones no tree of another mount namespace.
+      UniqueFd tree(device_tree_fd < 0 ? -1
+                                       : static_cast<int>(::syscall(SYS_open_tree, device_tree_fd, "null",
+                                                                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+      if (tree) {
+        struct mount_attr attr = {};
+        attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
+        *step = Step("mount_setattr(ro,nosuid,noexec)", target);
+        if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) return -1;
+        *step = Step("move_mount(nsbox's null device)", target);
+        return static_cast<int>(::syscall(SYS_move_mount, tree.get(), "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH));
+      }
       if (::mount("/oldroot/dev/null", target, nullptr, MS_BIND, nullptr) != 0) return -1;
       // The null device must stay usable as a device (no nodev), but the mask is read-only, nosuid and noexec
       // like every other mount: a write to a masked file fails instead of vanishing.

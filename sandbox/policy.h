@@ -47,6 +47,13 @@ class Policy {
   uint32_t sandbox_gid() const { return sandbox_gid_; }
   uint32_t host_uid() const { return host_uid_; }
   uint32_t host_gid() const { return host_gid_; }
+  // The same policy with other host ids (a leased pair, see sandbox/host_id_lease.h); both must not be 0.
+  Policy WithHostIds(uint32_t uid, uint32_t gid) const {
+    Policy copy = *this;
+    copy.host_uid_ = uid;
+    copy.host_gid_ = gid;
+    return copy;
+  }
   const std::shared_ptr<const SeccompProgram>& seccomp() const { return seccomp_; }
   const std::optional<CgroupLimits>& cgroup_limits() const { return cgroup_limits_; }
   bool cgroups_disabled() const { return !cgroup_limits_.has_value(); }

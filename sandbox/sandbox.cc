@@ -31,6 +31,7 @@
 #include "sandbox/launch.h"
 #include "sandbox/init.h"
 #include "sandbox/live_output.h"
+#include "sandbox/mount_ns.h"
 #include "sandbox/net.h"
 #include "sandbox/ns_release.h"
 #include "sandbox/output_buffer.h"
@@ -78,6 +79,7 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
   }
   auto mount_plan = BuildMountPlan(inputs);
   if (!mount_plan.ok()) return mount_plan.status().Wrap("planning the root filesystem");
+  PrepareDeviceNodeTree();  // before any clone: the child binds its device nodes from it (mount_ns.h)
   return PrepareChildMounts(*mount_plan);
 }
 

@@ -464,12 +464,44 @@ StatusOr<const SeccompProgram*> Pid1GuardProgram() {
     // Other architectures are the profile's to judge (it kills them); this filter only adds a refusal.
     if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ALLOW); rc < 0)
       return Status::Errno("seccomp_attr_set(SCMP_FLTATR_ACT_BADARCH, ALLOW)", -rc);
-    const int nr = seccomp_syscall_resolve_name("prlimit64");
-    // prlimit64(pid, resource, new_limit, old_limit): a new limit for pid 1 (reading its limits stays allowed).
-    if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 2, SCMP_A0(SCMP_CMP_EQ, 1),
-                                  SCMP_A2(SCMP_CMP_NE, 0));
-        rc < 0)
-      return Status::Errno("seccomp_rule_add(prlimit64(1, ..., new limit) -> EPERM)", -rc);
+    // Each rule refuses (EPERM) one lever the program, running as pid 1's user, has on pid 1; reading stays allowed,
+    // and the program's own pid (0, or its number) is never 1. The program has no CAP_SYS_NICE in the host's user
+    // namespace, so it could only lower pid 1 (nice 19, SCHED_IDLE, the idle I/O class, one CPU), which under a CPU
+    // limit shared with a busy program starves pid 1 of its time-out and reaping duties.
+    struct Rule {
+      const char* syscall;
+      const char* what;
+      std::vector<scmp_arg_cmp> args;
+    };
+    constexpr uint64_t kPrioProcess = 0, kPrioPgrp = 1, kPrioUser = 2;               // <sys/resource.h>
+    constexpr uint64_t kIoprioWhoProcess = 1, kIoprioWhoPgrp = 2, kIoprioWhoUser = 3;  // <linux/ioprio.h>
+    const Rule rules[] = {
+        // prlimit64(pid, resource, new_limit, old_limit): a new limit for pid 1.
+        {"prlimit64", "prlimit64(1, ..., new limit)", {SCMP_A0(SCMP_CMP_EQ, 1), SCMP_A2(SCMP_CMP_NE, 0)}},
+        // setpriority(which, who, prio): pid 1, process group 1, or a whole user, pid 1's included (who 0 is the
+        // caller's own uid, which is pid 1's).
+        {"setpriority", "setpriority(PRIO_PROCESS, 1)", {SCMP_A0(SCMP_CMP_EQ, kPrioProcess), SCMP_A1(SCMP_CMP_EQ, 1)}},
+        {"setpriority", "setpriority(PRIO_PGRP, 1)", {SCMP_A0(SCMP_CMP_EQ, kPrioPgrp), SCMP_A1(SCMP_CMP_EQ, 1)}},
+        {"setpriority", "setpriority(PRIO_USER)", {SCMP_A0(SCMP_CMP_EQ, kPrioUser)}},
+        {"sched_setscheduler", "sched_setscheduler(1)", {SCMP_A0(SCMP_CMP_EQ, 1)}},
+        {"sched_setparam", "sched_setparam(1)", {SCMP_A0(SCMP_CMP_EQ, 1)}},
+        {"sched_setattr", "sched_setattr(1)", {SCMP_A0(SCMP_CMP_EQ, 1)}},
+        {"sched_setaffinity", "sched_setaffinity(1)", {SCMP_A0(SCMP_CMP_EQ, 1)}},
+        // ioprio_set(which, who, ioprio): the same three scopes as setpriority.
+        {"ioprio_set", "ioprio_set(IOPRIO_WHO_PROCESS, 1)",
+         {SCMP_A0(SCMP_CMP_EQ, kIoprioWhoProcess), SCMP_A1(SCMP_CMP_EQ, 1)}},
+        {"ioprio_set", "ioprio_set(IOPRIO_WHO_PGRP, 1)",
+         {SCMP_A0(SCMP_CMP_EQ, kIoprioWhoPgrp), SCMP_A1(SCMP_CMP_EQ, 1)}},
+        {"ioprio_set", "ioprio_set(IOPRIO_WHO_USER)", {SCMP_A0(SCMP_CMP_EQ, kIoprioWhoUser)}},
+    };
+    for (const Rule& rule : rules) {
+      const int nr = seccomp_syscall_resolve_name(rule.syscall);
+      if (nr == __NR_SCMP_ERROR) return Status::Error(fmt::format("seccomp: unknown system call {}", rule.syscall));
+      if (int rc = seccomp_rule_add_array(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr,
+                                          static_cast<unsigned int>(rule.args.size()), rule.args.data());
+          rc < 0)
+        return Status::Errno(fmt::format("seccomp_rule_add({} -> EPERM)", rule.what), -rc);
+    }
     auto bpf = ExportBpf(ctx.get());
     if (!bpf.ok()) return bpf.status();
     SeccompProgram program;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
+#include "sandbox/host_id_lease.h"
 #include "sandbox/sandbox.h"
 #include "src/cli/commands.h"
 #include "src/cli/sandbox_options.h"
@@ -125,6 +126,9 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     };
     auto policy = BuildPolicy(sandbox_options);
     if (!policy.ok()) return fail(policy.status());
+    // Run as root: a host uid of this sandbox's own for as long as nsbox runs (see sandbox/host_id_lease.h).
+    auto host_ids = LeaseHostIdsIfRoot(*policy);
+    if (!host_ids.ok()) return fail(host_ids.status());
     auto network = BuildNetworkSpec(sandbox_options);
     if (!network.ok()) return fail(network.status());
     auto executor = BuildExecutor(program_options, policy->rootfs_dir());

@@ -30,6 +30,7 @@
 #include "src/netproxy/address_class.h"
 #include "src/netproxy/allow_list.h"
 #include "src/netproxy/http_head.h"
+#include "src/netproxy/tls_hello.h"
 
 namespace nsbox::netproxy {
 
@@ -215,6 +216,32 @@ bool ReadHead(const ProxyState& state, UniqueFd& client, std::string& head, std:
       ReplyAndClose(state, client, 431, fmt::format("request head longer than {} bytes", state.config.max_head_bytes));
       return false;
     }
+  }
+}
+
+// Reads a CONNECT tunnel's first bytes (`bytes` holds what came behind the head) until they hold a whole ClientHello
+// or prove not to start with one. The wait is the head's: a client that sends nothing is closed after it.
+ClientHelloName ReadClientHello(const ProxyState& state, int client, std::string& bytes) {
+  Clock::time_point deadline = Clock::now() + state.config.head_timeout;
+  char chunk[4096];
+  while (true) {
+    ClientHelloName hello = ParseClientHelloName(bytes);
+    if (hello.status != ClientHelloName::Status::kNeedMore) return hello;
+    ClientHelloName ended;
+    ended.status = ClientHelloName::Status::kMalformed;
+    ssize_t got = recv(client, chunk, sizeof chunk, 0);
+    if (got == 0) {
+      ended.why = "the client ended the tunnel before its TLS ClientHello was complete";
+      return ended;
+    }
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      WaitResult waited = WouldBlock(errno) ? WaitFor(state, client, POLLIN, deadline) : WaitResult::kStopped;
+      if (waited == WaitResult::kReady) continue;
+      ended.why = "no complete TLS ClientHello in time";
+      return ended;
+    }
+    bytes.append(chunk, static_cast<size_t>(got));
   }
 }
 
@@ -559,7 +586,17 @@ void ServeConnection(ProxyState& state, UniqueFd client) {
                  Clock::now() + std::chrono::seconds(5))) {
       return;
     }
+    // The tunnel carries TLS whose ClientHello names the host the CONNECT named: one address often serves many
+    // names (a CDN), and the name in the ClientHello, not the CONNECT line, picks which one answers (domain
+    // fronting). No byte of the client reaches the origin before the name is checked; a mismatch (the 200 is sent
+    // already, as the client speaks TLS only after it) can only be answered by closing.
     to_upstream = std::move(leftover);
+    ClientHelloName hello = ReadClientHello(state, client.get(), to_upstream);
+    if (state.stopping) return;
+    if (hello.status != ClientHelloName::Status::kFound || hello.server_name != host) {
+      state.CountDenied(hello.status == ClientHelloName::Status::kFound ? hello.server_name : host);
+      return;
+    }
   } else {
     if (leftover.size() > body_bytes) leftover.resize(body_bytes);  // a pipelined request behind it is dropped
     body_bytes -= leftover.size();

@@ -26,6 +26,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/host_id_lease.h"
 #include "sandbox/session.h"
 #include "src/session/state.h"
 #include "src/session/wire.h"
@@ -309,6 +310,9 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
   // Each exec's payload is handed to this process by a helper that exits (SessionSandbox::Start needs this).
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
     return fail(Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)").Wrap("starting the session's sandbox"));
+  // Run as root: a host uid of the session's own, held by the supervisor for the session's life.
+  auto host_ids = LeaseHostIdsIfRoot(config.policy);
+  if (!host_ids.ok()) return fail(host_ids.status());
   auto session = SessionSandbox::Start(config.policy, proxy.get());
   if (!session.ok()) return fail(session.status().Wrap("starting the session's sandbox"));
   auto listener = Listen(config.dir + "/socket");

@@ -152,3 +152,115 @@ TEST_CASE("a few denials are all answered with EPERM and counted, not capped", "
   CHECK(r.json["denied_syscalls"] == nlohmann::json::parse(R"([{"name": "mount", "count": 3}])"));
   CHECK(r.json["denied_syscalls_capped"] == false);
 }
+
+namespace {
+
+// The host uid of the sandboxed shell started as `sh -c SCRIPT MARKER` (nsbox's own processes carry the marker too,
+// as root), once it runs; 0 when none appears.
+uid_t SandboxedShellHostUid(const std::string& marker) {
+  for (int i = 0; i < 500; ++i) {
+    for (pid_t pid : PidsWithMarker(marker)) {
+      std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+      std::string name;
+      if (!std::getline(comm, name) || name != "sh") continue;
+      std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+      for (std::string line; std::getline(status, line);)
+        if (line.starts_with("Uid:")) return static_cast<uid_t>(std::stoul(line.substr(4)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
+}  // namespace
+
+// Per-uid kernel quotas that no user namespace counter covers (epoll watches, fs.epoll.max_user_watches; pending
+// signals, mqueue bytes, locked memory) were shared by every root-run sandbox: all were host uid 65534, and one
+// sandbox's epoll watches made another's epoll_ctl fail. Each root-run sandbox now has a host uid of its own, leased
+// from a range while it runs; a SIGKILLed nsbox's uid comes free again.
+TEST_CASE("concurrent root-run sandboxes have host uids of their own, and a killed nsbox's uid comes free",
+          "[escape][quotas]") {
+  if (::geteuid() != 0) {
+    WARN("SKIP: host uid leases are for root-run sandboxes; this suite runs as uid " << ::geteuid());
+    return;
+  }
+  TempDir locks;
+  SpawnOptions env;
+  env.extra_env["NSBOX_HOST_ID_DIR"] = locks.path() + "/ids";
+  env.extra_env["NSBOX_HOST_ID_RANGE"] = "3000000-3000001";
+  const std::string marker_a = UniqueMarker("uid-lease-a"), marker_b = UniqueMarker("uid-lease-b");
+  auto start = [&](const std::string& marker) {
+    return StartProcess({NsboxBinary(), "run", "--json", "--timeout", "60s", "--", "/bin/sh", "-c", "sleep 1000; :",
+                         marker},
+                        env);
+  };
+  BackgroundProcess a = start(marker_a);
+  const uid_t uid_a = SandboxedShellHostUid(marker_a);
+  BackgroundProcess b = start(marker_b);
+  const uid_t uid_b = SandboxedShellHostUid(marker_b);
+  CHECK(uid_a == 3000000);
+  CHECK(uid_b == 3000001);
+  // The range is used up: a third run is refused before anything runs, naming the cause.
+  auto third = RunProcess({NsboxBinary(), "run", "--", "/bin/true"}, env);
+  CHECK(third.exit_code == 125);
+  CHECK_THAT(third.err, Catch::Contains("no free host id in 3000000-3000001"));
+  // A SIGKILLed nsbox holds nothing: once its sandbox is gone, its uid is the next run's.
+  REQUIRE(::kill(a.pid, SIGKILL) == 0);
+  a.Wait();
+  CHECK(WaitForNoPidsWithMarker(marker_a, std::chrono::seconds(10)));
+  std::string id_line;
+  for (int i = 0; i < 250; ++i) {
+    auto after = RunProcess({NsboxBinary(), "run", "--", "/bin/sh", "-c", "cat /proc/self/uid_map"}, env);
+    id_line = after.out;
+    if (after.exit_code == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the killed run's helpers may still be ending
+  }
+  CHECK_THAT(id_line, Catch::Contains("3000000"));
+  ::kill(b.pid, SIGTERM);
+  b.Wait();
+}
+
+TEST_CASE("a root-run session has a host uid of its own for its whole life, free again after rm", "[escape][quotas]") {
+  if (::geteuid() != 0) {
+    WARN("SKIP: host uid leases are for root-run sandboxes; this suite runs as uid " << ::geteuid());
+    return;
+  }
+  TempDir state, locks;
+  SpawnOptions env;
+  env.extra_env["NSBOX_STATE_DIR"] = state.path();
+  env.extra_env["NSBOX_HOST_ID_DIR"] = locks.path() + "/ids";
+  env.extra_env["NSBOX_HOST_ID_RANGE"] = "3500000-3500001";
+  auto created = RunProcess({NsboxBinary(), "session", "create", "--json"}, env);
+  INFO(created.err);
+  REQUIRE(created.exit_code == 0);
+  const std::string id = nlohmann::json::parse(created.out)["id"].get<std::string>();
+  auto host_uid = [&](const std::vector<std::string>& argv) {
+    auto r = RunProcess(argv, env);
+    std::istringstream map(r.out);
+    std::string inside, outside;
+    map >> inside >> outside;
+    return outside;
+  };
+  const std::vector<std::string> uid_map = {"--", "/bin/cat", "/proc/self/uid_map"};
+  auto exec = [&] {
+    std::vector<std::string> argv = {NsboxBinary(), "exec", id};
+    argv.insert(argv.end(), uid_map.begin(), uid_map.end());
+    return host_uid(argv);
+  };
+  auto run = [&] {
+    std::vector<std::string> argv = {NsboxBinary(), "run"};
+    argv.insert(argv.end(), uid_map.begin(), uid_map.end());
+    return host_uid(argv);
+  };
+  CHECK(exec() == "3500000");
+  CHECK(run() == "3500001");  // a run meanwhile gets another
+  CHECK(exec() == "3500000");  // every exec of the session is the session's
+  auto removed = RunProcess({NsboxBinary(), "session", "rm", id}, env);
+  CHECK(removed.exit_code == 0);
+  std::string after;
+  for (int i = 0; i < 250 && after != "3500000"; ++i) {
+    after = run();
+    if (after != "3500000") std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the supervisor is ending
+  }
+  CHECK(after == "3500000");
+}

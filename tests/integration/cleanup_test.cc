@@ -46,9 +46,8 @@ void CheckNothingLeft(const std::string& scenario, const std::vector<std::string
   std::string status;
   if (kill_nsbox) {
     auto bg = StartProcess(argv, spawn);
-    // The program and its child. (nsbox's command line, shared with its pid 1, is hidden from the sandbox: it reads
-    // "nsbox" once the sandbox exists.)
-    REQUIRE(WaitForPidsWithMarker(marker, 2, 10s));
+    // The program and its child.
+    REQUIRE(WaitForProgramsWithMarker(marker, 2, 10s));
 
     ::kill(bg.pid, SIGKILL);
     bg.Wait();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/netproxy/test_servers.h"
+#include "tests/netproxy/tls_hello.h"
 
 using namespace nsbox;
 using namespace nsbox::netproxy;
@@ -264,15 +265,51 @@ TEST_CASE("CONNECT opens a tunnel that carries bytes both ways and passes on the
   UniqueFd client = ConnectLoopback(proxy.port);
   REQUIRE(client);
   std::string authority = "tunnel.allowed.test:" + std::to_string(echo.port());
-  // Bytes sent right behind the head (as a TLS client might) must reach the server too.
-  SendAllBlocking(client.get(), "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\nearly ");
+  // Bytes sent right behind the head (as a TLS client might: part of its ClientHello) must reach the server too.
+  const std::string hello = ClientHelloFor("tunnel.allowed.test");
+  SendAllBlocking(client.get(),
+                  "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n" + hello.substr(0, 9));
   std::string established = ReadHeadBlocking(client.get());
   CHECK_THAT(established, Catch::StartsWith("HTTP/1.1 200 Connection established\r\n"));
-  SendAllBlocking(client.get(), "ping\n");
+  SendAllBlocking(client.get(), hello.substr(9) + "ping\n");
   shutdown(client.get(), SHUT_WR);
-  CHECK(ReadToEof(client.get()) == "early ping\n");
-  CHECK(proxy->BytesOut() == 11);
-  CHECK(proxy->BytesIn() == 11);
+  CHECK(ReadToEof(client.get()) == hello + "ping\n");
+  CHECK(proxy->BytesOut() == hello.size() + 5);
+  CHECK(proxy->BytesIn() == hello.size() + 5);
+}
+
+TEST_CASE("a CONNECT tunnel whose TLS ClientHello names another host, or none, is closed before the origin sees it") {
+  // Domain fronting: one address serves many names, and the ClientHello's server name picks the one that answers.
+  EchoServer echo;
+  RunningProxy proxy = StartProxy(LocalConfig({echo.port()}));
+  const std::string authority = "tunnel.allowed.test:" + std::to_string(echo.port());
+  struct Attempt {
+    const char* what;
+    std::string first_bytes;
+    const char* counted_as;
+  };
+  const std::vector<Attempt> attempts = {
+      {"another host's name", ClientHelloFor("internal.evil"), "internal.evil"},
+      {"an allowed domain's other name", ClientHelloFor("allowed.test"), "allowed.test"},
+      {"no server name", Records(ClientHelloMessage(Be(43, 2) + Vec(Vec(Be(0x0304, 2), 1), 2))),
+       "tunnel.allowed.test"},
+      {"two names", Records(ClientHelloMessage(ServerNameExtension({"tunnel.allowed.test", "internal.evil"}))),
+       "tunnel.allowed.test"},
+      {"plain HTTP instead of TLS", "GET / HTTP/1.1\r\nHost: internal.evil\r\n\r\n", "tunnel.allowed.test"},
+  };
+  for (const Attempt& attempt : attempts) {
+    INFO(attempt.what);
+    uint64_t denied_before = 0;
+    if (auto denied = proxy->DeniedHosts(); denied.count(attempt.counted_as)) denied_before = denied[attempt.counted_as];
+    UniqueFd client = ConnectLoopback(proxy.port);
+    REQUIRE(client);
+    SendAllBlocking(client.get(), "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n");
+    CHECK_THAT(ReadHeadBlocking(client.get()), Catch::StartsWith("HTTP/1.1 200"));
+    SendAllBlocking(client.get(), attempt.first_bytes);
+    CHECK(ReadToEof(client.get()).empty());
+    CHECK(proxy->DeniedHosts()[attempt.counted_as] == denied_before + 1);
+  }
+  CHECK(proxy->BytesOut() == 0);
 }
 
 TEST_CASE("the byte limit caps traffic exactly and refuses later requests") {

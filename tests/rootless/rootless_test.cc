@@ -821,6 +821,18 @@ print(mk(socket.AF_INET, socket.SOCK_STREAM, 262), mk(socket.AF_INET6, socket.SO
   CHECK(o.out == "0 0 0 0 0\n1 1 1 ok ok\n");  // 1: EPERM
 }
 
+// Issue 24, item 9, rootless: pid 1 runs as the calling user too; the program may not renice, reschedule, pin or idle
+// its I/O.
+TEST_CASE("an ordinary user's program cannot renice, reschedule or pin pid 1; itself it can") {
+  Outcome o = Spawn(RunUnlimited(
+      {"--lang", "python", "--code", std::string(nsbox::testing::kPythonPrelude) + nsbox::testing::kPid1SchedulingLevers}));
+  INFO(o.err);
+  CHECK(o.out ==
+        "EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM\n"
+        "pid 1 unchanged\n"
+        "ok ok ok ok ok ok ok 16 True\n");
+}
+
 namespace {
 
 // A session of the test user (state in /tmp/nsbox-UID, removed again if this made it) whose exec calls

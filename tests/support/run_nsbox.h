@@ -78,12 +78,20 @@ ProcessResult RunNsboxRaw(const std::vector<std::string>& args, const SpawnOptio
 //   sc(nr, *args)  -> "ok" or the errno name of raw syscall nr (ctypes, integer/bytes args)
 //   libc           -> ctypes.CDLL(None, use_errno=True)
 extern const char* const kPythonPrelude;
+// Python (after kPythonPrelude) that tries every lever on pid 1's scheduling (nice, policy, parameters, affinity, I/O
+// class), then the same on itself; prints the answers for pid 1, whether pid 1 is unchanged, and the answers for
+// itself with its nice and whether it is SCHED_IDLE.
+extern const char* const kPid1SchedulingLevers;
 
 // Host-side observations.
 std::vector<pid_t> PidsWithMarker(const std::string& marker);  // processes whose cmdline or environ holds marker
 bool WaitForNoPidsWithMarker(const std::string& marker, std::chrono::milliseconds within);
 bool WaitForPidWithMarker(const std::string& marker, std::chrono::milliseconds within);
 bool WaitForPidsWithMarker(const std::string& marker, size_t count, std::chrono::milliseconds within);
+// The sandboxed programs among them: nsbox, its pid 1 and its cgroup reaper (all "nsbox", forks of it) carry nsbox's
+// command line, and with it any marker passed in --code, and are not counted.
+std::vector<pid_t> ProgramsWithMarker(const std::string& marker);
+bool WaitForProgramsWithMarker(const std::string& marker, size_t count, std::chrono::milliseconds within);
 std::vector<std::string> MountLinesContaining(const std::string& needle);  // in the host's /proc/self/mounts
 std::string UniqueMarker(const std::string& what);  // "nsbox-test-WHAT-<pid>-<n>-<random>"
 // Every sandbox cgroup on the host, as "<hierarchy>/<name>", and the groups below them (a session's execs) as

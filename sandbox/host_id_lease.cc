@@ -1,0 +1,158 @@
+// Host id leases: the lowest id of the range that no account or subordinate range names and no live nsbox holds,
+// held by an flock on a per-id file. flock, not a pid file: the lock goes with the last descriptor, so a SIGKILLed
+// nsbox frees its id without anyone cleaning up, and two nsbox processes can never both believe they hold one id.
+#include "sandbox/host_id_lease.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+
+namespace nsbox {
+namespace {
+
+struct HandedOutIds {
+  uint64_t first, last;  // inclusive
+};
+
+bool ParseDecimalId(std::string_view text, uint64_t& out) {
+  if (text.empty() || text.size() > 10) return false;
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+  }
+  out = value;
+  return true;
+}
+
+std::vector<std::string_view> ColonFields(std::string_view line) {
+  std::vector<std::string_view> fields;
+  size_t start = 0;
+  while (true) {
+    size_t colon = line.find(':', start);
+    fields.push_back(line.substr(start, colon == std::string_view::npos ? std::string_view::npos : colon - start));
+    if (colon == std::string_view::npos) return fields;
+    start = colon + 1;
+  }
+}
+
+// Ids the host already hands out: subordinate ranges (name:start:count) and accounts (the id in field 3).
+void AddHandedOutIds(const std::string& etc_dir, std::vector<HandedOutIds>& excluded) {
+  for (const char* file : {"subuid", "subgid"}) {
+    auto text = ReadFile(etc_dir + "/" + file, 16 << 20);
+    if (!text.ok()) continue;  // none: nothing is handed out
+    std::istringstream in(*text);
+    for (std::string line; std::getline(in, line);) {
+      auto fields = ColonFields(line);
+      uint64_t start = 0, count = 0;
+      if (fields.size() == 3 && ParseDecimalId(fields[1], start) && ParseDecimalId(fields[2], count) && count > 0)
+        excluded.push_back({start, start + count - 1});
+    }
+  }
+  for (const char* file : {"passwd", "group"}) {
+    auto text = ReadFile(etc_dir + "/" + file, 16 << 20);
+    if (!text.ok()) continue;
+    std::istringstream in(*text);
+    for (std::string line; std::getline(in, line);) {
+      auto fields = ColonFields(line);
+      uint64_t id = 0;
+      if (fields.size() >= 3 && ParseDecimalId(fields[2], id)) excluded.push_back({id, id});
+    }
+  }
+}
+
+bool IsHandedOut(const std::vector<HandedOutIds>& excluded, uint64_t id) {
+  for (const HandedOutIds& interval : excluded)
+    if (id >= interval.first && id <= interval.last) return true;
+  return false;
+}
+
+// The lock directory, made when missing; only root may change it, or another user could hold every id's lock (or
+// swap in a link to make nsbox create files elsewhere).
+StatusOr<UniqueFd> OpenHostIdLockDir(const std::string& dir) {
+  for (size_t slash = dir.find('/', 1); ; slash = dir.find('/', slash + 1)) {
+    std::string part = dir.substr(0, slash);
+    if (::mkdir(part.c_str(), slash == std::string::npos ? 0700 : 0755) != 0 && errno != EEXIST)
+      return Status::Errno(fmt::format("mkdir({})", part));
+    if (slash == std::string::npos) break;
+  }
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return Status::Errno(fmt::format("open({}, O_DIRECTORY|O_NOFOLLOW)", dir));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", dir));
+  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return Status::Error(fmt::format("the host id lock directory {} belongs to uid {} with mode {:04o}: it must be "
+                                     "this user's and writable by nobody else",
+                                     dir, st.st_uid, st.st_mode & 07777));
+  return fd;
+}
+
+}  // namespace
+
+StatusOr<HostIdRange> ParseHostIdRange(std::string_view text) {
+  size_t dash = text.find('-');
+  uint64_t first = 0, last = 0;
+  if (dash == std::string_view::npos || !ParseDecimalId(text.substr(0, dash), first) || !ParseDecimalId(text.substr(dash + 1), last))
+    return Status::Error(fmt::format("host id range '{}': expected FIRST-LAST, e.g. 1048576-1114111", text));
+  if (first <= 65535 || last >= 0xffffffffull || first > last)
+    return Status::Error(fmt::format("host id range '{}': FIRST must be above 65535, LAST below 4294967295, and "
+                                     "FIRST at most LAST", text));
+  return HostIdRange{static_cast<uint32_t>(first), static_cast<uint32_t>(last)};
+}
+
+StatusOr<HostIdLeaseOptions> DefaultHostIdLeaseOptions() {
+  HostIdLeaseOptions options;
+  if (const char* range = std::getenv("NSBOX_HOST_ID_RANGE"); range && *range) {
+    auto parsed = ParseHostIdRange(range);
+    if (!parsed.ok()) return parsed.status().Wrap("NSBOX_HOST_ID_RANGE");
+    options.range = *parsed;
+  }
+  if (const char* dir = std::getenv("NSBOX_HOST_ID_DIR"); dir && *dir) options.lock_dir = dir;
+  return options;
+}
+
+StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options) {
+  if (options.lock_dir.empty() || options.lock_dir[0] != '/')
+    return Status::Error(fmt::format("the host id lock directory '{}' is not an absolute path", options.lock_dir));
+  auto dir = OpenHostIdLockDir(options.lock_dir);
+  if (!dir.ok()) return dir.status();
+  const UniqueFd dir_fd = std::move(*dir);
+  std::vector<HandedOutIds> excluded;
+  AddHandedOutIds(options.etc_dir, excluded);
+  uint64_t busy = 0;
+  for (uint64_t id = options.range.first; id <= options.range.last; ++id) {
+    if (IsHandedOut(excluded, id)) continue;
+    std::string name = std::to_string(id);
+    UniqueFd lock(::openat(dir_fd.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!lock) return Status::Errno(fmt::format("open({}/{})", options.lock_dir, name));
+    if (::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) return HostIdLease(static_cast<uint32_t>(id), std::move(lock));
+    if (errno != EWOULDBLOCK) return Status::Errno(fmt::format("flock({}/{}, LOCK_EX|LOCK_NB)", options.lock_dir, name));
+    ++busy;
+  }
+  return Status::Error(fmt::format("no free host id in {}-{} ({} held by running sandboxes, the rest handed out by "
+                                   "{}/subuid, subgid, passwd or group): set NSBOX_HOST_ID_RANGE to a larger range",
+                                   options.range.first, options.range.last, busy, options.etc_dir));
+}
+
+StatusOr<HostIdLease> LeaseHostIdsIfRoot(Policy& policy) {
+  if (::geteuid() != 0) return HostIdLease();
+  auto options = DefaultHostIdLeaseOptions();
+  if (!options.ok()) return options.status().Wrap("leasing a host uid for the sandbox");
+  auto lease = LeaseHostId(*options);
+  if (!lease.ok()) return lease.status().Wrap("leasing a host uid for the sandbox");
+  policy = policy.WithHostIds(lease->id(), lease->id());
+  return lease;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,56 @@
+// A host uid/gid of its own for each root-run sandbox, leased from a range by a lock that dies with its holder.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "sandbox/base/status.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/policy.h"
+
+namespace nsbox {
+
+// Host ids FIRST..LAST (inclusive). The default block lies above every ordinary user (2^20 = 1048576 and the 65536
+// after it); ids that /etc/subuid, /etc/subgid, /etc/passwd or /etc/group hand out are skipped within it.
+struct HostIdRange {
+  uint32_t first = 1u << 20;
+  uint32_t last = (1u << 20) + 65535;
+};
+
+// "FIRST-LAST", both above 65535 (below are the host's users and nobody) and below 2^32-1.
+StatusOr<HostIdRange> ParseHostIdRange(std::string_view text);
+
+struct HostIdLeaseOptions {
+  HostIdRange range;
+  std::string lock_dir = "/run/nsbox/host-ids";  // one lock file per id; made (mode 0700) when missing
+  std::string etc_dir = "/etc";                  // where subuid, subgid, passwd and group are read
+};
+
+// The range from $NSBOX_HOST_ID_RANGE (FIRST-LAST) when set, else the default; the lock directory from
+// $NSBOX_HOST_ID_DIR when set.
+StatusOr<HostIdLeaseOptions> DefaultHostIdLeaseOptions();
+
+// One id, free as a uid and a gid, held while this object (or a copy of its descriptor) lives: an flock on
+// <lock_dir>/<id>, which the kernel drops when the holder exits however it ends (SIGKILL included).
+class HostIdLease {
+ public:
+  HostIdLease() = default;
+  HostIdLease(uint32_t id, UniqueFd lock) : id_(id), lock_(std::move(lock)) {}
+  uint32_t id() const { return id_; }
+  bool held() const { return static_cast<bool>(lock_); }
+
+ private:
+  uint32_t id_ = 0;
+  UniqueFd lock_;
+};
+
+// The lowest free id of the range. Fails when every id is leased or excluded, or the lock directory is unsafe (not
+// root's, or writable by others).
+StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options);
+
+// Run as root: leases an id from the default options and gives `policy` that uid and gid; the caller keeps the lease
+// as long as the sandbox lives. Not root: the sandbox maps to the caller's own ids anyway; an empty lease.
+StatusOr<HostIdLease> LeaseHostIdsIfRoot(Policy& policy);
+
+}  // namespace nsbox

@@ -1,0 +1,123 @@
+// Unit tests of host id leases: the range syntax, ids the host hands out skipped, held ids skipped, the lock
+// directory's safety, and that a lease ends with its holder.
+#include "sandbox/host_id_lease.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+using namespace nsbox;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Fixture {
+  fs::path root;
+  HostIdLeaseOptions options;
+  Fixture() {
+    char tmpl[] = "/tmp/host-id-lease-test-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    root = tmpl;
+    fs::create_directories(root / "etc");
+    options.lock_dir = (root / "locks").string();
+    options.etc_dir = (root / "etc").string();
+    options.range = {2000000, 2000009};
+  }
+  ~Fixture() {
+    std::error_code ignored;
+    fs::remove_all(root, ignored);
+  }
+  void Etc(const std::string& name, const std::string& text) const { std::ofstream(root / "etc" / name) << text; }
+};
+
+}  // namespace
+
+TEST_CASE("a host id range is FIRST-LAST above the host's ordinary ids") {
+  auto range = ParseHostIdRange("1048576-1114111");
+  REQUIRE(range.ok());
+  CHECK(range->first == 1048576);
+  CHECK(range->last == 1114111);
+  for (const char* bad : {"", "1048576", "1048576-", "-5", "65535-70000", "70000-69999", "1-2-3", "0x100000-0x200000",
+                          "1048576-4294967295", "99999999999-99999999999"}) {
+    INFO(bad);
+    CHECK_FALSE(ParseHostIdRange(bad).ok());
+  }
+}
+
+TEST_CASE("leases take the lowest free id, skip held ones, and end when the range is used up") {
+  Fixture f;
+  f.options.range = {2000000, 2000002};
+  auto a = LeaseHostId(f.options);
+  auto b = LeaseHostId(f.options);
+  auto c = LeaseHostId(f.options);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(c.ok());
+  CHECK(a->id() == 2000000);
+  CHECK(b->id() == 2000001);
+  CHECK(c->id() == 2000002);
+  auto none = LeaseHostId(f.options);
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.status().message(), Catch::Contains("no free host id in 2000000-2000002 (3 held"));
+  // A lease given up is free for the next.
+  { HostIdLease gone = std::move(*b); }
+  auto again = LeaseHostId(f.options);
+  REQUIRE(again.ok());
+  CHECK(again->id() == 2000001);
+}
+
+TEST_CASE("ids that subuid, subgid, passwd or group hand out are never leased") {
+  Fixture f;
+  f.Etc("subuid", "alice:2000000:2\nbroken line\n");
+  f.Etc("subgid", "bob:2000003:1\n");
+  f.Etc("passwd", "svc:x:2000002:100::/:/bin/false\n");
+  f.Etc("group", "grp:x:2000004:\n");
+  auto lease = LeaseHostId(f.options);
+  REQUIRE(lease.ok());
+  CHECK(lease->id() == 2000005);
+}
+
+TEST_CASE("a lease ends with its holder, even one killed with SIGKILL") {
+  Fixture f;
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  pid_t holder = ::fork();
+  REQUIRE(holder >= 0);
+  if (holder == 0) {
+    auto lease = LeaseHostId(f.options);
+    char answer = lease.ok() && lease->id() == 2000000 ? 'y' : 'n';
+    (void)!::write(ready[1], &answer, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char answer = 0;
+  REQUIRE(::read(ready[0], &answer, 1) == 1);
+  ::close(ready[0]);
+  CHECK(answer == 'y');
+  auto while_held = LeaseHostId(f.options);
+  REQUIRE(while_held.ok());
+  CHECK(while_held->id() == 2000001);
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  auto after = LeaseHostId(f.options);
+  REQUIRE(after.ok());
+  CHECK(after->id() == 2000000);
+}
+
+TEST_CASE("a lock directory that others may write is refused") {
+  Fixture f;
+  fs::create_directories(f.options.lock_dir);
+  REQUIRE(::chmod(f.options.lock_dir.c_str(), 0777) == 0);
+  auto lease = LeaseHostId(f.options);
+  REQUIRE_FALSE(lease.ok());
+  CHECK_THAT(lease.status().message(), Catch::Contains("writable by nobody else"));
+  // A link in its place is not followed.
+  fs::remove(f.options.lock_dir);
+  fs::create_directory_symlink(f.root / "etc", f.options.lock_dir);
+  CHECK_FALSE(LeaseHostId(f.options).ok());
+}
