@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/fs.h"
+
 namespace nsbox {
 
 bool RunningFromBuildTree() {
@@ -27,6 +29,32 @@ bool RunningFromBuildTree() {
   return in_build_tree;
 }
 
+namespace {
+
+// Whether a file owner the kernel shows as the overflow uid may be root outside this user namespace: only in a user
+// namespace other than the initial one (where nsbox itself runs nested: inside its own sandbox, under `unshare -U`), and
+// only when the overflow uid is not mapped here, so that no process of this namespace can own it.
+bool UnmappedOwnerMayBeRoot(uid_t owner) {
+  auto overflow = ReadFile("/proc/sys/fs/overflowuid", 64);
+  auto map = ReadFile("/proc/self/uid_map", 1 << 16);
+  if (!overflow.ok() || !map.ok() || std::to_string(owner) + "\n" != *overflow) return false;
+  unsigned long inside = 0, outside = 0, count = 0;
+  bool initial = std::sscanf(map->c_str(), "%lu %lu %lu", &inside, &outside, &count) == 3 && inside == 0 &&
+                 outside == 0 && count == 4294967295UL;
+  if (initial) return false;
+  for (size_t start = 0; start < map->size();) {
+    size_t end = map->find('\n', start);
+    if (end == std::string::npos) end = map->size();
+    if (std::sscanf(map->c_str() + start, "%lu %lu %lu", &inside, &outside, &count) == 3 && owner >= inside &&
+        owner - inside < count)
+      return false;  // the overflow uid is someone here
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
 StatusOr<std::string> CheckTrustedPath(const std::string& path, uid_t uid) {
   char resolved_buf[PATH_MAX];
   if (::realpath(path.c_str(), resolved_buf) == nullptr) return Status::Errno(fmt::format("realpath({})", path));
@@ -37,11 +65,12 @@ StatusOr<std::string> CheckTrustedPath(const std::string& path, uid_t uid) {
     struct stat st;
     if (::lstat(component.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", component));
     bool last = component == resolved;
-    if (st.st_uid != 0 && st.st_uid != uid)
+    bool owner_is_root = st.st_uid == 0 || (st.st_uid != uid && UnmappedOwnerMayBeRoot(st.st_uid));
+    if (!owner_is_root && st.st_uid != uid)
       return Status::Error(fmt::format("{} is owned by uid {}, not by root or the running user (uid {}): chown it or "
                                        "install nsbox's data where only root can change it",
                                        component, st.st_uid, uid));
-    bool shared_sticky = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) && st.st_uid == 0 && !last;
+    bool shared_sticky = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) && owner_is_root && !last;
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !shared_sticky)
       return Status::Error(fmt::format("{} is writable by {} (mode {:04o}): chmod go-w {}", component,
                                        (st.st_mode & S_IWOTH) ? "others" : "its group", st.st_mode & 07777, component));

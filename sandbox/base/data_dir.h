@@ -18,7 +18,9 @@ bool RunningFromBuildTree();
 // Refuses a path that anyone but root and `uid` could change: the path (resolved through symlinks) and every
 // directory above it must be owned by root or `uid` and writable by neither group nor others. A world-writable
 // directory above it is accepted only when it is root's and sticky (/tmp), where no one else can rename or replace
-// what `uid` or root put there. Returns the resolved path; the error names the offending component and its fix.
+// what `uid` or root put there. Nested in a user namespace that does not map root, root's files show as the overflow
+// uid (65534): such an owner is taken for root, as nsbox cannot tell it from another outside user there (the mode must
+// still keep group and others out). Returns the resolved path; the error names the offending component and its fix.
 StatusOr<std::string> CheckTrustedPath(const std::string& path, uid_t uid);
 
 // The data directory, checked with CheckTrustedPath against the effective uid: $NSBOX_DATADIR when set, else the
