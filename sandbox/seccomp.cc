@@ -1,5 +1,4 @@
 // Seccomp: libseccomp compiles a profile to BPF held in memory; the child installs it; the parent answers notifications.
-#include "nsbox_config.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/seccomp_cache.h"
 
@@ -23,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/data_dir.h"
 #include "sandbox/base/fs.h"
 
 namespace nsbox {
@@ -514,11 +514,9 @@ StatusOr<const SeccompProgram*> Pid1GuardProgram() {
 }
 
 std::string DefaultSeccompProfilesDir() {
-  if (const char* env = std::getenv("NSBOX_PROFILES_DIR"); env && *env) return env;
-  if (const char* env = std::getenv("NSBOX_DATADIR"); env && *env) return std::string(env) + "/seccomp-profiles";
-  const std::string installed = NSBOX_DATADIR "/seccomp-profiles";
-  if (PathExists(installed + "/default.json")) return installed;
-  return NSBOX_SOURCE_DIR "/seccomp-profiles";
+  if (const char* env = std::getenv("NSBOX_PROFILES_DIR"); env && *env)
+    return TrustedPathOrExit(env, "seccomp profiles directory ($NSBOX_PROFILES_DIR)");
+  return DataDir() + "/seccomp-profiles";
 }
 
 int InstallSeccompProgram(const SeccompProgram& program, int* listener_fd) {

@@ -69,8 +69,8 @@ StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path,
 StatusOr<SeccompProfile> ReadSeccompProfile(const std::string& path);
 StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::string& name_or_path,
                                                                    const std::string& profiles_dir);
-// $NSBOX_PROFILES_DIR, else $NSBOX_DATADIR/seccomp-profiles, else the installed data directory, else
-// the source tree (an uninstalled build).
+// $NSBOX_PROFILES_DIR, else DataDir()/seccomp-profiles (sandbox/base/data_dir.h: the installed data, or the source
+// tree of a build-tree binary). Either is checked: one that others could change ends the process (exit 125).
 std::string DefaultSeccompProfilesDir();
 
 // The only calls the child may make between InstallSeccompProgram and execve: hand the listener

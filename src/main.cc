@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "nsbox_config.h"
+#include "sandbox/base/data_dir.h"
 #include "src/cli/commands.h"
 
 namespace {
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
   // A reader that went away (`nsbox run ... | head -c1`) is a write error nsbox reports (exit 125, with the reason),
   // not a silent death by SIGPIPE that would read as the program's. Sandboxed programs get the default back.
   ::signal(SIGPIPE, SIG_IGN);
+  // Every verb but doctor (which reports it) refuses untrusted data before anything is set up (data_dir.h).
+  if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "doctor") nsbox::DataDir();
   CLI::App app{"nsbox: run untrusted code in a Linux-native sandbox (namespaces, cgroups, seccomp, read-only root)"};
   app.set_version_flag("--version", "nsbox " NSBOX_VERSION);
   app.require_subcommand(1);

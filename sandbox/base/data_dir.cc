@@ -1,17 +1,127 @@
-// DataDir: the environment override first, then the install location, then the source tree of an uninstalled build.
+// DataDir: the environment override, the source tree of a build-tree binary, or the install location; each checked.
 #include "nsbox_config.h"
 #include "sandbox/base/data_dir.h"
 
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
+
+#include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
 
 namespace nsbox {
 
-std::string DataDir() {
-  if (const char* env = std::getenv("NSBOX_DATADIR"); env && *env) return env;
-  if (PathExists(std::string(NSBOX_DATADIR) + "/rootfs/host.json")) return NSBOX_DATADIR;
-  return NSBOX_SOURCE_DIR;
+bool RunningFromBuildTree() {
+  static const bool in_build_tree = [] {
+    const std::string build_dir = NSBOX_BUILD_DIR;
+    if (build_dir.empty()) return false;
+    char exe[PATH_MAX], build[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0 || ::realpath(build_dir.c_str(), build) == nullptr) return false;
+    std::string exe_path(exe, static_cast<size_t>(n));
+    std::string prefix = std::string(build) + "/";
+    return exe_path.compare(0, prefix.size(), prefix) == 0;
+  }();
+  return in_build_tree;
+}
+
+namespace {
+
+// Whether a file owner the kernel shows as the overflow uid may be root outside this user namespace: only in a user
+// namespace other than the initial one (where nsbox itself runs nested: inside its own sandbox, under `unshare -U`), and
+// only when the overflow uid is not mapped here, so that no process of this namespace can own it.
+bool UnmappedOwnerMayBeRoot(uid_t owner) {
+  auto overflow = ReadFile("/proc/sys/fs/overflowuid", 64);
+  auto map = ReadFile("/proc/self/uid_map", 1 << 16);
+  if (!overflow.ok() || !map.ok() || std::to_string(owner) + "\n" != *overflow) return false;
+  unsigned long inside = 0, outside = 0, count = 0;
+  bool initial = std::sscanf(map->c_str(), "%lu %lu %lu", &inside, &outside, &count) == 3 && inside == 0 &&
+                 outside == 0 && count == 4294967295UL;
+  if (initial) return false;
+  for (size_t start = 0; start < map->size();) {
+    size_t end = map->find('\n', start);
+    if (end == std::string::npos) end = map->size();
+    if (std::sscanf(map->c_str() + start, "%lu %lu %lu", &inside, &outside, &count) == 3 && owner >= inside &&
+        owner - inside < count)
+      return false;  // the overflow uid is someone here
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+StatusOr<std::string> CheckTrustedPath(const std::string& path, uid_t uid) {
+  char resolved_buf[PATH_MAX];
+  if (::realpath(path.c_str(), resolved_buf) == nullptr) return Status::Errno(fmt::format("realpath({})", path));
+  const std::string resolved = resolved_buf;
+  // "/", then "/usr", "/usr/share", ... and the path itself.
+  std::string component = "/";
+  for (size_t pos = 0;;) {
+    struct stat st;
+    if (::lstat(component.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", component));
+    bool last = component == resolved;
+    bool owner_is_root = st.st_uid == 0 || (st.st_uid != uid && UnmappedOwnerMayBeRoot(st.st_uid));
+    if (!owner_is_root && st.st_uid != uid)
+      return Status::Error(fmt::format("{} is owned by uid {}, not by root or the running user (uid {}): chown it or "
+                                       "install nsbox's data where only root can change it",
+                                       component, st.st_uid, uid));
+    bool shared_sticky = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) && owner_is_root && !last;
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !shared_sticky)
+      return Status::Error(fmt::format("{} is writable by {} (mode {:04o}): chmod go-w {}", component,
+                                       (st.st_mode & S_IWOTH) ? "others" : "its group", st.st_mode & 07777, component));
+    if (last) return resolved;
+    size_t next = resolved.find('/', pos + 1);
+    component = resolved.substr(0, next);
+    pos = next;
+    if (next == std::string::npos) component = resolved;
+  }
+}
+
+StatusOr<std::string> ResolveDataDir() {
+  std::string dir, role;
+  if (const char* env = std::getenv("NSBOX_DATADIR"); env && *env) {
+    dir = env;
+    role = "$NSBOX_DATADIR";
+  } else if (RunningFromBuildTree()) {
+    dir = NSBOX_SOURCE_DIR;
+    role = "the source tree of this build";
+  } else {
+    dir = NSBOX_DATADIR;
+    role = "the installed data";
+  }
+  auto checked = CheckTrustedPath(dir, ::geteuid());
+  if (!checked.ok()) return checked.status().Wrap(fmt::format("refusing the data directory {} ({})", dir, role));
+  return checked;
+}
+
+namespace {
+
+[[noreturn]] void Refuse(const Status& status) {
+  std::fprintf(stderr, "nsbox: %s\n", status.message().c_str());
+  std::fflush(stderr);
+  ::_exit(125);
+}
+
+}  // namespace
+
+const std::string& DataDir() {
+  static const std::string dir = [] {
+    auto resolved = ResolveDataDir();
+    if (!resolved.ok()) Refuse(resolved.status());
+    return *resolved;
+  }();
+  return dir;
+}
+
+std::string TrustedPathOrExit(const std::string& path, const char* what) {
+  auto checked = CheckTrustedPath(path, ::geteuid());
+  if (!checked.ok()) Refuse(checked.status().Wrap(fmt::format("refusing the {} {}", what, path)));
+  return *checked;
 }
 
 }  // namespace nsbox

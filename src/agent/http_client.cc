@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/data_dir.h"
 #include "src/agent/http_wire.h"
 #include "src/runtime/subprocess.h"
 
@@ -19,8 +20,9 @@ constexpr uint64_t kMaxAnswerBytes = kMaxResponseBodyBytes + (1 << 20);
 // How long past the request's own deadline the helper may take to report that deadline before it is killed.
 constexpr std::chrono::seconds kHelperGrace{5};
 
-// Beside the running program (the build tree, or a bindir install), the installed libexec path, then the build tree
-// (for the test programs, which live in build/tests/).
+// Beside the running program (a bindir install), the installed libexec path, then, for a build-tree binary only (the
+// test programs live in build/tests/), the build tree's. The helper runs with the caller's privileges, so one that
+// others could change is refused (sandbox/base/data_dir.h).
 StatusOr<std::string> FindHelper() {
   std::vector<std::string> candidates;
   char self[4096];
@@ -31,9 +33,12 @@ StatusOr<std::string> FindHelper() {
     candidates.push_back(dir + "/nsbox-http");
   }
   candidates.push_back(NSBOX_HTTP_HELPER_INSTALLED);
-  candidates.push_back(NSBOX_HTTP_HELPER_BUILD);
+  if (RunningFromBuildTree()) candidates.push_back(NSBOX_HTTP_HELPER_BUILD);
   for (const auto& path : candidates) {
-    if (access(path.c_str(), X_OK) == 0) return path;
+    if (access(path.c_str(), X_OK) != 0) continue;
+    auto checked = CheckTrustedPath(path, ::geteuid());
+    if (!checked.ok()) return checked.status().Wrap(fmt::format("refusing the agent's HTTP helper {}", path));
+    return checked;
   }
   return Status::Error(fmt::format("the agent's HTTP helper nsbox-http is missing (looked for {} and {}): build or "
                                    "install nsbox with it",

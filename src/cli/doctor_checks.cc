@@ -704,12 +704,15 @@ Check OverlayCheck(const std::string& proc_filesystems) {
 
 Check HostRootfsCheck(const HostPaths& paths) {
   const char* title = "default root filesystem (host view)";
-  std::string data_dir = paths.data_dir.empty() ? DataDir() : paths.data_dir;
-  std::string file = data_dir + "/rootfs/host.json";
-  auto view = LoadHostView(file);
   std::string data_fix = fmt::format(
       "reinstall nsbox (the data files belong in {}), or point NSBOX_DATADIR at a directory holding rootfs/host.json",
       NSBOX_DATADIR);
+  // Reported, not fatal as DataDir() would be: doctor is where an untrusted data directory is diagnosed.
+  auto resolved = paths.data_dir.empty() ? ResolveDataDir() : StatusOr<std::string>(paths.data_dir);
+  if (!resolved.ok()) return Make("rootfs.host", title, Verdict::kFail, resolved.status().message(), data_fix, true);
+  std::string data_dir = *resolved;
+  std::string file = data_dir + "/rootfs/host.json";
+  auto view = LoadHostView(file);
   if (!view.ok()) return Make("rootfs.host", title, Verdict::kFail, view.status().message(), data_fix, true);
   std::vector<std::string> missing;
   for (const auto& bind : view->read_only_binds)
@@ -727,8 +730,10 @@ Check HostRootfsCheck(const HostPaths& paths) {
 
 Check LanguagesCheck(const HostPaths& paths) {
   const char* title = "language interpreters (--lang) in the host view";
-  std::string data_dir = paths.data_dir.empty() ? DataDir() : paths.data_dir;
-  std::string file = data_dir + "/rootfs/languages.json";
+  auto resolved = paths.data_dir.empty() ? ResolveDataDir() : StatusOr<std::string>(paths.data_dir);
+  if (!resolved.ok())
+    return Make("languages", title, Verdict::kWarn, resolved.status().message(), "fix rootfs.host first", false);
+  std::string file = *resolved + "/rootfs/languages.json";
   auto text = ReadFile(file, 1 << 20);
   if (!text.ok())
     return Make("languages", title, Verdict::kWarn, text.status().message(),

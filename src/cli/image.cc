@@ -20,7 +20,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "nsbox_config.h"
 #include "sandbox/base/data_dir.h"
 #include "sandbox/base/defer.h"
 #include "sandbox/base/fs.h"
@@ -208,11 +207,15 @@ StatusOr<ChildOutcome> RunSmokeTest(const std::string& rootfs_dir, const std::ve
   return Supervise(pid, std::move(read_end), "  | ", "");
 }
 
-std::string FindMkrootfs() {
-  if (const char* env = std::getenv("NSBOX_MKROOTFS"); env && *env) return env;
-  std::string in_data_dir = DataDir() + "/tools/mkrootfs";
-  if (PathExists(in_data_dir)) return in_data_dir;
-  return std::string(NSBOX_SOURCE_DIR) + "/tools/mkrootfs";
+// $NSBOX_MKROOTFS, else the copy beside the templates (DataDir()/tools/mkrootfs: installed, or the source tree's own for
+// a build-tree binary). It runs as root, so it must be a file only root or the running user can change.
+StatusOr<std::string> FindMkrootfs() {
+  const char* env = std::getenv("NSBOX_MKROOTFS");
+  std::string mkrootfs = env && *env ? env : DataDir() + "/tools/mkrootfs";
+  if (!PathExists(mkrootfs)) return Status::Error(fmt::format("{} is missing (set NSBOX_MKROOTFS)", mkrootfs));
+  auto checked = CheckTrustedPath(mkrootfs, ::geteuid());
+  if (!checked.ok()) return checked.status().Wrap(fmt::format("refusing the image builder {}", mkrootfs));
+  return checked;
 }
 
 std::string NowRfc3339() {
@@ -276,8 +279,9 @@ Status BuildImage(const BuildOptions& options) {
   if (*swept > 0) fmt::print(stderr, "nsbox image build: removed {} leftover(s) of interrupted builds\n", *swept);
   if (PathExists(store + "/" + name))
     return Status::Error(fmt::format("image '{}' already exists (remove it first with: nsbox image rm {})", name, name));
-  const std::string mkrootfs = FindMkrootfs();
-  if (!PathExists(mkrootfs)) return Status::Error(fmt::format("{} is missing (set NSBOX_MKROOTFS)", mkrootfs));
+  auto found_mkrootfs = FindMkrootfs();
+  if (!found_mkrootfs.ok()) return found_mkrootfs.status();
+  const std::string mkrootfs = *found_mkrootfs;
 
   // The build directory: named so a sweep can find it, locked so a sweep leaves it alone while we live.
   std::string build_dir = fmt::format("{}/.build-{}-XXXXXX", store, name);

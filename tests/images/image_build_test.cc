@@ -282,6 +282,26 @@ TEST_CASE("unknown and invalid templates fail with one clear line and leave noth
   CHECK_FALSE(nsbox::PathExists(Store() + "/bad"));
 }
 
+TEST_CASE("an image builder others could change is refused before any build, naming it", "[build]") {
+  if (!RequireRootOrSkip("untrusted image builder")) return;
+  // $NSBOX_MKROOTFS runs as root: a world-writable one is someone else's code.
+  char dir_pattern[] = "/tmp/nsbox-untrusted-builder-XXXXXX";
+  REQUIRE(::mkdtemp(dir_pattern) != nullptr);
+  const std::string dir = dir_pattern, builder = dir + "/mkrootfs", marker = dir + "/it-ran";
+  REQUIRE(nsbox::WriteFile(builder, "#!/bin/sh\ntouch " + marker + "\nexit 1\n").ok());
+  ::chmod(builder.c_str(), 0777);
+  ::setenv("NSBOX_MKROOTFS", builder.c_str(), 1);
+  Outcome o = Nsbox({"image", "build", "minimal", "--name", "untrusted-builder"});
+  ::unsetenv("NSBOX_MKROOTFS");
+  CHECK(o.exit_code == 125);
+  CHECK_THAT(o.err, Catch::Contains("refusing the image builder " + builder + ": " + builder +
+                                    " is writable by others (mode 0777)"));
+  CHECK_FALSE(nsbox::PathExists(marker));
+  CHECK_FALSE(nsbox::PathExists(Store() + "/untrusted-builder"));
+  CHECK(Leftovers().empty());
+  (void)nsbox::cli::RemoveTree(dir);
+}
+
 TEST_CASE("an image cannot be named host or nothing; the refusal comes before any build", "[cli]") {
   // Other cases of this suite may have built the template's own image (minimal) already: it must stay as it was.
   const bool had_minimal = nsbox::PathExists(Store() + "/minimal");

@@ -4,9 +4,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "nsbox_config.h"
 #include "tests/support/run_nsbox.h"
 
 using namespace nsbox::testing;
@@ -201,4 +206,67 @@ TEST_CASE("an empty command is a one-line error; an empty --code is an empty pro
   auto empty = RunNsboxJson({"--lang", "python", "--code", ""});
   INFO(empty.Describe());
   CHECK(empty.status() == "ok");
+}
+
+namespace {
+
+// A copy of the source tree's data (rootfs/, seccomp-profiles/) in a fresh directory under /tmp, mode 0755.
+struct DataCopy {
+  std::filesystem::path dir;
+  DataCopy() {
+    char tmpl[] = "/tmp/nsbox-data-copy-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    ::chmod(dir.c_str(), 0755);
+    for (const char* sub : {"rootfs", "seccomp-profiles"})
+      std::filesystem::copy(std::filesystem::path(NSBOX_SOURCE_DIR) / sub, dir / sub,
+                            std::filesystem::copy_options::recursive);
+  }
+  ~DataCopy() { std::filesystem::remove_all(dir); }
+};
+
+}  // namespace
+
+TEST_CASE("a data directory others can write is refused before any sandbox: one line naming it, exit 125",
+          "[integration][options]") {
+  DataCopy data;
+  SpawnOptions with_data;
+  with_data.extra_env["NSBOX_DATADIR"] = data.dir.string();
+  // The same copy, trusted, runs: what is refused below is the mode alone.
+  auto trusted = RunNsboxRaw({"run", "--lang", "python", "--code", "print(6*7)"}, with_data);
+  INFO("stderr: " << trusted.err);
+  CHECK(trusted.exit_code == 0);
+  CHECK(trusted.out == "42\n");
+
+  ::chmod(data.dir.c_str(), 0777);
+  auto refused = RunNsboxRaw({"run", "--lang", "python", "--code", "print(6*7)"}, with_data);
+  INFO("stderr: " << refused.err);
+  CHECK(refused.exit_code == 125);
+  CHECK(refused.out.empty());
+  CHECK(std::count(refused.err.begin(), refused.err.end(), '\n') == 1);
+  CHECK_THAT(refused.err, Catch::Contains("refusing the data directory " + data.dir.string()) &&
+                              Catch::Contains("is writable by others (mode 0777)"));
+  // doctor reports it instead of refusing to start.
+  auto doctor = RunNsboxRaw({"doctor", "--json"}, with_data);
+  auto report = nlohmann::json::parse(doctor.out);
+  bool reported = false;
+  for (const auto& check : report.at("checks"))
+    if (check.at("id") == "rootfs.host")
+      reported = check.at("status") == "fail" &&
+                 check.at("detail").get<std::string>().find("is writable by others") != std::string::npos;
+  CHECK(reported);
+  CHECK(doctor.exit_code == 1);
+}
+
+TEST_CASE("a group-writable $NSBOX_PROFILES_DIR is refused: one line naming it, exit 125", "[integration][options]") {
+  DataCopy data;
+  std::filesystem::path profiles = data.dir / "seccomp-profiles";
+  ::chmod(profiles.c_str(), 0775);
+  SpawnOptions with_profiles;
+  with_profiles.extra_env["NSBOX_PROFILES_DIR"] = profiles.string();
+  auto r = RunNsboxRaw({"run", "--", "/bin/true"}, with_profiles);
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 125);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK_THAT(r.err, Catch::Contains("refusing the seccomp profiles directory ($NSBOX_PROFILES_DIR) " + profiles.string()) &&
+                        Catch::Contains("writable by its group"));
 }
