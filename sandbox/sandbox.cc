@@ -20,7 +20,6 @@
 
 #include <fmt/format.h>
 
-#include "sandbox/base/data_dir.h"
 #include "sandbox/base/defer.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
@@ -53,21 +52,13 @@ CgroupConfig RunCgroupConfig() {
   return config;
 }
 
-const HostView* CachedHostView(Status* error) {
-  static StatusOr<HostView> view = LoadHostView(DataDir() + "/rootfs/host.json");
-  if (!view.ok()) {
-    *error = view.status();
-    return nullptr;
-  }
-  return &*view;
-}
-
 }  // namespace
 
 StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
-  Status error;
-  const HostView* host_view = policy.host_rootfs() ? CachedHostView(&error) : nullptr;
-  if (policy.host_rootfs() && !host_view) return error;
+  const HostView* host_view = policy.host_rootfs() ? policy.host_view() : nullptr;
+  if (policy.host_rootfs() && !host_view)
+    return Status::Error("planning the root filesystem: the policy uses the host's root but has no host view "
+                         "(PolicyBuilder::SetHostViewFile)");
   MountPlanInputs inputs;
   inputs.policy = &policy;
   inputs.host_view = host_view;
@@ -85,7 +76,7 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
 std::string CheckOutputLimit(uint64_t bytes) {
   if (bytes <= kMaxOutputLimitBytes) return "";
   return fmt::format("an output limit of {} bytes per stream is more than nsbox keeps in its memory ({} bytes, 64M): "
-                     "write large outputs to files in a --workspace instead", bytes, kMaxOutputLimitBytes);
+                     "write large outputs to files in the workspace directory (PolicyBuilder::SetWorkspaceDir) instead", bytes, kMaxOutputLimitBytes);
 }
 
 std::map<std::string, std::string> DefaultSandboxEnv() {
@@ -182,6 +173,7 @@ Result Sandbox::Run() {
   UniqueFd kill_event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!kill_event) return SetupError(Status::Errno("eventfd").message());
   kill_eventfd_ = kill_event.get();
+  if (kill_requested_) Kill();  // a Kill() that came before the descriptor existed
   Defer forget_eventfd([&] { kill_eventfd_ = -1; });
 
   sigset_t forwarded, previous_mask;
@@ -507,9 +499,9 @@ Result Sandbox::Run() {
     result.reason = fmt::format("sandbox setup failed at {}: {} ({})", setup_error.text, strerror(setup_error.err),
                                 ErrnoName(setup_error.err));
   } else if (timed_out || cancelled) {
-    result.status = RunStatus::kTimeout;
+    result.status = cancelled ? RunStatus::kKilled : RunStatus::kTimeout;
     result.signal = SIGKILL;
-    result.reason = cancelled ? "cancelled" :
+    result.reason = cancelled ? "cancelled by the caller (Sandbox::Kill); every process of the sandbox was killed" :
         fmt::format("wall-clock time limit of {} ms exceeded; every process of the sandbox was killed",
                     executor_.wall_timeout.count());
   } else if (have_exit) {

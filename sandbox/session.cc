@@ -853,7 +853,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   if (terminating_ && result.status == RunStatus::kSignal && result.signal == SIGKILL)
     result.reason = SessionEndedReason("exec") + "; the exec was killed";
   result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
-  result.extra["changed_files"] = ChangedFilesJson(before, workspace_fd_.get());
+  SetExtra(result, "changed_files", ChangedFilesJson(before, workspace_fd_.get()));
   return result;
 }
 
@@ -1037,8 +1037,8 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
   result.stderr_truncated = stderr_buf.truncated();
   result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   // No per-cell limits report: the cgroup's counters are the session's, and a cell is meant to be cheap.
-  result.extra["repl"] = repl;
-  result.extra["changed_files"] = ChangedFilesJson(before, workspace_fd_.get());
+  SetExtra(result, "repl", repl);
+  SetExtra(result, "changed_files", ChangedFilesJson(before, workspace_fd_.get()));
   return result;
 }
 

@@ -120,7 +120,7 @@ StatusOr<ExecutionResult> DockerRuntime::execute(const std::string& language, co
   r.stdout_truncated = outcome->stdout_truncated;
   r.stderr_truncated = outcome->stderr_truncated;
   r.wall_ms = outcome->wall_ms;
-  r.extra["runtime"] = "docker";
+  SetExtra(r, "runtime", "docker");
   return r;
 }
 

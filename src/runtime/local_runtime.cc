@@ -90,7 +90,7 @@ StatusOr<ExecutionResult> LocalRuntime::execute(const std::string& language, con
     r.status = RunStatus::kSignal;
     r.reason = fmt::format("killed by signal {} ({})", outcome->signal, sigdescr_np(outcome->signal) ? sigdescr_np(outcome->signal) : "?");
   }
-  r.extra["runtime"] = "local";
+  SetExtra(r, "runtime", "local");
   return r;
 }
 

@@ -169,7 +169,7 @@ StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, con
   result = ResultFromJson(json);
   if (caller_deadline_tighter && result.status == RunStatus::kTimeout)
     result.reason += " (the caller's deadline was the tighter limit)";
-  result.extra["runtime"] = mode == Mode::kSession ? "nsbox-session" : "nsbox-run";
+  SetExtra(result, "runtime", mode == Mode::kSession ? "nsbox-session" : "nsbox-run");
   return result;
 }
 

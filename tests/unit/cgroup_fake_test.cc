@@ -149,7 +149,7 @@ TEST_CASE("v2: a swap allowance goes to memory.swap.max and tiny CPU shares get 
   limits.memory_swap_max_bytes = 32 << 20;
   auto refused = CreateSandboxCgroup(limits, tree.config);
   REQUIRE_FALSE(refused.ok());
-  CHECK(refused.status().message().find("--cpus") != std::string::npos);
+  CHECK(refused.status().message().find("CgroupLimits::cpus") != std::string::npos);  // the setting, not a flag
   limits.cpus = 0.01;
   auto group = CreateSandboxCgroup(limits, tree.config);
   REQUIRE(group.ok());
