@@ -28,6 +28,10 @@ struct SharedChildMemory {
   void* base = nullptr;
   size_t size = 0;
   void Release();
+  SharedChildMemory() = default;
+  // Move-only: a copy would unmap the same stack twice.
+  SharedChildMemory(const SharedChildMemory&) = delete;
+  SharedChildMemory& operator=(const SharedChildMemory&) = delete;
   ~SharedChildMemory() { Release(); }
 };
 // A child that shares the caller's memory (CLONE_VM) and runs concurrently with it: entry(arg) on a stack of its

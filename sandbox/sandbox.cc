@@ -480,6 +480,7 @@ Result Sandbox::Run() {
   if (cgroup) {
     stats = cgroup->ReadStats();
     result.limits = cgroup->ReportFrom(*policy_.cgroup_limits(), stats);
+    result.measurement_errors = stats.read_errors;
     if (stats.cpu_usage_us > 0) result.cpu_ms = static_cast<int64_t>(stats.cpu_usage_us / 1000);
     if (stats.peak_memory_bytes > 0) result.peak_memory_bytes = stats.peak_memory_bytes;
     // After kGone the group is empty: its reaper removes it while pid 1 still exits and the verdict is made; both are

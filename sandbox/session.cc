@@ -730,6 +730,7 @@ void SessionSandbox::FinishReport(SessionHelper& h, const CgroupStats& counters_
   stats.pids_limit_hit = stats.pids_limit_events > 0;
   stats.cpu_throttled_us -= std::min(stats.cpu_throttled_us, counters_before.cpu_throttled_us);
   result->limits = cgroup_->ReportFrom(*policy_.cgroup_limits(), stats);
+  result->measurement_errors = stats.read_errors;
   if (result->status == RunStatus::kSignal && result->signal == SIGKILL && stats.oom_kills > 0) {
     result->status = RunStatus::kOom;
     result->reason = fmt::format("killed by the OOM killer: the session's memory limit of {} bytes was reached",

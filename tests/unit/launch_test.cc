@@ -68,6 +68,10 @@ int SharedChild(void*) {
 
 // pid 1 of a run shares nsbox's memory: it must see nsbox's memory as it is (no copy), and keep errno and every
 // other thread-local value to itself while both run.
+// A copy of the mapping's owner would unmap the child's stack twice.
+static_assert(!std::is_copy_constructible_v<nsbox::SharedChildMemory> &&
+              !std::is_copy_assignable_v<nsbox::SharedChildMemory>);
+
 TEST_CASE("a child sharing memory sees the caller's writes and has thread-local storage of its own", "[launch]") {
   REQUIRE(::pipe(go_pipe) == 0);
   tls_value = 42;
