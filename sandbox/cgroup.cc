@@ -783,7 +783,7 @@ StatusOr<std::unique_ptr<Reaper>> Reaper::Start() {
     }
     reaper_stacks.emplace_back(pid, stack);
     // On the CPU nsbox runs on now, for its whole life: its few wakeups then neither wake an idle CPU nor bring
-    // nsbox's memory, which it shares, onto a second one (a run 1.5 % faster side by side, 2026-12-02). It sleeps
+    // nsbox's memory, which it shares, onto a second one (about 1.5 % of a run, tools/bench side by side). It sleeps
     // but for those, and the kernel moves it elsewhere should that CPU go offline or leave nsbox's cpuset. Best
     // effort: a refusal leaves it free to run anywhere.
     const int cpu = ::sched_getcpu();

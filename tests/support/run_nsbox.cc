@@ -340,14 +340,6 @@ std::string TempDir::Write(const std::string& name, const std::string& contents,
   return path;
 }
 
-void RecordSkip(const std::string& suite, const std::string& test, const std::string& reason) {
-  std::fprintf(stderr, "SKIP %s::%s: %s\n", suite.c_str(), test.c_str(), reason.c_str());
-  if (const char* file = std::getenv("NSBOX_SKIP_FILE"); file && *file) {
-    std::ofstream out(file, std::ios::app);
-    out << suite << "::" << test << ": " << reason << "\n";
-  }
-}
-
 namespace {
 
 // `dir` as "<label>" and each directory below it as "<label>/<child>".
