@@ -380,7 +380,8 @@ std::set<std::string> NsboxGroups() {
     if (!hierarchy.is_directory(inner) || hierarchy.is_symlink(inner)) continue;
     const std::string h = hierarchy.path().filename().string();
     for (const auto& e : std::filesystem::directory_iterator(hierarchy.path(), inner))
-      if (e.path().filename().string().starts_with("nsbox-")) AddGroup(e.path(), h + "/" + e.path().filename().string(), &names);
+      if (e.path().filename().string().starts_with("nsbox-"))
+        AddGroup(e.path(), h + "/" + e.path().filename().string(), &names);
     for (const auto& e : std::filesystem::directory_iterator(hierarchy.path() / "nsbox", inner))
       AddGroup(e.path(), h + "/nsbox/" + e.path().filename().string(), &names);
   }
