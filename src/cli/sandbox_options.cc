@@ -265,14 +265,12 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   } else if (!o.stdin_source.empty()) {
     // O_NONBLOCK: opening a FIFO nobody writes to would block here, before the time limit runs. The feeder polls
     // the source, so a writer that comes later is still waited for, within --timeout.
-    int fd = ::open(o.stdin_source.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return Status::Errno(fmt::format("--stdin: open({})", o.stdin_source));
+    UniqueFd fd(::open(o.stdin_source.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (!fd) return Status::Errno(fmt::format("--stdin: open({})", o.stdin_source));
     struct stat st;
-    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-      ::close(fd);
+    if (::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
       return Status::Error(fmt::format("--stdin: {} is a directory", o.stdin_source));
-    }
-    ex.stdin_fd = fd;  // lives until nsbox exits
+    ex.stdin_fd = fd.release();  // the Executor does not own it: it lives until nsbox exits
   }
   return ex;
 }
