@@ -46,8 +46,9 @@ class Sandbox {
   // "cancelled by the caller"), whatever the program was doing. Before the run starts, the run is killed as soon as
   // it does. Safe from any thread or signal handler.
   void Kill();
-  // When set, SIGINT/SIGTERM/SIGHUP sent to this process are passed on to the program instead: Run() blocks them in
-  // the calling thread and reads them from a signalfd (a process-wide effect the embedder opts into).
+  // When set, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process are passed on to the program instead: Run()
+  // blocks them in the calling thread and reads them from a signalfd (an effect on signal delivery the embedder
+  // opts into).
   void ForwardSignals(bool forward) { forward_signals_ = forward; }
   // Not owned; must outlive Run().
   void SetHooks(SandboxHooks* hooks) { hooks_ = hooks; }
