@@ -89,7 +89,6 @@ std::map<std::string, std::string> DefaultSandboxEnv() {
           {"TMPDIR", "/tmp"}};
 }
 
-Sandbox::Sandbox(Executor executor, Policy policy) : executor_(std::move(executor)), policy_(std::move(policy)) {}
 
 void Sandbox::Kill() {
   kill_requested_ = true;
@@ -170,11 +169,8 @@ Result Sandbox::Run() {
                                                                  .time_since_epoch()).count();
   }
   plan.seccomp_socket = seccomp_child.get();
-  UniqueFd kill_event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!kill_event) return SetupError(Status::Errno("eventfd").message());
-  kill_eventfd_ = kill_event.get();
-  if (kill_requested_) Kill();  // a Kill() that came before the descriptor existed
-  Defer forget_eventfd([&] { kill_eventfd_ = -1; });
+  // The Sandbox's own, for its whole life (sandbox_async.cc): a Kill() before this point is already in it.
+  if (kill_eventfd_ < 0) return SetupError(Status::Errno("eventfd(kill requests)", kill_eventfd_errno_).message());
 
   sigset_t forwarded, previous_mask;
   sigemptyset(&forwarded);
@@ -403,7 +399,7 @@ Result Sandbox::Run() {
     add(out->read.get());
     add(err->read.get());
     add(control->read.get());
-    add(kill_event.get());
+    add(kill_eventfd_);
     add(signal_fd.get());
     add(seccomp_parent.get());
     const int feeder_index = nfds;

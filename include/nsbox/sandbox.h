@@ -67,7 +67,8 @@ class Sandbox {
   SandboxHooks* hooks_ = nullptr;
   int live_stdout_fd_ = -1, live_stderr_fd_ = -1;
   std::atomic<bool> kill_requested_{false};
-  std::atomic<int> kill_eventfd_{-1};
+  const int kill_eventfd_;  // made with the Sandbox, closed with it
+  const int kill_eventfd_errno_;
   std::thread async_run_;
   std::optional<Result> async_result_;
 };
