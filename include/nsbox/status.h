@@ -1,4 +1,4 @@
-// Status and StatusOr: errors that carry the failing call, its arguments and errno, with context added as they travel up.
+// Status and StatusOr: errors that carry the failing call, its arguments and errno, with context added on the way up.
 #pragma once
 
 #include <cerrno>
