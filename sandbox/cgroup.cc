@@ -22,7 +22,7 @@ constexpr const char* kFixHint =
     "To give nsbox cgroups: run it as root; or, as a user, start it inside a delegated cgroup "
     "(systemd-run --user --scope -p Delegate=yes nsbox ...) on a cgroup v2 host; on a hybrid or v1 host, "
     "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 with every controller) or run as root. "
-    "Or run without any limits: --dangerously-run-without-limits.";
+    "Or run without any limits (PolicyBuilder::DangerDisableCgroupLimits).";
 
 bool UseOwnCgroup(const CgroupConfig& config) {
   switch (config.placement) {
@@ -134,7 +134,7 @@ StatusOr<std::unique_ptr<Cgroup>> CreateSandboxCgroup(const CgroupLimits& limits
   if (config.subtree.empty() || config.subtree.find('/') != std::string::npos || config.subtree == "." ||
       config.subtree == "..")
     return Status::Error(fmt::format("cgroup subtree \"{}\" must be one directory name", config.subtree));
-  if (limits.cpus < 0.01) return Status::Error(fmt::format("--cpus {} is below the minimum of 0.01", limits.cpus));
+  if (limits.cpus < 0.01) return Status::Error(fmt::format("CgroupLimits::cpus {} is below the minimum of 0.01", limits.cpus));
   auto plan = Detect(config);
   if (!plan.ok()) return plan.status();
   if (plan->v2) {

@@ -89,6 +89,8 @@ struct CgroupStats {
   bool pids_limit_hit = false;     // pids_limit_events > 0
   uint64_t cpu_usage_us = 0;
   uint64_t cpu_throttled_us = 0;
+  // The counters that could not be read ("<file>: <why>"): their figures above are 0 for want of a measurement.
+  std::vector<std::string> read_errors;
 };
 
 // A group inside a sandbox's group for one exec of a session: no limits of its own (the session's hold for it too),

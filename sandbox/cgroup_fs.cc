@@ -35,6 +35,65 @@ uint64_t ReadNumber(const std::string& path) {
   return std::strtoull(content->c_str(), nullptr, 10);
 }
 
+namespace {
+
+// A keyed measurement from a file's content, or a note of why there is none.
+uint64_t KeyedOrNote(const StatusOr<std::string>& content, const std::string& path, const std::string& key,
+                     std::vector<std::string>* errors) {
+  if (!content.ok()) {
+    errors->push_back(content.status().Wrap(path).message());
+    return 0;
+  }
+  const auto values = ParseKeyedFile(*content);
+  const auto found = values.find(key);
+  if (found == values.end()) {
+    errors->push_back(fmt::format("{}: no \"{}\" in it", path, key));
+    return 0;
+  }
+  return found->second;
+}
+
+uint64_t NumberOrNote(const StatusOr<std::string>& content, const std::string& path, std::vector<std::string>* errors) {
+  if (!content.ok()) {
+    errors->push_back(content.status().Wrap(path).message());
+    return 0;
+  }
+  char* end = nullptr;
+  uint64_t value = std::strtoull(content->c_str(), &end, 10);
+  if (end == content->c_str() && !content->starts_with("max")) {
+    errors->push_back(fmt::format("{}: not a number", path));
+    return 0;
+  }
+  return value;
+}
+
+}  // namespace
+
+uint64_t ReadKeyedOrNote(const std::string& path, const std::string& key, std::vector<std::string>* errors) {
+  return KeyedOrNote(ReadFile(path), path, key, errors);
+}
+
+uint64_t ReadNumberOrNote(const std::string& path, std::vector<std::string>* errors) {
+  return NumberOrNote(ReadFile(path), path, errors);
+}
+
+StatusOr<std::string> ControlFile::TryRead() const {
+  if (!fd_) return ReadFile(path_);
+  char buffer[4096];
+  ssize_t n;
+  do n = ::pread(fd_.get(), buffer, sizeof buffer, 0); while (n < 0 && errno == EINTR);
+  if (n < 0) return Status::Errno("pread");
+  return std::string(buffer, static_cast<size_t>(n));
+}
+
+uint64_t ControlFile::NumberOrNote(std::vector<std::string>* errors) const {
+  return cgroup_internal::NumberOrNote(TryRead(), path_, errors);
+}
+
+uint64_t ControlFile::KeyedOrNote(const std::string& key, std::vector<std::string>* errors) const {
+  return cgroup_internal::KeyedOrNote(TryRead(), path_, key, errors);
+}
+
 void ControlFile::Open() { fd_.reset(::open(path_.c_str(), O_RDONLY | O_CLOEXEC)); }
 
 std::string ControlFile::Read() const {

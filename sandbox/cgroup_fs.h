@@ -20,6 +20,10 @@ namespace nsbox::cgroup_internal {
 uint64_t ReadKeyed(const std::string& path, const std::string& key);
 // Reads a file holding one number; 0 when missing or "max".
 uint64_t ReadNumber(const std::string& path);
+// As ReadKeyed and ReadNumber for a measurement: a file that cannot be read, or lacks the key, is not a 0 but a line
+// in *errors ("<file>: <why>"), and gives 0.
+uint64_t ReadKeyedOrNote(const std::string& path, const std::string& key, std::vector<std::string>* errors);
+uint64_t ReadNumberOrNote(const std::string& path, std::vector<std::string>* errors);
 // A control file opened once and then read with pread from offset 0, which makes the kernel generate it afresh: the
 // counters a run reads at its end cost one system call each instead of an open, a read and a close (a cgroup file's
 // open is the expensive part). Read by path when it is not open (not opened yet, or missing on an older kernel).
@@ -31,11 +35,15 @@ class ControlFile {
   std::string Read() const;  // "" when unreadable
   uint64_t Number() const;   // as ReadNumber
   uint64_t Keyed(const std::string& key) const;  // as ReadKeyed
+  // As ReadNumberOrNote and ReadKeyedOrNote.
+  uint64_t NumberOrNote(std::vector<std::string>* errors) const;
+  uint64_t KeyedOrNote(const std::string& key, std::vector<std::string>* errors) const;
   // 1 when the file (a cgroup.procs) lists nothing, 0 when it lists something, -1 when it cannot tell (not open, or
   // the group is gone).
   int Empty() const;
 
  private:
+  StatusOr<std::string> TryRead() const;
   std::string path_;
   UniqueFd fd_;
 };

@@ -122,17 +122,17 @@ class CgroupV1 final : public Cgroup {
 
   CgroupStats ReadCounters() const override {
     CgroupStats stats;
-    stats.oom_kills = oom_control_.Keyed("oom_kill");  // Linux 4.13+
-    stats.pids_limit_events = pids_events_.Keyed("max");
+    stats.oom_kills = oom_control_.KeyedOrNote("oom_kill", &stats.read_errors);  // Linux 4.13+
+    stats.pids_limit_events = pids_events_.KeyedOrNote("max", &stats.read_errors);
     stats.pids_limit_hit = stats.pids_limit_events > 0;
-    stats.cpu_throttled_us = cpu_stat_.Keyed("throttled_time") / 1000;
+    stats.cpu_throttled_us = cpu_stat_.KeyedOrNote("throttled_time", &stats.read_errors) / 1000;
     return stats;
   }
 
   CgroupStats ReadStats() const override {
     CgroupStats stats = ReadCounters();
-    stats.peak_memory_bytes = max_usage_.Number();
-    if (!cpuacct_dir_.empty()) stats.cpu_usage_us = cpuacct_usage_.Number() / 1000;
+    stats.peak_memory_bytes = max_usage_.NumberOrNote(&stats.read_errors);
+    if (!cpuacct_dir_.empty()) stats.cpu_usage_us = cpuacct_usage_.NumberOrNote(&stats.read_errors) / 1000;
     return stats;
   }
 

@@ -52,10 +52,11 @@ class CgroupV2 final : public Cgroup {
   // cpu.stat holds both the usage and the throttled time: ReadStats reads it once, through here.
   CgroupStats ReadCpuAndEvents(bool with_usage) const {
     CgroupStats stats;
-    stats.oom_kills = ReadKeyed(dir_ + "/memory.events", "oom_kill");
-    stats.pids_limit_events = ReadKeyed(dir_ + "/pids.events", "max");
+    stats.oom_kills = ReadKeyedOrNote(dir_ + "/memory.events", "oom_kill", &stats.read_errors);
+    stats.pids_limit_events = ReadKeyedOrNote(dir_ + "/pids.events", "max", &stats.read_errors);
     stats.pids_limit_hit = stats.pids_limit_events > 0;
     auto cpu_stat = ReadFile(dir_ + "/cpu.stat");
+    if (!cpu_stat.ok()) stats.read_errors.push_back(cpu_stat.status().Wrap(dir_ + "/cpu.stat").message());
     auto cpu = ParseKeyedFile(cpu_stat.ok() ? *cpu_stat : "");
     if (with_usage) stats.cpu_usage_us = cpu["usage_usec"];
     stats.cpu_throttled_us = cpu["throttled_usec"];
@@ -67,7 +68,8 @@ class CgroupV2 final : public Cgroup {
   CgroupStats ReadStats() const override {
     CgroupStats stats = ReadCpuAndEvents(true);
     stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.peak");  // Linux 5.19+
-    if (stats.peak_memory_bytes == 0) stats.peak_memory_bytes = ReadNumber(dir_ + "/memory.current");
+    if (stats.peak_memory_bytes == 0)
+      stats.peak_memory_bytes = ReadNumberOrNote(dir_ + "/memory.current", &stats.read_errors);
     return stats;
   }
 

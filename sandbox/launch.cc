@@ -29,6 +29,10 @@ void NoteLimitsHit(Result* result) {
   if (limits.pids_limit_hit)
     result->reason += fmt::format("; the pids limit of {} was reached (a fork or a new thread failed with EAGAIN)",
                                   limits.pids_max);
+  // Without the counters a SIGKILL's cause is not known: it may have been the OOM killer (measurement_errors).
+  if (!result->measurement_errors.empty() && result->status == RunStatus::kSignal && result->signal == SIGKILL)
+    result->reason += fmt::format("; nsbox could not read the sandbox's cgroup counters ({}), so the OOM killer "
+                                  "cannot be ruled out", result->measurement_errors.front());
 }
 
 Result SetupError(std::string reason) {

@@ -15,6 +15,8 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/bind_path.h"
+#include "sandbox/seccomp.h"
+#include "sandbox/spec/mount_plan.h"
 
 namespace nsbox {
 namespace {
@@ -34,7 +36,8 @@ StatusOr<std::string> NormalizeBindDestination(const std::string& path) {
     normal += part;
   }
   if (normal.empty())
-    return Status::Error("bind destination '/' would replace the sandbox's whole root: use --rootfs DIR for a root of your own");
+    return Status::Error("bind destination '/' would replace the sandbox's whole root: give a root of your own "
+                         "(PolicyBuilder::SetRootfsDir)");
   // The sandbox's kernel filesystems are nsbox's: its own /proc (with its masks), its /dev, and no /sys. A bind may
   // go below /dev (/dev/shm), not over it, and nowhere in /proc or /sys.
   for (std::string_view kernel_dir : {"/proc", "/sys", "/dev"}) {
@@ -165,8 +168,22 @@ PolicyBuilder& PolicyBuilder::SetRootfsDir(const std::string& dir) {
   if (Status s = CheckHostPath(dir, "rootfs", true); !s.ok()) return Fail(s);
   auto resolved = ResolveHostPath(dir, "rootfs");
   if (!resolved.ok()) return Fail(resolved.status());
-  if (*resolved == "/") return Fail(Status::Error("rootfs '/' is the host's own root: use --rootfs host"));
+  if (*resolved == "/") return Fail(Status::Error("rootfs '/' is the host's own root: leave the rootfs unset for the built-in host view"));
   policy_.rootfs_dir_ = *resolved;
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::SetHostViewFile(const std::string& path) {
+  auto view = LoadHostView(path);
+  if (!view.ok()) return Fail(view.status().Wrap("the host view"));
+  policy_.host_view_ = std::make_shared<const HostView>(std::move(*view));
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::SetSeccompProfile(const std::string& name_or_file, const std::string& profiles_dir) {
+  auto program = LoadSeccompProfile(name_or_file, profiles_dir);
+  if (!program.ok()) return Fail(program.status().Wrap("the seccomp profile"));
+  policy_.seccomp_ = std::move(*program);
   return *this;
 }
 

@@ -1,6 +1,8 @@
 // Result: status names, exit-code mapping and the JSON schema documented in the README.
 #include "sandbox/result.h"
 
+#include "sandbox/result_json.h"
+
 namespace nsbox {
 
 const char* RunStatusName(RunStatus status) {
@@ -13,13 +15,14 @@ const char* RunStatusName(RunStatus status) {
     case RunStatus::kViolation: return "violation";
     case RunStatus::kSetupError: return "setup_error";
     case RunStatus::kSessionLost: return "session_lost";
+    case RunStatus::kKilled: return "killed";
   }
   return "setup_error";
 }
 
 static RunStatus RunStatusFromName(const std::string& name) {
   for (RunStatus s : {RunStatus::kOk, RunStatus::kExit, RunStatus::kSignal, RunStatus::kTimeout, RunStatus::kOom,
-                      RunStatus::kViolation, RunStatus::kSetupError, RunStatus::kSessionLost})
+                      RunStatus::kViolation, RunStatus::kSetupError, RunStatus::kSessionLost, RunStatus::kKilled})
     if (name == RunStatusName(s)) return s;
   return RunStatus::kSetupError;
 }
@@ -33,7 +36,8 @@ int Result::ShellExitCode() const {
     case RunStatus::kSessionLost: return 125;
     case RunStatus::kSignal:
     case RunStatus::kOom:
-    case RunStatus::kViolation: return 128 + (signal > 0 ? signal : 9);
+    case RunStatus::kViolation:
+    case RunStatus::kKilled: return 128 + (signal > 0 ? signal : 9);
   }
   return 125;
 }
@@ -71,6 +75,16 @@ std::string SanitizeUtf8(const std::string& bytes) {
   return out;
 }
 
+// An addition's JSON text as a value; text that is not JSON (an embedder's mistake) stays a string.
+static nlohmann::json ParseExtra(const std::string& text) {
+  nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return value.is_discarded() ? nlohmann::json(SanitizeUtf8(text)) : value;
+}
+
+static std::string DumpExtra(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 nlohmann::json ResultToJson(const Result& r) {
   nlohmann::json j;
   j["status"] = RunStatusName(r.status);
@@ -102,7 +116,8 @@ nlohmann::json ResultToJson(const Result& r) {
   j["denied_syscalls_capped"] = r.denied_syscalls_capped;
   j["denied_hosts"] = nlohmann::json::array();
   for (const auto& [host, count] : r.denied_hosts) j["denied_hosts"].push_back({{"host", host}, {"count", count}});
-  for (const auto& [key, value] : r.extra.items()) j[key] = value;
+  if (!r.measurement_errors.empty()) j["measurement_errors"] = r.measurement_errors;
+  for (const auto& [key, text] : r.extra_json) j[key] = ParseExtra(text);
   return j;
 }
 
@@ -139,16 +154,29 @@ Result ResultFromJson(const nlohmann::json& j) {
   r.denied_syscalls_capped = j.value("denied_syscalls_capped", false);
   if (j.contains("denied_hosts"))
     for (const auto& d : j["denied_hosts"]) r.denied_hosts[d.value("host", "")] = d.value("count", uint64_t{0});
+  if (j.contains("measurement_errors") && j["measurement_errors"].is_array())
+    for (const auto& e : j["measurement_errors"])
+      if (e.is_string()) r.measurement_errors.push_back(e.get<std::string>());
   static const char* const kKnown[] = {"status", "exit_code", "signal", "reason", "stdout", "stderr", "stdout_bytes",
                                        "stderr_bytes", "stdout_truncated", "stderr_truncated", "wall_ms", "cpu_ms",
                                        "peak_memory_bytes", "limits", "denied_syscalls", "denied_syscalls_capped",
-                                       "denied_hosts"};
+                                       "denied_hosts", "measurement_errors"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
-    if (!known) r.extra[key] = value;
+    if (!known) r.extra_json[key] = DumpExtra(value);
   }
   return r;
+}
+
+void SetExtra(Result& result, const std::string& key, const nlohmann::json& value) {
+  result.extra_json[key] = DumpExtra(value);
+}
+
+nlohmann::json GetExtra(const Result& result, const std::string& key) {
+  auto it = result.extra_json.find(key);
+  if (it == result.extra_json.end()) return nullptr;
+  return ParseExtra(it->second);
 }
 
 }  // namespace nsbox

@@ -21,7 +21,6 @@
 #include <fmt/format.h>
 
 #include "sandbox/base/clone.h"
-#include "sandbox/base/data_dir.h"
 #include "sandbox/base/defer.h"
 #include "sandbox/base/fd_passing.h"
 #include "sandbox/base/fs.h"
@@ -53,21 +52,13 @@ CgroupConfig RunCgroupConfig() {
   return config;
 }
 
-const HostView* CachedHostView(Status* error) {
-  static StatusOr<HostView> view = LoadHostView(DataDir() + "/rootfs/host.json");
-  if (!view.ok()) {
-    *error = view.status();
-    return nullptr;
-  }
-  return &*view;
-}
-
 }  // namespace
 
 StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
-  Status error;
-  const HostView* host_view = policy.host_rootfs() ? CachedHostView(&error) : nullptr;
-  if (policy.host_rootfs() && !host_view) return error;
+  const HostView* host_view = policy.host_rootfs() ? policy.host_view() : nullptr;
+  if (policy.host_rootfs() && !host_view)
+    return Status::Error("planning the root filesystem: the policy uses the host's root but has no host view "
+                         "(PolicyBuilder::SetHostViewFile)");
   MountPlanInputs inputs;
   inputs.policy = &policy;
   inputs.host_view = host_view;
@@ -86,7 +77,7 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
 std::string CheckOutputLimit(uint64_t bytes) {
   if (bytes <= kMaxOutputLimitBytes) return "";
   return fmt::format("an output limit of {} bytes per stream is more than nsbox keeps in its memory ({} bytes, 64M): "
-                     "write large outputs to files in a --workspace instead", bytes, kMaxOutputLimitBytes);
+                     "write large outputs to files in the workspace directory (PolicyBuilder::SetWorkspaceDir) instead", bytes, kMaxOutputLimitBytes);
 }
 
 std::map<std::string, std::string> DefaultSandboxEnv() {
@@ -99,7 +90,6 @@ std::map<std::string, std::string> DefaultSandboxEnv() {
           {"TMPDIR", "/tmp"}};
 }
 
-Sandbox::Sandbox(Executor executor, Policy policy) : executor_(std::move(executor)), policy_(std::move(policy)) {}
 
 void Sandbox::Kill() {
   kill_requested_ = true;
@@ -180,10 +170,8 @@ Result Sandbox::Run() {
                                                                  .time_since_epoch()).count();
   }
   plan.seccomp_socket = seccomp_child.get();
-  UniqueFd kill_event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!kill_event) return SetupError(Status::Errno("eventfd").message());
-  kill_eventfd_ = kill_event.get();
-  Defer forget_eventfd([&] { kill_eventfd_ = -1; });
+  // The Sandbox's own, for its whole life (sandbox_async.cc): a Kill() before this point is already in it.
+  if (kill_eventfd_ < 0) return SetupError(Status::Errno("eventfd(kill requests)", kill_eventfd_errno_).message());
 
   sigset_t forwarded, previous_mask;
   sigemptyset(&forwarded);
@@ -401,7 +389,7 @@ Result Sandbox::Run() {
     add(out->read.get());
     add(err->read.get());
     add(control->read.get());
-    add(kill_event.get());
+    add(kill_eventfd_);
     add(signal_fd.get());
     add(seccomp_parent.get());
     const int feeder_index = nfds;
@@ -478,6 +466,7 @@ Result Sandbox::Run() {
   if (cgroup) {
     stats = cgroup->ReadStats();
     result.limits = cgroup->ReportFrom(*policy_.cgroup_limits(), stats);
+    result.measurement_errors = stats.read_errors;
     if (stats.cpu_usage_us > 0) result.cpu_ms = static_cast<int64_t>(stats.cpu_usage_us / 1000);
     if (stats.peak_memory_bytes > 0) result.peak_memory_bytes = stats.peak_memory_bytes;
     // After kGone the group is empty: its reaper removes it while pid 1 still exits and the verdict is made; both are
@@ -497,9 +486,9 @@ Result Sandbox::Run() {
     result.reason = fmt::format("sandbox setup failed at {}: {} ({})", setup_error.text, strerror(setup_error.err),
                                 ErrnoName(setup_error.err));
   } else if (timed_out || cancelled) {
-    result.status = RunStatus::kTimeout;
+    result.status = cancelled ? RunStatus::kKilled : RunStatus::kTimeout;
     result.signal = SIGKILL;
-    result.reason = cancelled ? "cancelled" :
+    result.reason = cancelled ? "cancelled by the caller (Sandbox::Kill); every process of the sandbox was killed" :
         fmt::format("wall-clock time limit of {} ms exceeded; every process of the sandbox was killed",
                     executor_.wall_timeout.count());
   } else if (have_exit) {

@@ -734,6 +734,7 @@ void SessionSandbox::FinishReport(SessionHelper& h, const CgroupStats& counters_
   stats.pids_limit_hit = stats.pids_limit_events > 0;
   stats.cpu_throttled_us -= std::min(stats.cpu_throttled_us, counters_before.cpu_throttled_us);
   result->limits = cgroup_->ReportFrom(*policy_.cgroup_limits(), stats);
+  result->measurement_errors = stats.read_errors;
   if (result->status == RunStatus::kSignal && result->signal == SIGKILL && stats.oom_kills > 0) {
     result->status = RunStatus::kOom;
     result->reason = fmt::format("killed by the OOM killer: the session's memory limit of {} bytes was reached",
@@ -857,7 +858,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd) {
   if (terminating_ && result.status == RunStatus::kSignal && result.signal == SIGKILL)
     result.reason = SessionEndedReason("exec") + "; the exec was killed";
   result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
-  result.extra["changed_files"] = ChangedFilesJson(before, workspace_fd_.get());
+  SetExtra(result, "changed_files", ChangedFilesJson(before, workspace_fd_.get()));
   return result;
 }
 
@@ -1041,8 +1042,8 @@ Result SessionSandbox::RunCell(const std::string& code, const ReplOptions& optio
   result.stderr_truncated = stderr_buf.truncated();
   result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   // No per-cell limits report: the cgroup's counters are the session's, and a cell is meant to be cheap.
-  result.extra["repl"] = repl;
-  result.extra["changed_files"] = ChangedFilesJson(before, workspace_fd_.get());
+  SetExtra(result, "repl", repl);
+  SetExtra(result, "changed_files", ChangedFilesJson(before, workspace_fd_.get()));
   return result;
 }
 

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <memory>
+
 #include <fmt/format.h>
 
 #include "sandbox/base/unique_fd.h"
@@ -22,13 +24,12 @@ struct Walk {
 
 Status WalkDir(Walk& walk, int dir_fd, const std::string& prefix) {
   // A fresh descriptor of the same directory: fdopendir takes ownership and moves the offset.
-  int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::Errno(fmt::format("openat({})", prefix.empty() ? "." : prefix));
-  DIR* dir = ::fdopendir(fd);
-  if (!dir) {
-    ::close(fd);
-    return Status::Errno("fdopendir");
-  }
+  UniqueFd fd(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return Status::Errno(fmt::format("openat({})", prefix.empty() ? "." : prefix));
+  std::unique_ptr<DIR, int (*)(DIR*)> dir_stream(::fdopendir(fd.get()), ::closedir);
+  if (!dir_stream) return Status::Errno("fdopendir");
+  (void)fd.release();  // the stream owns it now
+  DIR* dir = dir_stream.get();
   std::vector<std::string> subdirs;
   while (struct dirent* entry = ::readdir(dir)) {
     std::string name = entry->d_name;
@@ -54,13 +55,8 @@ Status WalkDir(Walk& walk, int dir_fd, const std::string& prefix) {
     if (walk.out->truncated) break;
     UniqueFd sub(::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!sub) continue;  // replaced or unreadable meanwhile
-    Status s = WalkDir(walk, sub.get(), prefix + name + "/");
-    if (!s.ok()) {
-      ::closedir(dir);
-      return s;
-    }
+    NSBOX_RETURN_IF_ERROR(WalkDir(walk, sub.get(), prefix + name + "/"));
   }
-  ::closedir(dir);
   return OkStatus();
 }
 

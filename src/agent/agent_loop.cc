@@ -44,8 +44,10 @@ class Transcript {
   }
   void Write(nlohmann::json entry) {
     if (!fd_ || !error_.empty()) return;
-    entry["time_ms"] = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    if (int err = WriteAll(fd_.get(), entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"); err != 0)
+    entry["time_ms"] =
+        std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (int err = WriteAll(fd_.get(), entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+        err != 0)
       error_ = fmt::format("writing the transcript {}: {} ({})", path_, std::strerror(err), ErrnoName(err));
   }
   // Empty while every write succeeded.
@@ -73,7 +75,8 @@ class Loop {
   AgentOutcome Run(const std::string& prompt) {
     start_ = Clock::now();
     run_deadline_ = start_ + config_.run_timeout;
-    if (Status s = transcript_.Open(config_.transcript_path); !s.ok()) return End(AgentEnd::kTranscriptError, s.message());
+    if (Status s = transcript_.Open(config_.transcript_path); !s.ok())
+      return End(AgentEnd::kTranscriptError, s.message());
     transcript_.Write({{"kind", "start"}, {"provider", provider_.name()}, {"model", provider_.model()},
                        {"runtime", runtime_.name()}, {"prompt", prompt}});
     provider_.AddUserText(prompt);
@@ -90,8 +93,9 @@ class Loop {
       if (!turn->text.empty() && !turn->tool_calls.empty()) Log("model: " + FirstLines(turn->text, 3));
       if (turn->tool_calls.empty()) {
         if (turn->text.empty())
-          return End(AgentEnd::kMalformed, fmt::format("the model ended its turn (stop reason \"{}\") with neither text nor a tool call",
-                                                       turn->stop_reason));
+          return End(AgentEnd::kMalformed,
+                     fmt::format("the model ended its turn (stop reason \"{}\") with neither text nor a tool call",
+                                 turn->stop_reason));
         if (turn->stop_reason == "max_tokens" || turn->stop_reason == "length")
           Log("note: the answer was cut by the token limit");
         outcome_.answer = turn->text;
@@ -104,7 +108,8 @@ class Loop {
       if (Cancelled()) return End(AgentEnd::kCancelled, "interrupted");
       provider_.AddToolResults(results);
       if (consecutive_runtime_failures_ >= 3)
-        return End(AgentEnd::kRuntimeError, "the " + runtime_.name() + " runtime could not run code: " + last_runtime_error_);
+        return End(AgentEnd::kRuntimeError,
+                   "the " + runtime_.name() + " runtime could not run code: " + last_runtime_error_);
     }
     return End(AgentEnd::kMaxSteps, fmt::format("the model gave no final answer within {} step{} (--max-steps)",
                                                 config_.max_steps, config_.max_steps == 1 ? "" : "s"));
@@ -121,7 +126,8 @@ class Loop {
     return pos == std::string::npos ? text : text.substr(0, pos) + " …";
   }
   AgentOutcome RunTimedOut() {
-    return End(AgentEnd::kTimeout, fmt::format("the run's time-out of {} (--timeout) passed", Seconds(config_.run_timeout)));
+    return End(AgentEnd::kTimeout,
+               fmt::format("the run's time-out of {} (--timeout) passed", Seconds(config_.run_timeout)));
   }
   AgentOutcome End(AgentEnd end, const std::string& error) {
     outcome_.end = end;
@@ -182,10 +188,12 @@ class Loop {
       if (result.error == TransportError::kCancelled) return Fail(AgentEnd::kCancelled, "interrupted");
       if (result.error == TransportError::kTimeout) {
         if (Clock::now() >= run_deadline_ - milliseconds(50))
-          return Fail(AgentEnd::kTimeout, fmt::format("the run's time-out of {} (--timeout) passed while waiting for the model",
-                                                      Seconds(config_.run_timeout)));
-        return Fail(AgentEnd::kTimeout, fmt::format("the model did not answer within the turn time-out of {} (--turn-timeout)",
-                                                    Seconds(config_.turn_timeout)));
+          return Fail(AgentEnd::kTimeout,
+                      fmt::format("the run's time-out of {} (--timeout) passed while waiting for the model",
+                                  Seconds(config_.run_timeout)));
+        return Fail(AgentEnd::kTimeout,
+                    fmt::format("the model did not answer within the turn time-out of {} (--turn-timeout)",
+                                Seconds(config_.turn_timeout)));
       }
       if (result.error == TransportError::kConnect) retry_reason = result.error_message;
       else if (result.error != TransportError::kNone) return Fail(AgentEnd::kProviderError, result.error_message);
@@ -194,8 +202,8 @@ class Loop {
       if (retry_reason.empty()) {
         if (status >= 200 && status < 300) {
           if (logged_body.is_discarded())
-            return Fail(AgentEnd::kMalformed, fmt::format("malformed {} response: the body is not JSON: {}", provider_.name(),
-                                                          OneLine(result.response.body, 200)));
+            return Fail(AgentEnd::kMalformed, fmt::format("malformed {} response: the body is not JSON: {}",
+                                                          provider_.name(), OneLine(result.response.body, 200)));
           ModelReply reply;
           reply.body = std::move(logged_body);
           return reply;
@@ -206,7 +214,9 @@ class Loop {
                       fmt::format("API key rejected by {} (HTTP {}): {}. Check {}.", provider_.name(), status, message,
                                   ApiKeyVariable(provider_.name())));
         bool retryable = status == 408 || status == 409 || status == 429 || status >= 500;
-        if (!retryable) return Fail(AgentEnd::kProviderError, fmt::format("{} answered HTTP {}: {}", provider_.name(), status, message));
+        if (!retryable)
+          return Fail(AgentEnd::kProviderError,
+                      fmt::format("{} answered HTTP {}: {}", provider_.name(), status, message));
         retry_reason = fmt::format("HTTP {}: {}", status, message);
       }
 
@@ -225,7 +235,8 @@ class Loop {
         return Fail(AgentEnd::kTimeout, fmt::format("{} ({}), and waiting {} ms to retry would pass the {} time-out",
                                                     provider_.name(), retry_reason, wait_ms,
                                                     turn_deadline == run_deadline_ ? "run's" : "turn's"));
-      Log(fmt::format("{}; retrying in {} ms (attempt {} of {})", retry_reason, wait_ms, attempt + 2, config_.max_retries + 1));
+      Log(fmt::format("{}; retrying in {} ms (attempt {} of {})", retry_reason, wait_ms, attempt + 2,
+                      config_.max_retries + 1));
       while (Clock::now() < resume) {
         if (Cancelled()) return Fail(AgentEnd::kCancelled, "interrupted");
         std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(50), resume - Clock::now()));
@@ -276,7 +287,8 @@ class Loop {
       }
     }
     executed_[call.id] = result.content;
-    transcript_.Write({{"kind", "tool_result"}, {"id", call.id}, {"content", result.content}, {"is_error", result.is_error}});
+    transcript_.Write(
+        {{"kind", "tool_result"}, {"id", call.id}, {"content", result.content}, {"is_error", result.is_error}});
     return result;
   }
 

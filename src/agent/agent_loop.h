@@ -1,4 +1,5 @@
-// RunAgent: the loop that lets a model answer by running code: model call, tool calls run once each in a SandboxRuntime, results back, until a final answer.
+// RunAgent: the loop that lets a model answer by running code: model call, tool calls run once each in a
+// SandboxRuntime, results back, until a final answer.
 #pragma once
 
 #include <atomic>

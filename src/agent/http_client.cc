@@ -1,4 +1,5 @@
-// HttpPost: hands the request to the nsbox-http helper (src/agent/http_wire.h says why) under the caller's deadline and cancel flag.
+// HttpPost: hands the request to the nsbox-http helper (src/agent/http_wire.h says why) under the caller's deadline and
+// cancel flag.
 #include "nsbox_config.h"
 #include "src/agent/http_client.h"
 
@@ -62,7 +63,8 @@ std::string RedactUrl(std::string_view url) {
   size_t at = authority.rfind('@');
   if (at == std::string_view::npos) return std::string(url);
   size_t colon = authority.substr(0, at).find(':');
-  std::string userinfo = colon == std::string_view::npos ? "[redacted]" : std::string(authority.substr(0, colon + 1)) + "[redacted]";
+  std::string userinfo =
+      colon == std::string_view::npos ? "[redacted]" : std::string(authority.substr(0, colon + 1)) + "[redacted]";
   return std::string(url.substr(0, start)) + userinfo + std::string(url.substr(start + at));
 }
 
@@ -74,8 +76,10 @@ HttpResult HttpPost(const HttpRequest& request) {
   WireRequest wire{request.url, request.headers, request.body, std::nullopt};
   runtime::SubprocessSpec spec;
   if (request.deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*request.deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Failure(TransportError::kTimeout, fmt::format("POST {}: the deadline passed", shown_url));
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(*request.deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return Failure(TransportError::kTimeout, fmt::format("POST {}: the deadline passed", shown_url));
     wire.timeout_ms = left.count();
     spec.deadline = *request.deadline + kHelperGrace;
   }
@@ -87,20 +91,24 @@ HttpResult HttpPost(const HttpRequest& request) {
   spec.cancel = request.cancel;
 
   auto outcome = runtime::RunSubprocess(spec);
-  if (!outcome.ok()) return Failure(TransportError::kOther, fmt::format("POST {}: {}", shown_url, outcome.status().message()));
+  if (!outcome.ok())
+    return Failure(TransportError::kOther, fmt::format("POST {}: {}", shown_url, outcome.status().message()));
   if (outcome->cancelled) return Failure(TransportError::kCancelled, fmt::format("POST {}: cancelled", shown_url));
   if (outcome->deadline_passed) return Failure(TransportError::kTimeout, fmt::format("POST {}: timed out", shown_url));
   if (outcome->stdout_truncated) {
-    return Failure(TransportError::kOther, fmt::format("POST {}: the answer is larger than {} bytes", shown_url, kMaxAnswerBytes));
+    return Failure(TransportError::kOther,
+                   fmt::format("POST {}: the answer is larger than {} bytes", shown_url, kMaxAnswerBytes));
   }
   if (!outcome->exited || outcome->exit_code != 0) {
-    std::string why = outcome->exited ? fmt::format("exit status {}", outcome->exit_code) : fmt::format("signal {}", outcome->signal);
+    std::string why =
+        outcome->exited ? fmt::format("exit status {}", outcome->exit_code) : fmt::format("signal {}", outcome->signal);
     std::string said = outcome->stderr_data.substr(0, outcome->stderr_data.find('\n'));
     return Failure(TransportError::kOther,
                    fmt::format("POST {}: nsbox-http failed ({}){}{}", shown_url, why, said.empty() ? "" : ": ", said));
   }
   auto answer = DecodeResponse(outcome->stdout_data);
-  if (!answer.ok()) return Failure(TransportError::kOther, fmt::format("POST {}: {}", shown_url, answer.status().message()));
+  if (!answer.ok())
+    return Failure(TransportError::kOther, fmt::format("POST {}: {}", shown_url, answer.status().message()));
 
   HttpResult result;
   if (answer->error != "none") {

@@ -1,4 +1,5 @@
-// HttpPost: one HTTPS POST (through the nsbox-http helper, which links libcurl) with a deadline and cancellation, returning status, headers and body.
+// HttpPost: one HTTPS POST (through the nsbox-http helper, which links libcurl) with a deadline and cancellation,
+// returning status, headers and body.
 #pragma once
 
 #include <atomic>

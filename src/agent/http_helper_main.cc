@@ -1,4 +1,5 @@
-// nsbox-http: performs the one HTTP POST that nsbox's agent hands it on stdin, with Debian's libcurl, and answers on stdout.
+// nsbox-http: performs the one HTTP POST that nsbox's agent hands it on stdin, with Debian's libcurl, and answers on
+// stdout.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -93,7 +94,8 @@ WireResponse Perform(const WireRequest& request) {
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 30'000L);
-  if (request.timeout_ms) curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(*request.timeout_ms, 1)));
+  if (request.timeout_ms)
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(*request.timeout_ms, 1)));
   CURLcode code = curl_easy_perform(c);
   if (code != CURLE_OK) {
     response.message = error_buffer[0] ? error_buffer : curl_easy_strerror(code);

@@ -85,7 +85,8 @@ StatusOr<ModelTurn> OpenAIProvider::AcceptResponse(const nlohmann::json& body) {
   }
   if (turn.stop_reason == "tool_calls" && turn.tool_calls.empty())
     return bad("finish_reason is \"tool_calls\" but there are no tool_calls");
-  nlohmann::json assistant = {{"role", "assistant"}, {"content", turn.text.empty() ? nlohmann::json() : nlohmann::json(turn.text)}};
+  nlohmann::json assistant = {{"role", "assistant"},
+                              {"content", turn.text.empty() ? nlohmann::json() : nlohmann::json(turn.text)}};
   if (!history_calls.empty()) assistant["tool_calls"] = history_calls;
   messages_.push_back(std::move(assistant));
   return turn;

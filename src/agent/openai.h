@@ -1,4 +1,5 @@
-// OpenAIProvider: the OpenAI Chat Completions API (POST /chat/completions, tool_calls and role "tool" messages), also spoken by llama.cpp, vLLM and Ollama.
+// OpenAIProvider: the OpenAI Chat Completions API (POST /chat/completions, tool_calls and role "tool" messages), also
+// spoken by llama.cpp, vLLM and Ollama.
 #pragma once
 
 #include "src/agent/provider.h"

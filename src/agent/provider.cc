@@ -29,7 +29,8 @@ std::string BaseUrlVariable(const std::string& provider) {
 StatusOr<std::string> ChooseBaseUrl(const std::string& provider, const std::optional<std::string>& flag,
                                     const char* env_value) {
   if (flag) {
-    if (flag->empty()) return Status::Error("--base-url is empty: give the endpoint's URL, or leave the option out for the public API");
+    if (flag->empty())
+      return Status::Error("--base-url is empty: give the endpoint's URL, or leave the option out for the public API");
     return *flag;
   }
   if (env_value) {

@@ -1,4 +1,5 @@
-// Provider: one LLM wire format (Anthropic Messages, OpenAI Chat Completions) that keeps the conversation in its own message shape.
+// Provider: one LLM wire format (Anthropic Messages, OpenAI Chat Completions) that keeps the conversation in its own
+// message shape.
 #pragma once
 
 #include <memory>

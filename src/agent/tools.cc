@@ -31,7 +31,8 @@ std::vector<ToolSpec> CodeTools() {
       "no network). Always print the values you want to see; nothing is shown otherwise. If it fails, read the "
       "traceback, fix the script and run it again.",
       {{"type", "object"},
-       {"properties", {{"code", {{"type", "string"}, {"description", "The complete Python script. Print the results."}}}}},
+       {"properties",
+        {{"code", {{"type", "string"}, {"description", "The complete Python script. Print the results."}}}}},
        {"required", {"code"}}}};
   return {execute_code, run_python};
 }

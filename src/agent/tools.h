@@ -1,4 +1,5 @@
-// The code tools offered to the model (execute_code, run_python), the system prompt, and tool-result formatting with head-and-tail clipping.
+// The code tools offered to the model (execute_code, run_python), the system prompt, and tool-result formatting with
+// head-and-tail clipping.
 #pragma once
 
 #include <cstdint>

@@ -68,9 +68,10 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
     Result result = ResultFromJson(answer->value("result", nlohmann::json::object()));
     if (!program_options.json && repl) {
       // Shown as an interactive interpreter shows it; the JSON result has it under repl.value.
-      const auto& value = result.extra["repl"]["value"];
+      const nlohmann::json repl_extra = GetExtra(result, "repl");
+      const nlohmann::json value = repl_extra.is_object() ? repl_extra.value("value", nlohmann::json()) : nullptr;
       if (value.is_string()) result.stdout_data += value.get<std::string>() + "\n";
-      if (result.extra["repl"].value("state_lost", false))
+      if (repl_extra.is_object() && repl_extra.value("state_lost", false))
         fmt::print(stderr, "nsbox: the previous interpreter died; this cell ran in a fresh one (state lost)\n");
     }
     exit_code.value = EmitResult(result, program_options.json);

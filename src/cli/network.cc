@@ -52,24 +52,24 @@ void EgressProxyHooks::ReportSince(const std::map<std::string, uint64_t>& denied
     uint64_t before = it == denied_before.end() ? 0 : it->second;
     if (count > before) result.denied_hosts[host] = count - before;
   }
-  result.extra["network"] = {{"mode", "allow"},
-                             {"allowed_domains", spec_.domains},
-                             {"session_bytes_in", proxy_->BytesIn()},
-                             {"session_bytes_out", proxy_->BytesOut()},
-                             {"byte_limit", spec_.byte_limit},
-                             {"limit_reached", proxy_->LimitReached()}};
+  SetExtra(result, "network", {{"mode", "allow"},
+                                {"allowed_domains", spec_.domains},
+                                {"session_bytes_in", proxy_->BytesIn()},
+                                {"session_bytes_out", proxy_->BytesOut()},
+                                {"byte_limit", spec_.byte_limit},
+                                {"limit_reached", proxy_->LimitReached()}});
 }
 
 void EgressProxyHooks::OnFinished(Result& result) {
   if (!proxy_) return;
   proxy_->Stop();
   result.denied_hosts = proxy_->DeniedHosts();
-  result.extra["network"] = {{"mode", "allow"},
-                             {"allowed_domains", spec_.domains},
-                             {"bytes_in", proxy_->BytesIn()},
-                             {"bytes_out", proxy_->BytesOut()},
-                             {"byte_limit", spec_.byte_limit},
-                             {"limit_reached", proxy_->LimitReached()}};
+  SetExtra(result, "network", {{"mode", "allow"},
+                                {"allowed_domains", spec_.domains},
+                                {"bytes_in", proxy_->BytesIn()},
+                                {"bytes_out", proxy_->BytesOut()},
+                                {"byte_limit", spec_.byte_limit},
+                                {"limit_reached", proxy_->LimitReached()}});
 }
 
 }  // namespace nsbox::cli

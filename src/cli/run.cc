@@ -12,7 +12,8 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/host_id_lease.h"
-#include "sandbox/sandbox.h"
+#include "nsbox/sandbox.h"
+#include "sandbox/result_json.h"
 #include "src/cli/commands.h"
 #include "src/cli/sandbox_options.h"
 
@@ -73,8 +74,11 @@ int EmitResult(const Result& result, bool json) {
   // Written with write(2), not stdio: fmt::print throws when stderr itself cannot be written.
   int err = 0;
   const char* what = "the result";
+  const std::string reason = InCliTerms(result.reason);
   if (json) {
-    err = WriteJsonLine(1, ResultToJson(result));
+    nlohmann::json shown = ResultToJson(result);
+    shown["reason"] = SanitizeUtf8(reason);
+    err = WriteJsonLine(1, shown);
   } else {
     what = "the program's output";
     if (result.output_passed_on) {
@@ -84,7 +88,7 @@ int EmitResult(const Result& result, bool json) {
       if (err == 0) err = WriteAll(2, result.stderr_data);
     }
     if (err == 0 && result.status != RunStatus::kOk && result.status != RunStatus::kExit)
-      err = WriteAll(2, fmt::format("nsbox: {}: {}\n", RunStatusName(result.status), result.reason));
+      err = WriteAll(2, fmt::format("nsbox: {}: {}\n", RunStatusName(result.status), reason));
   }
   if (err != 0) {
     (void)WriteAll(2, fmt::format("nsbox: writing {}: {} ({})\n", what, std::strerror(err), ErrnoName(err)));
@@ -93,12 +97,13 @@ int EmitResult(const Result& result, bool json) {
   return result.ShellExitCode();
 }
 
-int FailBeforeRun(std::string_view verb, std::string_view message, bool json) {
+int FailBeforeRun(std::string_view verb, std::string_view engine_message, bool json) {
+  const std::string message = InCliTerms(std::string(engine_message));
   (void)WriteAll(2, fmt::format("nsbox{}{}: {}\n", verb.empty() ? "" : " ", verb, message));
   if (json) {
     Result result;
     result.status = RunStatus::kSetupError;  // exit_code stays -1: no program ran
-    result.reason = std::string(message);
+    result.reason = message;
     (void)WriteJsonLine(1, ResultToJson(result));
   }
   return kExitNsboxFailure;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/data_dir.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/executor.h"
@@ -94,6 +95,8 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
     if (!PathExists(o.rootfs))
       return Status::Error(fmt::format("--rootfs '{}': no such directory (use 'host' or a prepared root directory)", o.rootfs));
     builder.SetRootfsDir(o.rootfs);
+  } else {
+    builder.SetHostViewFile(DataDir() + "/rootfs/host.json");
   }
   if (!o.workspace.empty()) builder.SetWorkspaceDir(o.workspace);
   for (const auto& spec : o.ro_binds) {
@@ -133,6 +136,22 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
   if (!seccomp.ok()) return seccomp.status().Wrap("--profile");
   builder.SetSeccompProgram(*seccomp);
   return builder.TryBuild();
+}
+
+std::string InCliTerms(std::string message) {
+  // The engine names a policy setting the way its API spells it; each is written once, here, as the option for it.
+  static constexpr std::pair<std::string_view, std::string_view> kSettings[] = {
+      {"CgroupLimits::cpus", "--cpus"},
+      {"PolicyBuilder::DangerDisableCgroupLimits", "--dangerously-run-without-limits"},
+      {"a root of your own (PolicyBuilder::SetRootfsDir)", "a root of your own (--rootfs DIR)"},
+      {"leave the rootfs unset for the built-in host view", "use --rootfs host"},
+      {"the workspace directory (PolicyBuilder::SetWorkspaceDir)", "a --workspace"},
+  };
+  for (const auto& [setting, option] : kSettings) {
+    for (size_t at = message.find(setting); at != std::string::npos; at = message.find(setting, at + option.size()))
+      message.replace(at, setting.size(), option);
+  }
+  return message;
 }
 
 StatusOr<std::optional<NetworkAllowSpec>> BuildNetworkSpec(const SandboxOptions& o) {
@@ -246,14 +265,12 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   } else if (!o.stdin_source.empty()) {
     // O_NONBLOCK: opening a FIFO nobody writes to would block here, before the time limit runs. The feeder polls
     // the source, so a writer that comes later is still waited for, within --timeout.
-    int fd = ::open(o.stdin_source.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return Status::Errno(fmt::format("--stdin: open({})", o.stdin_source));
+    UniqueFd fd(::open(o.stdin_source.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (!fd) return Status::Errno(fmt::format("--stdin: open({})", o.stdin_source));
     struct stat st;
-    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-      ::close(fd);
+    if (::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
       return Status::Error(fmt::format("--stdin: {} is a directory", o.stdin_source));
-    }
-    ex.stdin_fd = fd;  // lives until nsbox exits
+    ex.stdin_fd = fd.release();  // the Executor does not own it: it lives until nsbox exits
   }
   return ex;
 }

@@ -127,7 +127,7 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
                      "end the session as soon as this process ends (for a program that owns the session)");
   create->callback([&exit_code] {
     auto fail = [&](const Status& status) {
-      fmt::print(stderr, "nsbox session create: {}\n", status.message());
+      fmt::print(stderr, "nsbox session create: {}\n", InCliTerms(status.message()));
       exit_code.value = kExitNsboxFailure;
     };
     auto checked = CheckCreate(create_options);

@@ -67,10 +67,11 @@ json ToolList() {
   for (const auto& spec : agent::CodeTools()) {
     json schema = spec.input_schema;
     if (spec.name == agent::kExecuteCodeTool)
-      schema["properties"]["timeout_seconds"] = {{"type", "number"},
-                                                 {"description", "Wall-clock limit for this run in seconds (default 30)."}};
+      schema["properties"]["timeout_seconds"] = {
+          {"type", "number"}, {"description", "Wall-clock limit for this run in seconds (default 30)."}};
     tools.push_back({{"name", spec.name},
-                     {"description", fmt::format("{} Files in /workspace persist between calls of this connection.", spec.description)},
+                     {"description", fmt::format("{} Files in /workspace persist between calls of this connection.",
+                                                 spec.description)},
                      {"inputSchema", schema}});
   }
   auto path_schema = [](const char* description) { return json{{"type", "string"}, {"description", description}}; };
@@ -82,17 +83,19 @@ json ToolList() {
                      {"properties", {{"path", path_schema("Path relative to /workspace.")},
                                      {"content", {{"type", "string"}, {"description", "The file's full text."}}}}},
                      {"required", {"path", "content"}}}}});
-  tools.push_back({{"name", "read_file"},
-                   {"description", "Read a text file from the sandbox workspace (/workspace), e.g. output that code wrote."},
-                   {"inputSchema",
-                    {{"type", "object"},
-                     {"properties", {{"path", path_schema("Path relative to /workspace.")}}},
-                     {"required", {"path"}}}}});
-  tools.push_back({{"name", "list_files"},
-                   {"description", "List the files in the sandbox workspace (/workspace) with their sizes."},
-                   {"inputSchema",
-                    {{"type", "object"},
-                     {"properties", {{"path", path_schema("Directory relative to /workspace (default: all of it).")}}}}}});
+  tools.push_back(
+      {{"name", "read_file"},
+       {"description", "Read a text file from the sandbox workspace (/workspace), e.g. output that code wrote."},
+       {"inputSchema",
+        {{"type", "object"},
+         {"properties", {{"path", path_schema("Path relative to /workspace.")}}},
+         {"required", {"path"}}}}});
+  tools.push_back(
+      {{"name", "list_files"},
+       {"description", "List the files in the sandbox workspace (/workspace) with their sizes."},
+       {"inputSchema",
+        {{"type", "object"},
+         {"properties", {{"path", path_schema("Directory relative to /workspace (default: all of it).")}}}}}});
   return tools;
 }
 
@@ -134,7 +137,8 @@ std::string FileToolScript(const std::string& path, const std::string& body) {
 }  // namespace
 
 const std::vector<std::string>& SupportedProtocolVersions() {
-  static const std::vector<std::string> versions = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", "2024-10-07"};
+  static const std::vector<std::string> versions = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05",
+                                                    "2024-10-07"};
   return versions;
 }
 
@@ -232,19 +236,21 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
       throw std::invalid_argument("'path' must be a string");
     if (name == "list_files" && path.empty()) path.assign(1, '.');
     if (Status s = CheckWorkspacePath(path); !s.ok()) throw std::invalid_argument(s.message());
-    if (name == "write_file" && !get_string("content", content)) throw std::invalid_argument("write_file needs a string 'content'");
+    if (name == "write_file" && !get_string("content", content))
+      throw std::invalid_argument("write_file needs a string 'content'");
     language = "python";
     // File tools run inside the sandbox too: the sandbox user, its own root, nothing of the host.
     if (name == "write_file") {
-      code = FileToolScript(path, fmt::format("import base64\n"
-                                              "data = base64.b64decode('{}')\n"
-                                              "try:\n"
-                                              "    os.makedirs(os.path.dirname(p), exist_ok=True)\n"
-                                              "    with open(p, 'wb') as f: f.write(data)\n"
-                                              "except OSError as e:\n"
-                                              "    sys.exit(f'cannot write {{p}}: [Errno {{e.errno}}] {{e.strerror}}')\n"
-                                              "print(f'wrote {{len(data)}} bytes to {{p}}')\n",
-                                              Base64(content)));
+      code =
+          FileToolScript(path, fmt::format("import base64\n"
+                                           "data = base64.b64decode('{}')\n"
+                                           "try:\n"
+                                           "    os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+                                           "    with open(p, 'wb') as f: f.write(data)\n"
+                                           "except OSError as e:\n"
+                                           "    sys.exit(f'cannot write {{p}}: [Errno {{e.errno}}] {{e.strerror}}')\n"
+                                           "print(f'wrote {{len(data)}} bytes to {{p}}')\n",
+                                           Base64(content)));
     } else if (name == "read_file") {
       code = FileToolScript(path,
                             "if not os.path.exists(p): sys.exit(f'no such file: {p}')\n"
@@ -279,7 +285,8 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   json structured = ResultToJson(r);
   std::string text;
   if (name == "read_file" || name == "list_files" || name == "write_file")
-    text = failed ? agent::FormatToolResult(r, options_.result_budget_bytes) : agent::ClipHeadTail(SanitizeUtf8(r.stdout_data), options_.result_budget_bytes * 2, "file").text;
+    text = failed ? agent::FormatToolResult(r, options_.result_budget_bytes)
+                  : agent::ClipHeadTail(SanitizeUtf8(r.stdout_data), options_.result_budget_bytes * 2, "file").text;
   else
     text = agent::FormatToolResult(r, options_.result_budget_bytes);
   return json{{"content", TextContent(text)}, {"structuredContent", structured}, {"isError", failed}};
@@ -294,7 +301,8 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools)
   if (method == "initialize") {
     std::string requested;
     if (params.contains("protocolVersion")) {
-      if (!params["protocolVersion"].is_string()) return ErrorResponse(id, kInvalidParams, "protocolVersion must be a string");
+      if (!params["protocolVersion"].is_string())
+        return ErrorResponse(id, kInvalidParams, "protocolVersion must be a string");
       requested = params["protocolVersion"].get<std::string>();
     }
     const auto& versions = SupportedProtocolVersions();
@@ -383,7 +391,8 @@ std::optional<json> McpServer::HandleMessage(const json& msg, bool inline_tools)
         !msg["method"].is_string()) {
       // A response from the client (we send no requests) is ignored; anything else is an invalid request.
       if (is_request && (msg.contains("result") || msg.contains("error"))) return std::nullopt;
-      return ErrorResponse(id, kInvalidRequest, "invalid request: expected a JSON-RPC 2.0 object with a string 'method'");
+      return ErrorResponse(id, kInvalidRequest,
+                           "invalid request: expected a JSON-RPC 2.0 object with a string 'method'");
     }
     if (!is_request) {
       HandleNotification(msg);
@@ -432,7 +441,8 @@ void McpServer::Serve(int in_fd, int out_fd) {
   out_fd_ = out_fd;
   const size_t max_bytes = options_.max_message_bytes;
   auto handle = [&](const std::string& line) {
-    if (line.size() > max_bytes) return Send(ErrorResponse(nullptr, kParseError, fmt::format("message larger than {} bytes", max_bytes)));
+    if (line.size() > max_bytes)
+      return Send(ErrorResponse(nullptr, kParseError, fmt::format("message larger than {} bytes", max_bytes)));
     if (auto response = HandleLine(line, false)) Send(*response);
   };
   std::string pending;    // the start of a line whose newline has not come yet

@@ -39,7 +39,8 @@ std::string EntryProblem(std::string_view entry) {
   if (entry.find(':') != std::string_view::npos) return "give the domain alone, without a port (every port is allowed)";
   if (entry == "*" || entry == "*.") return "a bare wildcard would allow everything; use --network host for that";
   std::string_view name = entry.substr(0, 2) == "*." ? entry.substr(2) : entry;
-  if (name.find('*') != std::string_view::npos) return "a wildcard is only accepted as the whole first label (*.example.com)";
+  if (name.find('*') != std::string_view::npos)
+    return "a wildcard is only accepted as the whole first label (*.example.com)";
   if (NormalizeHostName(name).empty()) return "not a valid domain name";
   return "";
 }

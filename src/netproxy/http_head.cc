@@ -67,7 +67,8 @@ HeadError ParseAuthority(std::string_view authority, uint16_t default_port, std:
   bool has_port = false;
   if (authority.front() == '[') {
     size_t close = authority.find(']');
-    if (close == std::string_view::npos) return Bad(fmt::format("unterminated IPv6 literal '{}'", Printable(authority)));
+    if (close == std::string_view::npos)
+      return Bad(fmt::format("unterminated IPv6 literal '{}'", Printable(authority)));
     host_part = authority.substr(0, close + 1);
     std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {

@@ -36,7 +36,8 @@ Status DockerRuntime::EngineAvailable(const std::string& docker_bin) {
   return OkStatus();
 }
 
-StatusOr<std::vector<std::string>> DockerRuntime::RunArgv(const DockerRuntimeOptions& o, const std::string& container_name,
+StatusOr<std::vector<std::string>> DockerRuntime::RunArgv(const DockerRuntimeOptions& o,
+                                                          const std::string& container_name,
                                                           const std::string& language) {
   std::string lang = language;
   std::transform(lang.begin(), lang.end(), lang.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -46,7 +47,9 @@ StatusOr<std::vector<std::string>> DockerRuntime::RunArgv(const DockerRuntimeOpt
   else if (lang == "node" || lang == "javascript" || lang == "js") image = o.node_image, command = {"node", "-"};
   else if (lang == "bash") image = o.shell_image, command = {"bash", "-s"};
   else if (lang == "sh" || lang == "shell") image = o.shell_image, command = {"sh", "-s"};
-  else return Status::Error(fmt::format("unknown language \"{}\" (the docker runtime knows python, bash, sh, node)", language));
+  else
+    return Status::Error(
+        fmt::format("unknown language \"{}\" (the docker runtime knows python, bash, sh, node)", language));
   std::vector<std::string> argv{o.docker_bin, "run", "--rm", "-i", "--name", container_name,
                                 "--network", "none",
                                 "--memory", o.memory, "--memory-swap", o.memory,
@@ -120,7 +123,7 @@ StatusOr<ExecutionResult> DockerRuntime::execute(const std::string& language, co
   r.stdout_truncated = outcome->stdout_truncated;
   r.stderr_truncated = outcome->stderr_truncated;
   r.wall_ms = outcome->wall_ms;
-  r.extra["runtime"] = "docker";
+  SetExtra(r, "runtime", "docker");
   return r;
 }
 

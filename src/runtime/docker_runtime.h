@@ -1,4 +1,5 @@
-// DockerRuntime: runs each call in a throw-away `docker run --rm` container with no network, capped resources, a read-only root and no privileges.
+// DockerRuntime: runs each call in a throw-away `docker run --rm` container with no network, capped resources, a
+// read-only root and no privileges.
 #pragma once
 
 #include <atomic>
@@ -29,8 +30,8 @@ class DockerRuntime : public SandboxRuntime {
   // Whether a Docker engine answers (`docker info`); the error says why not.
   static Status EngineAvailable(const std::string& docker_bin = "docker");
   // The `docker run` argv for one call (pure, for tests); an unknown language is an error.
-  static StatusOr<std::vector<std::string>> RunArgv(const DockerRuntimeOptions& options, const std::string& container_name,
-                                                    const std::string& language);
+  static StatusOr<std::vector<std::string>> RunArgv(const DockerRuntimeOptions& options,
+                                                    const std::string& container_name, const std::string& language);
 
  private:
   DockerRuntimeOptions options_;

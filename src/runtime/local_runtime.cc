@@ -26,7 +26,9 @@ StatusOr<LocalRuntime::Interpreter> LocalRuntime::InterpreterFor(const std::stri
   else if (lang == "bash") interp = {"/bin/bash", ".sh"};
   else if (lang == "sh" || lang == "shell") interp = {"/bin/sh", ".sh"};
   else if (lang == "node" || lang == "javascript" || lang == "js") interp = {FindExecutable("node"), ".js"};
-  else return Status::Error(fmt::format("unknown language \"{}\" (the local runtime knows python, bash, sh, node)", language));
+  else
+    return Status::Error(
+        fmt::format("unknown language \"{}\" (the local runtime knows python, bash, sh, node)", language));
   if (interp.path.empty() || !PathExists(interp.path))
     return Status::Error(fmt::format("no interpreter for \"{}\" on this host ({})", language,
                                      interp.path.empty() ? "not on PATH" : interp.path + " is missing"));
@@ -54,8 +56,8 @@ StatusOr<ExecutionResult> LocalRuntime::execute(const std::string& language, con
   bool caller_deadline_tighter = options.deadline && *options.deadline < own_deadline;
   SubprocessSpec spec;
   spec.argv = {interp->path, script};
-  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workdir, "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1",
-              "TMPDIR=" + workdir};
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workdir,  "LANG=C.UTF-8", "PYTHONUNBUFFERED=1",
+              "PYTHONDONTWRITEBYTECODE=1",         "TMPDIR=" + workdir};
   spec.cwd = workdir;
   spec.output_limit_bytes = options.output_limit_bytes;
   spec.deadline = caller_deadline_tighter ? *options.deadline : own_deadline;
@@ -88,9 +90,10 @@ StatusOr<ExecutionResult> LocalRuntime::execute(const std::string& language, con
     r.reason = fmt::format("exited with code {}", outcome->exit_code);
   } else {
     r.status = RunStatus::kSignal;
-    r.reason = fmt::format("killed by signal {} ({})", outcome->signal, sigdescr_np(outcome->signal) ? sigdescr_np(outcome->signal) : "?");
+    r.reason = fmt::format("killed by signal {} ({})", outcome->signal,
+                           sigdescr_np(outcome->signal) ? sigdescr_np(outcome->signal) : "?");
   }
-  r.extra["runtime"] = "local";
+  SetExtra(r, "runtime", "local");
   return r;
 }
 

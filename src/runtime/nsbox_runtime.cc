@@ -162,14 +162,15 @@ StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, con
   }
   auto json = nlohmann::json::parse(outcome->stdout_data, nullptr, false);
   if (json.is_discarded() || !json.is_object() || !json.contains("status")) {
-    return Status::Error(fmt::format("{} returned no JSON result (exit {}): {}", spec.argv[1],
-                                     outcome->exited ? outcome->exit_code : 128 + outcome->signal,
-                                     FirstLine(outcome->stderr_data.empty() ? outcome->stdout_data : outcome->stderr_data)));
+    return Status::Error(
+        fmt::format("{} returned no JSON result (exit {}): {}", spec.argv[1],
+                    outcome->exited ? outcome->exit_code : 128 + outcome->signal,
+                    FirstLine(outcome->stderr_data.empty() ? outcome->stdout_data : outcome->stderr_data)));
   }
   result = ResultFromJson(json);
   if (caller_deadline_tighter && result.status == RunStatus::kTimeout)
     result.reason += " (the caller's deadline was the tighter limit)";
-  result.extra["runtime"] = mode == Mode::kSession ? "nsbox-session" : "nsbox-run";
+  SetExtra(result, "runtime", mode == Mode::kSession ? "nsbox-session" : "nsbox-run");
   return result;
 }
 

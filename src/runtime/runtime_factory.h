@@ -1,4 +1,5 @@
-// MakeRuntime: builds a SandboxRuntime by name ("nsbox", "local", "docker"), the one place where runtimes differ for their users.
+// MakeRuntime: builds a SandboxRuntime by name ("nsbox", "local", "docker"), the one place where runtimes differ for
+// their users.
 #pragma once
 
 #include <chrono>

@@ -1,4 +1,5 @@
-// SandboxRuntime: the interface the agent loop and the MCP server use to run code; nsbox, local and docker implement it.
+// SandboxRuntime: the interface the agent loop and the MCP server use to run code; nsbox, local and docker implement
+// it.
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,5 @@
-// Subprocess: posix_spawn in a new session, a poll loop over the pipes and a pidfd, and the kill of the whole process group.
+// Subprocess: posix_spawn in a new session, a poll loop over the pipes and a pidfd, and the kill of the whole process
+// group.
 #include "src/runtime/subprocess.h"
 
 #include "sandbox/output_buffer.h"
@@ -52,7 +53,8 @@ namespace {
 
 Status SetNonBlocking(int fd) {
   int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return Status::Errno(fmt::format("fcntl({}, O_NONBLOCK)", fd));
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    return Status::Errno(fmt::format("fcntl({}, O_NONBLOCK)", fd));
   return OkStatus();
 }
 

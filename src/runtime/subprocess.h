@@ -1,4 +1,5 @@
-// Subprocess: runs one host program in its own session with stdin data, head-and-tail output capture, a deadline and cancellation.
+// Subprocess: runs one host program in its own session with stdin data, head-and-tail output capture, a deadline and
+// cancellation.
 #pragma once
 
 #include <atomic>

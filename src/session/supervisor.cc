@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/host_id_lease.h"
 #include "sandbox/session.h"
@@ -348,11 +349,12 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
 StatusOr<nlohmann::json> LaunchSupervisor(SupervisorConfig config) {
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return Status::Errno("pipe2(ready)");
+  UniqueFd ready_read(ready[0]), ready_write(ready[1]);
   pid_t first = ::fork();
   if (first < 0) return Status::Errno("fork(supervisor)");
   if (first == 0) {
     // Detach: a new session without a terminal, then a grandchild that init adopts, with stdio on /dev/null.
-    ::close(ready[0]);
+    ready_read.reset();
     if (::setsid() < 0) ::_exit(1);
     pid_t second = ::fork();
     if (second != 0) ::_exit(second < 0 ? 1 : 0);
@@ -364,7 +366,7 @@ StatusOr<nlohmann::json> LaunchSupervisor(SupervisorConfig config) {
       if (null_fd > 2) ::close(null_fd);
     }
     // Nothing of the caller's stays open for the session's lifetime (a $(...) pipe would never see end-of-file).
-    int ready_fd = ready[1];
+    int ready_fd = ready_write.get();
     if (ready_fd > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(ready_fd - 1), 0u);
     ::syscall(SYS_close_range, static_cast<unsigned>(ready_fd + 1), ~0u, 0u);
     if (::chdir("/") != 0) ::_exit(1);
@@ -375,20 +377,20 @@ StatusOr<nlohmann::json> LaunchSupervisor(SupervisorConfig config) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::_exit(RunSupervisor(std::move(config), ready[1]));
+    ::_exit(RunSupervisor(std::move(config), ready_fd));
   }
-  ::close(ready[1]);
+  ready_write.reset();
   ::waitpid(first, nullptr, 0);
   // One line: "ok RECORD" or "error MESSAGE". Not end-of-file: pid 1 inherited the pipe and lives on.
   std::string message;
   char buffer[4096];
   while (message.find('\n') == std::string::npos) {
-    ssize_t n = ::read(ready[0], buffer, sizeof buffer);
+    ssize_t n = ::read(ready_read.get(), buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     message.append(buffer, static_cast<size_t>(n));
   }
-  ::close(ready[0]);
+  ready_read.reset();
   if (auto newline = message.find('\n'); newline != std::string::npos) message.resize(newline);
   if (message.starts_with("ok ")) {
     auto record = nlohmann::json::parse(message.substr(3), nullptr, false);

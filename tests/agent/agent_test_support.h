@@ -18,6 +18,7 @@
 #include "nsbox_config.h"
 #include "src/agent/http_client.h"
 #include "src/runtime/nsbox_runtime.h"
+#include "tests/support/skip.h"
 
 namespace nsbox::testing {
 
@@ -25,11 +26,7 @@ inline std::string SourcePath(const std::string& relative) { return std::string(
 
 // Says why a test did not run: printed, and appended to $NSBOX_SKIP_FILE for the summary.
 inline void NoteSkip(const std::string& test_name, const std::string& reason) {
-  WARN("skipped: " << reason);
-  if (const char* file = getenv("NSBOX_SKIP_FILE"); file && *file) {
-    std::ofstream out(file, std::ios::app);
-    out << "agent_tests::" << test_name << ": " << reason << "\n";
-  }
+  nsbox::testing::RecordSkip("agent_tests", test_name, reason);
 }
 
 // tests/agent/fake_provider.py, started on a port the OS picks, stopped when this goes away.

@@ -233,7 +233,7 @@ TEST_CASE("nsbox runtime makes one session per conversation, execs in it, and re
     auto first = rt.execute("python", "print(1)", o);
     REQUIRE(first.ok());
     CHECK(first->stdout_data == "1\n");
-    CHECK(first->extra["runtime"] == "nsbox-session");
+    CHECK(GetExtra(*first, "runtime") == "nsbox-session");
     REQUIRE(rt.execute("sh", "echo 2", o).ok());
     sid = rt.session_id();
     CHECK_FALSE(sid.empty());
@@ -261,7 +261,7 @@ TEST_CASE("nsbox runtime falls back to one-shot nsbox run when this nsbox has no
   REQUIRE(r.ok());
   CHECK(r->stdout_data == "42\n");
   CHECK(rt.one_shot());
-  CHECK(r->extra["runtime"] == "nsbox-run");
+  CHECK(GetExtra(*r, "runtime") == "nsbox-run");
   REQUIRE(rt.execute("python", "print(1)", o).ok());
   rt.close();
   CHECK(ReadLines(log.path) == std::vector<std::string>{"run", "run"});

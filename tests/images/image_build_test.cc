@@ -23,6 +23,7 @@
 #include "nsbox_config.h"
 #include "sandbox/base/fs.h"
 #include "src/cli/image_store.h"
+#include "tests/support/skip.h"
 
 extern char** environ;
 
@@ -105,9 +106,7 @@ std::string TemplateFile(const std::string& name, const std::string& json_text) 
 
 bool RequireRootOrSkip(const char* test) {
   if (::geteuid() == 0) return true;
-  if (const char* skip = std::getenv("NSBOX_SKIP_FILE"))
-    std::ofstream(skip, std::ios::app) << fmt::format("image_tests::{}: image builds need root\n", test);
-  WARN("skipped: image builds need root");
+  nsbox::testing::RecordSkip("image_tests", test, "image builds need root");
   return false;
 }
 

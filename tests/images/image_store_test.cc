@@ -14,6 +14,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "src/cli/image_store.h"
+#include "tests/support/skip.h"
 
 namespace {
 
@@ -222,9 +223,7 @@ TEST_CASE("disk usage counts a hard-linked file once") {
 
 TEST_CASE("the store is created root-owned with mode 0711 when nsbox runs as root") {
   if (::geteuid() != 0) {
-    const char* skip = std::getenv("NSBOX_SKIP_FILE");
-    if (skip) std::ofstream(skip, std::ios::app) << "image_tests::store mode: needs root to create a root-owned store\n";
-    WARN("skipped: needs root");
+    nsbox::testing::RecordSkip("image_tests", "store mode", "needs root to create a root-owned store");
     return;
   }
   TempStore parent;

@@ -19,6 +19,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/cgroup_reaper.h"
+#include "tests/support/skip.h"
 
 using namespace nsbox;
 namespace fs = std::filesystem;
@@ -33,10 +34,7 @@ std::string RealBackend(const std::string& test) {
   auto backend = DetectCgroupBackend();
   if (backend.ok()) return *backend;
   std::string reason = "no usable cgroup backend here: " + backend.status().message();
-  std::printf("SKIP %s: %s\n", test.c_str(), reason.c_str());
-  if (const char* skip_file = std::getenv("NSBOX_SKIP_FILE")) {
-    std::ofstream(skip_file, std::ios::app) << "cgroup_tests::" << test << ": " << reason << "\n";
-  }
+  nsbox::testing::RecordSkip("cgroup_tests", test, reason);
   return "";
 }
 
@@ -514,9 +512,7 @@ TEST_CASE("real cgroup v2: in a delegated cgroup that holds nsbox itself, nsbox 
   if (backend != "cgroup2") {
     // The v1 backend puts its groups only at the hierarchy roots here: the host's own memory cgroup is not ours.
     std::string reason = "no cgroup v2 controllers on this host (this case runs in tests/vm)";
-    std::printf("SKIP delegated v2 cgroup: %s\n", reason.c_str());
-    if (const char* skip_file = std::getenv("NSBOX_SKIP_FILE"))
-      std::ofstream(skip_file, std::ios::app) << "cgroup_tests::delegated v2 cgroup: " << reason << "\n";
+    nsbox::testing::RecordSkip("cgroup_tests", "delegated v2 cgroup", reason);
     return;
   }
   DYNAMIC_SECTION(backend) {

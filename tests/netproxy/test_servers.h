@@ -22,6 +22,7 @@
 
 #include "sandbox/base/unique_fd.h"
 #include "src/netproxy/listen.h"
+#include "tests/support/skip.h"
 
 namespace nsbox::netproxy::testing {
 
@@ -177,13 +178,7 @@ inline std::string Body(const std::string& response) {
 
 // Records a skip where the kernel or the privileges truly lack what a test needs (see PREAMBLE).
 inline void RecordSkip(const std::string& test, const std::string& reason) {
-  std::fprintf(stderr, "SKIP netproxy_tests::%s: %s\n", test.c_str(), reason.c_str());
-  if (const char* file = std::getenv("NSBOX_SKIP_FILE")) {
-    if (FILE* out = std::fopen(file, "a")) {
-      std::fprintf(out, "netproxy_tests::%s: %s\n", test.c_str(), reason.c_str());
-      std::fclose(out);
-    }
-  }
+  nsbox::testing::RecordSkip("netproxy_tests", test, reason);
 }
 
 }  // namespace nsbox::netproxy::testing

@@ -28,6 +28,7 @@
 #include "nsbox_config.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/seccomp.h"
+#include "tests/support/skip.h"
 
 using namespace nsbox;
 
@@ -155,10 +156,7 @@ std::string DeniedList(const ChildOutcome& outcome) {
 }
 
 void NoteSkip(const std::string& test, const std::string& reason) {
-  std::printf("skipped: %s: %s\n", test.c_str(), reason.c_str());
-  if (const char* file = std::getenv("NSBOX_SKIP_FILE")) {
-    std::ofstream(file, std::ios::app) << "seccomp_tests::" << test << ": " << reason << "\n";
-  }
+  nsbox::testing::RecordSkip("seccomp_tests", test, reason);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/seccomp_profile.h"
+#include "tests/support/skip.h"
 
 using namespace nsbox;
 
@@ -348,10 +349,8 @@ TEST_CASE("SyscallName names x86_64 calls, including ones newer than libseccomp'
 TEST_CASE("nsbox profile check prints a summary, or one line naming the fault, with exit 0 or 125") {
   const char* bin = std::getenv("NSBOX_BIN");
   if (!bin || !PathExists(bin)) {
-    std::printf("skipped: NSBOX_BIN is not set to a built nsbox (tools/test sets it)\n");
-    if (const char* file = std::getenv("NSBOX_SKIP_FILE")) {
-      std::ofstream(file, std::ios::app) << "seccomp_tests::nsbox profile check: NSBOX_BIN not set\n";
-    }
+    nsbox::testing::RecordSkip("seccomp_tests", "nsbox profile check",
+                               "NSBOX_BIN is not set to a built nsbox (tools/test sets it)");
     return;
   }
   auto run = [&](const std::string& args, std::string& output) {

@@ -382,14 +382,6 @@ std::string TempDir::Write(const std::string& name, const std::string& contents,
   return path;
 }
 
-void RecordSkip(const std::string& suite, const std::string& test, const std::string& reason) {
-  std::fprintf(stderr, "SKIP %s::%s: %s\n", suite.c_str(), test.c_str(), reason.c_str());
-  if (const char* file = std::getenv("NSBOX_SKIP_FILE"); file && *file) {
-    std::ofstream out(file, std::ios::app);
-    out << suite << "::" << test << ": " << reason << "\n";
-  }
-}
-
 namespace {
 
 // `dir` as "<label>" and each directory below it as "<label>/<child>".
@@ -430,7 +422,8 @@ std::set<std::string> NsboxGroups() {
     if (!hierarchy.is_directory(inner) || hierarchy.is_symlink(inner)) continue;
     const std::string h = hierarchy.path().filename().string();
     for (const auto& e : std::filesystem::directory_iterator(hierarchy.path(), inner))
-      if (e.path().filename().string().starts_with("nsbox-")) AddGroup(e.path(), h + "/" + e.path().filename().string(), &names);
+      if (e.path().filename().string().starts_with("nsbox-"))
+        AddGroup(e.path(), h + "/" + e.path().filename().string(), &names);
     for (const auto& e : std::filesystem::directory_iterator(hierarchy.path() / "nsbox", inner))
       AddGroup(e.path(), h + "/nsbox/" + e.path().filename().string(), &names);
   }

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/skip.h"
+
 namespace nsbox::testing {
 
 // $NSBOX_BIN (set by tools/test) or the binary of this build tree.
@@ -127,7 +129,5 @@ struct MemoryWatcherVerdict {
 };
 MemoryWatcherVerdict ParseMemoryWatcherVerdict(const std::string& lines);
 
-// Records a skip the way tools/test expects ($NSBOX_SKIP_FILE) and prints why.
-void RecordSkip(const std::string& suite, const std::string& test, const std::string& reason);
 
 }  // namespace nsbox::testing

@@ -154,7 +154,7 @@ TEST_CASE("v2: a swap allowance goes to memory.swap.max and tiny CPU shares get 
   limits.memory_swap_max_bytes = 32 << 20;
   auto refused = CreateSandboxCgroup(limits, tree.config);
   REQUIRE_FALSE(refused.ok());
-  CHECK(refused.status().message().find("--cpus") != std::string::npos);
+  CHECK(refused.status().message().find("CgroupLimits::cpus") != std::string::npos);  // the setting, not a flag
   limits.cpus = 0.01;
   auto group = CreateSandboxCgroup(limits, tree.config);
   REQUIRE(group.ok());
@@ -332,6 +332,46 @@ TEST_CASE("v2: a group offers no way out (moving by cgroup.procs takes the globa
   auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 2), tree.config);
   REQUIRE(group.ok());
   CHECK((*group)->leave_join().count == 0);
+}
+
+TEST_CASE("v2: a counter that cannot be read is a read error naming its file, not a silent 0") {
+  FakeTree tree;
+  tree.MakeV2();
+  CgroupLimits limits = Limits(64 << 20, 32, 1.5);
+  auto group = CreateSandboxCgroup(limits, tree.config);
+  REQUIRE(group.ok());
+  fs::path dir = (*group)->path();
+  // memory.events unreadable (a directory: EISDIR even for root), pids.events without its key.
+  fs::remove(dir / "memory.events");
+  fs::create_directory(dir / "memory.events");
+  Put(dir / "pids.events", "");
+  Put(dir / "memory.peak", "67108864\n");
+  Put(dir / "cpu.stat", "usage_usec 1500000\nthrottled_usec 0\n");
+  CgroupStats stats = (*group)->ReadStats();
+  CHECK(stats.oom_kills == 0);
+  REQUIRE(stats.read_errors.size() == 2);
+  CHECK_THAT(stats.read_errors[0], Catch::Contains("memory.events") && Catch::Contains("EISDIR"));
+  CHECK_THAT(stats.read_errors[1], Catch::Contains("pids.events") && Catch::Contains("\"max\""));
+  // Counters that are all there give none.
+  Put((fs::remove(dir / "memory.events"), dir / "memory.events"), "oom_kill 0\n");
+  Put(dir / "pids.events", "max 0\n");
+  CHECK((*group)->ReadStats().read_errors.empty());
+}
+
+TEST_CASE("v1: an OOM counter missing from memory.oom_control is a read error, not a silent 0") {
+  FakeTree tree;
+  tree.MakeV1();
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 0.5), tree.config);
+  REQUIRE(group.ok());
+  std::string name = Name((*group)->path());
+  Put(tree.cg() / "memory" / name / "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\n");
+  Put(tree.cg() / "memory" / name / "memory.max_usage_in_bytes", "66912256\n");
+  Put(tree.cg() / "pids" / name / "pids.events", "max 0\n");
+  Put(tree.cg() / "cpuacct" / name / "cpuacct.usage", "2500000000\n");
+  Put(tree.cg() / "cpu" / name / "cpu.stat", "throttled_time 0\n");
+  CgroupStats stats = (*group)->ReadStats();
+  REQUIRE(stats.read_errors.size() == 1);
+  CHECK_THAT(stats.read_errors[0], Catch::Contains("memory.oom_control") && Catch::Contains("oom_kill"));
 }
 
 TEST_CASE("v1: stats come from memory.oom_control, max_usage_in_bytes, pids.events, cpuacct.usage and cpu.stat") {

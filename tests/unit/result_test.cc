@@ -1,6 +1,7 @@
 // Unit tests: the JSON result object, its key names, exit-code mapping and UTF-8 safety.
 #include <catch2/catch.hpp>
 
+#include "sandbox/launch.h"
 #include "sandbox/result.h"
 
 using namespace nsbox;
@@ -50,4 +51,52 @@ TEST_CASE("binary output becomes valid UTF-8") {
   Result r;
   r.stdout_data = binary;
   CHECK_NOTHROW(ResultToJson(r).dump());
+}
+
+TEST_CASE("a caller's kill is its own status, killed, exit 137, and survives the JSON round trip") {
+  Result r;
+  r.status = RunStatus::kKilled;
+  r.signal = 9;
+  CHECK(r.ShellExitCode() == 137);
+  nlohmann::json j = ResultToJson(r);
+  CHECK(j["status"] == "killed");
+  CHECK(ResultFromJson(j).status == RunStatus::kKilled);
+}
+
+TEST_CASE("front-end additions and measurement errors are top-level JSON keys, both ways") {
+  Result r;
+  SetExtra(r, "repl", {{"value", "42"}, {"state_lost", false}});
+  r.measurement_errors.push_back("memory.events: read: EIO");
+  nlohmann::json j = ResultToJson(r);
+  CHECK(j["repl"]["value"] == "42");
+  CHECK(j["measurement_errors"][0] == "memory.events: read: EIO");
+  Result back = ResultFromJson(j);
+  CHECK(GetExtra(back, "repl")["value"] == "42");
+  CHECK(GetExtra(back, "absent").is_null());
+  CHECK(back.measurement_errors == r.measurement_errors);
+  // Without errors the key is absent (the schema stays as documented).
+  CHECK_FALSE(ResultToJson(Result{}).contains("measurement_errors"));
+  // Text that is not JSON (an embedder's mistake) is kept as a string, not dropped or thrown on.
+  Result odd;
+  odd.extra_json["note"] = "not json";
+  CHECK(ResultToJson(odd)["note"] == "not json");
+}
+
+TEST_CASE("a SIGKILL with unreadable cgroup counters says the OOM killer cannot be ruled out") {
+  Result r;
+  r.status = RunStatus::kSignal;
+  r.signal = 9;
+  r.reason = "killed by signal 9 (SIGKILL)";
+  r.limits = LimitsReport{};
+  r.measurement_errors.push_back("/sys/fs/cgroup/x/memory.events: read: EIO");
+  NoteLimitsHit(&r);
+  CHECK_THAT(r.reason, Catch::Contains("memory.events") && Catch::Contains("OOM killer cannot be ruled out"));
+  // The program's own exit is not in doubt.
+  Result exited;
+  exited.status = RunStatus::kExit;
+  exited.exit_code = 1;
+  exited.limits = LimitsReport{};
+  exited.measurement_errors = r.measurement_errors;
+  NoteLimitsHit(&exited);
+  CHECK(exited.reason.empty());
 }

@@ -1,0 +1,42 @@
+// Executor: what to run inside the sandbox (argv, environment, stdin, code, output and time limits).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace nsbox {
+
+struct Executor {
+  std::vector<std::string> argv;          // argv[0] is an absolute path inside the sandbox, or a name found on PATH
+  std::map<std::string, std::string> env; // the complete environment (nothing is inherited)
+  std::string cwd = "/workspace";
+  // The program's umask: the caller's (nsbox run's own; the exec client's in a session), so that files it makes in a
+  // --workspace or --bind directory get the modes the caller's own programs would give them.
+  mode_t umask = 022;
+  // stdin: -1 means /dev/null; otherwise a host fd passed in (not closed by the sandbox).
+  int stdin_fd = -1;
+  uint64_t output_limit_bytes = 1 << 20;  // bytes kept per stream (head and tail), at most kMaxOutputLimitBytes
+  std::chrono::milliseconds wall_timeout{30'000};
+  // When set, the program's code: it is sealed in a memfd (no file in the sandbox, so nothing another run or a
+  // session's earlier exec could change), and every argv entry equal to code_path is replaced by "/dev/fd/N", from
+  // which the interpreter reads it.
+  std::string code_path;
+  std::string code;
+};
+
+// The largest output_limit_bytes: nsbox holds what it keeps of both streams in its own memory, outside every cgroup
+// of the sandbox, and copies it again into the result (a JSON string): a limit without a cap would let one run take
+// gigabytes of the host's memory. Larger outputs belong in files (--workspace).
+constexpr uint64_t kMaxOutputLimitBytes = 64ull << 20;
+// "" when the executor's output limit is within kMaxOutputLimitBytes, else the one-line reason it is refused.
+std::string CheckOutputLimit(uint64_t bytes);
+
+// The small clean environment a sandbox starts from; callers add --env entries on top.
+std::map<std::string, std::string> DefaultSandboxEnv();
+
+}  // namespace nsbox

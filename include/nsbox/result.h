@@ -1,0 +1,66 @@
+// Result: what happened to one sandboxed program (setup failure kept apart from the program's own outcome).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nsbox {
+
+// kSessionLost: a session's supervisor took an exec and then died or stopped answering; the program may have run
+// (a setup error says that nothing ran). kKilled: the caller ended the run (Sandbox::Kill), not its time limit.
+enum class RunStatus { kOk, kExit, kSignal, kTimeout, kOom, kViolation, kSetupError, kSessionLost, kKilled };
+
+const char* RunStatusName(RunStatus status);
+
+// Which mechanism enforced a limit, and what it measured; filled by the cgroup backend.
+struct LimitsReport {
+  std::string backend;                      // "cgroup2", "cgroup1", or "none"
+  std::map<std::string, std::string> enforced_by;  // limit name -> mechanism
+  uint64_t memory_max_bytes = 0;
+  uint64_t pids_max = 0;
+  double cpus = 0;
+  bool pids_limit_hit = false;
+  uint64_t cpu_throttled_ms = 0;
+  uint64_t oom_kills = 0;
+};
+
+struct Result {
+  RunStatus status = RunStatus::kSetupError;
+  int exit_code = -1;    // the program's exit code, -1 when it did not exit normally
+  int signal = 0;        // the signal that ended it, 0 if none
+  std::string reason;    // human-readable: why it ended, or which setup step failed
+  std::string stdout_data;
+  std::string stderr_data;
+  uint64_t stdout_bytes = 0;  // bytes the program produced, kept or not
+  uint64_t stderr_bytes = 0;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  int64_t wall_ms = 0;
+  int64_t cpu_ms = 0;
+  uint64_t peak_memory_bytes = 0;
+  std::optional<LimitsReport> limits;
+  std::map<std::string, uint64_t> denied_syscalls;  // syscall name -> count
+  // nsbox stopped answering denials after SeccompNotifier::kAnswerBudget of them: the later ones (ENOSYS from the
+  // kernel) are not in denied_syscalls.
+  bool denied_syscalls_capped = false;
+  std::map<std::string, uint64_t> denied_hosts;     // host -> count
+  // Measurements nsbox could not take ("memory.peak: open: ENOENT"): the figure it stands for is missing (0), not
+  // measured as 0. A kill verdict with an unreadable OOM counter says so in its reason too.
+  std::vector<std::string> measurement_errors;
+  // Front-end additions (changed files, REPL value …): top-level key -> its value as JSON text. Inside nsbox,
+  // sandbox/result_json.h reads and writes them (SetExtra, GetExtra).
+  std::map<std::string, std::string> extra_json;
+  // Not part of the JSON result: the output was already written out while the program ran (Sandbox::PassOutputOn),
+  // and the errno of the write that failed there, if one did.
+  bool output_passed_on = false;
+  int output_write_errno = 0;
+
+  // The process exit code nsbox itself uses for this result: the program's code, 124 time-out,
+  // 125 setup error or session lost, 128+N for signal N (137 for OOM, kill verdicts and Sandbox::Kill).
+  int ShellExitCode() const;
+};
+
+}  // namespace nsbox

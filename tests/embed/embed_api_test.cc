@@ -1,0 +1,172 @@
+// The public API (include/nsbox/) on its own: this file is compiled with only include/ on its include path and
+// linked with the engine's library. Real sandboxes: Run, RunAsync/AwaitResult, and Kill as its own verdict.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nsbox/executor.h>
+#include <nsbox/policy.h>
+#include <nsbox/result.h>
+#include <nsbox/sandbox.h>
+
+// The public headers bring no JSON library with them (the system's include path would find one).
+#ifdef NLOHMANN_JSON_VERSION_MAJOR
+#error "include/nsbox/ pulled in nlohmann_json"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nsbox::Policy TestPolicy() {
+  nsbox::PolicyBuilder builder;
+  builder.SetHostViewFile(NSBOX_TEST_DATADIR "/rootfs/host.json")
+      .SetSeccompProfile("default", NSBOX_TEST_DATADIR "/seccomp-profiles");
+  // An ordinary user gets no cgroup of nsbox's without a delegated one; root gets the limits.
+  if (::geteuid() == 0) {
+    nsbox::CgroupLimits limits;
+    limits.memory_max_bytes = 128ull << 20;
+    limits.pids_max = 32;
+    builder.SetCgroupLimits(limits);
+  } else {
+    builder.DangerDisableCgroupLimits();
+  }
+  auto policy = builder.TryBuild();
+  INFO(policy.status().message());
+  REQUIRE(policy.ok());
+  return *policy;
+}
+
+nsbox::Executor Command(std::vector<std::string> argv) {
+  nsbox::Executor executor;
+  executor.argv = std::move(argv);
+  executor.env = nsbox::DefaultSandboxEnv();
+  executor.wall_timeout = std::chrono::seconds(120);
+  return executor;
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The host pid of the sandbox's pid 1, from the hook the engine calls once it exists.
+struct Pid1Hook : nsbox::SandboxHooks {
+  std::atomic<pid_t> pid1{-1};
+  nsbox::Status OnChildCreated(pid_t child) override {
+    pid1 = child;
+    return nsbox::OkStatus();
+  }
+};
+
+// The directory of the memory cgroup (v1) or the one group (v2) that a process sits in, "" if none is found.
+std::string CgroupDirOf(pid_t pid) {
+  std::istringstream lines(ReadWhole("/proc/" + std::to_string(pid) + "/cgroup"));
+  std::string line, unified;
+  while (std::getline(lines, line)) {
+    auto first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1), path = line.substr(second + 1);
+    if (controllers.find("memory") != std::string::npos) return "/sys/fs/cgroup/memory" + path;
+    if (controllers.empty()) unified = path;
+  }
+  if (unified.empty() || unified == "/") return "";
+  return (fs::exists("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified") + unified;
+}
+
+}  // namespace
+
+TEST_CASE("an embedder's Run gives the program's output and exit code") {
+  nsbox::Sandbox sandbox(Command({"/bin/sh", "-c", "echo hello; exit 3"}), TestPolicy());
+  nsbox::Result result = sandbox.Run();
+  INFO(result.reason);
+  CHECK(result.status == nsbox::RunStatus::kExit);
+  CHECK(result.exit_code == 3);
+  CHECK(result.stdout_data == "hello\n");
+}
+
+TEST_CASE("Kill during RunAsync ends the run as killed (not a time-out) and leaves no process or cgroup behind") {
+  int pipe_fds[2];
+  REQUIRE(::pipe2(pipe_fds, O_CLOEXEC) == 0);
+  Pid1Hook hook;
+  nsbox::Sandbox sandbox(Command({"/bin/sh", "-c", "echo started; exec sleep 600"}), TestPolicy());
+  sandbox.SetHooks(&hook);
+  sandbox.PassOutputOn(pipe_fds[1], pipe_fds[1]);
+  sandbox.RunAsync();
+  // The program runs: its first line has come out.
+  char buffer[64] = {};
+  ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer - 1);
+  REQUIRE(n > 0);
+  CHECK(std::string(buffer, static_cast<size_t>(n)) == "started\n");
+  const pid_t pid1 = hook.pid1;
+  REQUIRE(pid1 > 0);
+  // The program (sleep) is pid 1's child; where it sits is the sandbox's cgroup.
+  std::string children = ReadWhole("/proc/" + std::to_string(pid1) + "/task/" + std::to_string(pid1) + "/children");
+  const pid_t program = static_cast<pid_t>(std::atoi(children.c_str()));
+  REQUIRE(program > 0);
+  const std::string group = ::geteuid() == 0 ? CgroupDirOf(program) : "";
+  if (::geteuid() == 0) {
+    INFO("the program's cgroup: " << group);
+    REQUIRE(!group.empty());
+    REQUIRE(fs::exists(group));
+  }
+
+  sandbox.Kill();
+  nsbox::Result result = sandbox.AwaitResult();
+  INFO(result.reason);
+  CHECK(result.status == nsbox::RunStatus::kKilled);
+  CHECK(std::string(nsbox::RunStatusName(result.status)) == "killed");
+  CHECK(result.reason.find("cancelled by the caller") != std::string::npos);
+  CHECK(result.ShellExitCode() == 137);
+  // Nothing left behind: pid 1 and the program are gone (reaped, not zombies), and so is the group.
+  CHECK_FALSE(fs::exists("/proc/" + std::to_string(pid1)));
+  CHECK_FALSE(fs::exists("/proc/" + std::to_string(program)));
+  if (!group.empty()) CHECK_FALSE(fs::exists(group));
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+}
+
+TEST_CASE("a Kill before the run starts ends it as killed as soon as it starts, long before its time limit") {
+  nsbox::Sandbox sandbox(Command({"/bin/sleep", "600"}), TestPolicy());
+  sandbox.Kill();
+  sandbox.RunAsync();
+  nsbox::Result result = sandbox.AwaitResult();
+  INFO(result.reason);
+  CHECK(result.status == nsbox::RunStatus::kKilled);
+}
+
+TEST_CASE("AwaitResult without RunAsync is a setup error, and a Sandbox destroyed while running kills its run") {
+  {
+    nsbox::Sandbox sandbox(Command({"/bin/true"}), TestPolicy());
+    nsbox::Result result = sandbox.AwaitResult();
+    CHECK(result.status == nsbox::RunStatus::kSetupError);
+    CHECK(result.reason.find("RunAsync") != std::string::npos);
+  }
+  Pid1Hook hook;
+  {
+    nsbox::Sandbox sandbox(Command({"/bin/sleep", "600"}), TestPolicy());
+    sandbox.SetHooks(&hook);
+    sandbox.RunAsync();
+    // The destructor kills the run and waits for it; the hook may or may not have seen pid 1 by then.
+  }
+  if (hook.pid1 > 0) CHECK_FALSE(fs::exists("/proc/" + std::to_string(hook.pid1.load())));
+}
+
+TEST_CASE("a policy on the host root without a host view is refused at run time, naming the setting") {
+  auto policy = nsbox::PolicyBuilder().DangerDisableCgroupLimits().TryBuild();
+  REQUIRE(policy.ok());
+  nsbox::Sandbox sandbox(Command({"/bin/true"}), *policy);
+  nsbox::Result result = sandbox.Run();
+  CHECK(result.status == nsbox::RunStatus::kSetupError);
+  CHECK(result.reason.find("SetHostViewFile") != std::string::npos);
+}
