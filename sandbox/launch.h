@@ -1,4 +1,4 @@
-// Launch helpers shared by one-shot sandboxes and sessions: pipes, clone3 into a cgroup, PATH lookup, verdict text.
+// Launch helpers shared by one-shot sandboxes and sessions: pipes, clone3 into a cgroup, PATH lookup.
 #pragma once
 
 #include <sys/types.h>
@@ -10,6 +10,7 @@
 #include "sandbox/base/status.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/result.h"
+#include "sandbox/verdict.h"  // SetupError, ExitReason
 
 namespace nsbox {
 
@@ -46,19 +47,11 @@ pid_t StartSharedMemoryChild(uint64_t flags, int* pidfd, int (*entry)(void*), vo
 // published_pid (may be null): where the kernel stores the child's pid (CLONE_PARENT_SETTID) before the child runs,
 // so that another thread can signal it while this one is suspended.
 pid_t StartVforkChild(int (*entry)(void*), void* arg, pid_t* published_pid = nullptr);
-// A result that says nothing ran, and why.
-Result SetupError(std::string reason);
 // Passes one descriptor over a unix socket (SCM_RIGHTS). Async-signal-safe: used between clone and execve.
 // Returns 0, or -1 with errno.
 int SendFd(int socket, int fd);
 // Takes one descriptor sent by SendFd (close-on-exec). Returns it; -1 with errno EAGAIN when nothing is there yet
 // (non-blocking socket), or ENOMSG when the peer closed without sending one.
 int ReceiveFd(int socket);
-// Adds to the reason what the limits did to a program that ended otherwise: the pids limit reached (a program that
-// could not fork often says no more than "Resource temporarily unavailable"), processes the OOM killer ended while
-// the program itself lived on (a worker, a subprocess).
-void NoteLimitsHit(Result* result);
-// "exited with code N" / "killed by signal N (SIGNAME)".
-std::string ExitReason(int wait_status);
 
 }  // namespace nsbox
