@@ -143,9 +143,8 @@ Status LaunchRun(const Executor& executor, const Policy& policy, SandboxHooks* h
   }
 
   // 1. Plan, in the parent, as plain data.
-  ChildPlan plan;
-  EmptyCaps no_caps;
-  NSBOX_RETURN_IF_ERROR(PlanPid1(policy, no_caps, &plan));
+  ChildPlan& plan = run->plan;
+  NSBOX_RETURN_IF_ERROR(PlanPid1(policy, run->no_caps, &plan));
   SetPlanProgram(plan, executor);
 
   // 2. Channels: output pipes, control (child -> nsbox), sync (nsbox -> child), the seccomp listener's socket.

@@ -57,6 +57,10 @@ Status ReleasePid1(pid_t child, const Policy& policy, SandboxHooks* hooks, Uniqu
 // Destroyed in this order: pid 1 killed and reaped if it was not, its mount namespace let go (ns_release.h), its
 // memory unmapped, its cgroup removed.
 struct LaunchedRun {
+  // pid 1 may share nsbox's memory (ChildPlan::shares_memory) and read its plan while it runs: the plan lives as
+  // long as pid 1 does.
+  ChildPlan plan;
+  EmptyCaps no_caps;
   std::unique_ptr<Cgroup> cgroup;
   SharedChildMemory pid1_memory;
   UniqueFd pidfd;
