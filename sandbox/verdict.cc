@@ -25,8 +25,8 @@ void NoteLimitsHit(Result* result) {
   if (!result->limits) return;
   const LimitsReport& limits = *result->limits;
   if (limits.oom_kills > 0 && result->status != RunStatus::kOom)
-    result->reason += fmt::format("; the OOM killer ended {} process{} at the memory limit of {} bytes", limits.oom_kills,
-                                  limits.oom_kills == 1 ? "" : "es", limits.memory_max_bytes);
+    result->reason += fmt::format("; the OOM killer ended {} process{} at the memory limit of {} bytes",
+                                  limits.oom_kills, limits.oom_kills == 1 ? "" : "es", limits.memory_max_bytes);
   if (limits.pids_limit_hit)
     result->reason += fmt::format("; the pids limit of {} was reached (a fork or a new thread failed with EAGAIN)",
                                   limits.pids_max);
@@ -130,7 +130,8 @@ std::string ExitReason(int wait_status) {
   if (WIFEXITED(wait_status)) return fmt::format("exited with code {}", WEXITSTATUS(wait_status));
   if (WIFSIGNALED(wait_status)) {
     const int sig = WTERMSIG(wait_status);
-    if (sig >= SIGRTMIN && sig <= SIGRTMAX) return fmt::format("killed by signal {} (SIGRTMIN+{})", sig, sig - SIGRTMIN);
+    if (sig >= SIGRTMIN && sig <= SIGRTMAX)
+      return fmt::format("killed by signal {} (SIGRTMIN+{})", sig, sig - SIGRTMIN);
     const char* name = sigabbrev_np(sig);
     return name ? fmt::format("killed by signal {} (SIG{})", sig, name) : fmt::format("killed by signal {}", sig);
   }

@@ -94,7 +94,8 @@ TEST_CASE("SIGKILL while the OOM killer counted a kill is an OOM at the limit", 
   CHECK(result.ShellExitCode() == 137);
   auto exec = Ran(Kind::kSessionExec, Signaled(SIGKILL));
   exec.limits = Limits(1);
-  CHECK(MakeVerdict(exec).reason == "killed by the OOM killer: the session's memory limit of 67108864 bytes was reached");
+  CHECK(MakeVerdict(exec).reason ==
+        "killed by the OOM killer: the session's memory limit of 67108864 bytes was reached");
   // Without an OOM kill, SIGKILL is a plain signal.
   CHECK(MakeVerdict(Ran(Kind::kRun, Signaled(SIGKILL))).status == RunStatus::kSignal);
 }
@@ -167,7 +168,8 @@ TEST_CASE("a setup error only when nothing ran: a failed step, or pid 1 gone bef
   VerdictInputs early;
   early.init_status = Signaled(SIGKILL);
   CHECK(MakeVerdict(early).status == RunStatus::kSetupError);
-  CHECK(MakeVerdict(early).reason == "the sandbox's pid 1 ended before the program started (killed by signal 9 (SIGKILL))");
+  CHECK(MakeVerdict(early).reason ==
+        "the sandbox's pid 1 ended before the program started (killed by signal 9 (SIGKILL))");
 
   // pid 1 died after the program's execve: the program ran and died with it.
   VerdictInputs late = early;
