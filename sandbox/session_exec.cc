@@ -380,6 +380,9 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
     turn.answer = std::move(answer);
     supervisor.DrainOutput();  // what the process printed before it answered is in the pipes by now
     supervisor.TakeOutput(&in);
+    // The process lives on: the answer is the outcome, which the caller reads from it (status ok until it says).
+    in.kind = VerdictInputs::Kind::kSessionExec;
+    in.program_status = 0;
     turn.result = MakeVerdict(std::move(in));
   } else {
     // Timed out, cancelled, crashed or out of step: the process goes, and the next request starts a fresh one.
