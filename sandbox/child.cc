@@ -232,11 +232,9 @@ int BecomeSandboxUser(const ChildPlan& plan, const char** step) {
 namespace {
 
 // RunPayload's steps before the program: the memory group, setsid, default signals, stdio, credentials, the working
-// directory and umask (a parked payload's come with its request), seccomp.
-// code_fd: the sealed code (MakeSealedCodeFd), kept open across execve; -1 for none. A parked payload makes its own,
-// empty, into *parked_code_fd.
-void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memory_join_fd = -1, int code_fd = -1,
-                    int* parked_code_fd = nullptr) {
+// directory and umask, seccomp.
+// code_fd: the sealed code (MakeSealedCodeFd), kept open across execve; -1 for none.
+void PreparePayload(const ChildPlan& plan, bool inherited, int memory_join_fd = -1, int code_fd = -1) {
   if (memory_join_fd >= 0 && ::write(memory_join_fd, "0", 1) != 1)
     Fail(plan, "write(cgroup tasks, \"0\"): the program joining the sandbox's memory group", errno);
   if (::setsid() < 0) Fail(plan, "setsid()", errno);
@@ -286,21 +284,10 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memo
   // A new process has none: the payload dies with its parent, pid 1 (a session's exec: see parent_death_signal).
   if (plan.parent_death_signal && ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
     Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
-  if (!parked) {
-    if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
-    ::umask(plan.umask);  // this process's own: a vfork-style child does not share the file-system context
-  } else if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
-    // Not dumpable while it waits, whatever fs.suid_dumpable made of the credential change: the session's programs
-    // share its user, and its memory is a copy of the supervisor's. (The program it becomes is dumpable as any.)
-    Fail(plan, "prctl(PR_SET_DUMPABLE, 0)", errno);
-  }
-  // A parked payload's code comes after its filter: the memfd is made now, and filled and sealed then. Until it is
-  // sealed only this process holds it, and it is not dumpable, so no other process can open it through /proc.
-  if (parked && (*parked_code_fd = CreateCodeFd(/*close_on_exec=*/false)) < 0)
-    Fail(plan, "memfd_create(code)", errno);
+  if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
+  ::umask(plan.umask);  // this process's own: a vfork-style child does not share the file-system context
 
-  // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall), and in a
-  // parked payload the calls of kSyscallsWhenParked.
+  // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall).
   // nsbox's guard first (the profile may deny seccomp itself once installed), under every profile.
   if (!plan.pid1_guard) Fail(plan, "seccomp: nsbox's pid 1 guard filter is missing", EINVAL);
   if (int rc = InstallSeccompProgram(*plan.pid1_guard, nullptr); rc != 0)
@@ -319,85 +306,9 @@ void PreparePayload(const ChildPlan& plan, bool inherited, bool parked, int memo
 }  // namespace
 
 void RunPayload(const ChildPlan& plan, bool inherited, int memory_join_fd, int code_fd) {
-  PreparePayload(plan, inherited, /*parked=*/false, memory_join_fd, code_fd);
+  PreparePayload(plan, inherited, memory_join_fd, code_fd);
   ExecWithCode(plan.argv.data(), plan.envp.data(), plan.path.c_str(), plan.code_path.c_str(), code_fd);
   FailExec(plan, plan.argv[0]);  // only reached when execve failed; the message names the program
-}
-
-void RunParkedPayload(const ChildPlan& plan, const ParkedRequest* request) {
-  // A copy of the supervisor's descriptor table: keep only what the plan names, now, for as long as it waits.
-  CloseUnplannedDescriptors(plan);
-  // And of its command line, which the session's programs could read while this waits: a name instead.
-  ParentWatch self;
-  if (OpenParentWatch(&self) == 0) HideNsboxCommandLine(self, "nsbox-exec");
-  if (self.host_stat_fd >= 0) ::close(self.host_stat_fd);
-  ::prctl(PR_SET_NAME, "nsbox-exec", 0, 0, 0);
-  int code_fd = -1;
-  PreparePayload(plan, /*inherited=*/true, /*parked=*/true, -1, -1, &code_fd);  // the exec helper made us the sandbox user
-  char go = 0;
-  ssize_t n;
-  do n = ::read(plan.park_fd, &go, 1); while (n < 0 && errno == EINTR);
-  if (n != 1) _exit(0);  // the supervisor let it go (the session ends, or its request did not fit)
-  ::close(plan.park_fd);
-  ::umask(request->umask);
-  if (::chdir(request->cwd) != 0) Fail(plan, "chdir(working directory)", errno);
-  if (!request->code_path) {
-    ::close(code_fd);
-    code_fd = -1;
-  } else if (FillAndSealCode(code_fd, request->code, request->code_size) != 0) {
-    Fail(plan, "write(code memfd)", errno);
-  }
-  ExecWithCode(request->argv, request->envp, request->path, request->code_path, code_fd);
-  FailExec(plan, request->argv[0]);
-}
-
-bool WriteParkedRequest(const Executor& ex, void* mapping) {
-  char* const base = static_cast<char*>(mapping);
-  char* next = base + sizeof(ParkedRequest);
-  char* const end = base + ParkedRequest::kMappingBytes;
-  auto take = [&](size_t bytes, size_t align) -> char* {
-    next = base + ((static_cast<size_t>(next - base) + align - 1) & ~(align - 1));
-    if (bytes > static_cast<size_t>(end - next)) return nullptr;
-    char* at = next;
-    next += bytes;
-    return at;
-  };
-  auto copy = [&](std::string_view text) -> char* {
-    char* at = take(text.size() + 1, 1);
-    if (at) {
-      memcpy(at, text.data(), text.size());
-      at[text.size()] = '\0';
-    }
-    return at;
-  };
-  auto* request = new (base) ParkedRequest();
-  auto** argv = reinterpret_cast<char**>(take((ex.argv.size() + 1) * sizeof(char*), alignof(char*)));
-  auto** envp = reinterpret_cast<char**>(take((ex.env.size() + 1) * sizeof(char*), alignof(char*)));
-  if (!argv || !envp || ex.argv.empty()) return false;
-  for (size_t i = 0; i < ex.argv.size(); ++i)
-    if (!(argv[i] = copy(ex.argv[i]))) return false;
-  argv[ex.argv.size()] = nullptr;
-  size_t i = 0;
-  for (const auto& [key, value] : ex.env)
-    if (!(envp[i++] = copy(key + "=" + value))) return false;
-  envp[i] = nullptr;
-  const char* path = copy(ProgramSearchPath(ex));
-  const char* cwd = copy(ex.cwd);
-  if (!path || !cwd) return false;
-  request->argv = argv;
-  request->envp = envp;
-  request->path = path;
-  request->cwd = cwd;
-  request->umask = ex.umask;
-  if (!ex.code_path.empty()) {
-    request->code_path = copy(ex.code_path);
-    char* code = take(ex.code.size(), 1);
-    if (!request->code_path || !code) return false;
-    memcpy(code, ex.code.data(), ex.code.size());
-    request->code = code;
-    request->code_size = ex.code.size();
-  }
-  return true;
 }
 
 namespace {
@@ -408,7 +319,7 @@ void CloseUnplannedDescriptors(const ChildPlan& plan, int also_keep) {
   int keep[10 + CgroupSelfJoin::kMax];
   int count = 0;
   for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.control_fd, plan.sync_fd, plan.seccomp_socket,
-                 plan.channel_fd, plan.cgroup_join_socket, plan.park_fd, also_keep})
+                 plan.channel_fd, plan.cgroup_join_socket, also_keep})
     if (fd > 2) keep[count++] = fd;
   for (int i = 0; i < plan.cgroup_join.count; ++i)
     if (plan.cgroup_join.fds[i] > 2) keep[count++] = plan.cgroup_join.fds[i];

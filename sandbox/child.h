@@ -90,28 +90,7 @@ struct ChildPlan {
   // The payload dies with its parent (PR_SET_PDEATHSIG). A session's exec is reparented to the supervisor once its
   // helper exits, and dies with the session's pid namespace instead.
   bool parent_death_signal = true;
-  // Sessions: a parked payload (RunParkedPayload) waits on this pipe's read end for the byte that starts it; -1 for
-  // every other payload.
-  int park_fd = -1;
 };
-
-// A parked payload's program, written by the supervisor into memory both share (a MAP_SHARED mapping made before the
-// payload was forked, at the same address in both) when an exec takes it. Pointers point into that mapping.
-struct ParkedRequest {
-  static constexpr size_t kMappingBytes = 1 << 20;  // the request and its strings; a larger one takes a fresh payload
-  char* const* argv = nullptr;
-  char* const* envp = nullptr;
-  const char* path = nullptr;  // PATH, for a program named without a slash
-  const char* cwd = nullptr;
-  mode_t umask = 022;
-  const char* code_path = nullptr;  // the argv entry that names the code; null: no code
-  const char* code = nullptr;
-  size_t code_size = 0;
-};
-
-// Lays a request for `executor` out in a mapping of ParkedRequest::kMappingBytes at `mapping` (the request first).
-// False, and nothing usable, when it does not fit.
-bool WriteParkedRequest(const Executor& executor, void* mapping);
 
 // Fills the program part of a plan from an Executor (argv, environment, PATH directories, cwd, code). In the
 // parent: it allocates, so that the child only reads.
@@ -142,12 +121,6 @@ int BecomeSandboxUser(const ChildPlan& plan, const char** step);
 // code_fd: MakeSealedCodeFd's, kept open across execve and named by /dev/fd/N in place of plan.code_path in argv; -1
 // when there is no code.
 [[noreturn]] void RunPayload(const ChildPlan& plan, bool inherited = false, int memory_join_fd = -1, int code_fd = -1);
-
-// A session's spare payload: everything RunPayload does up to and including seccomp (stdin /dev/null, the sandbox
-// user, no capabilities, no_new_privs, the filter and its listener), then it waits on plan.park_fd. One byte there
-// starts the program *request describes (working directory, umask, code memfd, execve); end of file exits quietly.
-// Only for a profile that allows what follows the filter (SeccompProgram::allows_parking). Never returns.
-[[noreturn]] void RunParkedPayload(const ChildPlan& plan, const ParkedRequest* request);
 
 // The cloned child's entry point: sets up the sandbox, forks the payload, then serves as pid 1. Never returns.
 [[noreturn]] void ChildMain(const ChildPlan& plan);

@@ -83,7 +83,7 @@ int EnterSessionEntry(void* arg) {
   if (DropBoundingSet(&step) != 0) Fail(plan, step, errno);
 
   // 4. The sandbox user, then not dumpable: the payload appears in the session's pid namespace, where its programs
-  //    (that user, in that user namespace) can see and signal it, in the supervisor's memory (or a copy of it, parked)
+  //    (that user, in that user namespace) can see and signal it, in the supervisor's memory
   //    until its execve. Dumpability belongs to that memory and is inherited by a fork, but any credential change
   //    resets it (to fs.suid_dumpable, for a root supervisor): so all of them happen here, where no sandboxed program
   //    can see this process, and the payload is born as the sandbox user and not dumpable, making no change of its own.
@@ -91,18 +91,7 @@ int EnterSessionEntry(void* arg) {
   if (BecomeSandboxUser(payload, &step) != 0) Fail(plan, step, errno);
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) Fail(plan, "prctl(PR_SET_DUMPABLE, 0)", errno);
 
-  // 5. A parked payload: a fork (a copy of this memory, which is the supervisor's: it may wait as long as it likes,
-  //    and it allocates nothing), the supervisor's child at once. A raw clone: glibc's fork would run the supervisor's
-  //    fork handlers, whose locks another of its threads may hold.
-  if (payload.park_fd >= 0) {
-    long child = ::syscall(SYS_clone, CLONE_PARENT | SIGCHLD, nullptr, nullptr, nullptr, 0);
-    if (child < 0) Fail(plan, "clone(CLONE_PARENT, parked payload)", errno);
-    if (child == 0) RunParkedPayload(payload, plan.request);  // writes its code file as the sandbox user
-    *plan.payload_pid = static_cast<pid_t>(child);
-    _exit(0);
-  }
-
-  // 6. The payload: only a child enters the pid namespace. We wait here until it has called execve (or died), then
+  // 5. The payload: only a child enters the pid namespace. We wait here until it has called execve (or died), then
   //    leave: the payload passes to the supervisor, the subreaper above us.
   pid_t child = StartVforkChild(PayloadEntry, const_cast<EnterPlan*>(&plan), plan.payload_started);
   if (child < 0) Fail(plan, "clone(CLONE_VM|CLONE_VFORK, payload in the session's pid namespace)", errno);

@@ -16,9 +16,6 @@ struct EnterPlan {
   // that started it) are still suspended until its execve: a program of the session may stop it there, and the
   // supervisor's watchdog kills it by this pid at the exec's deadline. 0 until then.
   pid_t* payload_started = nullptr;
-  // A parked payload (payload.park_fd >= 0): forked, not started vfork-style, so that it can wait for its program
-  // (RunParkedPayload); `request` is where that program will be, in memory shared with the supervisor.
-  const ParkedRequest* request = nullptr;
 };
 
 // The exec helper, started with StartVforkChild(EnterSessionEntry, &plan) from a supervisor thread: it shares the
@@ -27,9 +24,7 @@ struct EnterPlan {
 // empties its bounding set, starts the payload (vfork-style too: it lands in the session's pid namespace), stores its
 // pid in *plan.payload_pid and exits once the payload has called execve. The supervisor, a child subreaper
 // (PR_SET_CHILD_SUBREAPER), then has the payload as its own child: it waits for it and gets its status and usage.
-// Set-up failures go to payload.control_fd as kSetupError. With payload.park_fd set, the payload is instead a fork
-// of the helper (CLONE_PARENT: the supervisor's child from the start) that parks (RunParkedPayload), and the helper
-// exits at once. Returns only through _exit.
+// Set-up failures go to payload.control_fd as kSetupError. Returns only through _exit.
 int EnterSessionEntry(void* plan);
 
 // setns(pidfd, namespaces), falling back on EPERM to each of ns_fds in order (user first). Returns 0 or -1 with errno.

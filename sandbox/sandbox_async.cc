@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "sandbox/launch.h"
+#include "sandbox/verdict.h"
 
 namespace nsbox {
 

@@ -336,14 +336,6 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
       return Status::Error(fmt::format("the profile denies \"{}\": no program could {} under it", needed,
                                        std::string_view(needed) == "execve" ? "start" : "end"));
   }
-  program->allows_parking = true;
-  for (const char* needed : kSyscallsWhenParked) {
-    const int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, needed);
-    auto it = unconditional.find(nr);
-    if (it != unconditional.end() ? it->second.action != SCMP_ACT_ALLOW
-                                  : default_action != SCMP_ACT_ALLOW || conditional.count(nr) > 0)
-      program->allows_parking = false;
-  }
   if (program->uses_notify) {
     for (const char* needed : kSyscallsAfterInstall) {
       const int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, needed);

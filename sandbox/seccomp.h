@@ -28,9 +28,6 @@ struct SeccompProgram {
   std::string name;
   // What the notifier answers to every notification: the profile's default errno.
   int notify_errno = EPERM;
-  // The profile allows unconditionally what a parked payload does after the filter (kSyscallsWhenParked): a session
-  // may prepare its next exec up to and including the filter (RunParkedPayload).
-  bool allows_parking = false;
 };
 
 // What `nsbox profile check` prints, and what compiling a profile learned about it.
@@ -78,10 +75,6 @@ std::string DefaultSeccompProfilesDir();
 // profile that notifies must allow them unconditionally, or the child would wait on a notification
 // that only the listener it still holds could answer; CompileSeccompProfile refuses it otherwise.
 inline constexpr const char* kSyscallsAfterInstall[] = {"sendmsg", "close", "write", "exit_group", "execve"};
-// What a parked payload calls after its filter: it waits (read), takes its working directory and umask, writes its
-// code into its memfd and seals it (write, fcntl), and starts the program.
-inline constexpr const char* kSyscallsWhenParked[] = {"read",  "umask", "chdir",      "fcntl",
-                                                      "write", "close", "exit_group", "execve"};
 
 // In the sandboxed child, right before execve: async-signal-safe, no allocation. Sets no_new_privs
 // (needed without CAP_SYS_ADMIN) and installs the filter. Returns 0 or -errno. When

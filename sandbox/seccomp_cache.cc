@@ -33,7 +33,8 @@ namespace {
 constexpr char kMagic[] = "nsbox-seccomp-cache 3\n";
 constexpr size_t kMaxFileBytes = 1 << 20;
 // The flags word of an entry.
-constexpr uint64_t kUsesNotify = 1, kAllowsParking = 2;
+// Bit 2 was "allows parking" (sessions no longer park an exec): files that carry it still load.
+constexpr uint64_t kUsesNotify = 1, kRetiredParkingFlag = 2;
 
 // The directory, opened without following a final symlink, if it belongs to us and nobody else may write to it.
 UniqueFd OpenTrustedDir(const std::string& dir) {
@@ -158,14 +159,13 @@ std::shared_ptr<SeccompProgram> LookupSeccompCache(const std::string& dir, const
   pos += key_size;
   if (!GetU64(data, &pos, &flags) || !GetU64(data, &pos, &notify_errno) || !GetU64(data, &pos, &instructions))
     return nullptr;
-  if (flags > (kUsesNotify | kAllowsParking) || notify_errno > 4095 || instructions == 0 || instructions > BPF_MAXINSNS ||
-      data.size() - pos != instructions * sizeof(sock_filter))
+  if (flags > (kUsesNotify | kRetiredParkingFlag) || notify_errno > 4095 || instructions == 0 ||
+      instructions > BPF_MAXINSNS || data.size() - pos != instructions * sizeof(sock_filter))
     return nullptr;
   auto program = std::make_shared<SeccompProgram>();
   program->filter.resize(instructions);
   memcpy(program->filter.data(), data.data() + pos, instructions * sizeof(sock_filter));
   program->uses_notify = (flags & kUsesNotify) != 0;
-  program->allows_parking = (flags & kAllowsParking) != 0;
   program->notify_errno = static_cast<int>(notify_errno);
   return program;
 }
@@ -184,7 +184,7 @@ void StoreSeccompCache(const std::string& dir, const std::string& key, const Sec
   std::string data;
   PutU64(data, key.size());
   data += key;
-  PutU64(data, (program.uses_notify ? kUsesNotify : 0) | (program.allows_parking ? kAllowsParking : 0));
+  PutU64(data, program.uses_notify ? kUsesNotify : 0);
   PutU64(data, static_cast<uint64_t>(program.notify_errno));
   PutU64(data, program.filter.size());
   data.append(reinterpret_cast<const char*>(program.filter.data()), program.filter.size() * sizeof(sock_filter));

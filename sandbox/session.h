@@ -1,4 +1,4 @@
-// SessionSandbox: one long-lived sandbox whose pid 1 stays between calls; execs and a Python REPL run inside it.
+// SessionSandbox: one long-lived sandbox whose pid 1 stays between calls; execs and one resident process run in it.
 #pragma once
 
 #include "sandbox/sandbox.h"
@@ -9,6 +9,8 @@
 #include <map>
 #include <memory>
 #include <atomic>
+#include <functional>
+#include <optional>
 #include <mutex>
 #include <shared_mutex>
 #include <set>
@@ -24,6 +26,8 @@
 #include "sandbox/executor.h"
 #include "sandbox/policy.h"
 #include "sandbox/result.h"
+#include "sandbox/supervisor.h"
+#include "sandbox/verdict.h"
 #include "sandbox/vfork_watchdog.h"
 
 namespace nsbox {
@@ -32,36 +36,46 @@ namespace nsbox {
 // (PR_SET_CHILD_SUBREAPER), with the pipes to it.
 struct SessionHelper {
   pid_t pid = -1;  // the payload, the supervisor's child; -1 when the helper failed before starting it
-  UniqueFd pidfd, out, err, control;
+  UniqueFd pidfd, out, err;
+  ControlChannel control;
   bool reaped = false;
-  std::string control_bytes;
-  bool have_setup_error = false, have_exit = false;
-  InitMessage setup_error{}, exit_message{};
-  UniqueFd seccomp_socket;                     // where the payload hands over its seccomp listener
-  std::unique_ptr<SeccompNotifier> notifier;   // answers (and counts) the payload's denied calls
+  std::optional<SetupFailure> setup_failure;
+  std::optional<int> exit_status;  // from wait4, once reaped
+  int64_t cpu_us = 0, max_rss_kb = 0;
+  SeccompListener seccomp;  // answers (and counts) the payload's denied calls
 };
 
-// A session's next exec, prepared ahead (SessionSandbox::PrepareNextExec): its payload parked just before execve
-// (RunParkedPayload), the group it joined, the pipe that starts it and the shared mapping its program goes into.
-// Owned by the session until an exec takes it (SessionSandbox::DropParked ends one that will not run).
-struct ParkedExec {
-  std::unique_ptr<SessionHelper> helper;
-  std::unique_ptr<CgroupChild> group;
-  UniqueFd park;             // the write end; one byte starts the payload
-  void* mapping = nullptr;   // ParkedRequest::kMappingBytes, MAP_SHARED
-  ParkedExec() = default;
-  ParkedExec(const ParkedExec&) = delete;
-  ParkedExec& operator=(const ParkedExec&) = delete;
-  ~ParkedExec();
+// A process of the session that lives across calls (a REPL's interpreter), spoken to on a unix socket that is its
+// fd 3. The engine knows nothing of what is said: the caller frames each answer (ResidentTurnOptions::frame).
+struct ResidentOptions {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  // its environment when it (re)starts
+  mode_t umask = 022;                      // and its umask
 };
 
-// How the persistent interpreter is started and what one cell may use.
-struct ReplOptions {
-  std::vector<std::string> driver_argv;      // e.g. /usr/bin/python3 -u -c <driver source>; speaks on fd 3
-  std::map<std::string, std::string> env;    // the interpreter's environment when it (re)starts
-  mode_t umask = 022;                        // and its umask
+struct ResidentTurnOptions {
   std::chrono::milliseconds wall_timeout{30'000};
   uint64_t output_limit_bytes = 1 << 20;
+  // Looks at what the process wrote on its channel so far: 0 while the answer is incomplete, 1 when it is complete,
+  // -1 when it cannot be an answer to this request (*why says what is wrong: the channel is out of step).
+  std::function<int(std::string_view bytes, std::string* why)> frame;
+};
+
+// What became of one request to a resident process.
+struct ResidentTurn {
+  bool answered = false;
+  std::string answer;       // the channel's bytes when answered
+  std::string out_of_step;  // frame's why: the process was killed
+  bool timed_out = false, cancelled = false;
+  bool state_lost = false;  // the process that served earlier requests died: this one is fresh
+  // The process was replaced before this request because its channel held bytes no request asked for.
+  bool restarted_out_of_step = false;
+  // Why the session ended, when it ended while the request ran ("the session ended while the cell ran (…)").
+  std::string session_ended;
+  // False when nothing was tried (the session is ending, the process could not start): result says why.
+  bool started = false;
+  // Output, wall time; when not answered, the process's own end (MakeVerdict): it was killed and is gone.
+  Result result;
 };
 
 class SessionSandbox {
@@ -78,15 +92,16 @@ class SessionSandbox {
 
   // Runs one program as a new process inside the session, under the session's policy plus the executor's time and
   // output limits. Thread-safe: several execs may run at once. When `cancel_fd` becomes readable or hangs up (the
-  // client went away) the exec is killed. The result carries extra["changed_files"]: the files of /workspace it
-  // created or changed ([{path, size}], paths as the sandbox sees them).
-  Result Exec(Executor executor, int cancel_fd = -1);
+  // client went away) the exec is killed. on_ran (may be empty) adds to the result of an exec that ran (its
+  // payload was started): the changed files, say; not to a call refused before.
+  Result Exec(Executor executor, int cancel_fd = -1, const std::function<void(Result&)>& on_ran = {});
 
-  // Runs one cell in the session's persistent interpreter (started on first use, and again after it died). One cell
-  // at a time. extra["repl"] = {value, exception, traceback, state_lost, interpreter_killed}. The interpreter answers
-  // each request with one JSON object carrying the request's cell id; anything else on its channel (a cell wrote to
-  // it) kills the interpreter, so that no later cell gets an earlier one's answer.
-  Result RunCell(const std::string& code, const ReplOptions& options, int cancel_fd = -1);
+  // Sends `request` to the session's resident process (started on first use, and again after it died) on its
+  // channel and supervises it until options.frame says the answer is complete, it dies, the time runs out or
+  // `cancel_fd` fires; in every case but an answer the process is killed, and the next request starts a fresh one.
+  // One request at a time. A process whose channel holds bytes before a request is replaced first.
+  ResidentTurn AskResident(const ResidentOptions& process, const std::string& request,
+                           const ResidentTurnOptions& options, int cancel_fd = -1);
 
   // Kills pid 1 (and with it every process of the session) and every exec helper; waits for pid 1. `why` says how the
   // session ended ("removed by nsbox session rm"): the execs and cells it cuts short report it as their reason.
@@ -108,28 +123,22 @@ class SessionSandbox {
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
   // `join` (may be null): the cgroup descriptors the payload joins, instead of the session's (an exec's own group).
-  // park_fd >= 0: the payload parks (RunParkedPayload) until a byte arrives on that pipe, to run *request.
   // start_deadline: when the payload, if it has not reached its execve yet (a program of the session stopped it), is
   // killed so that the call returns (VforkWatchdog).
   StatusOr<std::unique_ptr<SessionHelper>> StartHelper(
-      const Executor& executor, int channel_fd, const CgroupSelfJoin* join = nullptr, int park_fd = -1,
-      const ParkedRequest* request = nullptr,
+      const Executor& executor, int channel_fd, const CgroupSelfJoin* join = nullptr,
       VforkWatchdog::Clock::time_point start_deadline = VforkWatchdog::Clock::time_point::max());
-  // The parked payload, if there is one and it still waits; null otherwise (one found dead is discarded).
-  std::unique_ptr<ParkedExec> TakeParked();
-  // Parks the next exec's payload (PrepareNextExec), where the profile allows it.
-  void Park();
-  // Kills and reaps a parked payload that will not run (dead already, or its request does not fit), keeps its group.
-  void DropParked(std::unique_ptr<ParkedExec> parked);
+  // Kills the resident process and forgets it; the next request starts a fresh one.
+  void DropResident();
   // A group of the exec's own below the session's (CgroupChild): the one PrepareNextExec made, else a new one; null
   // without a cgroup.
   StatusOr<std::unique_ptr<CgroupChild>> StartExecGroup();
   // Keeps an ended exec's group until PrepareNextExec (or the next exec) finds it empty and removes it.
   void KeepExecGroup(std::unique_ptr<CgroupChild> group);
   void Forget(pid_t payload);
-  // counters_before: the session cgroup's counters when the exec began (Cgroup::ReadCounters); the exec's limits
-  // report what grew since.
-  void FinishReport(SessionHelper& helper, const CgroupStats& counters_before, Result* result);
+  // The verdict's inputs from the helper's reports; counters_before: the session cgroup's counters when the exec
+  // began (Cgroup::ReadCounters), the exec's limits report what grew since (unset: no limits report).
+  void GatherVerdict(SessionHelper& helper, const CgroupStats* counters_before, VerdictInputs* in);
 
   Policy policy_;
   std::atomic<pid_t> pid1_{-1};  // -1 once Terminate has reaped it; read by info requests on other threads
@@ -139,7 +148,7 @@ class SessionSandbox {
   UniqueFd ns_fds_[6];
   UniqueFd workspace_fd_;
   std::unique_ptr<Cgroup> cgroup_;  // the session's limits: pid 1 and every exec helper (and so every exec) join it
-  // Exec and RunCell hold it shared for their whole call; Terminate takes it exclusively, once it has killed every
+  // Exec and AskResident hold it shared for their whole call; Terminate takes it exclusively, once it has killed every
   // process (which ends those calls), before it removes what they still use (the cgroup, the kept exec groups).
   // A session that ends at its lifetime while an exec runs would otherwise free the cgroup under that exec's report.
   std::shared_mutex calls_mutex_;
@@ -154,22 +163,17 @@ class SessionSandbox {
   mutable std::mutex exec_groups_mutex_;
   std::vector<std::unique_ptr<CgroupChild>> kept_exec_groups_;
   std::unique_ptr<CgroupChild> spare_exec_group_;  // made by PrepareNextExec, empty, for the next exec
-  // The next exec's payload, prepared up to its seccomp filter by PrepareNextExec and waiting for its program (with
-  // the exec group it joined). Taken by an exec with no stdin of its own.
-  std::unique_ptr<ParkedExec> parked_;
-  bool parking_ = false;  // the profile allows parking (SeccompProgram::allows_parking), or there is none
   uint64_t exec_group_counter_ = 0;
   bool new_network_ = true;
   VforkWatchdog start_watchdog_;  // for payloads still starting at their exec's deadline
   std::mutex payloads_mutex_;
   std::set<pid_t> payloads_;  // the execs' live payloads (our children), killed and reaped by Terminate()
 
-  // The persistent interpreter.
-  std::mutex repl_mutex_;
-  std::unique_ptr<SessionHelper> repl_;
-  UniqueFd repl_channel_;
-  bool repl_state_lost_ = false;  // the previous interpreter died: the next cell says so
-  uint64_t repl_cell_id_ = 0;     // the last cell's id, sent with it and echoed in the driver's answer
+  // The resident process (a REPL's interpreter).
+  std::mutex resident_mutex_;
+  std::unique_ptr<SessionHelper> resident_;
+  UniqueFd resident_channel_;
+  bool resident_lost_ = false;  // the previous one died: the next request says so
 };
 
 }  // namespace nsbox

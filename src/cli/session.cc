@@ -149,7 +149,7 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     config.policy = std::move(checked->policy);
     config.idle_timeout = checked->idle_timeout;
     config.owner_pid = end_with_pid;
-    config.network_allow = std::move(checked->network);
+    if (checked->network) config.network_allow = std::make_shared<const NetworkAllowSpec>(std::move(*checked->network));
     config.max_lifetime = checked->max_lifetime;
     auto driver = ReadFile(DataDir() + "/rootfs/repl/driver.py", 1 << 20);
     if (driver.ok()) config.repl_driver_source = std::move(*driver);

@@ -29,6 +29,8 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/host_id_lease.h"
 #include "sandbox/session.h"
+#include "src/cli/network.h"
+#include "src/session/repl.h"
 #include "src/session/state.h"
 #include "src/session/wire.h"
 
@@ -249,15 +251,17 @@ class Server {
     Result result;
     if (request.value("repl", false)) {
       if (config_.repl_driver_source.empty()) return Error("the REPL driver (rootfs/repl/driver.py) was not found");
-      ReplOptions options;
-      options.driver_argv = {ex.argv.at(0), "-u", "-c", config_.repl_driver_source};
-      options.env = ex.env;
-      options.umask = ex.umask;
-      options.wall_timeout = ex.wall_timeout;
-      options.output_limit_bytes = ex.output_limit_bytes;
-      result = session_->RunCell(ex.code, options, conn);
+      ResidentOptions driver;
+      driver.argv = {ex.argv.at(0), "-u", "-c", config_.repl_driver_source};
+      driver.env = ex.env;
+      driver.umask = ex.umask;
+      ResidentTurnOptions limits;
+      limits.wall_timeout = ex.wall_timeout;
+      limits.output_limit_bytes = ex.output_limit_bytes;
+      result = RunCell(*session_, ex.code, driver, limits, conn);
     } else {
-      result = session_->Exec(std::move(ex), conn);
+      ChangedFilesReport changed(*session_);
+      result = session_->Exec(std::move(ex), conn, [&](Result& ran) { changed.AddTo(ran); });
     }
     if (proxy_) proxy_->ReportSince(denied_before, result);
     return {{"ok", true}, {"result", ResultToJson(result)}};

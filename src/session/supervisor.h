@@ -3,17 +3,18 @@
 
 #include <sys/types.h>
 
-#include <optional>
-
-#include "src/cli/network.h"
-
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "sandbox/base/status.h"
 #include "sandbox/policy.h"
+
+namespace nsbox::cli {
+struct NetworkAllowSpec;  // src/cli/network.h: the front end's, only passed through here
+}  // namespace nsbox::cli
 
 namespace nsbox::session {
 
@@ -26,7 +27,7 @@ struct SupervisorConfig {
   // When set, the session ends as soon as this process ends (the MCP server or agent that owns it), however it ends.
   pid_t owner_pid = 0;
   // --network allow=: the egress proxy the supervisor runs for the session's whole life.
-  std::optional<cli::NetworkAllowSpec> network_allow;
+  std::shared_ptr<const cli::NetworkAllowSpec> network_allow;
   std::string repl_driver_source;  // rootfs/repl/driver.py; empty: REPL calls fail with a setup error
   nlohmann::json record;           // what session.json says besides the pids (options, limits, owner)
 };

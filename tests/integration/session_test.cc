@@ -553,7 +553,7 @@ TEST_CASE("a detached background process keeps its exec's group until the sessio
   REQUIRE(s.Sh(id, "setsid sleep 1000 >/dev/null 2>&1 &")["status"] == "ok");
   REQUIRE(s.Sh(id, "true")["status"] == "ok");
   // The first exec's group holds the sleep. The second's was empty at its end: removed once its answer went out,
-  // when the supervisor also prepares the next exec, whose payload waits in a group of its own (ParkedExec).
+  // when the supervisor also makes the group the next exec will take (empty until then).
   // This session's groups only: other suites on the host may have sessions of their own.
   auto busy_and_empty = [&] {
     std::pair<int, int> counts{0, 0};
@@ -565,7 +565,7 @@ TEST_CASE("a detached background process keeps its exec's group until the sessio
     }
     return counts;
   };
-  CHECK(WaitFor([&] { return busy_and_empty() == std::pair<int, int>{2, 0}; }, 5s));
+  CHECK(WaitFor([&] { return busy_and_empty() == std::pair<int, int>{1, 1}; }, 5s));
   CHECK(s.Nsbox({"session", "rm", id}).code == 0);
   CHECK(WaitFor([&] { return NoGroupNamed(group); }, 5s));
 }
@@ -618,7 +618,7 @@ fd = os.open(path, os.O_RDWR)
 print(path.startswith("/dev/fd/"), os.listdir("/workspace"), err(os.write, fd, b"x"), err(os.ftruncate, fd, 0),
       err(os.unlink, path))
 )";
-  for (int round = 0; round < 2; ++round) {  // the second from a parked payload, where the session parks
+  for (int round = 0; round < 2; ++round) {
     Output during = s.Nsbox({"exec", id, "--lang", "python", "--code", code});
     INFO(during.err);
     REQUIRE(during.code == 0);
@@ -1014,144 +1014,6 @@ TEST_CASE("another user can't drive a session, even when the directories let it 
   CHECK(s.Sh(id, "ls /workspace")["stdout"] == "");
 }
 
-namespace {
-
-// The supervisor's child that waits as the next exec's payload (comm "nsbox-exec"), or 0.
-pid_t ParkedPayload(pid_t supervisor) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const size_t close = line.rfind(')');
-    const size_t open = line.find('(');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == supervisor && line.substr(open + 1, close - open - 1) == "nsbox-exec") return std::stoi(name);
-  }
-  return 0;
-}
-
-// One "Key:" line of /proc/<pid>/status, without the key; "" when missing.
-std::string StatusField(pid_t pid, const std::string& key) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (!line.starts_with(key + ":")) continue;
-    size_t value = line.find_first_not_of(" \t", key.size() + 1);
-    return value == std::string::npos ? "" : line.substr(value);
-  }
-  return "";
-}
-
-// A new session in which one exec has run, so that the next one waits parked: its id, supervisor and parked payload.
-std::tuple<std::string, pid_t, pid_t> CreateWithParked(Sessions& s) {
-  std::string id = s.Create();
-  const pid_t supervisor = s.Record(id)["supervisor_pid"];
-  REQUIRE(s.Sh(id, "true")["status"] == "ok");
-  pid_t parked = 0;
-  REQUIRE(WaitFor([&] { return (parked = ParkedPayload(supervisor)) > 0; }, 5s));
-  return {id, supervisor, parked};
-}
-
-}  // namespace
-
-TEST_CASE("the next exec waits parked past its seccomp filter, as the sandbox user, and runs the program it is given",
-          "[session][parked]") {
-  Sessions s;
-  const auto [id, supervisor, parked] = CreateWithParked(s);
-  // Everything but the program is done: the filter, no capabilities at all, no_new_privs, the sandbox's user.
-  CHECK(WaitFor([&] { return StatusField(parked, "Seccomp") == "2"; }, 5s));
-  CHECK(StatusField(parked, "NoNewPrivs") == "1");
-  for (const char* set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}) {
-    INFO(set);
-    CHECK(StatusField(parked, set) == "0000000000000000");
-  }
-  const std::string uid = std::to_string(s.Record(id)["sandbox_host_uid"].get<uint32_t>());
-  CHECK(StatusField(parked, "Uid").starts_with(uid + "\t" + uid + "\t" + uid));
-
-  // Its command line is not the supervisor's (host paths, options): the session's programs can read it.
-  std::ifstream cmdline("/proc/" + std::to_string(parked) + "/cmdline");
-  std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-  CHECK(args.substr(0, args.find('\0')) == "nsbox-exec");
-  // The next exec is that process (the same pid in the session's namespace), with its own program, environment, code
-  // file and umask.
-  const std::string nspid = StatusField(parked, "NSpid");
-  const std::string inner_pid = nspid.substr(nspid.rfind('\t') + 1);
-  json ran = s.Exec(id, {"/bin/sh", "-c", "echo $$ $GREETING; pwd; umask; cat \"$0\" >/dev/null && echo $0"},
-                    {"--env", "GREETING=hello"});
-  INFO(ran.dump());
-  CHECK(ran["status"] == "ok");
-  CHECK(ran["stdout"] == inner_pid + " hello\n/workspace\n0022\n/bin/sh\n");
-  json code = s.Exec(id, {}, {"--lang", "python", "--code", "import os; print(os.getcwd(), __file__.startswith('/dev/fd/'))"});
-  INFO(code.dump());
-  CHECK(code["stdout"] == "/workspace True\n");
-  // Used, it is gone; the exec after next finds another one waiting.
-  CHECK_FALSE(ProcessExists(parked));
-  CHECK(WaitFor([&] { pid_t next = ParkedPayload(supervisor); return next > 0 && next != parked; }, 5s));
-  // Not dumpable while it waits (its memory is a copy of the supervisor's): a program of the session, of the same user
-  // and user namespace, may not read it. A background program looks once the next one is parked.
-  json looker = s.Sh(id, R"sh(setsid sh -c 'sleep 0.5; for p in /proc/[0-9]*; do
-      [ "$(cat $p/comm 2>/dev/null)" = nsbox-exec ] || continue
-      if cat $p/environ >/dev/null 2>&1; then echo readable; else echo refused; fi >/workspace/verdict
-    done' >/dev/null 2>&1 &)sh");
-  REQUIRE(looker["status"] == "ok");
-  std::this_thread::sleep_for(1500ms);
-  json verdict = s.Sh(id, "cat /workspace/verdict");
-  INFO(verdict.dump());
-  CHECK(verdict["stdout"] == "refused\n");
-}
-
-TEST_CASE("an exec finds its parked payload killed, or its code too large for it, and starts a payload of its own",
-          "[session][parked]") {
-  Sessions s;
-  auto [id, supervisor, parked] = CreateWithParked(s);
-  // Any program of the session could do these: it runs as the same user. Stopped, it is continued and used.
-  REQUIRE(::kill(parked, SIGSTOP) == 0);
-  REQUIRE(WaitFor([&] { return StatusField(parked, "State").starts_with("T"); }, 5s));
-  json after_stop = s.Sh(id, "echo $$", {"--timeout", "5s"});
-  INFO(after_stop.dump());
-  CHECK(after_stop["status"] == "ok");
-  CHECK_FALSE(ProcessExists(parked));  // it was the one that ran
-  REQUIRE(WaitFor([&] { return (parked = ParkedPayload(supervisor)) > 0; }, 5s));
-  REQUIRE(::kill(parked, SIGKILL) == 0);
-  REQUIRE(WaitFor([&] { return StatusField(parked, "State").starts_with("Z") || !ProcessExists(parked); }, 5s));
-  json after_kill = s.Sh(id, "echo still here");
-  INFO(after_kill.dump());
-  CHECK(after_kill["status"] == "ok");
-  CHECK(after_kill["stdout"] == "still here\n");
-  CHECK_FALSE(ProcessExists(parked));  // reaped, not left a zombie
-  // 2 MiB of code: more than the request's shared mapping holds.
-  REQUIRE(WaitFor([&] { return ParkedPayload(supervisor) > 0; }, 5s));
-  const std::string big = s.state_dir + "/big.py";
-  std::ofstream(big) << "x = '" << std::string(2 << 20, 'a') << "'\nprint(len(x))\n";
-  json large = s.Exec(id, {}, {"--lang", "python", "--file", big});
-  INFO(large["stderr"].dump());
-  CHECK(large["status"] == "ok");
-  CHECK(large["stdout"] == std::to_string(2 << 20) + "\n");
-}
-
-TEST_CASE("a profile that denies what a parked payload does after its filter gets none; its execs still run",
-          "[session][parked]") {
-  Sessions s;
-  const std::string profile = s.state_dir + "/no-umask.json";
-  std::ofstream(profile) << R"({"defaultAction": "SCMP_ACT_ALLOW",
-                                "syscalls": [{"names": ["umask"], "action": "SCMP_ACT_ERRNO"}]})";
-  std::string id = s.Create({"--profile", profile});
-  const pid_t supervisor = s.Record(id)["supervisor_pid"];
-  for (int i = 0; i < 2; ++i) {
-    json ran = s.Sh(id, "echo ran");
-    INFO(ran.dump());
-    CHECK(ran["stdout"] == "ran\n");
-  }
-  std::this_thread::sleep_for(300ms);
-  CHECK(ParkedPayload(supervisor) == 0);
-}
-
 // Sets a sysctl for the test's duration and puts the old value back.
 struct SysctlFor {
   std::string path, old;
@@ -1176,7 +1038,7 @@ TEST_CASE("a daemon of the session cannot open the memory of the next exec befor
   json started = s.Sh(id, "setsid /usr/bin/python3 /workspace/watcher.py </dev/null >/dev/null 2>&1 & "
                           "while [ ! -e /workspace/ready ]; do sleep 0.05; done");
   REQUIRE(started["status"] == "ok");
-  // Execs with stdin of their own: their payloads start vfork-style in the supervisor's memory (not parked).
+  // Every exec's payload starts vfork-style in the supervisor's memory.
   const std::string input = s.state_dir + "/input";
   std::ofstream(input) << "attacked\n";
   // Until the watcher has caught one before its execve (a race it wins most times), three at a time.

@@ -97,7 +97,6 @@ TEST_CASE("a compiled profile is stored once and later loads come from the cache
   REQUIRE(program.ok());
   CHECK(Same((*program)->filter, compiled));
   CHECK((*program)->uses_notify);
-  CHECK((*program)->allows_parking);  // both flags come back from the file
   CHECK((*program)->name == "default");
   // Proof that the second load read the file: a changed program in it comes back.
   Tamper(cache.Entries()[0]);

@@ -175,7 +175,6 @@ TEST_CASE("Docker's published profile loads and compiles unchanged") {
   INFO(program.status().message());
   REQUIRE(program.ok());
   CHECK_FALSE((*program)->uses_notify);
-  CHECK((*program)->allows_parking);
   CHECK(summary.default_action == "SCMP_ACT_ERRNO(EPERM)");
   CHECK(summary.rules_skipped_for_caps >= 10);
   CHECK(summary.rules_skipped_for_arch >= 3);
@@ -204,7 +203,6 @@ TEST_CASE("nsbox's own profiles compile, notify denials, and give every rule a c
     REQUIRE(program.ok());
     CHECK((*program)->uses_notify);
     CHECK((*program)->notify_errno == EPERM);
-    CHECK((*program)->allows_parking);  // a session may prepare its next exec up to the filter
     // Every name in our own profiles is a real x86_64 system call: a typo would be a silent hole.
     CHECK(summary.names_unknown.empty());
     CHECK(summary.names_not_on_native_arch.empty());
@@ -306,36 +304,6 @@ TEST_CASE("a notifying profile must allow the calls the child makes after instal
   auto notifying = CompileSeccompProfile(*allow_default, "test", NativeSeccompHost());
   REQUIRE(notifying.ok());
   CHECK((*notifying)->uses_notify);
-}
-
-TEST_CASE("a session may park its next exec past the filter only where the profile allows every call that follows") {
-  auto parks = [](const std::string& json) {
-    auto profile = ParseSeccompProfile(json);
-    REQUIRE(profile.ok());
-    auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
-    REQUIRE(program.ok());
-    return (*program)->allows_parking;
-  };
-  CHECK(parks(R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mount"], "action": "SCMP_ACT_ERRNO"}]})"));
-  for (const char* call : kSyscallsWhenParked) {
-    if (std::string_view(call) == "execve" || std::string_view(call) == "exit_group") continue;  // refused outright
-    INFO(call);
-    // Denied, or allowed only with some arguments: the parked payload could not go on.
-    CHECK_FALSE(parks(fmt::format(R"({{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
-        {{"names": ["{}"], "action": "SCMP_ACT_ERRNO"}}]}})", call)));
-    std::string others;
-    for (const char* other : kSyscallsWhenParked)
-      if (other != call) others += fmt::format("{}\"{}\"", others.empty() ? "" : ", ", other);
-    CHECK_FALSE(parks(fmt::format(R"({{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
-        {{"names": [{}], "action": "SCMP_ACT_ALLOW"}}]}})", others)));
-    CHECK_FALSE(parks(fmt::format(R"({{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
-        {{"names": [{}], "action": "SCMP_ACT_ALLOW"}},
-        {{"names": ["{}"], "action": "SCMP_ACT_ALLOW", "args": [{{"index": 0, "value": 3, "op": "SCMP_CMP_EQ"}}]}}]}})",
-        others, call)));
-  }
-  CHECK(parks(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
-      {"names": ["read", "umask", "chdir", "fcntl", "write", "close", "exit_group", "execve"],
-       "action": "SCMP_ACT_ALLOW"}]})"));
 }
 
 TEST_CASE("SyscallName names x86_64 calls, including ones newer than libseccomp's table") {

@@ -1,7 +1,9 @@
 // Unit tests: the JSON result object, its key names, exit-code mapping and UTF-8 safety.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 
-#include "sandbox/launch.h"
+#include "sandbox/verdict.h"
 #include "sandbox/result.h"
 
 using namespace nsbox;
@@ -83,20 +85,18 @@ TEST_CASE("front-end additions and measurement errors are top-level JSON keys, b
 }
 
 TEST_CASE("a SIGKILL with unreadable cgroup counters says the OOM killer cannot be ruled out") {
-  Result r;
-  r.status = RunStatus::kSignal;
-  r.signal = 9;
-  r.reason = "killed by signal 9 (SIGKILL)";
-  r.limits = LimitsReport{};
-  r.measurement_errors.push_back("/sys/fs/cgroup/x/memory.events: read: EIO");
-  NoteLimitsHit(&r);
+  VerdictInputs killed;
+  killed.program_status = SIGKILL;  // a wait status: killed by signal 9
+  killed.limits = LimitsReport{};
+  killed.measurement_errors.push_back("/sys/fs/cgroup/x/memory.events: read: EIO");
+  Result r = MakeVerdict(killed);
+  CHECK(r.status == RunStatus::kSignal);
   CHECK_THAT(r.reason, Catch::Contains("memory.events") && Catch::Contains("OOM killer cannot be ruled out"));
+  CHECK(r.measurement_errors == killed.measurement_errors);
   // The program's own exit is not in doubt.
-  Result exited;
-  exited.status = RunStatus::kExit;
-  exited.exit_code = 1;
-  exited.limits = LimitsReport{};
-  exited.measurement_errors = r.measurement_errors;
-  NoteLimitsHit(&exited);
-  CHECK(exited.reason.empty());
+  VerdictInputs exited = killed;
+  exited.program_status = 1 << 8;  // exited with code 1
+  Result e = MakeVerdict(exited);
+  CHECK(e.status == RunStatus::kExit);
+  CHECK(e.reason == "exited with code 1");
 }

@@ -1,0 +1,409 @@
+// SessionSandbox's execs and its resident process: the setns helper that starts a payload, its supervision and
+// verdict (supervisor.h, verdict.h).
+#include "sandbox/session.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/clone.h"
+#include "sandbox/base/defer.h"
+#include "sandbox/base/fd_passing.h"
+#include "sandbox/child.h"
+#include "sandbox/enter.h"
+#include "sandbox/launch.h"
+#include "sandbox/launcher.h"
+#include "sandbox/stdin_feeder.h"
+
+namespace nsbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Reads and discards what is there without blocking.
+void Discard(UniqueFd& fd) {
+  char buffer[65536];
+  while (fd) {
+    ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+    if (n > 0) continue;
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) fd.reset();
+    return;
+  }
+}
+
+// Kills the exec's process group (its descendants that did not start a session of their own go with it).
+void KillExec(SessionHelper& h) {
+  if (h.reaped || h.pid <= 1) return;
+  ::kill(-h.pid, SIGKILL);
+  ::kill(h.pid, SIGKILL);
+}
+
+// Waits for the payload (our child: the supervisor is the subreaper its helper handed it to) and records its exit
+// status and resource usage.
+void Reap(SessionHelper& h) {
+  if (h.reaped || h.pid <= 0) return;
+  int status = 0;
+  struct rusage usage = {};
+  pid_t got;
+  while ((got = ::wait4(h.pid, &status, __WALL, &usage)) < 0 && errno == EINTR) {
+  }
+  // ECHILD: Terminate() reaped it while ending the session; it was killed.
+  if (got < 0) status = SIGKILL;
+  h.reaped = true;
+  h.exit_status = status;
+  h.cpu_us = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000LL + usage.ru_utime.tv_usec +
+             usage.ru_stime.tv_usec;
+  h.max_rss_kb = usage.ru_maxrss;
+}
+
+// The client sent a byte or went away.
+bool CancelRequested(short revents) { return revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR); }
+
+// Bytes are waiting on the socket, or its other end is gone.
+bool HasBytesWaiting(int fd) {
+  struct pollfd p = {fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd,
+                                                                      const CgroupSelfJoin* join,
+                                                                      VforkWatchdog::Clock::time_point start_deadline) {
+  if (!Alive()) return Status::Error("the session has ended");
+  EnterPlan enter;
+  ChildPlan& plan = enter.payload;
+  EmptyCaps no_caps;
+  NSBOX_RETURN_IF_ERROR(PlanPayloadCredentials(policy_, no_caps, &plan));
+  plan.new_network = new_network_;
+  plan.parent_death_signal = false;  // its helper exits at once; the session's pid namespace takes it down instead
+  SetPlanProgram(plan, ex);
+
+  auto out = MakePipe(), err = MakePipe(), control = MakePipe();
+  for (auto* p : {&out, &err, &control})
+    if (!p->ok()) return p->status().Wrap("creating pipes");
+  plan.stdin_fd = ex.stdin_fd;
+  plan.stdout_fd = out->write.get();
+  plan.stderr_fd = err->write.get();
+  plan.control_fd = control->write.get();
+  plan.channel_fd = channel_fd;
+  // The payload hands its seccomp listener over this socket when the profile asks for denial reports.
+  UniqueFd seccomp_parent, seccomp_child;
+  if (plan.seccomp && plan.seccomp->uses_notify) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+      return Status::Errno("socketpair(AF_UNIX) for the seccomp listener");
+    seccomp_parent.reset(pair[0]);
+    seccomp_child.reset(pair[1]);
+  }
+  plan.seccomp_socket = seccomp_child.get();
+  if (cgroup_) {
+    plan.cgroup_join = join ? *join : cgroup_->self_join();
+    if (plan.cgroup_join.count == 0) return Status::Error("the session's cgroup gives no way to join it");
+  }
+  enter.session_pidfd = pid1_pidfd_.get();
+  for (int i = 0; i < 6; ++i) enter.ns_fds[i] = ns_fds_[i].get();
+  pid_t payload = -1;
+  enter.payload_pid = &payload;
+  pid_t payload_started = 0;
+  enter.payload_started = &payload_started;
+
+  auto helper = std::make_unique<SessionHelper>();
+  {
+    // Registered under the lock so that Terminate() never misses an exec. The helper runs vfork-style: this thread
+    // waits until the payload has called execve (or the helper failed), with every signal blocked meanwhile (the
+    // helper and the payload share this thread's memory until then).
+    std::lock_guard lock(payloads_mutex_);
+    // Until the helper is reaped: the payload stays unreaped, its pid its own, meanwhile.
+    VforkWatch watch(start_watchdog_, &payload_started, start_deadline);
+    sigset_t all, old;
+    sigfillset(&all);
+    // The payload runs in this process's memory until its execve, which keeps the larger of that memory's high-water
+    // mark and its own in the payload's peak (ru_maxrss): reset the mark to what is resident now, or every exec would
+    // report the supervisor's largest size ever (a large output it held) as its peak. What stays counted is what the
+    // supervisor has resident, a few MiB (it hands large buffers back to the system when it frees them: RunSupervisor).
+    if (clear_refs_fd_) {
+      ssize_t ignored = ::write(clear_refs_fd_.get(), "5", 1);
+      (void)ignored;
+    }
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t helper_pid = StartVforkChild(EnterSessionEntry, &enter);
+    int start_err = errno;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (helper_pid < 0) return Status::Errno("clone(CLONE_VM|CLONE_VFORK, exec helper)", start_err);
+    // The helper has left (or is leaving): once it is reaped, the payload is our child.
+    while (::waitpid(helper_pid, nullptr, __WALL) < 0 && errno == EINTR) {
+    }
+    helper->pid = payload;
+    if (payload > 0) payloads_.insert(payload);
+  }
+  helper->out = std::move(out->read);
+  helper->err = std::move(err->read);
+  helper->control = ControlChannel(std::move(control->read));
+  helper->seccomp.socket = std::move(seccomp_parent);
+  SetNonBlocking(helper->out.get());
+  SetNonBlocking(helper->err.get());
+  if (helper->seccomp.socket) SetNonBlocking(helper->seccomp.socket.get());
+  if (payload <= 0) {
+    // The helper failed before the payload existed; its report is in the control pipe.
+    helper->reaped = true;
+    return helper;
+  }
+  // Our unreaped child: its pid cannot be reused before we wait for it.
+  helper->pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, payload, 0)));
+  if (!helper->pidfd) {
+    Status s = Status::Errno(fmt::format("pidfd_open({})", payload));
+    KillExec(*helper);
+    Reap(*helper);
+    Forget(payload);
+    return s;
+  }
+  return helper;
+}
+
+// What the helper reported, denied calls, and the limits: the session's counters only grow, so this exec's share is
+// what they grew by while it ran.
+void SessionSandbox::GatherVerdict(SessionHelper& h, const CgroupStats* counters_before, VerdictInputs* in) {
+  in->kind = VerdictInputs::Kind::kSessionExec;
+  in->setup_failure = h.setup_failure;
+  in->program_status = h.exit_status;
+  if (h.exit_status && !h.setup_failure) {
+    in->cpu_ms = h.cpu_us / 1000;
+    in->peak_memory_bytes = static_cast<uint64_t>(h.max_rss_kb) * 1024;
+  }
+  h.seccomp.Report(in);
+  if (!counters_before) return;
+  if (!cgroup_) {
+    in->limits = LimitsReport{};
+    in->limits->backend = "none";
+    return;
+  }
+  CgroupStats stats = cgroup_->ReadStats();
+  stats.oom_kills -= std::min(stats.oom_kills, counters_before->oom_kills);
+  stats.pids_limit_events -= std::min(stats.pids_limit_events, counters_before->pids_limit_events);
+  stats.pids_limit_hit = stats.pids_limit_events > 0;
+  stats.cpu_throttled_us -= std::min(stats.cpu_throttled_us, counters_before->cpu_throttled_us);
+  in->limits = cgroup_->ReportFrom(*policy_.cgroup_limits(), stats);
+  in->measurement_errors = stats.read_errors;
+}
+
+Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void(Result&)>& on_ran) {
+  const auto started = Clock::now();
+  std::shared_lock call(calls_mutex_);
+  if (terminating_) return SetupError("the session is ending");
+  if (ex.argv.empty()) return SetupError("nothing to run: empty command");
+  if (std::string why = CheckOutputLimit(ex.output_limit_bytes); !why.empty()) return SetupError(why);
+  const CgroupStats counters_before = cgroup_ ? cgroup_->ReadCounters() : CgroupStats{};
+  // The program's stdin is a pipe the supervisor fills, never the descriptor the client sent (stdin_feeder.h).
+  StdinFeeder stdin_feeder;
+  if (ex.stdin_fd >= 0) {
+    if (Status s = stdin_feeder.Start(ex.stdin_fd); !s.ok()) return SetupError(s.Wrap("creating pipes").message());
+    ex.stdin_fd = stdin_feeder.child_end();
+  }
+
+  // The exec's own group: its time-out kills everything the exec started, however it detached (setsid, double fork).
+  auto made = StartExecGroup();
+  if (!made.ok()) return SetupError(made.status().Wrap("creating the exec's cgroup").message());
+  std::unique_ptr<CgroupChild> exec_group = std::move(*made);
+  CgroupSelfJoin exec_join;
+  if (exec_group) exec_join = exec_group->self_join();
+  auto started_helper = StartHelper(ex, -1, exec_group ? &exec_join : nullptr, started + ex.wall_timeout);
+  if (!started_helper.ok()) {
+    KeepExecGroup(std::move(exec_group));
+    return SetupError(started_helper.status().message());
+  }
+  std::unique_ptr<SessionHelper> helper = std::move(*started_helper);
+  stdin_feeder.ReleaseChildEnd();
+  SessionHelper& h = *helper;
+  Defer forget([&] {
+    KillExec(h);
+    Reap(h);
+    Forget(h.pid);
+    // What the exec started in a session of its own lives on in its group until it ends (or the session does).
+    KeepExecGroup(std::move(exec_group));
+  });
+
+  VerdictInputs in;
+  in.wall_timeout = ex.wall_timeout;
+  auto kill_exec = [&] {
+    KillExec(h);
+    if (exec_group) (void)exec_group->KillAll();
+  };
+  Supervisor supervisor(ex.output_limit_bytes);
+  supervisor.AddOutput(&h.out, &h.err);
+  supervisor.AddStdin(&stdin_feeder);
+  supervisor.AddSeccompListener(&h.seccomp, policy_.seccomp() ? policy_.seccomp()->notify_errno : 0);
+  supervisor.AddSource([&] { return h.control.fd(); }, POLLIN,
+                       [&](short) { h.control.ReadSetupFailure(&h.setup_failure); });
+  supervisor.SetDeadline(started + ex.wall_timeout, [&] {
+    in.timed_out = true;
+    supervisor.MarkEnding();
+    kill_exec();
+  });
+  supervisor.AddSource([&] { return supervisor.ending() ? -1 : cancel_fd; }, POLLIN | POLLRDHUP, [&](short revents) {
+    if (!revents || !CancelRequested(revents)) return;
+    in.cancelled = true;
+    supervisor.MarkEnding();
+    kill_exec();
+  });
+  supervisor.AddSource([&] { return h.pidfd.get(); }, POLLIN, [&](short revents) {
+    if (revents & POLLIN) Reap(h);
+  });
+  if (Status s = supervisor.Run([&] { return h.reaped; }); !s.ok()) return SetupError(s.message());
+  // The payload has exited: what it wrote is in the pipes. Descendants that still hold them are not waited for.
+  supervisor.DrainOutput();
+  h.control.ReadSetupFailure(&h.setup_failure);
+
+  supervisor.TakeOutput(&in);
+  GatherVerdict(h, &counters_before, &in);
+  if (terminating_) in.session_ended = SessionEndedReason("exec");
+  in.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  Result result = MakeVerdict(std::move(in));
+  if (on_ran) on_ran(result);
+  return result;
+}
+
+void SessionSandbox::DropResident() {
+  if (!resident_) return;
+  KillExec(*resident_);
+  if (!resident_->reaped) ::kill(resident_->pid, SIGKILL);
+  Reap(*resident_);
+  Forget(resident_->pid);
+  resident_.reset();
+  resident_channel_.reset();
+  resident_lost_ = true;
+}
+
+ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const std::string& request,
+                                         const ResidentTurnOptions& options, int cancel_fd) {
+  const auto started = Clock::now();
+  ResidentTurn turn;
+  std::shared_lock call(calls_mutex_);
+  if (terminating_) {
+    turn.result = SetupError("the session is ending");
+    return turn;
+  }
+  std::lock_guard lock(resident_mutex_);
+  // A process that died between requests (killed from an exec, say) is replaced, and the loss reported. So is one
+  // whose channel holds bytes that no request asked for: its next answer could be anything.
+  if (resident_) {
+    struct pollfd fd = {resident_->pidfd.get(), POLLIN, 0};
+    if (::poll(&fd, 1, 0) > 0) {
+      DropResident();
+    } else if (HasBytesWaiting(resident_channel_.get())) {
+      DropResident();
+      turn.restarted_out_of_step = true;
+    }
+  }
+  if (!resident_) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+      turn.result = SetupError(Status::Errno("socketpair(AF_UNIX, resident channel)").message());
+      return turn;
+    }
+    UniqueFd ours(pair[0]), theirs(pair[1]);
+    Executor ex;
+    ex.argv = process.argv;
+    ex.env = process.env;
+    ex.umask = process.umask;
+    auto helper = StartHelper(ex, theirs.get(), nullptr, started + options.wall_timeout);
+    if (!helper.ok()) {
+      turn.result = SetupError(helper.status().Wrap("starting the REPL interpreter").message());
+      return turn;
+    }
+    resident_ = std::move(*helper);
+    resident_channel_ = std::move(ours);
+    turn.state_lost = resident_lost_;
+    resident_lost_ = false;
+  }
+  turn.started = true;
+  SessionHelper& h = *resident_;
+  // Output of earlier requests' leftovers (background threads) is not this one's.
+  Discard(h.out);
+  Discard(h.err);
+  h.control.ReadSetupFailure(&h.setup_failure);
+
+  bool died = false;
+  for (size_t done = 0; done < request.size();) {
+    ssize_t n = ::send(resident_channel_.get(), request.data() + done, request.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      died = true;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+
+  Supervisor supervisor(options.output_limit_bytes);
+  supervisor.AddOutput(&h.out, &h.err);
+  // A resident process outlives its requests: a thread answers its seccomp notifications between them.
+  supervisor.AddSeccompListener(&h.seccomp, policy_.seccomp() ? policy_.seccomp()->notify_errno : 0, true);
+  supervisor.AddSource([&] { return h.control.fd(); }, POLLIN,
+                       [&](short) { h.control.ReadSetupFailure(&h.setup_failure); });
+  supervisor.SetDeadline(started + options.wall_timeout, [&] { turn.timed_out = true; });
+  std::string answer;
+  supervisor.AddSource([&] { return resident_channel_.get(); }, POLLIN, [&](short revents) {
+    if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
+    char buffer[65536];
+    ssize_t n = ::recv(resident_channel_.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n > 0) {
+      answer.append(buffer, static_cast<size_t>(n));
+      std::string why;
+      const int framed = options.frame(answer, &why);
+      if (framed > 0) turn.answered = true;
+      if (framed < 0) turn.out_of_step = why.empty() ? "the channel is out of step" : why;
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      died = true;
+    }
+  });
+  supervisor.AddSource([&] { return h.pidfd.get(); }, POLLIN, [&](short revents) {
+    if (revents & POLLIN) died = true;
+  });
+  supervisor.AddSource([&] { return cancel_fd; }, POLLIN | POLLRDHUP, [&](short revents) {
+    if (revents && CancelRequested(revents)) turn.cancelled = true;
+  });
+  Status polled = supervisor.Run(
+      [&] { return died || turn.answered || !turn.out_of_step.empty() || turn.timed_out || turn.cancelled; });
+  if (!polled.ok()) {
+    turn.result = SetupError(polled.message());
+    return turn;
+  }
+  VerdictInputs in;
+  if (turn.answered) {
+    turn.answer = std::move(answer);
+    supervisor.DrainOutput();  // what the process printed before it answered is in the pipes by now
+    supervisor.TakeOutput(&in);
+    // The process lives on: the answer is the outcome, which the caller reads from it (status ok until it says).
+    in.kind = VerdictInputs::Kind::kSessionExec;
+    in.program_status = 0;
+    turn.result = MakeVerdict(std::move(in));
+  } else {
+    // Timed out, cancelled, crashed or out of step: the process goes, and the next request starts a fresh one.
+    KillExec(h);
+    Reap(h);
+    h.control.ReadSetupFailure(&h.setup_failure);
+    supervisor.DrainOutput();
+    supervisor.TakeOutput(&in);
+    GatherVerdict(h, nullptr, &in);
+    in.timed_out = turn.timed_out;
+    in.cancelled = turn.cancelled;
+    in.wall_timeout = options.wall_timeout;
+    if (terminating_) turn.session_ended = SessionEndedReason("cell");
+    turn.result = MakeVerdict(std::move(in));
+    DropResident();
+  }
+  turn.result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  return turn;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,47 @@
+// The Python REPL's wire protocol (one JSON request and one JSON answer per cell on fd 3), the cell's result built
+// from the engine's ResidentTurn, and the changed-files report of an exec or a cell.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "sandbox/result.h"
+#include "sandbox/session.h"
+#include "sandbox/workspace_snapshot.h"
+
+namespace nsbox::session {
+
+// The most one answer of the REPL driver takes on its channel: the driver cuts a value and an exception to 64 Ki
+// characters and a traceback to 256 Ki, at most 12 bytes each once JSON-escaped. More is a cell writing to the
+// channel itself, and is not buffered.
+inline constexpr size_t kMaxReplyBytes = 8 << 20;
+
+// The request line for cell `id`.
+std::string ReplRequest(uint64_t id, const std::string& code);
+// Whether `line` is the driver's answer to cell `id`: one JSON object with that id, and parts of the driver's types.
+bool ParseReplReply(std::string_view line, uint64_t id, nlohmann::json* reply);
+// ResidentTurnOptions::frame for cell `id`: complete at the first newline if it ends the bytes and parses as the
+// answer; out of step if anything else is there, or more than kMaxReplyBytes without a newline.
+int FrameReplReply(std::string_view bytes, uint64_t id, std::string* why);
+
+// Runs one cell in the session's interpreter. extra["repl"] = {value, exception, traceback, state_lost,
+// interpreter_killed}. `driver_argv`: the interpreter with the driver (e.g. python3 -u -c <driver source>).
+Result RunCell(SessionSandbox& session, const std::string& code, const ResidentOptions& driver,
+               const ResidentTurnOptions& limits, int cancel_fd);
+
+// Snapshots /workspace before a call and reports, after it, the files it created or changed as
+// extra["changed_files"] ([{path, size}], paths as the sandbox sees them).
+class ChangedFilesReport {
+ public:
+  explicit ChangedFilesReport(const SessionSandbox& session);
+  void AddTo(Result& result) const;
+
+ private:
+  UniqueFd workspace_;
+  StatusOr<WorkspaceSnapshot> before_;
+};
+
+}  // namespace nsbox::session

@@ -1,0 +1,192 @@
+// Unit tests: MakeVerdict, the one decision of what became of a program, for `nsbox run` and session execs alike.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+
+#include "sandbox/verdict.h"
+
+namespace {
+
+using nsbox::MakeVerdict;
+using nsbox::RunStatus;
+using nsbox::VerdictInputs;
+using Kind = VerdictInputs::Kind;
+
+int Exited(int code) { return code << 8; }  // a wait status, as W_EXITCODE builds it
+int Signaled(int sig) { return sig; }
+
+nsbox::LimitsReport Limits(uint64_t oom_kills = 0, bool pids_hit = false) {
+  nsbox::LimitsReport limits;
+  limits.backend = "cgroup1";
+  limits.memory_max_bytes = 64 << 20;
+  limits.pids_max = 16;
+  limits.oom_kills = oom_kills;
+  limits.pids_limit_hit = pids_hit;
+  return limits;
+}
+
+VerdictInputs Ran(Kind kind, int status) {
+  VerdictInputs in;
+  in.kind = kind;
+  in.program_started = true;
+  in.program_status = status;
+  in.limits = Limits();
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("a program that exits 0 is ok, one that exits non-zero keeps its code", "[verdict]") {
+  for (Kind kind : {Kind::kRun, Kind::kSessionExec}) {
+    auto ok = MakeVerdict(Ran(kind, Exited(0)));
+    CHECK(ok.status == RunStatus::kOk);
+    CHECK(ok.exit_code == 0);
+    CHECK(ok.signal == 0);
+    CHECK(ok.reason == "exited with code 0");
+    auto failed = MakeVerdict(Ran(kind, Exited(3)));
+    CHECK(failed.status == RunStatus::kExit);
+    CHECK(failed.exit_code == 3);
+    CHECK(failed.ShellExitCode() == 3);
+  }
+}
+
+TEST_CASE("a program killed by a signal reports it; SIGSYS is a seccomp violation", "[verdict]") {
+  auto killed = MakeVerdict(Ran(Kind::kRun, Signaled(SIGSEGV)));
+  CHECK(killed.status == RunStatus::kSignal);
+  CHECK(killed.signal == SIGSEGV);
+  CHECK(killed.exit_code == -1);
+  CHECK(killed.reason == "killed by signal 11 (SIGSEGV)");
+  auto violation = MakeVerdict(Ran(Kind::kSessionExec, Signaled(SIGSYS)));
+  CHECK(violation.status == RunStatus::kViolation);
+  CHECK(violation.reason == "killed by the seccomp policy (SIGSYS)");
+}
+
+TEST_CASE("a time-out wins over the program's own end and says what was killed", "[verdict]") {
+  auto run = Ran(Kind::kRun, Signaled(SIGKILL));
+  run.timed_out = true;
+  run.wall_timeout = std::chrono::milliseconds(250);
+  auto result = MakeVerdict(run);
+  CHECK(result.status == RunStatus::kTimeout);
+  CHECK(result.signal == SIGKILL);
+  CHECK(result.reason == "wall-clock time limit of 250 ms exceeded; every process of the sandbox was killed");
+  CHECK(result.ShellExitCode() == 124);
+  auto exec = Ran(Kind::kSessionExec, Signaled(SIGKILL));
+  exec.timed_out = true;
+  exec.wall_timeout = std::chrono::milliseconds(250);
+  CHECK(MakeVerdict(exec).reason.ends_with("the exec and its process group were killed (the session lives on)"));
+}
+
+TEST_CASE("a cancelled run is killed by its caller, not timed out; a cancelled exec keeps its old wording",
+          "[verdict]") {
+  auto in = Ran(Kind::kRun, Signaled(SIGKILL));
+  in.cancelled = true;
+  auto result = MakeVerdict(in);
+  CHECK(result.status == RunStatus::kKilled);
+  CHECK(result.signal == SIGKILL);
+  CHECK_THAT(result.reason, Catch::StartsWith("cancelled by the caller"));
+  // A session exec whose client went away: the runtimes read this as a cancel (runtime_test).
+  auto exec = Ran(Kind::kSessionExec, Signaled(SIGKILL));
+  exec.cancelled = true;
+  auto exec_result = MakeVerdict(exec);
+  CHECK(exec_result.status == RunStatus::kTimeout);
+  CHECK(exec_result.reason == "cancelled");
+}
+
+TEST_CASE("SIGKILL while the OOM killer counted a kill is an OOM at the limit", "[verdict]") {
+  auto run = Ran(Kind::kRun, Signaled(SIGKILL));
+  run.limits = Limits(/*oom_kills=*/1);
+  auto result = MakeVerdict(run);
+  CHECK(result.status == RunStatus::kOom);
+  CHECK(result.reason == "killed by the OOM killer: the memory limit of 67108864 bytes was reached");
+  CHECK(result.ShellExitCode() == 137);
+  auto exec = Ran(Kind::kSessionExec, Signaled(SIGKILL));
+  exec.limits = Limits(1);
+  CHECK(MakeVerdict(exec).reason ==
+        "killed by the OOM killer: the session's memory limit of 67108864 bytes was reached");
+  // Without an OOM kill, SIGKILL is a plain signal.
+  CHECK(MakeVerdict(Ran(Kind::kRun, Signaled(SIGKILL))).status == RunStatus::kSignal);
+}
+
+TEST_CASE("a run whose pid 1 the OOM killer ended is an OOM, even without the program's own status", "[verdict]") {
+  VerdictInputs in;
+  in.program_started = true;
+  in.init_status = Signaled(SIGKILL);
+  in.limits = Limits(1);
+  auto result = MakeVerdict(in);
+  CHECK(result.status == RunStatus::kOom);
+  CHECK(result.reason.find("it ended the sandbox's pid 1") != std::string::npos);
+}
+
+TEST_CASE("the OOM killer ending another process, and the pids limit, are added to the program's reason", "[verdict]") {
+  auto in = Ran(Kind::kRun, Exited(1));
+  in.limits = Limits(/*oom_kills=*/2, /*pids_hit=*/true);
+  auto result = MakeVerdict(in);
+  CHECK(result.status == RunStatus::kExit);
+  CHECK(result.reason == "exited with code 1; the OOM killer ended 2 processes at the memory limit of 67108864 bytes; "
+                         "the pids limit of 16 was reached (a fork or a new thread failed with EAGAIN)");
+  REQUIRE(result.limits);
+  CHECK(result.limits->pids_limit_hit);
+}
+
+TEST_CASE("output and measurements are copied as captured, truncation included", "[verdict]") {
+  auto in = Ran(Kind::kRun, Exited(0));
+  in.stdout_stream = {"head\n[nsbox: 10 bytes cut]\ntail", 24, true};
+  in.stderr_stream = {"warning", 7, false};
+  in.wall_ms = 12;
+  in.cpu_ms = 5;
+  in.peak_memory_bytes = 4096;
+  in.denied_syscalls = {{"mount", 2}};
+  in.denied_syscalls_capped = true;
+  auto result = MakeVerdict(in);
+  CHECK(result.status == RunStatus::kOk);  // a cut output is no failure of the program
+  CHECK(result.stdout_data == "head\n[nsbox: 10 bytes cut]\ntail");
+  CHECK(result.stdout_bytes == 24);
+  CHECK(result.stdout_truncated);
+  CHECK(result.stderr_data == "warning");
+  CHECK_FALSE(result.stderr_truncated);
+  CHECK(result.wall_ms == 12);
+  CHECK(result.cpu_ms == 5);
+  CHECK(result.peak_memory_bytes == 4096);
+  CHECK(result.denied_syscalls.at("mount") == 2);
+  CHECK(result.denied_syscalls_capped);
+}
+
+TEST_CASE("an exec killed because its session ended says so", "[verdict]") {
+  auto in = Ran(Kind::kSessionExec, Signaled(SIGKILL));
+  in.session_ended = "the session ended while the exec ran (removed by nsbox session rm)";
+  auto result = MakeVerdict(in);
+  CHECK(result.status == RunStatus::kSignal);
+  CHECK(result.reason == "the session ended while the exec ran (removed by nsbox session rm); the exec was killed");
+  // A program that ended on its own keeps its own reason.
+  auto exited = Ran(Kind::kSessionExec, Exited(0));
+  exited.session_ended = in.session_ended;
+  CHECK(MakeVerdict(exited).reason == "exited with code 0");
+}
+
+TEST_CASE("a setup error only when nothing ran: a failed step, or pid 1 gone before the program", "[verdict]") {
+  VerdictInputs failed_step;
+  failed_step.setup_failure = nsbox::SetupFailure{"mount(proc)", EPERM};
+  failed_step.init_status = Exited(1);
+  auto result = MakeVerdict(failed_step);
+  CHECK(result.status == RunStatus::kSetupError);
+  CHECK(result.reason == "sandbox setup failed at mount(proc): Operation not permitted (EPERM)");
+  CHECK(result.ShellExitCode() == 125);
+
+  VerdictInputs early;
+  early.init_status = Signaled(SIGKILL);
+  CHECK(MakeVerdict(early).status == RunStatus::kSetupError);
+  CHECK(MakeVerdict(early).reason ==
+        "the sandbox's pid 1 ended before the program started (killed by signal 9 (SIGKILL))");
+
+  // pid 1 died after the program's execve: the program ran and died with it.
+  VerdictInputs late = early;
+  late.program_started = true;
+  auto ran = MakeVerdict(late);
+  CHECK(ran.status == RunStatus::kSignal);
+  CHECK(ran.signal == SIGKILL);
+
+  VerdictInputs helper_gone;
+  helper_gone.kind = Kind::kSessionExec;
+  CHECK(MakeVerdict(helper_gone).status == RunStatus::kSetupError);
+}
