@@ -1,4 +1,5 @@
-// The cgroup v2 backend: one group per sandbox with memory.max, memory.swap.max, pids.max and cpu.max; cgroup.kill teardown.
+// The cgroup v2 backend: one group per sandbox with memory.max, memory.swap.max, pids.max and cpu.max; cgroup.kill
+// teardown.
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,5 @@
-// Seccomp: libseccomp compiles a profile to BPF held in memory; the child installs it; the parent answers notifications.
+// Seccomp: libseccomp compiles a profile to BPF held in memory; the child installs it; the parent answers
+// notifications.
 #include "sandbox/seccomp.h"
 #include "sandbox/seccomp_cache.h"
 
@@ -98,7 +99,8 @@ uint32_t LibseccompAction(SeccompAction action, const std::optional<uint32_t>& e
 }
 
 std::string ActionLabel(SeccompAction action, const std::optional<uint32_t>& errno_ret) {
-  if (action == SeccompAction::kErrno) return fmt::format("SCMP_ACT_ERRNO({})", ErrnoName(static_cast<int>(ErrnoOf(errno_ret))));
+  if (action == SeccompAction::kErrno)
+    return fmt::format("SCMP_ACT_ERRNO({})", ErrnoName(static_cast<int>(ErrnoOf(errno_ret))));
   return std::string(SeccompActionName(action));
 }
 
@@ -145,7 +147,8 @@ StatusOr<std::vector<sock_filter>> ExportBpf(void* ctx) {
   const off_t size = lseek(memfd.get(), 0, SEEK_END);
   if (size < 0) return Status::Errno("lseek(bpf memfd, SEEK_END)");
   if (size == 0 || size % static_cast<off_t>(sizeof(sock_filter)) != 0) {
-    return Status::Error(fmt::format("seccomp_export_bpf wrote {} bytes, not a whole number of BPF instructions", size));
+    return Status::Error(
+        fmt::format("seccomp_export_bpf wrote {} bytes, not a whole number of BPF instructions", size));
   }
   std::vector<sock_filter> filter(static_cast<size_t>(size) / sizeof(sock_filter));
   size_t done = 0;
@@ -220,8 +223,9 @@ Status AddRule(void* ctx, const SeccompRule& rule, const std::string& name, int 
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const SeccompProfile& profile, const std::string& name,
-                                                                      const SeccompHost& host, SeccompSummary* summary) {
+StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const SeccompProfile& profile,
+                                                                      const std::string& name, const SeccompHost& host,
+                                                                      SeccompSummary* summary) {
   SeccompSummary local_summary;
   SeccompSummary& sum = summary ? *summary : local_summary;
   sum = SeccompSummary{};

@@ -31,7 +31,8 @@ print(bad)
   CHECK(r.out() == "[]\n");
 }
 
-TEST_CASE("the top level holds the host view and nothing of /root, /home, /var, /boot, /srv", "[integration][filesystem]") {
+TEST_CASE("the top level holds the host view and nothing of /root, /home, /var, /boot, /srv",
+          "[integration][filesystem]") {
   auto r = RunPython("print(sorted(os.listdir('/')), os.getcwd())\n");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
@@ -47,7 +48,9 @@ TEST_CASE("the top level holds the host view and nothing of /root, /home, /var, 
 
 TEST_CASE("/etc is generated: passwd and group name the sandbox user, hosts and hostname the sandbox",
           "[integration][filesystem]") {
-  auto r = RunShell("id; whoami; grep sandbox /etc/passwd; cat /etc/hostname; grep -c . /etc/hosts; ls /etc/shadow 2>&1 | grep -c 'No such'");
+  auto r = RunShell(
+      "id; whoami; grep sandbox /etc/passwd; cat /etc/hostname; grep -c . /etc/hosts; ls /etc/shadow 2>&1 | grep -c "
+      "'No such'");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() ==
@@ -55,7 +58,8 @@ TEST_CASE("/etc is generated: passwd and group name the sandbox user, hosts and 
         "sandbox:x:1000:1000:nsbox sandbox:/home/sandbox:/bin/sh\nnsbox\n3\n1\n");
 }
 
-TEST_CASE("/proc is the sandbox's own, with sensitive entries masked and /proc/sys read-only", "[integration][filesystem]") {
+TEST_CASE("/proc is the sandbox's own, with sensitive entries masked and /proc/sys read-only",
+          "[integration][filesystem]") {
   // The first masked entry this kernel has (kcore needs CONFIG_PROC_KCORE).
   std::string masked;
   for (const char* path : {"/proc/kcore", "/proc/keys", "/proc/kallsyms", "/proc/timer_list"})
@@ -83,7 +87,8 @@ print(z, u, err(lambda: open("/dev/full", "w", buffering=1).write("x\n")), os.li
   CHECK(r.out() == "b'\\x00\\x00\\x00\\x00' 16 ENOSPC [] ['ptmx']\n");
 }
 
-TEST_CASE("/tmp, /workspace, /dev/shm and the home directory are tmpfs capped at --tmpfs-size", "[integration][filesystem]") {
+TEST_CASE("/tmp, /workspace, /dev/shm and the home directory are tmpfs capped at --tmpfs-size",
+          "[integration][filesystem]") {
   auto r = RunPython(R"(
 sizes = [os.statvfs(p).f_blocks * os.statvfs(p).f_frsize for p in ["/tmp", "/workspace", "/dev/shm", "/home/sandbox"]]
 def fill():
@@ -97,8 +102,11 @@ print(sizes, err(fill))
   CHECK(r.out() == "[8388608, 8388608, 8388608, 8388608] ENOSPC\n");
 }
 
-TEST_CASE("the default tmpfs size is 256M and the places are writable by the sandbox user", "[integration][filesystem]") {
-  auto r = RunShell("for d in /tmp /workspace /dev/shm /home/sandbox; do echo x > $d/f && echo ok; done; df -k /tmp | tail -1 | awk '{print $2}'");
+TEST_CASE("the default tmpfs size is 256M and the places are writable by the sandbox user",
+          "[integration][filesystem]") {
+  auto r = RunShell(
+      "for d in /tmp /workspace /dev/shm /home/sandbox; do echo x > $d/f && echo ok; done; df -k /tmp | tail -1 | awk "
+      "'{print $2}'");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "ok\nok\nok\nok\n262144\n");
