@@ -1,5 +1,6 @@
-// Seccomp: compiles a profile with libseccomp into an in-memory BPF program, installs it, and answers user
-// notifications.
+// Seccomp: compiles a profile with libseccomp into in-memory BPF, installs it, and answers user notifications.
+// Files: seccomp.cc (compiling, pid 1's guard, installing), seccomp_load.cc (profiles by name or path, the cache),
+// seccomp_notifier.cc (the user-notification listener).
 #pragma once
 
 #include <linux/filter.h>
