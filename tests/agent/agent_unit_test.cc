@@ -41,14 +41,16 @@ json AnthropicToolTurn() {
   return json::parse(R"J({"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use",
     "content":[{"type":"text","text":"Let me compute."},
                {"type":"tool_use","id":"toolu_a","name":"run_python","input":{"code":"print(1)"}},
-               {"type":"tool_use","id":"toolu_b","name":"execute_code","input":{"language":"bash","code":"echo 2"}}]})J");
+               {"type":"tool_use","id":"toolu_b","name":"execute_code",)J"
+                 R"J("input":{"language":"bash","code":"echo 2"}}]})J");
 }
 
 json OpenAIToolTurn() {
   return json::parse(R"J({"id":"c1","object":"chat.completion","choices":[{"index":0,"finish_reason":"tool_calls",
     "message":{"role":"assistant","content":null,"tool_calls":[
       {"id":"call_a","type":"function","function":{"name":"run_python","arguments":"{\"code\": \"print(1)\"}"}},
-      {"id":"call_b","type":"function","function":{"name":"execute_code","arguments":"{\"language\":\"bash\",\"code\":\"echo 2\"}"}}]}}]})J");
+      {"id":"call_b","type":"function","function":{"name":"execute_code",)J"
+                     R"J("arguments":"{\"language\":\"bash\",\"code\":\"echo 2\"}"}}]}}]})J");
 }
 
 }  // namespace

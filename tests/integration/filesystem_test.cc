@@ -17,7 +17,8 @@ for line in open("/proc/self/mountinfo"):
     point, opts = f[4], f[5].split(",")
     if "nosuid" not in opts: bad.append(point + " suid")
     if "nodev" not in opts and not (point.startswith("/dev/") and point[5:] in
-            ("null", "zero", "full", "random", "urandom", "tty", "pts")) and point not in ("/proc/keys", "/proc/key-users",
+            ("null", "zero", "full", "random", "urandom", "tty", "pts")) and point not in (
+            "/proc/keys", "/proc/key-users",
             "/proc/timer_list", "/proc/kmsg", "/proc/kallsyms", "/proc/config.gz", "/proc/vmallocinfo",
             "/proc/pagetypeinfo", "/proc/slabinfo", "/proc/kcore", "/proc/sched_debug", "/proc/latency_stats",
             "/proc/timer_stats", "/proc/sysrq-trigger", "/proc/cmdline", "/proc/partitions", "/proc/diskstats",
@@ -80,7 +81,8 @@ TEST_CASE("/dev: null, zero, full and urandom behave; /dev/shm and /dev/pts are 
 open("/dev/null", "w").write("x")
 z = open("/dev/zero", "rb").read(4)
 u = len(open("/dev/urandom", "rb").read(16))
-print(z, u, err(lambda: open("/dev/full", "w", buffering=1).write("x\n")), os.listdir("/dev/shm"), os.listdir("/dev/pts"))
+print(z, u, err(lambda: open("/dev/full", "w", buffering=1).write("x\n")), os.listdir("/dev/shm"),
+      os.listdir("/dev/pts"))
 )");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");

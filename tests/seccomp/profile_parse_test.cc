@@ -79,17 +79,20 @@ TEST_CASE("profile errors name the JSON path of the fault") {
   CHECK(
       ErrorOf(
           head +
-          R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 1, "value": 1, "op": "SCMP_CMP_FOO"}]}]})") ==
+          R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", )"
+          R"("args": [{"index": 1, "value": 1, "op": "SCMP_CMP_FOO"}]}]})") ==
       R"(syscalls[1].args[0].op: unknown operator "SCMP_CMP_FOO")");
   CHECK(
       ErrorOf(
           head +
-          R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 6, "value": 1, "op": "SCMP_CMP_EQ"}]}]})") ==
+          R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", )"
+          R"("args": [{"index": 6, "value": 1, "op": "SCMP_CMP_EQ"}]}]})") ==
       "syscalls[1].args[0].index: argument index 6 is out of range (0..5)");
   CHECK(
       ErrorOf(
           head +
-          R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": -1, "op": "SCMP_CMP_EQ"}]}]})") ==
+          R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", )"
+          R"("args": [{"index": 0, "value": -1, "op": "SCMP_CMP_EQ"}]}]})") ==
       "syscalls[1].args[0].value: expected a non-negative integer, got -1");
   CHECK(ErrorOf(head +
                 R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"value": 1, "op": "SCMP_CMP_EQ"}]}]})") ==
@@ -239,13 +242,15 @@ TEST_CASE("a conditional rule that an unconditional rule would silently override
   // libseccomp keeps only the unconditional rule for a syscall that has both; the kill rule would vanish.
   auto profile = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
     {"names": ["read"], "action": "SCMP_ACT_ALLOW"},
-    {"names": ["read"], "action": "SCMP_ACT_KILL_PROCESS", "args": [{"index": 0, "value": 5, "op": "SCMP_CMP_EQ"}]}]})");
+    {"names": ["read"], "action": "SCMP_ACT_KILL_PROCESS", )"
+                                     R"("args": [{"index": 0, "value": 5, "op": "SCMP_CMP_EQ"}]}]})");
   REQUIRE(profile.ok());
   auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
   REQUIRE_FALSE(program.ok());
   CHECK(
       program.status().message() ==
-      R"(syscalls[1]: the conditional SCMP_ACT_KILL_PROCESS rule for "read" can never match: syscalls[0] gives "read" SCMP_ACT_ALLOW unconditionally)");
+      R"(syscalls[1]: the conditional SCMP_ACT_KILL_PROCESS rule for "read" can never match: )"
+      R"(syscalls[0] gives "read" SCMP_ACT_ALLOW unconditionally)");
   // The same action under a condition is merely redundant.
   auto redundant = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
     {"names": ["read", "execve", "exit_group"], "action": "SCMP_ACT_ALLOW"},
@@ -264,7 +269,8 @@ TEST_CASE("two unconditional rules giving one call different actions are an erro
   REQUIRE_FALSE(program.ok());
   CHECK(
       program.status().message() ==
-      R"(syscalls[1]: "getpid" is given SCMP_ACT_KILL_PROCESS here and SCMP_ACT_ALLOW by syscalls[0]: a call gets one action)");
+      R"(syscalls[1]: "getpid" is given SCMP_ACT_KILL_PROCESS here and SCMP_ACT_ALLOW by syscalls[0]: )"
+      R"(a call gets one action)");
   // The same action twice, and a name repeated in one rule, change nothing.
   auto repeated = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
     {"names": ["getpid", "getpid", "execve", "exit_group"], "action": "SCMP_ACT_ALLOW"},
@@ -292,7 +298,8 @@ TEST_CASE("a profile with more rules than any filter could hold is refused befor
   std::string rules;
   for (int i = 0; i < 20000; ++i)
     rules += fmt::format(
-        R"(,{{"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{{"index": 0, "value": {}, "op": "SCMP_CMP_EQ"}}]}})",
+        R"(,{{"names": ["read"], "action": "SCMP_ACT_ALLOW", )"
+        R"("args": [{{"index": 0, "value": {}, "op": "SCMP_CMP_EQ"}}]}})",
         i);
   auto profile = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
     {"names": ["execve", "exit_group"], "action": "SCMP_ACT_ALLOW"})" + rules + "]}");

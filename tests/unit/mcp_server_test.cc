@@ -214,7 +214,8 @@ TEST_CASE("mcp answers lines nlohmann cannot represent or type-check with errors
   const std::vector<std::pair<std::string, int>> cases = {
       {R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":1e400}})", -32700},
       {R"({"jsonrpc":"2.0","id":1e400,"method":"ping"})", -32700},
-      {R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"1","timeout_seconds":1e400}}})",
+      {R"({"jsonrpc":"2.0","id":2,"method":"tools/call",)"
+       R"("params":{"name":"run_python","arguments":{"code":"1","timeout_seconds":1e400}}})",
        -32700},
       {R"({"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":5}})", -32602},
       {R"({"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":null}})", -32602},
