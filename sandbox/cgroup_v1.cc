@@ -1,5 +1,4 @@
-// The cgroup v1 backend for hybrid hosts: one group per sandbox in the memory, pids, cpu, cpuacct (and freezer)
-// hierarchies.
+// The cgroup v1 backend for hybrid hosts: a group per sandbox in each of memory, pids, cpu, cpuacct (and freezer).
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>

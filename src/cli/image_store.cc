@@ -1,5 +1,4 @@
-// The image store: listing, resolving, removing and sweeping images; loading templates. See image_store.h for the
-// layout.
+// The image store: listing, resolving, removing and sweeping images; loading templates (layout: image_store.h).
 #include "src/cli/image_store.h"
 
 #include <dirent.h>
