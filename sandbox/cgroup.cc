@@ -54,7 +54,8 @@ StatusOr<Plan> Detect(const CgroupConfig& config) {
 
   if (config.backend != CgroupConfig::Backend::kV1) {
     if (!self.unified_path) {
-      problems.push_back("cgroup v2: nsbox is in no cgroup v2 hierarchy (no \"0::\" line in " + config.proc_self_cgroup + ")");
+      problems.push_back("cgroup v2: nsbox is in no cgroup v2 hierarchy (no \"0::\" line in " +
+                         config.proc_self_cgroup + ")");
     } else if (!PathExists(config.cgroup_root + "/cgroup.controllers")) {
       std::string note = PathExists(config.cgroup_root + "/unified/cgroup.controllers")
                              ? " (a hybrid host: the v2 tree at " + config.cgroup_root + "/unified gets no controllers)"
@@ -134,7 +135,8 @@ StatusOr<std::unique_ptr<Cgroup>> CreateSandboxCgroup(const CgroupLimits& limits
   if (config.subtree.empty() || config.subtree.find('/') != std::string::npos || config.subtree == "." ||
       config.subtree == "..")
     return Status::Error(fmt::format("cgroup subtree \"{}\" must be one directory name", config.subtree));
-  if (limits.cpus < 0.01) return Status::Error(fmt::format("CgroupLimits::cpus {} is below the minimum of 0.01", limits.cpus));
+  if (limits.cpus < 0.01)
+    return Status::Error(fmt::format("CgroupLimits::cpus {} is below the minimum of 0.01", limits.cpus));
   auto plan = Detect(config);
   if (!plan.ok()) return plan.status();
   if (plan->v2) {

@@ -1,5 +1,5 @@
-// Cgroup: one sandbox's cgroup behind one interface (v2 and v1 backends), backend detection, and cleanup after nsbox dies.
-// Files: cgroup.cc (detection, placement), cgroup_v2.cc and cgroup_v1.cc (the backends, cgroup_backends.h),
+// Cgroup: one sandbox's cgroup behind one interface (v2 and v1 backends), backend detection, and cleanup after nsbox
+// dies. Files: cgroup.cc (detection, placement), cgroup_v2.cc and cgroup_v1.cc (the backends, cgroup_backends.h),
 // cgroup_fs.cc (control files, names, kill and rmdir), cgroup_reaper.cc (the reaper), spec/cgroup_text.cc (parsing).
 #pragma once
 

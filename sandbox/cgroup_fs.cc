@@ -428,8 +428,12 @@ namespace {
 
 class CgroupChildGroup final : public CgroupChild {
  public:
-  CgroupChildGroup(std::string dir, UniqueFd own_fd, CgroupSelfJoin join, std::string kill_file, std::string freezer_state)
-      : dir_(std::move(dir)), own_fd_(std::move(own_fd)), join_(join), kill_file_(std::move(kill_file)),
+  CgroupChildGroup(std::string dir, UniqueFd own_fd, CgroupSelfJoin join, std::string kill_file,
+                   std::string freezer_state)
+      : dir_(std::move(dir)),
+        own_fd_(std::move(own_fd)),
+        join_(join),
+        kill_file_(std::move(kill_file)),
         freezer_state_(std::move(freezer_state)) {}
   ~CgroupChildGroup() override { TryRemove(); }
 

@@ -1,4 +1,4 @@
-// The cgroup v1 backend for hybrid hosts: one group per sandbox in the memory, pids, cpu, cpuacct (and freezer) hierarchies.
+// The cgroup v1 backend for hybrid hosts: a group per sandbox in each of memory, pids, cpu, cpuacct (and freezer).
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -152,7 +152,8 @@ class CgroupV1 final : public Cgroup {
       if (procs_file.empty() && PathExists(hierarchy.dir)) procs_file = hierarchy.dir + "/cgroup.procs";
     }
     if (procs_file.empty()) return OkStatus();
-    std::string freezer_state = freezer_dir_.empty() || !PathExists(freezer_dir_) ? "" : freezer_dir_ + "/freezer.state";
+    std::string freezer_state =
+        freezer_dir_.empty() || !PathExists(freezer_dir_) ? "" : freezer_dir_ + "/freezer.state";
     const char* failed_call = "";
     int err = RawKillGroup(nullptr, procs_file.c_str(), freezer_state.c_str(), &failed_call);
     if (err != 0) return Status::Errno(fmt::format("killing the processes of {}: {}", memory_dir_, failed_call), err);
@@ -206,7 +207,8 @@ class CgroupV1 final : public Cgroup {
 
   Status Apply(const CgroupLimits& limits) {
     // memory.memsw (memory plus swap) may never be below memory.limit_in_bytes: set the memory limit first.
-    NSBOX_RETURN_IF_ERROR(WriteCgroupFile(memory_dir_ + "/memory.limit_in_bytes", std::to_string(limits.memory_max_bytes)));
+    NSBOX_RETURN_IF_ERROR(
+        WriteCgroupFile(memory_dir_ + "/memory.limit_in_bytes", std::to_string(limits.memory_max_bytes)));
     // No such file: the kernel keeps no swap accounting (swapaccount=0), and there is no swap limit to set.
     uint64_t memsw = limits.memory_max_bytes + limits.memory_swap_max_bytes.value_or(0);
     int memsw_err = 0;

@@ -1,4 +1,4 @@
-// The cgroup v2 backend: one group per sandbox with memory.max, memory.swap.max, pids.max and cpu.max; cgroup.kill teardown.
+// The cgroup v2 backend: a group per sandbox with memory.max, memory.swap.max, pids.max, cpu.max; cgroup.kill ends it.
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>

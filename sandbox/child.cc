@@ -1,5 +1,6 @@
-// The in-child sequence, in order: wait for id maps, hostname, mounts, pivot, loopback, code memfd, join the cgroup, then
-// fork the payload and serve as pid 1. Runs after clone: no allocation, every failure reported to nsbox with its step and errno.
+// The in-child sequence, in order: wait for id maps, hostname, mounts, pivot, loopback, code memfd, join the cgroup,
+// then fork the payload and serve as pid 1. Runs after clone: no allocation, every failure reported to nsbox with its
+// step and errno.
 #include "sandbox/child.h"
 
 #include <fcntl.h>
@@ -367,7 +368,8 @@ void ChildMain(const ChildPlan& plan) {
   HideNsboxCommandLine(watch, "nsbox-init");
   // 2. Into the sandbox's cgroup (v1; v2 cloned us into it), before anything else runs here.
   if (plan.cgroup_join.count > 0) {
-    if (JoinCgroupSelf(plan.cgroup_join) != 0) Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
+    if (JoinCgroupSelf(plan.cgroup_join) != 0)
+      Fail(plan, "write(cgroup tasks, \"0\"): joining the sandbox's cgroup", errno);
     for (int i = 0; i < plan.cgroup_join.count; ++i) ::close(plan.cgroup_join.fds[i]);
   }
   //    Then wait until nsbox has written our id maps. EOF means nsbox is gone.

@@ -19,10 +19,10 @@ struct SeccompProgram;
 // One message from the sandbox's pid 1 (or the payload before exec) to nsbox, atomic on a pipe.
 struct InitMessage {
   // kReady: a persistent pid 1 (sessions) finished setting up. kStarted: a run's payload called execve (or failed
-  // to, and said why first); an exec's payload was forked (value: its pid as the supervisor sees it). kGone: a run's pid 1 has killed and reaped every other process of the sandbox
-  // and is about to exit (value: 1 when it holds no group of the sandbox's any more, having moved itself out).
-  // kDeadline: a run's pid 1 reached plan.wall_deadline_ns first (nsbox did not end the sandbox: it was stopped, say)
-  // and kills everything; kGone follows.
+  // to, and said why first); an exec's payload was forked (value: its pid as the supervisor sees it). kGone: a run's
+  // pid 1 has killed and reaped every other process of the sandbox and is about to exit (value: 1 when it holds no
+  // group of the sandbox's any more, having moved itself out). kDeadline: a run's pid 1 reached plan.wall_deadline_ns
+  // first (nsbox did not end the sandbox: it was stopped, say) and kills everything; kGone follows.
   enum Kind : int32_t { kSetupError = 1, kExited = 2, kReady = 3, kStarted = 4, kGone = 5, kDeadline = 6 };
   int32_t kind = 0;
   int32_t value = 0;  // kExited: the payload's wait status

@@ -103,7 +103,8 @@ StatusOr<UniqueFd> OpenHostIdLockDir(const std::string& dir) {
 StatusOr<HostIdRange> ParseHostIdRange(std::string_view text) {
   size_t dash = text.find('-');
   uint64_t first = 0, last = 0;
-  if (dash == std::string_view::npos || !ParseDecimalId(text.substr(0, dash), first) || !ParseDecimalId(text.substr(dash + 1), last))
+  if (dash == std::string_view::npos || !ParseDecimalId(text.substr(0, dash), first) ||
+      !ParseDecimalId(text.substr(dash + 1), last))
     return Status::Error(fmt::format("host id range '{}': expected FIRST-LAST, e.g. 1048576-1114111", text));
   if (first <= 65535 || last >= 0xffffffffull || first > last)
     return Status::Error(fmt::format("host id range '{}': FIRST must be above 65535, LAST below 4294967295, and "
@@ -137,7 +138,8 @@ StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options) {
     UniqueFd lock(::openat(dir_fd.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!lock) return Status::Errno(fmt::format("open({}/{})", options.lock_dir, name));
     if (::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) return HostIdLease(static_cast<uint32_t>(id), std::move(lock));
-    if (errno != EWOULDBLOCK) return Status::Errno(fmt::format("flock({}/{}, LOCK_EX|LOCK_NB)", options.lock_dir, name));
+    if (errno != EWOULDBLOCK)
+      return Status::Errno(fmt::format("flock({}/{}, LOCK_EX|LOCK_NB)", options.lock_dir, name));
     ++busy;
   }
   return Status::Error(fmt::format("no free host id in {}-{} ({} held by running sandboxes, the rest handed out by "

@@ -141,8 +141,9 @@ void DropInitPrivileges(const ChildPlan& plan, ParentWatch& watch) {
     if (!dropped) step = "setgroups([sandbox gid])";
   }
   dropped = dropped && ::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) == 0 &&
-            ::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) == 0 && ClearCapabilities(plan.no_caps, &step) == 0 &&
-            ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
+            ::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) == 0 &&
+            ClearCapabilities(plan.no_caps, &step) == 0 && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+            ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
   // The credential changes above cleared the parent-death signal: arm it again, for good this time.
   if (dropped && RearmParentDeathSignal(watch) != 0) _exit(125);  // nsbox is gone: nobody to report to
   ::close(watch.host_stat_fd);

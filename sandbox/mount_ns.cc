@@ -59,7 +59,8 @@ const char* Step(const char* call, const char* path) {
 int SetMountAttr(const char* path, uint64_t set, bool recursive) {
   struct mount_attr attr = {};
   attr.attr_set = set;
-  return static_cast<int>(::syscall(SYS_mount_setattr, AT_FDCWD, path, recursive ? AT_RECURSIVE : 0, &attr, sizeof attr));
+  return static_cast<int>(
+      ::syscall(SYS_mount_setattr, AT_FDCWD, path, recursive ? AT_RECURSIVE : 0, &attr, sizeof attr));
 }
 
 // mkdir -p, mode 0755: the common case (parent exists) costs one mkdir; only ENOENT walks up.
@@ -127,7 +128,8 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
   if (!src) {
     int err = errno;
     if (m.optional && err == ENOENT) return 0;
-    snprintf(step_buffer, sizeof step_buffer, "bind source %s%s", Shown(source), bad_link[0] ? LinkReason(bad_link, false) : "");
+    snprintf(step_buffer, sizeof step_buffer, "bind source %s%s", Shown(source),
+             bad_link[0] ? LinkReason(bad_link, false) : "");
     *step = step_buffer;
     errno = err;
     return -1;

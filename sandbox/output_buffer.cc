@@ -61,7 +61,8 @@ uint64_t OutputBuffer::KeptBytes(std::string_view contents, uint64_t total_bytes
   for (size_t at = contents.find(kOpen); at != std::string_view::npos; at = contents.find(kOpen, at + 1)) {
     std::string_view digits = contents.substr(at + kOpen.size());
     uint64_t cut = 0;
-    if (std::from_chars(digits.data(), digits.data() + digits.size(), cut).ec != std::errc() || cut > total_bytes) continue;
+    if (std::from_chars(digits.data(), digits.data() + digits.size(), cut).ec != std::errc() || cut > total_bytes)
+      continue;
     std::string marker = CutMarker(cut);
     if (contents.substr(at, marker.size()) != marker) continue;
     uint64_t kept = total_bytes - cut;

@@ -25,7 +25,8 @@ namespace {
 // dropped ("/opt//x/" is "/opt/x"), so that two spellings of one place compare equal. The root itself is refused: a
 // bind there would replace everything the sandbox's root holds, /proc and /dev included.
 StatusOr<std::string> NormalizeBindDestination(const std::string& path) {
-  if (path.empty() || path[0] != '/') return Status::Error(fmt::format("bind destination '{}' must be an absolute path", path));
+  if (path.empty() || path[0] != '/')
+    return Status::Error(fmt::format("bind destination '{}' must be an absolute path", path));
   if (path.size() > 1024) return Status::Error("bind destination is longer than 1024 bytes");
   std::vector<std::string_view> parts;
   if (!SplitPathComponents(path, &parts))
@@ -42,7 +43,8 @@ StatusOr<std::string> NormalizeBindDestination(const std::string& path) {
   // go below /dev (/dev/shm), not over it, and nowhere in /proc or /sys.
   for (std::string_view kernel_dir : {"/proc", "/sys", "/dev"}) {
     if (normal == kernel_dir || (kernel_dir != "/dev" && normal.starts_with(std::string(kernel_dir) + "/")))
-      return Status::Error(fmt::format("bind destination '{}' would cover the sandbox's own {}: refused", path, kernel_dir));
+      return Status::Error(
+          fmt::format("bind destination '{}' would cover the sandbox's own {}: refused", path, kernel_dir));
   }
   return normal;
 }
@@ -149,8 +151,9 @@ StatusOr<std::string> ResolveBindSource(const std::string& given, std::string_vi
   if (result[0] != '/') return Status::Error(fmt::format("{} '{}' is not reachable from the host's root", what, given));
   if (S_ISDIR(st.st_mode)) {
     if (auto below = KernelMountBelow(result))
-      return Status::Error(fmt::format("{} '{}' is refused: it holds a {} filesystem at {}, which the bind would carry in",
-                                       what, given, below->first, below->second));
+      return Status::Error(
+          fmt::format("{} '{}' is refused: it holds a {} filesystem at {}, which the bind would carry in", what, given,
+                      below->first, below->second));
   }
   return result;
 }
@@ -168,7 +171,8 @@ PolicyBuilder& PolicyBuilder::SetRootfsDir(const std::string& dir) {
   if (Status s = CheckHostPath(dir, "rootfs", true); !s.ok()) return Fail(s);
   auto resolved = ResolveHostPath(dir, "rootfs");
   if (!resolved.ok()) return Fail(resolved.status());
-  if (*resolved == "/") return Fail(Status::Error("rootfs '/' is the host's own root: leave the rootfs unset for the built-in host view"));
+  if (*resolved == "/")
+    return Fail(Status::Error("rootfs '/' is the host's own root: leave the rootfs unset for the built-in host view"));
   policy_.rootfs_dir_ = *resolved;
   return *this;
 }
@@ -196,7 +200,8 @@ PolicyBuilder& PolicyBuilder::AddBind(const std::string& source, const std::stri
   if (!normal.ok()) return Fail(normal.status());
   // Two binds at one place: only the last would be seen, so the first was a mistake.
   for (const BindMount& bind : policy_.binds_)
-    if (bind.destination == *normal) return Fail(Status::Error(fmt::format("bind destination '{}' is given twice", *normal)));
+    if (bind.destination == *normal)
+      return Fail(Status::Error(fmt::format("bind destination '{}' is given twice", *normal)));
   policy_.binds_.push_back({*resolved, *normal, writable});
   return *this;
 }
@@ -246,7 +251,8 @@ PolicyBuilder& PolicyBuilder::SetSeccompProgram(std::shared_ptr<const SeccompPro
 
 PolicyBuilder& PolicyBuilder::SetCgroupLimits(const CgroupLimits& limits) {
   if (limits.memory_max_bytes < (4u << 20)) return Fail(Status::Error("memory limit must be at least 4M"));
-  if (limits.pids_max < 2) return Fail(Status::Error("pids limit must be at least 2 (the sandbox's pid 1 and the program)"));
+  if (limits.pids_max < 2)
+    return Fail(Status::Error("pids limit must be at least 2 (the sandbox's pid 1 and the program)"));
   // The kernel's own ceiling (PID_MAX_LIMIT on 64-bit): a pids.max above it is refused with EINVAL.
   if (limits.pids_max > kMaxPidsLimit)
     return Fail(Status::Error(fmt::format("pids limit must be at most {} (the kernel's limit)", kMaxPidsLimit)));

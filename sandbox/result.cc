@@ -112,7 +112,8 @@ nlohmann::json ResultToJson(const Result& r) {
                    {"oom_kills", l.oom_kills}};
   }
   j["denied_syscalls"] = nlohmann::json::array();
-  for (const auto& [name, count] : r.denied_syscalls) j["denied_syscalls"].push_back({{"name", name}, {"count", count}});
+  for (const auto& [name, count] : r.denied_syscalls)
+    j["denied_syscalls"].push_back({{"name", name}, {"count", count}});
   j["denied_syscalls_capped"] = r.denied_syscalls_capped;
   j["denied_hosts"] = nlohmann::json::array();
   for (const auto& [host, count] : r.denied_hosts) j["denied_hosts"].push_back({{"host", host}, {"count", count}});

@@ -1,15 +1,12 @@
-// Seccomp: libseccomp compiles a profile to BPF held in memory; the child installs it; the parent answers notifications.
+// Seccomp: libseccomp compiles a profile (and pid 1's guard) to BPF held in memory; the child installs it.
+// Profiles are found and loaded in seccomp_load.cc; the parent answers notifications in seccomp_notifier.cc.
 #include "sandbox/seccomp.h"
-#include "sandbox/seccomp_cache.h"
 
 #include <linux/audit.h>
 #include <linux/seccomp.h>
-#include <poll.h>
 #include <seccomp.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -22,7 +19,6 @@
 
 #include <fmt/format.h>
 
-#include "sandbox/base/data_dir.h"
 #include "sandbox/base/fs.h"
 
 namespace nsbox {
@@ -98,7 +94,8 @@ uint32_t LibseccompAction(SeccompAction action, const std::optional<uint32_t>& e
 }
 
 std::string ActionLabel(SeccompAction action, const std::optional<uint32_t>& errno_ret) {
-  if (action == SeccompAction::kErrno) return fmt::format("SCMP_ACT_ERRNO({})", ErrnoName(static_cast<int>(ErrnoOf(errno_ret))));
+  if (action == SeccompAction::kErrno)
+    return fmt::format("SCMP_ACT_ERRNO({})", ErrnoName(static_cast<int>(ErrnoOf(errno_ret))));
   return std::string(SeccompActionName(action));
 }
 
@@ -145,7 +142,8 @@ StatusOr<std::vector<sock_filter>> ExportBpf(void* ctx) {
   const off_t size = lseek(memfd.get(), 0, SEEK_END);
   if (size < 0) return Status::Errno("lseek(bpf memfd, SEEK_END)");
   if (size == 0 || size % static_cast<off_t>(sizeof(sock_filter)) != 0) {
-    return Status::Error(fmt::format("seccomp_export_bpf wrote {} bytes, not a whole number of BPF instructions", size));
+    return Status::Error(
+        fmt::format("seccomp_export_bpf wrote {} bytes, not a whole number of BPF instructions", size));
   }
   std::vector<sock_filter> filter(static_cast<size_t>(size) / sizeof(sock_filter));
   size_t done = 0;
@@ -220,8 +218,9 @@ Status AddRule(void* ctx, const SeccompRule& rule, const std::string& name, int 
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const SeccompProfile& profile, const std::string& name,
-                                                                      const SeccompHost& host, SeccompSummary* summary) {
+StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const SeccompProfile& profile,
+                                                                      const std::string& name, const SeccompHost& host,
+                                                                      SeccompSummary* summary) {
   SeccompSummary local_summary;
   SeccompSummary& sum = summary ? *summary : local_summary;
   sum = SeccompSummary{};
@@ -374,81 +373,6 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
   return std::shared_ptr<const SeccompProgram>(std::move(program));
 }
 
-StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path, const std::string& profiles_dir) {
-  if (name_or_path.empty()) return Status::Error("empty seccomp profile name");
-  const bool is_path = name_or_path.find('/') != std::string::npos ||
-                       (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
-  if (is_path) return name_or_path;
-  const bool plain_name = std::all_of(name_or_path.begin(), name_or_path.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-  });
-  const std::string path = fmt::format("{}/{}.json", profiles_dir, name_or_path);
-  if (!plain_name || !PathExists(path)) {
-    return Status::Error(fmt::format("unknown seccomp profile \"{}\": no file {} (give a path to use a profile file)",
-                                     name_or_path, path));
-  }
-  return path;
-}
-
-namespace {
-
-constexpr size_t kMaxProfileBytes = 4 << 20;
-
-// A profile is a regular file: a FIFO nobody writes to would block the open forever, a device read without end.
-Status CheckProfileFile(const std::string& path, struct stat* st) {
-  if (::stat(path.c_str(), st) != 0) return Status::Errno(fmt::format("stat({})", path));
-  if (!S_ISREG(st->st_mode)) return Status::Error(fmt::format("{} is not a regular file", path));
-  return OkStatus();
-}
-
-StatusOr<std::string> ReadProfileText(const std::string& path) {
-  struct stat st;
-  NSBOX_RETURN_IF_ERROR(CheckProfileFile(path, &st));
-  return ReadFile(path, kMaxProfileBytes);
-}
-
-}  // namespace
-
-StatusOr<SeccompProfile> ReadSeccompProfile(const std::string& path) {
-  auto text = ReadProfileText(path);
-  if (!text.ok()) return text.status();
-  auto profile = ParseSeccompProfile(*text);
-  if (!profile.ok()) return profile.status().Wrap(path);
-  return profile;
-}
-
-StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::string& name_or_path,
-                                                                   const std::string& profiles_dir) {
-  auto path = ResolveSeccompProfilePath(name_or_path, profiles_dir);
-  if (!path.ok()) return path.status();
-  struct stat st;
-  NSBOX_RETURN_IF_ERROR(CheckProfileFile(*path, &st));
-  // A program compiled earlier from the same profile, by the same nsbox and libseccomp, for the same host: known by
-  // the file's identity when it has not changed lately, else by its text (seccomp_cache.h).
-  const SeccompHost host = NativeSeccompHost();
-  const std::string cache_dir = SeccompCacheDir();
-  std::string key = cache_dir.empty() ? "" : SeccompCacheFileKey(name_or_path, st, host, ::time(nullptr));
-  auto found = [&](std::shared_ptr<SeccompProgram> cached) {
-    cached->name = name_or_path;
-    return std::shared_ptr<const SeccompProgram>(std::move(cached));
-  };
-  if (!key.empty()) {
-    if (auto cached = LookupSeccompCache(cache_dir, key)) return found(std::move(cached));
-  }
-  auto text = ReadFile(*path, kMaxProfileBytes);
-  if (!text.ok()) return text.status();
-  if (key.empty() && !cache_dir.empty()) {
-    key = SeccompCacheKey(name_or_path, *text, host);
-    if (auto cached = LookupSeccompCache(cache_dir, key)) return found(std::move(cached));
-  }
-  auto profile = ParseSeccompProfile(*text);
-  if (!profile.ok()) return profile.status().Wrap(*path);
-  auto program = CompileSeccompProfile(*profile, name_or_path, host);
-  if (!program.ok()) return program.status().Wrap(fmt::format("compiling seccomp profile {}", *path));
-  StoreSeccompCache(cache_dir, key, **program);
-  return program;
-}
-
 StatusOr<const SeccompProgram*> Pid1GuardProgram() {
   static const StatusOr<SeccompProgram> compiled = []() -> StatusOr<SeccompProgram> {
     FilterContext ctx(seccomp_init(SCMP_ACT_ALLOW));
@@ -505,12 +429,6 @@ StatusOr<const SeccompProgram*> Pid1GuardProgram() {
   return &*compiled;
 }
 
-std::string DefaultSeccompProfilesDir() {
-  if (const char* env = std::getenv("NSBOX_PROFILES_DIR"); env && *env)
-    return TrustedPathOrExit(env, "seccomp profiles directory ($NSBOX_PROFILES_DIR)");
-  return DataDir() + "/seccomp-profiles";
-}
-
 int InstallSeccompProgram(const SeccompProgram& program, int* listener_fd) {
   // Only raw system calls from here: this runs between clone and execve.
   if (program.filter.empty() || program.filter.size() > BPF_MAXINSNS) return -EINVAL;
@@ -547,97 +465,6 @@ std::string SyscallName(int nr) {
     }
   }
   return fmt::format("syscall_{}", nr);
-}
-
-SeccompNotifier::SeccompNotifier(UniqueFd listener, int answer_errno, uint64_t answer_budget)
-    : listener_(std::move(listener)),
-      wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      answer_errno_(answer_errno),
-      answer_budget_(answer_budget) {}
-
-SeccompNotifier::~SeccompNotifier() {
-  Stop();
-  if (request_) seccomp_notify_free(request_, response_);
-}
-
-void SeccompNotifier::Start() {
-  if (thread_.joinable() || !listener_) return;
-  thread_ = std::thread([this] { Loop(); });
-}
-
-void SeccompNotifier::Stop() {
-  if (!thread_.joinable()) return;
-  const uint64_t one = 1;
-  if (!wake_ || write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
-    // Without the eventfd the thread still ends when the filter's last process is gone.
-  }
-  thread_.join();
-}
-
-std::map<std::string, uint64_t> SeccompNotifier::Denied() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return denied_;
-}
-
-bool SeccompNotifier::Capped() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return capped_;
-}
-
-bool SeccompNotifier::AnswerOne() {
-  if (!request_ && seccomp_notify_alloc(&request_, &response_) < 0) {
-    request_ = nullptr;
-    return false;
-  }
-  std::memset(request_, 0, sizeof(*request_));
-  // ENOENT: the caller died (or its call was interrupted) between poll and receive.
-  if (seccomp_notify_receive(listener_.get(), request_) < 0) return true;
-  std::memset(response_, 0, sizeof(*response_));
-  response_->id = request_->id;
-  response_->val = 0;
-  response_->error = -answer_errno_;
-  response_->flags = 0;
-  // A failure means the caller is gone; the denial happened all the same.
-  (void)seccomp_notify_respond(listener_.get(), response_);
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++denied_[SyscallName(request_->data.nr)];
-  // The budget spent: false closes the listener (kAnswerBudget says why).
-  if (++answered_ >= answer_budget_) {
-    capped_ = true;
-    return false;
-  }
-  return true;
-}
-
-void SeccompNotifier::OnReady(short revents) {
-  if (!listener_ || thread_.joinable()) return;
-  bool keep = true;
-  if (revents & POLLIN) keep = AnswerOne();
-  // POLLHUP: no process uses the filter any more, so no notification can come. With no listener left the kernel
-  // answers any further notification ENOSYS at once.
-  else if (revents & (POLLHUP | POLLERR | POLLNVAL)) keep = false;
-  if (!keep) listener_.reset();
-}
-
-void SeccompNotifier::Loop() {
-  for (;;) {
-    struct pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    const nfds_t count = wake_ ? 2 : 1;
-    if (poll(fds, count, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (count == 2 && (fds[1].revents & POLLIN)) break;
-    if (fds[0].revents & POLLIN) {
-      if (!AnswerOne()) break;
-      continue;
-    }
-    // POLLHUP: no process uses the filter any more, so no notification can come.
-    if (fds[0].revents & (POLLHUP | POLLERR | POLLNVAL)) break;
-  }
-  // With no listener left the kernel answers further notifications ENOSYS at once, so a sandboxed
-  // call can never hang on a notifier that has stopped.
-  listener_.reset();
 }
 
 }  // namespace nsbox

@@ -1,4 +1,6 @@
-// Seccomp: compiles a profile with libseccomp into an in-memory BPF program, installs it, and answers user notifications.
+// Seccomp: compiles a profile with libseccomp into in-memory BPF, installs it, and answers user notifications.
+// Files: seccomp.cc (compiling, pid 1's guard, installing), seccomp_load.cc (profiles by name or path, the cache),
+// seccomp_notifier.cc (the user-notification listener).
 #pragma once
 
 #include <linux/filter.h>
@@ -57,11 +59,12 @@ StatusOr<const SeccompProgram*> Pid1GuardProgram();
 // meet the bad-arch action, which kills the process. With an errno default action, numbers no
 // system call owns (gaps and anything past the newest call nsbox knows) answer ENOSYS, so libc
 // falls back as it does on an older kernel.
-StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const SeccompProfile& profile, const std::string& name,
-                                                                      const SeccompHost& host,
+StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const SeccompProfile& profile,
+                                                                      const std::string& name, const SeccompHost& host,
                                                                       SeccompSummary* summary = nullptr);
 
-// "default", "strict" (files NAME.json in profiles_dir) or a path to a profile file (anything with a '/' or ending in .json).
+// "default", "strict" (files NAME.json in profiles_dir) or a path to a profile file (anything with a '/' or ending in
+// .json).
 StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path, const std::string& profiles_dir);
 StatusOr<SeccompProfile> ReadSeccompProfile(const std::string& path);
 StatusOr<std::shared_ptr<const SeccompProgram>> LoadSeccompProfile(const std::string& name_or_path,

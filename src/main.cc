@@ -46,7 +46,8 @@ std::optional<std::string> CommandMistake(CLI::App& app, int argc, char** argv) 
       if (command->get_require_subcommand_min() == 0) return std::nullopt;
       return fmt::format("{}: a command is required (commands: {}; see {} --help)", path, names, path);
     }
-    auto named = std::find_if(commands.begin(), commands.end(), [&](const CLI::App* c) { return c->check_name(argv[i]); });
+    auto named =
+        std::find_if(commands.begin(), commands.end(), [&](const CLI::App* c) { return c->check_name(argv[i]); });
     if (named == commands.end())
       return fmt::format("{}: unknown command '{}' (commands: {}; see {} --help)", path, argv[i], names, path);
     command = *named;

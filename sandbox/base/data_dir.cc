@@ -32,8 +32,8 @@ bool RunningFromBuildTree() {
 namespace {
 
 // Whether a file owner the kernel shows as the overflow uid may be root outside this user namespace: only in a user
-// namespace other than the initial one (where nsbox itself runs nested: inside its own sandbox, under `unshare -U`), and
-// only when the overflow uid is not mapped here, so that no process of this namespace can own it.
+// namespace other than the initial one (where nsbox itself runs nested: inside its own sandbox, under `unshare -U`),
+// and only when the overflow uid is not mapped here, so that no process of this namespace can own it.
 bool UnmappedOwnerMayBeRoot(uid_t owner) {
   auto overflow = ReadFile("/proc/sys/fs/overflowuid", 64);
   auto map = ReadFile("/proc/self/uid_map", 1 << 16);

@@ -125,7 +125,8 @@ StatusOr<std::string> GetString(const Json& value, const std::string& path) {
 
 StatusOr<uint64_t> GetUnsigned(const Json& value, const std::string& path) {
   if (value.is_number_unsigned()) return value.get<uint64_t>();
-  if (value.is_number_integer()) return At(path, fmt::format("expected a non-negative integer, got {}", value.get<int64_t>()));
+  if (value.is_number_integer())
+    return At(path, fmt::format("expected a non-negative integer, got {}", value.get<int64_t>()));
   if (value.is_number_float()) return At(path, "expected an integer below 2^64, got a fractional or too large number");
   return At(path, fmt::format("expected a non-negative integer, got {}", TypeName(value)));
 }
@@ -171,7 +172,8 @@ bool ValidSyscallName(std::string_view name) {
 
 bool ValidCapName(std::string_view name) {
   if (name.size() <= 4 || name.substr(0, 4) != "CAP_") return false;
-  return std::all_of(name.begin() + 4, name.end(), [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; });
+  return std::all_of(name.begin() + 4, name.end(),
+                     [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; });
 }
 
 Status ParseGate(const Json& value, const std::string& path, SeccompGate& gate) {
@@ -182,7 +184,8 @@ Status ParseGate(const Json& value, const std::string& path, SeccompGate& gate) 
     if (!list.ok()) return list.status();
     for (size_t i = 0; i < list->size(); ++i) {
       if (!ValidCapName((*list)[i])) {
-        return At(Index(JsonPathJoin(path, "caps"), i), fmt::format("{} is not a capability name (CAP_…)", Quote((*list)[i])));
+        return At(Index(JsonPathJoin(path, "caps"), i),
+                  fmt::format("{} is not a capability name (CAP_…)", Quote((*list)[i])));
       }
     }
     gate.caps = std::move(*list);
@@ -217,7 +220,8 @@ Status ParseArg(const Json& value, const std::string& path, SeccompArg& arg) {
   auto index_value = GetUnsigned(*index, JsonPathJoin(path, "index"));
   if (!index_value.ok()) return index_value.status();
   // A system call has six argument registers.
-  if (*index_value > 5) return At(JsonPathJoin(path, "index"), fmt::format("argument index {} is out of range (0..5)", *index_value));
+  if (*index_value > 5)
+    return At(JsonPathJoin(path, "index"), fmt::format("argument index {} is out of range (0..5)", *index_value));
   arg.index = static_cast<unsigned>(*index_value);
   if (const Json* v = Field(value, "value")) {
     auto number = GetUnsigned(*v, JsonPathJoin(path, "value"));
@@ -274,8 +278,9 @@ Status ParseRule(const Json& value, const std::string& path, SeccompRule& rule) 
   if (const Json* errno_ret = Field(value, "errnoRet")) {
     // A rule's notification is answered with the profile's default errno, so errnoRet has no place there.
     if (!TakesErrno(rule.action) || rule.action == SeccompAction::kNotify) {
-      return At(JsonPathJoin(path, "errnoRet"), fmt::format("only meaningful with SCMP_ACT_ERRNO or SCMP_ACT_TRACE, not {}",
-                                                    SeccompActionName(rule.action)));
+      return At(
+          JsonPathJoin(path, "errnoRet"),
+          fmt::format("only meaningful with SCMP_ACT_ERRNO or SCMP_ACT_TRACE, not {}", SeccompActionName(rule.action)));
     }
     auto number = ParseErrno(*errno_ret, JsonPathJoin(path, "errnoRet"));
     if (!number.ok()) return number.status();
@@ -290,7 +295,8 @@ Status ParseRule(const Json& value, const std::string& path, SeccompRule& rule) 
       rule.args.push_back(arg);
     }
     // libseccomp compares at most one condition per argument register in one rule, six in all.
-    if (rule.args.size() > 6) return At(args_path, fmt::format("{} conditions; at most 6 are possible", rule.args.size()));
+    if (rule.args.size() > 6)
+      return At(args_path, fmt::format("{} conditions; at most 6 are possible", rule.args.size()));
   }
   if (const Json* includes = Field(value, "includes")) {
     NSBOX_RETURN_IF_ERROR(ParseGate(*includes, JsonPathJoin(path, "includes"), rule.includes));
@@ -366,8 +372,9 @@ StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
   profile.default_action = *action;
   if (const Json* errno_ret = Field(document, "defaultErrnoRet")) {
     if (!TakesErrno(profile.default_action)) {
-      return At("defaultErrnoRet", fmt::format("only meaningful with SCMP_ACT_ERRNO, SCMP_ACT_TRACE or SCMP_ACT_NOTIFY, not {}",
-                                               SeccompActionName(profile.default_action)));
+      return At("defaultErrnoRet",
+                fmt::format("only meaningful with SCMP_ACT_ERRNO, SCMP_ACT_TRACE or SCMP_ACT_NOTIFY, not {}",
+                            SeccompActionName(profile.default_action)));
     }
     auto number = ParseErrno(*errno_ret, "defaultErrnoRet");
     if (!number.ok()) return number.status();
@@ -395,14 +402,16 @@ StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
       if (!arch) return At(path, "missing \"architecture\"");
       auto name = GetString(*arch, JsonPathJoin(path, "architecture"));
       if (!name.ok()) return name.status();
-      if (!InTable(kScmpArches, *name)) return At(JsonPathJoin(path, "architecture"), fmt::format("unknown architecture {}", Quote(*name)));
+      if (!InTable(kScmpArches, *name))
+        return At(JsonPathJoin(path, "architecture"), fmt::format("unknown architecture {}", Quote(*name)));
       parsed.architecture = std::move(*name);
       if (const Json* subs = Field(entry, "subArchitectures")) {
         auto list = GetStringArray(*subs, JsonPathJoin(path, "subArchitectures"));
         if (!list.ok()) return list.status();
         for (size_t j = 0; j < list->size(); ++j) {
           if (!InTable(kScmpArches, (*list)[j])) {
-            return At(Index(JsonPathJoin(path, "subArchitectures"), j), fmt::format("unknown architecture {}", Quote((*list)[j])));
+            return At(Index(JsonPathJoin(path, "subArchitectures"), j),
+                      fmt::format("unknown architecture {}", Quote((*list)[j])));
           }
         }
         parsed.sub_architectures = std::move(*list);
@@ -414,7 +423,8 @@ StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
     auto list = GetStringArray(*flags, "flags");
     if (!list.ok()) return list.status();
     for (size_t i = 0; i < list->size(); ++i) {
-      if (!InTable(kFilterFlags, (*list)[i])) return At(Index("flags", i), fmt::format("unknown filter flag {}", Quote((*list)[i])));
+      if (!InTable(kFilterFlags, (*list)[i]))
+        return At(Index("flags", i), fmt::format("unknown filter flag {}", Quote((*list)[i])));
     }
     profile.flags = std::move(*list);
   }
@@ -429,11 +439,13 @@ StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
     }
   }
   if (const Json* notify = Field(document, "nsboxNotifyDenials")) {
-    if (!notify->is_boolean()) return At("nsboxNotifyDenials", fmt::format("expected true or false, got {}", TypeName(*notify)));
+    if (!notify->is_boolean())
+      return At("nsboxNotifyDenials", fmt::format("expected true or false, got {}", TypeName(*notify)));
     profile.notify_denials = notify->get<bool>();
     if (profile.notify_denials && profile.default_action != SeccompAction::kErrno) {
-      return At("nsboxNotifyDenials", fmt::format("needs defaultAction SCMP_ACT_ERRNO (the errno is what nsbox answers), not {}",
-                                                  SeccompActionName(profile.default_action)));
+      return At("nsboxNotifyDenials",
+                fmt::format("needs defaultAction SCMP_ACT_ERRNO (the errno is what nsbox answers), not {}",
+                            SeccompActionName(profile.default_action)));
     }
   }
   if (const Json* syscalls = Field(document, "syscalls")) {
@@ -489,12 +501,14 @@ bool ArchMatches(const std::vector<std::string>& arches, const SeccompHost& host
 RuleApplicability RuleAppliesTo(const SeccompRule& rule, const SeccompHost& host) {
   // Rules that grant something to holders of a capability: the sandbox holds none.
   if (!rule.includes.caps.empty()) return RuleApplicability::kSkippedForCaps;
-  if (!rule.includes.arches.empty() && !ArchMatches(rule.includes.arches, host)) return RuleApplicability::kSkippedForArch;
+  if (!rule.includes.arches.empty() && !ArchMatches(rule.includes.arches, host))
+    return RuleApplicability::kSkippedForArch;
   if (!rule.includes.min_kernel.empty() && host.kernel < *ParseKernelVersion(rule.includes.min_kernel)) {
     return RuleApplicability::kSkippedForKernel;
   }
   // excludes.caps would exclude holders of the capability; with none held the rule stays.
-  if (!rule.excludes.arches.empty() && ArchMatches(rule.excludes.arches, host)) return RuleApplicability::kSkippedForArch;
+  if (!rule.excludes.arches.empty() && ArchMatches(rule.excludes.arches, host))
+    return RuleApplicability::kSkippedForArch;
   if (!rule.excludes.min_kernel.empty() && !(host.kernel < *ParseKernelVersion(rule.excludes.min_kernel))) {
     return RuleApplicability::kSkippedForKernel;
   }

@@ -24,8 +24,8 @@ namespace nsbox::cli {
 
 namespace {
 
-// Set by SIGINT/SIGTERM/SIGHUP (a closed terminal); the loop, the HTTP client and the runtime poll it and wind down, and the
-// runtime's session is removed on the way out.
+// Set by SIGINT/SIGTERM/SIGHUP (a closed terminal); the loop, the HTTP client and the runtime poll it and wind down,
+// and the runtime's session is removed on the way out.
 std::atomic<bool> g_agent_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
@@ -81,7 +81,8 @@ int RunAgentCommand(const AgentOptions& o) {
   config.tool_output_budget_bytes = *budget;
   auto limit = ParseSize(o.output_limit);
   if (!limit.ok()) return Fail("--output-limit: " + limit.status().message(), kExitNsboxFailure);
-  if (std::string why = CheckOutputLimit(*limit); !why.empty()) return Fail("--output-limit: " + why, kExitNsboxFailure);
+  if (std::string why = CheckOutputLimit(*limit); !why.empty())
+    return Fail("--output-limit: " + why, kExitNsboxFailure);
   config.sandbox_output_limit_bytes = *limit;
   config.transcript_path = o.transcript;
   config.cancel = &g_agent_interrupted;
@@ -130,8 +131,9 @@ int RunAgentCommand(const AgentOptions& o) {
   sigaction(SIGHUP, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  if (config.log) config.log(fmt::format("provider {} at {}, model {}, runtime {}", provider, agent::RedactUrl((*made_provider)->url()),
-                                         (*made_provider)->model(), sandbox->name()));
+  if (config.log)
+    config.log(fmt::format("provider {} at {}, model {}, runtime {}", provider,
+                           agent::RedactUrl((*made_provider)->url()), (*made_provider)->model(), sandbox->name()));
   agent::AgentOutcome outcome = agent::RunAgent(**made_provider, *sandbox, config, o.prompt);
   // The conversation is over however it ended: end its sandbox now, before printing.
   sandbox->close();
@@ -165,7 +167,8 @@ void RegisterAgent(CLI::App& app, ExitCode& exit_code) {
   cmd->add_option("--max-steps", options->max_steps, "model calls at most, the final answer included (default 10)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--timeout", options->timeout, "time-out of the whole run (default 10m)");
-  cmd->add_option("--turn-timeout", options->turn_timeout, "time-out of each model call, retries included (default 3m)");
+  cmd->add_option("--turn-timeout", options->turn_timeout,
+                  "time-out of each model call, retries included (default 3m)");
   cmd->add_option("--tool-timeout", options->tool_timeout, "wall-clock limit of each code execution (default 60s)");
   cmd->add_option("--output-budget", options->output_budget,
                   "bytes of stdout + stderr the model sees per tool call, head and tail (default 16K)");

@@ -23,7 +23,9 @@ void PrintText(const std::vector<doctor::Check>& checks, const doctor::Caller& c
                bool ready) {
   fmt::print("nsbox doctor: checking this host for uid {} ({}){}\n\n", caller.uid, user, caller.root() ? ", root" : "");
   for (const auto& c : checks) {
-    const char* mark = c.verdict == doctor::Verdict::kPass ? "pass" : c.verdict == doctor::Verdict::kWarn ? "WARN" : "FAIL";
+    const char* mark = c.verdict == doctor::Verdict::kPass   ? "pass"
+                       : c.verdict == doctor::Verdict::kWarn ? "WARN"
+                                                             : "FAIL";
     fmt::print("  {}  {:<20} {}\n", mark, c.id, c.title);
     fmt::print("        {}\n", c.detail);
     if (!c.fix.empty()) fmt::print("        fix: {}\n", c.fix);
@@ -42,7 +44,8 @@ void PrintText(const std::vector<doctor::Check>& checks, const doctor::Caller& c
 void RegisterDoctor(CLI::App& app, ExitCode& exit_code) {
   auto* doctor = app.add_subcommand("doctor", "check what this host offers nsbox, and how to fix what it lacks");
   static bool json = false;
-  doctor->add_flag("--json", json, "print one JSON object: {ok, uid, user, checks: [{id, title, status, detail, fix, required}]}");
+  doctor->add_flag("--json", json,
+                   "print one JSON object: {ok, uid, user, checks: [{id, title, status, detail, fix, required}]}");
   doctor->callback([&exit_code] {
     doctor::Caller caller{::geteuid(), ::getegid()};
     std::string user = std::to_string(caller.uid);

@@ -278,7 +278,8 @@ ProbeResult ProbeSeccompListener() {
     struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
     struct sock_fprog program = {1, &allow};
     long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &program);
-    if (listener < 0) return Report(fd, false, "seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)", errno);
+    if (listener < 0)
+      return Report(fd, false, "seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)", errno);
     Report(fd, true, "", 0);
   });
 }
@@ -292,18 +293,22 @@ std::optional<KernelVersion> ParseKernelRelease(const std::string& release) {
 }
 
 Check KernelCheck(const std::string& release) {
-  auto older = [](KernelVersion a, KernelVersion b) { return a.major < b.major || (a.major == b.major && a.minor < b.minor); };
+  auto older = [](KernelVersion a, KernelVersion b) {
+    return a.major < b.major || (a.major == b.major && a.minor < b.minor);
+  };
   auto version = ParseKernelRelease(release);
   if (!version)
-    return Make("kernel", "kernel version", Verdict::kFail, fmt::format("cannot parse the kernel release \"{}\"", release),
-                "nsbox needs Linux 5.12 or newer", true);
+    return Make("kernel", "kernel version", Verdict::kFail,
+                fmt::format("cannot parse the kernel release \"{}\"", release), "nsbox needs Linux 5.12 or newer",
+                true);
   if (older(*version, kMinimumKernel))
     return Make("kernel", "kernel version", Verdict::kFail,
                 fmt::format("Linux {}: older than 5.12, which added mount_setattr (read-only binds)", release),
                 "boot a Linux 5.12 or newer kernel (Debian 12's 6.1 is fine)", true);
   if (older(*version, kCgroupKillKernel))
     return Make("kernel", "kernel version", Verdict::kWarn,
-                fmt::format("Linux {}: no cgroup.kill (5.14); the cgroup v2 backend cannot end a sandbox in one write", release),
+                fmt::format("Linux {}: no cgroup.kill (5.14); the cgroup v2 backend cannot end a sandbox in one write",
+                            release),
                 "boot Linux 5.14 or newer", true);
   return Make("kernel", "kernel version", Verdict::kPass, fmt::format("Linux {}", release), "", true);
 }
@@ -403,8 +408,9 @@ std::string DescribeSysctls(const UsernsSysctls& s) {
 
 Check UserNamespaceCheck(const ProbeResult& probe, const UsernsSysctls& sysctls) {
   const char* title = "user namespace (created, ids mapped)";
-  if (probe.ok) return Make("namespace.user", title, Verdict::kPass, "created one, mapped this user into it and used its capabilities" +
-                            DescribeSysctls(sysctls), "", true);
+  if (probe.ok)
+    return Make("namespace.user", title, Verdict::kPass,
+                "created one, mapped this user into it and used its capabilities" + DescribeSysctls(sysctls), "", true);
   // Only the limit applies to every caller; the unprivileged-only switches are judged by userns.unprivileged.
   UsernsDiagnosis d = DiagnoseUserns(sysctls, false);
   std::string detail = probe.Describe();
@@ -451,12 +457,14 @@ Check UnprivilegedUsernsCheck(const Caller& caller, const ProbeResult& probe, co
   std::string fix = d.fixes.empty() ? UsernsFixForErrno(probe.err) : fmt::format("{}", fmt::join(d.fixes, "; "));
   // Root does not need them; ordinary users of this host would.
   return Make("userns.unprivileged", title, caller.root() ? Verdict::kWarn : Verdict::kFail,
-              detail + (caller.root() ? " (root is not affected; ordinary users cannot run nsbox)" : ""), fix, required);
+              detail + (caller.root() ? " (root is not affected; ordinary users cannot run nsbox)" : ""), fix,
+              required);
 }
 
 Check ProcMountCheck(const ProbeResult& probe) {
   const char* title = "fresh /proc in a new pid namespace";
-  if (probe.ok) return Make("proc.mount", title, Verdict::kPass, "pid 1 of a new pid namespace mounted its own proc", "", true);
+  if (probe.ok)
+    return Make("proc.mount", title, Verdict::kPass, "pid 1 of a new pid namespace mounted its own proc", "", true);
   std::string fix =
       probe.err == EPERM && probe.step.starts_with("mount(proc")
           ? "the kernel refuses a new proc while this /proc has entries covered by other mounts (as inside a "
@@ -555,8 +563,10 @@ std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, 
     v2_fix = "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 at the cgroup root with every controller)" +
              (caller.root() ? std::string() : "; then " + delegate_v2);
   else if (!missing.empty())
-    v2_fix = caller.root() ? fmt::format("enable the controllers: echo \"+memory +pids +cpu\" > {}/cgroup.subtree_control "
-                                         "(on the way down from the root)", facts.v2_dir)
+    v2_fix = caller.root() ? fmt::format(
+                                 "enable the controllers: echo \"+memory +pids +cpu\" > {}/cgroup.subtree_control "
+                                 "(on the way down from the root)",
+                                 facts.v2_dir)
                            : "ask root to enable memory, pids and cpu for your cgroup, then " + delegate_v2;
   else
     v2_fix = caller.root() ? "nsbox runs as root but cannot write the cgroup root: is /sys/fs/cgroup mounted read-only?"
@@ -568,14 +578,16 @@ std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, 
     if (!facts.unified && !facts.hybrid_v2) {
       checks.push_back(Make("cgroup.v2", title, Verdict::kWarn, "no cgroup2 mount at the cgroup root", v2_fix, false));
     } else if (facts.hybrid_v2) {
-      checks.push_back(Make("cgroup.v2", title, Verdict::kWarn,
-                            fmt::format("hybrid host: cgroup2 is mounted at {} beside the v1 controllers; nsbox uses v2 "
-                                        "only when it is the whole hierarchy ({})",
-                                        facts.v2_dir, listing),
-                            v2_fix, false));
+      checks.push_back(
+          Make("cgroup.v2", title, Verdict::kWarn,
+               fmt::format("hybrid host: cgroup2 is mounted at {} beside the v1 controllers; nsbox uses v2 "
+                           "only when it is the whole hierarchy ({})",
+                           facts.v2_dir, listing),
+               v2_fix, false));
     } else if (!missing.empty()) {
       checks.push_back(Make("cgroup.v2", title, Verdict::kWarn,
-                            fmt::format("{} lacks {} ({})", facts.v2_dir, fmt::join(missing, ", "), listing), v2_fix, false));
+                            fmt::format("{} lacks {} ({})", facts.v2_dir, fmt::join(missing, ", "), listing), v2_fix,
+                            false));
     } else if (!facts.v2_writable) {
       checks.push_back(Make("cgroup.v2", title, Verdict::kWarn,
                             fmt::format("{} has memory, pids and cpu but uid {} cannot write it: not delegated ({})",
@@ -583,7 +595,8 @@ std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, 
                             v2_fix, false));
     } else {
       checks.push_back(Make("cgroup.v2", title, Verdict::kPass,
-                            fmt::format("{} is writable and has memory, pids and cpu ({})", facts.v2_dir, listing), "", false));
+                            fmt::format("{} is writable and has memory, pids and cpu ({})", facts.v2_dir, listing), "",
+                            false));
     }
   }
   // cgroup v1
@@ -619,7 +632,8 @@ std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, 
       if (!unmounted.empty()) problems.push_back(fmt::format("not mounted: {}", fmt::join(unmounted, ", ")));
       if (!unwritable.empty())
         problems.push_back(fmt::format("not writable by uid {}: {}", caller.uid, fmt::join(unwritable, ", ")));
-      checks.push_back(Make("cgroup.v1", title, Verdict::kWarn, fmt::format("{}", fmt::join(problems, "; ")), v1_fix, false));
+      checks.push_back(
+          Make("cgroup.v1", title, Verdict::kWarn, fmt::format("{}", fmt::join(problems, "; ")), v1_fix, false));
     }
   }
   // The verdict that matters: a backend for the default memory, pids and CPU limits.
@@ -634,7 +648,8 @@ std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, 
                             "see the reason; or run without any limits: nsbox run --dangerously-run-without-limits",
                             true));
     } else if (v2_usable) {
-      checks.push_back(Make("cgroup.backend", title, Verdict::kPass, fmt::format("cgroup2 under {}", facts.v2_dir), "", true));
+      checks.push_back(
+          Make("cgroup.backend", title, Verdict::kPass, fmt::format("cgroup2 under {}", facts.v2_dir), "", true));
     } else if (v1_usable) {
       checks.push_back(Make("cgroup.backend", title, Verdict::kPass, "cgroup1 (memory, pids, cpu, cpuacct)", "", true));
     } else if (!facts.unified && !facts.hybrid_v2 &&
@@ -664,7 +679,8 @@ std::vector<Check> CgroupChecks(const CgroupFacts& facts, const Caller& caller, 
 
 Check SeccompFilterCheck(const ProbeResult& probe) {
   const char* title = "seccomp filter";
-  if (probe.ok) return Make("seccomp.filter", title, Verdict::kPass, "a filter installed in a child took effect", "", true);
+  if (probe.ok)
+    return Make("seccomp.filter", title, Verdict::kPass, "a filter installed in a child took effect", "", true);
   std::string fix = probe.err == EINVAL
                         ? "the kernel was built without CONFIG_SECCOMP_FILTER: use a kernel with seccomp filters"
                         : "a seccomp filter around nsbox forbids installing filters (prctl/seccomp calls): run nsbox "
@@ -725,7 +741,8 @@ Check HostRootfsCheck(const HostPaths& paths) {
     return Make("rootfs.host", title, Verdict::kFail, "the host has no /bin/sh for the sandbox's shell",
                 "install a shell (dash or bash)", true);
   return Make("rootfs.host", title, Verdict::kPass,
-              fmt::format("{} loaded; its {} read-only paths are present", file, view->read_only_binds.size()), "", true);
+              fmt::format("{} loaded; its {} read-only paths are present", file, view->read_only_binds.size()), "",
+              true);
 }
 
 Check LanguagesCheck(const HostPaths& paths) {
@@ -753,7 +770,8 @@ Check LanguagesCheck(const HostPaths& paths) {
     return Make("languages", title, Verdict::kWarn, fmt::format("{}: malformed: {}", file, e.what()),
                 "reinstall nsbox's data files", false);
   }
-  std::string detail = fmt::format("available: {}", present.empty() ? "none" : fmt::format("{}", fmt::join(present, ", ")));
+  std::string detail =
+      fmt::format("available: {}", present.empty() ? "none" : fmt::format("{}", fmt::join(present, ", ")));
   if (missing.empty()) return Make("languages", title, Verdict::kPass, detail, "", false);
   return Make("languages", title, Verdict::kWarn, fmt::format("{}; missing: {}", detail, fmt::join(missing, ", ")),
               "install the missing interpreters on the host (e.g. apt-get install python3 nodejs), or use --rootfs "
@@ -773,7 +791,8 @@ Check ImageStoreCheck(const HostPaths& paths, const Caller& caller) {
     return Make("images", title, Verdict::kWarn, fmt::format("{} is not a directory", paths.image_store),
                 fmt::format("remove it and create a directory: mkdir -p {}", paths.image_store), false);
   if (::access(paths.image_store.c_str(), R_OK | X_OK) != 0)
-    return Make("images", title, Verdict::kWarn, fmt::format("{} is not readable by uid {}", paths.image_store, caller.uid),
+    return Make("images", title, Verdict::kWarn,
+                fmt::format("{} is not readable by uid {}", paths.image_store, caller.uid),
                 fmt::format("chmod a+rx {}", paths.image_store), false);
   size_t images = 0;
   if (auto* dir = ::opendir(paths.image_store.c_str())) {

@@ -97,7 +97,8 @@ Check UserNamespaceCheck(const ProbeResult& probe, const UsernsSysctls& sysctls)
 Check NamespaceCheck(const NamespaceType& type, const ProbeResult& probe, bool userns_ok,
                      std::optional<long> max_sysctl_value, bool apparmor_restricts = false);
 // "userns.unprivileged": can ordinary users create user namespaces (required when the caller is not root).
-Check UnprivilegedUsernsCheck(const Caller& caller, const ProbeResult& unprivileged_probe, const UsernsSysctls& sysctls);
+Check UnprivilegedUsernsCheck(const Caller& caller, const ProbeResult& unprivileged_probe,
+                              const UsernsSysctls& sysctls);
 // "proc.mount": a fresh /proc for the sandbox's pid namespace.
 Check ProcMountCheck(const ProbeResult& probe);
 

@@ -30,7 +30,8 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
     if (!found.ok()) return fail(found.status());
     if (repl && (program_options.lang.empty() || !program_options.command.empty()))
       return fail(Status::Error("--repl needs --lang python with --code or --file"));
-    if (repl && !program_options.stdin_source.empty()) return fail(Status::Error("--stdin is not available with --repl"));
+    if (repl && !program_options.stdin_source.empty())
+      return fail(Status::Error("--stdin is not available with --repl"));
     auto executor = BuildExecutor(program_options, found->json.value("rootfs_dir", ""));
     if (!executor.ok()) return fail(executor.status());
     // The language table says which interpreter --lang means; the REPL driver is Python's.

@@ -1,4 +1,5 @@
-// `nsbox image build|ls|rm`: builds images from templates with tools/mkrootfs, smoke-tests them inside nsbox, publishes them atomically.
+// `nsbox image build|ls|rm`: builds images from templates with tools/mkrootfs, smoke-tests them inside nsbox, publishes
+// them atomically.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/file.h>
@@ -73,8 +74,9 @@ class InterruptHandlers {
 
 Status InterruptedStatus() {
   return Status::Error(fmt::format("interrupted by {}; nothing was published and the partial build was removed",
-                                   sigabbrev_np(g_image_interrupted) ? fmt::format("SIG{}", sigabbrev_np(g_image_interrupted))
-                                                               : std::to_string(g_image_interrupted)));
+                                   sigabbrev_np(g_image_interrupted)
+                                       ? fmt::format("SIG{}", sigabbrev_np(g_image_interrupted))
+                                       : std::to_string(g_image_interrupted)));
 }
 
 // --- Children -----------------------------------------------------------------------------------
@@ -207,8 +209,8 @@ StatusOr<ChildOutcome> RunSmokeTest(const std::string& rootfs_dir, const std::ve
   return Supervise(pid, std::move(read_end), "  | ", "");
 }
 
-// $NSBOX_MKROOTFS, else the copy beside the templates (DataDir()/tools/mkrootfs: installed, or the source tree's own for
-// a build-tree binary). It runs as root, so it must be a file only root or the running user can change.
+// $NSBOX_MKROOTFS, else the copy beside the templates (DataDir()/tools/mkrootfs: installed, or the source tree's own
+// for a build-tree binary). It runs as root, so it must be a file only root or the running user can change.
 StatusOr<std::string> FindMkrootfs() {
   const char* env = std::getenv("NSBOX_MKROOTFS");
   std::string mkrootfs = env && *env ? env : DataDir() + "/tools/mkrootfs";
@@ -278,7 +280,8 @@ Status BuildImage(const BuildOptions& options) {
   if (!swept.ok()) return swept.status();
   if (*swept > 0) fmt::print(stderr, "nsbox image build: removed {} leftover(s) of interrupted builds\n", *swept);
   if (PathExists(store + "/" + name))
-    return Status::Error(fmt::format("image '{}' already exists (remove it first with: nsbox image rm {})", name, name));
+    return Status::Error(
+        fmt::format("image '{}' already exists (remove it first with: nsbox image rm {})", name, name));
   auto found_mkrootfs = FindMkrootfs();
   if (!found_mkrootfs.ok()) return found_mkrootfs.status();
   const std::string mkrootfs = *found_mkrootfs;
@@ -325,7 +328,8 @@ Status BuildImage(const BuildOptions& options) {
 
   // [2/3] The smoke test, inside nsbox, exactly as users will run the image.
   stage_start = Clock::now();
-  fmt::print(stderr, "nsbox image build: [2/3] smoke test inside nsbox: {} ...\n", ShellQuoteForDisplay(tmpl->smoke_test));
+  fmt::print(stderr, "nsbox image build: [2/3] smoke test inside nsbox: {} ...\n",
+             ShellQuoteForDisplay(tmpl->smoke_test));
   auto smoke = RunSmokeTest(rootfs_dir, tmpl->smoke_test);
   if (!smoke.ok()) return smoke.status().Wrap("smoke test");
   if (g_image_interrupted) return InterruptedStatus();
@@ -366,7 +370,8 @@ Status BuildImage(const BuildOptions& options) {
   UniqueFd store_fd(::open(store.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (store_fd) ::fsync(store_fd.get());
   fmt::print(stderr, "nsbox image build: [3/3] publish done in {:.1f}s\n", SecondsSince(stage_start));
-  fmt::print(stderr, "nsbox image build: built image '{}' ({}) in {:.1f}s; use it with: nsbox run --rootfs {} -- COMMAND\n",
+  fmt::print(stderr,
+             "nsbox image build: built image '{}' ({}) in {:.1f}s; use it with: nsbox run --rootfs {} -- COMMAND\n",
              name, HumanSize(*size), SecondsSince(start), name);
   return OkStatus();
 }
@@ -429,8 +434,10 @@ void RegisterImage(CLI::App& app, ExitCode& exit_code) {
   };
 
   static BuildOptions build_options;
-  auto* build = image->add_subcommand("build", "build an image from a template (rootfs/templates/NAME.json or a .json path)");
-  build->add_option("template", build_options.template_name, "template name or path to a template .json file")->required();
+  auto* build =
+      image->add_subcommand("build", "build an image from a template (rootfs/templates/NAME.json or a .json path)");
+  build->add_option("template", build_options.template_name, "template name or path to a template .json file")
+      ->required();
   static std::string build_name;
   build->add_option("--name", build_name, "image name (default: the template's name)");
   build->callback([fail, build] {

@@ -1,4 +1,4 @@
-// The image store: listing, resolving, removing and sweeping images; loading templates. See image_store.h for the layout.
+// The image store: listing, resolving, removing and sweeping images; loading templates (layout: image_store.h).
 #include "src/cli/image_store.h"
 
 #include <dirent.h>
@@ -113,14 +113,16 @@ std::string ImageStoreRoot() {
 Status ValidateImageName(const std::string& name) {
   static const std::regex kName("[a-z0-9][a-z0-9._-]{0,63}");
   if (!std::regex_match(name, kName))
-    return Status::Error(fmt::format(
-        "'{}' is not a valid image name (lower-case letters, digits, '.', '_', '-'; at most 64; not starting with '.', '_' or '-')",
-        name));
+    return Status::Error(
+        fmt::format("'{}' is not a valid image name (lower-case letters, digits, '.', '_', '-'; at most 64; not "
+                    "starting with '.', '_' or '-')",
+                    name));
   return OkStatus();
 }
 
 StatusOr<std::string> NewImageName(const std::optional<std::string>& requested, const std::string& template_name) {
-  if (requested && requested->empty()) return Status::Error("--name is empty: give the image a name, or leave --name out for the template's");
+  if (requested && requested->empty())
+    return Status::Error("--name is empty: give the image a name, or leave --name out for the template's");
   const std::string name = requested.value_or(template_name);
   if (name == "host")
     return Status::Error("'host' cannot name an image: --rootfs host always means the host view (give another --name)");
@@ -154,7 +156,8 @@ StatusOr<std::vector<ImageInfo>> ListImages(const std::string& store) {
     } else {  // still usable by name; show what we know
       ImageInfo bare;
       bare.name = name;
-      // image.json unreadable: the image is still usable by name. (A std::string, not a literal: GCC 12 -Wrestrict false positive.)
+      // image.json unreadable: the image is still usable by name. (A std::string, not a literal: GCC 12 -Wrestrict
+      // false positive.)
       static const std::string kUnknown("?");
       bare.template_name = kUnknown;
       bare.rootfs_dir = fmt::format("{}/{}/rootfs", store, name);
@@ -193,14 +196,16 @@ Status EnsureStore(const std::string& store) {
     if (::stat(store.c_str(), &st) != 0) return Status::Errno(fmt::format("stat({})", store));
   }
   if (!S_ISDIR(st.st_mode)) return Status::Error(fmt::format("image store {} is not a directory", store));
-  // The sandbox mounts an image as the unprivileged uid it maps to, so every directory above the store must let others pass.
+  // The sandbox mounts an image as the unprivileged uid it maps to, so every directory above the store must let others
+  // pass.
   for (size_t slash = store.rfind('/'); slash != std::string::npos && slash > 0; slash = store.rfind('/', slash - 1)) {
     std::string parent = store.substr(0, slash);
     struct stat parent_st;
     if (::stat(parent.c_str(), &parent_st) == 0 && !(parent_st.st_mode & S_IXOTH))
-      return Status::Error(fmt::format("{} (mode {:o}) cannot be searched by others, so sandboxes could not reach images "
-                                       "in {}; chmod o+x it or choose another store",
-                                       parent, parent_st.st_mode & 07777, store));
+      return Status::Error(
+          fmt::format("{} (mode {:o}) cannot be searched by others, so sandboxes could not reach images "
+                      "in {}; chmod o+x it or choose another store",
+                      parent, parent_st.st_mode & 07777, store));
   }
   if (st.st_uid != 0) return Status::Error(fmt::format("image store {} is not owned by root", store));
   if ((st.st_mode & 07777) != kImageStoreMode && ::chmod(store.c_str(), kImageStoreMode) != 0)
@@ -238,7 +243,8 @@ Status RemoveTree(const std::string& path) {
 StatusOr<uint64_t> DiskUsage(const std::string& path) {
   g_walk_bytes = 0;
   g_walk_seen.clear();
-  if (::nftw(path.c_str(), CountEntry, 64, FTW_PHYS | FTW_MOUNT) != 0) return Status::Errno(fmt::format("nftw({})", path));
+  if (::nftw(path.c_str(), CountEntry, 64, FTW_PHYS | FTW_MOUNT) != 0)
+    return Status::Errno(fmt::format("nftw({})", path));
   g_walk_seen.clear();
   return g_walk_bytes;
 }
@@ -282,10 +288,12 @@ StatusOr<ImageTemplate> ParseTemplate(const std::string& name, const std::string
     return broken(fmt::format("not valid JSON: {}", e.what()));
   }
   if (!j.is_object()) return broken("it must be a JSON object");
-  static const std::set<std::string> kKnownKeys = {"comment", "description", "packages", "files", "customize", "smoke_test"};
+  static const std::set<std::string> kKnownKeys = {"comment", "description", "packages",
+                                                   "files",   "customize",   "smoke_test"};
   for (const auto& [key, value] : j.items())
     if (!kKnownKeys.count(key))
-      return broken(fmt::format("unknown key '{}' (known: comment, customize, description, files, packages, smoke_test)", key));
+      return broken(
+          fmt::format("unknown key '{}' (known: comment, customize, description, files, packages, smoke_test)", key));
 
   ImageTemplate t;
   t.name = name;

@@ -1,4 +1,4 @@
-// The image store: named read-only root filesystems under one root-only directory, their templates, and name resolution.
+// The image store: named read-only root filesystems in one root-only directory, their templates, name resolution.
 //
 // Layout of the store (default /var/lib/nsbox/images; $NSBOX_IMAGE_STORE overrides it). The store is
 // root-owned, mode 0711: only root can create, remove or list images. It cannot be 0700 because the

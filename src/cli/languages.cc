@@ -39,7 +39,8 @@ StatusOr<Language> LookupLanguage(const std::string& requested) {
   std::string name = requested;
   for (int hops = 0; hops < 4; ++hops) {
     if (!table->contains(name) || !(*table)[name].is_object())
-      return Status::Error(fmt::format("unknown language '{}' (known: {})", requested, fmt::join(LanguageNames(), ", ")));
+      return Status::Error(
+          fmt::format("unknown language '{}' (known: {})", requested, fmt::join(LanguageNames(), ", ")));
     const auto& entry = (*table)[name];
     if (entry.contains("alias")) {
       name = entry["alias"].get<std::string>();

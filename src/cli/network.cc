@@ -30,7 +30,8 @@ Status EgressProxyHooks::OnChildCreated(pid_t child) {
       if (end == std::string::npos) end = spec.size();
       std::string item = spec.substr(start, end - start);
       auto eq = item.find('=');
-      if (eq == std::string::npos) return Status::Error(fmt::format("NSBOX_TEST_RESOLVER_OVERRIDE: '{}' is not HOST=IP", item));
+      if (eq == std::string::npos)
+        return Status::Error(fmt::format("NSBOX_TEST_RESOLVER_OVERRIDE: '{}' is not HOST=IP", item));
       config.resolver_override[item.substr(0, eq)] = item.substr(eq + 1);
       start = end + 1;
     }

@@ -62,8 +62,9 @@ int RunProfileCheck(const ProfileCheckOptions& options) {
     fmt::print("profile: {} ({})\n", options.profile, *path);
   }
   fmt::print("default action: {}{}\n", summary.default_action,
-             summary.notify_denials ? ", delivered by user notification: nsbox answers with the errno and reports denied_syscalls"
-                                    : "");
+             summary.notify_denials
+                 ? ", delivered by user notification: nsbox answers with the errno and reports denied_syscalls"
+                 : "");
   fmt::print("rules applied: {} (allow {}, errno {}, kill {}, notify {}, other {})\n", applied, families["allow"],
              families["errno"], families["kill"], families["notify"], families["other"]);
   for (const auto& [label, count] : summary.rules_by_action) {
@@ -74,8 +75,9 @@ int RunProfileCheck(const ProfileCheckOptions& options) {
              "kernel version, {} repeat the default action\n",
              summary.rules_skipped_for_caps, summary.rules_skipped_for_arch, summary.rules_skipped_for_kernel,
              summary.rules_redundant);
-  fmt::print("architectures: x86_64 only; i386 and x32 calls kill the process{}\n",
-             summary.architectures.empty() ? "" : fmt::format(" (the profile lists {})", JoinNames(summary.architectures, 8)));
+  fmt::print(
+      "architectures: x86_64 only; i386 and x32 calls kill the process{}\n",
+      summary.architectures.empty() ? "" : fmt::format(" (the profile lists {})", JoinNames(summary.architectures, 8)));
   if (!summary.names_not_on_native_arch.empty()) {
     fmt::print("names ignored, not x86_64 calls: {}\n", JoinNames(summary.names_not_on_native_arch, 10));
   }
@@ -96,9 +98,12 @@ void RegisterProfile(CLI::App& app, ExitCode& exit_code) {
   profile->require_subcommand(1);
   auto options = std::make_shared<ProfileCheckOptions>();
   CLI::App* check = profile->add_subcommand(
-      "check", "Validate a profile and summarise it; a fault is named by its JSON path. Exit 0 when valid, 125 when not.");
-  check->add_option("profile", options->profile, "A profile name (default, strict) or a path to a JSON file")->required();
-  check->add_option("--profiles-dir", options->profiles_dir, "Where named profiles live (default: nsbox's data directory)");
+      "check",
+      "Validate a profile and summarise it; a fault is named by its JSON path. Exit 0 when valid, 125 when not.");
+  check->add_option("profile", options->profile, "A profile name (default, strict) or a path to a JSON file")
+      ->required();
+  check->add_option("--profiles-dir", options->profiles_dir,
+                    "Where named profiles live (default: nsbox's data directory)");
   check->callback([options, &exit_code] { exit_code.value = RunProfileCheck(*options); });
 }
 

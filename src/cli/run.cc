@@ -140,7 +140,8 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     if (!executor.ok()) return fail(executor.status());
     std::unique_ptr<EgressProxyHooks> proxy;
     if (*network) {
-      for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) executor->env[key] = value;
+      for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort))
+        executor->env[key] = value;
       proxy = std::make_unique<EgressProxyHooks>(**network);
     }
     Sandbox sandbox(std::move(*executor), std::move(*policy));

@@ -44,15 +44,20 @@ std::pair<std::string, std::string> SplitBind(const std::string& spec) {
 }  // namespace
 
 void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
-  app->add_option("--rootfs", o.rootfs, "root filesystem: host (the built-in read-only view of the host), an image NAME (nsbox image ls) or a directory path")
+  app->add_option("--rootfs", o.rootfs,
+                  "root filesystem: host (the built-in read-only view of the host), an image NAME (nsbox image ls) or "
+                  "a directory path")
       ->capture_default_str();
-  app->add_option("--workspace", o.workspace, "bind this host directory read-write at /workspace (default: a fresh tmpfs)");
+  app->add_option("--workspace", o.workspace,
+                  "bind this host directory read-write at /workspace (default: a fresh tmpfs)");
   // One value per occurrence: a greedy vector option would take a following "--" as the end of its own list, and
   // the command's arguments after it ("-c", "-n") would then be parsed as nsbox options.
   app->add_option("--ro-bind", o.ro_binds, "bind a host path read-only (repeatable; write a ':' in a path as \\:)")
       ->allow_extra_args(false)
       ->type_name("SRC[:DST]");
-  app->add_option("--bind", o.binds, "bind a host path read-write (repeatable; write a ':' in a path as \\:)")->allow_extra_args(false)->type_name("SRC[:DST]");
+  app->add_option("--bind", o.binds, "bind a host path read-write (repeatable; write a ':' in a path as \\:)")
+      ->allow_extra_args(false)
+      ->type_name("SRC[:DST]");
   app->add_option("--network", o.network,
                   "none (own namespace, loopback only), allow=DOMAIN[,DOMAIN...] (only these domains, through nsbox's "
                   "HTTP(S) proxy), or host (the host's network: gives up network isolation)")
@@ -75,8 +80,11 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
         return value.starts_with('-') ? fmt::format("'{}' is not a number of processes", value) : std::string();
       })
       ->each(given("--pids"));
-  app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")->default_str(fmt::format("{}", o.cpus))->each(given("--cpus"));
-  app->add_option("--tmpfs-size", o.tmpfs_size, "size cap of /tmp, /workspace and the home directory")->capture_default_str();
+  app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")
+      ->default_str(fmt::format("{}", o.cpus))
+      ->each(given("--cpus"));
+  app->add_option("--tmpfs-size", o.tmpfs_size, "size cap of /tmp, /workspace and the home directory")
+      ->capture_default_str();
   app->add_option("--profile", o.profile,
                   "seccomp profile: default, strict (no sockets but AF_UNIX), or a Docker/OCI JSON profile file")
       ->capture_default_str();
@@ -93,7 +101,8 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
     builder.SetRootfsDir(*image_root);
   } else if (o.rootfs != "host") {
     if (!PathExists(o.rootfs))
-      return Status::Error(fmt::format("--rootfs '{}': no such directory (use 'host' or a prepared root directory)", o.rootfs));
+      return Status::Error(
+          fmt::format("--rootfs '{}': no such directory (use 'host' or a prepared root directory)", o.rootfs));
     builder.SetRootfsDir(o.rootfs);
   } else {
     builder.SetHostViewFile(DataDir() + "/rootfs/host.json");
@@ -158,7 +167,8 @@ StatusOr<std::optional<NetworkAllowSpec>> BuildNetworkSpec(const SandboxOptions&
   bool allow = o.network.starts_with("allow=");
   if (!allow) {
     if (!o.network_limit.empty()) return Status::Error("--network-limit needs --network allow=DOMAIN,...");
-    if (o.allow_private_addresses) return Status::Error("--dangerously-allow-private-addresses needs --network allow=DOMAIN,...");
+    if (o.allow_private_addresses)
+      return Status::Error("--dangerously-allow-private-addresses needs --network allow=DOMAIN,...");
     return std::optional<NetworkAllowSpec>();
   }
   NetworkAllowSpec spec;
@@ -180,7 +190,8 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& o) {
   app->add_option("--output-limit", o.output_limit, "bytes kept per stream (head and tail), e.g. 64K, 1M")
       ->capture_default_str();
   app->add_option("--stdin", o.stdin_source, "FILE or - (default: /dev/null)");
-  app->add_option("--env", o.env, "KEY=VALUE added to the small clean environment (repeatable)")->allow_extra_args(false);
+  app->add_option("--env", o.env, "KEY=VALUE added to the small clean environment (repeatable)")
+      ->allow_extra_args(false);
   app->add_option("--lang", o.lang, "language of --code/--file: python, bash, sh, node");
   app->add_option("--code", o.code, "the program text to run")->each([&o](const std::string&) { o.code_given = true; });
   app->add_option("--file", o.file, "a file holding the program text, or - for stdin")
@@ -193,7 +204,8 @@ StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return Status::Errno(fmt::format("{}: open({})", what, source));
   struct stat st;
-  if (::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Error(fmt::format("{}: {} is a directory", what, source));
+  if (::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
+    return Status::Error(fmt::format("{}: {} is a directory", what, source));
   std::string data;
   char buf[65536];
   for (;;) {
@@ -226,7 +238,8 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
 
   bool has_code = o.code_given || o.file_given;
   if (!o.lang.empty()) {
-    if (!o.command.empty()) return Status::Error("give either --lang with --code/--file, or a command after --, not both");
+    if (!o.command.empty())
+      return Status::Error("give either --lang with --code/--file, or a command after --, not both");
     if (o.code_given && o.file_given) return Status::Error("give --code or --file, not both");
     if (!has_code) return Status::Error(fmt::format("--lang {} needs --code STRING or --file PATH", o.lang));
     auto lang = LookupLanguage(o.lang);
@@ -242,7 +255,8 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
       if (!code.ok()) return code.status();
       ex.code = std::move(*code);
     } else {
-      if (o.code.size() > kMaxCodeBytes) return Status::Error(fmt::format("--code is larger than {} bytes", kMaxCodeBytes));
+      if (o.code.size() > kMaxCodeBytes)
+        return Status::Error(fmt::format("--code is larger than {} bytes", kMaxCodeBytes));
       ex.code = o.code;
     }
     ex.code_path = "/workspace/" + lang->file;
@@ -251,7 +265,8 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
     for (const auto& [key, value] : lang->env) ex.env[key] = value;
   } else {
     if (has_code) return Status::Error("--code and --file need --lang");
-    if (o.command.empty()) return Status::Error("nothing to run: give a command after --, or --lang with --code/--file");
+    if (o.command.empty())
+      return Status::Error("nothing to run: give a command after --, or --lang with --code/--file");
     if (o.command[0].empty()) return Status::Error("the command after -- is an empty string");
     ex.argv = o.command;
   }

@@ -34,7 +34,8 @@ struct SandboxOptions {
 void AddSandboxOptions(CLI::App* app, SandboxOptions& options);
 StatusOr<Policy> BuildPolicy(const SandboxOptions& options);
 // An engine message in the CLI's words: the policy settings it names (CgroupLimits::cpus,
-// PolicyBuilder::DangerDisableCgroupLimits …) become the options that set them (--cpus, --dangerously-run-without-limits).
+// PolicyBuilder::DangerDisableCgroupLimits …) become the options that set them (--cpus,
+// --dangerously-run-without-limits).
 std::string InCliTerms(std::string message);
 // For --network allow=…: the proxy's settings; nullopt for none and host.
 StatusOr<std::optional<NetworkAllowSpec>> BuildNetworkSpec(const SandboxOptions& options);

@@ -289,7 +289,8 @@ void AddCandidate(const ProxyState& state, const std::vector<std::string>& host_
   }
   if (!state.config.allow_private_addresses) {
     if (std::find(host_addresses.begin(), host_addresses.end(), CanonicalAddress(address)) != host_addresses.end()) {
-      if (resolved.refused.empty()) resolved.refused = fmt::format("{} (an address of this host)", FormatAddress(address));
+      if (resolved.refused.empty())
+        resolved.refused = fmt::format("{} (an address of this host)", FormatAddress(address));
       return;
     }
   }
@@ -522,7 +523,8 @@ bool RequestBodyLength(const ProxyRequest& request, uint64_t& length, std::strin
 }
 
 std::string LimitMessage(const ProxyState& state) {
-  return fmt::format("the sandbox's network byte limit ({} bytes, --network-limit) is used up", state.config.byte_limit);
+  return fmt::format("the sandbox's network byte limit ({} bytes, --network-limit) is used up",
+                     state.config.byte_limit);
 }
 
 void ServeConnection(ProxyState& state, UniqueFd client) {

@@ -95,7 +95,8 @@ ClientHelloName ClientHello(std::string_view body) {
   if (!hello.ok()) return Malformed("the ClientHello ends inside its fixed fields");
   if (legacy_version >> 8 != 3) return Malformed("the ClientHello's version is not TLS");
   if (session_id.size() > 32) return Malformed("the ClientHello's session id is longer than 32 bytes");
-  if (cipher_suites.empty() || cipher_suites.size() % 2 != 0) return Malformed("the ClientHello's cipher suites are malformed");
+  if (cipher_suites.empty() || cipher_suites.size() % 2 != 0)
+    return Malformed("the ClientHello's cipher suites are malformed");
   if (compression.empty()) return Malformed("the ClientHello lists no compression method");
   ClientHelloName absent;
   absent.status = Status::kAbsent;
@@ -146,7 +147,8 @@ ClientHelloName ParseClientHelloName(std::string_view bytes) {
     if (type != kRecordHandshake) return Malformed("the tunnel does not start with a TLS handshake record");
     if (version >> 8 != 3) return Malformed("the TLS record's version is not TLS");
     if (length == 0 || length > kMaxRecordPayload) return Malformed("the TLS record's length is out of bounds");
-    if (message.size() + length > kMaxClientHelloBytes + 4) return Malformed("the ClientHello is longer than the proxy reads");
+    if (message.size() + length > kMaxClientHelloBytes + 4)
+      return Malformed("the ClientHello is longer than the proxy reads");
     if (records.left() < length) return need_more;
     std::string_view payload = records.Bytes(length);
     message.append(payload.data(), payload.size());

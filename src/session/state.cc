@@ -46,7 +46,8 @@ Status CheckStateRoot(const std::string& root, uid_t uid) {
   for (const std::string& part : parts) {
     struct stat st;
     if (::lstat(part.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", part));
-    if (!S_ISDIR(st.st_mode)) return Status::Error(fmt::format("state directory {}: {} is not a directory", root, part));
+    if (!S_ISDIR(st.st_mode))
+      return Status::Error(fmt::format("state directory {}: {} is not a directory", root, part));
     if (st.st_uid != 0 && st.st_uid != uid)
       return Status::Error(fmt::format("state directory {}: {} belongs to uid {}, not to uid {} or root", root, part,
                                        st.st_uid, uid));

@@ -74,7 +74,8 @@ class Server {
         return Shutdown(fmt::format("its maximum lifetime of {} ms was reached", config_.max_lifetime.count()), 0);
       int64_t wait_ms = 1000;
       wait_ms = std::min<int64_t>(
-          wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(created_ + config_.max_lifetime - now).count());
+          wait_ms,
+          std::chrono::duration_cast<std::chrono::milliseconds>(created_ + config_.max_lifetime - now).count());
       {
         std::lock_guard lock(activity_mutex_);
         if (active_ == 0) {

@@ -65,7 +65,8 @@ StatusOr<nlohmann::json> MessageReader::Next() {
     if (newline != std::string::npos) {
       auto message = nlohmann::json::parse(buffer_.substr(0, newline), nullptr, false);
       buffer_.erase(0, newline + 1);
-      if (message.is_discarded() || !message.is_object()) return Status::Error("malformed message on the session socket");
+      if (message.is_discarded() || !message.is_object())
+        return Status::Error("malformed message on the session socket");
       return message;
     }
     if (buffer_.size() > max_bytes_) return Status::Error("message on the session socket is too large");

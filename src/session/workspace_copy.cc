@@ -29,7 +29,8 @@ StatusOr<UniqueFd> OpenBeneath(int dir_fd, const std::string& rel, uint64_t flag
   how.resolve = kResolve;
   int fd = static_cast<int>(::syscall(SYS_openat2, dir_fd, rel.empty() ? "." : rel.c_str(), &how, sizeof how));
   if (fd >= 0) return UniqueFd(fd);
-  if (errno == ELOOP) return Status::Error(fmt::format("refusing {}: it is, or passes through, a symbolic link", shown));
+  if (errno == ELOOP)
+    return Status::Error(fmt::format("refusing {}: it is, or passes through, a symbolic link", shown));
   if (errno == EXDEV) return Status::Error(fmt::format("refusing {}: it leaves the workspace", shown));
   return Status::Errno(fmt::format("openat2(/workspace, {}, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)", rel));
 }
@@ -75,10 +76,12 @@ std::string BaseName(const std::string& path) {
 StatusOr<std::string> WorkspaceRelativePath(const std::string& path) {
   std::string rel = path;
   // The workspace itself, however it is spelled ("S:", "S:.", "S:/workspace/"): cp puts a file there by its name.
-  if (rel == "/workspace" || rel == "/workspace/" || rel == "." || rel == "./" || rel == "/workspace/.") return std::string();
+  if (rel == "/workspace" || rel == "/workspace/" || rel == "." || rel == "./" || rel == "/workspace/.")
+    return std::string();
   if (rel.starts_with("/workspace/")) rel = rel.substr(strlen("/workspace/"));
   else if (!rel.empty() && rel[0] == '/')
-    return Status::Error(fmt::format("'{}' is outside /workspace (give a path in /workspace, or relative to it)", path));
+    return Status::Error(
+        fmt::format("'{}' is outside /workspace (give a path in /workspace, or relative to it)", path));
   // Textual checks for clear messages; openat2 enforces the same and more. Empty parts ("a//b") are dropped.
   std::vector<std::string_view> parts;
   if (!SplitPathComponents(rel, &parts)) return Status::Error(fmt::format("'{}': '.' and '..' are not allowed", path));
@@ -101,7 +104,8 @@ StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::
   if (::fstat(look->get(), &seen) != 0) return Status::Errno(fmt::format("fstat({})", shown));
   if (!S_ISREG(seen.st_mode)) return Status::Error(fmt::format("refusing {}: {}", shown, KindOf(seen.st_mode)));
   if (static_cast<uint64_t>(seen.st_size) > max_bytes)
-    return Status::Error(fmt::format("refusing {}: {} bytes, more than the limit of {}", shown, seen.st_size, max_bytes));
+    return Status::Error(
+        fmt::format("refusing {}: {} bytes, more than the limit of {}", shown, seen.st_size, max_bytes));
   auto file = OpenBeneath(workspace_fd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, shown);
   if (!file.ok()) return file.status();
   struct stat st;
@@ -131,7 +135,8 @@ StatusOr<uint64_t> CopyIn(const std::string& host_path, int workspace_fd, const 
   if (::fstat(in.get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", host_path));
   if (!S_ISREG(st.st_mode)) return Status::Error(fmt::format("refusing {}: {}", host_path, KindOf(st.st_mode)));
   if (static_cast<uint64_t>(st.st_size) > max_bytes)
-    return Status::Error(fmt::format("refusing {}: {} bytes, more than the limit of {}", host_path, st.st_size, max_bytes));
+    return Status::Error(
+        fmt::format("refusing {}: {} bytes, more than the limit of {}", host_path, st.st_size, max_bytes));
   auto data = ReadCapped(in.get(), max_bytes, host_path);
   if (!data.ok()) return data.status();
 

@@ -1,4 +1,5 @@
-// The `nsbox agent` verb as a user runs it ($NSBOX_BIN): the answer on stdout, exit codes, key errors, and the sandbox ended on Ctrl-C and time-out.
+// The `nsbox agent` verb as a user runs it ($NSBOX_BIN): the answer on stdout, exit codes, key errors, and the sandbox
+// ended on Ctrl-C and time-out.
 #include <unistd.h>
 
 #include <fstream>
@@ -69,8 +70,9 @@ TEST_CASE("nsbox agent prints the answer computed in the default nsbox runtime a
   if (!CliReady("nsbox agent default runtime")) return;
   if (auto why = testing::NsboxRuntimeUnavailable()) return testing::NoteSkip("nsbox agent default runtime", *why);
   testing::FakeProviderServer server;
-  CliRun run = RunCli({NsboxBin(), "agent", "--provider", "openai", kPrime},
-                      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
+  CliRun run = RunCli(
+      {NsboxBin(), "agent", "--provider", "openai", kPrime},
+      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
   INFO(run.err);
   CHECK(run.exit_code == 0);
   CHECK(run.out == "The 1000th prime number is 7919 (I computed it by running the code).\n");
@@ -79,11 +81,13 @@ TEST_CASE("nsbox agent prints the answer computed in the default nsbox runtime a
 
 TEST_CASE("nsbox agent fails with 125 when its answer cannot be written") {
   if (!CliReady("nsbox agent answer to a full disk")) return;
-  if (auto why = testing::NsboxRuntimeUnavailable()) return testing::NoteSkip("nsbox agent answer to a full disk", *why);
+  if (auto why = testing::NsboxRuntimeUnavailable())
+    return testing::NoteSkip("nsbox agent answer to a full disk", *why);
   testing::FakeProviderServer server;
   // /dev/full: every write fails with ENOSPC; the answer, the run's whole product, would be lost without a word.
-  CliRun run = RunCli({"/bin/sh", "-c", "exec \"$0\" agent --provider openai \"$1\" > /dev/full", NsboxBin(), kPrime},
-                      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
+  CliRun run = RunCli(
+      {"/bin/sh", "-c", "exec \"$0\" agent --provider openai \"$1\" > /dev/full", NsboxBin(), kPrime},
+      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
   INFO(run.err);
   CHECK(run.exit_code == 125);
   CHECK(run.err == "nsbox agent: writing the answer: No space left on device (ENOSPC)\n");
@@ -133,10 +137,11 @@ TEST_CASE("Ctrl-C (or a hang-up) ends nsbox agent with 130 and removes its sandb
   const std::string log = TempFile();
   // The stand-in nsbox has sessions and logs create/exec/rm; the signal arrives while the loop spins.
   auto start = std::chrono::steady_clock::now();
-  CliRun run = RunCli({"/usr/bin/timeout", "--preserve-status", "-s", signal_name, "2", NsboxBin(), "agent", "--provider",
-                       "anthropic", "--base-url", server.BaseUrl("anthropic"), "Spin forever [scenario:loop]"},
-                      {"ANTHROPIC_API_KEY=test-anthropic-key", "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"),
-                       "FAKE_NSBOX_LOG=" + log});
+  CliRun run =
+      RunCli({"/usr/bin/timeout", "--preserve-status", "-s", signal_name, "2", NsboxBin(), "agent", "--provider",
+              "anthropic", "--base-url", server.BaseUrl("anthropic"), "Spin forever [scenario:loop]"},
+             {"ANTHROPIC_API_KEY=test-anthropic-key", "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"),
+              "FAKE_NSBOX_LOG=" + log});
   CHECK(run.exit_code == 130);
   CHECK(run.err == "nsbox agent: interrupted\n");
   CHECK(std::chrono::steady_clock::now() - start < 8s);
@@ -153,8 +158,8 @@ TEST_CASE("the run time-out ends nsbox agent with 124 and removes its sandbox se
   const std::string log = TempFile();
   CliRun run = RunCli({NsboxBin(), "agent", "--timeout", "2s", "--base-url", server.BaseUrl("anthropic"),
                        "Spin forever [scenario:loop]"},
-                      {"ANTHROPIC_API_KEY=test-anthropic-key", "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"),
-                       "FAKE_NSBOX_LOG=" + log});
+                      {"ANTHROPIC_API_KEY=test-anthropic-key",
+                       "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"), "FAKE_NSBOX_LOG=" + log});
   CHECK(run.exit_code == 124);
   CHECK(run.err == "nsbox agent: the run's time-out of 2s (--timeout) passed\n");
   auto lines = ReadLines(log);
@@ -180,7 +185,8 @@ TEST_CASE("nsbox agent refuses an empty base URL, given or in the environment, i
   if (!CliReady("nsbox agent empty base URL")) return;
   CliRun flag = RunCli({NsboxBin(), "agent", "--base-url", "", "hello"}, {"ANTHROPIC_API_KEY=x"});
   CHECK(flag.exit_code == 125);
-  CHECK(flag.err == "nsbox agent: --base-url is empty: give the endpoint's URL, or leave the option out for the public API\n");
+  CHECK(flag.err ==
+        "nsbox agent: --base-url is empty: give the endpoint's URL, or leave the option out for the public API\n");
   CliRun anthropic = RunCli({NsboxBin(), "agent", "hello"}, {"ANTHROPIC_API_KEY=x", "ANTHROPIC_BASE_URL="});
   CHECK(anthropic.exit_code == 125);
   CHECK(anthropic.err ==
@@ -221,13 +227,15 @@ TEST_CASE("nsbox agent fails with 125 when its transcript cannot be opened or wr
                            server.BaseUrl("anthropic"), kPrime},
                           {"ANTHROPIC_API_KEY=test-anthropic-key"});
   CHECK(missing.exit_code == 125);
-  CHECK_THAT(missing.err,
-             Catch::EndsWith("\nnsbox agent: open(/nonexistent/t) for the transcript: No such file or directory (ENOENT)\n"));
+  CHECK_THAT(
+      missing.err,
+      Catch::EndsWith("\nnsbox agent: open(/nonexistent/t) for the transcript: No such file or directory (ENOENT)\n"));
   // /dev/full: opened fine, every write fails with ENOSPC; the run must not answer as if the transcript were kept.
   CliRun full = RunCli({NsboxBin(), "agent", "--runtime", "local", "--transcript", "/dev/full", "--base-url",
                         server.BaseUrl("anthropic"), kPrime},
                        {"ANTHROPIC_API_KEY=test-anthropic-key"});
   CHECK(full.exit_code == 125);
   CHECK(full.out.empty());
-  CHECK_THAT(full.err, Catch::EndsWith("\nnsbox agent: writing the transcript /dev/full: No space left on device (ENOSPC)\n"));
+  CHECK_THAT(full.err,
+             Catch::EndsWith("\nnsbox agent: writing the transcript /dev/full: No space left on device (ENOSPC)\n"));
 }

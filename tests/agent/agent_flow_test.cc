@@ -1,4 +1,5 @@
-// Agent flows end to end: the agent loop against the scripted provider (both wire formats), running real code in the local and nsbox runtimes.
+// Agent flows end to end: the agent loop against the scripted provider (both wire formats), running real code in the
+// local and nsbox runtimes.
 #include <atomic>
 #include <fstream>
 #include <regex>
@@ -270,8 +271,9 @@ TEST_CASE("a retry-after beyond the run's time-out gives up at once, saying why"
   runtime::LocalRuntime rt;
   FlowRun run = RunFlow(server, "openai", rt, "x [scenario:overloaded]", [](AgentConfig& c) { c.run_timeout = 30s; });
   CHECK(run.outcome.end == AgentEnd::kTimeout);
-  CHECK(run.outcome.error == "openai (HTTP 429: rate_limit_error: come back in an hour), and waiting 3600000 ms to retry "
-                             "would pass the run's time-out");
+  CHECK(run.outcome.error ==
+        "openai (HTTP 429: rate_limit_error: come back in an hour), and waiting 3600000 ms to retry "
+        "would pass the run's time-out");
   CHECK(run.elapsed < 5s);
 }
 
@@ -328,7 +330,8 @@ TEST_CASE("cancellation stops a running tool call and the run at once") {
     std::this_thread::sleep_for(1500ms);
     cancel = true;
   });
-  FlowRun run = RunFlow(server, "openai", rt, "Spin forever [scenario:loop]", [&](AgentConfig& c) { c.cancel = &cancel; });
+  FlowRun run =
+      RunFlow(server, "openai", rt, "Spin forever [scenario:loop]", [&](AgentConfig& c) { c.cancel = &cancel; });
   canceller.join();
   CHECK(run.outcome.end == AgentEnd::kCancelled);
   CHECK(AgentExitCode(run.outcome.end) == 130);

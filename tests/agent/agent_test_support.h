@@ -1,4 +1,5 @@
-// Helpers for the agent tests: the scripted provider process, skip notes, and whether the real nsbox runtime can run here.
+// Helpers for the agent tests: the scripted provider process, skip notes, and whether the real nsbox runtime can run
+// here.
 #pragma once
 
 #include <fcntl.h>
@@ -98,8 +99,8 @@ inline std::optional<std::string> NsboxRuntimeUnavailable() {
   auto result = probe.execute("python", "print(6 * 7)", exec);
   if (!result.ok()) cached = std::optional<std::string>("nsbox cannot run code here: " + result.status().message());
   else if (result->stdout_data != "42\n")
-    cached = std::optional<std::string>("nsbox run printed no 42: status " + std::string(RunStatusName(result->status)) +
-                                        ", " + result->reason);
+    cached = std::optional<std::string>("nsbox run printed no 42: status " +
+                                        std::string(RunStatusName(result->status)) + ", " + result->reason);
   else cached = std::optional<std::string>();
   return *cached;
 }

@@ -1,4 +1,5 @@
-// Unit tests of the agent's pure parts: message assembly for both wire formats, response checks, clipping, tool results, retry-after.
+// Unit tests of the agent's pure parts: message assembly for both wire formats, response checks, clipping, tool
+// results, retry-after.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -40,14 +41,16 @@ json AnthropicToolTurn() {
   return json::parse(R"J({"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use",
     "content":[{"type":"text","text":"Let me compute."},
                {"type":"tool_use","id":"toolu_a","name":"run_python","input":{"code":"print(1)"}},
-               {"type":"tool_use","id":"toolu_b","name":"execute_code","input":{"language":"bash","code":"echo 2"}}]})J");
+               {"type":"tool_use","id":"toolu_b","name":"execute_code",)J"
+                 R"J("input":{"language":"bash","code":"echo 2"}}]})J");
 }
 
 json OpenAIToolTurn() {
   return json::parse(R"J({"id":"c1","object":"chat.completion","choices":[{"index":0,"finish_reason":"tool_calls",
     "message":{"role":"assistant","content":null,"tool_calls":[
       {"id":"call_a","type":"function","function":{"name":"run_python","arguments":"{\"code\": \"print(1)\"}"}},
-      {"id":"call_b","type":"function","function":{"name":"execute_code","arguments":"{\"language\":\"bash\",\"code\":\"echo 2\"}"}}]}}]})J");
+      {"id":"call_b","type":"function","function":{"name":"execute_code",)J"
+                     R"J("arguments":"{\"language\":\"bash\",\"code\":\"echo 2\"}"}}]}}]})J");
 }
 
 }  // namespace
@@ -62,8 +65,10 @@ TEST_CASE("a base URL that is not http(s) is refused when the provider is made")
 }
 
 TEST_CASE("a base URL without a host is refused as it was given, credentials redacted") {
-  for (std::string url : {"http://", "https:///", "http:///v1"}) CHECK(RefusalOf(url) == "base URL \"" + url + "\" names no host");
-  CHECK(RefusalOf("ftp://user:s3cr3t@host/") == "base URL \"ftp://user:[redacted]@host/\" is not an http:// or https:// URL");
+  for (std::string url : {"http://", "https:///", "http:///v1"})
+    CHECK(RefusalOf(url) == "base URL \"" + url + "\" names no host");
+  CHECK(RefusalOf("ftp://user:s3cr3t@host/") ==
+        "base URL \"ftp://user:[redacted]@host/\" is not an http:// or https:// URL");
 }
 
 TEST_CASE("an empty base URL, given or in the environment, is an error; only one left out means the public API") {
@@ -128,7 +133,8 @@ TEST_CASE("anthropic tool results all go in one user message, ids matching the t
   CHECK(m[1]["content"] == AnthropicToolTurn()["content"]);  // verbatim, text block included
   CHECK(m[2]["role"] == "user");
   REQUIRE(m[2]["content"].size() == 2);
-  CHECK(m[2]["content"][0] == json::parse(R"J({"type":"tool_result","tool_use_id":"toolu_a","content":"exit_code: 0\n"})J"));
+  CHECK(m[2]["content"][0] ==
+        json::parse(R"J({"type":"tool_result","tool_use_id":"toolu_a","content":"exit_code: 0\n"})J"));
   CHECK(m[2]["content"][1]["tool_use_id"] == "toolu_b");
   CHECK(m[2]["content"][1]["is_error"] == true);
 }
@@ -181,7 +187,8 @@ TEST_CASE("openai arguments that are not JSON become an error for the model, not
 TEST_CASE("malformed responses are errors naming what is missing") {
   auto a = Make("anthropic");
   a->AddUserText("q");
-  auto no_content = a->AcceptResponse(json::parse(R"J({"type":"message","role":"assistant","stop_reason":"end_turn"})J"));
+  auto no_content =
+      a->AcceptResponse(json::parse(R"J({"type":"message","role":"assistant","stop_reason":"end_turn"})J"));
   REQUIRE_FALSE(no_content.ok());
   CHECK(no_content.status().message() == "malformed Anthropic response: no \"content\" array");
   auto no_id = a->AcceptResponse(json::parse(
@@ -203,17 +210,21 @@ TEST_CASE("malformed responses are errors naming what is missing") {
 }
 
 TEST_CASE("provider error bodies are read in both formats") {
-  CHECK(ErrorMessageFromBody(R"J({"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}})J") ==
+  CHECK(ErrorMessageFromBody(
+            R"J({"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}})J") ==
         "authentication_error: invalid x-api-key");
-  CHECK(ErrorMessageFromBody(R"J({"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}})J") ==
-        "invalid_request_error: Incorrect API key provided");
+  CHECK(
+      ErrorMessageFromBody(R"J({"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}})J") ==
+      "invalid_request_error: Incorrect API key provided");
   CHECK(ErrorMessageFromBody("<html>bad gateway</html>") == "<html>bad gateway</html>");
 }
 
 TEST_CASE("provider error messages are one line, long bodies clipped") {
-  CHECK(ErrorMessageFromBody("<html>\r\n<head><title>500 Internal Server Error</title></head>\n<body>\n\t<h1>oops</h1>\n</body>\n</html>\n") ==
+  CHECK(ErrorMessageFromBody("<html>\r\n<head><title>500 Internal Server "
+                             "Error</title></head>\n<body>\n\t<h1>oops</h1>\n</body>\n</html>\n") ==
         "<html> <head><title>500 Internal Server Error</title></head> <body> <h1>oops</h1> </body> </html>");
-  CHECK(ErrorMessageFromBody(R"J({"error":{"type":"invalid_request_error","message":"messages: line one\nline two\n"}})J") ==
+  CHECK(ErrorMessageFromBody(
+            R"J({"error":{"type":"invalid_request_error","message":"messages: line one\nline two\n"}})J") ==
         "invalid_request_error: messages: line one line two");
   CHECK(ErrorMessageFromBody(" \n ") == "(empty body)");
   std::string page = "<html>" + std::string(100000, 'x') + "\n</html>";
@@ -277,7 +288,8 @@ TEST_CASE("tool result of a time-out carries a status line and the shell's exit 
   r.status = RunStatus::kTimeout;
   r.reason = "wall-clock limit of 1000 ms reached";
   std::string text = FormatToolResult(r, 4096);
-  CHECK(text == "exit_code: 124\nstatus: timeout (wall-clock limit of 1000 ms reached)\nstdout: (empty)\nstderr: (empty)\n");
+  CHECK(text ==
+        "exit_code: 124\nstatus: timeout (wall-clock limit of 1000 ms reached)\nstdout: (empty)\nstderr: (empty)\n");
 }
 
 TEST_CASE("tool result budget favours a short stderr so a traceback survives a stdout flood") {
@@ -372,10 +384,12 @@ TEST_CASE("the nsbox-http frames carry any bytes and reject what does not add up
   CHECK(DecodeResponse("[1]\n").status().message() == "nsbox-http's answer: the header line is not a JSON object");
   std::string cut = EncodeResponse(response);
   cut.pop_back();
-  CHECK(DecodeResponse(cut).status().message() ==
-        fmt::format("nsbox-http's answer: body_bytes does not match the {} bytes that follow", response.body.size() - 1));
+  CHECK(
+      DecodeResponse(cut).status().message() ==
+      fmt::format("nsbox-http's answer: body_bytes does not match the {} bytes that follow", response.body.size() - 1));
   response.error = "weird";
-  CHECK(DecodeResponse(EncodeResponse(response)).status().message() == "nsbox-http's answer: unknown error kind 'weird'");
+  CHECK(DecodeResponse(EncodeResponse(response)).status().message() ==
+        "nsbox-http's answer: unknown error kind 'weird'");
   CHECK(!DecodeRequest("{\"url\": 5, \"headers\": [], \"body_bytes\": 0}\n").ok());
 }
 

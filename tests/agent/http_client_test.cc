@@ -1,4 +1,5 @@
-// HttpPost through the nsbox-http helper, against raw TCP servers in this process: bytes both ways, cancel, time-out, refusal.
+// HttpPost through the nsbox-http helper, against raw TCP servers in this process: bytes both ways, cancel, time-out,
+// refusal.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -150,7 +151,8 @@ TEST_CASE("HttpPost carries any bytes both ways through nsbox-http") {
 
 TEST_CASE("a response body over the limit fails the request, naming the limit") {
   std::string body(agent::kMaxResponseBodyBytes + 1, 'x');
-  OneShotServer server("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  OneShotServer server("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                       "\r\nConnection: close\r\n\r\n" + body);
   agent::HttpRequest request;
   request.url = server.Url();
   request.body = "{}";

@@ -1,4 +1,5 @@
-// Runtime tests: the subprocess helper, the local runtime, the nsbox runtime's session lifecycle and one-shot fallback (against a stand-in nsbox and the real one), and the docker runtime.
+// Runtime tests: the subprocess helper, the local runtime, the nsbox runtime's session lifecycle and one-shot fallback
+// (against a stand-in nsbox and the real one), and the docker runtime.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -241,7 +242,8 @@ TEST_CASE("nsbox runtime makes one session per conversation, execs in it, and re
   auto lines = ReadLines(log.path);
   REQUIRE(lines.size() == 4);
   // The session ends with this process (--end-with-pid), whatever way the conversation ends.
-  CHECK(lines[0] == "create " + sid + " --json --end-with-pid " + std::to_string(::getpid()) + " --max-lifetime 120000ms");
+  CHECK(lines[0] ==
+        "create " + sid + " --json --end-with-pid " + std::to_string(::getpid()) + " --max-lifetime 120000ms");
   CHECK(lines[1] == "exec " + sid);
   CHECK(lines[2] == "exec " + sid);
   CHECK(lines[3] == "rm " + sid);
@@ -315,9 +317,10 @@ TEST_CASE("docker runtime argv isolates: no network, capped memory, cpus and pid
   REQUIRE(argv.ok());
   std::string joined;
   for (const auto& a : *argv) joined += a + " ";
-  CHECK(joined.find(" run --rm -i --name c1 --network none --memory 512m --memory-swap 512m --cpus 1 --pids-limit 256 "
-                    "--read-only --tmpfs /tmp:rw,nosuid,nodev,size=64m --workdir /tmp --user 65534:65534 --cap-drop ALL "
-                    "--security-opt no-new-privileges --env HOME=/tmp python:3-slim python3 - ") != std::string::npos);
+  CHECK(
+      joined.find(" run --rm -i --name c1 --network none --memory 512m --memory-swap 512m --cpus 1 --pids-limit 256 "
+                  "--read-only --tmpfs /tmp:rw,nosuid,nodev,size=64m --workdir /tmp --user 65534:65534 --cap-drop ALL "
+                  "--security-opt no-new-privileges --env HOME=/tmp python:3-slim python3 - ") != std::string::npos);
   CHECK((*DockerRuntime::RunArgv(o, "c2", "bash")).back() == "-s");
   CHECK_FALSE(DockerRuntime::RunArgv(o, "c3", "cobol").ok());
 }
@@ -374,7 +377,8 @@ TEST_CASE("concurrent calls share one session, and each local call has its own s
     CHECK(local_out[i] == std::to_string(i) + "\n");
   }
   auto lines = ReadLines(log.path);
-  CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("create ", 0) == 0; }) == 1);
+  CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("create ", 0) == 0; }) ==
+        1);
   CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("exec ", 0) == 0; }) == 4);
   CHECK(lines.back().rfind("rm ", 0) == 0);
 }

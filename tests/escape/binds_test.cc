@@ -68,7 +68,8 @@ TEST_CASE("a link planted in a workspace by one run is not followed by a later r
     CHECK(r.out.find("root:x:0:0") == std::string::npos);
   }
   // Through a link in the middle of the path too.
-  auto r = RunNsboxRaw({"run", "--ro-bind", ws.path + "/data/passwd:/mnt/p", "--", "/bin/sh", "-c", "echo RAN; cat /mnt/p"});
+  auto r =
+      RunNsboxRaw({"run", "--ro-bind", ws.path + "/data/passwd:/mnt/p", "--", "/bin/sh", "-c", "echo RAN; cat /mnt/p"});
   RequireRefused(r, "symbolic link 'data'");
 }
 
@@ -77,14 +78,16 @@ TEST_CASE("a writable bind through a planted link does not write into the host's
   SharedWorkspace ws;
   HostVarTmpDir target;
   ws.Plant("ln -s " + target.path + " /workspace/out && ln -s /var/tmp /workspace/tmp");
-  auto last = RunNsboxRaw({"run", "--bind", ws.path + "/out:/mnt", "--", "/bin/sh", "-c", "echo RAN; echo x > /mnt/planted"});
+  auto last =
+      RunNsboxRaw({"run", "--bind", ws.path + "/out:/mnt", "--", "/bin/sh", "-c", "echo RAN; echo x > /mnt/planted"});
   RequireRefused(last, "symbolic link 'out'");
   std::string name = fs::path(target.path).filename();
   auto middle = RunNsboxRaw({"run", "--bind", ws.path + "/tmp/" + name + ":/mnt", "--", "/bin/sh", "-c",
                              "echo RAN; echo x > /mnt/planted"});
   RequireRefused(middle, "symbolic link 'tmp'");
   // --workspace is a bind source like any other.
-  auto workspace = RunNsboxRaw({"run", "--workspace", ws.path + "/out", "--", "/bin/sh", "-c", "echo RAN; echo x > /workspace/planted"});
+  auto workspace = RunNsboxRaw(
+      {"run", "--workspace", ws.path + "/out", "--", "/bin/sh", "-c", "echo RAN; echo x > /workspace/planted"});
   RequireRefused(workspace, "symbolic link 'out'");
   CHECK_FALSE(fs::exists(target.path + "/planted"));
 }
@@ -178,6 +181,7 @@ TEST_CASE("a bind without a destination appears at its source's real path; one t
   CHECK(r.out() == "real\nno-link\n");
   // On a merged-/usr host the sandbox's /bin is a link (to usr/bin): a destination follows no link, whoever made it.
   // (Elsewhere /bin is a read-only bind, where no mount point can be made: refused too, for another reason.)
-  auto through = RunNsboxRaw({"run", "--ro-bind", host.path() + "/real:/bin/nsbox-x", "--", "/bin/sh", "-c", "echo RAN"});
+  auto through =
+      RunNsboxRaw({"run", "--ro-bind", host.path() + "/real:/bin/nsbox-x", "--", "/bin/sh", "-c", "echo RAN"});
   RequireRefused(through, fs::is_symlink("/bin") ? "symbolic link 'bin'" : "/bin/nsbox-x");
 }

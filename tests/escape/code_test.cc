@@ -125,9 +125,10 @@ TEST_CASE("a daemon left by an earlier session exec cannot change a later exec's
   auto copied = RunProcess({NsboxBinary(), "cp", daemon, id + ":/workspace/daemon.py"}, env);
   INFO(copied.err);
   REQUIRE(copied.exit_code == 0);
-  auto started = RunProcess({NsboxBinary(), "exec", id, "--", "/bin/sh", "-c",
-                             "mv /workspace/daemon.py /tmp/ && cd /tmp && setsid python3 daemon.py > /tmp/daemon.log 2>&1 < /dev/null &"},
-                            env);
+  auto started = RunProcess(
+      {NsboxBinary(), "exec", id, "--", "/bin/sh", "-c",
+       "mv /workspace/daemon.py /tmp/ && cd /tmp && setsid python3 daemon.py > /tmp/daemon.log 2>&1 < /dev/null &"},
+      env);
   INFO(started.err);
   REQUIRE(started.exit_code == 0);
   auto ready = RunProcess({NsboxBinary(), "exec", id, "--", "/bin/sh", "-c",

@@ -99,7 +99,8 @@ print(err(open, "/usr/bin/python3", "r+b"), err(open, "/bin/sh", "r+b"), err(os.
 // CVE-2019-5736: a container overwrote runc through /proc/self/exe or /proc/<runc pid>/exe. Here pid 1 is nsbox's own
 // process: its exe must be neither openable (not even read-only, which the exploit re-opens for writing later) nor
 // resolvable, and the program's own exe cannot be opened for writing.
-TEST_CASE("the runtime cannot be reached through /proc/1/exe or /proc/self/exe (CVE-2019-5736)", "[escape][filesystem]") {
+TEST_CASE("the runtime cannot be reached through /proc/1/exe or /proc/self/exe (CVE-2019-5736)",
+          "[escape][filesystem]") {
   auto r = RunPython(R"(
 print(err(open, "/proc/1/exe", "rb"), err(open, "/proc/1/exe", "r+b"), err(os.readlink, "/proc/1/exe"),
       err(open, "/proc/self/exe", "r+b"), err(os.stat, "/proc/1/root/"))

@@ -107,7 +107,8 @@ m = open('/proc/self/mountinfo').read()
 with open('/dev/null', 'w') as null:
     null.write('x')
 print('devtmpfs' in m, open('/dev/zero', 'rb').read(4) == bytes(4), len(open('/dev/urandom', 'rb').read(16)),
-      len(open('/proc/cmdline', 'rb').read()), os.major(os.stat('/dev/null').st_rdev), os.minor(os.stat('/dev/null').st_rdev))
+      len(open('/proc/cmdline', 'rb').read()), os.major(os.stat('/dev/null').st_rdev),
+      os.minor(os.stat('/dev/null').st_rdev))
 print(' '.join(sorted(set(o for line in m.splitlines() for o in line.split()[-1].split(',')
                           if o.startswith(('size=', 'nr_inodes='))))))
 )PY";

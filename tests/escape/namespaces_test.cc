@@ -41,7 +41,8 @@ TEST_CASE("unshare(CLONE_NEWUSER) is denied and reported", "[escape][namespaces]
 TEST_CASE("clone with CLONE_NEWUSER is denied", "[escape][namespaces][seccomp]") {
   auto r = RunPython(R"(
 ctypes.set_errno(0)
-pid = libc.syscall(ctypes.c_long(56), ctypes.c_long(0x10000000 | 17), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+pid = libc.syscall(ctypes.c_long(56), ctypes.c_long(0x10000000 | 17), ctypes.c_long(0), ctypes.c_long(0),
+                   ctypes.c_long(0), ctypes.c_long(0))
 if pid == 0:
     os._exit(0)
 if pid > 0:

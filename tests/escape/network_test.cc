@@ -66,7 +66,8 @@ print(err(mk, socket.AF_INET, socket.SOCK_STREAM, 6), err(mk, socket.AF_INET6, s
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM\nok ok ok ok ok ok ok\n");
   // Each refusal is the profile's: reported by name.
-  CHECK(r.json["denied_syscalls"] == nlohmann::json::parse(R"([{"count":8,"name":"socket"},{"count":1,"name":"socketpair"}])"));
+  CHECK(r.json["denied_syscalls"] ==
+        nlohmann::json::parse(R"([{"count":8,"name":"socket"},{"count":1,"name":"socketpair"}])"));
 }
 
 // Host loopback services (databases, admin APIs, the Docker API on a TCP port, cloud metadata proxies) are
@@ -152,7 +153,8 @@ ip link add nsboxdummy type dummy 2>&1; echo "ip=$?"
 // sandbox's memory group only once memory.kmem.tcp is set, and without it a --memory 64M sandbox queued 2.2 GiB on
 // loopback pairs nobody reads, past the host's global tcp_mem (issue 24, item 4; 20 pairs held 278 MB here before).
 // Each pair's sender writes until a send blocks for 0.1 s; the probe stops by itself at three times the limit.
-TEST_CASE("TCP buffers queued on loopback pairs nobody reads stay within the memory limit", "[escape][network][cgroup]") {
+TEST_CASE("TCP buffers queued on loopback pairs nobody reads stay within the memory limit",
+          "[escape][network][cgroup]") {
   auto r = RunPython(R"(
 LIMIT = 64 << 20
 lst = socket.socket()

@@ -85,8 +85,9 @@ TEST_CASE("kill(-1, SIGKILL) inside reaches no host process, even one running as
 TEST_CASE("host processes are invisible: kill and ptrace by host pid give ESRCH, /proc shows pids 1 and 2",
           "[escape][processes]") {
   std::string host_pid = std::to_string(::getpid());
-  auto r = RunPython("print(err(os.kill, " + host_pid + ", 0), sc(101, 16, " + host_pid + ", 0, 0), err(os.stat, '/proc/" +
-                     host_pid + "'), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), os.getppid())\n");
+  auto r =
+      RunPython("print(err(os.kill, " + host_pid + ", 0), sc(101, 16, " + host_pid + ", 0, 0), err(os.stat, '/proc/" +
+                host_pid + "'), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), os.getppid())\n");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   // ptrace: the default profile refuses it (EPERM) before the kernel would look the pid up (ESRCH).
@@ -106,8 +107,9 @@ TEST_CASE("SIGKILL to pid 1 from inside is ignored and the run completes", "[esc
 // their parents' `tasks` files. The program, with pid 1's uid, must not be able to take them (it would leave its
 // limits behind): pid 1 is not dumpable, so neither pidfd_getfd nor /proc/1/fd reach them.
 TEST_CASE("pid 1's descriptors cannot be taken with pidfd_getfd or /proc/1/fd", "[escape][processes]") {
-  auto r = RunPython("pidfd = os.pidfd_open(1)\n"
-                     "print(sorted(set(sc(438, pidfd, fd, 0) for fd in range(3, 16))), err(os.listdir, '/proc/1/fd'))\n");
+  auto r = RunPython(
+      "pidfd = os.pidfd_open(1)\n"
+      "print(sorted(set(sc(438, pidfd, fd, 0) for fd in range(3, 16))), err(os.listdir, '/proc/1/fd'))\n");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "['EPERM'] EACCES\n");
@@ -238,7 +240,8 @@ print(why, n <= 256)
   CHECK(r.out() == "EAGAIN True\n");
   // The verdict says why the program could not fork, not only how it exited.
   CHECK(r.json["limits"]["pids_limit_hit"] == true);
-  CHECK(r.json["reason"] == "exited with code 0; the pids limit of 256 was reached (a fork or a new thread failed with EAGAIN)");
+  CHECK(r.json["reason"] ==
+        "exited with code 0; the pids limit of 256 was reached (a fork or a new thread failed with EAGAIN)");
 }
 
 // A worker the OOM killer ends while the program lives on: the status is the program's, the reason says what happened.
@@ -524,7 +527,8 @@ TEST_CASE("a child made with CLONE_PARENT under Docker's profile cannot keep a s
           "[escape][processes]") {
   const std::string docker = "/work/shared/fixtures/docker-default-seccomp.json";
   if (::access(docker.c_str(), R_OK) != 0) {
-    RecordSkip("escape_tests", "a child made with CLONE_PARENT under Docker's profile cannot keep a session from ending",
+    RecordSkip("escape_tests",
+               "a child made with CLONE_PARENT under Docker's profile cannot keep a session from ending",
                docker + " is missing");
     return;
   }

@@ -115,7 +115,8 @@ print(opened, why, *resource.getrlimit(resource.RLIMIT_MSGQUEUE))
 TEST_CASE("io_setup fails with ENOSYS: no AIO context comes out of the host-wide pool", "[escape][quotas][seccomp]") {
   auto r = RunPython(R"(
 ctx = ctypes.c_ulong(0)
-print(sc(206, 4096, ctypes.byref(ctx)), ctx.value, open('/proc/sys/fs/aio-nr').read().strip() if os.path.exists('/proc/sys/fs/aio-nr') else '-')
+print(sc(206, 4096, ctypes.byref(ctx)), ctx.value,
+      open('/proc/sys/fs/aio-nr').read().strip() if os.path.exists('/proc/sys/fs/aio-nr') else '-')
 )");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");

@@ -31,7 +31,7 @@ insns = ctypes.create_string_buffer(struct.pack("<BBhi", 0xb7, 0, 0, 0) + struct
 license = ctypes.create_string_buffer(b"GPL")
 prog = ctypes.create_string_buffer(128)
 struct.pack_into("<IIQQ", prog, 0, 1, 2, ctypes.addressof(insns), ctypes.addressof(license))  # SOCKET_FILTER, 2 insns
-hashmap = ctypes.create_string_buffer(struct.pack("<IIII", 1, 4, 4, 1).ljust(128, b"\0"))      # HASH, 4/4 bytes, 1 entry
+hashmap = ctypes.create_string_buffer(struct.pack("<IIII", 1, 4, 4, 1).ljust(128, b"\0"))  # HASH, 4/4 bytes, 1 entry
 print(sc(321, 5, prog, 128), sc(321, 0, hashmap, 128))   # BPF_PROG_LOAD, BPF_MAP_CREATE
 )");
   INFO(r.Describe());

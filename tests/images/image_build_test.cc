@@ -1,5 +1,5 @@
-// Integration tests of `nsbox image`: real builds from Debian's archive into a temporary store, used with `nsbox run --rootfs NAME`.
-// They need root (mmdebstrap's root mode, the store) and reach Debian's archive through apt's mirror.
+// Integration tests of `nsbox image`: real builds from Debian's archive into a temporary store, used with `nsbox run
+// --rootfs NAME`. They need root (mmdebstrap's root mode, the store) and reach Debian's archive through apt's mirror.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -136,14 +136,16 @@ std::vector<std::string> Leftovers() {
   std::vector<std::string> names;
   if (DIR* dir = ::opendir(Store().c_str())) {
     while (struct dirent* e = ::readdir(dir))
-      if (e->d_name[0] == '.' && std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+      if (e->d_name[0] == '.' && std::string(e->d_name) != "." && std::string(e->d_name) != "..")
+        names.push_back(e->d_name);
     ::closedir(dir);
   }
   if (DIR* dir = ::opendir("/tmp")) {
     while (struct dirent* e = ::readdir(dir)) {
       std::string name = e->d_name;
       struct stat st;
-      if (name.starts_with("mmdebstrap.") && ::lstat(("/tmp/" + name).c_str(), &st) == 0 && st.st_mtime >= kSuiteStarted)
+      if (name.starts_with("mmdebstrap.") && ::lstat(("/tmp/" + name).c_str(), &st) == 0 &&
+          st.st_mtime >= kSuiteStarted)
         names.push_back("/tmp/" + name);
     }
     ::closedir(dir);
@@ -174,13 +176,15 @@ int ProcessesUsingStore() {
   return count;
 }
 
-// Starts a build and waits until mmdebstrap is busy (downloading or unpacking), so that an interruption lands mid-bootstrap.
+// Starts a build and waits until mmdebstrap is busy (downloading or unpacking), so that an interruption lands
+// mid-bootstrap.
 pid_t StartBuildAndWaitForBootstrap(const std::string& name, const std::string& err_path) {
   pid_t pid = Start({"image", "build", "minimal", "--name", name}, Store() + ".bg.out", err_path);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(3);
   while (std::chrono::steady_clock::now() < deadline) {
     std::string err = Slurp(err_path);
-    if (err.find("downloading packages") != std::string::npos || err.find("extracting archives") != std::string::npos) break;
+    if (err.find("downloading packages") != std::string::npos || err.find("extracting archives") != std::string::npos)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -243,16 +247,18 @@ TEST_CASE("python builds and runs Python scripts, with venv usable in /tmp", "[b
   if (!RequireRootOrSkip("python build")) return;
   const Outcome& build = Built("python");
   CHECK_THAT(build.err, Catch::Contains("  | python 3.11"));
-  Outcome run = Nsbox({"run", "--rootfs", "python", "--lang", "python", "--code",
-                       "import sys, json, statistics\n"
-                       "print(json.dumps({'mean': statistics.mean([1, 2, 3, 6]), 'exe': sys.executable}))\n"
-                       "try:\n    open('/usr/lib/python3/x', 'w')\nexcept OSError as e:\n    print('errno', e.errno)\n"});
+  Outcome run =
+      Nsbox({"run", "--rootfs", "python", "--lang", "python", "--code",
+             "import sys, json, statistics\n"
+             "print(json.dumps({'mean': statistics.mean([1, 2, 3, 6]), 'exe': sys.executable}))\n"
+             "try:\n    open('/usr/lib/python3/x', 'w')\nexcept OSError as e:\n    print('errno', e.errno)\n"});
   INFO(run.err);
   CHECK(run.exit_code == 0);
   CHECK_THAT(run.out, Catch::Contains(R"({"mean": 3, "exe": "/usr/bin/python3"})"));
   CHECK_THAT(run.out, Catch::Contains("errno 30"));  // EROFS
-  Outcome venv = Nsbox({"run", "--rootfs", "python", "--timeout", "60s", "--", "/bin/sh", "-c",
-                        "python3 -m venv --without-pip /tmp/v && /tmp/v/bin/python -c 'import sys; print(sys.prefix)'"});
+  Outcome venv =
+      Nsbox({"run", "--rootfs", "python", "--timeout", "60s", "--", "/bin/sh", "-c",
+             "python3 -m venv --without-pip /tmp/v && /tmp/v/bin/python -c 'import sys; print(sys.prefix)'"});
   INFO(venv.err);
   CHECK(venv.exit_code == 0);
   CHECK_THAT(venv.out, Catch::Contains("/tmp/v"));
@@ -263,7 +269,8 @@ TEST_CASE("building over an existing image name fails at once with a clear error
   Built("minimal");
   Outcome again = Nsbox({"image", "build", "minimal"});
   CHECK(again.exit_code == 125);
-  CHECK_THAT(again.err, Catch::Contains("image 'minimal' already exists (remove it first with: nsbox image rm minimal)"));
+  CHECK_THAT(again.err,
+             Catch::Contains("image 'minimal' already exists (remove it first with: nsbox image rm minimal)"));
   CHECK(Leftovers().empty());
 }
 
@@ -272,7 +279,8 @@ TEST_CASE("unknown and invalid templates fail with one clear line and leave noth
   Outcome unknown = Nsbox({"image", "build", "pyhton"});
   CHECK(unknown.exit_code == 125);
   CHECK(unknown.err ==
-        "nsbox image build: unknown template 'pyhton' (known templates: datasci, minimal, node, python; or give a path to a .json file)\n");
+        "nsbox image build: unknown template 'pyhton' (known templates: datasci, minimal, node, python; or give a path "
+        "to a .json file)\n");
   const std::string bad = TemplateFile("bad", R"({"packages": ["busybox"], "smoke_test": "true"})");
   Outcome invalid = Nsbox({"image", "build", bad, "--name", "bad"});
   CHECK(invalid.exit_code == 125);
@@ -307,10 +315,12 @@ TEST_CASE("an image cannot be named host or nothing; the refusal comes before an
   Outcome host = Nsbox({"image", "build", "minimal", "--name", "host"});
   CHECK(host.exit_code == 125);
   CHECK(host.err ==
-        "nsbox image build: 'host' cannot name an image: --rootfs host always means the host view (give another --name)\n");
+        "nsbox image build: 'host' cannot name an image: --rootfs host always means the host view (give another "
+        "--name)\n");
   Outcome empty = Nsbox({"image", "build", "minimal", "--name", ""});
   CHECK(empty.exit_code == 125);
-  CHECK(empty.err == "nsbox image build: --name is empty: give the image a name, or leave --name out for the template's\n");
+  CHECK(empty.err ==
+        "nsbox image build: --name is empty: give the image a name, or leave --name out for the template's\n");
   CHECK_FALSE(nsbox::PathExists(Store() + "/host"));
   CHECK(nsbox::PathExists(Store() + "/minimal") == had_minimal);
   CHECK(Leftovers().empty());
@@ -321,9 +331,11 @@ TEST_CASE("a verb with sub-verbs names them when given an unknown one or none, a
       {{"image", "bogus"}, "nsbox image: unknown command 'bogus' (commands: build, ls, rm; see nsbox image --help)\n"},
       {{"image"}, "nsbox image: a command is required (commands: build, ls, rm; see nsbox image --help)\n"},
       {{"profile", "list"}, "nsbox profile: unknown command 'list' (commands: check; see nsbox profile --help)\n"},
-      {{"session", "bogus", "--all"}, "nsbox session: unknown command 'bogus' (commands: create, ls, rm; see nsbox session --help)\n"},
-      {{"bogus"}, "nsbox: unknown command 'bogus' (commands: run, session, exec, cp, agent, mcp, image, profile, doctor; "
-                  "see nsbox --help)\n"},
+      {{"session", "bogus", "--all"},
+       "nsbox session: unknown command 'bogus' (commands: create, ls, rm; see nsbox session --help)\n"},
+      {{"bogus"},
+       "nsbox: unknown command 'bogus' (commands: run, session, exec, cp, agent, mcp, image, profile, doctor; "
+       "see nsbox --help)\n"},
   };
   for (const auto& [args, said] : cases) {
     INFO(args.front());
@@ -338,22 +350,27 @@ TEST_CASE("a verb with sub-verbs names them when given an unknown one or none, a
 
 TEST_CASE("a template naming a package Debian lacks fails with apt's reason and leaves nothing", "[build]") {
   if (!RequireRootOrSkip("missing package")) return;
-  const std::string t = TemplateFile("nopkg", R"({"packages": ["nsbox-no-such-package"], "smoke_test": ["/bin/true"]})");
+  const std::string t =
+      TemplateFile("nopkg", R"({"packages": ["nsbox-no-such-package"], "smoke_test": ["/bin/true"]})");
   Outcome o = Nsbox({"image", "build", t, "--name", "nopkg"});
   CHECK(o.exit_code == 125);
-  CHECK_THAT(o.err, Catch::EndsWith("nsbox image build: bootstrap failed (exit 1): mmdebstrap failed (exit 25): Unable to locate package nsbox-no-such-package\n"));
+  CHECK_THAT(o.err, Catch::EndsWith("nsbox image build: bootstrap failed (exit 1): mmdebstrap failed (exit 25): Unable "
+                                    "to locate package nsbox-no-such-package\n"));
   CHECK(Leftovers().empty());
   CHECK_FALSE(nsbox::PathExists(Store() + "/nopkg"));
 }
 
 TEST_CASE("an image whose smoke test fails is never published", "[build]") {
   if (!RequireRootOrSkip("failing smoke test")) return;
-  const std::string t =
-      TemplateFile("smokefail", R"({"packages": [], "smoke_test": ["/bin/sh", "-c", "echo checking; echo broken-on-purpose >&2; exit 3"]})");
+  const std::string t = TemplateFile(
+      "smokefail",
+      R"({"packages": [], "smoke_test": ["/bin/sh", "-c", "echo checking; echo broken-on-purpose >&2; exit 3"]})");
   Outcome o = Nsbox({"image", "build", t, "--name", "smokefail"});
   CHECK(o.exit_code == 125);
   CHECK_THAT(o.err, Catch::Contains("  | checking"));
-  CHECK_THAT(o.err, Catch::EndsWith("nsbox image build: smoke test failed (exit 3): broken-on-purpose; the image was not published\n"));
+  CHECK_THAT(o.err,
+             Catch::EndsWith(
+                 "nsbox image build: smoke test failed (exit 3): broken-on-purpose; the image was not published\n"));
   CHECK(Leftovers().empty());
   CHECK_FALSE(nsbox::PathExists(Store() + "/smokefail"));
   Outcome run = Nsbox({"run", "--rootfs", "smokefail", "--", "/bin/true"});
@@ -361,7 +378,8 @@ TEST_CASE("an image whose smoke test fails is never published", "[build]") {
   CHECK_THAT(run.err, Catch::Contains("no image 'smokefail'"));
 }
 
-TEST_CASE("a build interrupted by SIGTERM or SIGINT removes its half image and leaves no process or mount", "[build][interrupt]") {
+TEST_CASE("a build interrupted by SIGTERM or SIGINT removes its half image and leaves no process or mount",
+          "[build][interrupt]") {
   if (!RequireRootOrSkip("interrupted build")) return;
   for (int sig : {SIGTERM, SIGINT}) {
     INFO("signal " << sig);
@@ -380,7 +398,8 @@ TEST_CASE("a build interrupted by SIGTERM or SIGINT removes its half image and l
   }
 }
 
-TEST_CASE("a build killed with SIGKILL takes its processes along, and the next nsbox image call sweeps its files", "[build][interrupt]") {
+TEST_CASE("a build killed with SIGKILL takes its processes along, and the next nsbox image call sweeps its files",
+          "[build][interrupt]") {
   if (!RequireRootOrSkip("killed build")) return;
   pid_t pid = StartBuildAndWaitForBootstrap("killed", Store() + ".kill.err");
   REQUIRE(::kill(pid, SIGKILL) == 0);
@@ -435,18 +454,20 @@ TEST_CASE("datasci imports pandas and plots a PNG within the default 512M memory
         if (old.name.rfind("datasci-", 0) == 0) Nsbox({"image", "rm", old.name});
     auto start = std::chrono::steady_clock::now();
     Outcome build = Nsbox({"image", "build", "datasci", "--name", name});
-    WARN("building datasci took " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << "s");
+    WARN("building datasci took " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+                                  << "s");
     INFO(build.err);
     REQUIRE(build.exit_code == 0);
     CHECK_THAT(build.err, Catch::Contains("  | datasci ok"));
   }
-  Outcome run = Nsbox({"run", "--rootfs", name, "--memory", "512M", "--timeout", "120s", "--json", "--lang", "python", "--code",
-                       "import numpy as np, pandas as pd, matplotlib\n"
-                       "import matplotlib.pyplot as plt\n"
-                       "df = pd.DataFrame({'x': np.linspace(0, 10, 200)}); df['y'] = np.sin(df.x)\n"
-                       "df.plot(x='x', y='y'); plt.savefig('/tmp/plot.png')\n"
-                       "png = open('/tmp/plot.png', 'rb').read()\n"
-                       "print(len(png) > 1000, png[:8] == b'\\x89PNG\\r\\n\\x1a\\n', df.y.max().round(2))\n"});
+  Outcome run =
+      Nsbox({"run", "--rootfs", name, "--memory", "512M", "--timeout", "120s", "--json", "--lang", "python", "--code",
+             "import numpy as np, pandas as pd, matplotlib\n"
+             "import matplotlib.pyplot as plt\n"
+             "df = pd.DataFrame({'x': np.linspace(0, 10, 200)}); df['y'] = np.sin(df.x)\n"
+             "df.plot(x='x', y='y'); plt.savefig('/tmp/plot.png')\n"
+             "png = open('/tmp/plot.png', 'rb').read()\n"
+             "print(len(png) > 1000, png[:8] == b'\\x89PNG\\r\\n\\x1a\\n', df.y.max().round(2))\n"});
   INFO(run.err);
   INFO(run.out);
   REQUIRE(run.exit_code == 0);

@@ -71,7 +71,8 @@ TEST_CASE("broken templates are rejected with a message that says what is wrong"
   CHECK_THAT(error_of("{"), Catch::Contains("template 'bad' is broken: not valid JSON"));
   CHECK_THAT(error_of("[]"), Catch::Contains("must be a JSON object"));
   CHECK_THAT(error_of(R"({"smoke_test": ["true"], "pakages": []})"), Catch::Contains("unknown key 'pakages'"));
-  CHECK_THAT(error_of(R"({"smoke_test": ["true"], "packages": "busybox"})"), Catch::Contains("'packages' must be a list"));
+  CHECK_THAT(error_of(R"({"smoke_test": ["true"], "packages": "busybox"})"),
+             Catch::Contains("'packages' must be a list"));
   CHECK_THAT(error_of(R"({"smoke_test": ["true"], "packages": ["--option=evil"]})"),
              Catch::Contains("is not a Debian package name"));
   CHECK_THAT(error_of(R"({"packages": ["busybox"]})"), Catch::Contains("'smoke_test' must be a non-empty argv list"));
@@ -101,8 +102,10 @@ TEST_CASE("an unknown template name is an error that lists the known templates")
   const std::string dir = std::string(NSBOX_SOURCE_DIR) + "/rootfs/templates";
   auto t = nsbox::cli::LoadTemplate("pyhton", dir);
   REQUIRE_FALSE(t.ok());
-  CHECK_THAT(t.status().message(), Catch::Contains("unknown template 'pyhton'") && Catch::Contains("minimal, node, python"));
-  CHECK_THAT(nsbox::cli::LoadTemplate("/nonexistent/t.json", dir).status().message(), Catch::Contains("does not exist"));
+  CHECK_THAT(t.status().message(),
+             Catch::Contains("unknown template 'pyhton'") && Catch::Contains("minimal, node, python"));
+  CHECK_THAT(nsbox::cli::LoadTemplate("/nonexistent/t.json", dir).status().message(),
+             Catch::Contains("does not exist"));
 }
 
 TEST_CASE("image names that could escape the store or read as options are refused") {
@@ -196,7 +199,8 @@ TEST_CASE("the sweep removes leftovers of dead builds but not a build whose lock
     REQUIRE(nsbox::WriteFile(dir + "/junk", "x").ok());
   }
   store.AddImage("kept", "{}");
-  // flock(2) locks belong to the open file description: a second open() in this process conflicts, as another builder would.
+  // flock(2) locks belong to the open file description: a second open() in this process conflicts, as another builder
+  // would.
   nsbox::UniqueFd lock(::open(live.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   REQUIRE(::flock(lock.get(), LOCK_EX) == 0);
   auto removed = nsbox::cli::SweepStaleEntries(store.path());

@@ -1,4 +1,5 @@
-// Integration tests on the machine's real cgroups (v1 on a hybrid host, v2 in tests/vm): OOM, pids and CPU verdicts, and cleanup.
+// Integration tests on the machine's real cgroups (v1 on a hybrid host, v2 in tests/vm): OOM, pids and CPU verdicts,
+// and cleanup.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -383,7 +384,8 @@ TEST_CASE("real cgroup: a child group's KillAll takes what left the process grou
     int status = WaitFor(pid, std::chrono::seconds(5));
     CHECK((status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
     auto deadline = Clock::now() + std::chrono::seconds(5);
-    while (!ProcessGone(detached) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (!ProcessGone(detached) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     CHECK(ProcessGone(detached));
     CHECK((*first)->TryRemove());
     CHECK_FALSE(fs::exists((*first)->path()));
@@ -403,7 +405,8 @@ TEST_CASE("real cgroup: a child group's KillAll takes what left the process grou
     CHECK_FALSE(AnyExists(dirs));
     CHECK(WaitFor(pid2, std::chrono::seconds(5)) != -1);
     deadline = Clock::now() + std::chrono::seconds(5);
-    while (!ProcessGone(detached2) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (!ProcessGone(detached2) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     CHECK(ProcessGone(detached2));
   }
 }
@@ -473,7 +476,8 @@ TEST_CASE("real cgroup: a group left by a dead owner without a reaper is swept b
   }
 }
 
-TEST_CASE("real cgroup: concurrent nsbox processes creating and removing groups do not trip over the shared subtree", "[real]") {
+TEST_CASE("real cgroup: concurrent nsbox processes creating and removing groups do not trip over the shared subtree",
+          "[real]") {
   std::string backend = RealBackend("concurrent create");
   if (backend.empty()) return;
   DYNAMIC_SECTION(backend) {
@@ -506,7 +510,8 @@ TEST_CASE("real cgroup: concurrent nsbox processes creating and removing groups 
   }
 }
 
-TEST_CASE("real cgroup v2: in a delegated cgroup that holds nsbox itself, nsbox moves into a leaf and nests its groups", "[real]") {
+TEST_CASE("real cgroup v2: in a delegated cgroup that holds nsbox itself, nsbox moves into a leaf and nests its groups",
+          "[real]") {
   std::string backend = RealBackend("delegated v2 cgroup");
   if (backend.empty()) return;
   if (backend != "cgroup2") {

@@ -189,14 +189,16 @@ TEST_CASE("nothing is left behind after a setup error", "[integration][cleanup]"
 
 // On cgroup v1 the group is made while the child builds its root: a limit that fails then must still stop the run
 // before the program starts, and leave no child, cgroup or mount.
-TEST_CASE("a cgroup limit that fails after the clone stops the run and leaves nothing behind", "[integration][cleanup]") {
+TEST_CASE("a cgroup limit that fails after the clone stops the run and leaves nothing behind",
+          "[integration][cleanup]") {
   TempDir tmp;
   std::string marker = UniqueMarker("cgroup-fail");
   auto mounts_before = MountLinesContaining("nsbox");
   const auto groups_before = NsboxGroups();  // this run must add none
   SpawnOptions spawn;
   spawn.extra_env["TMPDIR"] = tmp.path();
-  auto r = RunNsboxJson({"--cpus", "0.001", "--", "/usr/bin/python3", "-c", "open('/workspace/ran','w')", marker}, spawn);
+  auto r =
+      RunNsboxJson({"--cpus", "0.001", "--", "/usr/bin/python3", "-c", "open('/workspace/ran','w')", marker}, spawn);
   CHECK(r.status() == "setup_error");
   CHECK(r.process.exit_code == 125);
   CHECK(r.json.value("reason", "").find("--cpus 0.001 is below the minimum of 0.01") != std::string::npos);
@@ -227,8 +229,8 @@ TEST_CASE("the sandbox's mount namespace is torn down soon after nsbox returns",
     // then: its pid 1 shares it): the ring is looked for until the program has had time to start.
     REQUIRE(WaitForPidWithMarker(marker, 10s));
     bool holds_ring = false;
-    for (auto deadline = std::chrono::steady_clock::now() + 10s; !holds_ring && std::chrono::steady_clock::now() < deadline;
-         std::this_thread::sleep_for(10ms)) {
+    for (auto deadline = std::chrono::steady_clock::now() + 10s;
+         !holds_ring && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(10ms)) {
       for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(bg.pid) + "/fd")) {
         std::error_code ec;
         if (std::filesystem::read_symlink(fd.path(), ec).string() == "anon_inode:[io_uring]") holds_ring = true;
@@ -245,8 +247,9 @@ TEST_CASE("the sandbox's mount namespace is torn down soon after nsbox returns",
   // A file the program reads through the bind, then the file system detached from the host: the sandbox's
   // namespace, once released, was its last holder.
   for (bool io_uring : {true, false}) {
-    DYNAMIC_SECTION((io_uring ? "with io_uring: a run that ends normally"
-                              : "without io_uring (refused by seccomp): the same run; pid 1's exit does the teardown")) {
+    DYNAMIC_SECTION((io_uring
+                         ? "with io_uring: a run that ends normally"
+                         : "without io_uring (refused by seccomp): the same run; pid 1's exit does the teardown")) {
       WatchedTmpfs fs(tmp.path() + "/fs");
       tmp.Write("fs/data/f", "seen");
       const std::vector<std::string> args = {"--ro-bind", fs.data() + ":/data", "--", "/bin/cat", "/data/f"};

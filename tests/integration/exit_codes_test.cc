@@ -111,7 +111,8 @@ TEST_CASE("SIGTERM sent to nsbox reaches the program, whose handler runs", "[int
   CHECK(json.value("stdout", "") == "ready\ngot TERM\n");
 }
 
-TEST_CASE("SIGINT sent to nsbox reaches the program's process group, as a terminal's Ctrl-C would", "[integration][exit]") {
+TEST_CASE("SIGINT sent to nsbox reaches the program's process group, as a terminal's Ctrl-C would",
+          "[integration][exit]") {
   // The shell waits for sleep: signalled alone, it would only act once sleep ended, at the time-out.
   TempDir ready;
   REQUIRE(::chmod(ready.path().c_str(), 0777) == 0);

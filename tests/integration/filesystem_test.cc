@@ -17,7 +17,8 @@ for line in open("/proc/self/mountinfo"):
     point, opts = f[4], f[5].split(",")
     if "nosuid" not in opts: bad.append(point + " suid")
     if "nodev" not in opts and not (point.startswith("/dev/") and point[5:] in
-            ("null", "zero", "full", "random", "urandom", "tty", "pts")) and point not in ("/proc/keys", "/proc/key-users",
+            ("null", "zero", "full", "random", "urandom", "tty", "pts")) and point not in (
+            "/proc/keys", "/proc/key-users",
             "/proc/timer_list", "/proc/kmsg", "/proc/kallsyms", "/proc/config.gz", "/proc/vmallocinfo",
             "/proc/pagetypeinfo", "/proc/slabinfo", "/proc/kcore", "/proc/sched_debug", "/proc/latency_stats",
             "/proc/timer_stats", "/proc/sysrq-trigger", "/proc/cmdline", "/proc/partitions", "/proc/diskstats",
@@ -31,7 +32,8 @@ print(bad)
   CHECK(r.out() == "[]\n");
 }
 
-TEST_CASE("the top level holds the host view and nothing of /root, /home, /var, /boot, /srv", "[integration][filesystem]") {
+TEST_CASE("the top level holds the host view and nothing of /root, /home, /var, /boot, /srv",
+          "[integration][filesystem]") {
   auto r = RunPython("print(sorted(os.listdir('/')), os.getcwd())\n");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
@@ -47,7 +49,9 @@ TEST_CASE("the top level holds the host view and nothing of /root, /home, /var, 
 
 TEST_CASE("/etc is generated: passwd and group name the sandbox user, hosts and hostname the sandbox",
           "[integration][filesystem]") {
-  auto r = RunShell("id; whoami; grep sandbox /etc/passwd; cat /etc/hostname; grep -c . /etc/hosts; ls /etc/shadow 2>&1 | grep -c 'No such'");
+  auto r = RunShell(
+      "id; whoami; grep sandbox /etc/passwd; cat /etc/hostname; grep -c . /etc/hosts; ls /etc/shadow 2>&1 | grep -c "
+      "'No such'");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() ==
@@ -55,7 +59,8 @@ TEST_CASE("/etc is generated: passwd and group name the sandbox user, hosts and 
         "sandbox:x:1000:1000:nsbox sandbox:/home/sandbox:/bin/sh\nnsbox\n3\n1\n");
 }
 
-TEST_CASE("/proc is the sandbox's own, with sensitive entries masked and /proc/sys read-only", "[integration][filesystem]") {
+TEST_CASE("/proc is the sandbox's own, with sensitive entries masked and /proc/sys read-only",
+          "[integration][filesystem]") {
   // The first masked entry this kernel has (kcore needs CONFIG_PROC_KCORE).
   std::string masked;
   for (const char* path : {"/proc/kcore", "/proc/keys", "/proc/kallsyms", "/proc/timer_list"})
@@ -76,14 +81,16 @@ TEST_CASE("/dev: null, zero, full and urandom behave; /dev/shm and /dev/pts are 
 open("/dev/null", "w").write("x")
 z = open("/dev/zero", "rb").read(4)
 u = len(open("/dev/urandom", "rb").read(16))
-print(z, u, err(lambda: open("/dev/full", "w", buffering=1).write("x\n")), os.listdir("/dev/shm"), os.listdir("/dev/pts"))
+print(z, u, err(lambda: open("/dev/full", "w", buffering=1).write("x\n")), os.listdir("/dev/shm"),
+      os.listdir("/dev/pts"))
 )");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "b'\\x00\\x00\\x00\\x00' 16 ENOSPC [] ['ptmx']\n");
 }
 
-TEST_CASE("/tmp, /workspace, /dev/shm and the home directory are tmpfs capped at --tmpfs-size", "[integration][filesystem]") {
+TEST_CASE("/tmp, /workspace, /dev/shm and the home directory are tmpfs capped at --tmpfs-size",
+          "[integration][filesystem]") {
   auto r = RunPython(R"(
 sizes = [os.statvfs(p).f_blocks * os.statvfs(p).f_frsize for p in ["/tmp", "/workspace", "/dev/shm", "/home/sandbox"]]
 def fill():
@@ -97,8 +104,11 @@ print(sizes, err(fill))
   CHECK(r.out() == "[8388608, 8388608, 8388608, 8388608] ENOSPC\n");
 }
 
-TEST_CASE("the default tmpfs size is 256M and the places are writable by the sandbox user", "[integration][filesystem]") {
-  auto r = RunShell("for d in /tmp /workspace /dev/shm /home/sandbox; do echo x > $d/f && echo ok; done; df -k /tmp | tail -1 | awk '{print $2}'");
+TEST_CASE("the default tmpfs size is 256M and the places are writable by the sandbox user",
+          "[integration][filesystem]") {
+  auto r = RunShell(
+      "for d in /tmp /workspace /dev/shm /home/sandbox; do echo x > $d/f && echo ok; done; df -k /tmp | tail -1 | awk "
+      "'{print $2}'");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "ok\nok\nok\nok\n262144\n");

@@ -287,9 +287,10 @@ TEST_CASE("a result that cannot be written is an nsbox failure, said on stderr, 
 TEST_CASE("a reader that goes away is a write error too (exit 125, said), not a silent death by SIGPIPE",
           "[integration][io]") {
   // 141 would read as "the program was killed by SIGPIPE". The program itself still gets SIGPIPE's default action.
-  auto r = RunProcess({"/bin/bash", "-c",
-                       "\"$0\" run -- /bin/sh -c 'head -c 10M /dev/zero' | head -c1 >/dev/null; echo \"rc=${PIPESTATUS[0]}\"",
-                       NsboxBinary()});
+  auto r = RunProcess(
+      {"/bin/bash", "-c",
+       "\"$0\" run -- /bin/sh -c 'head -c 10M /dev/zero' | head -c1 >/dev/null; echo \"rc=${PIPESTATUS[0]}\"",
+       NsboxBinary()});
   INFO(r.err);
   CHECK(r.out == "rc=125\n");
   CHECK(r.err == "nsbox: writing the program's output: Broken pipe (EPIPE)\n");
@@ -303,8 +304,9 @@ TEST_CASE("started with stdout closed, nsbox holds /dev/null there, not one of i
   // session), which would then receive the result. The result of a closed stdout is discarded, as asked.
   TempDir dir;
   REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
-  auto bg = StartProcess({"/bin/sh", "-c", "exec \"$0\" run --bind \"$1\":/w -- /bin/sh -c 'touch /w/started; sleep 2' >&-",
-                          NsboxBinary(), dir.path()});
+  auto bg =
+      StartProcess({"/bin/sh", "-c", "exec \"$0\" run --bind \"$1\":/w -- /bin/sh -c 'touch /w/started; sleep 2' >&-",
+                    NsboxBinary(), dir.path()});
   std::string fd1;
   for (int i = 0; i < 500 && fd1.empty(); ++i) {
     if (std::filesystem::exists(dir.path() + "/started")) {

@@ -31,7 +31,8 @@ std::string HostNamespace(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("every namespace differs from the host's: user, pid, mnt, net, ipc, uts, cgroup", "[integration][isolation]") {
+TEST_CASE("every namespace differs from the host's: user, pid, mnt, net, ipc, uts, cgroup",
+          "[integration][isolation]") {
   std::string names[] = {"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"};
   std::string code = "print(' '.join(os.readlink('/proc/self/ns/' + n) for n in " +
                      std::string("['user', 'pid', 'mnt', 'net', 'ipc', 'uts', 'cgroup']))\n");
@@ -49,7 +50,8 @@ TEST_CASE("every namespace differs from the host's: user, pid, mnt, net, ipc, ut
 }
 
 TEST_CASE("--network host shares the host's network namespace and nothing else", "[integration][isolation]") {
-  auto r = RunPython("print(os.readlink('/proc/self/ns/net'), os.readlink('/proc/self/ns/uts'))\n", {"--network", "host"});
+  auto r =
+      RunPython("print(os.readlink('/proc/self/ns/net'), os.readlink('/proc/self/ns/uts'))\n", {"--network", "host"});
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   std::istringstream words(r.out());
@@ -86,7 +88,8 @@ conn, _ = srv.accept(); cli.sendall(b"ping"); print(conn.recv(4).decode(), socke
 
 // Run as root, the host uid is leased from a range (sandbox/host_id_lease.h), pinned here to one id; it used to be
 // 65534 for every sandbox.
-TEST_CASE("the sandbox user is uid 1000 inside and a leased unprivileged host uid outside", "[integration][isolation]") {
+TEST_CASE("the sandbox user is uid 1000 inside and a leased unprivileged host uid outside",
+          "[integration][isolation]") {
   TempDir locks;
   SpawnOptions spawn;
   spawn.extra_env["NSBOX_HOST_ID_DIR"] = locks.path() + "/ids";
@@ -96,13 +99,14 @@ TEST_CASE("the sandbox user is uid 1000 inside and a leased unprivileged host ui
   TempDir workspace;
   REQUIRE(::chmod(workspace.path().c_str(), 0777) == 0);
   std::string marker = UniqueMarker("uid");
-  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "20s", "--workspace", workspace.path(), "--",
-                          "/usr/bin/python3", "-c",
-                          "import os, sys, time\nprint(os.getuid(), os.getgid(), open('/proc/self/uid_map').read().split(), "
-                          "flush=True)\nfor _ in range(300):\n    if os.path.exists('/workspace/done'): break\n"
-                          "    time.sleep(0.05)",
-                          marker},
-                         spawn);
+  auto bg =
+      StartProcess({NsboxBinary(), "run", "--json", "--timeout", "20s", "--workspace", workspace.path(), "--",
+                    "/usr/bin/python3", "-c",
+                    "import os, sys, time\nprint(os.getuid(), os.getgid(), open('/proc/self/uid_map').read().split(), "
+                    "flush=True)\nfor _ in range(300):\n    if os.path.exists('/workspace/done'): break\n"
+                    "    time.sleep(0.05)",
+                    marker},
+                   spawn);
   // The sandboxed python is the marker process named python3 (nsbox and its pid 1 carry the marker in their own
   // command lines before pid 1 wipes its copy).
   std::string uid_line, gid_line;
@@ -194,7 +198,8 @@ TEST_CASE("the environment is small and clean; --env adds to it", "[integration]
 
 // pid 1 is a fork of nsbox, not a process sharing its memory (docs/notes/engine-proc.md): while the sandbox runs,
 // nsbox's own command line is intact (pid 1 wipes only its own copy), and the kernel sees two memories (kcmp KCMP_VM).
-TEST_CASE("pid 1 has memory of its own: nsbox's command line stays whole while the sandbox runs", "[integration][isolation]") {
+TEST_CASE("pid 1 has memory of its own: nsbox's command line stays whole while the sandbox runs",
+          "[integration][isolation]") {
   TempDir ready;
   REQUIRE(::chmod(ready.path().c_str(), 0777) == 0);
   const std::string marker = UniqueMarker("argv");

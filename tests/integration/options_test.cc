@@ -49,7 +49,8 @@ TEST_CASE("an output limit above 64M is refused: nsbox would hold it outside eve
   CheckOneLineError({"agent", "--output-limit", "65M", "hello"}, "--output-limit");
 }
 
-TEST_CASE("a limit the kernel would refuse is a one-line error before any sandbox, exit 125", "[integration][options]") {
+TEST_CASE("a limit the kernel would refuse is a one-line error before any sandbox, exit 125",
+          "[integration][options]") {
   CheckOneLineError({"run", "--pids", "4194305", "--", "/bin/true"}, "pids limit must be at most 4194304");
   CheckOneLineError({"run", "--pids", "0", "--", "/bin/true"}, "pids limit must be at least 2");
   CheckOneLineError({"run", "--pids", "1", "--", "/bin/true"}, "pids limit must be at least 2");
@@ -162,7 +163,8 @@ TEST_CASE("a bind source or destination holding ':' is written with \\:, and a l
   CheckOneLineError({"run", "--ro-bind", odd + ":/x", "--", "/bin/true"}, "bind source '" + dir.path() + "/data'");
 }
 
-TEST_CASE("nsbox mcp checks the sandbox options it passes through before it serves, exit 125", "[integration][options]") {
+TEST_CASE("nsbox mcp checks the sandbox options it passes through before it serves, exit 125",
+          "[integration][options]") {
   // Said once at start-up, not by each tool call (which once took a bad option for a binary without sessions).
   CheckOneLineError({"mcp", "--frobnicate"}, "--frobnicate");
   CheckOneLineError({"mcp", "--ro-bind", "/nonexistent/src:/x"}, "/nonexistent/src");
@@ -202,7 +204,8 @@ TEST_CASE("with --json, a bad option or input still gives one setup_error object
 
 TEST_CASE("an empty command is a one-line error; an empty --code is an empty program", "[integration][options]") {
   CheckOneLineError({"run", "--", ""}, "the command after -- is an empty string");
-  CheckOneLineError({"run", "--lang", "python", "--code", "", "--file", "/dev/null"}, "give --code or --file, not both");
+  CheckOneLineError({"run", "--lang", "python", "--code", "", "--file", "/dev/null"},
+                    "give --code or --file, not both");
   auto empty = RunNsboxJson({"--lang", "python", "--code", ""});
   INFO(empty.Describe());
   CHECK(empty.status() == "ok");
@@ -267,6 +270,7 @@ TEST_CASE("a group-writable $NSBOX_PROFILES_DIR is refused: one line naming it, 
   INFO("stderr: " << r.err);
   CHECK(r.exit_code == 125);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-  CHECK_THAT(r.err, Catch::Contains("refusing the seccomp profiles directory ($NSBOX_PROFILES_DIR) " + profiles.string()) &&
-                        Catch::Contains("writable by its group"));
+  CHECK_THAT(r.err,
+             Catch::Contains("refusing the seccomp profiles directory ($NSBOX_PROFILES_DIR) " + profiles.string()) &&
+                 Catch::Contains("writable by its group"));
 }

@@ -56,7 +56,8 @@ TEST_CASE("--rootfs DIR with --lang sh runs the code from its memfd", "[integrat
                "no static /bin/busybox (install busybox-static)");
     return;
   }
-  auto r = RunNsboxJson({"--rootfs", root.path(), "--lang", "sh", "--code", "echo $0; ls /usr/bin/python3 2>&1 | wc -l"});
+  auto r =
+      RunNsboxJson({"--rootfs", root.path(), "--lang", "sh", "--code", "echo $0; ls /usr/bin/python3 2>&1 | wc -l"});
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out().starts_with("/dev/fd/"));  // the code's sealed memfd (executor.h)

@@ -49,7 +49,8 @@ std::string ReadAll(int fd) {
 
 // Runs argv with `env_extra` added, stdin from `input`; waits and collects stdout, stderr and the exit code.
 // No Catch2 assertion in here: Catch2's macros are not thread-safe, and tests call this from several threads.
-Output Run(std::vector<std::string> argv, const std::vector<std::string>& env_extra = {}, const std::string& input = "") {
+Output Run(std::vector<std::string> argv, const std::vector<std::string>& env_extra = {},
+           const std::string& input = "") {
   int out[2], err[2], in[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0)
     return Output{-1, "", "test harness: pipe2 failed"};
@@ -260,11 +261,15 @@ TEST_CASE("a package installed with pip --user from a local source tree is impor
 TEST_CASE("an exec's program has the exec client's umask, as a run's has nsbox's", "[session]") {
   Sessions s;
   std::string id = s.Create();  // the supervisor itself runs with umask 077; the program must not get that
-  Output plain = Run({"/bin/sh", "-c", "umask 022; exec \"$0\" exec \"$1\" -- /bin/sh -c 'umask; touch /workspace/a; stat -c %a /workspace/a'",
-                      NsboxBin(), id});
+  Output plain =
+      Run({"/bin/sh", "-c",
+           "umask 022; exec \"$0\" exec \"$1\" -- /bin/sh -c 'umask; touch /workspace/a; stat -c %a /workspace/a'",
+           NsboxBin(), id});
   CHECK(plain.out == "0022\n644\n");
-  Output strict = Run({"/bin/sh", "-c", "umask 027; exec \"$0\" exec \"$1\" -- /bin/sh -c 'umask; touch /workspace/b; stat -c %a /workspace/b'",
-                       NsboxBin(), id});
+  Output strict =
+      Run({"/bin/sh", "-c",
+           "umask 027; exec \"$0\" exec \"$1\" -- /bin/sh -c 'umask; touch /workspace/b; stat -c %a /workspace/b'",
+           NsboxBin(), id});
   CHECK(strict.out == "0027\n640\n");
   Output run = Run({"/bin/sh", "-c", "umask 027; exec \"$0\" run -- /bin/sh -c umask", NsboxBin()});
   CHECK(run.out == "0027\n");
@@ -320,7 +325,8 @@ TEST_CASE("REPL names persist between calls and the final expression's value is 
   CHECK(text.out == "[42, 3.14]\n");
 }
 
-TEST_CASE("a failing cell reports its exception and traceback, and the interpreter keeps its state", "[session][repl]") {
+TEST_CASE("a failing cell reports its exception and traceback, and the interpreter keeps its state",
+          "[session][repl]") {
   Sessions s;
   std::string id = s.Create();
   s.Cell(id, "kept = 'yes'");
@@ -576,8 +582,12 @@ TEST_CASE("two execs run at once in one session", "[session]") {
   auto started = std::chrono::steady_clock::now();
   // The threads only run nsbox; the assertions stay on this thread (Catch2's macros are not thread-safe).
   Output oa, ob;
-  std::thread ta([&] { oa = s.Nsbox({"exec", id, "--json", "--", "/bin/sh", "-c", "sleep 1; echo a > /workspace/a"}); });
-  std::thread tb([&] { ob = s.Nsbox({"exec", id, "--json", "--", "/bin/sh", "-c", "sleep 1; echo b > /workspace/b"}); });
+  std::thread ta([&] {
+    oa = s.Nsbox({"exec", id, "--json", "--", "/bin/sh", "-c", "sleep 1; echo a > /workspace/a"});
+  });
+  std::thread tb([&] {
+    ob = s.Nsbox({"exec", id, "--json", "--", "/bin/sh", "-c", "sleep 1; echo b > /workspace/b"});
+  });
   ta.join();
   tb.join();
   auto took = std::chrono::steady_clock::now() - started;
@@ -1000,7 +1010,8 @@ TEST_CASE("another user can't drive a session, even when the directories let it 
       "import json, socket, sys\n"
       "s = socket.socket(socket.AF_UNIX)\n"
       "s.connect(sys.argv[1])\n"
-      "req = {'op': 'exec', 'argv': ['/bin/sh', '-c', 'echo ran > /workspace/intruder'], 'env': [], 'cwd': '/workspace',"
+      "req = {'op': 'exec', 'argv': ['/bin/sh', '-c', 'echo ran > /workspace/intruder'], 'env': [], 'cwd': "
+      "'/workspace',"
       " 'timeout_ms': 5000, 'output_limit': 1024}\n"
       "try:\n"
       "    s.sendall(json.dumps(req).encode() + b'\\n')\n"

@@ -167,8 +167,8 @@ TEST_CASE("IP-literal targets are refused even with private addresses allowed") 
   std::string port = std::to_string(origin.port());
   for (std::string host : {"127.0.0.1", "127.1", "2130706433", "0x7f000001", "[::1]", "[::ffff:127.0.0.1]"}) {
     INFO(host);
-    std::string response =
-        Exchange(proxy.port, "GET http://" + host + ":" + port + "/ HTTP/1.1\r\nHost: " + host + ":" + port + "\r\n\r\n");
+    std::string response = Exchange(
+        proxy.port, "GET http://" + host + ":" + port + "/ HTTP/1.1\r\nHost: " + host + ":" + port + "\r\n\r\n");
     CHECK_THAT(StatusLine(response), Catch::StartsWith("HTTP/1.1 403"));
     CHECK_THAT(Body(response), Catch::Contains("is an IP address"));
   }
@@ -300,7 +300,8 @@ TEST_CASE("a CONNECT tunnel whose TLS ClientHello names another host, or none, i
   for (const Attempt& attempt : attempts) {
     INFO(attempt.what);
     uint64_t denied_before = 0;
-    if (auto denied = proxy->DeniedHosts(); denied.count(attempt.counted_as)) denied_before = denied[attempt.counted_as];
+    if (auto denied = proxy->DeniedHosts(); denied.count(attempt.counted_as))
+      denied_before = denied[attempt.counted_as];
     UniqueFd client = ConnectLoopback(proxy.port);
     REQUIRE(client);
     SendAllBlocking(client.get(), "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n");
@@ -538,7 +539,8 @@ TEST_CASE("pip installs from a local package index through the proxy using only 
       "'nsboxdemo-1.0.dist-info/RECORD,,\\n'\n"
       "with zipfile.ZipFile(sys.argv[1], 'w') as z:\n"
       "    [z.writestr(n, c) for n, c in files.items()]\n";
-  REQUIRE(RunWithEnvironment({"/usr/bin/python3", "-c", make_wheel, wheel_path}, {}, (dir / "wheel.log").string()) == 0);
+  REQUIRE(RunWithEnvironment({"/usr/bin/python3", "-c", make_wheel, wheel_path}, {}, (dir / "wheel.log").string()) ==
+          0);
   std::string wheel = ReadWholeFile(wheel_path);
   REQUIRE(!wheel.empty());
 

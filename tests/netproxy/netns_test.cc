@@ -55,7 +55,8 @@ struct ChildReport {
     (void)!write(fd, request, request_length);
     size_t used = 0;
     ssize_t got;
-    while (used < sizeof report.response - 1 && (got = read(fd, report.response + used, sizeof report.response - 1 - used)) > 0) {
+    while (used < sizeof report.response - 1 &&
+           (got = read(fd, report.response + used, sizeof report.response - 1 - used)) > 0) {
       used += static_cast<size_t>(got);
     }
   }
@@ -87,7 +88,8 @@ TEST_CASE("a process in its own network namespace is served by the host-side pro
     close(ready[0]);
     close(go[1]);
     close(report_pipe[0]);
-    ChildInNewNetns(unshare_flags, ready[1], go[0], report_pipe[1], origin.port(), proxy_port, request.data(), request.size());
+    ChildInNewNetns(unshare_flags, ready[1], go[0], report_pipe[1], origin.port(), proxy_port, request.data(),
+                    request.size());
   }
   UniqueFd ready_read(ready[0]), go_write(go[1]), report_read(report_pipe[0]);
   close(ready[1]);

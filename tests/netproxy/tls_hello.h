@@ -14,7 +14,9 @@ inline std::string Be(uint32_t value, int width) {
 }
 
 // A length-prefixed field.
-inline std::string Vec(const std::string& body, int width) { return Be(static_cast<uint32_t>(body.size()), width) + body; }
+inline std::string Vec(const std::string& body, int width) {
+  return Be(static_cast<uint32_t>(body.size()), width) + body;
+}
 
 // The server_name extension naming each of `names` as a host_name.
 inline std::string ServerNameExtension(const std::vector<std::string>& names) {

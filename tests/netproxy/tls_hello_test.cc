@@ -74,11 +74,11 @@ TEST_CASE("a ClientHello whose lengths do not add up, or whose names are bad, is
       {"an extension longer than the list", ClientHelloMessage(Be(0, 2) + Be(200, 2) + "abc")},
       {"extensions not filling the hello", ClientHelloMessage(ServerNameExtension({"allowed.test"})) + "junk"},
       {"no cipher suites",
-       Be(1, 1) + Vec(Be(0x0303, 2) + std::string(32, 'r') + Vec("", 1) + Vec("", 2) + Vec(std::string(1, '\0'), 1), 3)},
-      {"a session id of 33 bytes",
-       Be(1, 1) + Vec(Be(0x0303, 2) + std::string(32, 'r') + Vec(std::string(33, 's'), 1) + Vec(Be(0x1301, 2), 2) +
-                          Vec(std::string(1, '\0'), 1),
-                      3)},
+       Be(1, 1) +
+           Vec(Be(0x0303, 2) + std::string(32, 'r') + Vec("", 1) + Vec("", 2) + Vec(std::string(1, '\0'), 1), 3)},
+      {"a session id of 33 bytes", Be(1, 1) + Vec(Be(0x0303, 2) + std::string(32, 'r') + Vec(std::string(33, 's'), 1) +
+                                                      Vec(Be(0x1301, 2), 2) + Vec(std::string(1, '\0'), 1),
+                                                  3)},
       {"a hello cut inside its fixed fields", Be(1, 1) + Vec(Be(0x0303, 2) + std::string(20, 'r'), 3)},
   };
   for (const auto& [what, message] : cases) {

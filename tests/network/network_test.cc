@@ -79,15 +79,18 @@ std::vector<std::string> Python(std::vector<std::string> args, const std::string
 
 TEST_CASE("network none: only loopback exists, DNS fails and the host's loopback is unreachable", "[network]") {
   Origin origin;
-  json r = RunNsboxJson({"--lang", "python", "--code",
-                         fmt::format("import socket, os\n"
-                                     "print(sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'no-sys')\n"
-                                     "try:\n    socket.getaddrinfo('example.com', 80)\n    print('dns ok')\n"
-                                     "except OSError as e: print('dns failed')\n"
-                                     "s = socket.socket()\n"
-                                     "try:\n    s.connect(('127.0.0.1', {}))\n    print('connected')\n"
-                                     "except OSError as e: print('refused', e.errno)\n",
-                                     origin.port)}).json;
+  json r =
+      RunNsboxJson(
+          {"--lang", "python", "--code",
+           fmt::format("import socket, os\n"
+                       "print(sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'no-sys')\n"
+                       "try:\n    socket.getaddrinfo('example.com', 80)\n    print('dns ok')\n"
+                       "except OSError as e: print('dns failed')\n"
+                       "s = socket.socket()\n"
+                       "try:\n    s.connect(('127.0.0.1', {}))\n    print('connected')\n"
+                       "except OSError as e: print('refused', e.errno)\n",
+                       origin.port)})
+          .json;
   CHECK(r["status"] == "ok");
   CHECK(r["stdout"].get<std::string>().find("dns failed") != std::string::npos);
   CHECK(r["stdout"].get<std::string>().find("refused 111") != std::string::npos);
@@ -119,8 +122,11 @@ TEST_CASE("network allow: a refused domain fails fast and is reported in denied_
 TEST_CASE("network allow: DNS from inside still fails; only the proxy resolves names", "[network]") {
   Origin origin;
   ResolverOverride resolver;
-  json r = RunNsboxJson(Python(AllowArgs(), "import socket\ntry:\n    socket.getaddrinfo('allowed.test', 80)\n    print('resolved')\n"
-                                            "except OSError:\n    print('no dns')\n")).json;
+  json r =
+      RunNsboxJson(Python(AllowArgs(),
+                          "import socket\ntry:\n    socket.getaddrinfo('allowed.test', 80)\n    print('resolved')\n"
+                          "except OSError:\n    print('no dns')\n"))
+          .json;
   INFO(r.dump());
   CHECK(r["stdout"] == "no dns\n");
 }
@@ -151,7 +157,9 @@ TEST_CASE("network allow: a redirect to a refused host is refused", "[network]")
 TEST_CASE("network allow: without the explicit opt-in a domain resolving to loopback is refused", "[network]") {
   Origin origin;
   ResolverOverride resolver;
-  json r = RunNsboxJson(Python({"--network", "allow=allowed.test"}, Fetch(fmt::format("http://allowed.test:{}/", origin.port)))).json;
+  json r = RunNsboxJson(
+               Python({"--network", "allow=allowed.test"}, Fetch(fmt::format("http://allowed.test:{}/", origin.port))))
+               .json;
   INFO(r.dump());
   CHECK(r["stdout"].get<std::string>().starts_with("FAILED"));
   CHECK(r["denied_hosts"].size() == 1);
@@ -178,8 +186,9 @@ TEST_CASE("network options: malformed allow lists are one-line errors", "[networ
   CHECK(r.err.find("allow=") != std::string::npos);
 }
 
-TEST_CASE("network allow in a session: pip installs from an allowed local index, the package persists, others are refused",
-          "[network][session]") {
+TEST_CASE(
+    "network allow in a session: pip installs from an allowed local index, the package persists, others are refused",
+    "[network][session]") {
   Origin origin;
   ResolverOverride resolver;
   // The session's supervisor, which runs the proxy, inherits this with the environment of `session create`.
@@ -203,7 +212,8 @@ TEST_CASE("network allow in a session: pip installs from an allowed local index,
   REQUIRE(installed["status"] == "ok");
   CHECK(installed["denied_hosts"].empty());
   // A later exec of the same session imports it: pip --user put it in the session's home directory.
-  auto use = RunNsboxRaw({"exec", id, "--json", "--lang", "python", "--code", "import nsboxdemo\nprint(nsboxdemo.GREETING)"});
+  auto use =
+      RunNsboxRaw({"exec", id, "--json", "--lang", "python", "--code", "import nsboxdemo\nprint(nsboxdemo.GREETING)"});
   json used = json::parse(use.out);
   INFO(used.dump());
   CHECK(used["stdout"] == "installed through the proxy\n");

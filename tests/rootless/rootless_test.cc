@@ -38,7 +38,9 @@ namespace {
 // Not "nsbox…": the name shows up in paths (home, delegated cgroups) that leftover checks match on.
 constexpr const char* kTestUser = "sbxtest";
 
-void Skip(const std::string& test, const std::string& reason) { nsbox::testing::RecordSkip("rootless_tests", test, reason); }
+void Skip(const std::string& test, const std::string& reason) {
+  nsbox::testing::RecordSkip("rootless_tests", test, reason);
+}
 
 std::string ReadWhole(const std::string& path) {
   std::ifstream in(path);
@@ -356,7 +358,8 @@ TEST_CASE("the sandbox user, uid 1000 inside, is the calling user's uid outside"
   fs::path workspace = E().dir / "workspace";
   fs::create_directories(workspace);
   REQUIRE(::chown(workspace.c_str(), E().uid, E().gid) == 0);
-  Outcome w = Spawn(RunUnlimited({"--workspace", workspace.string(), "--", "/bin/sh", "-c", "echo x > /workspace/made"}));
+  Outcome w =
+      Spawn(RunUnlimited({"--workspace", workspace.string(), "--", "/bin/sh", "-c", "echo x > /workspace/made"}));
   INFO(w.err);
   REQUIRE(w.exit_code == 0);
   struct stat st;
@@ -586,7 +589,8 @@ TEST_CASE("doctor inside an nsbox sandbox: its seccomp policy, listener and hidd
   // The default profile refuses new user namespaces, and with them every namespace nsbox needs.
   const json& userns = CheckById(report, "namespace.user");
   CHECK(userns.at("status") == "fail");
-  CHECK_THAT(userns.at("detail").get<std::string>(), Catch::Contains("unshare(CLONE_NEWUSER)") && Catch::Contains("EPERM"));
+  CHECK_THAT(userns.at("detail").get<std::string>(),
+             Catch::Contains("unshare(CLONE_NEWUSER)") && Catch::Contains("EPERM"));
   CHECK_THAT(userns.at("fix").get<std::string>(), Catch::Contains("seccomp profile"));
   CHECK(CheckById(report, "namespace.net").at("fix") == "fix namespace.user first");
   // Filters stack, but a second user-notification listener in one filter chain is refused.
@@ -813,8 +817,9 @@ print(mk(socket.AF_INET, socket.SOCK_STREAM, 262), mk(socket.AF_INET6, socket.SO
 // Issue 24, item 9, rootless: pid 1 runs as the calling user too; the program may not renice, reschedule, pin or idle
 // its I/O.
 TEST_CASE("an ordinary user's program cannot renice, reschedule or pin pid 1; itself it can") {
-  Outcome o = Spawn(RunUnlimited(
-      {"--lang", "python", "--code", std::string(nsbox::testing::kPythonPrelude) + nsbox::testing::kPid1SchedulingLevers}));
+  Outcome o =
+      Spawn(RunUnlimited({"--lang", "python", "--code",
+                          std::string(nsbox::testing::kPythonPrelude) + nsbox::testing::kPid1SchedulingLevers}));
   INFO(o.err);
   CHECK(o.out ==
         "EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM\n"

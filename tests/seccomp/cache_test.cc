@@ -56,7 +56,8 @@ std::vector<sock_filter> Load(const std::string& name) {
 }
 
 bool Same(const std::vector<sock_filter>& a, const std::vector<sock_filter>& b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const sock_filter& x, const sock_filter& y) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](const sock_filter& x, const sock_filter& y) {
            return x.code == y.code && x.jt == y.jt && x.jf == y.jf && x.k == y.k;
          });
 }

@@ -166,7 +166,8 @@ TEST_CASE("default profile: namespace and mount calls fail with EPERM") {
   CHECK(RunUnder(*program, [] { return ErrnoOf(unshare(CLONE_NEWUSER)); }).exit_code() == EPERM);
   CHECK(RunUnder(*program, [] { return ErrnoOf(unshare(CLONE_NEWNS)); }).exit_code() == EPERM);
   CHECK(RunUnder(*program, [] { return ErrnoOf(setns(-1, 0)); }).exit_code() == EPERM);
-  CHECK(RunUnder(*program, [] { return ErrnoOf(mount("none", kNoMountTarget, "tmpfs", 0, nullptr)); }).exit_code() == EPERM);
+  CHECK(RunUnder(*program, [] { return ErrnoOf(mount("none", kNoMountTarget, "tmpfs", 0, nullptr)); }).exit_code() ==
+        EPERM);
   for (long nr : {SYS_fsopen, SYS_fsconfig, SYS_fsmount, SYS_fspick, SYS_move_mount, SYS_open_tree, SYS_mount_setattr,
                   SYS_umount2, SYS_pivot_root, SYS_chroot}) {
     INFO(SyscallName(static_cast<int>(nr)));
@@ -219,7 +220,8 @@ TEST_CASE("default profile: kernel attack surface calls fail with EPERM") {
                   SYS_init_module, SYS_finit_module, SYS_delete_module, SYS_reboot, SYS_swapon, SYS_swapoff, SYS_acct,
                   SYS_iopl, SYS_ioperm, SYS_open_by_handle_at, SYS_modify_ldt, SYS_vmsplice}) {
     INFO(SyscallName(static_cast<int>(nr)));
-    CHECK(RunUnder(*program, [nr] { return ErrnoOf(syscall(nr, kBad, kBad, kBad, kBad, kBad, kBad)); }).exit_code() == EPERM);
+    CHECK(RunUnder(*program, [nr] { return ErrnoOf(syscall(nr, kBad, kBad, kBad, kBad, kBad, kBad)); }).exit_code() ==
+          EPERM);
   }
 }
 
@@ -239,7 +241,8 @@ TEST_CASE("default profile: raw, packet, crypto and vsock sockets are refused; o
   CHECK(RunUnder(*program, [] { return ErrnoOf(socket(AF_INET, SOCK_PACKET, 0)); }).exit_code() == EPERM);
   CHECK(RunUnder(*program, [] { return ErrnoOf(socket(AF_ALG, SOCK_SEQPACKET, 0)); }).exit_code() == EPERM);
   CHECK(RunUnder(*program, [] { return ErrnoOf(socket(AF_VSOCK, SOCK_STREAM, 0)); }).exit_code() == EPERM);
-  CHECK(RunUnder(*program, [] { return ErrnoOf(socket(AF_NETLINK, SOCK_RAW, 9 /* NETLINK_AUDIT */)); }).exit_code() == EPERM);
+  CHECK(RunUnder(*program, [] { return ErrnoOf(socket(AF_NETLINK, SOCK_RAW, 9 /* NETLINK_AUDIT */)); }).exit_code() ==
+        EPERM);
   CHECK(RunUnder(*program, [] { return ErrnoOf(socketpair(AF_INET, SOCK_STREAM, 0, nullptr)); }).exit_code() == EPERM);
   auto ordinary = RunUnder(*program, [] {
     const int families[][3] = {{AF_UNIX, SOCK_STREAM, 0},
@@ -350,7 +353,10 @@ TEST_CASE("a SCMP_ACT_NOTIFY rule is answered with EPERM and counted") {
       {"names": ["mount", "umount2"], "action": "SCMP_ACT_NOTIFY"}]})");
   REQUIRE(program->uses_notify);
   auto outcome = RunUnder(*program, [] {
-    return ErrnoOf(mount("none", kNoMountTarget, "tmpfs", 0, nullptr)) == EPERM && ErrnoOf(umount2(kNoMountTarget, 0)) == EPERM ? 0 : 1;
+    return ErrnoOf(mount("none", kNoMountTarget, "tmpfs", 0, nullptr)) == EPERM &&
+                   ErrnoOf(umount2(kNoMountTarget, 0)) == EPERM
+               ? 0
+               : 1;
   });
   CHECK(outcome.exit_code() == 0);
   CHECK(outcome.denied == std::map<std::string, uint64_t>{{"mount", 1}, {"umount2", 1}});
@@ -403,7 +409,8 @@ TEST_CASE("Docker's published profile runs a program") {
   auto program = CompileSeccompProfile(*profile, "docker", NativeSeccompHost());
   REQUIRE(program.ok());
   CHECK(RunUnder(**program, [] {
-          execl("/bin/sh", "sh", "-c", "echo docker-profile | tr a-z A-Z >/dev/null && test \"$(echo x)\" = x", nullptr);
+          execl("/bin/sh", "sh", "-c", "echo docker-profile | tr a-z A-Z >/dev/null && test \"$(echo x)\" = x",
+                nullptr);
           return 127;
         }).exit_code() == 0);
   CHECK(RunUnder(**program, [] { return ErrnoOf(unshare(CLONE_NEWUSER)); }).exit_code() == EPERM);
@@ -446,8 +453,8 @@ if __name__ == "__main__":
     CHECK(python.exit_code() == 0);
     CHECK(python.denied.empty());
     auto shell = RunUnder(*program, [] {
-      execl("/bin/bash", "bash", "-c", "set -o pipefail; seq 1 1000 | sort -rn | head -1 | grep -qx 1000 && (sleep 0.01 &) && wait",
-            nullptr);
+      execl("/bin/bash", "bash", "-c",
+            "set -o pipefail; seq 1 1000 | sort -rn | head -1 | grep -qx 1000 && (sleep 0.01 &) && wait", nullptr);
       return 127;
     });
     INFO("bash denied: " << DeniedList(shell));

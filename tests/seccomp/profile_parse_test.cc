@@ -74,14 +74,28 @@ TEST_CASE("a profile in the Docker format parses into plain data") {
 }
 
 TEST_CASE("profile errors name the JSON path of the fault") {
-  const std::string head = R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}, )";
-  CHECK(ErrorOf(head + R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 1, "value": 1, "op": "SCMP_CMP_FOO"}]}]})") ==
-        R"(syscalls[1].args[0].op: unknown operator "SCMP_CMP_FOO")");
-  CHECK(ErrorOf(head + R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 6, "value": 1, "op": "SCMP_CMP_EQ"}]}]})") ==
-        "syscalls[1].args[0].index: argument index 6 is out of range (0..5)");
-  CHECK(ErrorOf(head + R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": -1, "op": "SCMP_CMP_EQ"}]}]})") ==
-        "syscalls[1].args[0].value: expected a non-negative integer, got -1");
-  CHECK(ErrorOf(head + R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"value": 1, "op": "SCMP_CMP_EQ"}]}]})") ==
+  const std::string head =
+      R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}, )";
+  CHECK(
+      ErrorOf(
+          head +
+          R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", )"
+          R"("args": [{"index": 1, "value": 1, "op": "SCMP_CMP_FOO"}]}]})") ==
+      R"(syscalls[1].args[0].op: unknown operator "SCMP_CMP_FOO")");
+  CHECK(
+      ErrorOf(
+          head +
+          R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", )"
+          R"("args": [{"index": 6, "value": 1, "op": "SCMP_CMP_EQ"}]}]})") ==
+      "syscalls[1].args[0].index: argument index 6 is out of range (0..5)");
+  CHECK(
+      ErrorOf(
+          head +
+          R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", )"
+          R"("args": [{"index": 0, "value": -1, "op": "SCMP_CMP_EQ"}]}]})") ==
+      "syscalls[1].args[0].value: expected a non-negative integer, got -1");
+  CHECK(ErrorOf(head +
+                R"({"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"value": 1, "op": "SCMP_CMP_EQ"}]}]})") ==
         R"(syscalls[1].args[0]: missing "index")");
   CHECK(ErrorOf(head + R"({"names": ["read", "Open"], "action": "SCMP_ACT_ALLOW"}]})") ==
         R"(syscalls[1].names[1]: "Open" is not a system call name)");
@@ -91,7 +105,8 @@ TEST_CASE("profile errors name the JSON path of the fault") {
         "syscalls[1].errnoRet: errno 5000 is out of range (0..4095)");
   CHECK(ErrorOf(head + R"({"names": ["read"], "action": "SCMP_ACT_ERRNO", "errnoret": 1}]})").rfind(
             R"(syscalls[1]: unknown key "errnoret")", 0) == 0);
-  CHECK(ErrorOf(head + R"({"names": ["read"], "action": "SCMP_ACT_BLOCK"}]})") == R"(syscalls[1].action: unknown action "SCMP_ACT_BLOCK")");
+  CHECK(ErrorOf(head + R"({"names": ["read"], "action": "SCMP_ACT_BLOCK"}]})") ==
+        R"(syscalls[1].action: unknown action "SCMP_ACT_BLOCK")");
   CHECK(ErrorOf(head + R"({"names": [], "action": "SCMP_ACT_ALLOW"}]})") ==
         R"(syscalls[1]: the rule names no system call ("names" is missing or empty))");
   CHECK(ErrorOf(head + R"({"names": "read", "action": "SCMP_ACT_ALLOW"}]})") ==
@@ -116,7 +131,8 @@ TEST_CASE("profile errors name the JSON path of the fault") {
   // Found by the fuzzer: a number too large for a double threw out_of_range past the parse_error handler.
   CHECK(ErrorOf(R"({"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": 1e999999})") ==
         "invalid JSON: number overflow parsing '1e999999'");
-  CHECK(ErrorOf("{\n  \"defaultAction\": \"SCMP_ACT_ERRNO\",\n  \"syscalls\": [ }").rfind("line 3, column 17: invalid JSON: ", 0) == 0);
+  CHECK(ErrorOf("{\n  \"defaultAction\": \"SCMP_ACT_ERRNO\",\n  \"syscalls\": [ }")
+            .rfind("line 3, column 17: invalid JSON: ", 0) == 0);
 }
 
 TEST_CASE("kernel versions parse from profile gates and uname releases") {
@@ -226,12 +242,15 @@ TEST_CASE("a conditional rule that an unconditional rule would silently override
   // libseccomp keeps only the unconditional rule for a syscall that has both; the kill rule would vanish.
   auto profile = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
     {"names": ["read"], "action": "SCMP_ACT_ALLOW"},
-    {"names": ["read"], "action": "SCMP_ACT_KILL_PROCESS", "args": [{"index": 0, "value": 5, "op": "SCMP_CMP_EQ"}]}]})");
+    {"names": ["read"], "action": "SCMP_ACT_KILL_PROCESS", )"
+                                     R"("args": [{"index": 0, "value": 5, "op": "SCMP_CMP_EQ"}]}]})");
   REQUIRE(profile.ok());
   auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
   REQUIRE_FALSE(program.ok());
-  CHECK(program.status().message() ==
-        R"(syscalls[1]: the conditional SCMP_ACT_KILL_PROCESS rule for "read" can never match: syscalls[0] gives "read" SCMP_ACT_ALLOW unconditionally)");
+  CHECK(
+      program.status().message() ==
+      R"(syscalls[1]: the conditional SCMP_ACT_KILL_PROCESS rule for "read" can never match: )"
+      R"(syscalls[0] gives "read" SCMP_ACT_ALLOW unconditionally)");
   // The same action under a condition is merely redundant.
   auto redundant = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
     {"names": ["read", "execve", "exit_group"], "action": "SCMP_ACT_ALLOW"},
@@ -248,8 +267,10 @@ TEST_CASE("two unconditional rules giving one call different actions are an erro
   REQUIRE(profile.ok());
   auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
   REQUIRE_FALSE(program.ok());
-  CHECK(program.status().message() ==
-        R"(syscalls[1]: "getpid" is given SCMP_ACT_KILL_PROCESS here and SCMP_ACT_ALLOW by syscalls[0]: a call gets one action)");
+  CHECK(
+      program.status().message() ==
+      R"(syscalls[1]: "getpid" is given SCMP_ACT_KILL_PROCESS here and SCMP_ACT_ALLOW by syscalls[0]: )"
+      R"(a call gets one action)");
   // The same action twice, and a name repeated in one rule, change nothing.
   auto repeated = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
     {"names": ["getpid", "getpid", "execve", "exit_group"], "action": "SCMP_ACT_ALLOW"},
@@ -276,7 +297,10 @@ TEST_CASE("a profile with more rules than any filter could hold is refused befor
   // 20000 conditional rules took libseccomp over a minute before the instruction count was checked.
   std::string rules;
   for (int i = 0; i < 20000; ++i)
-    rules += fmt::format(R"(,{{"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{{"index": 0, "value": {}, "op": "SCMP_CMP_EQ"}}]}})", i);
+    rules += fmt::format(
+        R"(,{{"names": ["read"], "action": "SCMP_ACT_ALLOW", )"
+        R"("args": [{{"index": 0, "value": {}, "op": "SCMP_CMP_EQ"}}]}})",
+        i);
   auto profile = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
     {"names": ["execve", "exit_group"], "action": "SCMP_ACT_ALLOW"})" + rules + "]}");
   REQUIRE(profile.ok());
@@ -284,8 +308,11 @@ TEST_CASE("a profile with more rules than any filter could hold is refused befor
   auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
   REQUIRE_FALSE(program.ok());
   CHECK(program.status().message() ==
-        "syscalls[4095]: more than 4096 syscall rules; a filter that large cannot fit the kernel's limit of 4096 instructions");
-  INFO("took " << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count() << " ms");
+        "syscalls[4095]: more than 4096 syscall rules; a filter that large cannot fit the kernel's limit of 4096 "
+        "instructions");
+  INFO("took "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count()
+       << " ms");
 }
 
 TEST_CASE("a notifying profile must allow the calls the child makes after installing it") {
@@ -341,8 +368,10 @@ TEST_CASE("nsbox profile check prints a summary, or one line naming the fault, w
   char dir_template[] = "/tmp/nsbox-seccomp-test-XXXXXX";
   REQUIRE(mkdtemp(dir_template));
   const std::string bad = std::string(dir_template) + "/bad.json";
-  REQUIRE(WriteFile(bad, R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"},
-    {"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 1, "value": 1, "op": "SCMP_CMP_FOO"}]}]})").ok());
+  REQUIRE(WriteFile(bad,
+                    R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"},
+    {"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 1, "value": 1, "op": "SCMP_CMP_FOO"}]}]})")
+              .ok());
   CHECK(run(bad, output) == 125);
   CHECK(output == "nsbox: profile check: " + bad + ": syscalls[1].args[0].op: unknown operator \"SCMP_CMP_FOO\"\n");
   std::remove(bad.c_str());

@@ -1,4 +1,5 @@
-// Unit tests for the cgroup backends against a fake cgroup tree in a temp dir: detection, placement, file writes, stat parsing.
+// Unit tests for the cgroup backends against a fake cgroup tree in a temp dir: detection, placement, file writes, stat
+// parsing.
 #include <linux/kcmp.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -47,11 +48,27 @@ class FakeTree {
     config.placement = CgroupConfig::Placement::kRootSubtree;
     config.reaper = false;
     config.fake_fs_mkdir_hook = [](const std::string& dir) {
-      for (const char* file : {"cgroup.procs", "tasks", "cgroup.kill", "cgroup.controllers", "cgroup.subtree_control",
-                               "memory.max", "memory.swap.max", "memory.events", "memory.peak", "pids.max",
-                               "pids.events", "cpu.max", "cpu.stat", "memory.limit_in_bytes",
-                               "memory.memsw.limit_in_bytes", "memory.kmem.tcp.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control",
-                               "cpu.cfs_quota_us", "cpuacct.usage", "freezer.state"})
+      for (const char* file : {"cgroup.procs",
+                               "tasks",
+                               "cgroup.kill",
+                               "cgroup.controllers",
+                               "cgroup.subtree_control",
+                               "memory.max",
+                               "memory.swap.max",
+                               "memory.events",
+                               "memory.peak",
+                               "pids.max",
+                               "pids.events",
+                               "cpu.max",
+                               "cpu.stat",
+                               "memory.limit_in_bytes",
+                               "memory.memsw.limit_in_bytes",
+                               "memory.kmem.tcp.limit_in_bytes",
+                               "memory.max_usage_in_bytes",
+                               "memory.oom_control",
+                               "cpu.cfs_quota_us",
+                               "cpuacct.usage",
+                               "freezer.state"})
         Put(fs::path(dir) / file, "");
       Put(fs::path(dir) / "cpu.cfs_period_us", "100000");  // the kernel's default period, which nsbox relies on
     };
@@ -252,7 +269,9 @@ TEST_CASE("a hybrid host with an empty unified tree uses v1, and says so when a 
   CHECK(missing.status().message().find("unified gets no controllers") != std::string::npos);
 }
 
-TEST_CASE("v1: a sandbox group gets memory and memsw limits, pids.max and a CFS quota, as nsbox-<id> in each hierarchy's root") {
+TEST_CASE(
+    "v1: a sandbox group gets memory and memsw limits, pids.max and a CFS quota, as nsbox-<id> in each hierarchy's "
+    "root") {
   FakeTree tree;
   tree.MakeV1();
   auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 0.5), tree.config);
@@ -425,7 +444,8 @@ TEST_CASE("keyed cgroup files and pid lists parse whatever the whitespace, and s
   CHECK(cgroup_internal::ReadPids((tree.cg() / "empty").string()).empty());
 }
 
-TEST_CASE("a group whose creator is dead or whose pid was reused is stale; a live creator's and foreign names are not") {
+TEST_CASE(
+    "a group whose creator is dead or whose pid was reused is stale; a live creator's and foreign names are not") {
   using cgroup_internal::IsStaleGroupName;
   std::string mine = cgroup_internal::NewGroupName();
   CHECK_FALSE(IsStaleGroupName(mine));
@@ -448,7 +468,8 @@ TEST_CASE("the subtree name must be a single directory name") {
   CHECK(group.status().message().find("one directory name") != std::string::npos);
 }
 
-TEST_CASE("v1 without CPU accounting and freezer: groups in memory, pids and cpu only; the sweep still covers all five") {
+TEST_CASE(
+    "v1 without CPU accounting and freezer: groups in memory, pids and cpu only; the sweep still covers all five") {
   FakeTree tree;
   tree.MakeV1();
   // A stale group left by a dead nsbox that used every hierarchy.

@@ -117,7 +117,8 @@ TEST_CASE("a symlink is judged by what it points to, and the answer is the targe
 TEST_CASE("a missing data directory is refused, naming the call and the path") {
   auto checked = CheckTrustedPath("/nonexistent-nsbox-data", ::geteuid());
   REQUIRE_FALSE(checked.ok());
-  CHECK_THAT(checked.status().message(), Catch::Contains("realpath(/nonexistent-nsbox-data)") && Catch::Contains("ENOENT"));
+  CHECK_THAT(checked.status().message(),
+             Catch::Contains("realpath(/nonexistent-nsbox-data)") && Catch::Contains("ENOENT"));
 }
 
 TEST_CASE("the test programs run from the build tree, so they read the source tree's data") {

@@ -31,7 +31,9 @@ struct Fixture {
     Write(relative, "#!/bin/sh\n");
     fs::permissions(root / relative, fs::perms::owner_all);
   }
-  std::string Path(const std::string& relative = "") const { return relative.empty() ? root.string() : (root / relative).string(); }
+  std::string Path(const std::string& relative = "") const {
+    return relative.empty() ? root.string() : (root / relative).string();
+  }
 };
 
 const Check& Find(const std::vector<Check>& checks, const std::string& id) {
@@ -87,7 +89,8 @@ TEST_CASE("a user namespace refused without a sysctl to blame gets the fix for i
   CHECK(UserNamespaceCheck(Passed(), {}).verdict == Verdict::kPass);
 }
 
-TEST_CASE("unprivileged user namespaces: an ordinary user blocked by kernel.unprivileged_userns_clone fails, required") {
+TEST_CASE(
+    "unprivileged user namespaces: an ordinary user blocked by kernel.unprivileged_userns_clone fails, required") {
   UsernsSysctls s;
   s.unprivileged_userns_clone = 0;
   Check c = UnprivilegedUsernsCheck(kUser, Failed(EPERM), s);
@@ -194,7 +197,8 @@ TEST_CASE("cgroup: an ordinary user's groups go under its own cgroup, in v2 and 
   CHECK_FALSE(facts.v1[1].mounted);  // pids
 }
 
-TEST_CASE("cgroup: an ordinary user without a delegated cgroup fails, with systemd-run and the danger option as fixes") {
+TEST_CASE(
+    "cgroup: an ordinary user without a delegated cgroup fails, with systemd-run and the danger option as fixes") {
   CgroupFacts facts;
   facts.cgroup_root = "/sys/fs/cgroup";
   facts.unified = true;
@@ -349,7 +353,8 @@ TEST_CASE("image store: doctor looks where nsbox image does, $NSBOX_IMAGE_STORE 
   CHECK(HostPaths{}.image_store == "/var/lib/nsbox/images");
 }
 
-TEST_CASE("nsbox can run with its defaults unless a required check fails; warnings and optional failures do not count") {
+TEST_CASE(
+    "nsbox can run with its defaults unless a required check fails; warnings and optional failures do not count") {
   std::vector<Check> checks = {{"a", "", Verdict::kPass, "", "", true},
                                {"b", "", Verdict::kWarn, "", "x", true},
                                {"c", "", Verdict::kFail, "", "x", false}};

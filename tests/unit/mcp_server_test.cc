@@ -214,7 +214,9 @@ TEST_CASE("mcp answers lines nlohmann cannot represent or type-check with errors
   const std::vector<std::pair<std::string, int>> cases = {
       {R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":1e400}})", -32700},
       {R"({"jsonrpc":"2.0","id":1e400,"method":"ping"})", -32700},
-      {R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"1","timeout_seconds":1e400}}})", -32700},
+      {R"({"jsonrpc":"2.0","id":2,"method":"tools/call",)"
+       R"("params":{"name":"run_python","arguments":{"code":"1","timeout_seconds":1e400}}})",
+       -32700},
       {R"({"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":5}})", -32602},
       {R"({"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":null}})", -32602},
       {R"({"jsonrpc":"2.0","id":5,"method":"initialize","params":{"protocolVersion":["x"]}})", -32602},
@@ -300,8 +302,9 @@ TEST_CASE("mcp keeps a batch's array to its own responses while other calls answ
   f.script.answer.status = RunStatus::kOk;
   f.script.run_time = milliseconds(300);
   // Call 1 runs on a worker and finishes while the batch's two calls run inline.
-  std::string input = Lines({Call(1, "run_python", {{"code", "a"}}),
-                             json::array({Call(2, "run_python", {{"code", "b"}}), Call(3, "run_python", {{"code", "c"}}), Ping(4)})});
+  std::string input =
+      Lines({Call(1, "run_python", {{"code", "a"}}),
+             json::array({Call(2, "run_python", {{"code", "b"}}), Call(3, "run_python", {{"code", "c"}}), Ping(4)})});
   auto out = ServeOverPipes(f.server, input);
   REQUIRE(out.size() == 2);
   const json& batch = out[0].is_array() ? out[0] : out[1];

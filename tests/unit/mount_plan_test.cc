@@ -34,7 +34,8 @@ struct FakeHost {
 };
 
 const MountStep* Find(const std::vector<MountStep>& plan, Kind kind, const std::string& target) {
-  auto it = std::find_if(plan.begin(), plan.end(), [&](const MountStep& s) { return s.kind == kind && s.target == target; });
+  auto it =
+      std::find_if(plan.begin(), plan.end(), [&](const MountStep& s) { return s.kind == kind && s.target == target; });
   return it == plan.end() ? nullptr : &*it;
 }
 
@@ -48,7 +49,8 @@ MountPlanInputs Inputs(const Policy* policy, const HostView* view, const std::st
 
 HostView TestView() {
   HostView view;
-  view.read_only_binds = {{"/usr", false}, {"/etc/ld.so.cache", true}, {"/etc/ssl/certs", true}, {"/etc/missing", true}};
+  view.read_only_binds = {
+      {"/usr", false}, {"/etc/ld.so.cache", true}, {"/etc/ssl/certs", true}, {"/etc/missing", true}};
   view.root_links = {"/bin", "/lib64", "/sbin"};
   return view;
 }
