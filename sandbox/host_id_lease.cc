@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <utility>
@@ -147,8 +148,16 @@ StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options) {
                                    options.range.first, options.range.last, busy, options.etc_dir));
 }
 
+bool InInitialUserNamespace() {
+  auto map = ReadFile("/proc/self/uid_map", 1 << 16);
+  if (!map.ok()) return false;
+  unsigned long inside = 0, outside = 0, count = 0;
+  return std::sscanf(map->c_str(), "%lu %lu %lu", &inside, &outside, &count) == 3 && inside == 0 && outside == 0 &&
+         count == 4294967295UL;
+}
+
 StatusOr<HostIdLease> LeaseHostIdsIfRoot(Policy& policy) {
-  if (::geteuid() != 0) return HostIdLease();
+  if (::geteuid() != 0 || !InInitialUserNamespace()) return HostIdLease();
   auto options = DefaultHostIdLeaseOptions();
   if (!options.ok()) return options.status().Wrap("leasing a host uid for the sandbox");
   auto lease = LeaseHostId(*options);

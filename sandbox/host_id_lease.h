@@ -49,8 +49,12 @@ class HostIdLease {
 // root's, or writable by others).
 StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options);
 
+// Whether this process runs in the initial user namespace (its uid map is the identity over every id).
+bool InInitialUserNamespace();
+
 // Run as root: leases an id from the default options and gives `policy` that uid and gid; the caller keeps the lease
-// as long as the sandbox lives. Not root: the sandbox maps to the caller's own ids anyway; an empty lease.
+// as long as the sandbox lives. Not root, or root of a nested user namespace (whose ids outside are not its to hand
+// out): the sandbox keeps the policy's ids (the caller's own, or the overflow uid); an empty lease.
 StatusOr<HostIdLease> LeaseHostIdsIfRoot(Policy& policy);
 
 }  // namespace nsbox

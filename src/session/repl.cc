@@ -1,6 +1,8 @@
 // The REPL's wire protocol and cell results over SessionSandbox::AskResident; the changed-files report.
 #include "src/session/repl.h"
 
+#include <signal.h>
+
 #include <mutex>
 
 #include <fmt/format.h>
