@@ -92,6 +92,25 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
                 "run with NO memory, pids or CPU limits (for hosts where no cgroup controller is usable)");
 }
 
+std::vector<std::string> GivenSandboxArgs(const CLI::App& app) {
+  CLI::App reference;
+  SandboxOptions unused;
+  AddSandboxOptions(&reference, unused);
+  std::vector<std::string> args;
+  for (const CLI::Option* declared : reference.get_options()) {
+    if (declared == reference.get_help_ptr()) continue;
+    const std::string name = declared->get_name();  // the long name, "--memory"
+    const CLI::Option* given = app.get_option_no_throw(name);
+    if (given == nullptr || given->count() == 0) continue;
+    if (given->get_expected_max() == 0) {
+      args.push_back(name);  // a flag
+      continue;
+    }
+    for (const std::string& value : given->results()) args.insert(args.end(), {name, value});
+  }
+  return args;
+}
+
 StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
   PolicyBuilder builder;
   if (o.rootfs != "host" && o.rootfs.find('/') == std::string::npos) {

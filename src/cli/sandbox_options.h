@@ -32,6 +32,9 @@ struct SandboxOptions {
 };
 
 void AddSandboxOptions(CLI::App* app, SandboxOptions& options);
+// The sandbox options given on `app` (declared there by AddSandboxOptions), back as arguments in the order of their
+// declaration: for a verb that parses them itself and hands them to `nsbox session create` (agent).
+std::vector<std::string> GivenSandboxArgs(const CLI::App& app);
 StatusOr<Policy> BuildPolicy(const SandboxOptions& options);
 // An engine message in the CLI's words: the policy settings it names (CgroupLimits::cpus,
 // PolicyBuilder::DangerDisableCgroupLimits …) become the options that set them (--cpus,
