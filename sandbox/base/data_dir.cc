@@ -100,10 +100,11 @@ StatusOr<std::string> ResolveDataDir() {
 }
 
 std::string DataDirHint() {
-  return fmt::format("nsbox reads its data (seccomp-profiles/, rootfs/) from $NSBOX_DATADIR when set, else {}{}; set "
-                     "NSBOX_DATADIR to a directory that holds them (a source checkout, or /usr/share/nsbox of the "
-                     "package)",
-                     NSBOX_DATADIR, RunningFromBuildTree() ? " (this build-tree binary: " NSBOX_SOURCE_DIR ")" : "");
+  return fmt::format(
+      "nsbox reads its data (seccomp-profiles/, rootfs/) from $NSBOX_DATADIR when set, else {}{}; set "
+      "NSBOX_DATADIR to a directory that holds them (a source checkout, or /usr/share/nsbox of the "
+      "package)",
+      NSBOX_DATADIR, RunningFromBuildTree() ? " (this build-tree binary: " NSBOX_SOURCE_DIR ")" : "");
 }
 
 namespace {

@@ -50,7 +50,7 @@ struct AgentOptions {
   std::string transcript;
   bool verbose = false;
   std::string prompt;
-  SandboxOptions sandbox;                  // parsed by the parser run and session create use
+  SandboxOptions sandbox;                 // parsed by the parser run and session create use
   std::vector<std::string> sandbox_args;  // those given, handed to `session create`
 };
 
@@ -67,10 +67,11 @@ int Fail(const std::string& message, int code) {
 int RunAgentCommand(const AgentOptions& o) {
   // Checked as `nsbox session create` checks them, once, before any model is asked.
   if (!o.sandbox_args.empty() && o.runtime != "nsbox")
-    return Fail(fmt::format("{} is an nsbox sandbox option; --runtime {} does not take it", o.sandbox_args.front(),
-                            o.runtime),
-                kExitNsboxFailure);
-  if (Status s = CheckSessionCreateArgs(o.sandbox_args); !s.ok()) return Fail(InCliTerms(s.message()), kExitNsboxFailure);
+    return Fail(
+        fmt::format("{} is an nsbox sandbox option; --runtime {} does not take it", o.sandbox_args.front(), o.runtime),
+        kExitNsboxFailure);
+  if (Status s = CheckSessionCreateArgs(o.sandbox_args); !s.ok())
+    return Fail(InCliTerms(s.message()), kExitNsboxFailure);
   agent::AgentConfig config;
   config.max_steps = o.max_steps;
   struct Duration {

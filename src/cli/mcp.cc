@@ -73,9 +73,9 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code) {
     server_options.output_limit_bytes = *limit;
     for (size_t i = 0; i < sandbox_args.size(); ++i) {
       const std::string& arg = sandbox_args[i];
-      std::string network = arg.starts_with("--network=") ? arg.substr(10)
+      std::string network = arg.starts_with("--network=")                       ? arg.substr(10)
                             : arg == "--network" && i + 1 < sandbox_args.size() ? sandbox_args[i + 1]
-                                                                                 : "";
+                                                                                : "";
       if (!network.empty()) server_options.open_world = network != "none";
     }
     runtime::NsboxRuntimeOptions options;

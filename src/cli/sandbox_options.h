@@ -49,7 +49,7 @@ struct ProgramOptions {
   std::string timeout = "30s";
   std::string output_limit = "1M";
   std::string stdin_source;  // "" → /dev/null, "-" → nsbox's stdin, else a file
-  std::vector<std::string> env;       // KEY=VALUE, or KEY for the host's value (Docker's -e)
+  std::vector<std::string> env;        // KEY=VALUE, or KEY for the host's value (Docker's -e)
   std::vector<std::string> env_files;  // lines KEY=VALUE or KEY, # comments (Docker's --env-file)
   std::string workdir;                 // the program's working directory (default /workspace)
   std::string lang, code, file;

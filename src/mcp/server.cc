@@ -128,8 +128,7 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   const bool code_tool = name == agent::kExecuteCodeTool || name == agent::kRunPythonTool || name == kPythonReplTool;
   if (code_tool) {
     if (name == agent::kExecuteCodeTool) {
-      if (!get_string("language", language))
-        throw bad("'language' must be a string, one of python, bash, sh, node");
+      if (!get_string("language", language)) throw bad("'language' must be a string, one of python, bash, sh, node");
       if (auto found = cli::LookupLanguage(language); !found.ok()) throw bad(found.status().message());
     } else {
       language = "python";
@@ -139,19 +138,20 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
     if (args.contains("timeout_seconds")) {
       const json& seconds = args["timeout_seconds"];
       if (!seconds.is_number() || !(seconds.get<double>() > 0))
-        throw bad(fmt::format("'timeout_seconds' must be a positive number of seconds (at most {:g}), or left out for "
-                              "the default of {:g}",
-                              options_.max_timeout.count() / 1000.0, options_.default_timeout.count() / 1000.0));
+        throw bad(
+            fmt::format("'timeout_seconds' must be a positive number of seconds (at most {:g}), or left out for "
+                        "the default of {:g}",
+                        options_.max_timeout.count() / 1000.0, options_.default_timeout.count() / 1000.0));
       // Clamped while still a double: 1e18 s in milliseconds overflows int64 and would wrap to a tiny time-out.
       const double asked_ms = seconds.get<double>() * 1000;
       const double cap_ms = static_cast<double>(options_.max_timeout.count());
       if (asked_ms > cap_ms)
-        notes.push_back(fmt::format("note: timeout_seconds {:g} is over the operator's cap; this run was limited to "
-                                    "{:g} s",
-                                    seconds.get<double>(), cap_ms / 1000));
-      exec.timeout =
-          std::max(std::chrono::milliseconds(static_cast<int64_t>(std::min(asked_ms, cap_ms))),
-                   std::chrono::milliseconds(1));
+        notes.push_back(
+            fmt::format("note: timeout_seconds {:g} is over the operator's cap; this run was limited to "
+                        "{:g} s",
+                        seconds.get<double>(), cap_ms / 1000));
+      exec.timeout = std::max(std::chrono::milliseconds(static_cast<int64_t>(std::min(asked_ms, cap_ms))),
+                              std::chrono::milliseconds(1));
     }
   } else if (name == "write_file" || name == "read_file" || name == "list_files") {
     std::string path, content;
@@ -182,8 +182,9 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
     // Shown as an interactive interpreter shows it, after the cell's own output.
     const json repl = GetExtra(r, "repl");
     if (repl.is_object() && repl.value("state_lost", false))
-      notes.push_back("note: the previous Python interpreter had died; this call ran in a fresh one, so variables "
-                      "and imports of earlier calls are gone (files in /workspace are not)");
+      notes.push_back(
+          "note: the previous Python interpreter had died; this call ran in a fresh one, so variables "
+          "and imports of earlier calls are gone (files in /workspace are not)");
     if (const json value = repl.is_object() ? repl.value("value", json()) : json(); value.is_string())
       r.stdout_data += value.get<std::string>() + "\n";
   }

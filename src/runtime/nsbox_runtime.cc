@@ -124,8 +124,8 @@ Status NsboxRuntime::CreateSession(const ExecuteOptions& options) {
 
 std::string NsboxRuntime::WhySessionEnded(const std::string& id) const {
   auto seconds = [](int64_t ms) { return fmt::format("{:g} s", static_cast<double>(ms) / 1000); };
-  const int64_t now_unix_ms = std::chrono::duration_cast<milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t now_unix_ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const int64_t idle_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - last_used_).count();
   std::string why;
   if (max_lifetime_ms_ > 0 && now_unix_ms - created_unix_ms_ >= max_lifetime_ms_)
@@ -135,9 +135,10 @@ std::string NsboxRuntime::WhySessionEnded(const std::string& id) const {
                       seconds(idle_timeout_ms_));
   else
     why = "it was ended from outside (nsbox session rm, or its supervisor died)";
-  return fmt::format("the sandbox session {} had ended ({}); this call ran in a fresh sandbox, so files, installed "
-                     "packages and Python state from earlier calls are gone",
-                     id, why);
+  return fmt::format(
+      "the sandbox session {} had ended ({}); this call ran in a fresh sandbox, so files, installed "
+      "packages and Python state from earlier calls are gone",
+      id, why);
 }
 
 StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, const std::string& code,
@@ -165,9 +166,10 @@ StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, con
         session_id_.clear();
         mode_ = Mode::kUnknown;
       } else {
-        restarted = fmt::format("the sandbox session {} had ended; this call ran in a fresh sandbox, so files, "
-                                "installed packages and Python state from earlier calls are gone",
-                                gone_id);
+        restarted = fmt::format(
+            "the sandbox session {} had ended; this call ran in a fresh sandbox, so files, "
+            "installed packages and Python state from earlier calls are gone",
+            gone_id);
       }
     }
     Log(fmt::format("nsbox runtime: {}", restarted));

@@ -19,9 +19,10 @@ StatusOr<std::unique_ptr<SandboxRuntime>> MakeRuntime(const std::string& name, c
     return std::unique_ptr<SandboxRuntime>(new NsboxRuntime(std::move(options)));
   }
   if (!config.sandbox_args.empty())
-    return Status::Error(fmt::format("{} is an nsbox sandbox option; the {} runtime does not take it (use --runtime "
-                                     "nsbox)",
-                                     config.sandbox_args.front(), name));
+    return Status::Error(
+        fmt::format("{} is an nsbox sandbox option; the {} runtime does not take it (use --runtime "
+                    "nsbox)",
+                    config.sandbox_args.front(), name));
   if (name == "local") return std::unique_ptr<SandboxRuntime>(new LocalRuntime());
   if (name == "docker") {
     NSBOX_RETURN_IF_ERROR(DockerRuntime::EngineAvailable().Wrap("the docker runtime needs a Docker engine"));

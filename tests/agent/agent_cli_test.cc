@@ -120,8 +120,9 @@ TEST_CASE("nsbox agent without any key or endpoint says which variable to set") 
   if (!CliReady("nsbox agent without key")) return;
   CliRun run = RunCli({NsboxBin(), "agent", "hello"}, {});
   CHECK(run.exit_code == 2);
-  CHECK(run.err == "nsbox agent: no API key: set ANTHROPIC_API_KEY (Anthropic) or OPENAI_API_KEY (OpenAI), or give "
-                   "--base-url (or OPENAI_BASE_URL) for an OpenAI-compatible server that needs no key\n");
+  CHECK(run.err ==
+        "nsbox agent: no API key: set ANTHROPIC_API_KEY (Anthropic) or OPENAI_API_KEY (OpenAI), or give "
+        "--base-url (or OPENAI_BASE_URL) for an OpenAI-compatible server that needs no key\n");
   // A provider chosen by name is told its own variable.
   CliRun openai = RunCli({NsboxBin(), "agent", "--provider", "openai", "hello"}, {});
   CHECK(openai.exit_code == 2);
@@ -136,10 +137,10 @@ TEST_CASE("nsbox agent takes run's sandbox options: --workspace binds the direct
   REQUIRE(chmod(dir, 0777) == 0);
   { std::ofstream(std::string(dir) + "/marker.txt") << "from-the-host"; }
   testing::FakeProviderServer server;
-  CliRun run = RunCli({NsboxBin(), "agent", "--provider", "openai", "--workspace", dir, "--memory", "256M", "--pids",
-                       "64", "--network", "none", "Read it [scenario:workspace]"},
-                      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"),
-                       "NSBOX_BIN=" + NsboxBin()});
+  CliRun run = RunCli(
+      {NsboxBin(), "agent", "--provider", "openai", "--workspace", dir, "--memory", "256M", "--pids", "64", "--network",
+       "none", "Read it [scenario:workspace]"},
+      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
   INFO(run.err);
   CHECK(run.exit_code == 0);
   CHECK(run.out == "the workspace says: from-the-host /workspace\n");

@@ -85,8 +85,8 @@ TEST_CASE("a binary without its data says where data is looked for and names NSB
         std::string::npos);
   CHECK(r.err.find("from $NSBOX_DATADIR when set, else ") != std::string::npos);
   CHECK(r.err.find("set NSBOX_DATADIR to a directory that holds them") != std::string::npos);
-  auto lang = RunProcess({dir + "/nsbox", "run", "--profile", "/nonexistent.json", "--lang", "python", "--code", "1"},
-                         spawn);
+  auto lang =
+      RunProcess({dir + "/nsbox", "run", "--profile", "/nonexistent.json", "--lang", "python", "--code", "1"}, spawn);
   CHECK(lang.exit_code == 125);
   std::filesystem::remove_all(dir);
 }

@@ -210,7 +210,7 @@ TEST_CASE("exec returns run's result object and exit codes", "[session]") {
   CHECK(j["status"] == "signal");
   CHECK(j["signal"] == 15);
   Output missing = s.Nsbox({"exec", id, "--", "/no/such/program"});
-  CHECK(missing.code == 125);
+  CHECK(missing.code == 127);  // not found, as with run (Docker's convention)
   Output code = s.Nsbox({"exec", id, "--lang", "python", "--code", "import sys; print('py'); sys.exit(4)"});
   CHECK(code.code == 4);
   CHECK(code.out == "py\n");
