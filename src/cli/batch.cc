@@ -168,8 +168,7 @@ Status Prepare(Running& run) {
     executor->stdin_fd = run.stdin_fd.get();
   }
   if (*network) {
-    for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort))
-      executor->env[key] = value;
+    for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) executor->env[key] = value;
     run.proxy = std::make_unique<EgressProxyHooks>(**network);
   }
   run.sandbox = std::make_unique<Sandbox>(std::move(*executor), std::move(*policy));
@@ -210,14 +209,15 @@ bool Batch::Fits(const JobCost& cost) const {
   if (running_.empty()) return true;  // a job larger than the whole budget still runs, alone
   if (running_.size() >= budget_.max_jobs) return false;
   if (o_.jobs > 0) return true;
-  return used_.cpus + cost.cpus <= budget_.cpus + 1e-9 && used_.memory_bytes + cost.memory_bytes <= budget_.memory_bytes &&
-         used_.pids + cost.pids <= budget_.pids;
+  return used_.cpus + cost.cpus <= budget_.cpus + 1e-9 &&
+         used_.memory_bytes + cost.memory_bytes <= budget_.memory_bytes && used_.pids + cost.pids <= budget_.pids;
 }
 
 Status Batch::Emit(const BatchJob& job, const Result& result) {
   if (int err = WriteAll(out_fd_, ResultLine(job, result)); err != 0)
     return Status::Errno(fmt::format("writing the result of job on line {} to {}", job.line,
-                                     o_.output_file.empty() ? "stdout" : o_.output_file), err);
+                                     o_.output_file.empty() ? "stdout" : o_.output_file),
+                         err);
   ++written_;
   ++by_status_[RunStatusName(result.status)];
   return OkStatus();
@@ -322,8 +322,8 @@ int Batch::Run() {
   budget_ = ComputeNodeBudget(BudgetRoots{});
   if (o_.jobs > 0) budget_.max_jobs = o_.jobs;
   if (::getenv("NSBOX_BATCH_EXPLAIN") != nullptr)
-    (void)WriteAll(2, fmt::format("nsbox batch: budget: {}\n", o_.jobs > 0 ? fmt::format("--jobs {}", o_.jobs)
-                                                                           : budget_.explanation));
+    (void)WriteAll(2, fmt::format("nsbox batch: budget: {}\n",
+                                  o_.jobs > 0 ? fmt::format("--jobs {}", o_.jobs) : budget_.explanation));
   // Check the batch-wide options once, before any job: a bad --memory is the batch's error, not every job's.
   if (auto policy = BuildPolicy(o_.sandbox); !policy.ok()) return fail(policy.status());
   if (auto network = BuildNetworkSpec(o_.sandbox); !network.ok()) return fail(network.status());
@@ -332,7 +332,7 @@ int Batch::Run() {
 
   UniqueFd jobs_fd(o_.jobs_file == "-" ? ::dup(0) : ::open(o_.jobs_file.c_str(), O_RDONLY | O_CLOEXEC));
   if (!jobs_fd) return fail(Status::Errno(fmt::format("open({})", o_.jobs_file)));
-  if (struct stat st {}; ::fstat(jobs_fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
+  if (struct stat st{}; ::fstat(jobs_fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
     return fail(Status::Error(fmt::format("{} is a directory", o_.jobs_file)));
   std::set<std::string> done;
   UniqueFd out;
@@ -435,16 +435,18 @@ int Batch::Run() {
   Progress(true);
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   std::string counts;
-  for (const auto& [status, count] : by_status_) counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", count, status);
-  std::string summary = fmt::format("nsbox batch: {} results written{}{}", written_,
-                                    counts.empty() ? "" : " (" + counts + ")",
-                                    skipped_ ? fmt::format(", {} skipped (in {} already)", skipped_, o_.output_file) : "");
+  for (const auto& [status, count] : by_status_)
+    counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", count, status);
+  std::string summary =
+      fmt::format("nsbox batch: {} results written{}{}", written_, counts.empty() ? "" : " (" + counts + ")",
+                  skipped_ ? fmt::format(", {} skipped (in {} already)", skipped_, o_.output_file) : "");
   if (!write_error_.ok()) return fail(write_error_);
   if (!read_error.ok()) return fail(read_error);
   if (stop_signal != 0) {
-    (void)WriteAll(2, fmt::format("{}; stopped by {}: {} running jobs cancelled, the rest not started (run the same "
-                                  "command{} to resume)\n", summary, strsignal(stop_signal), not_run_,
-                                  o_.output_file.empty() ? " with --output FILE" : ""));
+    (void)WriteAll(
+        2, fmt::format("{}; stopped by {}: {} running jobs cancelled, the rest not started (run the same "
+                       "command{} to resume)\n",
+                       summary, strsignal(stop_signal), not_run_, o_.output_file.empty() ? " with --output FILE" : ""));
     return 128 + stop_signal;
   }
   (void)WriteAll(2, summary + "\n");
@@ -465,8 +467,9 @@ void RegisterBatch(CLI::App& app, ExitCode& exit_code) {
   AddSandboxOptions(batch, options.sandbox);
   batch->add_option("--timeout", options.program.timeout, "each job's wall-clock limit unless it gives \"timeout\"")
       ->capture_default_str();
-  batch->add_option("--output-limit", options.program.output_limit,
-                    "bytes kept per stream of each job unless it gives limits.output_limit")
+  batch
+      ->add_option("--output-limit", options.program.output_limit,
+                   "bytes kept per stream of each job unless it gives limits.output_limit")
       ->capture_default_str();
   batch->callback([&exit_code] { exit_code.value = batch_internal::Batch(options).Run(); });
 }

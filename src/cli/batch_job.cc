@@ -29,7 +29,8 @@ StatusOr<std::string> StringField(const nlohmann::json& value, std::string_view 
 StatusOr<std::string> SizeField(const nlohmann::json& value, std::string_view name) {
   if (value.is_number_unsigned()) return std::to_string(value.get<uint64_t>());
   auto text = StringField(value, name);
-  if (!text.ok()) return Status::Error(fmt::format("\"{}\" must be a size such as \"256M\" or a number of bytes", name));
+  if (!text.ok())
+    return Status::Error(fmt::format("\"{}\" must be a size such as \"256M\" or a number of bytes", name));
   auto parsed = ParseSize(*text);
   if (!parsed.ok()) return parsed.status().Wrap(fmt::format("\"{}\"", name));
   return *text;
@@ -45,10 +46,14 @@ Status ApplyLimits(const nlohmann::json& limits, BatchJob& job) {
     if (key == "memory" || key == "memory_swap" || key == "tmpfs_size" || key == "output_limit") {
       auto size = SizeField(value, name);
       if (!size.ok()) return size.status();
-      if (key == "memory") job.sandbox.memory = *size;
-      else if (key == "memory_swap") job.sandbox.memory_swap = *size;
-      else if (key == "tmpfs_size") job.sandbox.tmpfs_size = *size;
-      else job.program.output_limit = *size;
+      if (key == "memory")
+        job.sandbox.memory = *size;
+      else if (key == "memory_swap")
+        job.sandbox.memory_swap = *size;
+      else if (key == "tmpfs_size")
+        job.sandbox.tmpfs_size = *size;
+      else
+        job.program.output_limit = *size;
     } else if (key == "pids") {
       if (!value.is_number_unsigned() || value.get<uint64_t>() == 0)
         return Status::Error("\"limits.pids\" must be a positive whole number");
@@ -58,8 +63,10 @@ Status ApplyLimits(const nlohmann::json& limits, BatchJob& job) {
         return Status::Error("\"limits.cpus\" must be a positive number of CPUs, e.g. 0.5");
       job.sandbox.cpus = value.get<double>();
     } else {
-      return Status::Error(fmt::format("unknown limit \"{}\" (limits: memory, memory_swap, pids, cpus, tmpfs_size, "
-                                       "output_limit)", name));
+      return Status::Error(
+          fmt::format("unknown limit \"{}\" (limits: memory, memory_swap, pids, cpus, tmpfs_size, "
+                      "output_limit)",
+                      name));
     }
   }
   return OkStatus();
@@ -106,8 +113,10 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
     } else if (key == "limits") {
       NSBOX_RETURN_IF_ERROR(ApplyLimits(value, job));
     } else {
-      return Status::Error(fmt::format("unknown field \"{}\" (fields: id, language, code, argv, stdin, timeout, env, "
-                                       "limits)", key));
+      return Status::Error(
+          fmt::format("unknown field \"{}\" (fields: id, language, code, argv, stdin, timeout, env, "
+                      "limits)",
+                      key));
     }
   }
   if (has_code && has_argv) return Status::Error("give \"language\" with \"code\", or \"argv\", not both");
@@ -241,7 +250,8 @@ NodeBudget ComputeNodeBudget(const BudgetRoots& roots) {
     std::istringstream fields(*loadavg);
     std::string skip, running;
     fields >> skip >> skip >> skip >> running;
-    if (auto slash = running.find('/'); slash != std::string::npos) tasks = std::strtoull(running.c_str() + slash + 1, nullptr, 10);
+    if (auto slash = running.find('/'); slash != std::string::npos)
+      tasks = std::strtoull(running.c_str() + slash + 1, nullptr, 10);
   }
   uint64_t pids = std::min(pid_max, threads_max);
   pids = pids > tasks ? pids - tasks : 0;
@@ -263,7 +273,8 @@ NodeBudget ComputeNodeBudget(const BudgetRoots& roots) {
     }
     auto pids_max = ReadNumber(dir + "/pids.max");
     auto pids_current = ReadNumber(dir + "/pids.current");
-    if (pids_max) pids = std::min(pids, *pids_max > pids_current.value_or(0) ? *pids_max - pids_current.value_or(0) : 0);
+    if (pids_max)
+      pids = std::min(pids, *pids_max > pids_current.value_or(0) ? *pids_max - pids_current.value_or(0) : 0);
   }
   budget.cpus = cpus * kCpuOvercommit;
   budget.memory_bytes = memory.value_or(uint64_t{1} << 30);

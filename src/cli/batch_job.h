@@ -50,7 +50,7 @@ struct NodeBudget {
   double cpus = 0;
   uint64_t memory_bytes = 0;
   uint64_t pids = 0;
-  uint64_t max_jobs = 0;  // descriptors and host ids: a count cap whatever the jobs cost
+  uint64_t max_jobs = 0;    // descriptors and host ids: a count cap whatever the jobs cost
   std::string explanation;  // one line: where each figure came from
 };
 
