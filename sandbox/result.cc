@@ -1,6 +1,8 @@
 // Result: status names, exit-code mapping and the JSON schema documented in the README.
 #include "sandbox/result.h"
 
+#include <cerrno>
+
 #include "sandbox/result_json.h"
 
 namespace nsbox {
@@ -33,6 +35,8 @@ int Result::ShellExitCode() const {
     case RunStatus::kExit: return exit_code;
     case RunStatus::kTimeout: return 124;
     case RunStatus::kSetupError:
+      if (exec_errno == ENOENT || exec_errno == ENOTDIR) return 127;
+      return exec_errno != 0 ? 126 : 125;
     case RunStatus::kSessionLost: return 125;
     case RunStatus::kSignal:
     case RunStatus::kOom:
@@ -91,6 +95,7 @@ nlohmann::json ResultToJson(const Result& r) {
   j["exit_code"] = r.exit_code;
   j["signal"] = r.signal;
   j["reason"] = SanitizeUtf8(r.reason);
+  if (r.exec_errno != 0) j["exec_errno"] = r.exec_errno;
   j["stdout"] = SanitizeUtf8(r.stdout_data);
   j["stderr"] = SanitizeUtf8(r.stderr_data);
   j["stdout_bytes"] = r.stdout_bytes;
@@ -128,6 +133,7 @@ Result ResultFromJson(const nlohmann::json& j) {
   r.exit_code = j.value("exit_code", -1);
   r.signal = j.value("signal", 0);
   r.reason = j.value("reason", "");
+  r.exec_errno = r.status == RunStatus::kSetupError ? j.value("exec_errno", 0) : 0;
   r.stdout_data = j.value("stdout", "");
   r.stderr_data = j.value("stderr", "");
   r.stdout_bytes = j.value("stdout_bytes", uint64_t{0});

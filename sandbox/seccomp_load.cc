@@ -25,8 +25,11 @@ StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path,
   });
   const std::string path = fmt::format("{}/{}.json", profiles_dir, name_or_path);
   if (!plain_name || !PathExists(path)) {
-    return Status::Error(fmt::format("unknown seccomp profile \"{}\": no file {} (give a path to use a profile file)",
-                                     name_or_path, path));
+    // No profiles directory at all is missing data, not an unknown name: say where data comes from.
+    const std::string hint =
+        PathExists(profiles_dir) ? "" : fmt::format("; {} does not exist: {}", profiles_dir, DataDirHint());
+    return Status::Error(fmt::format("unknown seccomp profile \"{}\": no file {} (give a path to use a profile file){}",
+                                     name_or_path, path, hint));
   }
   return path;
 }

@@ -58,6 +58,9 @@ void Decide(const VerdictInputs& in, Result* result) {
     result->status = RunStatus::kSetupError;
     result->reason = fmt::format("sandbox setup failed at {}: {} ({})", in.setup_failure->step,
                                  strerror(in.setup_failure->err), ErrnoName(in.setup_failure->err));
+    // The program's own execve (the last step): a program not found or not executable, which the exit code tells
+    // apart from nsbox's own failures (127, 126).
+    if (in.setup_failure->step.starts_with("execve(")) result->exec_errno = in.setup_failure->err;
     return;
   }
   if (in.cancelled && in.kind == Kind::kRun) {

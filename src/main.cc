@@ -55,6 +55,64 @@ std::optional<std::string> CommandMistake(CLI::App& app, int argc, char** argv) 
   }
 }
 
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first word before "--" that looks like an option and that the command named by argv does not have, as one line
+// naming it (and the nearest option it has): CLI11 reports such a word by whatever token it could not place, often
+// the next one ("nsbox run --memroy 1G -- true" would say "not expected: true").
+std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
+  CLI::App* command = &app;
+  std::string path = "nsbox";
+  int i = 1;
+  for (; i < argc && argv[i][0] != '-'; ++i) {
+    CLI::App* sub = nullptr;
+    for (CLI::App* c : command->get_subcommands([](CLI::App*) { return true; }))
+      if (c->check_name(argv[i])) sub = c;
+    if (sub == nullptr) break;
+    command = sub;
+    path += " " + sub->get_name();
+  }
+  if (command == &app || command->get_allow_extras()) return std::nullopt;
+  for (; i < argc; ++i) {
+    std::string_view word = argv[i];
+    if (word == "--") break;
+    if (word.size() < 2 || word[0] != '-' || (word[1] >= '0' && word[1] <= '9')) continue;
+    std::string name(word.substr(0, word.find('=')));
+    const CLI::Option* option = command->get_option_no_throw(name);
+    if (option == nullptr && name.size() == 2) option = command->get_option_no_throw(name.substr(1));
+    if (option != nullptr) {
+      // Its value is the next word (unless written --name=value): not an option, even when it starts with '-'.
+      if (option->get_expected_min() > 0 && word.find('=') == std::string_view::npos) ++i;
+      continue;
+    }
+    std::string nearest;
+    size_t best = 3;  // at most two edits away
+    for (const CLI::Option* known : command->get_options()) {
+      for (const std::string& long_name : known->get_lnames()) {
+        size_t distance = EditDistance(name, "--" + long_name);
+        // A near miss: a typo or two, not a different short word (--nope is not --code).
+        if (distance < best && distance * 3 <= name.size() - 2) best = distance, nearest = "--" + long_name;
+      }
+    }
+    return fmt::format("{}: unknown option '{}'{} (see {} --help)", path.substr(6), name,
+                       nearest.empty() ? "" : fmt::format("; did you mean {}?", nearest), path);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,6 +161,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line naming the problem, and the exit code of an nsbox failure (and the JSON result --json promises).
+    if (auto unknown = UnknownOption(app, argc, argv))
+      return nsbox::cli::FailBeforeRun("", *unknown, nsbox::cli::WantsJsonResult(argc, argv));
     return nsbox::cli::FailBeforeRun("", e.what(), nsbox::cli::WantsJsonResult(argc, argv));
   } catch (const std::exception& e) {
     fmt::print(stderr, "nsbox: {}\n", e.what());

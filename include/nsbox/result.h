@@ -32,6 +32,9 @@ struct Result {
   int exit_code = -1;    // the program's exit code, -1 when it did not exit normally
   int signal = 0;        // the signal that ended it, 0 if none
   std::string reason;    // human-readable: why it ended, or which setup step failed
+  // kSetupError at the program's own execve (nothing of it ran): that call's errno. ENOENT or ENOTDIR is a program
+  // not found, anything else one that cannot be executed. 0 for every other result.
+  int exec_errno = 0;
   std::string stdout_data;
   std::string stderr_data;
   uint64_t stdout_bytes = 0;  // bytes the program produced, kept or not
@@ -58,8 +61,9 @@ struct Result {
   bool output_passed_on = false;
   int output_write_errno = 0;
 
-  // The process exit code nsbox itself uses for this result: the program's code, 124 time-out,
-  // 125 setup error or session lost, 128+N for signal N (137 for OOM, kill verdicts and Sandbox::Kill).
+  // The process exit code nsbox itself uses for this result: the program's code, 124 time-out, 127 program not found
+  // and 126 program not executable (Docker's convention; exec_errno), 125 any other setup error or session lost,
+  // 128+N for signal N (137 for OOM, kill verdicts and Sandbox::Kill).
   int ShellExitCode() const;
 };
 

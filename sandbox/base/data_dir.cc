@@ -99,6 +99,14 @@ StatusOr<std::string> ResolveDataDir() {
   return checked;
 }
 
+std::string DataDirHint() {
+  return fmt::format(
+      "nsbox reads its data (seccomp-profiles/, rootfs/) from $NSBOX_DATADIR when set, else {}{}; set "
+      "NSBOX_DATADIR to a directory that holds them (a source checkout, or /usr/share/nsbox of the "
+      "package)",
+      NSBOX_DATADIR, RunningFromBuildTree() ? " (this build-tree binary: " NSBOX_SOURCE_DIR ")" : "");
+}
+
 namespace {
 
 [[noreturn]] void Refuse(const Status& status) {
@@ -112,7 +120,7 @@ namespace {
 const std::string& DataDir() {
   static const std::string dir = [] {
     auto resolved = ResolveDataDir();
-    if (!resolved.ok()) Refuse(resolved.status());
+    if (!resolved.ok()) Refuse(Status::Error(fmt::format("{}; {}", resolved.status().message(), DataDirHint())));
     return *resolved;
   }();
   return dir;

@@ -33,6 +33,10 @@ StatusOr<std::string> ResolveDataDir();
 // else is set up.
 const std::string& DataDir();
 
+// Where the data is looked for and how to point nsbox at it, for errors about a data file that is not there (a copied
+// binary without its data): "nsbox reads its data ... from $NSBOX_DATADIR when set, else ...".
+std::string DataDirHint();
+
 // CheckTrustedPath(path, geteuid()), or the same one-line refusal and exit 125. `what` names the path's role
 // ("seccomp profiles directory ($NSBOX_PROFILES_DIR)").
 std::string TrustedPathOrExit(const std::string& path, const char* what);

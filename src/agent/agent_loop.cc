@@ -251,7 +251,9 @@ class Loop {
                        {"input_error", call.input_error}});
     // At most once: a call id seen before is answered from memory, never run again.
     if (auto it = executed_.find(call.id); it != executed_.end()) {
-      result.content = "This tool call id was already executed; it was not run again. Its result was:\n" + it->second;
+      result.content =
+          "This tool call id was already executed; it was not run again. Its result was:\n" + it->second.content;
+      result.is_error = it->second.is_error;
       Log(fmt::format("tool call {} repeated: not run again", call.id));
       transcript_.Write({{"kind", "tool_result"}, {"id", call.id}, {"content", result.content}, {"repeated", true}});
       return result;
@@ -282,11 +284,12 @@ class Loop {
       } else {
         consecutive_runtime_failures_ = 0;
         result.content = FormatToolResult(*run, config_.tool_output_budget_bytes);
+        result.is_error = IsToolError(*run);  // the rule MCP's isError follows too
         Log(fmt::format("result: {} ({}), {} ms, {} + {} bytes of output", RunStatusName(run->status), run->reason,
                         run->wall_ms, run->stdout_bytes, run->stderr_bytes));
       }
     }
-    executed_[call.id] = result.content;
+    executed_[call.id] = result;
     transcript_.Write(
         {{"kind", "tool_result"}, {"id", call.id}, {"content", result.content}, {"is_error", result.is_error}});
     return result;
@@ -299,7 +302,7 @@ class Loop {
   Transcript transcript_;
   AgentOutcome outcome_;
   Clock::time_point start_, run_deadline_;
-  std::map<std::string, std::string> executed_;
+  std::map<std::string, ToolResult> executed_;
   int consecutive_runtime_failures_ = 0;
   std::string last_runtime_error_;
 };

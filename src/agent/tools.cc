@@ -68,11 +68,7 @@ ClipResult ClipHeadTail(std::string_view text, uint64_t budget_bytes, std::strin
   return {std::move(out), cut};
 }
 
-std::string FormatToolResult(const runtime::ExecutionResult& r, uint64_t budget_bytes) {
-  std::string out = fmt::format("exit_code: {}\n", r.ShellExitCode());
-  if (r.status != RunStatus::kOk && r.status != RunStatus::kExit)
-    out += fmt::format("status: {} ({})\n", RunStatusName(r.status), r.reason);
-  // Share the budget: a stream smaller than half keeps all of it and the other gets the rest.
+ClippedStreams ClipStreams(const runtime::ExecutionResult& r, uint64_t budget_bytes) {
   uint64_t out_size = r.stdout_data.size(), err_size = r.stderr_data.size();
   uint64_t out_budget = out_size, err_budget = err_size;
   if (out_size + err_size > budget_bytes) {
@@ -81,22 +77,32 @@ std::string FormatToolResult(const runtime::ExecutionResult& r, uint64_t budget_
     else if (out_size <= half) err_budget = budget_bytes - out_size;
     else out_budget = budget_bytes - half, err_budget = half;
   }
-  auto section = [&](const char* name, const std::string& data, uint64_t budget, bool truncated, uint64_t produced) {
+  return {ClipHeadTail(r.stdout_data, out_budget, "stdout"), ClipHeadTail(r.stderr_data, err_budget, "stderr")};
+}
+
+std::string FormatToolResult(const runtime::ExecutionResult& r, uint64_t budget_bytes) {
+  std::string out = fmt::format("exit_code: {}\n", r.ShellExitCode());
+  if (r.status != RunStatus::kOk && r.status != RunStatus::kExit)
+    out += fmt::format("status: {} ({})\n", RunStatusName(r.status), r.reason);
+  const ClippedStreams clipped = ClipStreams(r, budget_bytes);
+  auto section = [&](const char* name, const std::string& data, const ClipResult& clip, bool truncated,
+                     uint64_t produced) {
     if (data.empty()) {
       out += fmt::format("{}: (empty)\n", name);
       return;
     }
-    ClipResult clipped = ClipHeadTail(data, budget, name);
-    out += fmt::format("{}:\n{}", name, clipped.text);
+    out += fmt::format("{}:\n{}", name, clip.text);
     if (out.back() != '\n') out += '\n';
     if (truncated)
       out += fmt::format("[the sandbox kept {} of the {} bytes the program wrote to {}]\n",
                          OutputBuffer::KeptBytes(data, produced), produced, name);
   };
-  section("stdout", r.stdout_data, out_budget, r.stdout_truncated, r.stdout_bytes);
-  section("stderr", r.stderr_data, err_budget, r.stderr_truncated, r.stderr_bytes);
+  section("stdout", r.stdout_data, clipped.stdout_clip, r.stdout_truncated, r.stdout_bytes);
+  section("stderr", r.stderr_data, clipped.stderr_clip, r.stderr_truncated, r.stderr_bytes);
   return SanitizeUtf8(out);
 }
+
+bool IsToolError(const runtime::ExecutionResult& r) { return r.status != RunStatus::kOk; }
 
 StatusOr<CodeRequest> ParseCodeCall(const ToolCall& call) {
   if (!call.input_error.empty()) return Status::Error(call.input_error);

@@ -28,9 +28,21 @@ struct ClipResult {
 // the stream), so both the start of the output and the end of a traceback survive.
 ClipResult ClipHeadTail(std::string_view text, uint64_t budget_bytes, std::string_view stream_name);
 
+// stdout and stderr clipped head and tail to share budget_bytes: a stream smaller than half keeps all of it and the
+// other gets the rest. The text a model sees and the structured result MCP sends are both made from these.
+struct ClippedStreams {
+  ClipResult stdout_clip, stderr_clip;
+};
+ClippedStreams ClipStreams(const runtime::ExecutionResult& result, uint64_t budget_bytes);
+
 // "exit_code: N", a status line when the program did not simply exit, then stdout and stderr,
-// together clipped to budget_bytes. Always valid UTF-8.
+// together clipped to budget_bytes (ClipStreams). Always valid UTF-8.
 std::string FormatToolResult(const runtime::ExecutionResult& result, uint64_t budget_bytes);
+
+// The one rule for a tool result's error flag (Anthropic's is_error, MCP's isError): the code did not end with exit
+// code 0 (it exited non-zero, timed out, was killed, or could not be set up). The model reads the flag as "this
+// did not work"; the text says how.
+bool IsToolError(const runtime::ExecutionResult& result);
 
 struct CodeRequest {
   std::string language;

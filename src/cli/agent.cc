@@ -18,6 +18,7 @@
 #include "src/agent/provider.h"
 #include "src/agent/tools.h"
 #include "src/cli/commands.h"
+#include "src/cli/sandbox_options.h"
 #include "src/runtime/runtime_factory.h"
 
 namespace nsbox::cli {
@@ -49,6 +50,8 @@ struct AgentOptions {
   std::string transcript;
   bool verbose = false;
   std::string prompt;
+  SandboxOptions sandbox;                 // parsed by the parser run and session create use
+  std::vector<std::string> sandbox_args;  // those given, handed to `session create`
 };
 
 std::string Env(const std::string& name) {
@@ -62,6 +65,13 @@ int Fail(const std::string& message, int code) {
 }
 
 int RunAgentCommand(const AgentOptions& o) {
+  // Checked as `nsbox session create` checks them, once, before any model is asked.
+  if (!o.sandbox_args.empty() && o.runtime != "nsbox")
+    return Fail(
+        fmt::format("{} is an nsbox sandbox option; --runtime {} does not take it", o.sandbox_args.front(), o.runtime),
+        kExitNsboxFailure);
+  if (Status s = CheckSessionCreateArgs(o.sandbox_args); !s.ok())
+    return Fail(InCliTerms(s.message()), kExitNsboxFailure);
   agent::AgentConfig config;
   config.max_steps = o.max_steps;
   struct Duration {
@@ -106,8 +116,11 @@ int RunAgentCommand(const AgentOptions& o) {
   provider_config.tools = agent::CodeTools();
   // A local OpenAI-compatible server may need no key; the public endpoints always do.
   if (provider_config.api_key.empty() && provider_config.base_url.empty())
-    return Fail(fmt::format("{} is not set (or give --base-url for a server that needs no key)",
-                            agent::ApiKeyVariable(provider)),
+    return Fail(o.provider.empty()
+                    ? std::string("no API key: set ANTHROPIC_API_KEY (Anthropic) or OPENAI_API_KEY (OpenAI), or give "
+                                  "--base-url (or OPENAI_BASE_URL) for an OpenAI-compatible server that needs no key")
+                    : fmt::format("{} is not set (or give --base-url for a server that needs no key)",
+                                  agent::ApiKeyVariable(provider)),
                 agent::AgentExitCode(agent::AgentEnd::kAuthError));
   auto made_provider = agent::MakeProvider(provider_config);
   if (!made_provider.ok()) return Fail(made_provider.status().message(), kExitNsboxFailure);
@@ -119,6 +132,7 @@ int RunAgentCommand(const AgentOptions& o) {
   // The session also ends by itself shortly after the run's time-out, even if nsbox is SIGKILLed.
   runtime_config.max_lifetime = config.run_timeout + std::chrono::seconds(60);
   runtime_config.log = config.log;
+  runtime_config.sandbox_args = o.sandbox_args;
   auto made_runtime = runtime::MakeRuntime(o.runtime, runtime_config);
   if (!made_runtime.ok()) return Fail(made_runtime.status().message(), kExitNsboxFailure);
   std::unique_ptr<runtime::SandboxRuntime> sandbox = std::move(*made_runtime);
@@ -176,8 +190,11 @@ void RegisterAgent(CLI::App& app, ExitCode& exit_code) {
   cmd->add_option("--transcript", options->transcript, "write every request, response and tool call to FILE as JSONL");
   cmd->add_flag("--verbose", options->verbose, "print each step, tool call and result to stderr");
   cmd->add_option("PROMPT", options->prompt, "the question or task")->required();
+  // The sandbox's isolation and limits: the same options, and the same parser, as run and session create.
+  AddSandboxOptions(cmd, options->sandbox);
   cmd->callback([options, cmd, &exit_code] {
     options->base_url_given = cmd->count("--base-url") > 0;
+    options->sandbox_args = GivenSandboxArgs(*cmd);
     exit_code.value = RunAgentCommand(*options);
   });
 }

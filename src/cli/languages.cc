@@ -14,7 +14,8 @@ namespace {
 StatusOr<nlohmann::json> LoadTable() {
   std::string path = DataDir() + "/rootfs/languages.json";
   auto text = ReadFile(path, 1 << 20);
-  if (!text.ok()) return text.status().Wrap("loading the language table");
+  if (!text.ok())
+    return Status::Error(fmt::format("loading the language table: {}; {}", text.status().message(), DataDirHint()));
   try {
     return nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/executor.h"
+#include "sandbox/spec/units.h"
 #include "src/cli/commands.h"
 #include "src/mcp/server.h"
 #include "src/runtime/nsbox_runtime.h"
@@ -20,12 +22,20 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code) {
   mcp->prefix_command(false);
   static bool verbose = false;
   mcp->add_flag("--verbose", verbose, "log each session step to stderr");
+  // The operator's caps: a tool call's timeout_seconds (the model's choice) is cut to --max-timeout, always.
+  static std::string timeout = "30s", max_timeout = "10m", output_limit = "1M";
+  mcp->add_option("--timeout", timeout, "time limit of a tool call that sets no timeout_seconds")
+      ->capture_default_str();
+  mcp->add_option("--max-timeout", max_timeout, "the most time any tool call gets, whatever timeout_seconds asks")
+      ->capture_default_str();
+  mcp->add_option("--output-limit", output_limit, "bytes the sandbox keeps per stream of a tool call")
+      ->capture_default_str();
   mcp->footer([] {
     return "Sandbox options: those of `nsbox session create` (isolation, limits, lifetime), passed through to the\n"
            "connection's session and checked at start-up:\n" +
            SessionCreateOptionsHelp() +
            "\nExamples:\n"
-           "  nsbox mcp --memory 1G --pids 128\n"
+           "  nsbox mcp --memory 1G --pids 128 --max-timeout 2m --output-limit 256K\n"
            "  nsbox mcp --network allow=pypi.org,files.pythonhosted.org --network-limit 500M\n"
            "  nsbox mcp --rootfs IMAGE --idle-timeout 30m --max-lifetime 8h\n";
   });
@@ -44,6 +54,30 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code) {
       exit_code.value = kExitNsboxFailure;
       return;
     }
+    mcp::ServerOptions server_options;
+    auto fail = [&exit_code](const std::string& message) {
+      fmt::print(stderr, "nsbox mcp: {}\n", message);
+      exit_code.value = kExitNsboxFailure;
+    };
+    auto default_timeout = ParseDuration(timeout);
+    if (!default_timeout.ok()) return fail("--timeout: " + default_timeout.status().message());
+    auto cap = ParseDuration(max_timeout);
+    if (!cap.ok()) return fail("--max-timeout: " + cap.status().message());
+    if (mcp->count("--timeout") > 0 && *default_timeout > *cap)
+      return fail(fmt::format("--timeout {} is longer than --max-timeout {}", timeout, max_timeout));
+    server_options.default_timeout = std::min(*default_timeout, *cap);
+    server_options.max_timeout = *cap;
+    auto limit = ParseSize(output_limit);
+    if (!limit.ok()) return fail("--output-limit: " + limit.status().message());
+    if (std::string why = CheckOutputLimit(*limit); !why.empty()) return fail("--output-limit: " + why);
+    server_options.output_limit_bytes = *limit;
+    for (size_t i = 0; i < sandbox_args.size(); ++i) {
+      const std::string& arg = sandbox_args[i];
+      std::string network = arg.starts_with("--network=")                       ? arg.substr(10)
+                            : arg == "--network" && i + 1 < sandbox_args.size() ? sandbox_args[i + 1]
+                                                                                : "";
+      if (!network.empty()) server_options.open_world = network != "none";
+    }
     runtime::NsboxRuntimeOptions options;
     options.sandbox_args = sandbox_args;
     if (verbose) options.log = [](const std::string& line) { fmt::print(stderr, "nsbox mcp: {}\n", line); };
@@ -51,7 +85,7 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code) {
         [options]() -> StatusOr<std::unique_ptr<runtime::SandboxRuntime>> {
           return std::unique_ptr<runtime::SandboxRuntime>(new runtime::NsboxRuntime(options));
         },
-        mcp::ServerOptions{});
+        server_options);
 
     // SIGINT/SIGTERM/SIGHUP end the session at once, running calls and all. The end of stdin is gentler: Serve()
     // answers the calls in flight first.

@@ -92,6 +92,25 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
                 "run with NO memory, pids or CPU limits (for hosts where no cgroup controller is usable)");
 }
 
+std::vector<std::string> GivenSandboxArgs(const CLI::App& app) {
+  CLI::App reference;
+  SandboxOptions unused;
+  AddSandboxOptions(&reference, unused);
+  std::vector<std::string> args;
+  for (const CLI::Option* declared : reference.get_options()) {
+    if (declared == reference.get_help_ptr()) continue;
+    const std::string name = declared->get_name();  // the long name, "--memory"
+    const CLI::Option* given = app.get_option_no_throw(name);
+    if (given == nullptr || given->count() == 0) continue;
+    if (given->get_expected_max() == 0) {
+      args.push_back(name);  // a flag
+      continue;
+    }
+    for (const std::string& value : given->results()) args.insert(args.end(), {name, value});
+  }
+  return args;
+}
+
 StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
   PolicyBuilder builder;
   if (o.rootfs != "host" && o.rootfs.find('/') == std::string::npos) {
@@ -190,8 +209,12 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& o) {
   app->add_option("--output-limit", o.output_limit, "bytes kept per stream (head and tail), e.g. 64K, 1M")
       ->capture_default_str();
   app->add_option("--stdin", o.stdin_source, "FILE or - (default: /dev/null)");
-  app->add_option("--env", o.env, "KEY=VALUE added to the small clean environment (repeatable)")
+  app->add_option("--env", o.env,
+                  "KEY=VALUE added to the small clean environment, or KEY for the host's value (repeatable)")
       ->allow_extra_args(false);
+  app->add_option("--env-file", o.env_files, "a file of KEY=VALUE (or KEY) lines, # comments; --env wins (repeatable)")
+      ->allow_extra_args(false);
+  app->add_option("--workdir", o.workdir, "the program's working directory inside the sandbox (default /workspace)");
   app->add_option("--lang", o.lang, "language of --code/--file: python, bash, sh, node");
   app->add_option("--code", o.code, "the program text to run")->each([&o](const std::string&) { o.code_given = true; });
   app->add_option("--file", o.file, "a file holding the program text, or - for stdin")
@@ -232,6 +255,11 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   if (std::string why = CheckOutputLimit(*limit); !why.empty()) return Status::Error("--output-limit: " + why);
   ex.output_limit_bytes = *limit;
   ex.env = DefaultSandboxEnv();
+  // pip refuses `pip install [--user]` on Debian's Python (PEP 668, "externally-managed-environment") to protect the
+  // system's packages. In a sandbox nothing can reach them: the root is read-only, so pip installs into the sandbox's
+  // own user site (~/.local, kept for a session's life) and the system stays as it was. Lifting the guard here makes
+  // the documented `pip install --user` work on the host view and on images alike, without a venv to build first.
+  ex.env["PIP_BREAK_SYSTEM_PACKAGES"] = "1";
   // The caller's umask (reading it means setting it; this runs before any thread exists).
   ex.umask = ::umask(022);
   ::umask(ex.umask);
@@ -270,10 +298,40 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
     if (o.command[0].empty()) return Status::Error("the command after -- is an empty string");
     ex.argv = o.command;
   }
-  for (const auto& kv : o.env) {
-    auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) return Status::Error(fmt::format("--env '{}': expected KEY=VALUE", kv));
-    ex.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  // Docker's rules: KEY=VALUE sets it, a bare KEY passes the host's value (and nothing when the host has none); the
+  // files come first, so that --env wins.
+  auto add_env = [&ex](const std::string& kv, const std::string& where) -> Status {
+    const auto eq = kv.find('=');
+    const std::string key = kv.substr(0, eq);
+    if (key.empty() || key.find_first_of(" \t") != std::string::npos)
+      return Status::Error(fmt::format("{} '{}': expected KEY=VALUE or KEY", where, kv));
+    if (eq != std::string::npos) {
+      ex.env[key] = kv.substr(eq + 1);
+    } else if (const char* host = getenv(key.c_str())) {
+      ex.env[key] = host;
+    }
+    return OkStatus();
+  };
+  for (const auto& file : o.env_files) {
+    auto text = ReadInput(file, 1 << 20, "--env-file");
+    if (!text.ok()) return text.status();
+    size_t line_number = 0;
+    for (size_t start = 0; start < text->size();) {
+      size_t end = text->find('\n', start);
+      if (end == std::string::npos) end = text->size();
+      std::string line = text->substr(start, end - start);
+      start = end + 1;
+      ++line_number;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      const size_t first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] == '#') continue;
+      NSBOX_RETURN_IF_ERROR(add_env(line.substr(first), fmt::format("--env-file {} line {}", file, line_number)));
+    }
+  }
+  for (const auto& kv : o.env) NSBOX_RETURN_IF_ERROR(add_env(kv, "--env"));
+  if (!o.workdir.empty()) {
+    if (o.workdir[0] != '/') return Status::Error(fmt::format("--workdir '{}': expected an absolute path", o.workdir));
+    ex.cwd = o.workdir;
   }
   if (o.stdin_source == "-") {
     ex.stdin_fd = 0;

@@ -32,6 +32,9 @@ struct SandboxOptions {
 };
 
 void AddSandboxOptions(CLI::App* app, SandboxOptions& options);
+// The sandbox options given on `app` (declared there by AddSandboxOptions), back as arguments in the order of their
+// declaration: for a verb that parses them itself and hands them to `nsbox session create` (agent).
+std::vector<std::string> GivenSandboxArgs(const CLI::App& app);
 StatusOr<Policy> BuildPolicy(const SandboxOptions& options);
 // An engine message in the CLI's words: the policy settings it names (CgroupLimits::cpus,
 // PolicyBuilder::DangerDisableCgroupLimits …) become the options that set them (--cpus,
@@ -46,7 +49,9 @@ struct ProgramOptions {
   std::string timeout = "30s";
   std::string output_limit = "1M";
   std::string stdin_source;  // "" → /dev/null, "-" → nsbox's stdin, else a file
-  std::vector<std::string> env;
+  std::vector<std::string> env;        // KEY=VALUE, or KEY for the host's value (Docker's -e)
+  std::vector<std::string> env_files;  // lines KEY=VALUE or KEY, # comments (Docker's --env-file)
+  std::string workdir;                 // the program's working directory (default /workspace)
   std::string lang, code, file;
   bool code_given = false, file_given = false;  // --code '' is an empty program, not no program
   std::vector<std::string> command;

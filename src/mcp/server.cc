@@ -12,7 +12,10 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/result.h"
 #include "src/agent/tools.h"
+#include "src/cli/languages.h"
+#include "src/mcp/tools.h"
 
 namespace nsbox::mcp {
 namespace {
@@ -33,106 +36,6 @@ json ErrorResponse(const json& id, int code, const std::string& message) {
 
 // JSON-RPC ids are strings or integers; anything else cannot be echoed back as one.
 bool IsValidId(const json& id) { return id.is_string() || id.is_number_integer(); }
-
-std::string Base64(const std::string& in) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  if (i + 1 == in.size()) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
-
-// Python literal of a string, via JSON (a JSON string is a valid Python string literal).
-std::string PyString(const std::string& s) { return json(s).dump(); }
-
-json ToolList() {
-  // The code tools are the agent's own (same names, same model-facing descriptions); MCP adds a per-call time
-  // limit and the workspace file tools.
-  json tools = json::array();
-  for (const auto& spec : agent::CodeTools()) {
-    json schema = spec.input_schema;
-    if (spec.name == agent::kExecuteCodeTool)
-      schema["properties"]["timeout_seconds"] = {
-          {"type", "number"}, {"description", "Wall-clock limit for this run in seconds (default 30)."}};
-    tools.push_back({{"name", spec.name},
-                     {"description", fmt::format("{} Files in /workspace persist between calls of this connection.",
-                                                 spec.description)},
-                     {"inputSchema", schema}});
-  }
-  auto path_schema = [](const char* description) { return json{{"type", "string"}, {"description", description}}; };
-  tools.push_back({{"name", "write_file"},
-                   {"description", "Create or overwrite a text file in the sandbox workspace (/workspace), e.g. input "
-                                   "data or a module that later code imports."},
-                   {"inputSchema",
-                    {{"type", "object"},
-                     {"properties", {{"path", path_schema("Path relative to /workspace.")},
-                                     {"content", {{"type", "string"}, {"description", "The file's full text."}}}}},
-                     {"required", {"path", "content"}}}}});
-  tools.push_back(
-      {{"name", "read_file"},
-       {"description", "Read a text file from the sandbox workspace (/workspace), e.g. output that code wrote."},
-       {"inputSchema",
-        {{"type", "object"},
-         {"properties", {{"path", path_schema("Path relative to /workspace.")}}},
-         {"required", {"path"}}}}});
-  tools.push_back(
-      {{"name", "list_files"},
-       {"description", "List the files in the sandbox workspace (/workspace) with their sizes."},
-       {"inputSchema",
-        {{"type", "object"},
-         {"properties", {{"path", path_schema("Directory relative to /workspace (default: all of it).")}}}}}});
-  return tools;
-}
-
-// Workspace paths: relative, no "..", no NUL; the sandbox itself confines what the code can reach.
-Status CheckWorkspacePath(const std::string& path) {
-  if (path.empty()) return Status::Error("path must not be empty");
-  if (path.size() > 4096) return Status::Error("path is too long");
-  if (path.find('\0') != std::string::npos) return Status::Error("path contains a NUL byte");
-  if (path[0] == '/' && !path.starts_with("/workspace")) return Status::Error("path must be inside /workspace");
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    if (path.substr(start, end - start) == "..") return Status::Error("path must not contain '..'");
-    start = end + 1;
-  }
-  return OkStatus();
-}
-
-// The start of every file tool's script: `p`, the tool's path in /workspace, which must not lead out of it through a
-// symlink (the code could look there itself, but a file tool speaks of the workspace only), and kind(p) to say what
-// a path that is not what the tool wants is instead. Errors are one line on stderr and exit code 1 (sys.exit).
-std::string FileToolScript(const std::string& path, const std::string& body) {
-  return fmt::format(
-      "import os, stat, sys\n"
-      "p = os.path.join('/workspace', {})\n"
-      "root, real = os.path.realpath('/workspace'), os.path.realpath(p)\n"
-      "if real != root and not real.startswith(root + '/'):\n"
-      "    sys.exit(f'{{p}} leads outside /workspace (to {{real}}); file tools do not follow it')\n"
-      "def kind(p):\n"
-      "    m = os.stat(p).st_mode\n"
-      "    kinds = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISSOCK, 'a socket'),\n"
-      "             (stat.S_ISCHR, 'a character device'), (stat.S_ISBLK, 'a block device'))\n"
-      "    return next((name for test, name in kinds if test(m)), 'a regular file')\n"
-      "{}",
-      PyString(path), body);
-}
 
 }  // namespace
 
@@ -206,6 +109,10 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   auto tool_error = [](const std::string& text) {
     return json{{"content", TextContent(text)}, {"isError", true}};
   };
+  // Bad arguments are the model's to fix: each message says what to send instead.
+  auto bad = [&name](const std::string& what) {
+    return ToolArgumentError(fmt::format("invalid arguments for {}: {}", name, what));
+  };
   auto get_string = [&](const char* key, std::string& out) -> bool {
     if (!args.contains(key) || !args[key].is_string()) return false;
     out = args[key].get<std::string>();
@@ -216,62 +123,49 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   exec.timeout = options_.default_timeout;
   exec.output_limit_bytes = options_.output_limit_bytes;
   exec.cancel = cancel;
+  std::vector<std::string> notes;  // said to the model before the result
 
-  if (name == "execute_code" || name == "run_python") {
-    if (name == "run_python") language = "python";
-    else if (!get_string("language", language)) throw std::invalid_argument("execute_code needs a string 'language'");
-    if (!get_string("code", code)) throw std::invalid_argument(name + " needs a string 'code'");
+  const bool code_tool = name == agent::kExecuteCodeTool || name == agent::kRunPythonTool || name == kPythonReplTool;
+  if (code_tool) {
+    if (name == agent::kExecuteCodeTool) {
+      if (!get_string("language", language)) throw bad("'language' must be a string, one of python, bash, sh, node");
+      if (auto found = cli::LookupLanguage(language); !found.ok()) throw bad(found.status().message());
+    } else {
+      language = "python";
+    }
+    if (!get_string("code", code)) throw bad("'code' must be a string holding the whole program");
+    exec.repl = name == kPythonReplTool;
     if (args.contains("timeout_seconds")) {
       const json& seconds = args["timeout_seconds"];
       if (!seconds.is_number() || !(seconds.get<double>() > 0))
-        throw std::invalid_argument("timeout_seconds must be a positive number");
+        throw bad(
+            fmt::format("'timeout_seconds' must be a positive number of seconds (at most {:g}), or left out for "
+                        "the default of {:g}",
+                        options_.max_timeout.count() / 1000.0, options_.default_timeout.count() / 1000.0));
       // Clamped while still a double: 1e18 s in milliseconds overflows int64 and would wrap to a tiny time-out.
-      double ms = std::min(seconds.get<double>() * 1000, static_cast<double>(options_.max_timeout.count()));
-      exec.timeout = std::max(std::chrono::milliseconds(static_cast<int64_t>(ms)), std::chrono::milliseconds(1));
+      const double asked_ms = seconds.get<double>() * 1000;
+      const double cap_ms = static_cast<double>(options_.max_timeout.count());
+      if (asked_ms > cap_ms)
+        notes.push_back(
+            fmt::format("note: timeout_seconds {:g} is over the operator's cap; this run was limited to "
+                        "{:g} s",
+                        seconds.get<double>(), cap_ms / 1000));
+      exec.timeout = std::max(std::chrono::milliseconds(static_cast<int64_t>(std::min(asked_ms, cap_ms))),
+                              std::chrono::milliseconds(1));
     }
   } else if (name == "write_file" || name == "read_file" || name == "list_files") {
     std::string path, content;
-    if (name != "list_files" && !get_string("path", path)) throw std::invalid_argument(name + " needs a string 'path'");
+    if (name != "list_files" && !get_string("path", path))
+      throw bad("'path' must be a string, a path relative to /workspace");
     if (name == "list_files" && args.contains("path") && !get_string("path", path))
-      throw std::invalid_argument("'path' must be a string");
+      throw bad("'path' must be a string, a directory relative to /workspace, or left out for all of it");
     if (name == "list_files" && path.empty()) path.assign(1, '.');
-    if (Status s = CheckWorkspacePath(path); !s.ok()) throw std::invalid_argument(s.message());
+    if (Status s = CheckWorkspacePath(path); !s.ok()) throw bad(s.message());
     if (name == "write_file" && !get_string("content", content))
-      throw std::invalid_argument("write_file needs a string 'content'");
+      throw bad("'content' must be a string, the file's full text");
     language = "python";
     // File tools run inside the sandbox too: the sandbox user, its own root, nothing of the host.
-    if (name == "write_file") {
-      code =
-          FileToolScript(path, fmt::format("import base64\n"
-                                           "data = base64.b64decode('{}')\n"
-                                           "try:\n"
-                                           "    os.makedirs(os.path.dirname(p), exist_ok=True)\n"
-                                           "    with open(p, 'wb') as f: f.write(data)\n"
-                                           "except OSError as e:\n"
-                                           "    sys.exit(f'cannot write {{p}}: [Errno {{e.errno}}] {{e.strerror}}')\n"
-                                           "print(f'wrote {{len(data)}} bytes to {{p}}')\n",
-                                           Base64(content)));
-    } else if (name == "read_file") {
-      code = FileToolScript(path,
-                            "if not os.path.exists(p): sys.exit(f'no such file: {p}')\n"
-                            "if not os.path.isfile(p): sys.exit(f'{p} is {kind(p)}, not a regular file')\n"
-                            "try:\n"
-                            "    with open(p, 'rb') as f: data = f.read()\n"
-                            "except OSError as e:\n"
-                            "    sys.exit(f'cannot read {p}: [Errno {e.errno}] {e.strerror}')\n"
-                            "sys.stdout.write(data.decode('utf-8', 'replace'))\n");
-    } else {
-      // Symlinks below are listed with their own size (lstat) and not descended into (os.walk's default).
-      code = FileToolScript(path,
-                            "if not os.path.exists(p): sys.exit(f'no such directory: {p}')\n"
-                            "if not os.path.isdir(p): sys.exit(f'{p} is {kind(p)}, not a directory')\n"
-                            "for d, dirs, files in os.walk(p):\n"
-                            "    dirs[:] = sorted(x for x in dirs if not x.startswith('.nsbox'))\n"
-                            "    for f in sorted(files):\n"
-                            "        if f.startswith('.nsbox'): continue\n"
-                            "        q = os.path.join(d, f)\n"
-                            "        print(f'{os.path.relpath(q, \"/workspace\")}\\t{os.lstat(q).st_size}')\n");
-    }
+    code = FileToolCode(name, path, content);
   } else {
     throw std::out_of_range(fmt::format("unknown tool '{}'", name));
   }
@@ -280,16 +174,42 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   if (!rt.ok()) return tool_error("could not start the sandbox: " + rt.status().message());
   auto result = (*rt)->execute(language, code, exec);
   if (!result.ok()) return tool_error("sandbox error: " + result.status().message());
-  const Result& r = *result;
-  bool failed = r.status != RunStatus::kOk;
+  Result& r = *result;
+  const bool failed = agent::IsToolError(r);
+  if (const json restarted = GetExtra(r, "session_restarted"); restarted.is_string())
+    notes.push_back("note: " + restarted.get<std::string>());
+  if (exec.repl) {
+    // Shown as an interactive interpreter shows it, after the cell's own output.
+    const json repl = GetExtra(r, "repl");
+    if (repl.is_object() && repl.value("state_lost", false))
+      notes.push_back(
+          "note: the previous Python interpreter had died; this call ran in a fresh one, so variables "
+          "and imports of earlier calls are gone (files in /workspace are not)");
+    if (const json value = repl.is_object() ? repl.value("value", json()) : json(); value.is_string())
+      r.stdout_data += value.get<std::string>() + "\n";
+  }
+  // The structured result carries the streams clipped exactly as the text does: a client that forwards it to the
+  // model must not undo the clipping.
   json structured = ResultToJson(r);
   std::string text;
-  if (name == "read_file" || name == "list_files" || name == "write_file")
-    text = failed ? agent::FormatToolResult(r, options_.result_budget_bytes)
-                  : agent::ClipHeadTail(SanitizeUtf8(r.stdout_data), options_.result_budget_bytes * 2, "file").text;
-  else
+  if (!code_tool && !failed) {
+    agent::ClipResult clip = agent::ClipHeadTail(r.stdout_data, options_.result_budget_bytes * 2, "file");
+    text = SanitizeUtf8(clip.text);
+    structured["stdout"] = text;
+    structured["stdout_clipped_bytes"] = clip.cut_bytes;
+    structured["stderr"] = SanitizeUtf8(r.stderr_data.substr(0, options_.result_budget_bytes));
+    structured["stderr_clipped_bytes"] = r.stderr_data.size() - structured["stderr"].get<std::string>().size();
+  } else {
     text = agent::FormatToolResult(r, options_.result_budget_bytes);
-  return json{{"content", TextContent(text)}, {"structuredContent", structured}, {"isError", failed}};
+    const agent::ClippedStreams clipped = agent::ClipStreams(r, options_.result_budget_bytes);
+    structured["stdout"] = SanitizeUtf8(clipped.stdout_clip.text);
+    structured["stderr"] = SanitizeUtf8(clipped.stderr_clip.text);
+    structured["stdout_clipped_bytes"] = clipped.stdout_clip.cut_bytes;
+    structured["stderr_clipped_bytes"] = clipped.stderr_clip.cut_bytes;
+  }
+  std::string shown;
+  for (const auto& note : notes) shown += note + "\n";
+  return json{{"content", TextContent(shown + text)}, {"structuredContent", structured}, {"isError", failed}};
 }
 
 std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools) {
@@ -321,7 +241,12 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools)
                    "invent results. Files under /workspace persist for this connection."}}}};
   }
   if (method == "ping") return json{{"jsonrpc", "2.0"}, {"id", id}, {"result", json::object()}};
-  if (method == "tools/list") return json{{"jsonrpc", "2.0"}, {"id", id}, {"result", {{"tools", ToolList()}}}};
+  if (method == "tools/list") {
+    const ToolListOptions list{.default_timeout_seconds = options_.default_timeout.count() / 1000.0,
+                               .max_timeout_seconds = options_.max_timeout.count() / 1000.0,
+                               .open_world = options_.open_world};
+    return json{{"jsonrpc", "2.0"}, {"id", id}, {"result", {{"tools", ToolList(list)}}}};
+  }
   if (method != "tools/call") return ErrorResponse(id, kMethodNotFound, fmt::format("method not found: {}", method));
 
   if (!params.contains("name") || !params["name"].is_string())
@@ -340,6 +265,9 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools)
     json response;
     try {
       response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", CallTool(tool, args, &call->cancelled)}};
+    } catch (const ToolArgumentError& e) {
+      // The model's mistake: a tool result it can read and act on (MCP 2025-11-25, SEP-1303).
+      response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", {{"content", TextContent(e.what())}, {"isError", true}}}};
     } catch (const std::invalid_argument& e) {
       response = ErrorResponse(id, kInvalidParams, e.what());
     } catch (const std::out_of_range& e) {

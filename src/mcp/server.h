@@ -18,11 +18,14 @@
 namespace nsbox::mcp {
 
 struct ServerOptions {
+  // The operator's settings (nsbox mcp --timeout, --max-timeout, --output-limit): a model's timeout_seconds is cut
+  // to max_timeout, and default_timeout is at most max_timeout.
   std::chrono::milliseconds default_timeout{30'000};
   std::chrono::milliseconds max_timeout{600'000};
-  uint64_t output_limit_bytes = 1 << 20;
+  uint64_t output_limit_bytes = 1 << 20;  // bytes the sandbox keeps per stream
   size_t result_budget_bytes = 20'000;  // text shown to the model per stream, head and tail
   size_t max_message_bytes = 32 << 20;  // a longer line is answered with a parse error and skipped
+  bool open_world = false;              // the sandbox has a network: the code tools' openWorldHint
 };
 
 // Protocol versions this server speaks, newest first.

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "sandbox/result_json.h"
 #include "src/runtime/subprocess.h"
 
 namespace nsbox::runtime {
@@ -112,13 +113,71 @@ Status NsboxRuntime::CreateSession(const ExecuteOptions& options) {
     return Status::Error(fmt::format("nsbox session create --json printed no {{\"id\": …}} object: {}",
                                      FirstLine(outcome->stdout_data)));
   session_id_ = json["id"].get<std::string>();
+  created_unix_ms_ = json.value("created_unix_ms", int64_t{0});
+  idle_timeout_ms_ = json.value("idle_timeout_ms", int64_t{0});
+  max_lifetime_ms_ = json.value("max_lifetime_ms", int64_t{0});
+  last_used_ = Clock::now();
   mode_ = Mode::kSession;
   Log(fmt::format("nsbox runtime: session {} created", session_id_));
   return OkStatus();
 }
 
+std::string NsboxRuntime::WhySessionEnded(const std::string& id) const {
+  auto seconds = [](int64_t ms) { return fmt::format("{:g} s", static_cast<double>(ms) / 1000); };
+  const int64_t now_unix_ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t idle_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - last_used_).count();
+  std::string why;
+  if (max_lifetime_ms_ > 0 && now_unix_ms - created_unix_ms_ >= max_lifetime_ms_)
+    why = fmt::format("it reached its maximum lifetime of {}", seconds(max_lifetime_ms_));
+  else if (idle_timeout_ms_ > 0 && idle_ms >= idle_timeout_ms_)
+    why = fmt::format("it was idle for {}, longer than its idle time-out of {}", seconds(idle_ms),
+                      seconds(idle_timeout_ms_));
+  else
+    why = "it was ended from outside (nsbox session rm, or its supervisor died)";
+  return fmt::format(
+      "the sandbox session {} had ended ({}); this call ran in a fresh sandbox, so files, installed "
+      "packages and Python state from earlier calls are gone",
+      id, why);
+}
+
 StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, const std::string& code,
                                                 const ExecuteOptions& options) {
+  std::string restarted;  // non-empty: the session was gone, and this call runs in a new one
+  for (int attempt = 0;; ++attempt) {
+    auto result = ExecuteOnce(language, code, options);
+    if (!result.ok()) return result;
+    std::string gone_id;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const bool session_gone = attempt == 0 && mode_ == Mode::kSession && result->status == RunStatus::kSetupError &&
+                                result->reason.starts_with("no such session: ");
+      if (!session_gone) {
+        last_used_ = Clock::now();
+        if (!restarted.empty()) SetExtra(*result, "session_restarted", restarted);
+        return result;
+      }
+      // exec found no session, so nothing ran: the call is safe to run again. Another call may have made the new
+      // session already; else the next ExecuteOnce makes it.
+      gone_id = result->reason.substr(std::string_view("no such session: ").size());
+      gone_id = gone_id.substr(0, gone_id.find(' '));
+      if (gone_id == session_id_) {
+        restarted = WhySessionEnded(session_id_);
+        session_id_.clear();
+        mode_ = Mode::kUnknown;
+      } else {
+        restarted = fmt::format(
+            "the sandbox session {} had ended; this call ran in a fresh sandbox, so files, "
+            "installed packages and Python state from earlier calls are gone",
+            gone_id);
+      }
+    }
+    Log(fmt::format("nsbox runtime: {}", restarted));
+  }
+}
+
+StatusOr<ExecutionResult> NsboxRuntime::ExecuteOnce(const std::string& language, const std::string& code,
+                                                    const ExecuteOptions& options) {
   Mode mode;
   std::string session_id;
   {

@@ -28,7 +28,10 @@ struct NsboxRuntimeOptions {
 
 // The first execute() creates the session (`nsbox session create --json`); each call runs
 // `nsbox exec ID --json --timeout … --output-limit … --lang … --file -` with the code on stdin;
-// close() (also the destructor) runs `nsbox session rm ID`. Calls may come from several threads at
+// close() (also the destructor) runs `nsbox session rm ID`. A session that ended by itself (its idle time-out or
+// lifetime passed, or someone removed it) is noticed when exec finds no such session, before anything ran: a fresh
+// session is created, the call runs there, and the result's "session_restarted" says that earlier files and state
+// are gone, and why. Calls may come from several threads at
 // once (the MCP server), and close() from a signal-watching thread. When this nsbox has no sessions
 // (`session create` fails as an unknown subcommand) every call is a one-shot `nsbox run --json`.
 class NsboxRuntime : public SandboxRuntime {
@@ -62,7 +65,11 @@ class NsboxRuntime : public SandboxRuntime {
 
  private:
   enum class Mode { kUnknown, kSession, kOneShot };
+  StatusOr<ExecutionResult> ExecuteOnce(const std::string& language, const std::string& code,
+                                        const ExecuteOptions& options);
   Status CreateSession(const ExecuteOptions& options);  // with mutex_ held
+  // Why session `id` (gone now) ended, from what create said of it and when it was last used; with mutex_ held.
+  std::string WhySessionEnded(const std::string& id) const;
   void Log(const std::string& line) const {
     if (options_.log) options_.log(line);
   }
@@ -71,6 +78,9 @@ class NsboxRuntime : public SandboxRuntime {
   mutable std::mutex mutex_;  // guards mode_ and session_id_; held while the session is created
   Mode mode_ = Mode::kUnknown;
   std::string session_id_;
+  // From `session create --json`: when the session ends by itself. 0 when unknown.
+  int64_t created_unix_ms_ = 0, idle_timeout_ms_ = 0, max_lifetime_ms_ = 0;
+  std::chrono::steady_clock::time_point last_used_{};  // the end of the last exec in the session
 };
 
 }  // namespace nsbox::runtime

@@ -14,9 +14,15 @@ StatusOr<std::unique_ptr<SandboxRuntime>> MakeRuntime(const std::string& name, c
     NsboxRuntimeOptions options;
     options.nsbox_bin = config.nsbox_bin;
     options.max_lifetime = config.max_lifetime;
+    options.sandbox_args = config.sandbox_args;
     options.log = config.log;
     return std::unique_ptr<SandboxRuntime>(new NsboxRuntime(std::move(options)));
   }
+  if (!config.sandbox_args.empty())
+    return Status::Error(
+        fmt::format("{} is an nsbox sandbox option; the {} runtime does not take it (use --runtime "
+                    "nsbox)",
+                    config.sandbox_args.front(), name));
   if (name == "local") return std::unique_ptr<SandboxRuntime>(new LocalRuntime());
   if (name == "docker") {
     NSBOX_RETURN_IF_ERROR(DockerRuntime::EngineAvailable().Wrap("the docker runtime needs a Docker engine"));

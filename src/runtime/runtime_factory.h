@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "src/runtime/sandbox_runtime.h"
 
@@ -15,6 +16,7 @@ namespace nsbox::runtime {
 struct RuntimeConfig {
   std::string nsbox_bin;  // nsbox runtime: empty = $NSBOX_BIN or this program
   std::optional<std::chrono::milliseconds> max_lifetime;  // nsbox runtime: the session's own end
+  std::vector<std::string> sandbox_args;  // nsbox runtime: isolation and limit options for `session create`
   std::function<void(const std::string&)> log;
 };
 

@@ -1,5 +1,6 @@
 // The `nsbox agent` verb as a user runs it ($NSBOX_BIN): the answer on stdout, exit codes, key errors, and the sandbox
 // ended on Ctrl-C and time-out.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -119,7 +120,45 @@ TEST_CASE("nsbox agent without any key or endpoint says which variable to set") 
   if (!CliReady("nsbox agent without key")) return;
   CliRun run = RunCli({NsboxBin(), "agent", "hello"}, {});
   CHECK(run.exit_code == 2);
-  CHECK(run.err == "nsbox agent: ANTHROPIC_API_KEY is not set (or give --base-url for a server that needs no key)\n");
+  CHECK(run.err ==
+        "nsbox agent: no API key: set ANTHROPIC_API_KEY (Anthropic) or OPENAI_API_KEY (OpenAI), or give "
+        "--base-url (or OPENAI_BASE_URL) for an OpenAI-compatible server that needs no key\n");
+  // A provider chosen by name is told its own variable.
+  CliRun openai = RunCli({NsboxBin(), "agent", "--provider", "openai", "hello"}, {});
+  CHECK(openai.exit_code == 2);
+  CHECK(openai.err == "nsbox agent: OPENAI_API_KEY is not set (or give --base-url for a server that needs no key)\n");
+}
+
+TEST_CASE("nsbox agent takes run's sandbox options: --workspace binds the directory the model's code reads") {
+  if (!CliReady("nsbox agent --workspace")) return;
+  if (auto why = testing::NsboxRuntimeUnavailable()) return testing::NoteSkip("nsbox agent --workspace", *why);
+  char dir[] = "/tmp/nsbox-agent-ws-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  REQUIRE(chmod(dir, 0777) == 0);
+  { std::ofstream(std::string(dir) + "/marker.txt") << "from-the-host"; }
+  testing::FakeProviderServer server;
+  CliRun run = RunCli(
+      {NsboxBin(), "agent", "--provider", "openai", "--workspace", dir, "--memory", "256M", "--pids", "64", "--network",
+       "none", "Read it [scenario:workspace]"},
+      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  CHECK(run.out == "the workspace says: from-the-host /workspace\n");
+  std::string rm = std::string("rm -rf ") + dir;
+  CHECK(system(rm.c_str()) == 0);
+}
+
+TEST_CASE("nsbox agent checks sandbox options as session create does, and refuses them for other runtimes") {
+  if (!CliReady("nsbox agent sandbox options")) return;
+  CliRun bad = RunCli({NsboxBin(), "agent", "--memory", "lots", "hello"}, {"ANTHROPIC_API_KEY=x"});
+  CHECK(bad.exit_code == 125);
+  CHECK(bad.err.rfind("nsbox agent: --memory: invalid size 'lots'", 0) == 0);
+  CliRun rootfs = RunCli({NsboxBin(), "agent", "--rootfs", "/nonexistent-root", "hello"}, {"ANTHROPIC_API_KEY=x"});
+  CHECK(rootfs.exit_code == 125);
+  CHECK(rootfs.err.find("--rootfs '/nonexistent-root': no such directory") != std::string::npos);
+  CliRun local = RunCli({NsboxBin(), "agent", "--runtime", "local", "--cpus", "0.5", "hello"}, {"ANTHROPIC_API_KEY=x"});
+  CHECK(local.exit_code == 125);
+  CHECK(local.err == "nsbox agent: --cpus is an nsbox sandbox option; --runtime local does not take it\n");
 }
 
 TEST_CASE("nsbox agent rejects a bad duration with a one-line error") {

@@ -128,6 +128,10 @@ def next_move(fmt, prompt, turn, results):
         if turn < 2:
             return ("tools", [python_call(fmt, COUNT_CODE)])  # turn 1 reuses turn 0's id (see below)
         return ("text", "second answer: " + results[0].splitlines()[0] + " | " + stdout_of(results[0]).strip())
+    if "[scenario:workspace]" in prompt:
+        if turn == 0:
+            return ("tools", [python_call(fmt, "import os\nprint(open('/workspace/marker.txt').read(), os.getcwd())")])
+        return ("text", "the workspace says: " + stdout_of(results[0]).strip())
     if "[scenario:forever]" in prompt:
         return ("tools", [python_call(fmt, "print('again')")])
     if "[scenario:badargs]" in prompt:
@@ -228,6 +232,11 @@ def check_anthropic(headers, body, key):
         require(got == ids, "user message %d: tool_result ids %s do not match tool_use ids %s" % (i + 1, got, ids))
         for b in c:
             require(isinstance(b.get("content"), str), "tool_result content must be text")
+            # The one is_error rule (MCP's isError too): set exactly when the code did not exit 0, or did not run.
+            text = b["content"].split("Its result was:\n", 1)[-1]
+            failed = not text.startswith("exit_code: 0")
+            require(bool(b.get("is_error", False)) == failed,
+                    "tool_result is_error must be %s for a result starting %r" % (failed, text[:40]))
         results, last_ids = [b["content"] for b in c], ids
     return msgs[0]["content"], len(msgs) // 2, results, last_ids
 

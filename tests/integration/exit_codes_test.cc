@@ -1,5 +1,5 @@
-// Integration: exit codes and signals: 0, N, 128+N, 124 on time-out, 125 on setup errors; the JSON status and
-// fields that go with each; signals sent to nsbox reach the program.
+// Integration: exit codes and signals: 0, N, 128+N, 124 on time-out, 127/126 program not found/not executable, 125 on
+// setup errors; the JSON status and fields that go with each; signals sent to nsbox reach the program.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -61,29 +61,36 @@ TEST_CASE("a time-out is status timeout, nsbox exits 124, close to the limit", "
   CHECK(r.json.value("reason", "").find("500 ms") != std::string::npos);
 }
 
-TEST_CASE("a program that cannot be executed is a setup error: exit 125, reason names execve and errno",
+TEST_CASE("a program not found exits 127 and one that cannot be executed 126 (Docker's convention)",
           "[integration][exit]") {
   auto raw = RunNsboxRaw({"run", "--", "/nonexistent/program"});
-  CHECK(raw.exit_code == 125);
+  CHECK(raw.exit_code == 127);
   auto r = RunNsboxJson({"--", "/nonexistent/program"});
   INFO(r.Describe());
-  CHECK(r.process.exit_code == 125);
-  CHECK(r.status() == "setup_error");
+  CHECK(r.process.exit_code == 127);
+  CHECK(r.status() == "setup_error");  // nothing of it ran
+  CHECK(r.json.value("exec_errno", 0) == ENOENT);
   CHECK(r.json.value("reason", "").find("execve(/nonexistent/program)") != std::string::npos);
   CHECK(r.json.value("reason", "").find("ENOENT") != std::string::npos);
   auto not_exec = RunNsboxJson({"--", "/etc/passwd"});
   CHECK(not_exec.status() == "setup_error");
+  CHECK(not_exec.process.exit_code == 126);
   CHECK(not_exec.json.value("reason", "").find("EACCES") != std::string::npos);
+  auto directory = RunNsboxRaw({"run", "--", "/etc"});
+  CHECK(directory.exit_code == 126);
+  // nsbox's own failures keep 125.
+  CHECK(RunNsboxRaw({"run", "--memory", "lots", "--", "/bin/true"}).exit_code == 125);
+  CHECK(RunNsboxRaw({"run", "--workdir", "/nonexistent-dir", "--", "/bin/true"}).exit_code == 125);
 }
 
-TEST_CASE("a command found through PATH runs; one that is not found is a setup error", "[integration][exit]") {
+TEST_CASE("a command found through PATH runs; one that is not found exits 127", "[integration][exit]") {
   auto r = RunNsboxJson({"--", "echo", "hi"});
   INFO(r.Describe());
   CHECK(r.status() == "ok");
   CHECK(r.out() == "hi\n");
   auto missing = RunNsboxJson({"--", "no-such-command-anywhere"});
   CHECK(missing.status() == "setup_error");
-  CHECK(missing.process.exit_code == 125);
+  CHECK(missing.process.exit_code == 127);
 }
 
 TEST_CASE("SIGTERM sent to nsbox reaches the program, whose handler runs", "[integration][exit]") {
@@ -208,7 +215,7 @@ TEST_CASE("a run leaves no zombie behind: neither its pid 1 nor the cgroup reape
     for (int i = 0; i < 3; ++i) {
       auto r = RunNsboxRaw(args);
       INFO(r.err);
-      CHECK(r.exit_code == (args[1] == "--help" ? 0 : 125));
+      CHECK(r.exit_code == (args[1] == "--help" ? 0 : args[1] == "--" ? 127 : 125));
     }
   }
   CHECK(NsboxZombiesOfInit() <= before);

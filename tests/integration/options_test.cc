@@ -108,7 +108,8 @@ TEST_CASE("contradictory or missing program options are one-line errors, exit 12
   CheckOneLineError({"run", "--code", "print(1)"}, "--lang");
   CheckOneLineError({"run"}, "nothing to run");
   CheckOneLineError({"run", "--lang", "python", "--code", "1", "--", "/bin/true"}, "not both");
-  CheckOneLineError({"run", "--env", "NOEQUALS", "--", "/bin/true"}, "KEY=VALUE");
+  // A bare KEY is the host's value (Docker's -e KEY); an empty key is an error.
+  CheckOneLineError({"run", "--env", "=VALUE", "--", "/bin/true"}, "expected KEY=VALUE or KEY");
   CheckOneLineError({"run", "--network", "bridge", "--", "/bin/true"}, "--network");
   CheckOneLineError({"run", "--bind", "/tmp:relative/dst", "--", "/bin/true"}, "absolute");
   CheckOneLineError({"run", "--ro-bind", "/tmp:/", "--", "/bin/true"}, "would replace the sandbox's whole root");

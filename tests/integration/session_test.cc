@@ -210,7 +210,7 @@ TEST_CASE("exec returns run's result object and exit codes", "[session]") {
   CHECK(j["status"] == "signal");
   CHECK(j["signal"] == 15);
   Output missing = s.Nsbox({"exec", id, "--", "/no/such/program"});
-  CHECK(missing.code == 125);
+  CHECK(missing.code == 127);  // not found, as with run (Docker's convention)
   Output code = s.Nsbox({"exec", id, "--lang", "python", "--code", "import sys; print('py'); sys.exit(4)"});
   CHECK(code.code == 4);
   CHECK(code.out == "py\n");
@@ -256,6 +256,37 @@ TEST_CASE("a package installed with pip --user from a local source tree is impor
   // Outside the workspace: the package lives in the home directory.
   json where = s.Exec(id, {"/usr/bin/python3", "-c", "import nsboxdemo; print(nsboxdemo.__file__)"});
   CHECK(where["stdout"].get<std::string>().starts_with("/home/sandbox/.local/"));
+}
+
+TEST_CASE("pip install --user of a local wheel works as documented, and the package imports in the next exec",
+          "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  // A wheel zipped by hand (no PyPI, no build backend): a package, its METADATA, WHEEL and RECORD.
+  json made = s.Exec(id, {"/usr/bin/python3", "-c",
+                          "import zipfile\n"
+                          "files = {'nsboxwheel/__init__.py': 'VALUE = 7919\\n',\n"
+                          "         'nsboxwheel-1.0.dist-info/METADATA': 'Metadata-Version: 2.1\\nName: nsboxwheel\\n"
+                          "Version: 1.0\\n',\n"
+                          "         'nsboxwheel-1.0.dist-info/WHEEL': 'Wheel-Version: 1.0\\nGenerator: hand\\n"
+                          "Root-Is-Purelib: true\\nTag: py3-none-any\\n'}\n"
+                          "with zipfile.ZipFile('/workspace/nsboxwheel-1.0-py3-none-any.whl', 'w') as z:\n"
+                          "    for name, text in files.items(): z.writestr(name, text)\n"
+                          "    z.writestr('nsboxwheel-1.0.dist-info/RECORD', ''.join(f'{n},,\\n' for n in files) + "
+                          "'nsboxwheel-1.0.dist-info/RECORD,,\\n')\n"});
+  INFO(made["stderr"].get<std::string>());
+  REQUIRE(made["status"] == "ok");
+  // The documented command, without --break-system-packages: Debian's Python is externally managed.
+  json install = s.Exec(id,
+                        {"/usr/bin/python3", "-m", "pip", "install", "--user", "--no-index",
+                         "/workspace/nsboxwheel-1.0-py3-none-any.whl"},
+                        {"--timeout", "120s"});
+  INFO(install["stdout"].get<std::string>() + install["stderr"].get<std::string>());
+  REQUIRE(install["status"] == "ok");
+  json use = s.Exec(id, {"/usr/bin/python3", "-c", "import nsboxwheel; print(nsboxwheel.VALUE, nsboxwheel.__file__)"},
+                    {"--workdir", "/tmp"});
+  INFO(use["stderr"].get<std::string>());
+  CHECK(use["stdout"].get<std::string>().starts_with("7919 /home/sandbox/.local/"));
 }
 
 TEST_CASE("an exec's program has the exec client's umask, as a run's has nsbox's", "[session]") {

@@ -9,7 +9,11 @@ const nsbox = process.env.NSBOX_BIN;
 const resultsFile = process.argv[2];
 const results = [];
 
+// MCP_FILTER=word runs only the tests whose name holds it (for a quick run by hand).
+const filter = process.env.MCP_FILTER || "";
+
 async function test(name, fn) {
+  if (!name.includes(filter)) return;
   const started = Date.now();
   try {
     await fn();
@@ -21,8 +25,8 @@ async function test(name, fn) {
   }
 }
 
-async function connect() {
-  const transport = new StdioClientTransport({ command: nsbox, args: ["mcp"], stderr: "pipe" });
+async function connect(extraArgs = []) {
+  const transport = new StdioClientTransport({ command: nsbox, args: ["mcp", ...extraArgs], stderr: "pipe" });
   const client = new Client({ name: "nsbox-test", version: "1.0.0" });
   await client.connect(transport);
   return { client, transport };
@@ -36,7 +40,7 @@ await test("mcp: initialize negotiates the protocol and lists the code tools", a
   assert.equal(version.name, "nsbox");
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name).sort();
-  assert.deepEqual(names, ["execute_code", "list_files", "read_file", "run_python", "write_file"]);
+  assert.deepEqual(names, ["execute_code", "list_files", "python_repl", "read_file", "run_python", "write_file"]);
   for (const t of tools) {
     assert.equal(t.inputSchema.type, "object");
     assert.ok(t.description.length > 40, `${t.name} has a description written for a model`);
@@ -108,13 +112,129 @@ await test("mcp: the per-call timeout ends an endless loop as a timeout", async 
   await client.close();
 });
 
-await test("mcp: bad tool arguments and unknown tools are JSON-RPC errors, not crashes", async () => {
+await test("mcp: bad tool arguments are tool results with isError and a fix; an unknown tool is a JSON-RPC error", async () => {
   const { client } = await connect();
-  await assert.rejects(client.callTool({ name: "execute_code", arguments: { code: "print(1)" } }), /language/);
+  const fails = async (name, args, pattern) => {
+    const r = await client.callTool({ name, arguments: args });
+    assert.equal(r.isError, true, text(r));
+    assert.match(text(r), new RegExp(`invalid arguments for ${name}: `));
+    assert.match(text(r), pattern);
+  };
+  await fails("execute_code", { code: "print(1)" }, /'language' must be a string, one of python, bash, sh, node/);
+  await fails("execute_code", { language: "ruby", code: "puts 1" }, /unknown language.*ruby/);
+  await fails("execute_code", { language: 7, code: "print(1)" }, /'language' must be a string/);
+  await fails("run_python", {}, /'code' must be a string/);
+  await fails("run_python", { code: ["print(1)"] }, /'code' must be a string/);
+  await fails("run_python", { code: "print(1)", timeout_seconds: "ten" }, /'timeout_seconds' must be a positive number/);
+  await fails("read_file", { path: "../etc/passwd" }, /\.\./);
+  await fails("write_file", { path: "x.txt" }, /'content' must be a string/);
   await assert.rejects(client.callTool({ name: "no_such_tool", arguments: {} }), /unknown tool/);
-  await assert.rejects(client.callTool({ name: "read_file", arguments: { path: "../etc/passwd" } }), /\.\./);
   const r = await client.callTool({ name: "run_python", arguments: { code: "print('ok')" } });
   assert.match(text(r), /ok/);
+  await client.close();
+});
+
+await test("mcp: after the session's idle time-out the next call runs in a fresh sandbox and says state was lost", async () => {
+  const { client } = await connect(["--idle-timeout", "1s"]);
+  let r = await client.callTool({ name: "write_file", arguments: { path: "kept.txt", content: "42" } });
+  assert.equal(r.isError, false, text(r));
+  await new Promise((resolve) => setTimeout(resolve, 2500));
+  r = await client.callTool({ name: "run_python", arguments: { code: "import os; print(os.path.exists('kept.txt'))" } });
+  assert.equal(r.isError, false, text(r));
+  assert.match(text(r), /had ended \(it was idle for .* longer than its idle time-out of 1 s\)/);
+  assert.match(text(r), /files, installed packages and Python state from earlier calls are gone/);
+  assert.match(text(r), /False/);
+  assert.equal(r.structuredContent.status, "ok");
+  r = await client.callTool({ name: "run_python", arguments: { code: "print('again')" } });
+  assert.doesNotMatch(text(r), /had ended/, "the new session serves the next call without a note");
+  assert.match(text(r), /again/);
+  await client.close();
+});
+
+await test("mcp: the operator's --max-timeout caps a model's timeout_seconds of 1e9", async () => {
+  const { client } = await connect(["--max-timeout", "1s"]);
+  const { tools } = await client.listTools();
+  assert.match(tools.find((t) => t.name === "execute_code").inputSchema.properties.timeout_seconds.description, /at most 1/);
+  const started = Date.now();
+  const r = await client.callTool({ name: "execute_code", arguments: { language: "bash", code: "sleep 20", timeout_seconds: 1e9 } });
+  assert.equal(r.structuredContent.status, "timeout");
+  assert.ok(Date.now() - started < 10000, "the cap, not the model's 1e9 s, ended the sleep");
+  assert.match(text(r), /over the operator's cap; this run was limited to 1 s/);
+  await client.close();
+});
+
+await test("mcp: --timeout is the default limit and --output-limit the bytes kept; bad caps are refused", async () => {
+  const { client } = await connect(["--timeout", "1s", "--output-limit", "1K"]);
+  let r = await client.callTool({ name: "execute_code", arguments: { language: "bash", code: "sleep 20" } });
+  assert.equal(r.structuredContent.status, "timeout");
+  r = await client.callTool({ name: "run_python", arguments: { code: "print('x' * 100000)" } });
+  assert.equal(r.structuredContent.stdout_bytes, 100001);
+  assert.equal(r.structuredContent.stdout_truncated, true);
+  assert.ok(r.structuredContent.stdout.length <= 1100, `kept ${r.structuredContent.stdout.length} bytes`);
+  await client.close();
+  for (const args of [["--timeout", "20m", "--max-timeout", "1m"], ["--output-limit", "lots"], ["--max-timeout", "soon"]]) {
+    let stderr = "";
+    const child = spawn(nsbox, ["mcp", ...args], { stdio: ["pipe", "pipe", "pipe"] });
+    child.stderr.on("data", (d) => (stderr += d));
+    child.stdin.end();
+    const code = await new Promise((resolve) => child.on("exit", resolve));
+    assert.equal(code, 125, args.join(" "));
+    assert.match(stderr, /^nsbox mcp: --(timeout|output-limit|max-timeout)/, stderr);
+  }
+});
+
+await test("mcp: structuredContent is clipped as the text content is", async () => {
+  const { client } = await connect();
+  const r = await client.callTool({ name: "run_python", arguments: { code: "import sys\nprint('y' * 1200000)\nprint('end', file=sys.stderr)" } });
+  const s = r.structuredContent;
+  assert.equal(s.stdout_bytes, 1200001);
+  assert.ok(s.stdout.length < 25000, `structured stdout is ${s.stdout.length} bytes`);
+  assert.ok(s.stdout_clipped_bytes > 1000000);
+  assert.ok(text(r).includes(s.stdout), "the structured stdout is the text's stdout section");
+  assert.equal(s.stderr, "end\n");
+  await client.close();
+});
+
+await test("mcp: python_repl keeps variables between calls; run_python does not, and the descriptions say so", async () => {
+  const { client } = await connect();
+  const { tools } = await client.listTools();
+  assert.match(tools.find((t) => t.name === "python_repl").description, /KEEPS STATE/);
+  assert.match(tools.find((t) => t.name === "run_python").description, /fresh process.*use python_repl/);
+  let r = await client.callTool({ name: "python_repl", arguments: { code: "x = 5\nimport math" } });
+  assert.equal(r.isError, false, text(r));
+  r = await client.callTool({ name: "python_repl", arguments: { code: "print(x)\nmath.factorial(x)" } });
+  assert.equal(r.isError, false, text(r));
+  assert.match(text(r), /stdout:\n5\n120\n/);
+  r = await client.callTool({ name: "python_repl", arguments: { code: "undefined_name" } });
+  assert.equal(r.isError, true);
+  assert.match(text(r), /NameError/);
+  r = await client.callTool({ name: "run_python", arguments: { code: "print(x)" } });
+  assert.equal(r.isError, true);
+  assert.match(text(r), /NameError/);
+  await client.close();
+});
+
+await test("mcp: tools carry outputSchema and annotations, and results conform", async () => {
+  const { client } = await connect();
+  const { tools } = await client.listTools();
+  for (const t of tools) {
+    assert.equal(t.outputSchema.type, "object", t.name);
+    assert.equal(typeof t.annotations.title, "string", t.name);
+    assert.equal(typeof t.annotations.readOnlyHint, "boolean", t.name);
+  }
+  const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
+  assert.equal(byName.read_file.annotations.readOnlyHint, true);
+  assert.equal(byName.list_files.annotations.readOnlyHint, true);
+  assert.equal(byName.write_file.annotations.readOnlyHint, false);
+  assert.equal(byName.write_file.annotations.idempotentHint, true);
+  assert.equal(byName.execute_code.annotations.openWorldHint, false, "no network by default");
+  // The SDK checks structuredContent against the outputSchema it listed: a mismatch would throw here.
+  for (const [name, args] of [["run_python", { code: "print(1)" }], ["write_file", { path: "a", content: "b" }],
+                              ["read_file", { path: "a" }], ["list_files", {}], ["python_repl", { code: "1" }]]) {
+    const r = await client.callTool({ name, arguments: args });
+    assert.equal(r.isError, false, `${name}: ${text(r)}`);
+    for (const key of byName[name].outputSchema.required) assert.ok(key in r.structuredContent, `${name} ${key}`);
+  }
   await client.close();
 });
 

@@ -170,9 +170,14 @@ TEST_CASE("mcp answers malformed input with JSON-RPC errors", "[mcp]") {
   CHECK(f.One({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "nope"}})["error"]["code"] == -32601);
   CHECK(f.One({{"id", 3}, {"method", "ping"}})["error"]["code"] == -32600);
   CHECK(f.One({{"jsonrpc", "2.0"}, {"id", 4}, {"method", "tools/call"}, {"params", 5}})["error"]["code"] == -32602);
-  CHECK(f.One(Call(5, "execute_code", {{"code", "x"}}))["error"]["code"] == -32602);
+  // Bad arguments of a known tool are the model's to fix: a tool result with isError (SEP-1303); an unknown tool is
+  // a protocol fault.
+  json missing_language = f.One(Call(5, "execute_code", {{"code", "x"}}));
+  CHECK(missing_language["result"]["isError"] == true);
+  CHECK(missing_language["result"]["content"][0]["text"].get<std::string>().find("'language' must be a string") !=
+        std::string::npos);
   CHECK(f.One(Call(6, "unknown_tool", json::object()))["error"]["code"] == -32602);
-  CHECK(f.One(Call(7, "read_file", {{"path", "../../etc/passwd"}}))["error"]["code"] == -32602);
+  CHECK(f.One(Call(7, "read_file", {{"path", "../../etc/passwd"}}))["result"]["isError"] == true);
   CHECK(f.server.HandleForTest(json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump()).empty());
   CHECK(f.script.calls.empty());
 }
