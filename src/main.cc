@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
       {"exec", nsbox::cli::RegisterExec},     {"cp", nsbox::cli::RegisterCp},
       {"agent", nsbox::cli::RegisterAgent},   {"mcp", nsbox::cli::RegisterMcp},
       {"image", nsbox::cli::RegisterImage},   {"profile", nsbox::cli::RegisterProfile},
-      {"doctor", nsbox::cli::RegisterDoctor},
+      {"doctor", nsbox::cli::RegisterDoctor},   {"batch", nsbox::cli::RegisterBatch},
   };
   bool registered = false;
   if (argc > 1) {

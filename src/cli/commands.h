@@ -37,6 +37,7 @@ Status CheckSessionCreateArgs(const std::vector<std::string>& args);
 std::string SessionCreateOptionsHelp();
 void RegisterExec(CLI::App& app, ExitCode& exit_code);
 void RegisterCp(CLI::App& app, ExitCode& exit_code);
+void RegisterBatch(CLI::App& app, ExitCode& exit_code);  // src/cli/batch.cc
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
 
 }  // namespace nsbox::cli

@@ -334,8 +334,8 @@ TEST_CASE("a verb with sub-verbs names them when given an unknown one or none, a
       {{"session", "bogus", "--all"},
        "nsbox session: unknown command 'bogus' (commands: create, ls, rm; see nsbox session --help)\n"},
       {{"bogus"},
-       "nsbox: unknown command 'bogus' (commands: run, session, exec, cp, agent, mcp, image, profile, doctor; "
-       "see nsbox --help)\n"},
+       "nsbox: unknown command 'bogus' (commands: run, session, exec, cp, agent, mcp, image, profile, doctor, "
+       "batch; see nsbox --help)\n"},
   };
   for (const auto& [args, said] : cases) {
     INFO(args.front());

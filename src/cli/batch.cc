@@ -1,0 +1,477 @@
+// `nsbox batch JOBS.jsonl`: every job in a sandbox of its own, as many at once as the node's budget allows.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "nsbox/sandbox.h"
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/host_id_lease.h"
+#include "sandbox/result_json.h"
+#include "src/cli/batch_job.h"
+#include "src/cli/commands.h"
+#include "src/cli/network.h"
+#include "src/cli/sandbox_options.h"
+
+namespace nsbox::cli {
+namespace batch_internal {
+
+constexpr size_t kMaxJobLineBytes = 40 << 20;  // 16 MiB of code and 16 of stdin, escaped
+
+// Lines of a descriptor, each at most kMaxJobLineBytes; a longer one is reported as too long (and skipped).
+class LineReader {
+ public:
+  explicit LineReader(int fd) : fd_(fd) {}
+  // False at the end of input; `too_long` when the line was cut off. An error is a failed read.
+  StatusOr<bool> Next(std::string& line, bool& too_long) {
+    line.clear();
+    too_long = false;
+    for (;;) {
+      size_t newline = buffer_.find('\n', start_);
+      if (newline != std::string::npos) {
+        if (!too_long) line.append(buffer_, start_, newline - start_);
+        start_ = newline + 1;
+        return true;
+      }
+      if (!too_long) line.append(buffer_, start_, std::string::npos);
+      buffer_.clear();
+      start_ = 0;
+      if (line.size() > kMaxJobLineBytes) {
+        too_long = true;
+        line.clear();
+      }
+      if (eof_) return !line.empty() || too_long;
+      buffer_.resize(1 << 16);
+      ssize_t n = ::read(fd_, buffer_.data(), buffer_.size());
+      if (n < 0 && errno == EINTR) n = 0;
+      if (n < 0) return Status::Errno("read(JOBS)");
+      buffer_.resize(static_cast<size_t>(n));
+      if (n == 0) eof_ = true;
+    }
+  }
+
+ private:
+  int fd_;
+  std::string buffer_;
+  size_t start_ = 0;
+  bool eof_ = false;
+};
+
+bool Blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
+
+// One job in flight: what it needs alive while it runs, and where its result lands.
+struct Running {
+  BatchJob job;
+  std::unique_ptr<Sandbox> sandbox;
+  HostIdLease lease;
+  UniqueFd stdin_fd;
+  std::unique_ptr<EgressProxyHooks> proxy;
+  std::thread thread;
+  Result result;
+};
+
+struct Options {
+  std::string jobs_file;
+  std::string output_file;
+  uint64_t jobs = 0;  // 0: the node's budget decides
+  SandboxOptions sandbox;
+  ProgramOptions program;
+};
+
+std::string ResultLine(const BatchJob& job, const Result& result) {
+  nlohmann::json shown = ResultToJson(result);
+  shown["reason"] = SanitizeUtf8(InCliTerms(result.reason));
+  nlohmann::json line = {{"id", job.id}, {"line", job.line}, {"result", std::move(shown)}};
+  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+Result SetupError(const Status& status) {
+  Result result;
+  result.status = RunStatus::kSetupError;
+  result.reason = status.message();
+  return result;
+}
+
+// The keys of the results already in FILE. A last line without its newline (a write cut short by a kill) is
+// removed; any other line that is not a batch result refuses the resume.
+StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
+  std::set<std::string> done;
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return done;
+    return Status::Errno(fmt::format("--output: open({})", path));
+  }
+  LineReader reader(fd.get());
+  std::string line;
+  bool too_long = false;
+  uint64_t number = 0, complete_bytes = 0, total_bytes = 0;
+  for (;;) {
+    auto more = reader.Next(line, too_long);
+    if (!more.ok()) return more.status().Wrap("--output");
+    if (!*more) break;
+    ++number;
+    total_bytes += line.size() + 1;
+    if (too_long) return Status::Error(fmt::format("--output {}: line {} is not a batch result", path, number));
+    auto key = ResultLineKey(line);
+    if (!key.ok()) {
+      struct stat st {};
+      ::fstat(fd.get(), &st);
+      if (total_bytes > static_cast<uint64_t>(st.st_size)) break;  // the cut last line: no newline
+      return key.status().Wrap(fmt::format("--output {}: line {}", path, number));
+    }
+    done.insert(*key);
+    complete_bytes = total_bytes;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) > complete_bytes &&
+      ::ftruncate(fd.get(), static_cast<off_t>(complete_bytes)) != 0)
+    return Status::Errno(fmt::format("--output: ftruncate({}) of a cut last line", path));
+  return done;
+}
+
+// The policy and executor of one job, built in the main thread (BuildExecutor reads the umask by setting it).
+Status Prepare(Running& run) {
+  auto policy = BuildPolicy(run.job.sandbox);
+  if (!policy.ok()) return policy.status();
+  auto lease = LeaseHostIdsIfRoot(*policy);
+  if (!lease.ok()) return lease.status();
+  run.lease = std::move(*lease);
+  auto network = BuildNetworkSpec(run.job.sandbox);
+  if (!network.ok()) return network.status();
+  auto executor = BuildExecutor(run.job.program, policy->rootfs_dir());
+  if (!executor.ok()) return executor.status();
+  run.job.program.code.clear();  // the executor has it now
+  if (run.job.stdin_data) {
+    run.stdin_fd.reset(::memfd_create("nsbox-batch-stdin", MFD_CLOEXEC));
+    if (!run.stdin_fd) return Status::Errno("memfd_create(stdin)");
+    if (int err = WriteAll(run.stdin_fd.get(), *run.job.stdin_data); err != 0)
+      return Status::Errno("write(stdin memfd)", err);
+    if (::lseek(run.stdin_fd.get(), 0, SEEK_SET) != 0) return Status::Errno("lseek(stdin memfd)");
+    run.job.stdin_data.reset();
+    executor->stdin_fd = run.stdin_fd.get();
+  }
+  if (*network) {
+    for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) executor->env[key] = value;
+    run.proxy = std::make_unique<EgressProxyHooks>(**network);
+  }
+  run.sandbox = std::make_unique<Sandbox>(std::move(*executor), std::move(*policy));
+  if (run.proxy) run.sandbox->SetHooks(run.proxy.get());
+  return OkStatus();
+}
+
+class Batch {
+ public:
+  explicit Batch(Options& options) : o_(options) {}
+  int Run();
+
+ private:
+  bool Fits(const JobCost& cost) const;
+  void Start(BatchJob job);
+  Status Emit(const BatchJob& job, const Result& result);
+  void Collect();
+  void Progress(bool final);
+  void StopAll();
+
+  Options& o_;
+  NodeBudget budget_;
+  JobCost used_;
+  std::map<Running*, std::unique_ptr<Running>> running_;
+  std::mutex mutex_;
+  std::vector<Running*> finished_;  // under mutex_
+  UniqueFd done_event_;
+  int out_fd_ = 1;
+  bool stopping_ = false;
+  Status write_error_;
+  uint64_t total_ = 0, written_ = 0, skipped_ = 0, not_run_ = 0;
+  std::map<std::string, uint64_t> by_status_;
+  bool tty_ = false;
+  std::chrono::steady_clock::time_point started_, last_progress_;
+};
+
+bool Batch::Fits(const JobCost& cost) const {
+  if (running_.empty()) return true;  // a job larger than the whole budget still runs, alone
+  if (running_.size() >= budget_.max_jobs) return false;
+  if (o_.jobs > 0) return true;
+  return used_.cpus + cost.cpus <= budget_.cpus + 1e-9 &&
+         used_.memory_bytes + cost.memory_bytes <= budget_.memory_bytes && used_.pids + cost.pids <= budget_.pids;
+}
+
+Status Batch::Emit(const BatchJob& job, const Result& result) {
+  if (int err = WriteAll(out_fd_, ResultLine(job, result)); err != 0)
+    return Status::Errno(fmt::format("writing the result of job on line {} to {}", job.line,
+                                     o_.output_file.empty() ? "stdout" : o_.output_file),
+                         err);
+  ++written_;
+  ++by_status_[RunStatusName(result.status)];
+  return OkStatus();
+}
+
+void Batch::Start(BatchJob job) {
+  auto run = std::make_unique<Running>();
+  run->job = std::move(job);
+  if (Status prepared = Prepare(*run); !prepared.ok()) {
+    Status emitted = Emit(run->job, SetupError(prepared.Wrap(fmt::format("job on line {}", run->job.line))));
+    if (!emitted.ok()) write_error_ = emitted;
+    return;
+  }
+  used_.cpus += run->job.cost.cpus;
+  used_.memory_bytes += run->job.cost.memory_bytes;
+  used_.pids += run->job.cost.pids;
+  Running* raw = run.get();
+  running_[raw] = std::move(run);
+  // The thread that clones must live as long as the sandbox: its pid 1 has PR_SET_PDEATHSIG, which the kernel fires
+  // when the creating thread ends. Run() returns only after the sandbox is gone.
+  raw->thread = std::thread([this, raw] {
+    raw->result = raw->sandbox->Run();
+    std::lock_guard lock(mutex_);
+    finished_.push_back(raw);
+    uint64_t one = 1;
+    (void)!::write(done_event_.get(), &one, sizeof one);
+  });
+}
+
+void Batch::Collect() {
+  std::vector<Running*> finished;
+  {
+    std::lock_guard lock(mutex_);
+    finished.swap(finished_);
+  }
+  for (Running* raw : finished) {
+    raw->thread.join();
+    std::unique_ptr<Running> run = std::move(running_[raw]);
+    running_.erase(raw);
+    used_.cpus -= run->job.cost.cpus;
+    used_.memory_bytes -= run->job.cost.memory_bytes;
+    used_.pids -= run->job.cost.pids;
+    // A job cancelled by a signal to the batch has no result: it is run again on resume.
+    if (stopping_ && run->result.status == RunStatus::kKilled) {
+      ++not_run_;
+      continue;
+    }
+    if (write_error_.ok()) {
+      Status emitted = Emit(run->job, run->result);
+      if (!emitted.ok()) write_error_ = emitted;
+    }
+  }
+}
+
+void Batch::StopAll() {
+  if (stopping_) return;
+  stopping_ = true;
+  for (auto& [raw, run] : running_) run->sandbox->Kill();
+}
+
+void Batch::Progress(bool final) {
+  if (!tty_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (!final && now - last_progress_ < std::chrono::milliseconds(250)) return;
+  last_progress_ = now;
+  double seconds = std::chrono::duration<double>(now - started_).count();
+  std::string line = fmt::format("\rnsbox batch: {}/{} done, {} skipped, {} running, {:.1f} jobs/s, {:.0f}s\033[K",
+                                 written_, total_ ? fmt::format("{}", total_) : std::string("?"), skipped_,
+                                 running_.size(), seconds > 0 ? static_cast<double>(written_) / seconds : 0.0, seconds);
+  if (final) line += "\r\033[K";
+  (void)WriteAll(2, line);
+}
+
+// Non-blank lines of a regular file, for the progress line's total; 0 (unknown) for a pipe.
+uint64_t CountJobs(const std::string& path) {
+  struct stat st {};
+  if (path == "-" || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return 0;
+  LineReader reader(fd.get());
+  std::string line;
+  bool too_long = false;
+  uint64_t count = 0;
+  for (;;) {
+    auto more = reader.Next(line, too_long);
+    if (!more.ok() || !*more) return count;
+    if (too_long || !Blank(line)) ++count;
+  }
+}
+
+int Batch::Run() {
+  auto fail = [](const Status& status) {
+    (void)WriteAll(2, fmt::format("nsbox batch: {}\n", InCliTerms(status.message())));
+    return kExitNsboxFailure;
+  };
+  // Each job holds a few descriptors in nsbox: the soft limit goes up to the hard one.
+  struct rlimit nofile {};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  budget_ = ComputeNodeBudget(BudgetRoots{});
+  if (o_.jobs > 0) budget_.max_jobs = o_.jobs;
+  if (::getenv("NSBOX_BATCH_EXPLAIN") != nullptr)
+    (void)WriteAll(2, fmt::format("nsbox batch: budget: {}\n",
+                                  o_.jobs > 0 ? fmt::format("--jobs {}", o_.jobs) : budget_.explanation));
+  // Check the batch-wide options once, before any job: a bad --memory is the batch's error, not every job's.
+  if (auto policy = BuildPolicy(o_.sandbox); !policy.ok()) return fail(policy.status());
+  if (auto network = BuildNetworkSpec(o_.sandbox); !network.ok()) return fail(network.status());
+  if (auto timeout = ParseDuration(o_.program.timeout); !timeout.ok()) return fail(timeout.status().Wrap("--timeout"));
+  if (auto limit = ParseSize(o_.program.output_limit); !limit.ok()) return fail(limit.status().Wrap("--output-limit"));
+
+  UniqueFd jobs_fd(o_.jobs_file == "-" ? ::dup(0) : ::open(o_.jobs_file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!jobs_fd) return fail(Status::Errno(fmt::format("open({})", o_.jobs_file)));
+  if (struct stat st{}; ::fstat(jobs_fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
+    return fail(Status::Error(fmt::format("{} is a directory", o_.jobs_file)));
+  std::set<std::string> done;
+  UniqueFd out;
+  if (!o_.output_file.empty()) {
+    auto read = ReadDone(o_.output_file);
+    if (!read.ok()) return fail(read.status());
+    done = std::move(*read);
+    out.reset(::open(o_.output_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
+    if (!out) return fail(Status::Errno(fmt::format("--output: open({})", o_.output_file)));
+    out_fd_ = out.get();
+  }
+  total_ = CountJobs(o_.jobs_file);
+  tty_ = ::isatty(2) == 1;
+
+  // SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the batch: blocked here, before any thread, so every thread has them
+  // blocked and the signalfd alone receives them. Sandboxed programs start with no signal blocked (child.cc).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop_signals, sig);
+  sigset_t previous;
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+  UniqueFd signal_fd(::signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  done_event_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!signal_fd || !done_event_) return fail(Status::Errno("signalfd/eventfd"));
+
+  started_ = last_progress_ = std::chrono::steady_clock::now();
+  LineReader reader(jobs_fd.get());
+  std::optional<BatchJob> next;
+  std::set<std::string> seen;  // keys of this file, for duplicates
+  std::map<std::string, uint64_t> first_line;
+  uint64_t line_number = 0;
+  bool eof = false;
+  int stop_signal = 0;
+  Status read_error;
+  while (true) {
+    // Start what fits. Bad lines and jobs done already cost nothing and are answered at once.
+    while (!stopping_ && write_error_.ok() && !eof) {
+      if (!next) {
+        std::string text;
+        bool too_long = false;
+        auto more = reader.Next(text, too_long);
+        if (!more.ok()) {
+          read_error = more.status().Wrap(o_.jobs_file);
+          StopAll();
+          break;
+        }
+        if (!*more) {
+          eof = true;
+          break;
+        }
+        ++line_number;
+        if (!too_long && Blank(text)) continue;
+        BatchJob job;
+        if (too_long) {
+          job.line = line_number;
+          job.key = fmt::format("line:{}", line_number);
+          job.error = Status::Error(fmt::format("job on line {}: longer than {} bytes", line_number, kMaxJobLineBytes));
+        } else {
+          job = ParseJobLine(text, line_number, o_.sandbox, o_.program);
+        }
+        if (done.count(job.key) != 0) {
+          ++skipped_;
+          continue;
+        }
+        if (job.error.ok() && !seen.insert(job.key).second)
+          job.error = Status::Error(fmt::format("job on line {}: id {} is the id of the job on line {} already",
+                                                line_number, job.key, first_line[job.key]));
+        first_line.emplace(job.key, line_number);
+        if (!job.error.ok()) {
+          if (Status emitted = Emit(job, SetupError(job.error)); !emitted.ok()) write_error_ = emitted;
+          continue;
+        }
+        next = std::move(job);
+      }
+      if (!Fits(next->cost)) break;
+      Start(std::move(*next));
+      next.reset();
+    }
+    if (!write_error_.ok()) StopAll();
+    if (running_.empty() && (eof || stopping_ || !write_error_.ok())) break;
+    Progress(false);
+    struct pollfd fds[2] = {{signal_fd.get(), POLLIN, 0}, {done_event_.get(), POLLIN, 0}};
+    int ready = ::poll(fds, 2, tty_ ? 250 : -1);
+    if (ready < 0 && errno != EINTR) {
+      read_error = Status::Errno("poll");
+      StopAll();
+    }
+    if (fds[0].revents & POLLIN) {
+      struct signalfd_siginfo info {};
+      while (::read(signal_fd.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info))
+        if (stop_signal == 0) stop_signal = static_cast<int>(info.ssi_signo);
+      StopAll();
+    }
+    if (fds[1].revents & POLLIN) {
+      uint64_t count = 0;
+      (void)!::read(done_event_.get(), &count, sizeof count);
+    }
+    Collect();
+  }
+  Progress(true);
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  std::string counts;
+  for (const auto& [status, count] : by_status_)
+    counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", count, status);
+  std::string summary =
+      fmt::format("nsbox batch: {} results written{}{}", written_, counts.empty() ? "" : " (" + counts + ")",
+                  skipped_ ? fmt::format(", {} skipped (in {} already)", skipped_, o_.output_file) : "");
+  if (!write_error_.ok()) return fail(write_error_);
+  if (!read_error.ok()) return fail(read_error);
+  if (stop_signal != 0) {
+    (void)WriteAll(
+        2, fmt::format("{}; stopped by {}: {} running jobs cancelled, the rest not started (run the same "
+                       "command{} to resume)\n",
+                       summary, strsignal(stop_signal), not_run_, o_.output_file.empty() ? " with --output FILE" : ""));
+    return 128 + stop_signal;
+  }
+  (void)WriteAll(2, summary + "\n");
+  return 0;
+}
+
+}  // namespace batch_internal
+
+void RegisterBatch(CLI::App& app, ExitCode& exit_code) {
+  auto* batch = app.add_subcommand("batch", "run every job of a JSONL file, each in a fresh sandbox, many at once");
+  static batch_internal::Options options;
+  batch->add_option("jobs", options.jobs_file, "JSONL file of jobs, one per line, or - for stdin (docs/batch.md)")
+      ->required();
+  batch->add_option("--output", options.output_file,
+                    "append results to FILE instead of stdout; jobs whose results FILE holds already are skipped");
+  batch->add_option("--jobs", options.jobs, "run at most N jobs at once, whatever the node's budget (default: budget)")
+      ->check(CLI::PositiveNumber);
+  AddSandboxOptions(batch, options.sandbox);
+  batch->add_option("--timeout", options.program.timeout, "each job's wall-clock limit unless it gives \"timeout\"")
+      ->capture_default_str();
+  batch
+      ->add_option("--output-limit", options.program.output_limit,
+                   "bytes kept per stream of each job unless it gives limits.output_limit")
+      ->capture_default_str();
+  batch->callback([&exit_code] { exit_code.value = batch_internal::Batch(options).Run(); });
+}
+
+}  // namespace nsbox::cli

@@ -1,0 +1,294 @@
+// `nsbox batch`'s plain parts: job lines into run's options, a job's cost, the node's budget, result lines' keys.
+#include "src/cli/batch_job.h"
+
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/spec/units.h"
+
+namespace nsbox::cli {
+namespace {
+
+constexpr size_t kMaxBatchStdinBytes = 16 << 20;
+
+// The job line's field as a string, or an error naming it.
+StatusOr<std::string> StringField(const nlohmann::json& value, std::string_view name) {
+  if (!value.is_string()) return Status::Error(fmt::format("\"{}\" must be a string, not {}", name, value.type_name()));
+  return value.get<std::string>();
+}
+
+// A size given as "256M" or as a number of bytes.
+StatusOr<std::string> SizeField(const nlohmann::json& value, std::string_view name) {
+  if (value.is_number_unsigned()) return std::to_string(value.get<uint64_t>());
+  auto text = StringField(value, name);
+  if (!text.ok())
+    return Status::Error(fmt::format("\"{}\" must be a size such as \"256M\" or a number of bytes", name));
+  auto parsed = ParseSize(*text);
+  if (!parsed.ok()) return parsed.status().Wrap(fmt::format("\"{}\"", name));
+  return *text;
+}
+
+Status ApplyLimits(const nlohmann::json& limits, BatchJob& job) {
+  if (!limits.is_object())
+    return Status::Error(fmt::format("\"limits\" must be an object, not {}", limits.type_name()));
+  for (const auto& [key, value] : limits.items()) {
+    const std::string name = "limits." + key;
+    if (key != "output_limit" && key != "tmpfs_size" && job.sandbox.limit_given.empty())
+      job.sandbox.limit_given = name;  // named if the batch was started with --dangerously-run-without-limits
+    if (key == "memory" || key == "memory_swap" || key == "tmpfs_size" || key == "output_limit") {
+      auto size = SizeField(value, name);
+      if (!size.ok()) return size.status();
+      if (key == "memory")
+        job.sandbox.memory = *size;
+      else if (key == "memory_swap")
+        job.sandbox.memory_swap = *size;
+      else if (key == "tmpfs_size")
+        job.sandbox.tmpfs_size = *size;
+      else
+        job.program.output_limit = *size;
+    } else if (key == "pids") {
+      if (!value.is_number_unsigned() || value.get<uint64_t>() == 0)
+        return Status::Error("\"limits.pids\" must be a positive whole number");
+      job.sandbox.pids = value.get<uint64_t>();
+    } else if (key == "cpus") {
+      if (!value.is_number() || !(value.get<double>() > 0) || !std::isfinite(value.get<double>()))
+        return Status::Error("\"limits.cpus\" must be a positive number of CPUs, e.g. 0.5");
+      job.sandbox.cpus = value.get<double>();
+    } else {
+      return Status::Error(
+          fmt::format("unknown limit \"{}\" (limits: memory, memory_swap, pids, cpus, tmpfs_size, "
+                      "output_limit)",
+                      name));
+    }
+  }
+  return OkStatus();
+}
+
+Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
+  bool has_code = false, has_argv = false;
+  for (const auto& [key, value] : object.items()) {
+    if (key == "id") continue;
+    if (key == "language") {
+      auto lang = StringField(value, key);
+      if (!lang.ok()) return lang.status();
+      job.program.lang = *lang;
+    } else if (key == "code") {
+      auto code = StringField(value, key);
+      if (!code.ok()) return code.status();
+      job.program.code = std::move(*code);
+      job.program.code_given = has_code = true;
+    } else if (key == "argv") {
+      if (!value.is_array() || value.empty()) return Status::Error("\"argv\" must be a non-empty array of strings");
+      for (const auto& arg : value) {
+        if (!arg.is_string()) return Status::Error("\"argv\" must be a non-empty array of strings");
+        job.program.command.push_back(arg.get<std::string>());
+      }
+      has_argv = true;
+    } else if (key == "stdin") {
+      auto data = StringField(value, key);
+      if (!data.ok()) return data.status();
+      if (data->size() > kMaxBatchStdinBytes)
+        return Status::Error(fmt::format("\"stdin\" is larger than {} bytes", kMaxBatchStdinBytes));
+      job.stdin_data = std::move(*data);
+    } else if (key == "timeout") {
+      auto timeout = StringField(value, key);
+      if (!timeout.ok()) return timeout.status();
+      auto parsed = ParseDuration(*timeout);
+      if (!parsed.ok()) return parsed.status().Wrap("\"timeout\"");
+      job.program.timeout = *timeout;
+    } else if (key == "env") {
+      if (!value.is_object()) return Status::Error("\"env\" must be an object of strings, e.g. {\"K\": \"V\"}");
+      for (const auto& [name, setting] : value.items()) {
+        if (!setting.is_string()) return Status::Error(fmt::format("\"env.{}\" must be a string", name));
+        job.program.env.push_back(name + "=" + setting.get<std::string>());
+      }
+    } else if (key == "limits") {
+      NSBOX_RETURN_IF_ERROR(ApplyLimits(value, job));
+    } else {
+      return Status::Error(
+          fmt::format("unknown field \"{}\" (fields: id, language, code, argv, stdin, timeout, env, "
+                      "limits)",
+                      key));
+    }
+  }
+  if (has_code && has_argv) return Status::Error("give \"language\" with \"code\", or \"argv\", not both");
+  if (!has_code && !has_argv) return Status::Error("nothing to run: give \"language\" and \"code\", or \"argv\"");
+  if (has_code && job.program.lang.empty()) return Status::Error("\"code\" needs \"language\"");
+  if (has_argv && !job.program.lang.empty()) return Status::Error("\"language\" goes with \"code\", not \"argv\"");
+  return OkStatus();
+}
+
+// What a job holds back while it runs: its limits (none under --dangerously-run-without-limits), the two output
+// buffers nsbox keeps outside them, and nsbox's own helpers (a thread, the cgroup reaper, the sandbox's init).
+void ComputeCost(BatchJob& job) {
+  auto output = ParseSize(job.program.output_limit);
+  job.cost.memory_bytes = 2 * (output.ok() ? *output : 0) + (4 << 20);
+  job.cost.pids = 4;
+  if (job.sandbox.no_limits) return;
+  auto memory = ParseSize(job.sandbox.memory);
+  auto swap = ParseSize(job.sandbox.memory_swap.empty() ? "0" : job.sandbox.memory_swap);
+  job.cost.memory_bytes += (memory.ok() ? *memory : 0) + (swap.ok() ? *swap : 0);
+  job.cost.pids += job.sandbox.pids;
+  job.cost.cpus = job.sandbox.cpus;
+}
+
+}  // namespace
+
+BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions& sandbox_defaults,
+                      const ProgramOptions& program_defaults) {
+  BatchJob job;
+  job.line = line;
+  job.sandbox = sandbox_defaults;
+  job.sandbox.limit_given.clear();
+  job.program = program_defaults;
+  job.key = fmt::format("line:{}", line);
+  auto fail = [&](const Status& status) {
+    job.error = status.Wrap(fmt::format("job on line {}", line));
+    return job;
+  };
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    if (auto end = what.find("] "); what.starts_with("[json.") && end != std::string::npos) what.erase(0, end + 2);
+    return fail(Status::Error(fmt::format("not a JSON object: {}", what)));
+  }
+  if (!object.is_object()) return fail(Status::Error(fmt::format("not a JSON object but {}", object.type_name())));
+  auto id = object.find("id");
+  if (id == object.end()) return fail(Status::Error("no \"id\""));
+  if (!(id->is_string() && !id->get<std::string>().empty()) && !id->is_number_integer())
+    return fail(Status::Error("\"id\" must be a non-empty string or an integer"));
+  job.id = *id;
+  job.key = id->dump();
+  Status fields = ApplyFields(object, job);
+  if (!fields.ok()) return fail(fields);
+  ComputeCost(job);
+  return job;
+}
+
+StatusOr<std::string> ResultLineKey(std::string_view text) {
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    return Status::Error("not JSON");
+  }
+  if (!object.is_object() || !object.contains("id") || !object.contains("result"))
+    return Status::Error("not a batch result ({\"id\", \"line\", \"result\"})");
+  const auto& id = object["id"];
+  if (id.is_string() || id.is_number_integer()) return id.dump();
+  if (id.is_null() && object.contains("line") && object["line"].is_number_unsigned())
+    return fmt::format("line:{}", object["line"].get<uint64_t>());
+  return Status::Error("its \"id\" is neither a string, an integer, nor null with a \"line\"");
+}
+
+namespace {
+
+std::optional<uint64_t> ReadNumber(const std::string& path) {
+  auto text = ReadFile(path, 4096);
+  if (!text.ok()) return std::nullopt;
+  try {
+    size_t used = 0;
+    uint64_t value = std::stoull(*text, &used);
+    return value;
+  } catch (const std::exception&) {
+    return std::nullopt;  // "max", or unreadable: no limit from here
+  }
+}
+
+// The meminfo field in bytes ("MemAvailable:  123 kB").
+std::optional<uint64_t> MeminfoBytes(const std::string& proc, std::string_view field) {
+  std::ifstream in(proc + "/meminfo");
+  std::string name;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> name >> kb) {
+    std::getline(in, unit);
+    if (name.size() == field.size() + 1 && name.starts_with(field)) return kb * 1024;
+  }
+  return std::nullopt;
+}
+
+// nsbox's own cgroup v2 directory and each of its parents up to the root, innermost first.
+std::vector<std::string> OwnCgroupChain(const BudgetRoots& roots) {
+  std::vector<std::string> chain;
+  std::ifstream in(roots.proc + "/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("0::/")) continue;
+    std::string path = line.substr(3);
+    while (!path.empty() && path != "/") {
+      chain.push_back(roots.cgroup + path);
+      path = path.substr(0, path.rfind('/'));
+    }
+  }
+  return chain;
+}
+
+}  // namespace
+
+NodeBudget ComputeNodeBudget(const BudgetRoots& roots) {
+  NodeBudget budget;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  double cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  std::optional<uint64_t> memory = MeminfoBytes(roots.proc, "MemAvailable");
+  uint64_t pid_max = ReadNumber(roots.proc + "/sys/kernel/pid_max").value_or(32768);
+  uint64_t threads_max = ReadNumber(roots.proc + "/sys/kernel/threads-max").value_or(pid_max);
+  uint64_t tasks = 0;
+  if (auto loadavg = ReadFile(roots.proc + "/loadavg", 4096); loadavg.ok()) {
+    // "0.10 0.20 0.30 2/345 6789": the fourth field's second number is every task of the host.
+    std::istringstream fields(*loadavg);
+    std::string skip, running;
+    fields >> skip >> skip >> skip >> running;
+    if (auto slash = running.find('/'); slash != std::string::npos)
+      tasks = std::strtoull(running.c_str() + slash + 1, nullptr, 10);
+  }
+  uint64_t pids = std::min(pid_max, threads_max);
+  pids = pids > tasks ? pids - tasks : 0;
+  std::string cgroup_note;
+  for (const std::string& dir : OwnCgroupChain(roots)) {
+    if (auto text = ReadFile(dir + "/cpu.max", 4096); text.ok() && !text->starts_with("max")) {
+      std::istringstream fields(*text);
+      double quota = 0, period = 0;
+      if (fields >> quota >> period && period > 0 && quota / period < cpus) {
+        cpus = quota / period;
+        cgroup_note = dir;
+      }
+    }
+    auto memory_max = ReadNumber(dir + "/memory.max");
+    auto memory_current = ReadNumber(dir + "/memory.current");
+    if (memory_max) {
+      uint64_t left = *memory_max > memory_current.value_or(0) ? *memory_max - memory_current.value_or(0) : 0;
+      if (!memory || left < *memory) memory = left;
+    }
+    auto pids_max = ReadNumber(dir + "/pids.max");
+    auto pids_current = ReadNumber(dir + "/pids.current");
+    if (pids_max)
+      pids = std::min(pids, *pids_max > pids_current.value_or(0) ? *pids_max - pids_current.value_or(0) : 0);
+  }
+  budget.cpus = cpus * kCpuOvercommit;
+  budget.memory_bytes = memory.value_or(uint64_t{1} << 30);
+  budget.pids = pids / 2;
+  // Each running job holds about a dozen descriptors in nsbox (pipes, its cgroup, pidfds, the reaper's socket).
+  struct rlimit nofile {};
+  uint64_t descriptors = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 ? nofile.rlim_cur : 1024;
+  budget.max_jobs = std::max<uint64_t>(1, std::min<uint64_t>(descriptors > 64 ? (descriptors - 64) / 16 : 1, 4096));
+  budget.explanation = fmt::format(
+      "{:g} CPUs ({:g} usable{} x {:g}), {} of memory (MemAvailable and cgroup memory.max), {} pids (half of what "
+      "pid_max, threads-max and pids.max leave), at most {} jobs (RLIMIT_NOFILE)",
+      budget.cpus, cpus, cgroup_note.empty() ? "" : ", cpu.max of " + cgroup_note, kCpuOvercommit,
+      FormatSize(budget.memory_bytes), budget.pids, budget.max_jobs);
+  return budget;
+}
+
+}  // namespace nsbox::cli

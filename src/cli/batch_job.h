@@ -1,0 +1,72 @@
+// `nsbox batch`'s plain parts: one JSONL job line parsed into run's options, its cost, the node's budget, resume keys.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "sandbox/base/status.h"
+#include "src/cli/sandbox_options.h"
+
+namespace nsbox::cli {
+
+// What one job holds back from the node while it runs: its limits, plus what nsbox keeps for it outside them.
+struct JobCost {
+  double cpus = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t pids = 0;
+};
+
+// One line of JOBS.jsonl. A line that names no usable id is keyed by its line number ("line:N"); `error` set means
+// the job is answered with a setup_error result naming it, and never run.
+struct BatchJob {
+  uint64_t line = 0;
+  nlohmann::json id;  // a string or an integer; null when the line gave none that can be used
+  std::string key;    // the resume key: id.dump(), or "line:N" for a null id
+  Status error;
+  SandboxOptions sandbox;
+  ProgramOptions program;
+  std::optional<std::string> stdin_data;
+  JobCost cost;
+};
+
+// The fields a job may have; anything else is an error (a misspelt "timout" must not run with the default).
+// {"id": "a1", "language": "python", "code": "print(1)"} or {"id": 7, "argv": ["/bin/echo", "hi"]}, with optional
+// "stdin" (a string), "timeout" ("1s", as --timeout), "env" ({"K": "V"}) and "limits" ({"memory": "256M",
+// "memory_swap": "0", "pids": 64, "cpus": 0.5, "tmpfs_size": "64M", "output_limit": "64K"}). Unset fields take the
+// batch's own options (`defaults`).
+BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions& sandbox_defaults,
+                      const ProgramOptions& program_defaults);
+
+// The resume key of a result line written by an earlier batch ({"id", "line", "result"}); an error when the line is
+// not one.
+StatusOr<std::string> ResultLineKey(std::string_view text);
+
+// What the node can give to jobs at once, and how many may run regardless of it.
+struct NodeBudget {
+  double cpus = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t pids = 0;
+  uint64_t max_jobs = 0;    // descriptors and host ids: a count cap whatever the jobs cost
+  std::string explanation;  // one line: where each figure came from
+};
+
+// Roots injectable for tests: proc (/proc) and the cgroup v2 mount (/sys/fs/cgroup).
+struct BudgetRoots {
+  std::string proc = "/proc";
+  std::string cgroup = "/sys/fs/cgroup";
+};
+
+// CPUs: the affinity mask, lowered by every cpu.max of nsbox's own cgroup and its parents, times kCpuOvercommit.
+// Memory: MemAvailable, lowered by memory.max - memory.current of those groups. Pids: pid_max and threads-max less
+// the tasks that exist, lowered by pids.max - pids.current; half of it. Jobs: by RLIMIT_NOFILE.
+NodeBudget ComputeNodeBudget(const BudgetRoots& roots);
+
+// A job's limits are caps, not what it uses: the time of a short job is mostly nsbox's set-up, which its cgroup does
+// not count. Jobs may together be given this many times the node's CPUs (docs/batch.md has the measurements).
+inline constexpr double kCpuOvercommit = 2.0;
+
+}  // namespace nsbox::cli
