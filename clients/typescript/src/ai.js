@@ -25,7 +25,11 @@ export const runPythonInputSchema = Object.freeze({
     version: 1,
     vendor: 'nsbox',
     validate: validateInput,
-    jsonSchema: { input: () => RUN_PYTHON_JSON_SCHEMA, output: () => RUN_PYTHON_JSON_SCHEMA },
+    // A fresh copy each time: the AI SDK amends the schema it is given.
+    jsonSchema: {
+      input: () => structuredClone(RUN_PYTHON_JSON_SCHEMA),
+      output: () => structuredClone(RUN_PYTHON_JSON_SCHEMA),
+    },
   },
 });
 
