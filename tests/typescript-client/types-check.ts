@@ -1,4 +1,4 @@
-// tests/clients/typescript/types-check.ts: compiled with tsc --noEmit: the package's .d.ts fit how it is used.
+// tests/typescript-client/types-check.ts: compiled with tsc --noEmit: the package's .d.ts fit how it is used.
 import { Sandbox, NotFoundError, ExecResult, clip, runPythonTool } from 'nsbox';
 import { runPython } from 'nsbox/ai';
 

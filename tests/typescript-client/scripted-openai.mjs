@@ -1,4 +1,4 @@
-// tests/clients/typescript/scripted-openai.mjs: a local OpenAI-compatible chat server that scripts a tool call.
+// tests/typescript-client/scripted-openai.mjs: a local OpenAI-compatible chat server that scripts a tool call.
 // First turn: a run_python call with a program computing the 1000th prime. Next turn: an answer quoting the
 // number found in the tool message, so the answer is what the sandbox printed, never a constant of this script.
 import http from 'node:http';

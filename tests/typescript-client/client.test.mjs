@@ -1,4 +1,4 @@
-// tests/clients/typescript/client.test.mjs: the TypeScript client against a real `nsbox serve` (NSBOX_URL).
+// tests/typescript-client/client.test.mjs: the TypeScript client against a real `nsbox serve` (NSBOX_URL).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { generateText, stepCountIs } from 'ai';
@@ -176,5 +176,6 @@ test('the openai SDK with a scripted server answers the 1000th prime from a real
 });
 
 test('a bad NSBOX_URL is an error naming it', async () => {
-  await assert.rejects(Sandbox.create({ url: 'ftp://x' }), (e) => e instanceof NsboxError && /ftp:\/\/x/.test(e.message));
+  await assert.rejects(Sandbox.create({ url: 'ftp://x' }),
+    (e) => e instanceof NsboxError && /ftp:\/\/x/.test(e.message));
 });
