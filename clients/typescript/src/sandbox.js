@@ -69,11 +69,12 @@ export class Files {
   }
 }
 
-function createBody(opts) {
+function createBody(opts, { timeoutIsLifetime = true } = {}) {
   const body = {};
   for (const [from, to] of [['template', 'template'], ['network', 'network'], ['limits', 'limits'], ['env', 'env'],
     ['idleTimeout', 'idle_timeout'], ['maxLifetime', 'max_lifetime'], ['timeout', 'max_lifetime'],
     ['labels', 'labels']]) {
+    if (from === 'timeout' && !timeoutIsLifetime) continue;
     if (opts[from] !== undefined) body[to] = opts[from];
   }
   return body;
@@ -161,7 +162,8 @@ export class Sandbox {
 
   /** A one-shot run in a fresh sandbox (POST /v1/run); sent elsewhere only if it cannot have started. */
   static async run(opts = {}) {
-    const body = { ...createBody(opts), ...execBody(opts), ...commandFields(opts.cmd, opts) };
+    const body = { ...createBody(opts, { timeoutIsLifetime: false }), ...execBody(opts),
+      ...commandFields(opts.cmd, opts) };
     const [, result] = await tryEach(transportsFor(opts), body.template, (tr) => runOn(tr, '/v1/run', body, opts),
       true);
     return result;
