@@ -7,12 +7,12 @@ import http from 'node:http';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Sandbox, CapacityFullError, ServerGoneError } from 'nsbox';
+import { Sandbox, CapacityFullError, ServerGoneError, RequestTimeoutError } from 'nsbox';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nsbox-ts-cluster-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-function node(name, { running, max, createStatus = 201, execReset = false }) {
+function node(name, { running, max, createStatus = 201, execReset = false, execSilent = false }) {
   const sock = path.join(dir, `${name}.sock`);
   const seen = [];
   const server = http.createServer((req, res) => {
@@ -22,6 +22,7 @@ function node(name, { running, max, createStatus = 201, execReset = false }) {
       const capacity = { sandboxes: { running, max, per_client_max: max }, pool: {} };
       if (req.url === '/v1/capacity') return res.end(JSON.stringify(capacity));
       if (req.method === 'POST' && req.url === '/v1/sandboxes') {
+        if (createStatus === 0) return undefined; // never answers
         if (createStatus === 429) {
           res.writeHead(429, { 'Content-Type': 'application/json' });
           return res.end(JSON.stringify({ error: { code: 'too_many_requests', message: `${name} is full` },
@@ -32,6 +33,7 @@ function node(name, { running, max, createStatus = 201, execReset = false }) {
       }
       if (req.url.endsWith('/exec')) {
         if (execReset) return req.socket.destroy();
+        if (execSilent) return undefined; // never answers
         return res.end(JSON.stringify({ status: 'ok', exit_code: 0, stdout: name, stderr: '' }));
       }
       res.writeHead(404);
@@ -78,4 +80,17 @@ test('an exec whose node drops the connection is never retried elsewhere', async
   assert.ok(!other.seen.some((s) => s.endsWith('/exec')));
   flaky.server.close();
   other.server.close();
+});
+
+test('a call without an answer ends by the caller signal, or by the client deadline', async () => {
+  const silent = await node('silent', { running: 0, max: 10, execSilent: true });
+  const sbx = await Sandbox.create({ url: [silent.url] });
+  const aborted = await sbx.exec('sleep 1', { signal: AbortSignal.timeout(200) }).catch((e) => e);
+  assert.equal(aborted.name, 'AbortError', String(aborted));
+  const hung = await node('hung', { running: 0, max: 10, createStatus: 0 });
+  const late = await Sandbox.create({ url: [hung.url], requestTimeoutMs: 300 }).catch((e) => e);
+  assert.ok(late instanceof RequestTimeoutError, String(late));
+  assert.equal(late.requestSent, true);
+  silent.server.close();
+  hung.server.close();
 });
