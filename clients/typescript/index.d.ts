@@ -112,8 +112,8 @@ export interface FileEntry {
 }
 
 export declare class Files {
-  write(path: string, data: string | Uint8Array, opts?: { signal?: AbortSignal }): Promise<{ path: string;
-    size: number }>;
+  write(path: string, data: string | ArrayBufferView | ArrayBuffer,
+    opts?: { signal?: AbortSignal }): Promise<{ path: string; size: number }>;
   read(path: string, opts?: { signal?: AbortSignal }): Promise<Buffer>;
   readText(path: string, opts?: { signal?: AbortSignal }): Promise<string>;
   list(path?: string, opts?: { signal?: AbortSignal }): Promise<FileEntry[]>;

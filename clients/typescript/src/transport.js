@@ -58,7 +58,7 @@ export class Transport {
    * One request. Options: query (object), json (a body to send as JSON), body (raw bytes), timeoutMs, signal,
    * raw (answer the bytes), onLine (NDJSON: called with each decoded line; the answer is then undefined).
    */
-  request(method, urlPath, opts = {}) {
+  async request(method, urlPath, opts = {}) {
     const { query, json, body, timeoutMs = this.requestTimeoutMs, signal, raw = false, onLine } = opts;
     let target = urlPath;
     if (query) {
@@ -73,8 +73,10 @@ export class Transport {
       payload = Buffer.from(JSON.stringify(json));
       headers['Content-Type'] = 'application/json';
     } else if (body !== undefined) {
-      payload = typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.from(body.buffer, body.byteOffset,
-        body.byteLength);
+      if (typeof body === 'string') payload = Buffer.from(body, 'utf8');
+      else if (body instanceof ArrayBuffer) payload = Buffer.from(body);
+      else if (ArrayBuffer.isView(body)) payload = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+      else throw new TypeError('file contents are a string, a Uint8Array (or other typed view) or an ArrayBuffer');
       headers['Content-Type'] = 'application/octet-stream';
     }
     if (payload) headers['Content-Length'] = String(payload.length);
