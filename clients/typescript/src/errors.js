@@ -1,0 +1,56 @@
+// clients/typescript/src/errors.js: the typed errors of the client; each carries the server's message and code.
+// A program's own failure (non-zero exit, time-out, oom) is never an error: it is an ExecResult with a status.
+
+export class NsboxError extends Error {
+  constructor(message, { status = null, code = null, body = null, url = null, requestSent = true, cause } = {}) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = new.target.name;
+    this.status = status; // HTTP status, null when no answer came
+    this.code = code; // the server's error code, e.g. "not_found"
+    this.body = body; // the decoded error body, or null
+    this.url = url; // the endpoint
+    this.requestSent = requestSent; // false: nothing reached a server, safe to send elsewhere
+  }
+}
+
+/** 404: unknown sandbox (or another client's), missing file, unknown route. */
+export class NotFoundError extends NsboxError {}
+/** 400, 401, 403, 413: the server refused the request. */
+export class RefusedError extends NsboxError {}
+/** 429: the node has no room; `capacity` is its capacity document. */
+export class CapacityFullError extends RefusedError {
+  get capacity() {
+    return this.body?.capacity ?? null;
+  }
+}
+/** 409: the sandbox has ended. */
+export class ConflictError extends NsboxError {}
+/** 500: the sandbox could not be made; the message is the engine's reason. */
+export class SetupFailedError extends NsboxError {}
+/** No server: connection refused or reset, the answer cut short, or 503 (shutting down). */
+export class ServerGoneError extends NsboxError {}
+/** No answer within the client's deadline. For an exec, the program may have run. */
+export class RequestTimeoutError extends NsboxError {}
+
+const BY_STATUS = {
+  400: RefusedError, 401: RefusedError, 403: RefusedError, 404: NotFoundError, 409: ConflictError,
+  413: RefusedError, 429: CapacityFullError, 500: SetupFailedError, 503: ServerGoneError,
+};
+
+/** The error for a non-2xx answer; `body` is the raw Buffer of the answer. */
+export function fromResponse(status, body, url) {
+  let decoded = null;
+  try {
+    decoded = body && body.length ? JSON.parse(body.toString('utf8')) : null;
+  } catch {
+    decoded = null;
+  }
+  let message = decoded?.error?.message;
+  const code = decoded?.error?.code ?? null;
+  if (typeof message !== 'string' || !message) {
+    const first = body ? body.toString('utf8').trim().split('\n')[0].slice(0, 200) : '';
+    message = `HTTP ${status} from ${url || 'the server'}${first ? ': ' + first : ''}`;
+  }
+  const Cls = BY_STATUS[status] ?? NsboxError;
+  return new Cls(message, { status, code, body: decoded && typeof decoded === 'object' ? decoded : null, url });
+}

@@ -1,0 +1,213 @@
+// clients/typescript/src/sandbox.js: Sandbox (create, connect, list, exec, runCode, terminate), its files, results.
+import { NsboxError } from './errors.js';
+import { endpointUrls, Transport, DEFAULT_EXEC_TIMEOUT_S, EXEC_GRACE_MS } from './transport.js';
+import { tryEach } from './cluster.js';
+
+function transportsFor(opts = {}) {
+  return endpointUrls(opts.url).map((u) => new Transport(u, { token: opts.token,
+    requestTimeoutMs: opts.requestTimeoutMs }));
+}
+
+const enc = encodeURIComponent;
+
+/** One run's outcome: the server's result object, with camelCase accessors; `raw` is the whole object. */
+export class ExecResult {
+  constructor(raw) {
+    this.raw = raw;
+    this.status = raw.status;
+    this.exitCode = raw.exit_code;
+    this.signal = raw.signal ?? 0;
+    this.reason = raw.reason ?? '';
+    this.stdout = raw.stdout ?? '';
+    this.stderr = raw.stderr ?? '';
+    this.stdoutBytes = raw.stdout_bytes ?? 0;
+    this.stderrBytes = raw.stderr_bytes ?? 0;
+    this.stdoutTruncated = !!raw.stdout_truncated;
+    this.stderrTruncated = !!raw.stderr_truncated;
+    this.wallMs = raw.wall_ms ?? 0;
+    this.cpuMs = raw.cpu_ms ?? 0;
+    this.peakMemoryBytes = raw.peak_memory_bytes ?? 0;
+    this.changedFiles = raw.changed_files ?? [];
+    this.repl = raw.repl ?? null;
+  }
+
+  /** True when the program exited 0. */
+  get ok() {
+    return this.status === 'ok';
+  }
+}
+
+/** Files under the sandbox's /workspace. */
+export class Files {
+  constructor(sandbox) {
+    this._sbx = sandbox;
+  }
+
+  /** Writes `data` (a string as UTF-8, or bytes) to `path`, creating parents. Answers {path, size}. */
+  write(path, data, { signal } = {}) {
+    return this._sbx._call('PUT', '/files', { query: { path }, body: data ?? '', signal });
+  }
+
+  /** The bytes of `path`. */
+  read(path, { signal } = {}) {
+    return this._sbx._call('GET', '/files', { query: { path }, raw: true, signal });
+  }
+
+  /** The text of `path`, decoded as UTF-8. */
+  async readText(path, opts) {
+    return (await this.read(path, opts)).toString('utf8');
+  }
+
+  /** The entries of directory `path` (default the workspace): [{name, path, type, size}]. */
+  async list(path = '.', { signal } = {}) {
+    return (await this._sbx._call('GET', '/files', { query: { path, list: 'true' }, signal })).entries;
+  }
+
+  /** Removes `path` (a directory recursively). */
+  async remove(path, { signal } = {}) {
+    await this._sbx._call('DELETE', '/files', { query: { path }, signal });
+  }
+}
+
+function createBody(opts, { timeoutIsLifetime = true } = {}) {
+  const body = {};
+  for (const [from, to] of [['template', 'template'], ['network', 'network'], ['limits', 'limits'], ['env', 'env'],
+    ['idleTimeout', 'idle_timeout'], ['maxLifetime', 'max_lifetime'], ['timeout', 'max_lifetime'],
+    ['labels', 'labels']]) {
+    if (from === 'timeout' && !timeoutIsLifetime) continue;
+    if (opts[from] !== undefined) body[to] = opts[from];
+  }
+  return body;
+}
+
+function execBody(opts) {
+  const body = {};
+  for (const [from, to] of [['stdin', 'stdin'], ['timeout', 'timeout'], ['env', 'env'], ['cwd', 'cwd'],
+    ['repl', 'repl'], ['outputLimit', 'output_limit']]) {
+    if (opts[from] !== undefined) body[to] = opts[from];
+  }
+  return body;
+}
+
+/** Sends an exec or run body, streaming when a callback is given. Never retried. */
+async function runOn(transport, urlPath, body, opts) {
+  const timeoutMs = (body.timeout ?? DEFAULT_EXEC_TIMEOUT_S) * 1000 + EXEC_GRACE_MS;
+  const { onStdout, onStderr, signal } = opts;
+  if (!onStdout && !onStderr) {
+    return new ExecResult(await transport.request('POST', urlPath, { json: body, timeoutMs, signal }));
+  }
+  let result = null;
+  let failure = null;
+  await transport.request('POST', urlPath, {
+    json: body, timeoutMs, signal, query: { stream: 'true' },
+    onLine: (line) => {
+      if (line.type === 'stdout') onStdout?.(line.data);
+      else if (line.type === 'stderr') onStderr?.(line.data);
+      else if (line.type === 'result') result = line.result;
+      else if (line.type === 'error') failure = line.error;
+    },
+  });
+  if (failure) {
+    throw new NsboxError(failure.message ?? 'the server reported an error mid-stream',
+      { code: failure.code ?? null, body: { error: failure }, url: transport.url });
+  }
+  if (!result) throw new NsboxError(`${urlPath} at ${transport.url}: the stream ended without a result`,
+    { url: transport.url });
+  return new ExecResult(result);
+}
+
+export class Sandbox {
+  constructor(transport, info) {
+    this._transport = transport;
+    this.info = info;
+    this.id = info.id;
+    this.files = new Files(this);
+  }
+
+  /** The endpoint this sandbox lives on; every call of it goes there. */
+  get url() {
+    return this._transport.url;
+  }
+
+  /**
+   * Makes a sandbox. With several endpoints (`url` an array or comma-separated, or NSBOX_URL so), on the node
+   * with the most free capacity, trying the next when one is full or gone.
+   */
+  static async create(opts = {}) {
+    const body = createBody(opts);
+    const [t, info] = await tryEach(transportsFor(opts), body.template, (tr) =>
+      tr.request('POST', '/v1/sandboxes', { json: body, signal: opts.signal }), false);
+    return new Sandbox(t, info);
+  }
+
+  /** A handle on an existing sandbox; looks for it on each endpoint. */
+  static async connect(id, opts = {}) {
+    let lastErr = null;
+    for (const t of transportsFor(opts)) {
+      try {
+        return new Sandbox(t, await t.request('GET', `/v1/sandboxes/${enc(id)}`, { signal: opts.signal }));
+      } catch (err) {
+        lastErr = err;
+      }
+    }
+    throw lastErr;
+  }
+
+  /** The caller's sandboxes on every endpoint. */
+  static async list(opts = {}) {
+    const all = await Promise.all(transportsFor(opts).map(async (t) =>
+      (await t.request('GET', '/v1/sandboxes', { signal: opts.signal })).sandboxes.map((s) => new Sandbox(t, s))));
+    return all.flat();
+  }
+
+  /** A one-shot run in a fresh sandbox (POST /v1/run); sent elsewhere only if it cannot have started. */
+  static async run(opts = {}) {
+    const body = { ...createBody(opts, { timeoutIsLifetime: false }), ...execBody(opts),
+      ...commandFields(opts.cmd, opts) };
+    const [, result] = await tryEach(transportsFor(opts), body.template, (tr) => runOn(tr, '/v1/run', body, opts),
+      true);
+    return result;
+  }
+
+  _call(method, sub, opts) {
+    return this._transport.request(method, `/v1/sandboxes/${enc(this.id)}${sub}`, opts);
+  }
+
+  /** The sandbox's current state from the server. */
+  async refresh({ signal } = {}) {
+    this.info = await this._call('GET', '', { signal });
+    return this.info;
+  }
+
+  /** Runs `cmd` (a string for /bin/sh -c, or an argv array). Streams to onStdout/onStderr when given. */
+  exec(cmd, opts = {}) {
+    return runOn(this._transport, `/v1/sandboxes/${enc(this.id)}/exec`,
+      { ...execBody(opts), ...commandFields(cmd) }, opts);
+  }
+
+  /** Runs `code` in `language` (default python); `repl: true` keeps the interpreter's state between calls. */
+  runCode(code, opts = {}) {
+    return runOn(this._transport, `/v1/sandboxes/${enc(this.id)}/exec`,
+      { ...execBody(opts), language: opts.language ?? 'python', code }, opts);
+  }
+
+  /** Ends the sandbox; nothing of it is left. Ending one already gone is not an error. */
+  async terminate({ signal } = {}) {
+    try {
+      await this._call('DELETE', '', { signal });
+    } catch (err) {
+      if (err.status !== 404) throw err;
+    }
+  }
+
+  async [Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose')]() {
+    await this.terminate();
+  }
+}
+
+function commandFields(cmd, opts = {}) {
+  if (Array.isArray(cmd)) return { argv: cmd.map(String) };
+  if (typeof cmd === 'string') return { cmd };
+  if (opts.code !== undefined) return { language: opts.language ?? 'python', code: opts.code };
+  throw new TypeError('a command is a string (run by /bin/sh -c) or an argv array');
+}

@@ -1,0 +1,185 @@
+// clients/typescript/src/transport.js: HTTP/1.1 to one nsbox serve endpoint (Unix socket or TCP), deadlines, errors.
+// Each request has its own connection (agent: false, Connection: close): a refused connection then always means
+// nothing was sent, and a stale kept-alive socket can never turn into an ambiguous failure.
+import http from 'node:http';
+import https from 'node:https';
+import path from 'node:path';
+import { fromResponse, NsboxError, RequestTimeoutError, ServerGoneError } from './errors.js';
+
+export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000; // a call that runs no program
+export const EXEC_GRACE_MS = 30_000; // an exec's answer may take this long beyond the program's own time-out
+export const DEFAULT_EXEC_TIMEOUT_S = 60; // the server's default program time-out
+
+/** The socket `nsbox serve` listens on by default: /run/nsbox/api.sock for root, else under XDG_RUNTIME_DIR. */
+export function defaultSocket() {
+  const uid = typeof process.geteuid === 'function' ? process.geteuid() : 0;
+  if (uid !== 0 && process.env.XDG_RUNTIME_DIR) return path.join(process.env.XDG_RUNTIME_DIR, 'nsbox', 'api.sock');
+  return '/run/nsbox/api.sock';
+}
+
+/** The endpoints: `url` (a string, possibly comma-separated, or an array), else NSBOX_URL, else the default socket. */
+export function endpointUrls(url) {
+  let list = url ?? process.env.NSBOX_URL ?? '';
+  if (typeof list === 'string') list = list.split(',');
+  list = list.map((u) => String(u).trim()).filter(Boolean);
+  return list.length ? list : ['unix://' + defaultSocket()];
+}
+
+const GONE_CODES = new Set(['ECONNREFUSED', 'ENOENT', 'ECONNRESET', 'EPIPE', 'ECONNABORTED', 'EHOSTUNREACH',
+  'ENETUNREACH', 'ENOTSOCK', 'EACCES', 'ENOTCONN', 'EAI_AGAIN', 'ENOTFOUND']);
+
+export class Transport {
+  /** url: `unix:///path/to/api.sock`, `http://host:port` or `https://host:port`. */
+  constructor(url, { token, requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS } = {}) {
+    this.url = url;
+    this.token = token ?? process.env.NSBOX_TOKEN ?? null;
+    this.requestTimeoutMs = requestTimeoutMs;
+    if (url.startsWith('unix://')) {
+      const socketPath = url.slice('unix://'.length);
+      if (!socketPath.startsWith('/')) throw new NsboxError(`NSBOX_URL ${url}: a unix:// URL needs an absolute path`);
+      this.base = { socketPath };
+      this.lib = http;
+    } else {
+      let parsed;
+      try {
+        parsed = new URL(url);
+      } catch {
+        throw new NsboxError(`NSBOX_URL ${url}: not unix:///path or http://host:port`);
+      }
+      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+        throw new NsboxError(`NSBOX_URL ${url}: the scheme must be unix, http or https`);
+      }
+      this.base = { hostname: parsed.hostname.replace(/^\[|\]$/g, ''), port: parsed.port || undefined };
+      this.lib = parsed.protocol === 'https:' ? https : http;
+    }
+  }
+
+  /**
+   * One request. Options: query (object), json (a body to send as JSON), body (raw bytes), timeoutMs, signal,
+   * raw (answer the bytes), onLine (NDJSON: called with each decoded line; the answer is then undefined).
+   */
+  async request(method, urlPath, opts = {}) {
+    const { query, json, body, timeoutMs = this.requestTimeoutMs, signal, raw = false, onLine } = opts;
+    let target = urlPath;
+    if (query) {
+      const q = new URLSearchParams();
+      for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null) q.set(k, String(v));
+      const s = q.toString();
+      if (s) target += '?' + s;
+    }
+    const headers = { Connection: 'close', Accept: onLine ? 'application/x-ndjson' : 'application/json' };
+    let payload = null;
+    if (json !== undefined) {
+      payload = Buffer.from(JSON.stringify(json));
+      headers['Content-Type'] = 'application/json';
+    } else if (body !== undefined) {
+      if (typeof body === 'string') payload = Buffer.from(body, 'utf8');
+      else if (body instanceof ArrayBuffer) payload = Buffer.from(body);
+      else if (ArrayBuffer.isView(body)) payload = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+      else throw new TypeError('file contents are a string, a Uint8Array (or other typed view) or an ArrayBuffer');
+      headers['Content-Type'] = 'application/octet-stream';
+    }
+    if (payload) headers['Content-Length'] = String(payload.length);
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    const where = `${method} ${urlPath} at ${this.url}`;
+
+    return new Promise((resolve, reject) => {
+      let connected = false;
+      let settled = false;
+      const finish = (fn, value) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        fn(value);
+      };
+      const req = this.lib.request({ ...this.base, method, path: target, headers, agent: false });
+      const timer = setTimeout(() => {
+        finish(reject, new RequestTimeoutError(`${where}: no answer within ${timeoutMs} ms`,
+          { url: this.url, requestSent: connected }));
+        req.destroy();
+      }, timeoutMs);
+      const onAbort = () => {
+        const reason = signal.reason instanceof Error ? signal.reason : new Error('aborted');
+        finish(reject, Object.assign(new NsboxError(`${where}: aborted by the caller`,
+          { url: this.url, requestSent: connected, cause: reason }), { name: 'AbortError' }));
+        req.destroy();
+      };
+      if (signal) {
+        if (signal.aborted) return onAbort();
+        signal.addEventListener('abort', onAbort, { once: true });
+      }
+      req.on('socket', (sock) => sock.once('connect', () => { connected = true; }));
+      req.on('error', (err) => {
+        const gone = GONE_CODES.has(err.code);
+        const sent = connected && err.code !== 'ECONNREFUSED' && err.code !== 'ENOENT';
+        const Cls = gone ? ServerGoneError : NsboxError;
+        const what = connected ? 'the connection failed' : 'cannot connect';
+        finish(reject, new Cls(`${where}: ${what}: ${err.code ?? ''} ${err.message}`.replace(/\s+/g, ' '),
+          { url: this.url, requestSent: sent, cause: err }));
+      });
+      req.on('response', (res) => {
+        const ndjson = onLine && res.statusCode === 200 &&
+          String(res.headers['content-type'] ?? '').startsWith('application/x-ndjson');
+        const chunks = [];
+        let pending = '';
+        const decoder = new TextDecoder('utf-8');
+        res.on('data', (chunk) => {
+          if (!ndjson) return chunks.push(chunk);
+          pending += decoder.decode(chunk, { stream: true });
+          let nl;
+          while ((nl = pending.indexOf('\n')) >= 0) {
+            const line = pending.slice(0, nl).trim();
+            pending = pending.slice(nl + 1);
+            if (!line) continue;
+            let parsed;
+            try {
+              parsed = JSON.parse(line);
+            } catch {
+              finish(reject, new NsboxError(`${where}: a stream line is not JSON: ${line.slice(0, 200)}`,
+                { url: this.url }));
+              return req.destroy();
+            }
+            try {
+              onLine(parsed);
+            } catch (err) {
+              finish(reject, err);
+              return req.destroy();
+            }
+          }
+        });
+        res.on('aborted', () => finish(reject, new ServerGoneError(`${where}: the answer was cut short`,
+          { url: this.url })));
+        res.on('error', (err) => finish(reject, new ServerGoneError(`${where}: the answer was cut short: ` +
+          err.message, { url: this.url, cause: err })));
+        res.on('end', () => {
+          if (ndjson) {
+            const rest = (pending + decoder.decode()).trim();
+            if (rest) {
+              try {
+                onLine(JSON.parse(rest));
+              } catch (err) {
+                return finish(reject, err instanceof NsboxError ? err : new NsboxError(`${where}: ${err.message}`));
+              }
+            }
+            return finish(resolve, undefined);
+          }
+          const data = Buffer.concat(chunks);
+          if (res.statusCode < 200 || res.statusCode > 299) {
+            return finish(reject, fromResponse(res.statusCode, data, this.url));
+          }
+          if (raw) return finish(resolve, data);
+          if (res.statusCode === 204 || data.length === 0) return finish(resolve, null);
+          try {
+            finish(resolve, JSON.parse(data.toString('utf8')));
+          } catch {
+            finish(reject, new NsboxError(`${where}: the answer is not JSON: ${data.toString('utf8', 0, 200)}`,
+              { url: this.url, status: res.statusCode }));
+          }
+        });
+      });
+      req.end(payload ?? undefined);
+    });
+  }
+}
+

@@ -1,0 +1,181 @@
+// tests/typescript-client/client.test.mjs: the TypeScript client against a real `nsbox serve` (NSBOX_URL).
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { generateText, stepCountIs } from 'ai';
+import { MockLanguageModelV3 } from 'ai/test';
+import OpenAI from 'openai';
+import {
+  Sandbox, NotFoundError, ServerGoneError, RefusedError, NsboxError, clip, formatToolOutput, runPythonTool,
+  RUN_PYTHON_JSON_SCHEMA,
+} from 'nsbox';
+import { runPython } from 'nsbox/ai';
+import { startScriptedOpenAI, PRIME_PROGRAM } from './scripted-openai.mjs';
+
+const made = [];
+async function create(opts) {
+  const sbx = await Sandbox.create(opts);
+  made.push(sbx);
+  return sbx;
+}
+after(async () => {
+  for (const s of made) await s.terminate().catch(() => {});
+});
+
+test('files round trip is binary-safe, lists and removes', async () => {
+  const sbx = await create();
+  const bytes = Buffer.alloc(256 * 4);
+  for (let i = 0; i < bytes.length; i++) bytes[i] = i % 256;
+  const wrote = await sbx.files.write('sub/dir/all-bytes.bin', bytes);
+  assert.equal(wrote.size, bytes.length);
+  assert.equal(wrote.path, '/workspace/sub/dir/all-bytes.bin');
+  assert.deepEqual(await sbx.files.read('/workspace/sub/dir/all-bytes.bin'), bytes);
+  await sbx.files.write('text.txt', 'héllo\n');
+  assert.equal(await sbx.files.readText('text.txt'), 'héllo\n');
+  const r = await sbx.exec('wc -c < sub/dir/all-bytes.bin; cat text.txt');
+  assert.equal(r.stdout, `${bytes.length}\nhéllo\n`);
+  const names = (await sbx.files.list('sub/dir')).map((e) => `${e.name}:${e.type}:${e.size}`);
+  assert.deepEqual(names, [`all-bytes.bin:file:${bytes.length}`]);
+  await sbx.files.remove('sub');
+  await assert.rejects(sbx.files.read('sub/dir/all-bytes.bin'), NotFoundError);
+  await assert.rejects(sbx.files.write('../escape', 'x'), RefusedError);
+});
+
+test('exec of a failing program is a result with its exit code, not an error', async () => {
+  const sbx = await create();
+  const r = await sbx.exec(['sh', '-c', 'echo out; echo err >&2; exit 3']);
+  assert.equal(r.status, 'exit');
+  assert.equal(r.exitCode, 3);
+  assert.equal(r.ok, false);
+  assert.equal(r.stdout, 'out\n');
+  assert.equal(r.stderr, 'err\n');
+  assert.equal(r.raw.exit_code, 3);
+  const code = await sbx.runCode('import sys; print(6 * 7); sys.exit(0)');
+  assert.equal(code.status, 'ok');
+  assert.equal(code.stdout, '42\n');
+});
+
+test('streaming delivers chunks while the program still runs, then the result', async () => {
+  const sbx = await create();
+  const events = [];
+  // The program prints, then waits for a file that only the onStdout callback writes: it can end only if the
+  // first chunk reached the client before the program finished.
+  const program = 'import os, time, sys\nprint("first", flush=True)\n' +
+    'for _ in range(200):\n    if os.path.exists("/workspace/go"): break\n    time.sleep(0.05)\n' +
+    'print("second" if os.path.exists("/workspace/go") else "no-go")\n';
+  await sbx.files.write('stream.py', program);
+  let wroteGo = null;
+  const r = await sbx.exec(['python3', 'stream.py'], {
+    timeout: 20,
+    onStdout: (chunk) => {
+      events.push(['stdout', chunk]);
+      if (!wroteGo) wroteGo = sbx.files.write('go', '1');
+    },
+    onStderr: (chunk) => events.push(['stderr', chunk]),
+  });
+  events.push(['result']);
+  await wroteGo;
+  assert.equal(r.status, 'ok', r.reason);
+  assert.equal(r.stdout, 'first\nsecond\n');
+  assert.equal(events[0][0], 'stdout');
+  assert.equal(events.at(-1)[0], 'result');
+  assert.equal(events.filter((e) => e[0] === 'stdout').map((e) => e[1]).join(''), 'first\nsecond\n');
+});
+
+test('errors are typed and carry the server message', async () => {
+  const err = await Sandbox.connect('sb-000000000000000000000000').catch((e) => e);
+  assert.ok(err instanceof NotFoundError, String(err));
+  assert.equal(err.status, 404);
+  assert.equal(err.code, 'not_found');
+  assert.ok(err.message.length > 0 && !err.message.includes('\n'));
+  const gone = await Sandbox.create({ url: 'unix:///nonexistent/nsbox-test/api.sock' }).catch((e) => e);
+  assert.ok(gone instanceof ServerGoneError, String(gone));
+  assert.equal(gone.requestSent, false);
+  const bad = await Sandbox.create({ limits: { memory: 'lots' } }).catch((e) => e);
+  assert.ok(bad instanceof RefusedError, String(bad));
+  assert.equal(bad.status, 400);
+});
+
+test('terminate leaves nothing: the sandbox is unknown and not listed', async () => {
+  const sbx = await Sandbox.create();
+  await sbx.exec('sleep 30 >/dev/null 2>&1 & echo started');
+  await sbx.terminate();
+  assert.ok(!(await Sandbox.list()).some((s) => s.id === sbx.id));
+  await assert.rejects(sbx.exec('true'), NotFoundError);
+  await assert.rejects(Sandbox.connect(sbx.id), NotFoundError);
+  await sbx.terminate(); // a second terminate is not an error
+});
+
+test('clip keeps head and tail with a marker, and the tool output is clipped', () => {
+  const text = Array.from({ length: 2000 }, (_, i) => `line ${i}`).join('\n');
+  const clipped = clip(text, { limit: 500 });
+  assert.ok(clipped.length < 600);
+  assert.ok(clipped.startsWith('line 0\n'));
+  assert.ok(clipped.endsWith('line 1999'));
+  assert.match(clipped, /\[\.\.\. \d+ characters of output cut here/);
+  const out = formatToolOutput({ status: 'exit', exit_code: 1, stdout: text, stderr: 'boom' }, { limit: 300 });
+  assert.match(out, /^exit_code: 1\nstdout:\nline 0\n/);
+  assert.match(out, /stderr:\nboom\n$/);
+});
+
+test('AI SDK generateText with its mock model calls run_python and gets the real output', async () => {
+  const sbx = await create();
+  const model = new MockLanguageModelV3({
+    doGenerate: async (options) => {
+      const toolMessage = options.prompt.find((m) => m.role === 'tool');
+      const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+        outputTokens: { total: 1, text: 1, reasoning: 0 } };
+      if (!toolMessage) {
+        assert.ok(options.tools.some((t) => t.name === 'run_python'));
+        return { content: [{ type: 'tool-call', toolCallId: 'c1', toolName: 'run_python',
+          input: JSON.stringify({ code: PRIME_PROGRAM }) }], finishReason: { unified: 'tool-calls', raw: undefined },
+        usage, warnings: [] };
+      }
+      const output = toolMessage.content[0].output;
+      const text = typeof output.value === 'string' ? output.value : JSON.stringify(output.value);
+      return { content: [{ type: 'text', text: `The tool said: ${text}` }],
+        finishReason: { unified: 'stop', raw: undefined }, usage, warnings: [] };
+    },
+  });
+  const result = await generateText({ model, prompt: 'What is the 1000th prime?',
+    tools: { run_python: runPythonTool(sbx) }, stopWhen: stepCountIs(3) });
+  const toolResult = result.steps[0].toolResults[0];
+  assert.equal(toolResult.toolName, 'run_python');
+  assert.equal(toolResult.output, 'exit_code: 0\nstdout:\n7919\nstderr: (empty)\n');
+  assert.match(result.text, /stdout:\n7919\n/);
+  assert.equal(await sbx.files.readText('/workspace/tool_call.py'), PRIME_PROGRAM);
+});
+
+test('the openai SDK with a scripted server answers the 1000th prime from a real run', async () => {
+  const { server, requests, baseURL } = await startScriptedOpenAI();
+  const sbx = await create();
+  try {
+    const openai = new OpenAI({ baseURL, apiKey: 'test-key', maxRetries: 0 });
+    const messages = [{ role: 'user', content: 'What is the 1000th prime?' }];
+    const tools = [{ type: 'function', function: { name: 'run_python', description: 'Runs Python code.',
+      parameters: RUN_PYTHON_JSON_SCHEMA } }];
+    let answer = null;
+    for (let turn = 0; turn < 4 && answer === null; turn++) {
+      const completion = await openai.chat.completions.create({ model: 'scripted', messages, tools });
+      const msg = completion.choices[0].message;
+      messages.push(msg);
+      if (!msg.tool_calls?.length) {
+        answer = msg.content;
+        break;
+      }
+      for (const call of msg.tool_calls) {
+        const { code } = JSON.parse(call.function.arguments);
+        messages.push({ role: 'tool', tool_call_id: call.id, content: await runPython(sbx, code) });
+      }
+    }
+    assert.equal(answer, 'The 1000th prime is 7919.');
+    assert.equal(requests.length, 2);
+    assert.equal(requests[1].body.messages.at(-1).content, 'exit_code: 0\nstdout:\n7919\nstderr: (empty)\n');
+  } finally {
+    server.close();
+  }
+});
+
+test('a bad NSBOX_URL is an error naming it', async () => {
+  await assert.rejects(Sandbox.create({ url: 'ftp://x' }),
+    (e) => e instanceof NsboxError && /ftp:\/\/x/.test(e.message));
+});
