@@ -96,8 +96,9 @@ func (c *Client) request(ctx context.Context, op, method, path string, body io.R
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		e := transportError(ctx, op, own, err)
 		cancel()
-		return nil, nil, transportError(ctx, op, own, err)
+		return nil, nil, e
 	}
 	if resp.StatusCode/100 != 2 {
 		defer cancel()
