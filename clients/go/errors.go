@@ -15,10 +15,10 @@ var (
 	ErrCapacityFull   = errors.New("capacity full")                 // 429 (also ErrRefused)
 	ErrNotFound       = errors.New("not found")                     // 404: unknown sandbox, file or route
 	ErrConflict       = errors.New("sandbox ended")                 // 409
-	ErrSetupFailed    = errors.New("sandbox set-up failed")         // 500 setup_failed, or a result with status setup_error
+	ErrSetupFailed    = errors.New("sandbox set-up failed")         // 500 setup_failed, or a setup_error result
 	ErrServerGone     = errors.New("server gone")                   // connection refused or cut, 503 shutting down
 	ErrRequestTimeout = errors.New("no answer in time")             // no answer within the client's own deadline
-	ErrProtocol       = errors.New("unexpected answer from server") // an answer that breaks the API contract
+	ErrProtocol       = errors.New("unexpected answer from server") // breaks the API contract
 )
 
 // Error is every error the client returns. Kind is one of the Err* values above.

@@ -46,5 +46,6 @@ if not order:
     parts.append('<testcase classname="go-client" name="go test ran"><failure message=%s/></testcase>'
                  % quoteattr("go test reported no test: " + vet_text[-1000:]))
 with open(dst, "w") as f:
-    f.write('<testsuites><testsuite name="go-client" tests="%d" failures="%d" skipped="%d">%s</testsuite></testsuites>\n'
-            % (len(parts), failures, skipped, "".join(parts)))
+    counts = (len(parts), failures, skipped)
+    f.write('<testsuites><testsuite name="go-client" tests="%d" failures="%d" skipped="%d">' % counts)
+    f.write("".join(parts) + "</testsuite></testsuites>\n")
