@@ -1,0 +1,166 @@
+// client.go: the HTTP transport of the nsbox Go client (Unix socket or TCP, bearer token, JSON errors).
+package nsbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Client speaks the nsbox serve API v1. Make one with NewClient or FromEnv; it is safe for concurrent use.
+type Client struct {
+	base  string // "http://nsbox" for a Unix socket, else the URL given
+	token string
+	http  *http.Client
+	// RequestTimeout bounds a call whose context has no deadline (an exec: its own time-out plus 30 s).
+	RequestTimeout time.Duration
+}
+
+// FromEnv makes a client from NSBOX_URL (unix:///path/api.sock or http://host:port; default the
+// per-user or system socket) and NSBOX_TOKEN.
+func FromEnv() (*Client, error) {
+	return NewClient(os.Getenv("NSBOX_URL"), os.Getenv("NSBOX_TOKEN"))
+}
+
+// NewClient makes a client for rawURL (unix:///path or http://host:port; empty for the default socket).
+func NewClient(rawURL, token string) (*Client, error) {
+	if rawURL == "" {
+		rawURL = "unix:///run/nsbox/api.sock"
+		if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" && os.Geteuid() != 0 {
+			rawURL = "unix://" + dir + "/nsbox/api.sock"
+		}
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: %v", rawURL, err)
+	}
+	// One connection per request: a refused connection then always means nothing was sent.
+	transport := &http.Transport{DisableKeepAlives: true}
+	c := &Client{token: token, RequestTimeout: 60 * time.Second}
+	switch u.Scheme {
+	case "unix":
+		if u.Path == "" {
+			return nil, fmt.Errorf("nsbox: NSBOX_URL %q: a unix URL needs a socket path", rawURL)
+		}
+		socket := u.Path
+		transport.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}
+		c.base = "http://nsbox"
+	case "http", "https":
+		c.base = strings.TrimRight(rawURL, "/")
+	default:
+		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: scheme must be unix or http", rawURL)
+	}
+	c.http = &http.Client{Transport: transport}
+	return c, nil
+}
+
+// apiError is the body of every non-2xx answer.
+type apiError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// request sends one call and returns the answer with a 2xx status; any other outcome is an *Error.
+func (c *Client) request(ctx context.Context, op, method, path string, body io.Reader, contentType string,
+	extra time.Duration) (*http.Response, context.CancelFunc, error) {
+	own := false
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok && c.RequestTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.RequestTimeout+extra)
+		own = true
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		cancel()
+		return nil, nil, &Error{Kind: ErrProtocol, Op: op, Err: err}
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		e := transportError(ctx, op, own, err)
+		cancel()
+		return nil, nil, e
+	}
+	if resp.StatusCode/100 != 2 {
+		defer cancel()
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		var ae apiError
+		e := &Error{Op: op, Status: resp.StatusCode}
+		if json.Unmarshal(data, &ae) == nil && ae.Error.Code != "" {
+			e.Code, e.Message = ae.Error.Code, ae.Error.Message
+		} else {
+			e.Message = fmt.Sprintf("HTTP %d: %.200s", resp.StatusCode, strings.TrimSpace(string(data)))
+		}
+		e.Kind = kindOfStatus(resp.StatusCode, e.Code)
+		return nil, nil, e
+	}
+	return resp, cancel, nil
+}
+
+// transportError names why a call got no (whole) answer: the caller's context, our own deadline, or the server.
+func transportError(ctx context.Context, op string, ownDeadline bool, err error) *Error {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && ownDeadline:
+		return &Error{Kind: ErrRequestTimeout, Op: op, Err: err}
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &Error{Kind: ErrTimeout, Op: op, Message: "the context's deadline passed", Err: context.DeadlineExceeded}
+	case errors.Is(ctx.Err(), context.Canceled):
+		return &Error{Kind: ErrCanceled, Op: op, Message: "the context was canceled", Err: context.Canceled}
+	}
+	return &Error{Kind: ErrServerGone, Op: op, Err: err}
+}
+
+// doJSON sends in (when not nil) as JSON and decodes a JSON answer into out (when not nil).
+func (c *Client) doJSON(ctx context.Context, op, method, path string, in, out interface{}) error {
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return &Error{Kind: ErrProtocol, Op: op, Err: err}
+		}
+		body, ct = bytes.NewReader(data), "application/json"
+	}
+	resp, cancel, err := c.request(ctx, op, method, path, body, ct, 0)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if ctx.Err() != nil {
+			return transportError(ctx, op, false, err)
+		}
+		return &Error{Kind: ErrProtocol, Op: op, Message: "undecodable JSON answer", Err: err}
+	}
+	return nil
+}
+
+// Healthz asks whether the server is up.
+func (c *Client) Healthz(ctx context.Context) error {
+	return c.doJSON(ctx, "healthz", "GET", "/v1/healthz", nil, nil)
+}

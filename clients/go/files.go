@@ -1,0 +1,73 @@
+// files.go: the files of a sandbox's /workspace through the nsbox Go client (write, read, list, remove).
+package nsbox
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/url"
+)
+
+// Files reaches the sandbox's /workspace; paths are relative to it or absolute under it.
+type Files struct{ s *Sandbox }
+
+// Entry is one item of a directory listing.
+type Entry struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	Type string `json:"type"` // file, dir, symlink, other
+	Size int64  `json:"size"`
+}
+
+// Files returns the sandbox's file API.
+func (s *Sandbox) Files() Files { return Files{s} }
+
+func (f Files) path(p string, list bool) string {
+	q := "/v1/sandboxes/" + url.PathEscape(f.s.ID) + "/files?path=" + url.QueryEscape(p)
+	if list {
+		q += "&list=true"
+	}
+	return q
+}
+
+// Write puts data at path, making its parents.
+func (f Files) Write(ctx context.Context, path string, data []byte) error {
+	resp, cancel, err := f.s.client.request(ctx, "files.write", "PUT", f.path(path, false), bytes.NewReader(data),
+		"application/octet-stream", 0)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return nil
+}
+
+// Read returns the file's bytes.
+func (f Files) Read(ctx context.Context, path string) ([]byte, error) {
+	resp, cancel, err := f.s.client.request(ctx, "files.read", "GET", f.path(path, false), nil, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, transportError(ctx, "files.read", false, err)
+	}
+	return data, nil
+}
+
+// List returns the entries of a directory.
+func (f Files) List(ctx context.Context, dir string) ([]Entry, error) {
+	var out struct {
+		Entries []Entry `json:"entries"`
+	}
+	err := f.s.client.doJSON(ctx, "files.list", "GET", f.path(dir, true), nil, &out)
+	return out.Entries, err
+}
+
+// Remove deletes a file, or a directory recursively.
+func (f Files) Remove(ctx context.Context, path string) error {
+	return f.s.client.doJSON(ctx, "files.remove", "DELETE", f.path(path, false), nil, nil)
+}

@@ -1,0 +1,3 @@
+module nsbox.dev/client
+
+go 1.19

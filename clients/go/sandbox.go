@@ -1,0 +1,311 @@
+// sandbox.go: sandboxes of the nsbox Go client: Create, Connect, List, Exec (with streaming), Files, Terminate.
+package nsbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math"
+	"net/url"
+	"time"
+)
+
+// Network is a sandbox's network: NetworkNone (the default), NetworkRestricted (the server's allow list),
+// AllowHosts(...), or DangerHostNetwork.
+type Network struct {
+	mode  string
+	allow []string
+}
+
+var (
+	NetworkNone       = Network{mode: "none"}
+	NetworkRestricted = Network{mode: "restricted"}
+	// DangerHostNetwork gives the sandbox the host's network: only for trusted code.
+	DangerHostNetwork = Network{mode: "host"}
+)
+
+// AllowHosts lets the sandbox reach only these host names.
+func AllowHosts(hosts ...string) Network { return Network{allow: hosts} }
+
+// MarshalJSON writes "none" | "host" | "restricted" | {"allow": [...]}.
+func (n Network) MarshalJSON() ([]byte, error) {
+	if n.allow != nil {
+		return json.Marshal(map[string][]string{"allow": n.allow})
+	}
+	if n.mode == "" {
+		return json.Marshal("none")
+	}
+	return json.Marshal(n.mode)
+}
+
+// Limits of a sandbox; zero values leave the server's defaults.
+type Limits struct {
+	Memory string  `json:"memory,omitempty"` // "256M" or a byte count
+	Pids   int     `json:"pids,omitempty"`
+	CPUs   float64 `json:"cpus,omitempty"`
+	Tmpfs  string  `json:"tmpfs,omitempty"`
+}
+
+// SandboxOptions is the body of POST /v1/sandboxes; every field is optional.
+type SandboxOptions struct {
+	Template    string            `json:"template,omitempty"` // "host" (default), "python" or an image name
+	Network     *Network          `json:"network,omitempty"`
+	Limits      *Limits           `json:"limits,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+	IdleTimeout time.Duration     `json:"-"`
+	MaxLifetime time.Duration     `json:"-"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+func (o SandboxOptions) body() map[string]interface{} {
+	data, _ := json.Marshal(o)
+	m := map[string]interface{}{}
+	_ = json.Unmarshal(data, &m)
+	if o.IdleTimeout > 0 {
+		m["idle_timeout"] = seconds(o.IdleTimeout)
+	}
+	if o.MaxLifetime > 0 {
+		m["max_lifetime"] = seconds(o.MaxLifetime)
+	}
+	return m
+}
+
+// seconds rounds up to whole seconds, at least 1.
+func seconds(d time.Duration) int64 { return int64(math.Max(1, math.Ceil(d.Seconds()))) }
+
+// Info is the server's description of a sandbox.
+type Info struct {
+	ID          string          `json:"id"`
+	Template    string          `json:"template"`
+	Network     json.RawMessage `json:"network"`
+	Limits      json.RawMessage `json:"limits"`
+	Labels      map[string]string
+	CreatedAtMs int64  `json:"created_at_ms"`
+	FromPool    bool   `json:"from_pool"`
+	State       string `json:"state"`
+}
+
+// Sandbox is a handle on one sandbox of the server.
+type Sandbox struct {
+	ID     string
+	Info   Info
+	client *Client
+}
+
+// Create makes a sandbox.
+func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, error) {
+	var info Info
+	if err := c.doJSON(ctx, "create", "POST", "/v1/sandboxes", opts.body(), &info); err != nil {
+		return nil, err
+	}
+	if info.ID == "" {
+		return nil, &Error{Kind: ErrProtocol, Op: "create", Message: "the answer has no sandbox id"}
+	}
+	return &Sandbox{ID: info.ID, Info: info, client: c}, nil
+}
+
+// Connect returns a handle on an existing sandbox of this client (checked with GET).
+func (c *Client) Connect(ctx context.Context, id string) (*Sandbox, error) {
+	var info Info
+	if err := c.doJSON(ctx, "connect", "GET", "/v1/sandboxes/"+url.PathEscape(id), nil, &info); err != nil {
+		return nil, err
+	}
+	return &Sandbox{ID: info.ID, Info: info, client: c}, nil
+}
+
+// List returns this client's sandboxes.
+func (c *Client) List(ctx context.Context) ([]Info, error) {
+	var out struct {
+		Sandboxes []Info `json:"sandboxes"`
+	}
+	err := c.doJSON(ctx, "list", "GET", "/v1/sandboxes", nil, &out)
+	return out.Sandboxes, err
+}
+
+// Terminate ends the sandbox and everything in it. A sandbox already gone is not an error.
+func (s *Sandbox) Terminate(ctx context.Context) error {
+	err := s.client.doJSON(ctx, "terminate", "DELETE", "/v1/sandboxes/"+url.PathEscape(s.ID), nil, nil)
+	if e, ok := err.(*Error); ok && e.Kind == ErrNotFound {
+		return nil
+	}
+	return err
+}
+
+// ExecRequest says what to run: exactly one of Argv, Cmd (run by /bin/sh -c) or Language with Code.
+type ExecRequest struct {
+	Argv        []string
+	Cmd         string
+	Language    string
+	Code        string
+	Stdin       string
+	Timeout     time.Duration // 0: the server's default (60 s); a context deadline lowers it
+	Env         map[string]string
+	Cwd         string
+	Repl        bool
+	OutputLimit int64
+	OnStdout    func(chunk string) // called as output comes (streaming)
+	OnStderr    func(chunk string)
+}
+
+// Result is the verdict of one exec, as `nsbox exec --json` prints it. Raw holds every key.
+type Result struct {
+	Status          string                 `json:"status"` // ok, exit, signal, timeout, oom, violation, setup_error ...
+	ExitCode        *int                   `json:"exit_code"`
+	Signal          *int                   `json:"signal"`
+	Reason          string                 `json:"reason"`
+	Stdout          string                 `json:"stdout"`
+	Stderr          string                 `json:"stderr"`
+	StdoutTruncated bool                   `json:"stdout_truncated"`
+	StderrTruncated bool                   `json:"stderr_truncated"`
+	WallMs          int64                  `json:"wall_ms"`
+	CPUMs           int64                  `json:"cpu_ms"`
+	PeakMemoryBytes int64                  `json:"peak_memory_bytes"`
+	Raw             map[string]interface{} `json:"-"`
+}
+
+func (r ExecRequest) body(ctx context.Context) map[string]interface{} {
+	m := map[string]interface{}{}
+	switch {
+	case r.Argv != nil:
+		m["argv"] = r.Argv
+	case r.Cmd != "":
+		m["cmd"] = r.Cmd
+	default:
+		m["language"], m["code"] = r.Language, r.Code
+	}
+	timeout := r.Timeout
+	if deadline, ok := ctx.Deadline(); ok {
+		if left := time.Until(deadline); timeout == 0 || left < timeout {
+			timeout = left
+		}
+	}
+	if timeout > 0 {
+		m["timeout"] = math.Max(0.001, timeout.Seconds())
+	}
+	if r.Stdin != "" {
+		m["stdin"] = r.Stdin
+	}
+	if len(r.Env) > 0 {
+		m["env"] = r.Env
+	}
+	if r.Cwd != "" {
+		m["cwd"] = r.Cwd
+	}
+	if r.Repl {
+		m["repl"] = true
+	}
+	if r.OutputLimit > 0 {
+		m["output_limit"] = r.OutputLimit
+	}
+	return m
+}
+
+func decodeResult(data []byte) (*Result, error) {
+	var r Result
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, err
+	}
+	_ = json.Unmarshal(data, &r.Raw)
+	return &r, nil
+}
+
+// Exec runs one command in the sandbox and returns its verdict. The program's own failure (non-zero exit,
+// time-out, oom) is a Result, not an error; the context's deadline lowers the exec's time-out and its
+// cancellation ends the request, which ends the exec.
+func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) (*Result, error) {
+	return s.client.exec(ctx, "/v1/sandboxes/"+url.PathEscape(s.ID)+"/exec", req.body(ctx), req)
+}
+
+// Run runs one command in a one-shot sandbox (POST /v1/run), gone when the answer comes.
+func (c *Client) Run(ctx context.Context, opts SandboxOptions, req ExecRequest) (*Result, error) {
+	body := opts.body()
+	for k, v := range req.body(ctx) {
+		body[k] = v
+	}
+	return c.exec(ctx, "/v1/run", body, req)
+}
+
+func (c *Client) exec(ctx context.Context, path string, body map[string]interface{}, req ExecRequest) (*Result, error) {
+	data, _ := json.Marshal(body)
+	stream := req.OnStdout != nil || req.OnStderr != nil
+	if stream {
+		path += "?stream=true"
+	}
+	extra := 30 * time.Second
+	if req.Timeout > 0 {
+		extra += req.Timeout
+	} else {
+		extra += 60 * time.Second
+	}
+	resp, cancel, err := c.request(ctx, "exec", "POST", path, bytes.NewReader(data), "application/json", extra)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	defer resp.Body.Close()
+	if !stream || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		all, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, transportError(ctx, "exec", false, err)
+		}
+		r, err := decodeResult(all)
+		if err != nil {
+			return nil, &Error{Kind: ErrProtocol, Op: "exec", Message: "undecodable result", Err: err}
+		}
+		// A server without streaming: hand the whole output over at the end.
+		if req.OnStdout != nil && r.Stdout != "" {
+			req.OnStdout(r.Stdout)
+		}
+		if req.OnStderr != nil && r.Stderr != "" {
+			req.OnStderr(r.Stderr)
+		}
+		return r, nil
+	}
+	reader := bufio.NewReader(resp.Body)
+	for {
+		line, err := reader.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			var ev struct {
+				Type   string          `json:"type"`
+				Data   string          `json:"data"`
+				Result json.RawMessage `json:"result"`
+				Error  *struct {
+					Code    string `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if jerr := json.Unmarshal(line, &ev); jerr != nil {
+				return nil, &Error{Kind: ErrProtocol, Op: "exec", Message: "undecodable stream line", Err: jerr}
+			}
+			switch ev.Type {
+			case "stdout":
+				if req.OnStdout != nil {
+					req.OnStdout(ev.Data)
+				}
+			case "stderr":
+				if req.OnStderr != nil {
+					req.OnStderr(ev.Data)
+				}
+			case "result":
+				r, jerr := decodeResult(ev.Result)
+				if jerr != nil {
+					return nil, &Error{Kind: ErrProtocol, Op: "exec", Message: "undecodable result", Err: jerr}
+				}
+				return r, nil
+			case "error":
+				e := &Error{Op: "exec", Status: 200}
+				if ev.Error != nil {
+					e.Code, e.Message = ev.Error.Code, ev.Error.Message
+				}
+				e.Kind = kindOfStatus(0, e.Code)
+				return nil, e
+			}
+		}
+		if err != nil {
+			// The stream ended before its result: the context, or the server went away.
+			return nil, transportError(ctx, "exec", false, err)
+		}
+	}
+}
