@@ -39,8 +39,8 @@ print(sorted(os.environ), ")" + secret + R"(" in open("/proc/self/environ").read
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() ==
-        "['HOME', 'LANG', 'LOGNAME', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'PYTHONPATH', 'PYTHONUNBUFFERED', 'SHELL', "
-        "'TMPDIR', 'USER'] False EACCES\n");
+        "['HOME', 'LANG', 'LOGNAME', 'PATH', 'PIP_BREAK_SYSTEM_PACKAGES', 'PYTHONDONTWRITEBYTECODE', 'PYTHONPATH', "
+        "'PYTHONUNBUFFERED', 'SHELL', 'TMPDIR', 'USER'] False EACCES\n");
 }
 
 // The host's name identifies the machine; the sandbox has its own.

@@ -193,7 +193,8 @@ TEST_CASE("the environment is small and clean; --env adds to it", "[integration]
   for (std::string line; std::getline(lines, line);) env.push_back(line);
   std::sort(env.begin(), env.end());
   CHECK(env == std::vector<std::string>{"EXTRA=yes", "HOME=/home/sandbox", "LANG=C.UTF-8", "LOGNAME=sandbox",
-                                        "PATH=/usr/bin:/bin", "SHELL=/bin/sh", "TMPDIR=/tmp", "USER=sandbox"});
+                                        "PATH=/usr/bin:/bin", "PIP_BREAK_SYSTEM_PACKAGES=1", "SHELL=/bin/sh",
+                                        "TMPDIR=/tmp", "USER=sandbox"});
 }
 
 // pid 1 is a fork of nsbox, not a process sharing its memory (docs/notes/engine-proc.md): while the sandbox runs,
