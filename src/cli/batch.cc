@@ -25,6 +25,7 @@
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/host_id_lease.h"
 #include "sandbox/result_json.h"
+#include "sandbox/spec/units.h"
 #include "src/cli/batch_job.h"
 #include "src/cli/commands.h"
 #include "src/cli/network.h"
