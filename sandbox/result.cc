@@ -18,13 +18,15 @@ const char* RunStatusName(RunStatus status) {
     case RunStatus::kSetupError: return "setup_error";
     case RunStatus::kSessionLost: return "session_lost";
     case RunStatus::kKilled: return "killed";
+    case RunStatus::kCompileError: return "compile_error";
   }
   return "setup_error";
 }
 
 static RunStatus RunStatusFromName(const std::string& name) {
   for (RunStatus s : {RunStatus::kOk, RunStatus::kExit, RunStatus::kSignal, RunStatus::kTimeout, RunStatus::kOom,
-                      RunStatus::kViolation, RunStatus::kSetupError, RunStatus::kSessionLost, RunStatus::kKilled})
+                      RunStatus::kViolation, RunStatus::kSetupError, RunStatus::kSessionLost, RunStatus::kKilled,
+                      RunStatus::kCompileError})
     if (name == RunStatusName(s)) return s;
   return RunStatus::kSetupError;
 }
@@ -38,6 +40,7 @@ int Result::ShellExitCode() const {
       if (exec_errno == ENOENT || exec_errno == ENOTDIR) return 127;
       return exec_errno != 0 ? 126 : 125;
     case RunStatus::kSessionLost: return 125;
+    case RunStatus::kCompileError: return kCompileExitCode;
     case RunStatus::kSignal:
     case RunStatus::kOom:
     case RunStatus::kViolation:

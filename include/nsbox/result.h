@@ -11,9 +11,17 @@ namespace nsbox {
 
 // kSessionLost: a session's supervisor took an exec and then died or stopped answering; the program may have run
 // (a setup error says that nothing ran). kKilled: the caller ended the run (Sandbox::Kill), not its time limit.
-enum class RunStatus { kOk, kExit, kSignal, kTimeout, kOom, kViolation, kSetupError, kSessionLost, kKilled };
+// kCompileError: a front end's compile step before the program failed or hit its limits; the program never ran (the
+// engine itself never makes it: see src/cli/compiled_program.h).
+enum class RunStatus {
+  kOk, kExit, kSignal, kTimeout, kOom, kViolation, kSetupError, kSessionLost, kKilled, kCompileError
+};
 
 const char* RunStatusName(RunStatus status);
+
+// ShellExitCode of kCompileError: below timeout(1)'s and Docker's 124-127 and apart from 128+N, so that a script
+// tells "the code did not compile" from every other nsbox outcome.
+constexpr int kCompileExitCode = 123;
 
 // Which mechanism enforced a limit, and what it measured; filled by the cgroup backend.
 struct LimitsReport {
@@ -63,7 +71,7 @@ struct Result {
 
   // The process exit code nsbox itself uses for this result: the program's code, 124 time-out, 127 program not found
   // and 126 program not executable (Docker's convention; exec_errno), 125 any other setup error or session lost,
-  // 128+N for signal N (137 for OOM, kill verdicts and Sandbox::Kill).
+  // 128+N for signal N (137 for OOM, kill verdicts and Sandbox::Kill), 123 compile error (kCompileExitCode).
   int ShellExitCode() const;
 };
 

@@ -32,26 +32,17 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
       return fail(Status::Error("--repl needs --lang python with --code or --file"));
     if (repl && !program_options.stdin_source.empty())
       return fail(Status::Error("--stdin is not available with --repl"));
-    auto executor = BuildExecutor(program_options, found->json.value("rootfs_dir", ""));
-    if (!executor.ok()) return fail(executor.status());
+    auto program = BuildProgram(program_options, found->json.value("rootfs_dir", ""));
+    if (!program.ok()) return fail(program.status());
     // The language table says which interpreter --lang means; the REPL driver is Python's.
-    if (repl && (executor->argv.empty() || !executor->argv[0].ends_with("/python3")))
+    if (repl && (program->compile || program->run.argv.empty() || !program->run.argv[0].ends_with("/python3")))
       return fail(Status::Error("--repl needs --lang python"));
-    nlohmann::json request = {{"op", "exec"},
-                              {"argv", executor->argv},
-                              {"env", executor->env},
-                              {"cwd", executor->cwd},
-                              {"umask", executor->umask},
-                              {"code_path", executor->code_path},
-                              {"code", executor->code},
-                              {"timeout_ms", executor->wall_timeout.count()},
-                              {"output_limit", executor->output_limit_bytes},
-                              {"repl", repl}};
-    // The supervisor answers by the exec's own time-out and a grace after it, or the client stops waiting.
+    // The supervisor answers by the exec's own time-outs (a compile step's too) and a grace after them, or the
+    // client stops waiting.
     session::RequestOutcome outcome;
-    auto answer = session::Request(*found, request,
-                                   {.deadline = executor->wall_timeout + session::kExecGrace,
-                                    .send_fd = executor->stdin_fd,
+    auto answer = session::Request(*found, ExecRequest(*program, repl),
+                                   {.deadline = ProgramTimeout(*program) + session::kExecGrace,
+                                    .send_fd = program->run.stdin_fd,
                                     .outcome = &outcome});
     if (!answer.ok() && outcome.delivered && !outcome.answered) {
       // The supervisor had the request: the program may have run, and its effects may be in the session. Not a

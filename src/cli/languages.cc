@@ -3,10 +3,10 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include "sandbox/base/data_dir.h"
 #include "sandbox/base/fs.h"
+#include "sandbox/spec/units.h"
 
 namespace nsbox::cli {
 namespace {
@@ -23,26 +23,52 @@ StatusOr<nlohmann::json> LoadTable() {
   }
 }
 
-}  // namespace
-
-std::vector<std::string> LanguageNames() {
+std::vector<std::string> NamesOf(const nlohmann::json& table) {
   std::vector<std::string> names;
-  auto table = LoadTable();
-  if (!table.ok()) return names;
-  for (const auto& [name, entry] : table->items())
+  for (const auto& [name, entry] : table.items())
     if (entry.is_object()) names.push_back(name);
   return names;
 }
 
-StatusOr<Language> LookupLanguage(const std::string& requested) {
+// A file name of the build directory: one plain path component.
+bool IsPlainName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
+}
+
+StatusOr<CompileSpec> ParseCompile(const std::string& name, const nlohmann::json& entry) {
+  CompileSpec spec;
+  spec.argv = entry.at("argv").get<std::vector<std::string>>();
+  spec.source = entry.at("source").get<std::string>();
+  spec.output = entry.at("output").get<std::string>();
+  if (entry.contains("env")) spec.env = entry["env"].get<std::map<std::string, std::string>>();
+  if (spec.argv.empty() || spec.argv[0].empty() || spec.argv[0][0] != '/')
+    return Status::Error(fmt::format("language '{}': compile.argv[0] must be an absolute path", name));
+  if (!IsPlainName(spec.source) || !IsPlainName(spec.output))
+    return Status::Error(fmt::format("language '{}': compile.source and compile.output must be plain file names", name));
+  auto timeout = ParseDuration(entry.value("timeout", "30s"));
+  if (!timeout.ok()) return timeout.status().Wrap(fmt::format("language '{}': compile.timeout", name));
+  spec.timeout = *timeout;
+  auto memory = ParseSize(entry.value("memory", "512M"));
+  if (!memory.ok()) return memory.status().Wrap(fmt::format("language '{}': compile.memory", name));
+  spec.memory_bytes = *memory;
+  return spec;
+}
+
+}  // namespace
+
+std::vector<std::string> LanguageNames() {
   auto table = LoadTable();
-  if (!table.ok()) return table.status();
+  if (!table.ok()) return {};
+  return NamesOf(*table);
+}
+
+StatusOr<Language> ParseLanguage(const nlohmann::json& table, const std::string& requested) {
   std::string name = requested;
   for (int hops = 0; hops < 4; ++hops) {
-    if (!table->contains(name) || !(*table)[name].is_object())
+    if (!table.contains(name) || !table[name].is_object())
       return Status::Error(
-          fmt::format("unknown language '{}' (known: {})", requested, fmt::join(LanguageNames(), ", ")));
-    const auto& entry = (*table)[name];
+          fmt::format("unknown language '{}' (known: {})", requested, fmt::join(NamesOf(table), ", ")));
+    const auto& entry = table[name];
     if (entry.contains("alias")) {
       name = entry["alias"].get<std::string>();
       continue;
@@ -51,8 +77,18 @@ StatusOr<Language> LookupLanguage(const std::string& requested) {
       Language lang;
       lang.name = name;
       lang.argv = entry.at("argv").get<std::vector<std::string>>();
-      lang.file = entry.at("file").get<std::string>();
       if (entry.contains("env")) lang.env = entry["env"].get<std::map<std::string, std::string>>();
+      lang.image_template = entry.value("template", "");
+      if (entry.contains("compile")) {
+        auto compile = ParseCompile(name, entry["compile"]);
+        if (!compile.ok()) return compile.status();
+        lang.compile = std::move(*compile);
+        // The program is the compiler's output ({output}) or an absolute path (a VM given the output: java).
+        if (lang.argv.empty() || (lang.argv[0] != "{output}" && (lang.argv[0].empty() || lang.argv[0][0] != '/')))
+          return Status::Error(fmt::format("language '{}': argv[0] must be {{output}} or an absolute path", name));
+        return lang;
+      }
+      lang.file = entry.at("file").get<std::string>();
       if (lang.argv.empty() || lang.argv[0].empty() || lang.argv[0][0] != '/')
         return Status::Error(fmt::format("language '{}': argv[0] must be an absolute path", name));
       return lang;
@@ -61,6 +97,12 @@ StatusOr<Language> LookupLanguage(const std::string& requested) {
     }
   }
   return Status::Error(fmt::format("language '{}': alias loop", requested));
+}
+
+StatusOr<Language> LookupLanguage(const std::string& requested) {
+  auto table = LoadTable();
+  if (!table.ok()) return table.status();
+  return ParseLanguage(*table, requested);
 }
 
 }  // namespace nsbox::cli

@@ -1,21 +1,43 @@
 // Languages for --lang: read from the data file rootfs/languages.json installed with nsbox.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "sandbox/base/status.h"
 
 namespace nsbox::cli {
 
-struct Language {
-  std::string name;
-  std::vector<std::string> argv;  // interpreter and its fixed arguments; the code file is appended
-  std::string file;               // the code file's name in /workspace
-  std::map<std::string, std::string> env;
+// A compiled language's compile step: the compiler runs in the build directory (CompiledProgram says which), on the
+// code written there as `source`, and leaves `output` there.
+struct CompileSpec {
+  std::vector<std::string> argv;  // the compiler and its arguments, argv[0] an absolute path in the root
+  std::string source;             // the code's file name in the build directory ("main.c", "Main.java")
+  std::string output;             // what the compiler makes there ("main"), {output} in the run argv
+  std::map<std::string, std::string> env;  // added to the program's environment for the compiler only
+  std::chrono::milliseconds timeout{30'000};
+  uint64_t memory_bytes = 0;  // what the compiler needs: the sandbox's memory when --memory is not given
 };
 
+struct Language {
+  std::string name;
+  // Interpreted: the interpreter and its fixed arguments; the code file is appended. Compiled: the program's argv,
+  // in which {build} is the build directory and {output} the compiler's output in it.
+  std::vector<std::string> argv;
+  std::string file;  // interpreted: the code file's name in /workspace
+  std::map<std::string, std::string> env;
+  std::optional<CompileSpec> compile;
+  std::string image_template;  // the image template (rootfs/templates/) whose root has the toolchain
+};
+
+// The entry `requested` of a parsed table, aliases followed (pure: the unit tests give their own tables).
+StatusOr<Language> ParseLanguage(const nlohmann::json& table, const std::string& requested);
 StatusOr<Language> LookupLanguage(const std::string& name);
 std::vector<std::string> LanguageNames();
 

@@ -1,4 +1,5 @@
 // `nsbox run`: one program in one fresh sandbox; output passed through, or one JSON result.
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include "sandbox/host_id_lease.h"
 #include "nsbox/sandbox.h"
 #include "sandbox/result_json.h"
+#include "sandbox/session.h"
 #include "src/cli/commands.h"
 #include "src/cli/sandbox_options.h"
 
@@ -60,6 +62,27 @@ int WriteJsonLine(int fd, const nlohmann::json& value) {
   }
   stream.flush();
   return out->error();
+}
+
+// A compiled language's two steps in one sandbox: a SessionSandbox that lives for this run, the compiler and then
+// the program each one exec of it (RunProgram). Its output is shown at the end, not as it comes.
+Result RunCompiled(Program program, Policy policy, EgressProxyHooks* proxy) {
+  auto failed = [](const Status& status) {
+    Result result;
+    result.status = RunStatus::kSetupError;
+    result.reason = status.message();
+    return result;
+  };
+  // Each exec's payload is handed to this process by a helper that exits (SessionSandbox::Start needs it).
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
+    return failed(Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)").Wrap("starting the sandbox for the compile step"));
+  auto session = SessionSandbox::Start(std::move(policy), proxy);
+  if (!session.ok()) return failed(session.status().Wrap("starting the sandbox for the compile step"));
+  Result result = RunProgram(
+      std::move(program), [&](Executor step, Step) { return (*session)->Exec(std::move(step)); },
+      /*remove_build_dir=*/false);  // the sandbox's /tmp goes with it
+  (*session)->Terminate("the run ended");
+  return result;
 }
 
 }  // namespace
@@ -125,10 +148,12 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
   static ProgramOptions program_options;
   AddSandboxOptions(run, sandbox_options);
   AddProgramOptions(run, program_options);
-  run->callback([&exit_code] {
+  run->callback([&exit_code, run] {
     auto fail = [&](const Status& status) {
       exit_code.value = FailBeforeRun("run", status.message(), program_options.json);
     };
+    Status memory = ApplyCompileMemory(program_options, run->get_option("--memory")->count() > 0, sandbox_options);
+    if (!memory.ok()) return fail(memory);
     auto policy = BuildPolicy(sandbox_options);
     if (!policy.ok()) return fail(policy.status());
     // Run as root: a host uid of this sandbox's own for as long as nsbox runs (see sandbox/host_id_lease.h).
@@ -136,15 +161,22 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     if (!host_ids.ok()) return fail(host_ids.status());
     auto network = BuildNetworkSpec(sandbox_options);
     if (!network.ok()) return fail(network.status());
-    auto executor = BuildExecutor(program_options, policy->rootfs_dir());
-    if (!executor.ok()) return fail(executor.status());
+    auto program = BuildProgram(program_options, policy->rootfs_dir());
+    if (!program.ok()) return fail(program.status());
     std::unique_ptr<EgressProxyHooks> proxy;
     if (*network) {
-      for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort))
-        executor->env[key] = value;
+      for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) {
+        program->run.env[key] = value;
+        if (program->compile) program->compile->env[key] = value;
+      }
       proxy = std::make_unique<EgressProxyHooks>(**network);
     }
-    Sandbox sandbox(std::move(*executor), std::move(*policy));
+    if (program->compile) {
+      exit_code.value = EmitResult(RunCompiled(std::move(*program), std::move(*policy), proxy.get()),
+                                   program_options.json);
+      return;
+    }
+    Sandbox sandbox(std::move(program->run), std::move(*policy));
     sandbox.ForwardSignals(true);
     if (!program_options.json) sandbox.PassOutputOn(1, 2);
     if (proxy) sandbox.SetHooks(proxy.get());

@@ -215,7 +215,11 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& o) {
   app->add_option("--env-file", o.env_files, "a file of KEY=VALUE (or KEY) lines, # comments; --env wins (repeatable)")
       ->allow_extra_args(false);
   app->add_option("--workdir", o.workdir, "the program's working directory inside the sandbox (default /workspace)");
-  app->add_option("--lang", o.lang, "language of --code/--file: python, bash, sh, node");
+  app->add_option("--lang", o.lang,
+                  "language of --code/--file: python, bash, sh, node, c, cpp, go, rust, java, typescript (nsbox doctor "
+                  "says which the host has)");
+  app->add_option("--compile-timeout", o.compile_timeout,
+                  "a compiled language's compile step: its own wall-clock limit (default: the language's, e.g. 30s)");
   app->add_option("--code", o.code, "the program text to run")->each([&o](const std::string&) { o.code_given = true; });
   app->add_option("--file", o.file, "a file holding the program text, or - for stdin")
       ->each([&o](const std::string&) { o.file_given = true; });
@@ -245,7 +249,43 @@ StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std
   return data;
 }
 
+namespace {
+
+// "" when `path` (absolute, inside the sandbox) is executable in the root, else the one-line error naming it, what it
+// is for, and which image template has it.
+std::string MissingFromRoot(const Language& lang, const std::string& role, const std::string& path,
+                            const std::string& rootfs_dir) {
+  if (::access((rootfs_dir + path).c_str(), X_OK) == 0) return "";
+  std::string where = rootfs_dir.empty() ? "host" : rootfs_dir;
+  std::string hint = lang.image_template.empty()
+                         ? ""
+                         : fmt::format("; the image template '{}' has it (nsbox image build {}, then --rootfs {})",
+                                       lang.image_template, lang.image_template, lang.image_template);
+  return fmt::format("language '{}': {} {} is not in the root filesystem ({}){}", lang.name, role, path, where, hint);
+}
+
+}  // namespace
+
+Status ApplyCompileMemory(const ProgramOptions& o, bool memory_given, SandboxOptions& sandbox) {
+  if (memory_given || o.lang.empty() || sandbox.no_limits) return OkStatus();
+  auto lang = LookupLanguage(o.lang);
+  if (!lang.ok() || !lang->compile) return OkStatus();  // BuildProgram reports an unknown language
+  auto memory = ParseSize(sandbox.memory);
+  if (!memory.ok()) return memory.status().Wrap("--memory");
+  if (lang->compile->memory_bytes > *memory) sandbox.memory = std::to_string(lang->compile->memory_bytes);
+  return OkStatus();
+}
+
 StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& rootfs_dir) {
+  auto program = BuildProgram(o, rootfs_dir);
+  if (!program.ok()) return program.status();
+  if (program->compile)
+    return Status::Error(fmt::format("--lang {} has a compile step, which this command does not run (use nsbox run "
+                                     "or a session)", o.lang));
+  return std::move(program->run);
+}
+
+StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootfs_dir) {
   Executor ex;
   auto timeout = ParseDuration(o.timeout);
   if (!timeout.ok()) return timeout.status().Wrap("--timeout");
@@ -265,17 +305,29 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   ::umask(ex.umask);
 
   bool has_code = o.code_given || o.file_given;
+  std::optional<Language> lang;
   if (!o.lang.empty()) {
     if (!o.command.empty())
       return Status::Error("give either --lang with --code/--file, or a command after --, not both");
     if (o.code_given && o.file_given) return Status::Error("give --code or --file, not both");
     if (!has_code) return Status::Error(fmt::format("--lang {} needs --code STRING or --file PATH", o.lang));
-    auto lang = LookupLanguage(o.lang);
-    if (!lang.ok()) return lang.status();
-    std::string interpreter = rootfs_dir + lang->argv[0];
-    if (::access(interpreter.c_str(), X_OK) != 0)
-      return Status::Error(fmt::format("language '{}': interpreter {} is not in the root filesystem ({})", o.lang,
-                                       lang->argv[0], rootfs_dir.empty() ? "host" : rootfs_dir));
+    auto found = LookupLanguage(o.lang);
+    if (!found.ok()) return found.status();
+    lang = std::move(*found);
+    if (lang->compile) {
+      for (const auto& [role, path] : {std::pair<std::string, std::string>{"compiler", lang->compile->argv[0]},
+                                       {"shell (for the compile step)", "/bin/sh"}})
+        if (std::string missing = MissingFromRoot(*lang, role, path, rootfs_dir); !missing.empty())
+          return Status::Error(missing);
+      if (lang->argv[0] != "{output}")
+        if (std::string missing = MissingFromRoot(*lang, "runtime", lang->argv[0], rootfs_dir); !missing.empty())
+          return Status::Error(missing);
+    } else if (std::string missing = MissingFromRoot(*lang, "interpreter", lang->argv[0], rootfs_dir);
+               !missing.empty()) {
+      return Status::Error(missing);
+    }
+    if (!o.compile_timeout.empty() && !lang->compile)
+      return Status::Error(fmt::format("--compile-timeout: language '{}' has no compile step", lang->name));
     if (o.file_given) {
       if (o.file == "-" && o.stdin_source == "-")
         return Status::Error("--file - and --stdin - both want nsbox's standard input");
@@ -287,11 +339,14 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
         return Status::Error(fmt::format("--code is larger than {} bytes", kMaxCodeBytes));
       ex.code = o.code;
     }
-    ex.code_path = "/workspace/" + lang->file;
-    ex.argv = lang->argv;
-    ex.argv.push_back(ex.code_path);
     for (const auto& [key, value] : lang->env) ex.env[key] = value;
+    if (!lang->compile) {
+      ex.code_path = "/workspace/" + lang->file;
+      ex.argv = lang->argv;
+      ex.argv.push_back(ex.code_path);
+    }
   } else {
+    if (!o.compile_timeout.empty()) return Status::Error("--compile-timeout needs --lang with a compiled language");
     if (has_code) return Status::Error("--code and --file need --lang");
     if (o.command.empty())
       return Status::Error("nothing to run: give a command after --, or --lang with --code/--file");
@@ -345,7 +400,14 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
       return Status::Error(fmt::format("--stdin: {} is a directory", o.stdin_source));
     ex.stdin_fd = fd.release();  // the Executor does not own it: it lives until nsbox exits
   }
-  return ex;
+  if (!lang || !lang->compile) return Program{.run = std::move(ex), .compile = std::nullopt, .build_dir = ""};
+  std::chrono::milliseconds compile_timeout = lang->compile->timeout;
+  if (!o.compile_timeout.empty()) {
+    auto parsed = ParseDuration(o.compile_timeout);
+    if (!parsed.ok()) return parsed.status().Wrap("--compile-timeout");
+    compile_timeout = *parsed;
+  }
+  return PlanCompiledProgram(*lang, std::move(ex), NewBuildDir(), compile_timeout);
 }
 
 }  // namespace nsbox::cli

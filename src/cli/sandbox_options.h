@@ -10,6 +10,7 @@
 #include "sandbox/base/status.h"
 #include "sandbox/executor.h"
 #include "sandbox/policy.h"
+#include "src/cli/compiled_program.h"
 #include "src/cli/network.h"
 
 namespace nsbox::cli {
@@ -53,13 +54,22 @@ struct ProgramOptions {
   std::vector<std::string> env_files;  // lines KEY=VALUE or KEY, # comments (Docker's --env-file)
   std::string workdir;                 // the program's working directory (default /workspace)
   std::string lang, code, file;
+  std::string compile_timeout;  // a compiled language's compile step; "" → the language table's
   bool code_given = false, file_given = false;  // --code '' is an empty program, not no program
   std::vector<std::string> command;
 };
 
 void AddProgramOptions(CLI::App* app, ProgramOptions& options);
-// Fills argv, env, code file, limits and stdin. `rootfs_dir` (empty for host) is where interpreters are checked.
+// Fills argv, env, code file, limits and stdin, and for a compiled language the compile step (PlanCompiledProgram).
+// `rootfs_dir` (empty for host) is where interpreters and compilers are checked. Every front end that runs --lang
+// code builds it here and runs it with RunProgram (in-process) or sends it to a session with ExecRequest.
+StatusOr<Program> BuildProgram(const ProgramOptions& options, const std::string& rootfs_dir);
+// BuildProgram for a verb that runs one step only: a compiled language is refused, naming the verb.
 StatusOr<Executor> BuildExecutor(const ProgramOptions& options, const std::string& rootfs_dir);
+// A compiled language's compiler needs more memory than most programs: when --memory was not given, the sandbox's
+// memory becomes the language table's compile memory if that is larger. (One limit for both steps: the engine's
+// memory limit is the sandbox's cgroup, and a session exec's own group has no limits; see docs/languages.md.)
+Status ApplyCompileMemory(const ProgramOptions& program, bool memory_given, SandboxOptions& sandbox);
 
 // Reads a whole input (a file, or "-" for stdin) with a size cap, naming the problem when it fails.
 StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std::string_view what);

@@ -29,6 +29,7 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/host_id_lease.h"
 #include "sandbox/session.h"
+#include "src/cli/compiled_program.h"
 #include "src/cli/network.h"
 #include "src/session/repl.h"
 #include "src/session/state.h"
@@ -230,27 +231,22 @@ class Server {
   }
 
   nlohmann::json Exec(const nlohmann::json& request, int stdin_fd, int conn) {
-    Executor ex;
-    try {
-      ex.argv = request.at("argv").get<std::vector<std::string>>();
-      ex.env = request.at("env").get<std::map<std::string, std::string>>();
-      ex.cwd = request.value("cwd", "/workspace");
-      ex.umask = request.value("umask", 022u) & 0777;  // the client's; a client that does not say: 022
-      ex.code_path = request.value("code_path", "");
-      ex.code = request.value("code", "");
-      ex.wall_timeout = std::chrono::milliseconds(request.at("timeout_ms").get<int64_t>());
-      ex.output_limit_bytes = request.at("output_limit").get<uint64_t>();
-    } catch (const std::exception& e) {
-      return Error(fmt::format("malformed exec request: {}", e.what()));
-    }
+    auto program = cli::ProgramFromExecRequest(request);
+    if (!program.ok()) return Error(program.status().message());
+    Executor& ex = program->run;
     ex.stdin_fd = stdin_fd;
     std::map<std::string, uint64_t> denied_before;
     if (proxy_) {
-      for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) ex.env[key] = value;
+      for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) {
+        ex.env[key] = value;
+        if (program->compile) program->compile->env[key] = value;
+      }
       denied_before = proxy_->DeniedHosts();
     }
     Result result;
-    if (request.value("repl", false)) {
+    if (request.value("repl", false) && program->compile) {
+      return Error("malformed exec request: a REPL cell has no compile step");
+    } else if (request.value("repl", false)) {
       if (config_.repl_driver_source.empty()) return Error("the REPL driver (rootfs/repl/driver.py) was not found");
       ResidentOptions driver;
       driver.argv = {ex.argv.at(0), "-u", "-c", config_.repl_driver_source};
@@ -261,8 +257,13 @@ class Server {
       limits.output_limit_bytes = ex.output_limit_bytes;
       result = RunCell(*session_, ex.code, driver, limits, conn);
     } else {
-      ChangedFilesReport changed(*session_);
-      result = session_->Exec(std::move(ex), conn, [&](Result& ran) { changed.AddTo(ran); });
+      // The changed files are the program's: the compile step writes below /tmp only.
+      auto step = [&](Executor one, cli::Step kind) {
+        if (kind != cli::Step::kProgram) return session_->Exec(std::move(one), conn);
+        ChangedFilesReport changed(*session_);
+        return session_->Exec(std::move(one), conn, [&](Result& ran) { changed.AddTo(ran); });
+      };
+      result = cli::RunProgram(std::move(*program), step, /*remove_build_dir=*/true);
     }
     if (proxy_) proxy_->ReportSince(denied_before, result);
     return {{"ok", true}, {"result", ResultToJson(result)}};

@@ -1,0 +1,173 @@
+// Compiled languages: the two-step plan, the exec request carrying it, and the compile step's verdict.
+#include "src/cli/compiled_program.h"
+
+#include <sys/random.h>
+
+#include <fmt/format.h>
+
+namespace nsbox::cli {
+namespace {
+
+// The compile step's shell: makes the build directory, writes the sealed code ($2, /dev/fd/N) there as the source
+// file ($3) and execs the compiler in it. Compilers want a named file (gcc picks the language by its suffix, javac the
+// class by the file name, go build a .go file); the sealed memfd keeps the code unchanged until it is copied.
+constexpr const char* kCompileScript = "set -e; mkdir -p -- \"$1\"; cd -- \"$1\"; cat -- \"$2\" > \"$3\"; shift 3; "
+                                       "exec \"$@\"";
+
+std::string Fill(std::string text, const std::string& build_dir, const std::string& output) {
+  auto replace = [&text](std::string_view key, const std::string& value) {
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+      text.replace(at, key.size(), value);
+  };
+  replace("{output}", build_dir + "/" + output);
+  replace("{build}", build_dir);
+  return text;
+}
+
+nlohmann::json ExecutorToJson(const Executor& ex) {
+  return {{"argv", ex.argv},
+          {"env", ex.env},
+          {"cwd", ex.cwd},
+          {"umask", ex.umask},
+          {"code_path", ex.code_path},
+          {"code", ex.code},
+          {"timeout_ms", ex.wall_timeout.count()},
+          {"output_limit", ex.output_limit_bytes}};
+}
+
+Executor ExecutorFromJson(const nlohmann::json& request) {  // throws nlohmann::json::exception
+  Executor ex;
+  ex.argv = request.at("argv").get<std::vector<std::string>>();
+  ex.env = request.at("env").get<std::map<std::string, std::string>>();
+  ex.cwd = request.value("cwd", "/workspace");
+  ex.umask = request.value("umask", 022u) & 0777;  // the client's; a client that does not say: 022
+  ex.code_path = request.value("code_path", "");
+  ex.code = request.value("code", "");
+  ex.wall_timeout = std::chrono::milliseconds(request.at("timeout_ms").get<int64_t>());
+  ex.output_limit_bytes = request.at("output_limit").get<uint64_t>();
+  return ex;
+}
+
+// The compile step's figures, the "compile" key of the result.
+nlohmann::json CompileFigures(const Result& compiled) {
+  return {{"status", RunStatusName(compiled.status)}, {"exit_code", compiled.exit_code},
+          {"wall_ms", compiled.wall_ms},              {"cpu_ms", compiled.cpu_ms},
+          {"peak_memory_bytes", compiled.peak_memory_bytes}};
+}
+
+// A compile step that did not succeed as the program's verdict: a failed compile or a compiler stopped by its
+// limits is kCompileError; a step nsbox could not start, or that was cancelled, keeps its own status (nothing was
+// judged of the code).
+Result CompileVerdict(Result compiled, const std::string& compiler) {
+  const nlohmann::json figures = CompileFigures(compiled);
+  Result verdict = std::move(compiled);
+  switch (verdict.status) {
+    case RunStatus::kSetupError:
+    case RunStatus::kSessionLost:
+    case RunStatus::kKilled:
+      verdict.reason = "compile step: " + verdict.reason;
+      break;
+    case RunStatus::kExit:
+      verdict.reason = fmt::format("compile error: {} exited with {}; its diagnostics are in stderr and stdout",
+                                   compiler, verdict.exit_code);
+      verdict.status = RunStatus::kCompileError;
+      break;
+    default:  // the compiler's own time-out, memory, a signal, a denied system call
+      verdict.reason = fmt::format("compile step {}: {}", RunStatusName(verdict.status), verdict.reason);
+      verdict.status = RunStatus::kCompileError;
+      break;
+  }
+  SetExtra(verdict, "compile", figures);
+  verdict.exit_code = -1;  // the program's: it never ran
+  verdict.signal = 0;
+  verdict.exec_errno = verdict.status == RunStatus::kSetupError ? verdict.exec_errno : 0;
+  return verdict;
+}
+
+}  // namespace
+
+std::string NewBuildDir() {
+  uint64_t random = 0;
+  // getrandom of 8 bytes from an initialized pool does not fail or return short; the clock is a fallback.
+  if (::getrandom(&random, sizeof random, 0) != static_cast<ssize_t>(sizeof random))
+    random = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return fmt::format("{}/{:016x}", kBuildRoot, random);
+}
+
+Program PlanCompiledProgram(const Language& lang, Executor program, const std::string& build_dir,
+                            std::chrono::milliseconds compile_timeout) {
+  const CompileSpec& spec = *lang.compile;
+  Executor compile = program;
+  // The code's token in argv: the engine replaces it by /dev/fd/N of the sealed code.
+  compile.code_path = build_dir + "/.nsbox-code";
+  compile.argv = {"/bin/sh", "-c", kCompileScript, "nsbox-compile", build_dir, compile.code_path, spec.source};
+  for (const auto& arg : spec.argv) compile.argv.push_back(Fill(arg, build_dir, spec.output));
+  for (const auto& [key, value] : spec.env) compile.env[key] = Fill(value, build_dir, spec.output);
+  compile.stdin_fd = -1;  // the program's input is the program's
+  compile.wall_timeout = compile_timeout;
+
+  program.code.clear();
+  program.code_path.clear();
+  program.argv.clear();
+  for (const auto& arg : lang.argv) program.argv.push_back(Fill(arg, build_dir, spec.output));
+  return {.run = std::move(program), .compile = std::move(compile), .build_dir = build_dir};
+}
+
+Result RunProgram(Program program, const StepRunner& run_step, bool remove_build_dir) {
+  if (!program.compile) return run_step(std::move(program.run), Step::kProgram);
+  // The compiler's name for the reason: the first argument after the shell's own (see PlanCompiledProgram).
+  const std::string compiler = program.compile->argv.size() > 7 ? program.compile->argv[7] : "the compiler";
+  Executor remove;
+  if (remove_build_dir) {
+    remove = program.run;
+    remove.argv = {"/bin/rm", "-rf", "--", program.build_dir};
+    remove.stdin_fd = -1;
+    remove.wall_timeout = std::chrono::seconds(10);
+    remove.output_limit_bytes = 4096;
+  }
+  Result compiled = run_step(std::move(*program.compile), Step::kCompile);
+  Result result;
+  if (compiled.status == RunStatus::kOk) {
+    result = run_step(std::move(program.run), Step::kProgram);
+    SetExtra(result, "compile", CompileFigures(compiled));
+  } else {
+    result = CompileVerdict(std::move(compiled), compiler);
+  }
+  // What is left of the build directory is nsbox's own; a failure to remove it does not change the verdict.
+  if (remove_build_dir && result.status != RunStatus::kSessionLost) (void)run_step(std::move(remove), Step::kRemove);
+  return result;
+}
+
+nlohmann::json ExecRequest(const Program& program, bool repl) {
+  nlohmann::json request = ExecutorToJson(program.run);
+  request["op"] = "exec";
+  request["repl"] = repl;
+  if (program.compile) {
+    request["compile"] = ExecutorToJson(*program.compile);
+    request["build_dir"] = program.build_dir;
+  }
+  return request;
+}
+
+StatusOr<Program> ProgramFromExecRequest(const nlohmann::json& request) {
+  Program program;
+  try {
+    program.run = ExecutorFromJson(request);
+    if (request.contains("compile")) {
+      program.compile = ExecutorFromJson(request.at("compile"));
+      program.build_dir = request.at("build_dir").get<std::string>();
+      if (!program.build_dir.starts_with(std::string(kBuildRoot) + "/") ||
+          program.build_dir.find("/..") != std::string::npos)
+        return Status::Error(fmt::format("malformed exec request: build_dir must be below {}", kBuildRoot));
+    }
+  } catch (const std::exception& e) {
+    return Status::Error(fmt::format("malformed exec request: {}", e.what()));
+  }
+  return program;
+}
+
+std::chrono::milliseconds ProgramTimeout(const Program& program) {
+  return program.run.wall_timeout + (program.compile ? program.compile->wall_timeout : std::chrono::milliseconds(0));
+}
+
+}  // namespace nsbox::cli

@@ -1,0 +1,57 @@
+// A program with a compile step: the plan (compiler and program as two Executors), the session exec request that
+// carries it, and RunProgram, the one sequence (compile, its verdict, run) that run, sessions and their clients share.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sandbox/base/status.h"
+#include "sandbox/executor.h"
+#include "sandbox/result.h"
+#include "src/cli/languages.h"
+
+namespace nsbox::cli {
+
+// Where compile steps write, inside the sandbox: a directory of /tmp per program (BuildDir). /tmp rather than
+// /workspace: the workspace may be a host directory (--workspace) and is what a session reports as changed files;
+// the source and the binary are nsbox's, not the user's. In a session, RunProgram removes it after the program.
+inline constexpr const char* kBuildRoot = "/tmp/nsbox-build";
+
+struct Program {
+  Executor run;                     // the program (for an interpreted language, the interpreter on the code)
+  std::optional<Executor> compile;  // a compiled language's compiler: runs first, in the same sandbox
+  std::string build_dir;            // the compile step's directory; empty without one
+};
+
+// A fresh build directory's path under kBuildRoot (random, so that a session's concurrent execs do not meet).
+std::string NewBuildDir();
+
+// The compile plan of a compiled language (pure, for tests): `program` holds the program's environment, cwd, stdin,
+// umask and limits, as BuildExecutor made them; its code goes to the compiler, and its argv becomes the language's
+// with {build} and {output} filled in. The compiler reads /dev/null and runs for `compile_timeout`.
+Program PlanCompiledProgram(const Language& lang, Executor program, const std::string& build_dir,
+                            std::chrono::milliseconds compile_timeout);
+
+// Runs one step in the sandbox: Sandbox::Run's or SessionSandbox::Exec's result for this executor. kRemove is the
+// last step, removing the build directory.
+enum class Step { kCompile, kProgram, kRemove };
+using StepRunner = std::function<Result(Executor, Step)>;
+
+// Runs program.compile (when set) and then, if it succeeded, program.run, each through run_step. The result is the
+// program's own with a "compile" key (the compile step's figures) added; a compile step that failed, or hit its
+// limits, is a kCompileError result holding the compiler's output as stdout and stderr (the program never ran).
+// remove_build_dir: after the program, a last step removes the build directory (a session's /tmp outlives the exec).
+Result RunProgram(Program program, const StepRunner& run_step, bool remove_build_dir);
+
+// The session exec request for a program (nsbox exec, and any front end that speaks to a session's supervisor), and
+// the program back from one (the supervisor). `repl` asks for the session's Python REPL.
+nlohmann::json ExecRequest(const Program& program, bool repl);
+StatusOr<Program> ProgramFromExecRequest(const nlohmann::json& request);
+// How long a client waits for an exec's answer, before the session's grace: both steps' time-outs.
+std::chrono::milliseconds ProgramTimeout(const Program& program);
+
+}  // namespace nsbox::cli
