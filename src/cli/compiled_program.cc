@@ -78,8 +78,11 @@ Result CompileVerdict(Result compiled, const std::string& compiler) {
       break;
   }
   SetExtra(verdict, "compile", figures);
-  verdict.exit_code = -1;  // the program's: it never ran
+  // The program's own figures: it never ran (the compiler's are under "compile").
+  verdict.exit_code = -1;
   verdict.signal = 0;
+  verdict.wall_ms = verdict.cpu_ms = 0;
+  verdict.peak_memory_bytes = 0;
   verdict.exec_errno = verdict.status == RunStatus::kSetupError ? verdict.exec_errno : 0;
   return verdict;
 }
