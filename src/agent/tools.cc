@@ -4,24 +4,34 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sandbox/output_buffer.h"
+#include "src/cli/languages.h"
 
 namespace nsbox::agent {
 
 std::vector<ToolSpec> CodeTools() {
+  // The languages are the table's (rootfs/languages.json); whether the chosen root has a language's toolchain is
+  // said by the call's result.
+  const std::vector<std::string> languages = cli::CanonicalLanguageNames();
   ToolSpec execute_code{
       kExecuteCodeTool,
-      "Run a short, self-contained program in an isolated sandbox and get back its real exit code, stdout and "
-      "stderr. Use it whenever an answer depends on computation, data processing, checking a fact that code can "
-      "check, or testing code: do not work such things out in your head and do not guess output. Languages: "
-      "python, bash, sh, node. The sandbox has no network, a time limit and an output limit; print what you need "
-      "to see. Files written under the working directory may be there in later calls of the same conversation, "
-      "but do not rely on it. If the program fails, read the traceback, fix the code and run it again.",
+      fmt::format(
+          "Run a short, self-contained program in an isolated sandbox and get back its real exit code, stdout and "
+          "stderr. Use it whenever an answer depends on computation, data processing, checking a fact that code "
+          "can check, or testing code: do not work such things out in your head and do not guess output. "
+          "Languages: {}. Compiled languages (c, cpp, go, rust, java, typescript) are compiled first: a program "
+          "that does not compile ends as status compile_error with the compiler's messages in stderr; Java's class "
+          "must be named Main. The sandbox has no network, a time limit and an output limit; print what you need "
+          "to see. Files written under the working directory may be there in later calls of the same "
+          "conversation, but do not rely on it. If the program fails, read the error, fix the code and run it "
+          "again.",
+          fmt::join(languages, ", ")),
       {{"type", "object"},
        {"properties",
-        {{"language", {{"type", "string"}, {"enum", {"python", "bash", "sh", "node"}},
-                       {"description", "The interpreter to run the code with."}}},
+        {{"language", {{"type", "string"}, {"enum", languages},
+                       {"description", "The language of the code (interpreted, or compiled and then run)."}}},
          {"code", {{"type", "string"}, {"description", "The complete program. Print the results you need."}}}}},
        {"required", {"language", "code"}}}};
   ToolSpec run_python{

@@ -62,6 +62,15 @@ std::vector<std::string> LanguageNames() {
   return NamesOf(*table);
 }
 
+std::vector<std::string> CanonicalLanguageNames() {
+  auto table = LoadTable();
+  if (!table.ok()) return {};
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : table->items())
+    if (entry.is_object() && !entry.contains("alias")) names.push_back(name);
+  return names;
+}
+
 StatusOr<Language> ParseLanguage(const nlohmann::json& table, const std::string& requested) {
   std::string name = requested;
   for (int hops = 0; hops < 4; ++hops) {

@@ -40,5 +40,8 @@ struct Language {
 StatusOr<Language> ParseLanguage(const nlohmann::json& table, const std::string& requested);
 StatusOr<Language> LookupLanguage(const std::string& name);
 std::vector<std::string> LanguageNames();
+// The table's languages without their aliases ("python", not "python3"), sorted by name: what a tool
+// description offers a model.
+std::vector<std::string> CanonicalLanguageNames();
 
 }  // namespace nsbox::cli

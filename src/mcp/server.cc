@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sandbox/result.h"
 #include "src/agent/tools.h"
@@ -128,7 +129,8 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   const bool code_tool = name == agent::kExecuteCodeTool || name == agent::kRunPythonTool || name == kPythonReplTool;
   if (code_tool) {
     if (name == agent::kExecuteCodeTool) {
-      if (!get_string("language", language)) throw bad("'language' must be a string, one of python, bash, sh, node");
+      if (!get_string("language", language))
+        throw bad(fmt::format("'language' must be a string, one of {}", fmt::join(cli::CanonicalLanguageNames(), ", ")));
       if (auto found = cli::LookupLanguage(language); !found.ok()) throw bad(found.status().message());
     } else {
       language = "python";

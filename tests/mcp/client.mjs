@@ -77,6 +77,25 @@ await test("mcp: files written by one call are there for the next (one session p
   await client.close();
 });
 
+await test("mcp: execute_code compiles C++: a program runs, a compile error is compile_error with diagnostics", async () => {
+  const { client } = await connect();
+  const { tools } = await client.listTools();
+  const execute = tools.find((t) => t.name === "execute_code");
+  assert.ok(execute.inputSchema.properties.language.enum.includes("cpp"), "cpp is offered");
+  assert.match(execute.description, /compile_error/);
+  let r = await client.callTool({
+    name: "execute_code",
+    arguments: { language: "cpp", code: "#include <iostream>\nint main() { std::cout << 6 * 7 << std::endl; }" },
+  });
+  assert.equal(r.isError, false, text(r));
+  assert.equal(r.structuredContent.stdout, "42\n");
+  r = await client.callTool({ name: "execute_code", arguments: { language: "cpp", code: "int main() { return undeclared; }" } });
+  assert.equal(r.isError, true, text(r));
+  assert.equal(r.structuredContent.status, "compile_error");
+  assert.match(r.structuredContent.stderr, /undeclared/);
+  await client.close();
+});
+
 await test("mcp: a failing script is reported with isError and its traceback", async () => {
   const { client } = await connect();
   const r = await client.callTool({ name: "run_python", arguments: { code: "print('before')\n1/0" } });
@@ -120,7 +139,7 @@ await test("mcp: bad tool arguments are tool results with isError and a fix; an 
     assert.match(text(r), new RegExp(`invalid arguments for ${name}: `));
     assert.match(text(r), pattern);
   };
-  await fails("execute_code", { code: "print(1)" }, /'language' must be a string, one of python, bash, sh, node/);
+  await fails("execute_code", { code: "print(1)" }, /'language' must be a string, one of bash, c, cpp, go, java, node, python, rust, sh, typescript/);
   await fails("execute_code", { language: "ruby", code: "puts 1" }, /unknown language.*ruby/);
   await fails("execute_code", { language: 7, code: "print(1)" }, /'language' must be a string/);
   await fails("run_python", {}, /'code' must be a string/);
