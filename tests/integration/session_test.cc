@@ -218,6 +218,28 @@ TEST_CASE("exec returns run's result object and exit codes", "[session]") {
   CHECK(with_stdin.out == "from stdin\n");
 }
 
+TEST_CASE("exec --lang cpp compiles in the session, reads stdin, and leaves no build directory behind", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  const std::string sum = "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; std::cout << a + b << '\\n'; }";
+  Output ran = s.Nsbox({"exec", id, "--json", "--stdin", "-", "--lang", "c++", "--code", sum}, "40 2\n");
+  INFO(ran.err);
+  json j = ran.Json();
+  CHECK(j["status"] == "ok");
+  CHECK(j["stdout"] == "42\n");
+  CHECK(j["compile"]["status"] == "ok");
+  CHECK(j["compile"]["exit_code"] == 0);
+  CHECK(j["compile"]["peak_memory_bytes"].get<uint64_t>() > 0);
+  CHECK(j["changed_files"] == json::array());  // the source and the binary live in /tmp, not the workspace
+  Output bad = s.Nsbox({"exec", id, "--lang", "cpp", "--code", "int main() { return missing_name; }"});
+  CHECK(bad.code == 123);
+  CHECK(bad.err.find("missing_name") != std::string::npos);
+  CHECK(bad.err.find("compile_error") != std::string::npos);
+  // Only the shared Go cache's directory may stay; each program's own build directory is removed after it.
+  json left = s.Sh(id, "ls -A /tmp/nsbox-build");
+  CHECK(left["stdout"] == "");
+}
+
 // As with run (io_test.cc): the exec's program reads a pipe the supervisor fills, never the client's descriptor.
 TEST_CASE("exec --stdin FILE reaches the program through a pipe, not the host file", "[session]") {
   Sessions s;

@@ -1,0 +1,104 @@
+// Integration: compiled languages in nsbox run (C, C++, Go on the host view): the compile step's figures, a failed
+// compile as compile_error with its diagnostics and exit code 123, the compile step's own time-out, a missing
+// compiler named with the image template that has it.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/run_nsbox.h"
+
+using namespace nsbox::testing;
+
+namespace {
+
+bool HostHas(const char* path) { return ::access(path, X_OK) == 0; }
+
+}  // namespace
+
+TEST_CASE("C: hello world is compiled, then run with its own exit code and the compile step's figures",
+          "[integration][compiled]") {
+  auto r = RunNsboxJson({"--lang", "c", "--code",
+                         "#include <stdio.h>\nint main(void) { printf(\"hello %d\\n\", 6 * 7); return 3; }"});
+  INFO(r.Describe());
+  CHECK(r.status() == "exit");
+  CHECK(r.exit_code() == 3);
+  CHECK(r.process.exit_code == 3);
+  CHECK(r.out() == "hello 42\n");
+  REQUIRE(r.json.contains("compile"));
+  const auto& compile = r.json["compile"];
+  CHECK(compile["status"] == "ok");
+  CHECK(compile["exit_code"] == 0);
+  CHECK(compile["cpu_ms"].get<int64_t>() > 0);
+  CHECK(compile["peak_memory_bytes"].get<uint64_t>() > r.json["peak_memory_bytes"].get<uint64_t>());
+  // --memory not given: the sandbox has the table's compile memory (1G for c), above run's 512M default.
+  CHECK(r.json["limits"]["memory_max_bytes"] == 1ull << 30);
+}
+
+TEST_CASE("C++: a compile error is compile_error with the compiler's diagnostics; the program never runs",
+          "[integration][compiled]") {
+  auto raw = RunNsboxRaw({"run", "--lang", "cpp", "--code", "#include <cstdio>\nint main() { puts(\"ran\"); return not_declared; }"});
+  CHECK(raw.exit_code == 123);
+  CHECK(raw.out.find("ran") == std::string::npos);
+  CHECK(raw.err.find("not_declared") != std::string::npos);
+  CHECK(raw.err.find("nsbox: compile_error: compile error: /usr/bin/g++ exited with 1") != std::string::npos);
+
+  auto r = RunNsboxJson({"--memory", "600M", "--lang", "cpp", "--code", "int main() { return not_declared; }"});
+  INFO(r.Describe());
+  CHECK(r.process.exit_code == 123);
+  CHECK(r.status() == "compile_error");
+  CHECK(r.exit_code() == -1);
+  CHECK(r.err().find("main.cpp:1") != std::string::npos);
+  CHECK(r.json["wall_ms"] == 0);  // the program's figures: it never ran
+  CHECK(r.json["compile"]["status"] == "exit");
+  CHECK(r.json["compile"]["exit_code"] == 1);
+  CHECK(r.json["limits"]["memory_max_bytes"] == 600ull << 20);  // a given --memory is kept
+}
+
+TEST_CASE("a compiler past --compile-timeout is compile_error with compile.status timeout", "[integration][compiled]") {
+  // 1 ms: less than any compiler's start, so the step's own limit (not the program's --timeout) ends it.
+  auto r = RunNsboxJson({"--timeout", "30s", "--compile-timeout", "1ms", "--lang", "c", "--code", "int main(void) { return 0; }"});
+  INFO(r.Describe());
+  CHECK(r.process.exit_code == 123);
+  CHECK(r.status() == "compile_error");
+  CHECK(r.json["compile"]["status"] == "timeout");
+  CHECK(r.json.value("reason", "").starts_with("compile step timeout: "));
+}
+
+TEST_CASE("compile options are checked: --compile-timeout needs a compiled language", "[integration][compiled]") {
+  auto raw = RunNsboxRaw({"run", "--compile-timeout", "5s", "--lang", "python", "--code", "print(1)"});
+  CHECK(raw.exit_code == 125);
+  CHECK(raw.err == "nsbox run: --compile-timeout: language 'python' has no compile step\n");
+  raw = RunNsboxRaw({"run", "--compile-timeout", "soon", "--lang", "c", "--code", "int main(void) { return 0; }"});
+  CHECK(raw.exit_code == 125);
+  CHECK(raw.err.find("--compile-timeout") != std::string::npos);
+}
+
+TEST_CASE("Go: a program with goroutines compiles and runs under the default seccomp profile",
+          "[integration][compiled]") {
+  if (!HostHas("/usr/bin/go")) {
+    RecordSkip("integration", "Go", "the host has no /usr/bin/go (tools/setup --tests installs golang-go)");
+    return;
+  }
+  auto r = RunNsboxJson({"--lang", "go", "--code",
+                         "package main\nimport \"fmt\"\nfunc main() {\n  c := make(chan int)\n"
+                         "  for i := 1; i <= 4; i++ { go func(n int) { c <- n * n }(i) }\n"
+                         "  s := 0\n  for i := 0; i < 4; i++ { s += <-c }\n  fmt.Println(\"sum\", s)\n}\n"});
+  INFO(r.Describe());
+  CHECK(r.status() == "ok");
+  CHECK(r.out() == "sum 30\n");
+  CHECK(r.json["compile"]["status"] == "ok");
+  CHECK(r.json["denied_syscalls"].empty());
+}
+
+TEST_CASE("a compiler missing from the root is a one-line error naming it and the template that has it",
+          "[integration][compiled]") {
+  if (HostHas("/usr/bin/rustc")) {
+    RecordSkip("integration", "missing compiler", "this host has /usr/bin/rustc; the case needs a missing compiler");
+    return;
+  }
+  auto raw = RunNsboxRaw({"run", "--lang", "rust", "--code", "fn main() {}"});
+  CHECK(raw.exit_code == 125);
+  CHECK(raw.err ==
+        "nsbox run: language 'rust': compiler /usr/bin/rustc is not in the root filesystem (host); the image "
+        "template 'rust' has it (nsbox image build rust, then --rootfs rust)\n");
+}

@@ -1,0 +1,212 @@
+// Unit: the language table's compile entries (ParseLanguage), the two-step plan (PlanCompiledProgram), the exec
+// request that carries it, and RunProgram's verdicts against scripted steps (no sandbox).
+#include <catch2/catch.hpp>
+
+#include "src/cli/compiled_program.h"
+#include "src/cli/languages.h"
+
+using nlohmann::json;
+using namespace nsbox;
+using namespace nsbox::cli;
+using namespace std::chrono_literals;
+
+namespace {
+
+const json kTable = json::parse(R"({
+  "comment": "x",
+  "python": {"argv": ["/usr/bin/python3"], "file": "m.py"},
+  "c": {"compile": {"argv": ["/usr/bin/gcc", "-o", "main", "main.c"], "source": "main.c", "output": "main",
+                    "env": {"CACHE": "{build}/cache"}, "timeout": "20s", "memory": "1G"},
+        "argv": ["{output}", "--flag"], "template": "gcc"},
+  "java": {"compile": {"argv": ["/usr/bin/javac", "Main.java"], "source": "Main.java", "output": "Main.class"},
+           "argv": ["/usr/bin/java", "-cp", "{build}", "Main"]},
+  "c99": {"alias": "c"}
+})");
+
+Language C() {
+  auto lang = ParseLanguage(kTable, "c99");
+  REQUIRE(lang.ok());
+  return *lang;
+}
+
+Result Finished(RunStatus status, int exit_code, int64_t wall_ms) {
+  Result r;
+  r.status = status;
+  r.exit_code = exit_code;
+  r.wall_ms = wall_ms;
+  r.cpu_ms = wall_ms / 2;
+  r.peak_memory_bytes = 100 << 20;
+  r.reason = "as scripted";
+  return r;
+}
+
+// A StepRunner that answers each step from a script and records what it was asked to run.
+struct ScriptedSteps {
+  std::vector<std::pair<Step, Executor>> asked;
+  Result compile_result, program_result;
+  StepRunner Runner() {
+    return [this](Executor ex, Step step) {
+      asked.emplace_back(step, ex);
+      if (step == Step::kCompile) return compile_result;
+      if (step == Step::kProgram) return program_result;
+      return Finished(RunStatus::kOk, 0, 1);
+    };
+  }
+};
+
+Program PlannedC() {
+  Executor program;
+  program.code = "int main() {}";
+  program.env = {{"PATH", "/usr/bin"}};
+  program.stdin_fd = 7;
+  program.wall_timeout = 2s;
+  return PlanCompiledProgram(C(), program, std::string(kBuildRoot) + "/abc", 20s);
+}
+
+}  // namespace
+
+TEST_CASE("a compiled entry parses with its compile step; aliases resolve to it", "[languages]") {
+  Language c = C();
+  CHECK(c.name == "c");
+  REQUIRE(c.compile.has_value());
+  CHECK(c.compile->argv == std::vector<std::string>{"/usr/bin/gcc", "-o", "main", "main.c"});
+  CHECK(c.compile->source == "main.c");
+  CHECK(c.compile->timeout == 20s);
+  CHECK(c.compile->memory_bytes == 1ull << 30);
+  CHECK(c.image_template == "gcc");
+  auto java = ParseLanguage(kTable, "java");
+  REQUIRE(java.ok());
+  CHECK(java->compile->timeout == 30s);  // the defaults
+  CHECK(java->compile->memory_bytes == 512ull << 20);
+  auto python = ParseLanguage(kTable, "python");
+  REQUIRE(python.ok());
+  CHECK_FALSE(python->compile.has_value());
+}
+
+TEST_CASE("bad compile entries are refused with the language and the field named", "[languages]") {
+  auto parse = [](const char* entry) {
+    json table = {{"x", json::parse(entry)}};
+    auto lang = ParseLanguage(table, "x");
+    REQUIRE_FALSE(lang.ok());
+    return lang.status().message();
+  };
+  CHECK(parse(R"({"compile": {"argv": ["gcc"], "source": "a.c", "output": "a"}, "argv": ["{output}"]})") ==
+        "language 'x': compile.argv[0] must be an absolute path");
+  CHECK(parse(R"({"compile": {"argv": ["/cc"], "source": "../a.c", "output": "a"}, "argv": ["{output}"]})") ==
+        "language 'x': compile.source and compile.output must be plain file names");
+  CHECK(parse(R"({"compile": {"argv": ["/cc"], "source": "a.c", "output": "a"}, "argv": ["main"]})") ==
+        "language 'x': argv[0] must be {output} or an absolute path");
+  CHECK_THAT(parse(R"({"compile": {"argv": ["/cc"], "source": "a.c", "output": "a", "timeout": "soon"},
+                       "argv": ["{output}"]})"),
+             Catch::StartsWith("language 'x': compile.timeout: "));
+  CHECK_THAT(parse(R"({"compile": {"argv": ["/cc"], "output": "a"}, "argv": ["{output}"]})"),
+             Catch::StartsWith("language 'x': malformed entry: "));
+}
+
+TEST_CASE("the plan: the compiler gets the code in the build directory, the program its input", "[languages]") {
+  Program p = PlannedC();
+  const std::string dir = std::string(kBuildRoot) + "/abc";
+  CHECK(p.build_dir == dir);
+  REQUIRE(p.compile.has_value());
+  const Executor& compile = *p.compile;
+  // The sealed code is argv's code_path entry; the shell writes it to the source file and execs the compiler.
+  REQUIRE(compile.argv.size() == 11);
+  CHECK(compile.argv[0] == "/bin/sh");
+  CHECK(std::vector<std::string>(compile.argv.begin() + 4, compile.argv.end()) ==
+        std::vector<std::string>{dir, compile.code_path, "main.c", "/usr/bin/gcc", "-o", "main", "main.c"});
+  CHECK(compile.code == "int main() {}");
+  CHECK(compile.env.at("CACHE") == dir + "/cache");
+  CHECK(compile.env.at("PATH") == "/usr/bin");
+  CHECK(compile.stdin_fd == -1);
+  CHECK(compile.wall_timeout == 20s);
+
+  const Executor& run = p.run;
+  CHECK(run.argv == std::vector<std::string>{dir + "/main", "--flag"});
+  CHECK(run.code.empty());
+  CHECK(run.code_path.empty());
+  CHECK(run.env.count("CACHE") == 0);  // the compiler's environment is the compiler's
+  CHECK(run.stdin_fd == 7);
+  CHECK(run.wall_timeout == 2s);
+  CHECK(ProgramTimeout(p) == 22s);
+  CHECK(NewBuildDir().starts_with(std::string(kBuildRoot) + "/"));
+  CHECK(NewBuildDir() != NewBuildDir());
+}
+
+TEST_CASE("the exec request carries both steps, and a build directory outside /tmp/nsbox-build is refused",
+          "[languages]") {
+  Program p = PlannedC();
+  json request = ExecRequest(p, false);
+  CHECK(request["op"] == "exec");
+  auto back = ProgramFromExecRequest(request);
+  REQUIRE(back.ok());
+  REQUIRE(back->compile.has_value());
+  CHECK(back->compile->argv == p.compile->argv);
+  CHECK(back->compile->code == p.compile->code);
+  CHECK(back->compile->wall_timeout == 20s);
+  CHECK(back->run.argv == p.run.argv);
+  CHECK(back->build_dir == p.build_dir);
+  request["build_dir"] = "/workspace";
+  auto refused = ProgramFromExecRequest(request);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message() == "malformed exec request: build_dir must be below /tmp/nsbox-build");
+  Program interpreted;
+  interpreted.run.argv = {"/usr/bin/python3"};
+  CHECK_FALSE(ExecRequest(interpreted, true).contains("compile"));
+}
+
+TEST_CASE("RunProgram: a compiled program's result is its own, with the compile step's figures", "[languages]") {
+  ScriptedSteps steps;
+  steps.compile_result = Finished(RunStatus::kOk, 0, 400);
+  steps.program_result = Finished(RunStatus::kExit, 3, 5);
+  Result r = RunProgram(PlannedC(), steps.Runner(), /*remove_build_dir=*/true);
+  CHECK(r.status == RunStatus::kExit);
+  CHECK(r.exit_code == 3);
+  CHECK(r.wall_ms == 5);
+  json compile = GetExtra(r, "compile");
+  CHECK(compile == json{{"status", "ok"}, {"exit_code", 0}, {"wall_ms", 400}, {"cpu_ms", 200},
+                        {"peak_memory_bytes", 100 << 20}});
+  REQUIRE(steps.asked.size() == 3);
+  CHECK(steps.asked[0].first == Step::kCompile);
+  CHECK(steps.asked[1].first == Step::kProgram);
+  CHECK(steps.asked[2].first == Step::kRemove);
+  CHECK(steps.asked[2].second.argv == std::vector<std::string>{"/bin/rm", "-rf", "--", PlannedC().build_dir});
+}
+
+TEST_CASE("RunProgram: a failed compile is compile_error, exit code 123, and the program is never run",
+          "[languages]") {
+  ScriptedSteps steps;
+  steps.compile_result = Finished(RunStatus::kExit, 1, 300);
+  steps.compile_result.stderr_data = "main.c:1: error: expected ';'\n";
+  Result r = RunProgram(PlannedC(), steps.Runner(), /*remove_build_dir=*/false);
+  CHECK(r.status == RunStatus::kCompileError);
+  CHECK(std::string(RunStatusName(r.status)) == "compile_error");
+  CHECK(r.ShellExitCode() == 123);
+  CHECK(r.exit_code == -1);
+  CHECK(r.wall_ms == 0);
+  CHECK(r.stderr_data == "main.c:1: error: expected ';'\n");
+  CHECK(r.reason == "compile error: /usr/bin/gcc exited with 1; its diagnostics are in stderr and stdout");
+  CHECK(GetExtra(r, "compile")["exit_code"] == 1);
+  REQUIRE(steps.asked.size() == 1);  // no program, and no removal asked for
+  CHECK(ResultFromJson(ResultToJson(r)).status == RunStatus::kCompileError);
+}
+
+TEST_CASE("RunProgram: a compiler stopped by its limits says so; a setup failure stays a setup error",
+          "[languages]") {
+  ScriptedSteps steps;
+  steps.compile_result = Finished(RunStatus::kOom, -1, 900);
+  steps.compile_result.signal = 9;
+  steps.compile_result.reason = "killed: out of memory (limit 1.0G)";
+  Result oom = RunProgram(PlannedC(), steps.Runner(), false);
+  CHECK(oom.status == RunStatus::kCompileError);
+  CHECK(oom.signal == 0);
+  CHECK(oom.reason == "compile step oom: killed: out of memory (limit 1.0G)");
+  CHECK(GetExtra(oom, "compile")["status"] == "oom");
+
+  steps.asked.clear();
+  steps.compile_result = Finished(RunStatus::kSetupError, -1, 0);
+  steps.compile_result.reason = "execve(/bin/sh): ENOENT";
+  Result setup = RunProgram(PlannedC(), steps.Runner(), true);
+  CHECK(setup.status == RunStatus::kSetupError);
+  CHECK(setup.reason == "compile step: execve(/bin/sh): ENOENT");
+  CHECK(steps.asked.size() == 2);  // compile, then the removal; never the program
+}
