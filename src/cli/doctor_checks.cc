@@ -746,7 +746,7 @@ Check HostRootfsCheck(const HostPaths& paths) {
 }
 
 Check LanguagesCheck(const HostPaths& paths) {
-  const char* title = "language interpreters (--lang) in the host view";
+  const char* title = "language interpreters and compilers (--lang) in the host view";
   auto resolved = paths.data_dir.empty() ? ResolveDataDir() : StatusOr<std::string>(paths.data_dir);
   if (!resolved.ok())
     return Make("languages", title, Verdict::kWarn, resolved.status().message(), "fix rootfs.host first", false);
@@ -760,7 +760,9 @@ Check LanguagesCheck(const HostPaths& paths) {
     auto table = nlohmann::json::parse(*text);
     for (const auto& [name, entry] : table.items()) {
       if (!entry.is_object() || !entry.contains("argv")) continue;  // the comment, and aliases
-      std::string interpreter = entry.at("argv").at(0).get<std::string>();
+      // A compiled language needs its compiler (its program is the compiler's output).
+      std::string interpreter = entry.contains("compile") ? entry.at("compile").at("argv").at(0).get<std::string>()
+                                                          : entry.at("argv").at(0).get<std::string>();
       if (::access(Join(paths.host_root, interpreter).c_str(), X_OK) == 0)
         present.push_back(fmt::format("{} ({})", name, interpreter));
       else
@@ -774,8 +776,8 @@ Check LanguagesCheck(const HostPaths& paths) {
       fmt::format("available: {}", present.empty() ? "none" : fmt::format("{}", fmt::join(present, ", ")));
   if (missing.empty()) return Make("languages", title, Verdict::kPass, detail, "", false);
   return Make("languages", title, Verdict::kWarn, fmt::format("{}; missing: {}", detail, fmt::join(missing, ", ")),
-              "install the missing interpreters on the host (e.g. apt-get install python3 nodejs), or use --rootfs "
-              "with a root that has them",
+              "install the missing interpreters and compilers on the host (e.g. apt-get install python3 nodejs g++), "
+              "or use --rootfs with an image that has them (nsbox image build polyglot)",
               false);
 }
 

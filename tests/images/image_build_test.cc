@@ -279,8 +279,8 @@ TEST_CASE("unknown and invalid templates fail with one clear line and leave noth
   Outcome unknown = Nsbox({"image", "build", "pyhton"});
   CHECK(unknown.exit_code == 125);
   CHECK(unknown.err ==
-        "nsbox image build: unknown template 'pyhton' (known templates: datasci, minimal, node, python; or give a path "
-        "to a .json file)\n");
+        "nsbox image build: unknown template 'pyhton' (known templates: datasci, gcc, go, java, minimal, node, "
+        "polyglot, python, rust; or give a path to a .json file)\n");
   const std::string bad = TemplateFile("bad", R"({"packages": ["busybox"], "smoke_test": "true"})");
   Outcome invalid = Nsbox({"image", "build", bad, "--name", "bad"});
   CHECK(invalid.exit_code == 125);

@@ -13,6 +13,8 @@
 #include "nsbox_config.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include <nlohmann/json.hpp>
+
 #include "src/cli/image_store.h"
 #include "tests/support/skip.h"
 
@@ -88,7 +90,8 @@ TEST_CASE("broken templates are rejected with a message that says what is wrong"
 TEST_CASE("the shipped templates all parse and each has a smoke test") {
   const std::string dir = std::string(NSBOX_SOURCE_DIR) + "/rootfs/templates";
   auto names = nsbox::cli::KnownTemplates(dir);
-  CHECK(names == std::vector<std::string>{"datasci", "minimal", "node", "python"});
+  CHECK(names ==
+        std::vector<std::string>{"datasci", "gcc", "go", "java", "minimal", "node", "polyglot", "python", "rust"});
   for (const auto& name : names) {
     INFO(name);
     auto t = nsbox::cli::LoadTemplate(name, dir);
@@ -98,12 +101,24 @@ TEST_CASE("the shipped templates all parse and each has a smoke test") {
   }
 }
 
+TEST_CASE("every language's template in languages.json is a shipped template") {
+  const std::string dir = std::string(NSBOX_SOURCE_DIR) + "/rootfs/templates";
+  std::ifstream in(std::string(NSBOX_SOURCE_DIR) + "/rootfs/languages.json");
+  const nlohmann::json table = nlohmann::json::parse(in);
+  for (const auto& [name, entry] : table.items()) {
+    if (!entry.is_object() || entry.contains("alias")) continue;
+    INFO(name);
+    REQUIRE(entry.contains("template"));
+    CHECK(nsbox::cli::LoadTemplate(entry["template"].get<std::string>(), dir).ok());
+  }
+}
+
 TEST_CASE("an unknown template name is an error that lists the known templates") {
   const std::string dir = std::string(NSBOX_SOURCE_DIR) + "/rootfs/templates";
   auto t = nsbox::cli::LoadTemplate("pyhton", dir);
   REQUIRE_FALSE(t.ok());
   CHECK_THAT(t.status().message(),
-             Catch::Contains("unknown template 'pyhton'") && Catch::Contains("minimal, node, python"));
+             Catch::Contains("unknown template 'pyhton'") && Catch::Contains("minimal, node, polyglot, python"));
   CHECK_THAT(nsbox::cli::LoadTemplate("/nonexistent/t.json", dir).status().message(),
              Catch::Contains("does not exist"));
 }

@@ -309,11 +309,12 @@ TEST_CASE("the host view passes when its required paths exist and fails naming t
   CHECK_THAT(HostRootfsCheck(paths).fix, Catch::Contains("NSBOX_DATADIR"));
 }
 
-TEST_CASE("languages: present interpreters are listed, missing ones warn with how to install them") {
+TEST_CASE("languages: present interpreters and compilers are listed, missing ones warn with how to install them") {
   Fixture data, host;
   data.Write("rootfs/languages.json",
              R"({"comment": "x", "python": {"argv": ["/usr/bin/python3"], "file": "m.py"},
-                 "python3": {"alias": "python"}, "node": {"argv": ["/usr/bin/node"], "file": "m.js"}})");
+                 "python3": {"alias": "python"}, "node": {"argv": ["/usr/bin/node"], "file": "m.js"},
+                 "c": {"compile": {"argv": ["/usr/bin/gcc"], "source": "m.c", "output": "m"}, "argv": ["{output}"]}})");
   host.Executable("usr/bin/python3");
   HostPaths paths;
   paths.data_dir = data.Path();
@@ -321,8 +322,10 @@ TEST_CASE("languages: present interpreters are listed, missing ones warn with ho
   Check c = LanguagesCheck(paths);
   CHECK(c.verdict == Verdict::kWarn);
   CHECK_FALSE(c.required);
-  CHECK_THAT(c.detail, Catch::Contains("available: python (/usr/bin/python3)") && Catch::Contains("missing: node"));
+  CHECK_THAT(c.detail, Catch::Contains("available: python (/usr/bin/python3)") && Catch::Contains("missing: ") &&
+                           Catch::Contains("node (/usr/bin/node)") && Catch::Contains("c (/usr/bin/gcc)"));
   host.Executable("usr/bin/node");
+  host.Executable("usr/bin/gcc");
   CHECK(LanguagesCheck(paths).verdict == Verdict::kPass);
 }
 
