@@ -148,3 +148,41 @@ TEST_CASE("a daemon left by an earlier session exec cannot change a later exec's
   // What it found, if anything, was the sealed memfd, never a file of the workspace.
   CHECK(log.out.find(".nsbox-") == std::string::npos);
 }
+
+// The compile step is a step of the same sandbox, not a host process: what the compiler reads is the sandbox's root,
+// and compiled code meets the same seccomp filter as an interpreter.
+TEST_CASE("a compile step sees the sandbox's root: #include of a host secret is a compile error without it",
+          "[escape][code][compiled]") {
+  TempDir secret_dir;
+  const std::string secret = secret_dir.Write("secret.h", "#define SECRET \"nsbox-host-secret-4711\"\n");
+  auto r = RunNsboxJson({"--lang", "c", "--code",
+                         "#include \"" + secret + "\"\n#include <stdio.h>\nint main(void) { puts(SECRET); }\n"});
+  INFO(r.Describe());
+  CHECK(r.status() == "compile_error");
+  CHECK(r.err().find("No such file or directory") != std::string::npos);
+  CHECK(r.process.out.find("nsbox-host-secret-4711") == std::string::npos);
+  // The shadow file exists on the host, and the host view leaves /etc's secrets out.
+  auto shadow = RunNsboxJson({"--lang", "c", "--code", "#include \"/etc/shadow\"\nint main(void) { return 0; }\n"});
+  CHECK(shadow.status() == "compile_error");
+  CHECK(shadow.err().find("root:") == std::string::npos);
+}
+
+TEST_CASE("a compiled C program meets the default seccomp filter: ptrace and unshare are denied",
+          "[escape][code][compiled][seccomp]") {
+  auto r = RunNsboxJson({"--lang", "c", "--code",
+                         "#define _GNU_SOURCE\n#include <errno.h>\n#include <sched.h>\n#include <stdio.h>\n"
+                         "#include <string.h>\n#include <sys/ptrace.h>\n"
+                         "int main(void) {\n"
+                         "  long traced = ptrace(PTRACE_TRACEME, 0, 0, 0);\n"
+                         "  printf(\"ptrace %ld %s\\n\", traced, traced < 0 ? strerror(errno) : \"ok\");\n"
+                         "  int shared = unshare(CLONE_NEWUSER | CLONE_NEWNS);\n"
+                         "  printf(\"unshare %d %s\\n\", shared, shared < 0 ? strerror(errno) : \"ok\");\n"
+                         "  return 0;\n}\n"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "ptrace -1 Operation not permitted\nunshare -1 Operation not permitted\n");
+  std::set<std::string> denied;
+  for (const auto& entry : r.json["denied_syscalls"]) denied.insert(entry.value("name", ""));
+  CHECK(denied.count("ptrace") == 1);
+  CHECK(denied.count("unshare") == 1);
+}
