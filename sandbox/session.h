@@ -119,6 +119,10 @@ class SessionSandbox {
   // Work an exec leaves for later, done once its answer is sent so that the next client does not wait for it:
   // removes the groups of ended execs that emptied, and makes the group the next exec will take. Thread-safe.
   void PrepareNextExec();
+  // For a session that is the steps of one run (nsbox run of a compiled language: compile, then the program): the
+  // execs' verdicts are worded as a run's ("every process of the sandbox was killed", "the memory limit"), not as
+  // an exec's of a session that lives on. Before the first Exec.
+  void WordExecVerdictsAsRun() { execs_worded_as_run_ = true; }
 
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
@@ -165,6 +169,7 @@ class SessionSandbox {
   std::unique_ptr<CgroupChild> spare_exec_group_;  // made by PrepareNextExec, empty, for the next exec
   uint64_t exec_group_counter_ = 0;
   bool new_network_ = true;
+  bool execs_worded_as_run_ = false;
   VforkWatchdog start_watchdog_;  // for payloads still starting at their exec's deadline
   std::mutex payloads_mutex_;
   std::set<pid_t> payloads_;  // the execs' live payloads (our children), killed and reaped by Terminate()

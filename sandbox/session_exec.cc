@@ -174,7 +174,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
 // What the helper reported, denied calls, and the limits: the session's counters only grow, so this exec's share is
 // what they grew by while it ran.
 void SessionSandbox::GatherVerdict(SessionHelper& h, const CgroupStats* counters_before, VerdictInputs* in) {
-  in->kind = VerdictInputs::Kind::kSessionExec;
+  in->kind = execs_worded_as_run_ ? VerdictInputs::Kind::kRun : VerdictInputs::Kind::kSessionExec;
   in->setup_failure = h.setup_failure;
   in->program_status = h.exit_status;
   if (h.exit_status && !h.setup_failure) {

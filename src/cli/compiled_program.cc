@@ -49,8 +49,16 @@ Executor ExecutorFromJson(const nlohmann::json& request) {  // throws nlohmann::
 }
 
 // The compile step's figures, the "compile" key of the result.
+// A compiler driver (gcc, g++, go build) whose own child was killed by the OOM killer exits with 1 and an "internal
+// compiler error: Killed" of its own: the step hit its memory limit all the same, which the cgroup's OOM count during
+// the step tells.
+bool CompilerHitMemoryLimit(const Result& compiled) {
+  return compiled.status == RunStatus::kExit && compiled.limits && compiled.limits->oom_kills > 0;
+}
+
 nlohmann::json CompileFigures(const Result& compiled) {
-  return {{"status", RunStatusName(compiled.status)}, {"exit_code", compiled.exit_code},
+  const RunStatus status = CompilerHitMemoryLimit(compiled) ? RunStatus::kOom : compiled.status;
+  return {{"status", RunStatusName(status)}, {"exit_code", compiled.exit_code},
           {"wall_ms", compiled.wall_ms},              {"cpu_ms", compiled.cpu_ms},
           {"peak_memory_bytes", compiled.peak_memory_bytes}};
 }
@@ -68,8 +76,13 @@ Result CompileVerdict(Result compiled, const std::string& compiler) {
       verdict.reason = "compile step: " + verdict.reason;
       break;
     case RunStatus::kExit:
-      verdict.reason = fmt::format("compile error: {} exited with {}; its diagnostics are in stderr and stdout",
-                                   compiler, verdict.exit_code);
+      verdict.reason =
+          CompilerHitMemoryLimit(verdict)
+              ? fmt::format("compile step oom: a process of the compiler was killed by the OOM killer ({} exited "
+                            "with {}); give the sandbox more --memory",
+                            compiler, verdict.exit_code)
+              : fmt::format("compile error: {} exited with {}; its diagnostics are in stderr and stdout", compiler,
+                            verdict.exit_code);
       verdict.status = RunStatus::kCompileError;
       break;
     default:  // the compiler's own time-out, memory, a signal, a denied system call

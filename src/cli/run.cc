@@ -78,6 +78,7 @@ Result RunCompiled(Program program, Policy policy, EgressProxyHooks* proxy) {
     return failed(Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)").Wrap("starting the sandbox for the compile step"));
   auto session = SessionSandbox::Start(std::move(policy), proxy);
   if (!session.ok()) return failed(session.status().Wrap("starting the sandbox for the compile step"));
+  (*session)->WordExecVerdictsAsRun();
   Result result = RunProgram(
       std::move(program), [&](Executor step, Step) { return (*session)->Exec(std::move(step)); },
       /*remove_build_dir=*/false);  // the sandbox's /tmp goes with it

@@ -102,3 +102,39 @@ TEST_CASE("a compiler missing from the root is a one-line error naming it and th
         "nsbox run: language 'rust': compiler /usr/bin/rustc is not in the root filesystem (host); the image "
         "template 'rust' has it (nsbox image build rust, then --rootfs rust)\n");
 }
+
+TEST_CASE("a compiler killed by the memory limit is compile_error with compile.status oom", "[integration][compiled]") {
+  // g++ with <iostream> needs about 70 MB; its driver survives the OOM kill of cc1plus and exits 1 by itself.
+  auto r = RunNsboxJson({"--memory", "16M", "--lang", "cpp", "--code", "#include <iostream>\nint main() {}\n"});
+  INFO(r.Describe());
+  CHECK(r.process.exit_code == 123);
+  CHECK(r.status() == "compile_error");
+  CHECK(r.json["compile"]["status"] == "oom");
+  CHECK(r.json.value("reason", "").starts_with("compile step oom: "));
+}
+
+TEST_CASE("a compiled program's own outcomes keep run's verdicts: a crash, a time-out, a memory bomb",
+          "[integration][compiled]") {
+  auto crash = RunNsboxJson({"--lang", "c", "--code", "#include <signal.h>\nint main(void) { raise(SIGSEGV); }\n"});
+  INFO(crash.Describe());
+  CHECK(crash.status() == "signal");
+  CHECK(crash.process.exit_code == 139);
+  CHECK(crash.json["compile"]["status"] == "ok");
+
+  auto loop = RunNsboxJson({"--timeout", "300ms", "--lang", "c", "--code", "int main(void) { for (;;) {} }\n"});
+  INFO(loop.Describe());
+  CHECK(loop.status() == "timeout");
+  CHECK(loop.process.exit_code == 124);
+  CHECK(loop.json.value("reason", "") ==
+        "wall-clock time limit of 300 ms exceeded; every process of the sandbox was killed");
+
+  auto bomb = RunNsboxJson({"--memory", "64M", "--lang", "c", "--code",
+                            "#include <stdlib.h>\n#include <string.h>\n"
+                            "int main(void) { for (;;) { char *p = malloc(1 << 20); if (!p) return 9; "
+                            "memset(p, 1, 1 << 20); } }\n"});
+  INFO(bomb.Describe());
+  CHECK(bomb.status() == "oom");
+  CHECK(bomb.process.exit_code == 137);
+  CHECK(bomb.json.value("reason", "") == "killed by the OOM killer: the memory limit of 67108864 bytes was reached");
+  CHECK(bomb.json["compile"]["status"] == "ok");  // gcc's 30 MB fit in the same 64M
+}

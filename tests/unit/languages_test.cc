@@ -202,6 +202,15 @@ TEST_CASE("RunProgram: a compiler stopped by its limits says so; a setup failure
   CHECK(oom.reason == "compile step oom: killed: out of memory (limit 1.0G)");
   CHECK(GetExtra(oom, "compile")["status"] == "oom");
 
+  // g++ outlives its cc1plus's OOM kill and exits 1: the cgroup's OOM count during the step says what happened.
+  steps.compile_result = Finished(RunStatus::kExit, 1, 200);
+  steps.compile_result.limits = LimitsReport{};
+  steps.compile_result.limits->oom_kills = 1;
+  Result driver = RunProgram(PlannedC(), steps.Runner(), false);
+  CHECK(driver.status == RunStatus::kCompileError);
+  CHECK_THAT(driver.reason, Catch::StartsWith("compile step oom: a process of the compiler was killed"));
+  CHECK(GetExtra(driver, "compile")["status"] == "oom");
+
   steps.asked.clear();
   steps.compile_result = Finished(RunStatus::kSetupError, -1, 0);
   steps.compile_result.reason = "execve(/bin/sh): ENOENT";
