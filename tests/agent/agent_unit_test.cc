@@ -1,5 +1,6 @@
 // Unit tests of the agent's pure parts: message assembly for both wire formats, response checks, clipping, tool
 // results, retry-after.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -391,6 +392,19 @@ TEST_CASE("the nsbox-http frames carry any bytes and reject what does not add up
   CHECK(DecodeResponse(EncodeResponse(response)).status().message() ==
         "nsbox-http's answer: unknown error kind 'weird'");
   CHECK(!DecodeRequest("{\"url\": 5, \"headers\": [], \"body_bytes\": 0}\n").ok());
+}
+
+TEST_CASE("execute_code offers the language table's languages, compiled ones included, without aliases") {
+  const ToolSpec execute_code = CodeTools().at(0);
+  REQUIRE(execute_code.name == kExecuteCodeTool);
+  const auto languages = execute_code.input_schema["properties"]["language"]["enum"].get<std::vector<std::string>>();
+  for (const char* name : {"python", "bash", "sh", "node", "c", "cpp", "go", "rust", "java", "typescript"}) {
+    INFO(name);
+    CHECK(std::find(languages.begin(), languages.end(), name) != languages.end());
+    CHECK(execute_code.description.find(name) != std::string::npos);
+  }
+  CHECK(std::find(languages.begin(), languages.end(), "python3") == languages.end());
+  CHECK(execute_code.description.find("compile_error") != std::string::npos);
 }
 
 TEST_CASE("the system prompt says to run code first and never to make up output") {
