@@ -1,6 +1,7 @@
 // Unit tests of the agent's pure parts: message assembly for both wire formats, response checks, clipping, tool
 // results, retry-after.
 #include <algorithm>
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
