@@ -259,7 +259,9 @@ class Server {
     } else {
       // The changed files are the program's: the compile step writes below /tmp only.
       auto step = [&](Executor one, cli::Step kind) {
-        if (kind != cli::Step::kProgram) return session_->Exec(std::move(one), conn);
+        // The removal runs also when the client went away (its own short time-out bounds it).
+        if (kind == cli::Step::kRemove) return session_->Exec(std::move(one));
+        if (kind == cli::Step::kCompile) return session_->Exec(std::move(one), conn);
         ChangedFilesReport changed(*session_);
         return session_->Exec(std::move(one), conn, [&](Result& ran) { changed.AddTo(ran); });
       };
