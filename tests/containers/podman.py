@@ -6,6 +6,7 @@ The privileges, each a switch so that a test can leave one out and see nsbox ref
   seccomp   the engine's default profile plus sethostname, setdomainname, setns (tools/container-seccomp)
   proc      --security-opt unmask=/proc/*: an unmasked /proc (a new proc mount) and a writable /proc/sys
   cgroup    a delegated cgroup: the container's --cgroup-parent, bind-mounted writable over the controllers
+  caps      of all capabilities only CAP_SETUID and CAP_SETGID (the sandbox's id maps); without it, none at all
 """
 import json
 import os
@@ -77,11 +78,13 @@ class Podman:
         self.seccomp_profile = seccomp_profile
         self.cgroup = cgroup
 
-    def args(self, runtime=True, seccomp=True, proc=True, cgroup=True, extra=()):
+    def args(self, runtime=True, seccomp=True, proc=True, cgroup=True, caps=True, add_caps=(), extra=()):
         out = ["podman"]
         if runtime:
             out += ["--runtime", "runc"]
-        out += ["run", "--rm", "--cgroupns=private"] + ulimit_args()
+        out += ["run", "--rm", "--cgroupns=private"] + ulimit_args() + ["--cap-drop", "ALL"]
+        for cap in (["SETUID", "SETGID"] if caps else []) + list(add_caps):
+            out += ["--cap-add", cap]
         if seccomp:
             out += ["--security-opt", f"seccomp={self.seccomp_profile}"]
         if proc:
