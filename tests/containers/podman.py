@@ -55,10 +55,10 @@ class DelegatedCgroup:
             return f.read().split()
 
     def close(self):
-        # podman made the parent in every hierarchy (blkio, devices ...), and leaves conmon's group behind.
+        # podman made the parent in every hierarchy (blkio, devices, the v2 tree ...), and leaves conmon's group behind.
         for entry in os.listdir(CGROUP_ROOT):
             top = f"{CGROUP_ROOT}/{entry}/{self.name}"
-            if not os.path.isdir(top) or entry == "unified":
+            if not os.path.isdir(top):
                 continue
             for _ in range(20):
                 dirs = [d for d, _, _ in os.walk(top, topdown=False)]
@@ -82,7 +82,9 @@ class Podman:
         out = ["podman"]
         if runtime:
             out += ["--runtime", "runc"]
-        out += ["run", "--rm", "--cgroupns=private"] + ulimit_args() + ["--cap-drop", "ALL"]
+        # no-new-privileges as Kubernetes' allowPrivilegeEscalation: false: nsbox needs no setuid program.
+        out += ["run", "--rm", "--cgroupns=private", "--security-opt", "no-new-privileges"] + ulimit_args()
+        out += ["--cap-drop", "ALL"]
         for cap in (["SETUID", "SETGID"] if caps else []) + list(add_caps):
             out += ["--cap-add", cap]
         if seccomp:
