@@ -442,7 +442,7 @@ class BadInput(SharedCase):
         self.assertEqual(made["exit_code"], 0, made)
         for method, path, kw in [("GET", files_path(sbx, "l/passwd"), {}), ("GET", files_path(sbx, "p"), {}),
                                  ("GET", files_path(sbx, "l", list="true"), {}),
-                                 ("GET", files_path(sbx, "up/workspace/x"), {}),
+                                 ("GET", files_path(sbx, "up/etc/passwd"), {}),
                                  ("GET", files_path(sbx, "c/keep"), {}),
                                  ("PUT", files_path(sbx, "c/new"), {"raw": b"x"}),
                                  ("PUT", files_path(sbx, "l/nsbox-serve-test"), {"raw": b"x"}),
@@ -575,12 +575,14 @@ data = body.encode()
 s.sendall(b"POST /v1/sandboxes/%s/exec?stream=true HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
           b"Content-Length: %d\r\n\r\n" % (sbx.encode(), len(data)) + data)
 seen = b""
-while b"started" not in seen:
+while b"started" not in seen or b"stdout" not in seen:
     chunk = s.recv(4096)
     if not chunk:
         sys.exit("the stream ended: " + seen.decode(errors="replace"))
     seen += chunk
 print("READY", flush=True)
+sys.stderr.write(seen.decode(errors="replace"))
+sys.stderr.flush()
 time.sleep(600)
 """
 
@@ -681,6 +683,7 @@ class SharedServerShutdown(unittest.TestCase):
 
     def test_sigterm_ends_every_sandbox_exits_0_and_leaves_nothing(self):
         server = shared_server()
+        self.addCleanup(server.remove)
         api, alice = server.api(), server.api(token=TOKENS["alice"])
         ids = [api.create(SMALL)["id"], alice.create(SMALL)["id"]]
         streamed = {}
@@ -708,7 +711,6 @@ class SharedServerShutdown(unittest.TestCase):
         self.assertEqual(left, [])
         self.assertFalse(os.path.exists(server.socket_path), "the socket file is left")
         self.assertEqual(os.listdir(server.state_dir) if os.path.exists(server.state_dir) else [], [])
-        server.remove()
 
 
 CLASSES = [Endpoints, Exec, Streaming, Files, BadInput, Auth, Isolation, Concurrency, SlowClients, SandboxReach, Run,
