@@ -272,6 +272,7 @@ int main(int argc, char** argv) {
   sandboxes.EndAll();
   (*on_unix)->Stop();
   if (on_tcp) on_tcp->Stop();
+  ::rmdir(state_dir.c_str());  // when empty, as it is once every session has ended
   fmt::print(stderr, "nsbox serve: stopped\n");
   return 0;
 }
