@@ -10,6 +10,7 @@ import re
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -177,6 +178,24 @@ class Endpoints(SharedCase):
         self.made.append((self.api, sbx["id"]))
         self.assertEqual((sbx["template"], sbx["network"]), ("host", "none"))
 
+    def test_the_socket_is_mode_0660(self):
+        self.assertEqual(stat.S_IMODE(os.stat(self.server.socket_path).st_mode), 0o660)
+
+    def test_an_idle_sandbox_ends_after_its_idle_timeout_and_one_past_its_max_lifetime(self):
+        idle = self.make(body={"idle_timeout": 1})["id"]
+        old = self.make(body={"idle_timeout": 300, "max_lifetime": 2})["id"]
+        for sandbox_id in (idle, old):
+            ended = wait_for(lambda: self.api.request("GET", f"/v1/sandboxes/{sandbox_id}").status in (404, 409), 20,
+                             0.2)
+            self.assertTrue(ended, f"{sandbox_id} still runs 20 s after its time-out")
+        self.assertNotIn(idle, [s["id"] for s in self.api.call("GET", "/v1/sandboxes")["sandboxes"]])
+
+    def test_template_python_runs_python(self):
+        sbx = self.make(body={"template": "python"})
+        self.assertEqual(sbx["template"], "python")
+        r = self.run_in(sbx["id"], {"argv": ["python3", "-c", "print(2 ** 10)"]})
+        self.assertEqual(r["stdout"], "1024\n", r)
+
     def test_list_and_get_show_the_sandbox_and_delete_ends_it(self):
         sbx = self.make()
         listed = self.api.call("GET", "/v1/sandboxes")["sandboxes"]
@@ -241,6 +260,18 @@ class Exec(SharedCase):
                     "denied_syscalls", "denied_hosts", "changed_files"):
             self.assertIn(key, r)
         self.assertIn({"path": "/workspace/made.txt", "size": 3}, r["changed_files"])
+
+    def test_the_sandboxs_limits_hold_in_its_execs(self):
+        r = self.run_in(self.sbx, {"argv": ["true"]})
+        self.assertEqual((r["limits"]["memory_max_bytes"], r["limits"]["pids_max"]), (128 << 20, 64), r["limits"])
+
+    def test_an_allow_list_network_reports_the_refused_host(self):
+        sbx = self.make(body={"network": {"allow": ["pypi.org"]}})
+        self.assertEqual(sbx["network"], {"allow": ["pypi.org"]})
+        r = self.run_in(sbx["id"], {"language": "python", "timeout": 20, "code":
+                                    "import urllib.request\nurllib.request.urlopen('http://example.com/', timeout=10)"})
+        self.assertNotEqual(r["exit_code"], 0, r)
+        self.assertIn("example.com", [d["host"] for d in r["denied_hosts"]], r)
 
     def test_files_and_processes_persist_between_execs(self):
         self.run_in(self.sbx, {"cmd": "echo kept > kept.txt"})
@@ -608,6 +639,20 @@ class SlowClients(SharedCase):
         self.assertEqual(self.api.request("GET", "/v1/healthz").status, 200)
         self.assertEqual(self.run_in(sbx, {"argv": ["echo", "after"]})["stdout"], "after\n")
 
+    def test_a_client_that_does_not_read_its_stream_blocks_no_one(self):
+        sbx = self.make()["id"]
+        silent = socket.socket(socket.AF_UNIX)
+        self.addCleanup(silent.close)
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        silent.connect(self.server.socket_path)
+        body = json.dumps({"cmd": "head -c 30000000 /dev/zero | tr '\\0' x", "timeout": 20}).encode()
+        silent.sendall(b"POST /v1/sandboxes/%s/exec?stream=true HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       b"application/json\r\nContent-Length: %d\r\n\r\n" % (sbx.encode(), len(body)) + body)
+        quick = self.server.api(timeout=20)
+        other = self.make(api=quick)["id"]
+        self.assertEqual(quick.exec(other, {"argv": ["echo", "not blocked"]})["stdout"], "not blocked\n")
+        self.assertEqual(quick.exec(sbx, {"argv": ["echo", "same sandbox"]})["stdout"], "same sandbox\n")
+
     def test_a_half_sent_request_does_not_block_others(self):
         stalled = socket.socket(socket.AF_UNIX)
         self.addCleanup(stalled.close)
@@ -621,8 +666,8 @@ class SlowClients(SharedCase):
 
 REACH_PROBE = r"""
 import json, os, socket, sys
-sock_path, port = sys.argv[1], int(sys.argv[2])
-out = {"socket_visible": os.path.exists(sock_path), "dir_visible": os.path.exists(os.path.dirname(sock_path))}
+sock_path, port, state_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out = {"socket_visible": os.path.exists(sock_path), "state_visible": os.path.exists(state_dir)}
 def talk(family, address):
     s = socket.socket(family)
     s.settimeout(3)
@@ -646,10 +691,11 @@ class SandboxReach(SharedCase):
             with self.subTest(network=network):
                 sbx = self.make(body={"network": network})["id"]
                 r = self.run_in(sbx, {"argv": ["python3", "-c", REACH_PROBE, self.server.socket_path,
-                                               str(self.server.port)]})
+                                               str(self.server.port), self.server.state_dir]})
                 self.assertEqual(r["exit_code"], 0, r)
                 seen = json.loads(r["stdout"])
                 self.assertFalse(seen["socket_visible"], f"the API socket is visible inside: {seen}")
+                self.assertFalse(seen["state_visible"], f"the server's state directory is visible inside: {seen}")
                 self.assertTrue(seen["unix"].startswith("refused"), f"the socket answered inside: {seen}")
                 tcp = seen["tcp"]
                 self.assertTrue(tcp.startswith("refused") or tcp.startswith("HTTP/1.1 401"),
@@ -660,9 +706,10 @@ class Run(SharedCase):
     def test_run_is_a_one_shot_sandbox_gone_after_the_answer(self):
         before = self.api.call("GET", "/v1/capacity")["sandboxes"]["running"]
         self.seen.merge(Footprint.of(self.server))
-        r = self.api.call("POST", "/v1/run", {"cmd": "echo $X; pwd", "env": {"X": "one-shot"},
+        r = self.api.call("POST", "/v1/run", {"cmd": "echo $X", "env": {"X": "one-shot"},
                                               "limits": {"memory": "128M"}, "network": "none"})
-        self.assertEqual((r["status"], r["stdout"]), ("ok", "one-shot\n/workspace\n"), r)
+        self.assertEqual((r["status"], r["stdout"]), ("ok", "one-shot\n"), r)
+        self.assertEqual(r["limits"]["memory_max_bytes"], 128 << 20)
         self.assertEqual(self.api.call("GET", "/v1/sandboxes")["sandboxes"], [])
         self.assertEqual(self.api.call("GET", "/v1/capacity")["sandboxes"]["running"], before)
 
