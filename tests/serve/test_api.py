@@ -129,6 +129,15 @@ class SharedCase(unittest.TestCase):
 
 
 class Endpoints(SharedCase):
+    def test_one_connection_carries_several_requests(self):
+        conn = self.api.connection()
+        self.addCleanup(conn.close)
+        for path in ("/v1/healthz", "/v1/capacity", "/v1/sandboxes"):
+            conn.request("GET", path)
+            r = conn.getresponse()
+            self.assertEqual(r.status, 200, path)
+            json.loads(r.read())
+
     def test_healthz_answers_ok(self):
         r = self.api.request("GET", "/v1/healthz")
         self.assertEqual(r.status, 200, repr(r))
@@ -286,6 +295,30 @@ class Exec(SharedCase):
         self.assertIn("repl", second)
 
 
+class ConcurrentExecs(SharedCase):
+    def test_8_execs_at_once_in_one_sandbox_each_get_their_own_output(self):
+        sbx = self.make()["id"]
+        results, lock = {}, threading.Lock()
+
+        def one(n):
+            try:
+                r = self.server.api().exec(sbx, {"cmd": f"sleep 0.2; echo exec-{n}; echo err-{n} >&2; exit {n}"})
+            except Exception as e:  # noqa: BLE001: reported below
+                r = {"error": str(e)}
+            with lock:
+                results[n] = r
+
+        threads = [threading.Thread(target=one, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for n in range(8):
+            r = results.get(n, {})
+            self.assertEqual((r.get("stdout"), r.get("stderr"), r.get("exit_code")),
+                             (f"exec-{n}\n", f"err-{n}\n", n), r)
+
+
 class Streaming(SharedCase):
     PROGRAM = "for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.05; done; exit 4"
 
@@ -375,6 +408,33 @@ class Files(SharedCase):
         inside = self.run_in(self.sbx, {"cmd": "ls -A /workspace"})
         self.assertNotIn("tree", inside["stdout"].split())
 
+    def test_the_workspace_root_is_listed_with_path_dot(self):
+        self.put("top.txt", b"t")
+        names = [e["name"] for e in self.api.call("GET", files_path(self.sbx, ".", list="true"))["entries"]]
+        self.assertIn("top.txt", names)
+
+    def test_a_fifo_is_not_read_and_a_write_replaces_it(self):
+        self.run_in(self.sbx, {"cmd": "mkfifo /workspace/fifo"})
+        assert_error(self, self.api.request("GET", files_path(self.sbx, "fifo")), 400, "bad_request")
+        self.assertEqual(self.put("fifo", b"now a file"), {"path": "/workspace/fifo", "size": 10})
+        self.assertEqual(self.run_in(self.sbx, {"cmd": "test -f fifo && cat fifo"})["stdout"], "now a file")
+
+    def test_a_chunked_upload_is_written_whole(self):
+        conn = self.api.connection()
+        self.addCleanup(conn.close)
+        conn.putrequest("PUT", files_path(self.sbx, "chunked.bin"))
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.putheader("Content-Type", "application/octet-stream")
+        conn.endheaders()
+        parts = [b"\0\xff" * 5000, b"middle", bytes(range(256))]
+        for part in parts:
+            conn.send(b"%x\r\n%s\r\n" % (len(part), part))
+        conn.send(b"0\r\n\r\n")
+        r = conn.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())), (200, {"path": "/workspace/chunked.bin",
+                                                                  "size": sum(map(len, parts))}))
+        self.assertEqual(self.api.request("GET", files_path(self.sbx, "chunked.bin")).body, b"".join(parts))
+
     def test_a_missing_file_is_404(self):
         assert_error(self, self.api.request("GET", files_path(self.sbx, "no/such/file")), 404, "not_found")
 
@@ -390,6 +450,20 @@ class BadInput(SharedCase):
                                  ("DELETE", files_path(UNKNOWN_ID, "x"), {})]:
             with self.subTest(route=f"{method} {path}"):
                 assert_error(self, self.api.request(method, path, **kw), 404, "not_found")
+
+    def test_a_malformed_sandbox_id_is_404(self):
+        for bad in ("not-an-id", "..", "sb-..%2F..%2Fetc", "sb-" + "A" * 24, "sb-" + "0" * 25):
+            with self.subTest(id=bad):
+                assert_error(self, self.api.request("GET", f"/v1/sandboxes/{bad}"), 404, "not_found")
+
+    def test_files_without_a_path_is_400(self):
+        sbx = self.make()["id"]
+        for method in ("GET", "PUT", "DELETE"):
+            with self.subTest(method=method):
+                r = self.api.request(method, f"/v1/sandboxes/{sbx}/files", raw=b"x" if method == "PUT" else None)
+                assert_error(self, r, 400, "bad_request")
+                r = self.api.request(method, files_path(sbx, ""), raw=b"x" if method == "PUT" else None)
+                assert_error(self, r, 400, "bad_request")
 
     def test_an_unknown_route_is_404(self):
         assert_error(self, self.api.request("GET", "/v1/nothing-here"), 404, "not_found")
@@ -618,6 +692,18 @@ time.sleep(600)
 """
 
 
+WAITING_CLIENT = r"""
+import socket, sys, time
+path, sbx, body = sys.stdin.read().split("\n", 2)
+s = socket.socket(socket.AF_UNIX)
+s.connect(path)
+data = body.encode()
+s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: %d\r\n\r\n" % (sbx.encode(), len(data)) + data)
+time.sleep(600)
+"""
+
+
 class SlowClients(SharedCase):
     def test_a_client_killed_mid_stream_ends_its_exec_and_others_go_on(self):
         sbx = self.make()["id"]
@@ -637,6 +723,22 @@ class SlowClients(SharedCase):
         gone = wait_for(lambda: not host_processes_with_argv(["sleep", marker]), 15, 0.1)
         self.assertTrue(gone, "the exec of a killed client still runs 15 s later (its time-out is 30 s)")
         self.assertEqual(self.api.request("GET", "/v1/healthz").status, 200)
+        self.assertEqual(self.run_in(sbx, {"argv": ["echo", "after"]})["stdout"], "after\n")
+
+    def test_a_client_killed_while_waiting_for_a_plain_exec_ends_it(self):
+        sbx = self.make()["id"]
+        marker = sleep_marker()
+        body = json.dumps({"argv": ["sleep", marker], "timeout": 30})
+        client = subprocess.Popen([sys.executable, "-c", WAITING_CLIENT], stdin=subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: client.poll() is None and client.kill())
+        client.stdin.write(f"{self.server.socket_path}\n{sbx}\n{body}".encode())
+        client.stdin.close()
+        self.assertTrue(wait_for(lambda: host_processes_with_argv(["sleep", marker]), 10), "the exec did not start")
+        client.kill()
+        client.wait()
+        gone = wait_for(lambda: not host_processes_with_argv(["sleep", marker]), 15, 0.1)
+        self.assertTrue(gone, "the exec of a killed client still runs 15 s later (its time-out is 30 s)")
         self.assertEqual(self.run_in(sbx, {"argv": ["echo", "after"]})["stdout"], "after\n")
 
     def test_a_client_that_does_not_read_its_stream_blocks_no_one(self):
@@ -753,6 +855,12 @@ class SharedServerShutdown(unittest.TestCase):
         _shared["error"] = "it was stopped by the SIGTERM test"
         t.join(30)
         self.assertFalse(t.is_alive(), "the streaming client still waits after the server exited")
+        answer = streamed.get("answer")
+        self.assertIsInstance(answer, tuple, f"the running exec's stream broke off: {answer!r}")
+        head, lines = answer
+        self.assertEqual(head.status, 200, repr(head))
+        self.assertIn(lines[-1].get("type") if lines else None, ("result", "error"),
+                      f"the running exec's stream did not end with a result or an error: {lines}")
         self.assertEqual(rc, 0, f"exit status after SIGTERM: {server.log_tail()}")
         left = wait_clean(before, server, deadline_s=5)
         self.assertEqual(left, [])
@@ -760,5 +868,5 @@ class SharedServerShutdown(unittest.TestCase):
         self.assertEqual(os.listdir(server.state_dir) if os.path.exists(server.state_dir) else [], [])
 
 
-CLASSES = [Endpoints, Exec, Streaming, Files, BadInput, Auth, Isolation, Concurrency, SlowClients, SandboxReach, Run,
+CLASSES = [Endpoints, Exec, ConcurrentExecs, Streaming, Files, BadInput, Auth, Isolation, Concurrency, SlowClients, SandboxReach, Run,
            SharedServerShutdown]

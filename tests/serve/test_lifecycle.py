@@ -92,6 +92,7 @@ class CapacityFull(unittest.TestCase):
         self.assertEqual(body.get("capacity", {}).get("sandboxes", {}).get("per_client_max"), 1, body)
         theirs = a.create(SMALL)["id"]
         body = assert_error(self, b.request("POST", "/v1/sandboxes", SMALL), 429, "too_many_requests")
+        assert_error(self, b.request("POST", "/v1/run", {"cmd": "true"}), 429, "too_many_requests")
         self.assertEqual(counts(body.get("capacity", {})), {"running": 2, "max": 2, "per_client_max": 1}, body)
         for key in ("pool", "memory_bytes", "pids"):
             self.assertIn(key, body["capacity"])
