@@ -719,7 +719,29 @@ void Sandboxes::PoolLoop() {
       lock.lock();
       break;
     }
+    if (want == "python") {
+      // The python pool's sandboxes have their REPL interpreter started: a client's first cell does not wait for it.
+      lock.unlock();
+      PreloadRepl(made->session_id);
+      lock.lock();
+    }
     pool_[want].push_back({made->session_id, made->rootfs, spec});
+  }
+}
+
+void Sandboxes::PreloadRepl(const std::string& session_id) {
+  auto sandbox = std::make_shared<Sandbox>();
+  sandbox->id = "pool";
+  sandbox->session_id = session_id;
+  ExecSpec cell;
+  cell.language = "python";
+  cell.code = "pass";
+  cell.repl = true;
+  cell.timeout = std::chrono::seconds(30);
+  try {
+    (void)Exec(sandbox, cell, {}, {});
+  } catch (const ApiError& e) {
+    fmt::print(stderr, "nsbox serve: the pool could not start a REPL in {}: {}\n", session_id, e.what());
   }
 }
 
