@@ -671,45 +671,33 @@ def host_processes_with_argv(argv):
     return found
 
 
-STREAMING_CLIENT = r"""
-import json, socket, sys, time
+HANGING_CLIENT = r"""
+import socket, sys, time
+stream = sys.argv[1] == "stream"
 path, sbx, body = sys.stdin.read().split("\n", 2)
 s = socket.socket(socket.AF_UNIX)
 s.connect(path)
 data = body.encode()
-s.sendall(b"POST /v1/sandboxes/%s/exec?stream=true HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-          b"Content-Length: %d\r\n\r\n" % (sbx.encode(), len(data)) + data)
+s.sendall(b"POST /v1/sandboxes/%s/exec%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: %d\r\n\r\n" % (sbx.encode(), b"?stream=true" if stream else b"", len(data)) + data)
 seen = b""
-while b"started" not in seen or b"stdout" not in seen:
+while stream and (b"started" not in seen or b"stdout" not in seen):
     chunk = s.recv(4096)
     if not chunk:
         sys.exit("the stream ended: " + seen.decode(errors="replace"))
     seen += chunk
 print("READY", flush=True)
-sys.stderr.write(seen.decode(errors="replace"))
-sys.stderr.flush()
-time.sleep(600)
-"""
-
-
-WAITING_CLIENT = r"""
-import socket, sys, time
-path, sbx, body = sys.stdin.read().split("\n", 2)
-s = socket.socket(socket.AF_UNIX)
-s.connect(path)
-data = body.encode()
-s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-          b"Content-Length: %d\r\n\r\n" % (sbx.encode(), len(data)) + data)
 time.sleep(600)
 """
 
 
 class SlowClients(SharedCase):
-    def test_a_client_killed_mid_stream_ends_its_exec_and_others_go_on(self):
+    def kill_a_client_mid_exec(self, mode):
+        """A client (a process of its own) starts an exec of a long sleep and is SIGKILLed: the exec must end."""
         sbx = self.make()["id"]
         marker = sleep_marker()
         body = json.dumps({"cmd": f"echo started; exec sleep {marker}", "timeout": 30})
-        client = subprocess.Popen([sys.executable, "-c", STREAMING_CLIENT], stdin=subprocess.PIPE,
+        client = subprocess.Popen([sys.executable, "-c", HANGING_CLIENT, mode], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.addCleanup(lambda: client.poll() is None and client.kill())
         client.stdin.write(f"{self.server.socket_path}\n{sbx}\n{body}".encode())
@@ -717,7 +705,7 @@ class SlowClients(SharedCase):
         ready = client.stdout.readline()
         self.assertEqual(ready.strip(), b"READY", client.stderr.read() if client.poll() is not None else ready)
         self.assertTrue(wait_for(lambda: host_processes_with_argv(["sleep", marker]), 10),
-                        "the streamed program is not running")
+                        "the exec's program is not running")
         client.kill()
         client.wait()
         gone = wait_for(lambda: not host_processes_with_argv(["sleep", marker]), 15, 0.1)
@@ -725,21 +713,11 @@ class SlowClients(SharedCase):
         self.assertEqual(self.api.request("GET", "/v1/healthz").status, 200)
         self.assertEqual(self.run_in(sbx, {"argv": ["echo", "after"]})["stdout"], "after\n")
 
+    def test_a_client_killed_mid_stream_ends_its_exec_and_others_go_on(self):
+        self.kill_a_client_mid_exec("stream")
+
     def test_a_client_killed_while_waiting_for_a_plain_exec_ends_it(self):
-        sbx = self.make()["id"]
-        marker = sleep_marker()
-        body = json.dumps({"argv": ["sleep", marker], "timeout": 30})
-        client = subprocess.Popen([sys.executable, "-c", WAITING_CLIENT], stdin=subprocess.PIPE,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.addCleanup(lambda: client.poll() is None and client.kill())
-        client.stdin.write(f"{self.server.socket_path}\n{sbx}\n{body}".encode())
-        client.stdin.close()
-        self.assertTrue(wait_for(lambda: host_processes_with_argv(["sleep", marker]), 10), "the exec did not start")
-        client.kill()
-        client.wait()
-        gone = wait_for(lambda: not host_processes_with_argv(["sleep", marker]), 15, 0.1)
-        self.assertTrue(gone, "the exec of a killed client still runs 15 s later (its time-out is 30 s)")
-        self.assertEqual(self.run_in(sbx, {"argv": ["echo", "after"]})["stdout"], "after\n")
+        self.kill_a_client_mid_exec("plain")
 
     def test_a_client_that_does_not_read_its_stream_blocks_no_one(self):
         sbx = self.make()["id"]
@@ -868,5 +846,5 @@ class SharedServerShutdown(unittest.TestCase):
         self.assertEqual(os.listdir(server.state_dir) if os.path.exists(server.state_dir) else [], [])
 
 
-CLASSES = [Endpoints, Exec, ConcurrentExecs, Streaming, Files, BadInput, Auth, Isolation, Concurrency, SlowClients, SandboxReach, Run,
-           SharedServerShutdown]
+CLASSES = [Endpoints, Exec, ConcurrentExecs, Streaming, Files, BadInput, Auth, Isolation, Concurrency, SlowClients,
+           SandboxReach, Run, SharedServerShutdown]

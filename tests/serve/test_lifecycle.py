@@ -110,14 +110,14 @@ class CapacityFull(unittest.TestCase):
 
 
 class PoolAndSigterm(unittest.TestCase):
-    """--pool host=2: ready sandboxes taken by a create, refilled, never reused; SIGTERM ends the pool's too."""
+    """--pool host=2 python=1: ready sandboxes taken by a create, refilled, never reused; SIGTERM ends them."""
 
     def test_pool_sandboxes_are_taken_refilled_and_never_reused(self):
-        server = own_server(["--pool", "host=2"]).start()
+        server = own_server(["--pool", "host=2", "--pool", "python=1"]).start()
         api = server.api()
 
-        def pool():
-            return api.call("GET", "/v1/capacity")["pool"].get("host", {})
+        def pool(template="host"):
+            return api.call("GET", "/v1/capacity")["pool"].get(template, {})
 
         self.assertEqual(pool().get("target"), 2, api.call("GET", "/v1/capacity"))
         self.assertTrue(wait_for(lambda: pool().get("ready") == 2, 30, 0.2), f"the pool did not fill: {pool()}")
@@ -136,6 +136,12 @@ class PoolAndSigterm(unittest.TestCase):
             self.assertNotIn("secret.txt", r["stdout"], "a pool sandbox was reused")
             self.assertIn("No such file", r["stdout"])
         self.assertTrue(wait_for(lambda: pool().get("ready") == 2, 30, 0.2), f"the pool did not refill: {pool()}")
+        self.assertTrue(wait_for(lambda: pool("python").get("ready") == 1, 30, 0.2), pool("python"))
+        py = api.create({"template": "python"})
+        self.assertIs(py["from_pool"], True, py)
+        api.exec(py["id"], {"language": "python", "code": "n = 7919", "repl": True})
+        cell = api.exec(py["id"], {"language": "python", "code": "print(n)", "repl": True})
+        self.assertEqual(cell["stdout"], "7919\n", cell)
         before = Footprint.of(server)
         self.assertGreaterEqual(len(before.procs), 5, "fewer processes than 3 sandboxes and a pool of 2")
         assert_stopped_clean(self, server, before)
