@@ -126,7 +126,11 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
   if (parts.size() < 2 || parts[0] != "v1") throw no_route();
   const std::string& resource = parts[1];
   if (parts.size() == 2 && resource == "healthz" && method == "GET")
-    return Json(shutting_down_ ? 503 : 200, {{"status", shutting_down_ ? "shutting_down" : "ok"}});
+  {
+    if (!shutting_down_) return Json(200, {{"status", "ok"}});
+    return Json(503, {{"status", "shutting_down"},
+                      {"error", {{"code", "unavailable"}, {"message", "the server is shutting down"}}}});
+  }
   if (parts.size() == 2 && resource == "openapi.json" && method == "GET") {
     HttpResponse r;
     r.body = access_.openapi_document;
