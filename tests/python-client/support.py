@@ -1,0 +1,123 @@
+# tests/python-client/support.py: what the test modules share: the package on sys.path, a real nsbox serve.
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CLIENT = os.path.join(REPO, "clients", "python")
+if CLIENT not in sys.path:
+    sys.path.insert(0, CLIENT)
+
+import nsbox  # noqa: E402
+
+PRIME_CODE = """def nth_prime(n):
+    count, candidate = 0, 1
+    while count < n:
+        candidate += 1
+        if all(candidate % d for d in range(2, int(candidate ** 0.5) + 1)):
+            count += 1
+    return candidate
+print(nth_prime(1000))
+"""
+
+
+def nsbox_bin():
+    return os.environ.get("NSBOX_BIN") or os.path.join(REPO, "build", "src", "nsbox")
+
+
+class RealServer:
+    """`$NSBOX_BIN serve --socket S --state-dir D` on a private socket, as clients/go's startServe runs it.
+    `skip_reason` is set (and nothing started) when this nsbox has no serve command."""
+
+    def __init__(self):
+        self.skip_reason = None
+        self.proc = None
+        binary = nsbox_bin()
+        try:
+            probe = subprocess.run([binary, "serve", "--help"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   timeout=30)
+            if probe.returncode != 0:
+                tail = probe.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+                self.skip_reason = "this nsbox (%s) has no serve command: exit %d %s" % (
+                    binary, probe.returncode, tail[0])
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.skip_reason = "this nsbox (%s) has no serve command: %s" % (binary, e)
+        if self.skip_reason:
+            return
+        self.dir = tempfile.mkdtemp(prefix="nsbox-py-serve-")
+        self.socket = os.path.join(self.dir, "api.sock")
+        self.state = os.path.join(self.dir, "state")
+        self.log = open(os.path.join(self.dir, "serve.log"), "wb")
+        self.proc = subprocess.Popen([binary, "serve", "--socket", self.socket, "--state-dir", self.state],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.url = "unix://" + self.socket
+        t = nsbox.Transport(self.url, request_timeout=2)
+        for _ in range(100):
+            try:
+                if t.request("GET", "/v1/healthz") is not None:
+                    return
+            except nsbox.NsboxError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError("nsbox serve did not answer on %s: %s" % (self.socket, self.log_tail()))
+
+    def log_tail(self):
+        try:
+            with open(os.path.join(self.dir, "serve.log"), "rb") as f:
+                return f.read()[-2000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def descendants(self):
+        """The pids of every process below the server."""
+        children = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+        out, todo = set(), [self.proc.pid]
+        while todo:
+            for c in children.get(todo.pop(), []):
+                if c not in out:
+                    out.add(c)
+                    todo.append(c)
+        return out
+
+    def stop(self):
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        if not mounts_under(self.dir):  # never remove through a mount a leaking server left behind
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def mounts_under(path):
+    """The mount points at or below `path` (from /proc/self/mountinfo)."""
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4].replace("\\040", " ") for line in f]
+    return [p for p in points if p == path or p.startswith(path + "/")]
+
+
+def decode(data):
+    return json.loads(data.decode("utf-8"))
