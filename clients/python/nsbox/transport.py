@@ -43,14 +43,27 @@ class _UnixConnection(http.client.HTTPConnection):
         self._path = path
 
     def connect(self):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+        # A socket with a time-out is non-blocking inside, and connect() to a Unix socket whose listen backlog is
+        # full then fails with EAGAIN at once instead of waiting: wait for room (nothing was sent) until the
+        # time-out, as a blocking connect would.
+        deadline = time.monotonic() + (self.timeout if self.timeout is not None else 1e9)
+        pause = 0.005
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(self._path)
+                self.sock = sock
+                return
+            except BlockingIOError:
+                sock.close()
+                if time.monotonic() + pause > deadline:
+                    raise socket.timeout("the listen backlog of %s stayed full" % self._path) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
+            except BaseException:
+                sock.close()
+                raise
 
 
 # Errors of the connection itself: the server is not there, or went away.
@@ -120,6 +133,7 @@ class Transport:
         where = "%s %s at %s" % (method, path, self.url)
 
         conn = self._connection(timeout)
+        sock = resp = None
 
         def left():
             rest = deadline - time.monotonic()
@@ -163,6 +177,10 @@ class Transport:
                 raise ServerGone("%s: the connection failed: %s" % (where, _describe(e)), url=self.url,
                                  request_sent=True) from e
         finally:
+            if resp is not None:
+                resp.close()
+            if sock is not None:
+                sock.close()
             conn.close()
         if resp.status < 200 or resp.status > 299:
             raise from_response(resp.status, data, self.url)
