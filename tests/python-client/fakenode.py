@@ -295,13 +295,15 @@ class FakeNode:
         h.close_connection = True
 
     def _run(self, sbx, spec):
+        # The code runs on the host: its /workspace is the sandbox's directory here.
+        here = lambda text: text.replace("/workspace", sbx["_dir"])  # noqa: E731
         if "argv" in spec:
-            argv = spec["argv"]
+            argv = [here(a) for a in spec["argv"]]
         elif "cmd" in spec:
-            argv = ["/bin/sh", "-c", spec["cmd"]]
+            argv = ["/bin/sh", "-c", here(spec["cmd"])]
         else:
-            argv = ["python3", "-c", spec["code"]]
-        env = dict(os.environ, **sbx["_env"], **spec.get("env", {}))
+            argv = ["python3", "-c", here(spec["code"])]
+        env = dict(os.environ, PATH="/usr/bin:/bin", **sbx["_env"], **spec.get("env", {}))
         cwd = self._workspace_path(sbx, spec.get("cwd", "")) or sbx["_dir"]
         start = time.monotonic()
         try:

@@ -1,0 +1,172 @@
+# tests/python-client/test_real_server.py: the client against a real `nsbox serve` on a private socket: the agent
+# loops answer from a real run, state persists in one conversation, nothing is left, errors are typed, 32 threads.
+# Every case is skipped (with the reason) when this nsbox has no serve command.
+import os
+import sys
+import threading
+import time
+import unittest
+
+import support
+from scripted_model import PERSIST_PROMPT, PRIME_PROMPT, ScriptedModel
+
+import nsbox
+
+sys.path.insert(0, os.path.join(support.CLIENT, "examples"))
+import agent_loops  # noqa: E402
+
+SERVER = None
+
+
+def setUpModule():
+    global SERVER
+    SERVER = support.RealServer()
+
+
+def tearDownModule():
+    if SERVER is not None:
+        SERVER.stop()
+
+
+def wait_until(check, seconds=15):
+    """Polls `check` until it is true or the wait is over (clean-up may be asynchronous); answers its last value."""
+    end = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value or time.monotonic() > end:
+            return value
+        time.sleep(0.1)
+
+
+class RealServerCase(unittest.TestCase):
+    def setUp(self):
+        if SERVER.skip_reason:
+            self.skipTest(SERVER.skip_reason)
+        self.url = SERVER.url
+        self.model = ScriptedModel()
+        self.addCleanup(self.model.stop)
+
+    def assertNothingLeft(self, baseline=frozenset()):
+        self.assertTrue(wait_until(lambda: nsbox.Sandbox.list(url=self.url) == []),
+                        "sandboxes left: %r" % nsbox.Sandbox.list(url=self.url))
+        self.assertTrue(wait_until(lambda: SERVER.descendants() <= baseline),
+                        "processes left under nsbox serve: %r" % sorted(SERVER.descendants() - baseline))
+        state = os.path.realpath(SERVER.state)
+
+        def strays():
+            out = []
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit() or int(pid) == SERVER.proc.pid or int(pid) in baseline:
+                    continue
+                try:
+                    where = [os.readlink("/proc/%s/cwd" % pid), os.readlink("/proc/%s/root" % pid)]
+                    with open("/proc/%s/cmdline" % pid, "rb") as f:
+                        where.append(f.read().decode("utf-8", "replace"))
+                except OSError:
+                    continue
+                if any(state in w for w in where):
+                    out.append(pid)
+            return out
+        if not wait_until(lambda: not strays()):
+            self.fail("processes left in the state dir %s: %r" % (state, strays()))
+
+
+class AgentLoopsTest(RealServerCase):
+    def test_anthropic_shaped_loop_answers_7919_from_a_real_run(self):
+        text = agent_loops.answer(PRIME_PROMPT, self.model.url, shape="anthropic", url=self.url)
+        self.assertEqual((self.model.problems, text), ([], "The 1000th prime is 7919."))
+        self.assertTrue(self.model.tool_results[0].startswith("exit_code: 0\nstdout:\n7919\n"))
+        self.assertNothingLeft()
+
+    def test_openai_shaped_loop_answers_7919_from_a_real_run(self):
+        text = agent_loops.answer(PRIME_PROMPT, self.model.url, shape="openai", url=self.url)
+        self.assertEqual((self.model.problems, text), ([], "The 1000th prime is 7919."))
+        self.assertNothingLeft()
+
+    def test_files_and_repl_state_persist_between_two_calls_of_one_conversation(self):
+        for shape in ("anthropic", "openai"):
+            text = agent_loops.answer(PERSIST_PROMPT, self.model.url, shape=shape, repl=True, url=self.url)
+            self.assertEqual((self.model.problems, text), ([], "The second run printed: written by call 1 42"),
+                             self.model.tool_results)
+        self.assertNothingLeft()
+
+
+class LifecycleTest(RealServerCase):
+    def test_terminate_in_finally_leaves_nothing(self):
+        baseline = frozenset(SERVER.descendants())
+        with self.assertRaises(RuntimeError):
+            sbx = nsbox.Sandbox.create(url=self.url, timeout=300)
+            try:
+                sbx.files.write("data/in.txt", "payload")
+                r = sbx.exec("cat data/in.txt; (sleep 300 >/dev/null 2>&1 &); echo started")
+                self.assertEqual(r.stdout, "payloadstarted\n")
+                raise RuntimeError("the agent failed mid-conversation")
+            finally:
+                sbx.terminate()
+        sbx.terminate()  # idempotent
+        self.assertNothingLeft(baseline)
+
+    def test_files_and_streaming(self):
+        with nsbox.Sandbox.create(url=self.url, network="none", limits={"memory": "256M", "pids": 64}) as sbx:
+            every_byte = bytes(range(256))
+            self.assertEqual(sbx.files.write("sub/bin.dat", every_byte)["size"], 256)
+            self.assertEqual(sbx.files.read("sub/bin.dat"), every_byte)
+            self.assertIn("bin.dat", [e["name"] for e in sbx.files.list("sub")])
+            out, err = [], []
+            r = sbx.exec("for i in 1 2 3; do echo line $i; done; echo oops >&2", on_stdout=out.append,
+                         on_stderr=err.append)
+            self.assertEqual((r.status, r.exit_code, "".join(out), "".join(err)),
+                             ("ok", 0, "line 1\nline 2\nline 3\n", "oops\n"))
+            self.assertEqual(r.stdout, "".join(out))
+            r = sbx.run_code("import time\ntime.sleep(30)", timeout=1)
+            self.assertEqual(r.status, "timeout")
+            sbx.files.remove("sub")
+            with self.assertRaises(nsbox.NotFound):
+                sbx.files.read("sub/bin.dat")
+        self.assertNothingLeft()
+
+
+class TypedErrorsTest(RealServerCase):
+    def test_unknown_id_is_not_found_and_a_bad_path_is_refused(self):
+        with self.assertRaises(nsbox.NotFound) as cm:
+            nsbox.Sandbox.connect("sb-" + "0" * 24, url=self.url)
+        self.assertEqual(cm.exception.code, "not_found")
+        self.assertTrue(str(cm.exception))
+        with nsbox.Sandbox.create(url=self.url) as sbx:
+            for bad in ("../x", "/etc/passwd"):
+                with self.assertRaises(nsbox.Refused) as cm:
+                    sbx.files.write(bad, "x")
+                self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_request"))
+            with self.assertRaises(nsbox.NotFound):
+                sbx.files.read("missing.txt")
+        with self.assertRaises((nsbox.NotFound, nsbox.Conflict)):
+            sbx.exec("true")
+        with self.assertRaises(nsbox.Refused):
+            nsbox.Sandbox.create(url=self.url, network="everything")
+
+
+class ConcurrencyTest(RealServerCase):
+    def test_32_threads_at_once_each_get_their_own_result(self):
+        with nsbox.SandboxRuntime(url=self.url, template="python") as rt:
+            got, failed = {}, []
+            start = threading.Barrier(32)
+
+            def one(i):
+                try:
+                    start.wait()
+                    got[i] = rt.execute("python", "print(%d * 1000 + 7)" % i)
+                except Exception as e:  # noqa: BLE001 (reported below with its thread)
+                    failed.append((i, e))
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(32)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(failed, [])
+            self.assertEqual({i: (r.output, r.exit_code) for i, r in got.items()},
+                             {i: ("%d\n" % (i * 1000 + 7), 0) for i in range(32)})
+        self.assertNothingLeft()
+
+
+if __name__ == "__main__":
+    unittest.main()
