@@ -76,26 +76,67 @@ class RealServer:
         except OSError:
             return ""
 
-    def descendants(self):
-        """The pids of every process below the server."""
-        children = {}
+    def sandbox_processes(self):
+        """{pid: (start time, [(controller, cgroup)])} of the processes that make up the server's sandboxes: those
+        whose command line or environment names the state dir (a session's supervisor), every process below
+        them, and every process below the server."""
+        state = os.path.realpath(self.state).encode()
+        table = {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             try:
                 with open("/proc/%s/stat" % entry) as f:
-                    stat = f.read()
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open("/proc/%s/cmdline" % entry, "rb") as f:
+                    names = state in f.read()
+                with open("/proc/%s/environ" % entry, "rb") as f:
+                    names = names or state in f.read()
+                with open("/proc/%s/cgroup" % entry) as f:
+                    groups = [tuple(line.strip().split(":", 2)[1:]) for line in f if line.strip()]
             except OSError:
                 continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-        out, todo = set(), [self.proc.pid]
+            table[int(entry)] = (int(fields[1]), fields[19], names, groups)
+        # The cgroups the server itself is in are not the sandboxes'.
+        own = set(table[self.proc.pid][3]) if self.proc.pid in table else set()
+        for pid, row in table.items():
+            table[pid] = row[:3] + ([g for g in row[3] if g[1] != "/" and g not in own],)
+        roots = {pid for pid, row in table.items() if row[2] and pid != self.proc.pid} | {self.proc.pid}
+        out, todo = {}, list(roots)
         while todo:
-            for c in children.get(todo.pop(), []):
-                if c not in out:
-                    out.add(c)
-                    todo.append(c)
+            pid = todo.pop()
+            for child, row in table.items():
+                if row[0] == pid and child not in out:
+                    out[child] = (row[1], row[3])
+                    todo.append(child)
+            if pid != self.proc.pid and pid in table:
+                out[pid] = (table[pid][1], table[pid][3])
         return out
+
+    @staticmethod
+    def still_there(snapshot):
+        """What of a sandbox_processes() snapshot is left: its processes still alive (same start time) and its
+        cgroups still holding a process (a cgroup directory itself may linger until the kernel frees it)."""
+        left = []
+        for pid, (start, groups) in snapshot.items():
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if fields[19] == start and fields[0] != "Z":  # a zombie holds nothing; its reaper may be slow
+                    left.append("process %d" % pid)
+            except OSError:
+                pass
+            for controller, path in groups:
+                name = controller.split(",")[0] if controller else "unified"
+                name = controller if name in ("cpu", "cpuacct", "net_cls", "net_prio") else name
+                procs = os.path.join("/sys/fs/cgroup", name.replace("name=", ""), path.lstrip("/"), "cgroup.procs")
+                try:
+                    with open(procs) as f:
+                        if f.read().strip():
+                            left.append("cgroup %s:%s" % (controller, path))
+                except OSError:
+                    pass
+        return sorted(set(left))
 
     def stop(self):
         if self.proc is None:

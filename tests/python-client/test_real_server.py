@@ -38,6 +38,14 @@ def wait_until(check, seconds=15):
         time.sleep(0.1)
 
 
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 class RealServerCase(unittest.TestCase):
     def setUp(self):
         if SERVER.skip_reason:
@@ -46,29 +54,16 @@ class RealServerCase(unittest.TestCase):
         self.model = ScriptedModel()
         self.addCleanup(self.model.stop)
 
-    def assertNothingLeft(self, baseline=frozenset()):
+    def assertNothingLeft(self, snapshot=None):
+        """No sandbox listed, no session process of the server left, and none of `snapshot` (processes and
+        cgroups of the sandboxes while they ran) left."""
         self.assertTrue(wait_until(lambda: nsbox.Sandbox.list(url=self.url) == []),
                         "sandboxes left: %r" % nsbox.Sandbox.list(url=self.url))
-        self.assertTrue(wait_until(lambda: SERVER.descendants() <= baseline),
-                        "processes left under nsbox serve: %r" % sorted(SERVER.descendants() - baseline))
-        state = os.path.realpath(SERVER.state)
-
-        def strays():
-            out = []
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit() or int(pid) == SERVER.proc.pid or int(pid) in baseline:
-                    continue
-                try:
-                    where = [os.readlink("/proc/%s/cwd" % pid), os.readlink("/proc/%s/root" % pid)]
-                    with open("/proc/%s/cmdline" % pid, "rb") as f:
-                        where.append(f.read().decode("utf-8", "replace"))
-                except OSError:
-                    continue
-                if any(state in w for w in where):
-                    out.append(pid)
-            return out
-        if not wait_until(lambda: not strays()):
-            self.fail("processes left in the state dir %s: %r" % (state, strays()))
+        self.assertTrue(wait_until(lambda: SERVER.sandbox_processes() == {}),
+                        "processes left: %r" % SERVER.sandbox_processes())
+        if snapshot is not None:
+            self.assertTrue(wait_until(lambda: SERVER.still_there(snapshot) == []),
+                            "left: %r" % SERVER.still_there(snapshot))
 
 
 class AgentLoopsTest(RealServerCase):
@@ -93,18 +88,22 @@ class AgentLoopsTest(RealServerCase):
 
 class LifecycleTest(RealServerCase):
     def test_terminate_in_finally_leaves_nothing(self):
-        baseline = frozenset(SERVER.descendants())
+        self.assertEqual(SERVER.sandbox_processes(), {})
         with self.assertRaises(RuntimeError):
             sbx = nsbox.Sandbox.create(url=self.url, timeout=300)
             try:
                 sbx.files.write("data/in.txt", "payload")
                 r = sbx.exec("cat data/in.txt; (sleep 300 >/dev/null 2>&1 &); echo started")
                 self.assertEqual(r.stdout, "payloadstarted\n")
+                snapshot = SERVER.sandbox_processes()
+                running = [pid for pid in snapshot if _cmdline(pid).startswith("sleep 300")]
+                self.assertEqual(len(running), 1, "the background sleep is one of the sandbox's processes")
+                self.assertTrue(any(groups for _, groups in snapshot.values()), "the sandbox has cgroups")
                 raise RuntimeError("the agent failed mid-conversation")
             finally:
                 sbx.terminate()
         sbx.terminate()  # idempotent
-        self.assertNothingLeft(baseline)
+        self.assertNothingLeft(snapshot)
 
     def test_files_and_streaming(self):
         with nsbox.Sandbox.create(url=self.url, network="none", limits={"memory": "256M", "pids": 64}) as sbx:
