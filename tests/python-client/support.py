@@ -35,9 +35,10 @@ class RealServer:
     """`$NSBOX_BIN serve --socket S --state-dir D` on a private socket, as clients/go's startServe runs it.
     `skip_reason` is set (and nothing started) when this nsbox has no serve command."""
 
-    def __init__(self):
+    def __init__(self, *extra_args):
         self.skip_reason = None
         self.proc = None
+        self.left = []
         binary = nsbox_bin()
         try:
             probe = subprocess.run([binary, "serve", "--help"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -54,7 +55,8 @@ class RealServer:
         self.socket = os.path.join(self.dir, "api.sock")
         self.state = os.path.join(self.dir, "state")
         self.log = open(os.path.join(self.dir, "serve.log"), "wb")
-        self.proc = subprocess.Popen([binary, "serve", "--socket", self.socket, "--state-dir", self.state],
+        self.proc = subprocess.Popen([binary, "serve", "--socket", self.socket, "--state-dir", self.state,
+                                      *extra_args],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.url = "unix://" + self.socket
         t = nsbox.Transport(self.url, request_timeout=2)
@@ -138,15 +140,21 @@ class RealServer:
                     pass
         return sorted(set(left))
 
-    def stop(self):
+    def stop(self, sig=signal.SIGTERM):
         if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
+        snapshot = self.sandbox_processes()
+        self.proc.send_signal(sig)
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self.proc = None
+        end = time.monotonic() + 15  # the sessions end when their server is gone: wait for that, then look
+        while self.still_there(snapshot) and time.monotonic() < end:
+            time.sleep(0.1)
+        self.left = self.still_there(snapshot)
         self.log.close()
         if not mounts_under(self.dir):  # never remove through a mount a leaking server left behind
             shutil.rmtree(self.dir, ignore_errors=True)

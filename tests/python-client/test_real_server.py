@@ -2,6 +2,7 @@
 # loops answer from a real run, state persists in one conversation, nothing is left, errors are typed, 32 threads.
 # Every case is skipped (with the reason) when this nsbox has no serve command.
 import os
+import signal
 import sys
 import threading
 import time
@@ -125,7 +126,44 @@ class LifecycleTest(RealServerCase):
         self.assertNothingLeft()
 
 
+class StreamingTest(RealServerCase):
+    def test_a_chunk_reaches_its_callback_while_the_program_still_runs(self):
+        # The program prints, then waits for a file that the callback of that first chunk writes: with output
+        # held back until the end the file never comes and the run ends as a time-out.
+        with nsbox.Sandbox.create(url=self.url) as sbx:
+            chunks = []
+
+            def on_stdout(chunk):
+                chunks.append(chunk)
+                if chunk.startswith("waiting"):
+                    sbx.files.write("go", "")
+            r = sbx.exec("echo waiting; while [ ! -e go ]; do sleep 0.05; done; echo released", timeout=30,
+                         on_stdout=on_stdout)
+            self.assertEqual((r.status, "".join(chunks)), ("ok", "waiting\nreleased\n"))
+
+    def test_one_shot_run_streamed_and_not(self):
+        self.assertEqual(nsbox.Sandbox.run(code="print(6 * 7)", url=self.url).stdout, "42\n")
+        out = []
+        r = nsbox.Sandbox.run(cmd="echo streamed", url=self.url, on_stdout=out.append)
+        self.assertEqual((r.stdout, "".join(out)), ("streamed\n", "streamed\n"))
+        self.assertNothingLeft()
+
+
 class TypedErrorsTest(RealServerCase):
+    def test_a_full_server_is_capacity_full_with_its_capacity(self):
+        boxes = []
+        try:
+            with self.assertRaises(nsbox.CapacityFull) as cm:
+                for _ in range(200):
+                    boxes.append(nsbox.Sandbox.create(url=self.url))
+            cap = cm.exception.capacity
+            self.assertEqual(cm.exception.code, "too_many_requests")
+            self.assertIn(len(boxes), (cap["sandboxes"]["per_client_max"], cap["sandboxes"]["max"]))
+        finally:
+            for b in boxes:
+                b.terminate()
+        self.assertNothingLeft()
+
     def test_unknown_id_is_not_found_and_a_bad_path_is_refused(self):
         with self.assertRaises(nsbox.NotFound) as cm:
             nsbox.Sandbox.connect("sb-" + "0" * 24, url=self.url)
@@ -164,6 +202,45 @@ class ConcurrencyTest(RealServerCase):
             self.assertEqual(failed, [])
             self.assertEqual({i: (r.output, r.exit_code) for i, r in got.items()},
                              {i: ("%d\n" % (i * 1000 + 7), 0) for i in range(32)})
+        self.assertNothingLeft()
+
+
+class MultiNodeTest(RealServerCase):
+    """Three real nodes: placement by capacity, a full node passes the create on, a killed node's sandboxes fail
+    with ServerGone while the others and new creates carry on."""
+
+    def test_placement_over_three_real_nodes(self):
+        small = support.RealServer("--max-sandboxes", "1")
+        self.addCleanup(small.stop)
+        doomed = support.RealServer()
+        self.addCleanup(doomed.stop)
+        urls = [small.url, self.url, doomed.url]
+        filler = nsbox.Sandbox.create(url=small.url)  # the small node is now full
+        self.addCleanup(filler.terminate)
+        with self.assertRaises(nsbox.CapacityFull):
+            nsbox.Sandbox.create(url=small.url)
+        placed = [nsbox.Sandbox.create(url=urls) for _ in range(6)]
+        try:
+            where = [b.url for b in placed]
+            self.assertNotIn(small.url, where)
+            self.assertLessEqual(abs(where.count(self.url) - where.count(doomed.url)), 1, where)
+            for i, b in enumerate(placed):
+                self.assertEqual(b.exec("echo %d" % i).stdout, "%d\n" % i)
+            doomed.stop(signal.SIGKILL)
+            self.assertEqual(doomed.left, [], "what the killed node's sandboxes left")
+            for b in placed:
+                if b.url == doomed.url:
+                    with self.assertRaises(nsbox.ServerGone):
+                        b.exec("echo never")
+                else:
+                    self.assertEqual(b.exec("echo alive").stdout, "alive\n")
+            later = nsbox.Sandbox.create(url=urls)
+            placed.append(later)
+            self.assertEqual(later.url, self.url)
+        finally:
+            for b in placed:
+                if b.url != doomed.url:
+                    b.terminate()
         self.assertNothingLeft()
 
 
