@@ -2,11 +2,15 @@
 # loops answer from a real run, state persists in one conversation, nothing is left, errors are typed, 32 threads.
 # Every case is skipped (with the reason) when this nsbox has no serve command.
 import os
+import shutil
 import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
 import unittest
+from unittest import mock
 
 import support
 from scripted_model import PERSIST_PROMPT, PRIME_PROMPT, ScriptedModel
@@ -203,6 +207,33 @@ class ConcurrencyTest(RealServerCase):
             self.assertEqual({i: (r.output, r.exit_code) for i, r in got.items()},
                              {i: ("%d\n" % (i * 1000 + 7), 0) for i in range(32)})
         self.assertNothingLeft()
+
+
+class TcpTokenTest(RealServerCase):
+    def test_tcp_with_a_bearer_token_from_the_environment(self):
+        work = tempfile.mkdtemp(prefix="nsbox-py-tcp-")
+        self.addCleanup(shutil.rmtree, work, True)
+        tokens = os.path.join(work, "tokens")
+        with open(tokens, "w") as f:
+            f.write("ci:tok-%s\n" % os.urandom(8).hex())
+        with open(tokens) as f:
+            token = f.read().strip().split(":", 1)[1]
+        with socket.socket() as probe:  # a free port (the OS picks it; the server takes it right after)
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        node = support.RealServer("--listen", "127.0.0.1:%d" % port, "--token-file", tokens)
+        self.addCleanup(node.stop)
+        url = "http://127.0.0.1:%d" % port
+        with mock.patch.dict(os.environ, {"NSBOX_URL": url, "NSBOX_TOKEN": token}):
+            with nsbox.Sandbox.create() as sbx:
+                self.assertEqual(sbx.exec(["echo", "over tcp"]).stdout, "over tcp\n")
+                self.assertEqual(sbx.url, url)
+        for wrong in ("nope", None):
+            with mock.patch.dict(os.environ, {"NSBOX_TOKEN": ""}):
+                with self.assertRaises(nsbox.Refused) as cm:
+                    nsbox.Sandbox.create(url=url, token=wrong)
+            self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthorized"))
+            self.assertTrue(str(cm.exception))
 
 
 class MultiNodeTest(RealServerCase):
