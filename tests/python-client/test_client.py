@@ -235,6 +235,12 @@ class StreamingTest(NodeCase):
             self.create().exec("x", on_stdout=lambda c: None)
         self.assertIn("without a result", str(cm.exception))
 
+    def test_a_server_answering_the_whole_result_at_once_still_feeds_the_callbacks(self):
+        self.node.ignore_stream = True
+        out, err = [], []
+        r = self.create().exec("echo o; echo e >&2", on_stdout=out.append, on_stderr=err.append)
+        self.assertEqual((out, err, r.exit_code), (["o\n"], ["e\n"], 0))
+
     def test_a_callback_that_raises_ends_the_call_with_its_exception(self):
         def boom(chunk):
             raise KeyError(chunk)
