@@ -2,7 +2,7 @@
 """FakeNode answers the docs/api.md routes from memory and runs exec requests for real (sh -c, argv or
 python3 -c) in a private workspace directory, so README examples and agent loops get true output. Tests
 script it: `capacity`, `create_status`, `token`, `exec_mode` ("run", "reset", "silent"), `stream_script`
-(a function writing NDJSON lines), and read back `seen` (every request)."""
+(a function writing NDJSON lines), `ignore_stream`, and read back `seen` (every request)."""
 
 import json
 import os
