@@ -190,9 +190,7 @@ int main(int argc, char** argv) {
     access.tokens = std::move(*tokens);
   }
   auto openapi = nsbox::ReadFile(nsbox::DataDir() + "/docs/openapi.json", 4 << 20);
-  access.openapi_document = openapi.ok() ? *openapi
-                                         : nsbox::serve::Service::ErrorResponse(404, "not_found", "the OpenAPI "
-                                                                                "document is not installed").body;
+  if (openapi.ok()) access.openapi_document = std::move(*openapi);
 
   const std::string runtime_dir = DefaultRuntimeDir();
   if (socket_path.empty() || state_dir.empty()) {

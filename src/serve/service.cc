@@ -104,6 +104,8 @@ std::string Service::Identify(const HttpRequest& request) {
 
 HttpResponse Service::Handle(const HttpRequest& request) {
   try {
+    // Liveness tells nothing about anyone's sandboxes: a load balancer's or kubelet's probe needs no token.
+    if (request.method == "GET" && request.path == "/v1/healthz") return Route(request, "");
     std::string owner = Identify(request);
     return Route(request, owner);
   } catch (const ApiError& e) {
@@ -132,6 +134,7 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
                       {"error", {{"code", "unavailable"}, {"message", "the server is shutting down"}}}});
   }
   if (parts.size() == 2 && resource == "openapi.json" && method == "GET") {
+    if (access_.openapi_document.empty()) throw NotFound("the OpenAPI document (docs/openapi.json) is not installed");
     HttpResponse r;
     r.body = access_.openapi_document;
     return r;
