@@ -92,16 +92,15 @@ std::string HostName(const json& value) {
 
 // The session's --network value.
 std::string NetworkArg(const json& network, const ServeConfig& config) {
-  if (network.is_string()) {
-    std::string mode = network.get<std::string>();
-    if (mode == "none" || mode == "host") return mode;
-    std::string hosts;
-    for (const auto& h : config.restricted_hosts) hosts += (hosts.empty() ? "" : ",") + h;
-    return "allow=" + hosts;
+  if (network.is_string() && (network == "none" || network == "host")) return network.get<std::string>();
+  const std::vector<std::string> hosts =
+      network.is_string() ? config.restricted_hosts : network.at("allow").get<std::vector<std::string>>();
+  std::string arg = "allow=";
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (i > 0) arg += ',';
+    arg += hosts[i];
   }
-  std::string hosts;
-  for (const auto& h : network.at("allow")) hosts += (hosts.empty() ? "" : ",") + h.get<std::string>();
-  return "allow=" + hosts;
+  return arg;
 }
 
 std::string Seconds(double s) { return fmt::format("{}ms", static_cast<int64_t>(std::llround(s * 1000))); }
