@@ -457,26 +457,24 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
     // Held in the count while it is made, so that concurrent creates cannot overshoot the maximum.
     sandboxes_[sandbox->id] = sandbox;
   }
+  Made made;
   try {
-    if (taken) {
-      sandbox->session_id = taken->session_id;
-      sandbox->rootfs = taken->rootfs;
-      sandbox->from_pool = true;
-    } else {
-      Made made = MakeSession(spec);
-      sandbox->session_id = made.session_id;
-      sandbox->rootfs = made.rootfs;
-    }
+    made = taken ? Made{taken->session_id, taken->rootfs} : MakeSession(spec);
   } catch (...) {
     std::lock_guard lock(mutex_);
     sandboxes_.erase(sandbox->id);
     throw;
   }
-  sandbox->created_at_ms = NowMs();
-  sandbox->last_used_ms = sandbox->created_at_ms;
   bool ending;
   {
+    // Published whole, under the lock: the reaper and Find see a sandbox either being made (no session yet) or
+    // complete, never with a session but no creation time.
     std::lock_guard lock(mutex_);
+    sandbox->session_id = made.session_id;
+    sandbox->rootfs = made.rootfs;
+    sandbox->from_pool = taken.has_value();
+    sandbox->created_at_ms = NowMs();
+    sandbox->last_used_ms = sandbox->created_at_ms;
     ending = ending_;
   }
   if (ending) {  // the end came while it was made
