@@ -190,9 +190,7 @@ int main(int argc, char** argv) {
     access.tokens = std::move(*tokens);
   }
   auto openapi = nsbox::ReadFile(nsbox::DataDir() + "/docs/openapi.json", 4 << 20);
-  access.openapi_document = openapi.ok() ? *openapi
-                                         : nsbox::serve::Service::ErrorResponse(404, "not_found", "the OpenAPI "
-                                                                                "document is not installed").body;
+  if (openapi.ok()) access.openapi_document = std::move(*openapi);
 
   const std::string runtime_dir = DefaultRuntimeDir();
   if (socket_path.empty() || state_dir.empty()) {
@@ -272,6 +270,7 @@ int main(int argc, char** argv) {
   sandboxes.EndAll();
   (*on_unix)->Stop();
   if (on_tcp) on_tcp->Stop();
+  ::rmdir(state_dir.c_str());  // when empty, as it is once every session has ended
   fmt::print(stderr, "nsbox serve: stopped\n");
   return 0;
 }

@@ -92,16 +92,15 @@ std::string HostName(const json& value) {
 
 // The session's --network value.
 std::string NetworkArg(const json& network, const ServeConfig& config) {
-  if (network.is_string()) {
-    std::string mode = network.get<std::string>();
-    if (mode == "none" || mode == "host") return mode;
-    std::string hosts;
-    for (const auto& h : config.restricted_hosts) hosts += (hosts.empty() ? "" : ",") + h;
-    return "allow=" + hosts;
+  if (network.is_string() && (network == "none" || network == "host")) return network.get<std::string>();
+  const std::vector<std::string> hosts =
+      network.is_string() ? config.restricted_hosts : network.at("allow").get<std::vector<std::string>>();
+  std::string arg = "allow=";
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (i > 0) arg += ',';
+    arg += hosts[i];
   }
-  std::string hosts;
-  for (const auto& h : network.at("allow")) hosts += (hosts.empty() ? "" : ",") + h.get<std::string>();
-  return "allow=" + hosts;
+  return arg;
 }
 
 std::string Seconds(double s) { return fmt::format("{}ms", static_cast<int64_t>(std::llround(s * 1000))); }
@@ -458,26 +457,24 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
     // Held in the count while it is made, so that concurrent creates cannot overshoot the maximum.
     sandboxes_[sandbox->id] = sandbox;
   }
+  Made made;
   try {
-    if (taken) {
-      sandbox->session_id = taken->session_id;
-      sandbox->rootfs = taken->rootfs;
-      sandbox->from_pool = true;
-    } else {
-      Made made = MakeSession(spec);
-      sandbox->session_id = made.session_id;
-      sandbox->rootfs = made.rootfs;
-    }
+    made = taken ? Made{taken->session_id, taken->rootfs} : MakeSession(spec);
   } catch (...) {
     std::lock_guard lock(mutex_);
     sandboxes_.erase(sandbox->id);
     throw;
   }
-  sandbox->created_at_ms = NowMs();
-  sandbox->last_used_ms = sandbox->created_at_ms;
   bool ending;
   {
+    // Published whole, under the lock: the reaper and Find see a sandbox either being made (no session yet) or
+    // complete, never with a session but no creation time.
     std::lock_guard lock(mutex_);
+    sandbox->session_id = made.session_id;
+    sandbox->rootfs = made.rootfs;
+    sandbox->from_pool = taken.has_value();
+    sandbox->created_at_ms = NowMs();
+    sandbox->last_used_ms = sandbox->created_at_ms;
     ending = ending_;
   }
   if (ending) {  // the end came while it was made
@@ -719,7 +716,29 @@ void Sandboxes::PoolLoop() {
       lock.lock();
       break;
     }
+    if (want == "python") {
+      // The python pool's sandboxes have their REPL interpreter started: a client's first cell does not wait for it.
+      lock.unlock();
+      PreloadRepl(made->session_id);
+      lock.lock();
+    }
     pool_[want].push_back({made->session_id, made->rootfs, spec});
+  }
+}
+
+void Sandboxes::PreloadRepl(const std::string& session_id) {
+  auto sandbox = std::make_shared<Sandbox>();
+  sandbox->id = "pool";
+  sandbox->session_id = session_id;
+  ExecSpec cell;
+  cell.language = "python";
+  cell.code = "pass";
+  cell.repl = true;
+  cell.timeout = std::chrono::seconds(30);
+  try {
+    (void)Exec(sandbox, cell, {}, {});
+  } catch (const ApiError& e) {
+    fmt::print(stderr, "nsbox serve: the pool could not start a REPL in {}: {}\n", session_id, e.what());
   }
 }
 

@@ -123,6 +123,7 @@ class Sandboxes {
   UniqueFd OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t* uid, gid_t* gid);
   void Touch(Sandbox& sandbox);
   void PoolLoop();
+  void PreloadRepl(const std::string& session_id);
   void ReaperLoop();
   uint64_t CommittedMemory() const;  // with mutex_ held
   uint64_t CommittedPids() const;    // with mutex_ held

@@ -104,6 +104,8 @@ std::string Service::Identify(const HttpRequest& request) {
 
 HttpResponse Service::Handle(const HttpRequest& request) {
   try {
+    // Liveness tells nothing about anyone's sandboxes: a load balancer's or kubelet's probe needs no token.
+    if (request.method == "GET" && request.path == "/v1/healthz") return Route(request, "");
     std::string owner = Identify(request);
     return Route(request, owner);
   } catch (const ApiError& e) {
@@ -126,8 +128,13 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
   if (parts.size() < 2 || parts[0] != "v1") throw no_route();
   const std::string& resource = parts[1];
   if (parts.size() == 2 && resource == "healthz" && method == "GET")
-    return Json(shutting_down_ ? 503 : 200, {{"status", shutting_down_ ? "shutting_down" : "ok"}});
+  {
+    if (!shutting_down_) return Json(200, {{"status", "ok"}});
+    return Json(503, {{"status", "shutting_down"},
+                      {"error", {{"code", "unavailable"}, {"message", "the server is shutting down"}}}});
+  }
   if (parts.size() == 2 && resource == "openapi.json" && method == "GET") {
+    if (access_.openapi_document.empty()) throw NotFound("the OpenAPI document (docs/openapi.json) is not installed");
     HttpResponse r;
     r.body = access_.openapi_document;
     return r;

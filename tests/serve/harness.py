@@ -240,16 +240,30 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         fp = Footprint.of(self)
-        for (pid, _start) in fp.procs:
+        victims = {pid for pid, _start in fp.procs}
+        for group in fp.cgroups:  # a frozen group's processes die only once thawed
+            for dirpath, _dirs, _files in os.walk(group, topdown=False):
+                if os.path.exists(os.path.join(dirpath, "freezer.state")):
+                    try:
+                        with open(os.path.join(dirpath, "freezer.state"), "w") as f:
+                            f.write("THAWED")
+                    except OSError:
+                        pass
+                victims |= {int(p) for p in (_read(os.path.join(dirpath, "cgroup.procs")) or "").split()}
+        for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        for group in sorted(fp.cgroups, key=len, reverse=True):
-            try:
-                os.rmdir(group)
-            except OSError:
-                pass
+        wait_for(lambda: not still_there(fp, self, check_entries=False), 5)
+        for group in fp.cgroups:
+            for dirpath, _dirs, _files in os.walk(group, topdown=False):
+                try:
+                    os.rmdir(dirpath)
+                except OSError:
+                    pass
+        for mount in sorted(fp.mounts, key=len, reverse=True):
+            subprocess.run(["umount", "-l", mount], capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -398,8 +412,12 @@ def still_there(before, server, base=None, check_entries=True):
     for (pid, start), cmd in before.procs.items():
         if (pid, start) in base.procs:
             continue
-        if pid in table and table[pid][1] == start:
-            left.append(f"process {pid} ({table[pid][2]}): {cmd[:160]}")
+        info = table.get(pid)
+        if not info or info[1] != start:
+            continue
+        if info[2] == "Z" and info[0] == 1:
+            continue  # a zombie of pid 1 holds nothing but its table entry (this host's init reaps late)
+        left.append(f"process {pid} ({info[2]}): {cmd[:160]}")
     for (pid, start), cmd in now.procs.items():
         if (pid, start) not in base.procs and (pid, start) not in before.procs:
             left.append(f"new process {pid}: {cmd[:160]}")

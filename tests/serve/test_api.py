@@ -10,6 +10,7 @@ import re
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -128,6 +129,15 @@ class SharedCase(unittest.TestCase):
 
 
 class Endpoints(SharedCase):
+    def test_one_connection_carries_several_requests(self):
+        conn = self.api.connection()
+        self.addCleanup(conn.close)
+        for path in ("/v1/healthz", "/v1/capacity", "/v1/sandboxes"):
+            conn.request("GET", path)
+            r = conn.getresponse()
+            self.assertEqual(r.status, 200, path)
+            json.loads(r.read())
+
     def test_healthz_answers_ok(self):
         r = self.api.request("GET", "/v1/healthz")
         self.assertEqual(r.status, 200, repr(r))
@@ -176,6 +186,24 @@ class Endpoints(SharedCase):
         sbx = r.json()
         self.made.append((self.api, sbx["id"]))
         self.assertEqual((sbx["template"], sbx["network"]), ("host", "none"))
+
+    def test_the_socket_is_mode_0660(self):
+        self.assertEqual(stat.S_IMODE(os.stat(self.server.socket_path).st_mode), 0o660)
+
+    def test_an_idle_sandbox_ends_after_its_idle_timeout_and_one_past_its_max_lifetime(self):
+        idle = self.make(body={"idle_timeout": 1})["id"]
+        old = self.make(body={"idle_timeout": 300, "max_lifetime": 2})["id"]
+        for sandbox_id in (idle, old):
+            ended = wait_for(lambda: self.api.request("GET", f"/v1/sandboxes/{sandbox_id}").status in (404, 409), 20,
+                             0.2)
+            self.assertTrue(ended, f"{sandbox_id} still runs 20 s after its time-out")
+        self.assertNotIn(idle, [s["id"] for s in self.api.call("GET", "/v1/sandboxes")["sandboxes"]])
+
+    def test_template_python_runs_python(self):
+        sbx = self.make(body={"template": "python"})
+        self.assertEqual(sbx["template"], "python")
+        r = self.run_in(sbx["id"], {"argv": ["python3", "-c", "print(2 ** 10)"]})
+        self.assertEqual(r["stdout"], "1024\n", r)
 
     def test_list_and_get_show_the_sandbox_and_delete_ends_it(self):
         sbx = self.make()
@@ -242,6 +270,18 @@ class Exec(SharedCase):
             self.assertIn(key, r)
         self.assertIn({"path": "/workspace/made.txt", "size": 3}, r["changed_files"])
 
+    def test_the_sandboxs_limits_hold_in_its_execs(self):
+        r = self.run_in(self.sbx, {"argv": ["true"]})
+        self.assertEqual((r["limits"]["memory_max_bytes"], r["limits"]["pids_max"]), (128 << 20, 64), r["limits"])
+
+    def test_an_allow_list_network_reports_the_refused_host(self):
+        sbx = self.make(body={"network": {"allow": ["pypi.org"]}})
+        self.assertEqual(sbx["network"], {"allow": ["pypi.org"]})
+        r = self.run_in(sbx["id"], {"language": "python", "timeout": 20, "code":
+                                    "import urllib.request\nurllib.request.urlopen('http://example.com/', timeout=10)"})
+        self.assertNotEqual(r["exit_code"], 0, r)
+        self.assertIn("example.com", [d["host"] for d in r["denied_hosts"]], r)
+
     def test_files_and_processes_persist_between_execs(self):
         self.run_in(self.sbx, {"cmd": "echo kept > kept.txt"})
         r = self.run_in(self.sbx, {"cmd": "cat /workspace/kept.txt"})
@@ -253,6 +293,30 @@ class Exec(SharedCase):
         second = self.run_in(self.sbx, {"language": "python", "code": "print(x + 1, math.floor(2.5))", "repl": True})
         self.assertEqual((second["status"], second["stdout"]), ("ok", "42 2\n"), second)
         self.assertIn("repl", second)
+
+
+class ConcurrentExecs(SharedCase):
+    def test_8_execs_at_once_in_one_sandbox_each_get_their_own_output(self):
+        sbx = self.make()["id"]
+        results, lock = {}, threading.Lock()
+
+        def one(n):
+            try:
+                r = self.server.api().exec(sbx, {"cmd": f"sleep 0.2; echo exec-{n}; echo err-{n} >&2; exit {n}"})
+            except Exception as e:  # noqa: BLE001: reported below
+                r = {"error": str(e)}
+            with lock:
+                results[n] = r
+
+        threads = [threading.Thread(target=one, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for n in range(8):
+            r = results.get(n, {})
+            self.assertEqual((r.get("stdout"), r.get("stderr"), r.get("exit_code")),
+                             (f"exec-{n}\n", f"err-{n}\n", n), r)
 
 
 class Streaming(SharedCase):
@@ -344,6 +408,33 @@ class Files(SharedCase):
         inside = self.run_in(self.sbx, {"cmd": "ls -A /workspace"})
         self.assertNotIn("tree", inside["stdout"].split())
 
+    def test_the_workspace_root_is_listed_with_path_dot(self):
+        self.put("top.txt", b"t")
+        names = [e["name"] for e in self.api.call("GET", files_path(self.sbx, ".", list="true"))["entries"]]
+        self.assertIn("top.txt", names)
+
+    def test_a_fifo_is_not_read_and_a_write_replaces_it(self):
+        self.run_in(self.sbx, {"cmd": "mkfifo /workspace/fifo"})
+        assert_error(self, self.api.request("GET", files_path(self.sbx, "fifo")), 400, "bad_request")
+        self.assertEqual(self.put("fifo", b"now a file"), {"path": "/workspace/fifo", "size": 10})
+        self.assertEqual(self.run_in(self.sbx, {"cmd": "test -f fifo && cat fifo"})["stdout"], "now a file")
+
+    def test_a_chunked_upload_is_written_whole(self):
+        conn = self.api.connection()
+        self.addCleanup(conn.close)
+        conn.putrequest("PUT", files_path(self.sbx, "chunked.bin"))
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.putheader("Content-Type", "application/octet-stream")
+        conn.endheaders()
+        parts = [b"\0\xff" * 5000, b"middle", bytes(range(256))]
+        for part in parts:
+            conn.send(b"%x\r\n%s\r\n" % (len(part), part))
+        conn.send(b"0\r\n\r\n")
+        r = conn.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())), (200, {"path": "/workspace/chunked.bin",
+                                                                  "size": sum(map(len, parts))}))
+        self.assertEqual(self.api.request("GET", files_path(self.sbx, "chunked.bin")).body, b"".join(parts))
+
     def test_a_missing_file_is_404(self):
         assert_error(self, self.api.request("GET", files_path(self.sbx, "no/such/file")), 404, "not_found")
 
@@ -359,6 +450,20 @@ class BadInput(SharedCase):
                                  ("DELETE", files_path(UNKNOWN_ID, "x"), {})]:
             with self.subTest(route=f"{method} {path}"):
                 assert_error(self, self.api.request(method, path, **kw), 404, "not_found")
+
+    def test_a_malformed_sandbox_id_is_404(self):
+        for bad in ("not-an-id", "..", "sb-..%2F..%2Fetc", "sb-" + "A" * 24, "sb-" + "0" * 25):
+            with self.subTest(id=bad):
+                assert_error(self, self.api.request("GET", f"/v1/sandboxes/{bad}"), 404, "not_found")
+
+    def test_files_without_a_path_is_400(self):
+        sbx = self.make()["id"]
+        for method in ("GET", "PUT", "DELETE"):
+            with self.subTest(method=method):
+                r = self.api.request(method, f"/v1/sandboxes/{sbx}/files", raw=b"x" if method == "PUT" else None)
+                assert_error(self, r, 400, "bad_request")
+                r = self.api.request(method, files_path(sbx, ""), raw=b"x" if method == "PUT" else None)
+                assert_error(self, r, 400, "bad_request")
 
     def test_an_unknown_route_is_404(self):
         assert_error(self, self.api.request("GET", "/v1/nothing-here"), 404, "not_found")
@@ -442,7 +547,7 @@ class BadInput(SharedCase):
         self.assertEqual(made["exit_code"], 0, made)
         for method, path, kw in [("GET", files_path(sbx, "l/passwd"), {}), ("GET", files_path(sbx, "p"), {}),
                                  ("GET", files_path(sbx, "l", list="true"), {}),
-                                 ("GET", files_path(sbx, "up/workspace/x"), {}),
+                                 ("GET", files_path(sbx, "up/etc/passwd"), {}),
                                  ("GET", files_path(sbx, "c/keep"), {}),
                                  ("PUT", files_path(sbx, "c/new"), {"raw": b"x"}),
                                  ("PUT", files_path(sbx, "l/nsbox-serve-test"), {"raw": b"x"}),
@@ -566,16 +671,17 @@ def host_processes_with_argv(argv):
     return found
 
 
-STREAMING_CLIENT = r"""
-import json, socket, sys, time
+HANGING_CLIENT = r"""
+import socket, sys, time
+stream = sys.argv[1] == "stream"
 path, sbx, body = sys.stdin.read().split("\n", 2)
 s = socket.socket(socket.AF_UNIX)
 s.connect(path)
 data = body.encode()
-s.sendall(b"POST /v1/sandboxes/%s/exec?stream=true HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-          b"Content-Length: %d\r\n\r\n" % (sbx.encode(), len(data)) + data)
+s.sendall(b"POST /v1/sandboxes/%s/exec%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: %d\r\n\r\n" % (sbx.encode(), b"?stream=true" if stream else b"", len(data)) + data)
 seen = b""
-while b"started" not in seen:
+while stream and (b"started" not in seen or b"stdout" not in seen):
     chunk = s.recv(4096)
     if not chunk:
         sys.exit("the stream ended: " + seen.decode(errors="replace"))
@@ -586,11 +692,12 @@ time.sleep(600)
 
 
 class SlowClients(SharedCase):
-    def test_a_client_killed_mid_stream_ends_its_exec_and_others_go_on(self):
+    def kill_a_client_mid_exec(self, mode):
+        """A client (a process of its own) starts an exec of a long sleep and is SIGKILLed: the exec must end."""
         sbx = self.make()["id"]
         marker = sleep_marker()
         body = json.dumps({"cmd": f"echo started; exec sleep {marker}", "timeout": 30})
-        client = subprocess.Popen([sys.executable, "-c", STREAMING_CLIENT], stdin=subprocess.PIPE,
+        client = subprocess.Popen([sys.executable, "-c", HANGING_CLIENT, mode], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.addCleanup(lambda: client.poll() is None and client.kill())
         client.stdin.write(f"{self.server.socket_path}\n{sbx}\n{body}".encode())
@@ -598,13 +705,33 @@ class SlowClients(SharedCase):
         ready = client.stdout.readline()
         self.assertEqual(ready.strip(), b"READY", client.stderr.read() if client.poll() is not None else ready)
         self.assertTrue(wait_for(lambda: host_processes_with_argv(["sleep", marker]), 10),
-                        "the streamed program is not running")
+                        "the exec's program is not running")
         client.kill()
         client.wait()
         gone = wait_for(lambda: not host_processes_with_argv(["sleep", marker]), 15, 0.1)
         self.assertTrue(gone, "the exec of a killed client still runs 15 s later (its time-out is 30 s)")
         self.assertEqual(self.api.request("GET", "/v1/healthz").status, 200)
         self.assertEqual(self.run_in(sbx, {"argv": ["echo", "after"]})["stdout"], "after\n")
+
+    def test_a_client_killed_mid_stream_ends_its_exec_and_others_go_on(self):
+        self.kill_a_client_mid_exec("stream")
+
+    def test_a_client_killed_while_waiting_for_a_plain_exec_ends_it(self):
+        self.kill_a_client_mid_exec("plain")
+
+    def test_a_client_that_does_not_read_its_stream_blocks_no_one(self):
+        sbx = self.make()["id"]
+        silent = socket.socket(socket.AF_UNIX)
+        self.addCleanup(silent.close)
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        silent.connect(self.server.socket_path)
+        body = json.dumps({"cmd": "head -c 30000000 /dev/zero | tr '\\0' x", "timeout": 20}).encode()
+        silent.sendall(b"POST /v1/sandboxes/%s/exec?stream=true HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       b"application/json\r\nContent-Length: %d\r\n\r\n" % (sbx.encode(), len(body)) + body)
+        quick = self.server.api(timeout=20)
+        other = self.make(api=quick)["id"]
+        self.assertEqual(quick.exec(other, {"argv": ["echo", "not blocked"]})["stdout"], "not blocked\n")
+        self.assertEqual(quick.exec(sbx, {"argv": ["echo", "same sandbox"]})["stdout"], "same sandbox\n")
 
     def test_a_half_sent_request_does_not_block_others(self):
         stalled = socket.socket(socket.AF_UNIX)
@@ -619,8 +746,8 @@ class SlowClients(SharedCase):
 
 REACH_PROBE = r"""
 import json, os, socket, sys
-sock_path, port = sys.argv[1], int(sys.argv[2])
-out = {"socket_visible": os.path.exists(sock_path), "dir_visible": os.path.exists(os.path.dirname(sock_path))}
+sock_path, port, state_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out = {"socket_visible": os.path.exists(sock_path), "state_visible": os.path.exists(state_dir)}
 def talk(family, address):
     s = socket.socket(family)
     s.settimeout(3)
@@ -644,10 +771,11 @@ class SandboxReach(SharedCase):
             with self.subTest(network=network):
                 sbx = self.make(body={"network": network})["id"]
                 r = self.run_in(sbx, {"argv": ["python3", "-c", REACH_PROBE, self.server.socket_path,
-                                               str(self.server.port)]})
+                                               str(self.server.port), self.server.state_dir]})
                 self.assertEqual(r["exit_code"], 0, r)
                 seen = json.loads(r["stdout"])
                 self.assertFalse(seen["socket_visible"], f"the API socket is visible inside: {seen}")
+                self.assertFalse(seen["state_visible"], f"the server's state directory is visible inside: {seen}")
                 self.assertTrue(seen["unix"].startswith("refused"), f"the socket answered inside: {seen}")
                 tcp = seen["tcp"]
                 self.assertTrue(tcp.startswith("refused") or tcp.startswith("HTTP/1.1 401"),
@@ -658,9 +786,10 @@ class Run(SharedCase):
     def test_run_is_a_one_shot_sandbox_gone_after_the_answer(self):
         before = self.api.call("GET", "/v1/capacity")["sandboxes"]["running"]
         self.seen.merge(Footprint.of(self.server))
-        r = self.api.call("POST", "/v1/run", {"cmd": "echo $X; pwd", "env": {"X": "one-shot"},
+        r = self.api.call("POST", "/v1/run", {"cmd": "echo $X", "env": {"X": "one-shot"},
                                               "limits": {"memory": "128M"}, "network": "none"})
-        self.assertEqual((r["status"], r["stdout"]), ("ok", "one-shot\n/workspace\n"), r)
+        self.assertEqual((r["status"], r["stdout"]), ("ok", "one-shot\n"), r)
+        self.assertEqual(r["limits"]["memory_max_bytes"], 128 << 20)
         self.assertEqual(self.api.call("GET", "/v1/sandboxes")["sandboxes"], [])
         self.assertEqual(self.api.call("GET", "/v1/capacity")["sandboxes"]["running"], before)
 
@@ -681,6 +810,7 @@ class SharedServerShutdown(unittest.TestCase):
 
     def test_sigterm_ends_every_sandbox_exits_0_and_leaves_nothing(self):
         server = shared_server()
+        self.addCleanup(server.remove)
         api, alice = server.api(), server.api(token=TOKENS["alice"])
         ids = [api.create(SMALL)["id"], alice.create(SMALL)["id"]]
         streamed = {}
@@ -703,13 +833,18 @@ class SharedServerShutdown(unittest.TestCase):
         _shared["error"] = "it was stopped by the SIGTERM test"
         t.join(30)
         self.assertFalse(t.is_alive(), "the streaming client still waits after the server exited")
+        answer = streamed.get("answer")
+        self.assertIsInstance(answer, tuple, f"the running exec's stream broke off: {answer!r}")
+        head, lines = answer
+        self.assertEqual(head.status, 200, repr(head))
+        self.assertIn(lines[-1].get("type") if lines else None, ("result", "error"),
+                      f"the running exec's stream did not end with a result or an error: {lines}")
         self.assertEqual(rc, 0, f"exit status after SIGTERM: {server.log_tail()}")
         left = wait_clean(before, server, deadline_s=5)
         self.assertEqual(left, [])
         self.assertFalse(os.path.exists(server.socket_path), "the socket file is left")
         self.assertEqual(os.listdir(server.state_dir) if os.path.exists(server.state_dir) else [], [])
-        server.remove()
 
 
-CLASSES = [Endpoints, Exec, Streaming, Files, BadInput, Auth, Isolation, Concurrency, SlowClients, SandboxReach, Run,
-           SharedServerShutdown]
+CLASSES = [Endpoints, Exec, ConcurrentExecs, Streaming, Files, BadInput, Auth, Isolation, Concurrency, SlowClients,
+           SandboxReach, Run, SharedServerShutdown]

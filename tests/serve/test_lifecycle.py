@@ -68,22 +68,32 @@ class CommandLine(unittest.TestCase):
             self.assertIn(option, text)
 
 
+def counts(capacity):
+    sandboxes = capacity.get("sandboxes", {})
+    return {k: sandboxes.get(k) for k in ("running", "max", "per_client_max")}
+
+
 class CapacityFull(unittest.TestCase):
     """--max-sandboxes 2 --max-per-client 1: the socket's client, then token a, then token b."""
 
     def test_a_full_server_answers_429_with_the_capacity(self):
         tokens = {"a": "tok-a-" + secrets.token_hex(8), "b": "tok-b-" + secrets.token_hex(8)}
-        server = own_server(["--max-sandboxes", "2", "--max-per-client", "1"], tokens=tokens).start()
+        server = own_server(["--max-sandboxes", "2", "--max-per-client", "1", "--max-timeout", "1"],
+                            tokens=tokens).start()
         api, a, b = server.api(), server.api(token=tokens["a"]), server.api(token=tokens["b"])
         base = Footprint.of(server)
-        self.assertEqual(api.call("GET", "/v1/capacity")["sandboxes"],
-                         {"running": 0, "max": 2, "per_client_max": 1})
+        self.assertEqual(counts(api.call("GET", "/v1/capacity")), {"running": 0, "max": 2, "per_client_max": 1})
+        assert_error(self, api.request("POST", "/v1/sandboxes", {"network": "host"}), 403, "forbidden")
         mine = api.create(SMALL)["id"]
+        # --max-timeout 1 caps an exec's own timeout and the default one: per-exec time-outs are always set.
+        for body in ({"argv": ["sleep", "20"], "timeout": 100}, {"argv": ["sleep", "20"]}):
+            self.assertEqual(api.exec(mine, body)["status"], "timeout", body)
         body = assert_error(self, api.request("POST", "/v1/sandboxes", SMALL), 429, "too_many_requests")
         self.assertEqual(body.get("capacity", {}).get("sandboxes", {}).get("per_client_max"), 1, body)
         theirs = a.create(SMALL)["id"]
         body = assert_error(self, b.request("POST", "/v1/sandboxes", SMALL), 429, "too_many_requests")
-        self.assertEqual(body.get("capacity", {}).get("sandboxes"), {"running": 2, "max": 2, "per_client_max": 1})
+        assert_error(self, b.request("POST", "/v1/run", {"cmd": "true"}), 429, "too_many_requests")
+        self.assertEqual(counts(body.get("capacity", {})), {"running": 2, "max": 2, "per_client_max": 1}, body)
         for key in ("pool", "memory_bytes", "pids"):
             self.assertIn(key, body["capacity"])
         during = Footprint.of(server)
@@ -100,14 +110,14 @@ class CapacityFull(unittest.TestCase):
 
 
 class PoolAndSigterm(unittest.TestCase):
-    """--pool host=2: ready sandboxes taken by a create, refilled, never reused; SIGTERM ends the pool's too."""
+    """--pool host=2 python=1: ready sandboxes taken by a create, refilled, never reused; SIGTERM ends them."""
 
     def test_pool_sandboxes_are_taken_refilled_and_never_reused(self):
-        server = own_server(["--pool", "host=2"]).start()
+        server = own_server(["--pool", "host=2", "--pool", "python=1"]).start()
         api = server.api()
 
-        def pool():
-            return api.call("GET", "/v1/capacity")["pool"].get("host", {})
+        def pool(template="host"):
+            return api.call("GET", "/v1/capacity")["pool"].get(template, {})
 
         self.assertEqual(pool().get("target"), 2, api.call("GET", "/v1/capacity"))
         self.assertTrue(wait_for(lambda: pool().get("ready") == 2, 30, 0.2), f"the pool did not fill: {pool()}")
@@ -126,6 +136,12 @@ class PoolAndSigterm(unittest.TestCase):
             self.assertNotIn("secret.txt", r["stdout"], "a pool sandbox was reused")
             self.assertIn("No such file", r["stdout"])
         self.assertTrue(wait_for(lambda: pool().get("ready") == 2, 30, 0.2), f"the pool did not refill: {pool()}")
+        self.assertTrue(wait_for(lambda: pool("python").get("ready") == 1, 30, 0.2), pool("python"))
+        py = api.create({"template": "python"})
+        self.assertIs(py["from_pool"], True, py)
+        api.exec(py["id"], {"language": "python", "code": "n = 7919", "repl": True})
+        cell = api.exec(py["id"], {"language": "python", "code": "print(n)", "repl": True})
+        self.assertEqual(cell["stdout"], "7919\n", cell)
         before = Footprint.of(server)
         self.assertGreaterEqual(len(before.procs), 5, "fewer processes than 3 sandboxes and a pool of 2")
         assert_stopped_clean(self, server, before)
@@ -171,4 +187,15 @@ class SigkillRestart(unittest.TestCase):
             pass
 
 
-CLASSES = [CapacityFull, PoolAndSigterm, SigkillRestart]
+class Sigint(unittest.TestCase):
+    def test_sigint_ends_every_sandbox_exits_0_and_leaves_nothing(self):
+        server = own_server().start()
+        api = server.api()
+        sandbox_id = api.create(SMALL)["id"]
+        self.assertEqual(api.exec(sandbox_id, {"argv": ["echo", "up"]})["stdout"], "up\n")
+        before = Footprint.of(server)
+        self.assertGreaterEqual(len(before.procs), 1, "no sandbox process was found")
+        assert_stopped_clean(self, server, before, signal.SIGINT)
+
+
+CLASSES = [CapacityFull, PoolAndSigterm, SigkillRestart, Sigint]
