@@ -4,7 +4,7 @@
 //
 //   node validate.mjs DIR              check every *.yaml in DIR; one line per problem, exit 1 if any
 //   node validate.mjs --self-test DIR  also check that broken copies are refused (the checks can fail)
-//   node validate.mjs --probe DIR      print the DaemonSet's readiness probe command as JSON
+//   node validate.mjs --probe DIR      print the DaemonSet's serve arguments and readiness probe as JSON
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -190,11 +190,10 @@ function consistencyChecks(docs, problems) {
     if (arg(c, "pool") !== `host=${pool}`) say(`--pool ${arg(c, "pool")} is not the annotated pool size ${pool}`);
     if (Number(arg(c, "max-sandboxes")) !== max) say(`--max-sandboxes is not the annotated ${max}`);
     if (r.limits?.cpu) say("a CPU limit throttles every sandbox together; each has its own quota");
-    // Probes: the same health check, over the --socket serve listens on.
-    const probe = c.readinessProbe?.exec?.command;
-    if (!probe || !equal(probe, c.livenessProbe?.exec?.command)) say("readiness and liveness probes differ");
-    else if (!probe.join(" ").includes(`"${arg(c, "socket")}"`) || !probe.join(" ").includes("/v1/healthz"))
-      say("the probe does not ask /v1/healthz on serve's --socket");
+    // Probes: both ask /v1/healthz on the API port.
+    for (const probe of [c.readinessProbe, c.livenessProbe])
+      if (!probe?.httpGet || probe.httpGet.path !== "/v1/healthz" || probe.httpGet.port !== "api")
+        say("a probe does not GET /v1/healthz on the port named api");
     // The token: the Secret's key, mounted where --token-file points.
     const vol = pod.spec.volumes.find((v) => v.secret);
     const mount = c.volumeMounts.find((m) => m.name === vol?.name);
@@ -237,6 +236,7 @@ function selfTest(dir) {
     ["sandboxtemplate.yaml", "    spec:\n      automountServiceAccountToken", "    specs:\n      automountServiceAccountToken", /spec/],
     ["deployment.yaml", "            memory: 4160Mi", "            memory: 4Gi", /limMem/],
     ["daemonset.yaml", "--memory-budget=4G", "--memory-budget=4Gi", /nsbox size/],
+    ["daemonset.yaml", "            path: /v1/healthz\n", "            path: /healthz\n", /probe/],
   ];
   const failures = [];
   for (const [file, from, to, pattern] of breakages) {
@@ -262,7 +262,7 @@ const dir = args[args.length - 1];
 if (args[0] === "--probe") {
   const { docs } = load(dir);
   const ds = docs.find((d) => d.obj.kind === "DaemonSet").obj;
-  console.log(JSON.stringify({ probe: ds.spec.template.spec.containers[0].readinessProbe.exec.command,
+  console.log(JSON.stringify({ probe: ds.spec.template.spec.containers[0].readinessProbe.httpGet,
                                args: ds.spec.template.spec.containers[0].args }));
   process.exit(0);
 }
