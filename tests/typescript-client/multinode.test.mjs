@@ -1,6 +1,6 @@
 // tests/typescript-client/multinode.test.mjs: three real `nsbox serve` nodes (NSBOX_NODES, NSBOX_NODE_PIDS).
-// 300 sandboxes spread by the client's placement (each node within ±20 % of 100); one node killed: its sandboxes fail with ServerGoneError, the
-// others still run, and new creates go to the survivors.
+// 300 sandboxes spread by the client's placement (each node within ±20 % of 100); one node killed: its sandboxes
+// fail with ServerGoneError, the others still run, and new creates go to the survivors.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox, ServerGoneError } from 'nsbox';
