@@ -1,6 +1,7 @@
 // Cgroup backend detection and placement: which backend, where its groups go, and the group's creation.
 #include "sandbox/cgroup.h"
 
+#include <cerrno>
 #include <unistd.h>
 
 #include <string>
@@ -109,12 +110,19 @@ StatusOr<Plan> Detect(const CgroupConfig& config) {
     }
     if (missing.empty()) {
       std::vector<std::string> unwritable;
+      bool read_only_mount = false;
       for (const std::string* dir : {&plan.v1.memory, &plan.v1.pids, &plan.v1.cpu, &plan.v1.cpuacct}) {
-        if (!dir->empty() && ::access(dir->c_str(), W_OK) != 0) unwritable.push_back(*dir);
+        if (!dir->empty() && ::access(dir->c_str(), W_OK) != 0) {
+          unwritable.push_back(*dir);
+          read_only_mount = read_only_mount || errno == EROFS;
+        }
       }
       if (unwritable.empty()) return plan;
-      problems.push_back(fmt::format("cgroup v1: no write access to {} (not root and not delegated)",
-                                     fmt::join(unwritable, ", ")));
+      // EROFS even for root: a container engine mounted the controllers read-only (docs/containers.md).
+      problems.push_back(fmt::format("cgroup v1: no write access to {} ({})", fmt::join(unwritable, ", "),
+                                     read_only_mount ? "a read-only mount, as a container engine makes it: give the "
+                                                       "container a writable delegated cgroup"
+                                                     : "not root and not delegated"));
     } else {
       problems.push_back(fmt::format("cgroup v1: controller(s) missing: {}", fmt::join(missing, ", ")));
     }

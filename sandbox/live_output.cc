@@ -3,11 +3,15 @@
 
 #include <signal.h>
 
+#include <cerrno>
+
 #include "sandbox/base/fs.h"
 
 namespace nsbox {
 
 LiveOutput::LiveOutput(int stdout_fd, int stderr_fd) : fds_{-1, stdout_fd, stderr_fd} {}
+
+LiveOutput::LiveOutput(Sink sink) : fds_{-1, -1, -1}, sink_(std::move(sink)) {}
 
 LiveOutput::~LiveOutput() { Finish(); }
 
@@ -45,7 +49,7 @@ void LiveOutput::WriterLoop() {
     auto [stream, chunk] = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    int err = WriteAll(fds_[stream], chunk);
+    int err = sink_ ? (sink_(stream, chunk) ? 0 : EPIPE) : WriteAll(fds_[stream], chunk);
     lock.lock();
     if (err != 0 && error_ == 0) {
       error_ = err;

@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -16,6 +17,10 @@ namespace nsbox {
 class LiveOutput {
  public:
   LiveOutput(int stdout_fd, int stderr_fd);
+  // Hands each chunk (stream 1 or 2) to `sink` instead, on the writer thread; a sink that returns false has failed
+  // (EPIPE: its reader is gone).
+  using Sink = std::function<bool(int stream, std::string_view data)>;
+  explicit LiveOutput(Sink sink);
   ~LiveOutput();  // finishes, as Finish() does
   LiveOutput(const LiveOutput&) = delete;
   LiveOutput& operator=(const LiveOutput&) = delete;
@@ -28,6 +33,7 @@ class LiveOutput {
   void WriterLoop();
 
   const int fds_[3];
+  Sink sink_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::pair<int, std::string>> queue_;

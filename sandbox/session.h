@@ -94,7 +94,9 @@ class SessionSandbox {
   // output limits. Thread-safe: several execs may run at once. When `cancel_fd` becomes readable or hangs up (the
   // client went away) the exec is killed. on_ran (may be empty) adds to the result of an exec that ran (its
   // payload was started): the changed files, say; not to a call refused before.
-  Result Exec(Executor executor, int cancel_fd = -1, const std::function<void(Result&)>& on_ran = {});
+  // `live` (may be null) receives the output as it comes (the head up to the output limit, then the kept tail).
+  Result Exec(Executor executor, int cancel_fd = -1, const std::function<void(Result&)>& on_ran = {},
+              LiveOutput* live = nullptr);
 
   // Sends `request` to the session's resident process (started on first use, and again after it died) on its
   // channel and supervises it until options.frame says the answer is complete, it dies, the time runs out or

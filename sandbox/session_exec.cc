@@ -197,7 +197,8 @@ void SessionSandbox::GatherVerdict(SessionHelper& h, const CgroupStats* counters
   in->measurement_errors = stats.read_errors;
 }
 
-Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void(Result&)>& on_ran) {
+Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void(Result&)>& on_ran,
+                            LiveOutput* live) {
   const auto started = Clock::now();
   std::shared_lock call(calls_mutex_);
   if (terminating_) return SetupError("the session is ending");
@@ -240,7 +241,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
     if (exec_group) (void)exec_group->KillAll();
   };
   Supervisor supervisor(ex.output_limit_bytes);
-  supervisor.AddOutput(&h.out, &h.err);
+  supervisor.AddOutput(&h.out, &h.err, live);
   supervisor.AddStdin(&stdin_feeder);
   supervisor.AddSeccompListener(&h.seccomp, policy_.seccomp() ? policy_.seccomp()->notify_errno : 0);
   supervisor.AddSource([&] { return h.control.fd(); }, POLLIN,

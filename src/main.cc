@@ -122,6 +122,8 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   // Every verb but doctor (which reports it) refuses untrusted data before anything is set up (data_dir.h).
   if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "doctor") nsbox::DataDir();
+  // The service is a program of its own, which takes the whole command line (src/cli/serve.cc).
+  if (argc > 1 && std::string_view(argv[1]) == "serve") return nsbox::cli::ExecServe(argc, argv);
   CLI::App app{"nsbox: run untrusted code in a Linux-native sandbox (namespaces, cgroups, seccomp, read-only root)"};
   app.set_version_flag("--version", "nsbox " NSBOX_VERSION);
   app.require_subcommand(1);
@@ -135,6 +137,7 @@ int main(int argc, char** argv) {
       {"agent", nsbox::cli::RegisterAgent},   {"mcp", nsbox::cli::RegisterMcp},
       {"image", nsbox::cli::RegisterImage},   {"profile", nsbox::cli::RegisterProfile},
       {"doctor", nsbox::cli::RegisterDoctor},   {"batch", nsbox::cli::RegisterBatch},
+      {"serve", nsbox::cli::RegisterServe},
   };
   bool registered = false;
   if (argc > 1) {

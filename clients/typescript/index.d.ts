@@ -64,7 +64,7 @@ export interface RunCodeOptions extends ExecOptions {
 }
 
 export type RunStatus = 'ok' | 'exit' | 'signal' | 'timeout' | 'oom' | 'violation' | 'setup_error' |
-  'session_lost' | 'killed';
+  'session_lost' | 'killed' | 'compile_error';
 
 export interface RawResult {
   status: RunStatus;

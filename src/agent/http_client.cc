@@ -9,6 +9,7 @@
 
 #include "sandbox/base/data_dir.h"
 #include "src/agent/http_wire.h"
+#include "src/runtime/helper_program.h"
 #include "src/runtime/subprocess.h"
 
 namespace nsbox::agent {
@@ -21,29 +22,9 @@ constexpr uint64_t kMaxAnswerBytes = kMaxResponseBodyBytes + (1 << 20);
 // How long past the request's own deadline the helper may take to report that deadline before it is killed.
 constexpr std::chrono::seconds kHelperGrace{5};
 
-// Beside the running program (a bindir install), the installed libexec path, then, for a build-tree binary only (the
-// test programs live in build/tests/), the build tree's. The helper runs with the caller's privileges, so one that
-// others could change is refused (sandbox/base/data_dir.h).
 StatusOr<std::string> FindHelper() {
-  std::vector<std::string> candidates;
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    std::string dir(self, static_cast<size_t>(n));
-    dir.erase(dir.rfind('/'));
-    candidates.push_back(dir + "/nsbox-http");
-  }
-  candidates.push_back(NSBOX_HTTP_HELPER_INSTALLED);
-  if (RunningFromBuildTree()) candidates.push_back(NSBOX_HTTP_HELPER_BUILD);
-  for (const auto& path : candidates) {
-    if (access(path.c_str(), X_OK) != 0) continue;
-    auto checked = CheckTrustedPath(path, ::geteuid());
-    if (!checked.ok()) return checked.status().Wrap(fmt::format("refusing the agent's HTTP helper {}", path));
-    return checked;
-  }
-  return Status::Error(fmt::format("the agent's HTTP helper nsbox-http is missing (looked for {} and {}): build or "
-                                   "install nsbox with it",
-                                   candidates.front(), NSBOX_HTTP_HELPER_INSTALLED));
+  return runtime::FindHelperProgram("nsbox-http", NSBOX_HTTP_HELPER_INSTALLED, NSBOX_HTTP_HELPER_BUILD,
+                                    "the agent's HTTP helper");
 }
 
 HttpResult Failure(TransportError error, std::string message) {

@@ -38,6 +38,9 @@ std::string SessionCreateOptionsHelp();
 void RegisterExec(CLI::App& app, ExitCode& exit_code);
 void RegisterCp(CLI::App& app, ExitCode& exit_code);
 void RegisterBatch(CLI::App& app, ExitCode& exit_code);  // src/cli/batch.cc
+void RegisterServe(CLI::App& app, ExitCode& exit_code);  // src/cli/serve.cc
+// `nsbox serve ...`: execs the service program with the rest of the command line; returns only on failure.
+int ExecServe(int argc, char** argv);
 // Further verbs (profile, session, exec, cp, agent, mcp, image, doctor) add their Register* here.
 
 }  // namespace nsbox::cli

@@ -2,6 +2,7 @@
 #include "src/cli/compiled_program.h"
 
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -101,6 +102,26 @@ Result CompileVerdict(Result compiled, const std::string& compiler) {
 }
 
 }  // namespace
+
+Status CheckToolchain(const Language& lang, const std::string& rootfs_dir) {
+  std::vector<std::pair<std::string, std::string>> needed;  // role, path inside the root
+  if (lang.compile) {
+    needed = {{"compiler", lang.compile->argv[0]}, {"shell (for the compile step)", "/bin/sh"}};
+    if (lang.argv[0] != "{output}") needed.emplace_back("runtime", lang.argv[0]);
+  } else {
+    needed = {{"interpreter", lang.argv[0]}};
+  }
+  for (const auto& [role, path] : needed) {
+    if (::access((rootfs_dir + path).c_str(), X_OK) == 0) continue;
+    std::string hint = lang.image_template.empty()
+                           ? ""
+                           : fmt::format("; the image template '{}' has it (nsbox image build {}, then --rootfs {})",
+                                         lang.image_template, lang.image_template, lang.image_template);
+    return Status::Error(fmt::format("language '{}': {} {} is not in the root filesystem ({}){}", lang.name, role,
+                                     path, rootfs_dir.empty() ? "host" : rootfs_dir, hint));
+  }
+  return OkStatus();
+}
 
 std::string NewBuildDir() {
   uint64_t random = 0;

@@ -27,6 +27,11 @@ struct Program {
   std::string build_dir;            // the compile step's directory; empty without one
 };
 
+// OK when the root (rootfs_dir, empty for the host view) has what the language runs with: its interpreter, or its
+// compiler, /bin/sh for the compile step and the program's runtime (java, node). Else the one-line error naming what
+// is missing and the image template that has it.
+Status CheckToolchain(const Language& lang, const std::string& rootfs_dir);
+
 // A fresh build directory's path under kBuildRoot (random, so that a session's concurrent execs do not meet).
 std::string NewBuildDir();
 

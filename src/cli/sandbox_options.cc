@@ -249,23 +249,6 @@ StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std
   return data;
 }
 
-namespace {
-
-// "" when `path` (absolute, inside the sandbox) is executable in the root, else the one-line error naming it, what it
-// is for, and which image template has it.
-std::string MissingFromRoot(const Language& lang, const std::string& role, const std::string& path,
-                            const std::string& rootfs_dir) {
-  if (::access((rootfs_dir + path).c_str(), X_OK) == 0) return "";
-  std::string where = rootfs_dir.empty() ? "host" : rootfs_dir;
-  std::string hint = lang.image_template.empty()
-                         ? ""
-                         : fmt::format("; the image template '{}' has it (nsbox image build {}, then --rootfs {})",
-                                       lang.image_template, lang.image_template, lang.image_template);
-  return fmt::format("language '{}': {} {} is not in the root filesystem ({}){}", lang.name, role, path, where, hint);
-}
-
-}  // namespace
-
 Status ApplyCompileMemory(const ProgramOptions& o, bool memory_given, SandboxOptions& sandbox) {
   if (memory_given || o.lang.empty() || sandbox.no_limits) return OkStatus();
   auto lang = LookupLanguage(o.lang);
@@ -314,18 +297,7 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
     auto found = LookupLanguage(o.lang);
     if (!found.ok()) return found.status();
     lang = std::move(*found);
-    if (lang->compile) {
-      for (const auto& [role, path] : {std::pair<std::string, std::string>{"compiler", lang->compile->argv[0]},
-                                       {"shell (for the compile step)", "/bin/sh"}})
-        if (std::string missing = MissingFromRoot(*lang, role, path, rootfs_dir); !missing.empty())
-          return Status::Error(missing);
-      if (lang->argv[0] != "{output}")
-        if (std::string missing = MissingFromRoot(*lang, "runtime", lang->argv[0], rootfs_dir); !missing.empty())
-          return Status::Error(missing);
-    } else if (std::string missing = MissingFromRoot(*lang, "interpreter", lang->argv[0], rootfs_dir);
-               !missing.empty()) {
-      return Status::Error(missing);
-    }
+    NSBOX_RETURN_IF_ERROR(CheckToolchain(*lang, rootfs_dir));
     if (!o.compile_timeout.empty() && !lang->compile)
       return Status::Error(fmt::format("--compile-timeout: language '{}' has no compile step", lang->name));
     if (o.file_given) {

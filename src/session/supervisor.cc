@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -28,6 +29,8 @@
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/host_id_lease.h"
+#include "sandbox/live_output.h"
+#include "sandbox/result_json.h"
 #include "sandbox/session.h"
 #include "src/cli/compiled_program.h"
 #include "src/cli/network.h"
@@ -37,6 +40,54 @@
 
 namespace nsbox::session {
 namespace {
+
+// An exec's output as stream messages on the client's connection. A chunk never ends inside a UTF-8 sequence (its
+// start is held back for the next one), so that each message's text is what the program wrote. A client that takes
+// nothing for 30 s loses the rest of the stream (the answer still comes).
+class StreamedOutput {
+ public:
+  explicit StreamedOutput(int conn) : conn_(conn) {}
+  bool Send(int stream, std::string_view data) {
+    std::string& pending = pending_[stream == 2];
+    pending.append(data);
+    size_t cut = CompleteUtf8Prefix(pending);
+    if (cut == 0) return true;
+    std::string chunk = pending.substr(0, cut);
+    pending.erase(0, cut);
+    return SendChunk(stream, chunk);
+  }
+  void Flush() {
+    for (int stream : {1, 2}) {
+      std::string& pending = pending_[stream == 2];
+      if (!pending.empty()) (void)SendChunk(stream, pending);
+      pending.clear();
+    }
+  }
+
+ private:
+  // The length of `text` without an unfinished multi-byte sequence at its end.
+  static size_t CompleteUtf8Prefix(const std::string& text) {
+    size_t n = text.size();
+    for (size_t back = 1; back <= 3 && back <= n; ++back) {
+      unsigned char c = static_cast<unsigned char>(text[n - back]);
+      if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+      size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+      return need > back ? n - back : n;
+    }
+    return n;
+  }
+  bool SendChunk(int stream, const std::string& chunk) {
+    if (failed_) return false;
+    nlohmann::json message = {{"type", stream == 2 ? "stderr" : "stdout"}, {"data", SanitizeUtf8(chunk)}};
+    if (!SendMessage(conn_, message, -1, std::chrono::steady_clock::now() + std::chrono::seconds(30)).ok())
+      failed_ = true;
+    return !failed_;
+  }
+
+  int conn_;
+  std::string pending_[2];
+  bool failed_ = false;
+};
 
 using Clock = std::chrono::steady_clock;
 
@@ -257,15 +308,25 @@ class Server {
       limits.output_limit_bytes = ex.output_limit_bytes;
       result = RunCell(*session_, ex.code, driver, limits, conn);
     } else {
+      // stream: the program's output as it comes, one message a chunk, before the answer: {"type": "stdout" |
+      // "stderr", "data": TEXT}. A compile step's output is not streamed (after a compile error it is the answer's).
+      std::optional<StreamedOutput> streamed;
+      std::optional<LiveOutput> live;
+      if (request.value("stream", false)) {
+        streamed.emplace(conn);
+        live.emplace([&streamed](int stream, std::string_view data) { return streamed->Send(stream, data); });
+      }
       // The changed files are the program's: the compile step writes below /tmp only.
       auto step = [&](Executor one, cli::Step kind) {
         // The removal runs also when the client went away (its own short time-out bounds it).
         if (kind == cli::Step::kRemove) return session_->Exec(std::move(one));
         if (kind == cli::Step::kCompile) return session_->Exec(std::move(one), conn);
         ChangedFilesReport changed(*session_);
-        return session_->Exec(std::move(one), conn, [&](Result& ran) { changed.AddTo(ran); });
+        return session_->Exec(std::move(one), conn, [&](Result& ran) { changed.AddTo(ran); },
+                              live ? &*live : nullptr);
       };
       result = cli::RunProgram(std::move(*program), step, /*remove_build_dir=*/true);
+      if (streamed) streamed->Flush();
     }
     if (proxy_) proxy_->ReportSince(denied_before, result);
     return {{"ok", true}, {"result", ResultToJson(result)}};

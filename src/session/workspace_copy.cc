@@ -3,6 +3,7 @@
 // descriptor, a size cap enforced while reading, and an atomic rename for writes into the workspace.
 #include "src/session/workspace_copy.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/fsuid.h>
@@ -11,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -94,7 +96,7 @@ StatusOr<std::string> WorkspaceRelativePath(const std::string& path) {
   return clean;
 }
 
-StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::string& host_path, uint64_t max_bytes) {
+StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel, uint64_t max_bytes) {
   std::string shown = "/workspace/" + rel;
   if (rel.empty() || rel.ends_with("/")) return Status::Error(fmt::format("{} is a directory; give a file", shown));
   // Look first (O_PATH opens nothing), then open for reading and check it is still the same regular file.
@@ -112,9 +114,12 @@ StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::
   if (::fstat(file->get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", shown));
   if (!S_ISREG(st.st_mode) || st.st_ino != seen.st_ino || st.st_dev != seen.st_dev)
     return Status::Error(fmt::format("refusing {}: it was replaced while being copied", shown));
-  auto data = ReadCapped(file->get(), max_bytes, shown);
-  if (!data.ok()) return data.status();
+  return ReadCapped(file->get(), max_bytes, shown);
+}
 
+StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::string& host_path, uint64_t max_bytes) {
+  auto data = ReadWorkspaceFile(workspace_fd, rel, max_bytes);
+  if (!data.ok()) return data.status();
   std::string target = host_path;
   struct stat host_st;
   if (::stat(target.c_str(), &host_st) == 0 && S_ISDIR(host_st.st_mode)) target += "/" + BaseName(rel);
@@ -126,6 +131,54 @@ StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::
   NSBOX_RETURN_IF_ERROR(WriteAllFd(out.get(), *data, target));
   return static_cast<uint64_t>(data->size());
 }
+
+namespace {
+
+// Acts as the sandbox user (fsuid, fsgid: per thread) until it goes out of scope: the session's filesystems accept no
+// owner its user namespace does not map, and what is made belongs to the sandbox's programs.
+struct ActAsSandboxUser {
+  uid_t uid = static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1)));
+  gid_t gid = static_cast<gid_t>(::setfsgid(static_cast<gid_t>(-1)));
+  ActAsSandboxUser(uid_t sandbox_uid, gid_t sandbox_gid) {
+    ::setfsgid(sandbox_gid);
+    ::setfsuid(sandbox_uid);
+  }
+  ~ActAsSandboxUser() {
+    ::setfsgid(gid);
+    ::setfsuid(uid);
+  }
+};
+
+// A fresh file under a private name in `dir`, owned by the sandbox user, then renamed over `name`: a link or FIFO the
+// sandbox put there is replaced, never followed or opened.
+StatusOr<uint64_t> ReplaceFile(int dir, const std::string& name, const std::string& data, uid_t uid, gid_t gid,
+                               const std::string& shown) {
+  ActAsSandboxUser as_sandbox_user(uid, gid);
+  unsigned char random[6];
+  if (::getrandom(random, sizeof random, 0) != sizeof random) return Status::Errno("getrandom");
+  std::string tmp = ".nsbox-cp-";
+  for (unsigned char b : random) tmp += fmt::format("{:02x}", b);
+  UniqueFd out(::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!out) return Status::Errno(fmt::format("openat({}, O_CREAT|O_EXCL)", shown));
+  auto remove_tmp = [&] { ::unlinkat(dir, tmp.c_str(), 0); };
+  if (::fchown(out.get(), uid, gid) != 0) {
+    Status s = Status::Errno(fmt::format("fchown({}, {}, {})", shown, uid, gid));
+    remove_tmp();
+    return s;
+  }
+  if (Status s = WriteAllFd(out.get(), data, shown); !s.ok()) {
+    remove_tmp();
+    return s;
+  }
+  if (::renameat(dir, tmp.c_str(), dir, name.c_str()) != 0) {
+    Status s = Status::Errno(fmt::format("renameat({})", shown));
+    remove_tmp();
+    return s;
+  }
+  return static_cast<uint64_t>(data.size());
+}
+
+}  // namespace
 
 StatusOr<uint64_t> CopyIn(const std::string& host_path, int workspace_fd, const std::string& rel, uint64_t max_bytes,
                           uid_t uid, gid_t gid) {
@@ -161,42 +214,120 @@ StatusOr<uint64_t> CopyIn(const std::string& host_path, int workspace_fd, const 
   std::string shown = "/workspace/" + (dir_rel.empty() ? name : dir_rel + "/" + name);
   auto dir = OpenBeneath(workspace_fd, dir_rel, O_PATH | O_DIRECTORY | O_NOFOLLOW, "/workspace/" + dir_rel);
   if (!dir.ok()) return dir.status();
+  return ReplaceFile(dir->get(), name, *data, uid, gid, shown);
+}
 
-  // A fresh file under a private name, owned by the sandbox user, then renamed over the target: a link or FIFO the
-  // sandbox put there is replaced, never followed or opened. Created as the sandbox user (fsuid): the session's
-  // filesystems accept no owner its user namespace does not map.
-  struct FsIds {
-    uid_t uid = static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1)));
-    gid_t gid = static_cast<gid_t>(::setfsgid(static_cast<gid_t>(-1)));
-    ~FsIds() {
-      ::setfsgid(gid);
-      ::setfsuid(uid);
+StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, const std::string& data, uid_t uid,
+                                      gid_t gid) {
+  std::string trimmed = rel;
+  while (trimmed.ends_with("/")) trimmed.pop_back();
+  std::string shown = "/workspace/" + trimmed;
+  if (trimmed.empty() || rel.ends_with("/")) return Status::Error(fmt::format("{} is a directory; give a file", shown));
+  std::vector<std::string_view> parts;
+  if (!SplitPathComponents(trimmed, &parts) || parts.empty())
+    return Status::Error(fmt::format("'{}': '.' and '..' are not allowed", rel));
+  // Each parent in turn: made (as the sandbox user) when missing, opened without following anything.
+  auto dir = OpenBeneath(workspace_fd, "", O_PATH | O_DIRECTORY, "/workspace");
+  if (!dir.ok()) return dir.status();
+  std::string walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    std::string part(parts[i]);
+    walked += (walked.empty() ? "" : "/") + part;
+    {
+      ActAsSandboxUser as_sandbox_user(uid, gid);
+      if (::mkdirat(dir->get(), part.c_str(), 0755) != 0 && errno != EEXIST)
+        return Status::Errno(fmt::format("mkdir(/workspace/{})", walked));
     }
-  } restore_ids;
-  ::setfsgid(gid);
-  ::setfsuid(uid);
-  unsigned char random[6];
-  if (::getrandom(random, sizeof random, 0) != sizeof random) return Status::Errno("getrandom");
-  std::string tmp = ".nsbox-cp-";
-  for (unsigned char b : random) tmp += fmt::format("{:02x}", b);
-  UniqueFd out(::openat(dir->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (!out) return Status::Errno(fmt::format("openat({}, O_CREAT|O_EXCL)", shown));
-  auto remove_tmp = [&] { ::unlinkat(dir->get(), tmp.c_str(), 0); };
-  if (::fchown(out.get(), uid, gid) != 0) {
-    Status s = Status::Errno(fmt::format("fchown({}, {}, {})", shown, uid, gid));
-    remove_tmp();
-    return s;
+    auto next = OpenBeneath(dir->get(), part, O_PATH | O_DIRECTORY | O_NOFOLLOW, "/workspace/" + walked);
+    if (!next.ok()) return next.status();
+    dir = std::move(next);
   }
-  if (Status s = WriteAllFd(out.get(), *data, shown); !s.ok()) {
-    remove_tmp();
-    return s;
+  std::string name(parts.back());
+  struct stat st;
+  if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+    return Status::Error(fmt::format("{} is a directory; give a file", shown));
+  return ReplaceFile(dir->get(), name, data, uid, gid, shown);
+}
+
+StatusOr<std::vector<WorkspaceEntry>> ListWorkspaceDir(int workspace_fd, const std::string& rel) {
+  std::string shown = "/workspace" + (rel.empty() ? "" : "/" + rel);
+  auto dir = OpenBeneath(workspace_fd, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, shown);
+  if (!dir.ok()) return dir.status();
+  DIR* stream = ::fdopendir(dir->release());
+  if (!stream) return Status::Errno(fmt::format("fdopendir({})", shown));
+  std::vector<WorkspaceEntry> entries;
+  while (struct dirent* e = ::readdir(stream)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (::fstatat(::dirfd(stream), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+    WorkspaceEntry entry;
+    entry.name = name;
+    entry.path = shown + "/" + name;
+    entry.type = S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir" : S_ISLNK(st.st_mode) ? "symlink" : "other";
+    entry.size = static_cast<uint64_t>(st.st_size);
+    entries.push_back(std::move(entry));
   }
-  if (::renameat(dir->get(), tmp.c_str(), dir->get(), name.c_str()) != 0) {
-    Status s = Status::Errno(fmt::format("renameat({})", shown));
-    remove_tmp();
-    return s;
+  ::closedir(stream);
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return entries;
+}
+
+namespace {
+
+// Removes what `dir` holds, depth first, without following a link (a link is removed, not its target).
+Status RemoveContents(int dir, const std::string& shown, int depth) {
+  if (depth > 256) return Status::Error(fmt::format("refusing to remove {}: nested too deeply", shown));
+  int copy = ::dup(dir);
+  if (copy < 0) return Status::Errno("dup");
+  DIR* stream = ::fdopendir(copy);
+  if (!stream) {
+    ::close(copy);
+    return Status::Errno(fmt::format("fdopendir({})", shown));
   }
-  return static_cast<uint64_t>(data->size());
+  std::vector<std::pair<std::string, bool>> names;
+  while (struct dirent* e = ::readdir(stream)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    names.emplace_back(name, S_ISDIR(st.st_mode));
+  }
+  ::closedir(stream);
+  for (const auto& [name, is_dir] : names) {
+    if (is_dir) {
+      UniqueFd sub(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub) return Status::Errno(fmt::format("open({}/{})", shown, name));
+      NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), shown + "/" + name, depth + 1));
+    }
+    if (::unlinkat(dir, name.c_str(), is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT)
+      return Status::Errno(fmt::format("remove({}/{})", shown, name));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status RemoveWorkspacePath(int workspace_fd, const std::string& rel) {
+  std::string trimmed = rel;
+  while (trimmed.ends_with("/")) trimmed.pop_back();
+  if (trimmed.empty()) return Status::Error("refusing to remove /workspace itself");
+  std::string shown = "/workspace/" + trimmed;
+  auto slash = trimmed.find_last_of('/');
+  std::string dir_rel = slash == std::string::npos ? "" : trimmed.substr(0, slash);
+  std::string name = slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
+  auto dir = OpenBeneath(workspace_fd, dir_rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, "/workspace/" + dir_rel);
+  if (!dir.ok()) return dir.status();
+  struct stat st;
+  if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Status::Errno(fmt::format("stat({})", shown));
+  if (S_ISDIR(st.st_mode)) {
+    UniqueFd sub(::openat(dir->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!sub) return Status::Errno(fmt::format("open({})", shown));
+    NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), shown, 0));
+  }
+  if (::unlinkat(dir->get(), name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
+    return Status::Errno(fmt::format("remove({})", shown));
+  return OkStatus();
 }
 
 }  // namespace nsbox::session

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sandbox/base/status.h"
 
@@ -22,5 +23,21 @@ StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::
 // name), owned by the sandbox user (host ids `uid`, `gid`), replaced atomically. Returns the bytes copied.
 StatusOr<uint64_t> CopyIn(const std::string& host_path, int workspace_fd, const std::string& rel, uint64_t max_bytes,
                           uid_t uid, gid_t gid);
+
+// The regular file `rel` under `workspace_fd`, whole, refused when larger than max_bytes.
+StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel, uint64_t max_bytes);
+// Writes `data` to the file `rel` (parents made as needed), owned by the sandbox user, replaced atomically.
+StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, const std::string& data, uid_t uid,
+                                      gid_t gid);
+
+struct WorkspaceEntry {
+  std::string name, path;  // path: /workspace/...
+  std::string type;        // file, dir, symlink, other
+  uint64_t size = 0;
+};
+// The directory `rel` ("" for the workspace), sorted by name; links are listed, never followed.
+StatusOr<std::vector<WorkspaceEntry>> ListWorkspaceDir(int workspace_fd, const std::string& rel);
+// Removes `rel`: a file or link, or a directory with everything in it; never follows a link.
+Status RemoveWorkspacePath(int workspace_fd, const std::string& rel);
 
 }  // namespace nsbox::session

@@ -1,13 +1,13 @@
 // tests/typescript-client/multinode.test.mjs: three real `nsbox serve` nodes (NSBOX_NODES, NSBOX_NODE_PIDS).
-// Sandboxes spread by the client's placement; one node killed: its sandboxes fail with ServerGoneError, the
-// others still run, and new creates go to the survivors.
+// 300 sandboxes spread by the client's placement (each node within ±20 % of 100); one node killed: its sandboxes
+// fail with ServerGoneError, the others still run, and new creates go to the survivors.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox, ServerGoneError } from 'nsbox';
 
 const urls = (process.env.NSBOX_NODES ?? '').split(',').filter(Boolean);
 const pids = (process.env.NSBOX_NODE_PIDS ?? '').split(',').filter(Boolean).map(Number);
-const COUNT = 30;
+const COUNT = 300;
 const made = [];
 after(async () => {
   await Promise.all(made.map((s) => s.terminate().catch(() => {})));

@@ -1,0 +1,249 @@
+# nsbox/sandbox.py: Sandbox (create, connect, list, run, exec, run_code, terminate), its files, ExecResult.
+import urllib.parse
+
+from .cluster import try_each
+from .errors import NotFound, NsboxError, ServerGone, from_stream_error
+from .transport import DEFAULT_EXEC_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, EXEC_GRACE_S, Transport, endpoint_urls
+
+
+def _transports(url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
+    return [Transport(u, token=token, request_timeout=request_timeout) for u in endpoint_urls(url)]
+
+
+class ExecResult:
+    """One run's outcome: the server's result object (docs/result.md) as attributes; `raw` is the whole dict.
+    A program's own failure (exit, timeout, oom, signal, violation) is a status here, never an exception."""
+
+    def __init__(self, raw):
+        if not isinstance(raw, dict):
+            raise NsboxError("the server's result is not an object: %r" % (raw,))
+        self.raw = raw
+        self.status = raw.get("status")
+        self.exit_code = raw.get("exit_code")
+        self.signal = raw.get("signal") or 0
+        self.reason = raw.get("reason") or ""
+        self.stdout = raw.get("stdout") or ""
+        self.stderr = raw.get("stderr") or ""
+        self.stdout_bytes = raw.get("stdout_bytes") or 0
+        self.stderr_bytes = raw.get("stderr_bytes") or 0
+        self.stdout_truncated = bool(raw.get("stdout_truncated"))
+        self.stderr_truncated = bool(raw.get("stderr_truncated"))
+        self.wall_ms = raw.get("wall_ms") or 0
+        self.cpu_ms = raw.get("cpu_ms") or 0
+        self.peak_memory_bytes = raw.get("peak_memory_bytes") or 0
+        self.denied_syscalls = raw.get("denied_syscalls") or []
+        self.denied_hosts = raw.get("denied_hosts") or []
+        self.changed_files = raw.get("changed_files") or []
+        self.repl = raw.get("repl")
+
+    @property
+    def ok(self):
+        """True when the program exited 0."""
+        return self.status == "ok"
+
+    def __getitem__(self, key):
+        return self.raw[key]
+
+    def __repr__(self):
+        return "ExecResult(status=%r, exit_code=%r, stdout=%r, stderr=%r)" % (
+            self.status, self.exit_code, self.stdout[:80], self.stderr[:80])
+
+
+class Files:
+    """Files under the sandbox's /workspace (paths relative to it, or absolute under it)."""
+
+    def __init__(self, sandbox):
+        self._sbx = sandbox
+
+    def write(self, path, data):
+        """Writes `data` (str as UTF-8, or bytes) to `path`, creating parents. Answers {"path", "size"}."""
+        if not isinstance(data, (str, bytes, bytearray, memoryview)):
+            raise TypeError("file contents are str or bytes, not %s" % type(data).__name__)
+        return self._sbx._call("PUT", "/files", query={"path": path}, body=data)
+
+    def read(self, path):
+        """The bytes of `path`."""
+        return self._sbx._call("GET", "/files", query={"path": path}, raw=True)
+
+    def read_text(self, path, encoding="utf-8"):
+        """The text of `path`."""
+        return self.read(path).decode(encoding)
+
+    def list(self, path="."):
+        """The entries of directory `path` (default the workspace): [{"name", "path", "type", "size"}]."""
+        answer = self._sbx._call("GET", "/files", query={"path": path, "list": "true"})
+        return answer.get("entries", []) if isinstance(answer, dict) else []
+
+    def remove(self, path):
+        """Removes `path` (a directory recursively)."""
+        self._sbx._call("DELETE", "/files", query={"path": path})
+
+
+def _create_body(template=None, network=None, limits=None, env=None, labels=None, idle_timeout=None,
+                 max_lifetime=None):
+    fields = {"template": template, "network": network, "limits": limits, "env": env, "labels": labels,
+              "idle_timeout": idle_timeout, "max_lifetime": max_lifetime}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _exec_body(cmd=None, language=None, code=None, stdin=None, timeout=None, env=None, cwd=None, repl=False,
+               output_limit=None):
+    if code is not None:
+        body = {"language": language or "python", "code": code}
+    elif isinstance(cmd, str):
+        body = {"cmd": cmd}
+    elif isinstance(cmd, (list, tuple)) and cmd:
+        body = {"argv": [str(a) for a in cmd]}
+    else:
+        raise TypeError("a command is a str (run by /bin/sh -c) or a non-empty argv list")
+    if isinstance(stdin, (bytes, bytearray)):
+        stdin = bytes(stdin).decode("utf-8")
+    for key, value in (("stdin", stdin), ("timeout", timeout), ("env", env), ("cwd", cwd),
+                       ("output_limit", output_limit)):
+        if value is not None:
+            body[key] = value
+    if repl:
+        body["repl"] = True
+    return body
+
+
+def _run_on(transport, path, body, on_stdout=None, on_stderr=None):
+    """Sends an exec or run body, streaming (NDJSON) when a callback is given. Never retried."""
+    deadline = (body.get("timeout") or DEFAULT_EXEC_TIMEOUT_S) + EXEC_GRACE_S
+    if on_stdout is None and on_stderr is None:
+        return ExecResult(transport.request("POST", path, json_body=body, timeout=deadline))
+    got = {}
+
+    def line(obj):
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind == "stdout" and on_stdout is not None:
+            on_stdout(obj.get("data", ""))
+        elif kind == "stderr" and on_stderr is not None:
+            on_stderr(obj.get("data", ""))
+        elif kind == "result":
+            got["result"] = obj.get("result")
+        elif kind == "error":
+            got["error"] = obj.get("error")
+
+    answer = transport.request("POST", path, query={"stream": "true"}, json_body=body, timeout=deadline,
+                               on_line=line)
+    if "error" in got:
+        raise from_stream_error(got["error"], transport.url)
+    if "result" in got:
+        return ExecResult(got["result"])
+    if isinstance(answer, dict) and "status" in answer:
+        # A server that answered the whole result at once: hand its output to the callbacks in one piece.
+        result = ExecResult(answer)
+        if on_stdout is not None and result.stdout:
+            on_stdout(result.stdout)
+        if on_stderr is not None and result.stderr:
+            on_stderr(result.stderr)
+        return result
+    raise ServerGone("POST %s at %s: the stream ended without a result" % (path, transport.url),
+                     url=transport.url)
+
+
+class Sandbox:
+    """A sandbox on one nsbox serve node; every call of it goes to that node."""
+
+    def __init__(self, transport, info):
+        self._transport = transport
+        self.info = info
+        self.id = info["id"]
+        self.files = Files(self)
+
+    @property
+    def url(self):
+        """The endpoint this sandbox lives on."""
+        return self._transport.url
+
+    @classmethod
+    def create(cls, template=None, network=None, timeout=None, limits=None, env=None, labels=None,
+               idle_timeout=None, max_lifetime=None, url=None, token=None,
+               request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
+        """Makes a sandbox. `timeout` is its lifetime in seconds (max_lifetime). With several endpoints (`url`
+        a list or comma-separated, or NSBOX_URL so), on the node with the most free capacity, passing on to
+        the next when one is full or gone."""
+        body = _create_body(template, network, limits, env, labels, idle_timeout,
+                            max_lifetime if max_lifetime is not None else timeout)
+        transport, info = try_each(_transports(url, token, request_timeout), body.get("template"),
+                                   lambda t: t.request("POST", "/v1/sandboxes", json_body=body), False)
+        if not isinstance(info, dict) or not isinstance(info.get("id"), str):
+            raise NsboxError("POST /v1/sandboxes at %s: the answer has no id" % transport.url, url=transport.url)
+        return cls(transport, info)
+
+    @classmethod
+    def connect(cls, sandbox_id, url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
+        """A handle on an existing sandbox; looks for it on each endpoint."""
+        errors = []
+        for t in _transports(url, token, request_timeout):
+            try:
+                return cls(t, t.request("GET", "/v1/sandboxes/" + _quote(sandbox_id)))
+            except NsboxError as err:
+                errors.append(err)
+        other = [e for e in errors if not isinstance(e, NotFound)]
+        raise other[0] if other else errors[-1]
+
+    @classmethod
+    def list(cls, url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
+        """The caller's sandboxes on every endpoint."""
+        out = []
+        for t in _transports(url, token, request_timeout):
+            answer = t.request("GET", "/v1/sandboxes")
+            out.extend(cls(t, s) for s in (answer or {}).get("sandboxes", []))
+        return out
+
+    @staticmethod
+    def run(cmd=None, code=None, language="python", template=None, network=None, limits=None, env=None,
+            stdin=None, timeout=None, cwd=None, output_limit=None, on_stdout=None, on_stderr=None, url=None,
+            token=None):
+        """A one-shot run in a fresh sandbox (POST /v1/run), gone when the answer comes. Sent to another node
+        only when it cannot have started there."""
+        body = _create_body(template, network, limits)
+        body.update(_exec_body(cmd, language, code, stdin, timeout, env, cwd, False, output_limit))
+        _, result = try_each(_transports(url, token), body.get("template"),
+                             lambda t: _run_on(t, "/v1/run", body, on_stdout, on_stderr), True)
+        return result
+
+    def _call(self, method, sub, **kw):
+        return self._transport.request(method, "/v1/sandboxes/" + _quote(self.id) + sub, **kw)
+
+    def refresh(self):
+        """The sandbox's current state from the server."""
+        self.info = self._call("GET", "")
+        return self.info
+
+    def exec(self, cmd, timeout=None, stdin=None, env=None, cwd=None, output_limit=None, on_stdout=None,
+             on_stderr=None):
+        """Runs `cmd` (a str for /bin/sh -c, or an argv list); `timeout` is the program's, in seconds. With
+        on_stdout/on_stderr the answer is streamed and each chunk reaches its callback as it comes."""
+        body = _exec_body(cmd, stdin=stdin, timeout=timeout, env=env, cwd=cwd, output_limit=output_limit)
+        return _run_on(self._transport, "/v1/sandboxes/%s/exec" % _quote(self.id), body, on_stdout, on_stderr)
+
+    def run_code(self, code, language="python", repl=False, timeout=None, stdin=None, env=None, cwd=None,
+                 output_limit=None, on_stdout=None, on_stderr=None):
+        """Runs `code` in `language`; repl=True (python) keeps the interpreter's state between calls."""
+        body = _exec_body(language=language, code=code, stdin=stdin, timeout=timeout, env=env, cwd=cwd,
+                          repl=repl, output_limit=output_limit)
+        return _run_on(self._transport, "/v1/sandboxes/%s/exec" % _quote(self.id), body, on_stdout, on_stderr)
+
+    def terminate(self):
+        """Ends the sandbox; nothing of it is left. Ending one already gone is not an error."""
+        try:
+            self._call("DELETE", "")
+        except NotFound:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.terminate()
+        return False
+
+    def __repr__(self):
+        return "Sandbox(id=%r, url=%r)" % (self.id, self.url)
+
+
+def _quote(part):
+    return urllib.parse.quote(str(part), safe="")

@@ -1,0 +1,282 @@
+// HttpServer on libmicrohttpd (thread per connection): a request's body is gathered up to its cap, then the handler
+// runs on the connection's thread; a streamed answer is produced on a thread of its own and handed to libmicrohttpd
+// chunk by chunk.
+#include "src/serve/http_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace nsbox::serve {
+
+// One request while it is read.
+struct HttpServer::Connection {
+  std::string body;
+  bool too_large = false;
+};
+
+namespace http_detail {  // named, not anonymous: HttpServerCallbacks (the header's friend) holds these
+
+// Whether the client of `fd` has gone (closed or reset its end): a streamed or long answer stops for it.
+bool PeerGone(int fd) {
+  if (fd < 0) return true;
+  struct pollfd p = {fd, POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+// A streamed answer: the producer thread queues chunks, libmicrohttpd's reader callback takes them.
+struct StreamState : StreamSink {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::string> chunks;
+  size_t offset = 0;  // into chunks.front()
+  bool done = false;
+  bool gone = false;  // the response was destroyed (sent, or the connection closed)
+  int client_fd = -1;
+
+  bool Write(std::string chunk) override {
+    std::unique_lock lock(mutex);
+    // Bounded: a client that does not read keeps the producer waiting here, not the server's memory growing.
+    changed.wait(lock, [&] { return gone || chunks.size() < 64; });
+    if (gone) return false;
+    if (!chunk.empty()) chunks.push_back(std::move(chunk));
+    changed.notify_all();
+    return true;
+  }
+  bool ClientGone() const override {
+    {
+      std::lock_guard lock(const_cast<std::mutex&>(mutex));
+      if (gone) return true;
+    }
+    return PeerGone(client_fd);
+  }
+};
+
+struct StreamHandle {
+  std::shared_ptr<StreamState> state;
+};
+
+ssize_t ReadStream(void* cls, uint64_t, char* buffer, size_t max) {
+  auto& state = *static_cast<StreamHandle*>(cls)->state;
+  std::unique_lock lock(state.mutex);
+  // Waits in slices, so that a client that goes away while nothing is written is noticed.
+  while (state.chunks.empty() && !state.done) {
+    if (state.changed.wait_for(lock, std::chrono::milliseconds(200)) == std::cv_status::timeout) {
+      lock.unlock();
+      bool gone = PeerGone(state.client_fd);
+      lock.lock();
+      if (gone) {
+        state.gone = true;
+        state.changed.notify_all();
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+      }
+    }
+  }
+  if (state.chunks.empty()) return MHD_CONTENT_READER_END_OF_STREAM;
+  std::string& front = state.chunks.front();
+  size_t n = std::min(max, front.size() - state.offset);
+  memcpy(buffer, front.data() + state.offset, n);
+  state.offset += n;
+  if (state.offset == front.size()) {
+    state.chunks.pop_front();
+    state.offset = 0;
+    state.changed.notify_all();
+  }
+  return static_cast<ssize_t>(n);
+}
+
+void FreeStream(void* cls) {
+  auto* handle = static_cast<StreamHandle*>(cls);
+  {
+    std::lock_guard lock(handle->state->mutex);
+    handle->state->gone = true;
+    handle->state->changed.notify_all();
+  }
+  delete handle;
+}
+
+MHD_Result AddToMap(void* cls, MHD_ValueKind, const char* key, const char* value) {
+  auto& map = *static_cast<std::map<std::string, std::string>*>(cls);
+  std::string name = key ? key : "";
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  map[name] = value ? value : "";
+  return MHD_YES;
+}
+
+MHD_Result AddQuery(void* cls, MHD_ValueKind, const char* key, const char* value) {
+  (*static_cast<std::map<std::string, std::string>*>(cls))[key ? key : ""] = value ? value : "";
+  return MHD_YES;
+}
+
+int ConnectionFd(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return info ? info->connect_fd : -1;
+}
+
+}  // namespace http_detail
+
+using namespace http_detail;
+
+struct HttpServerCallbacks {
+  static MHD_Result Access(void* cls, MHD_Connection* connection, const char* url, const char* method, const char*,
+                           const char* upload_data, size_t* upload_data_size, void** con_cls) {
+    auto* server = static_cast<HttpServer*>(cls);
+    auto* state = static_cast<HttpServer::Connection*>(*con_cls);
+    if (!state) {
+      state = new HttpServer::Connection();
+      *con_cls = state;
+      // A declared length over the cap is refused before any of the body is read.
+      const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+      if (length && std::strtoull(length, nullptr, 10) > server->options_.max_body_bytes) {
+        state->too_large = true;
+        return Queue(connection, server->options_.too_large(server->options_.max_body_bytes));
+      }
+      return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+      if (!state->too_large) {
+        if (state->body.size() + *upload_data_size > server->options_.max_body_bytes) {
+          state->too_large = true;
+          state->body.clear();
+          state->body.shrink_to_fit();
+        } else {
+          state->body.append(upload_data, *upload_data_size);
+        }
+      }
+      *upload_data_size = 0;
+      return MHD_YES;
+    }
+    if (state->too_large) return Queue(connection, server->options_.too_large(server->options_.max_body_bytes));
+
+    HttpRequest request;
+    request.method = method ? method : "";
+    request.path = url ? url : "";
+    request.body = std::move(state->body);
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, &AddToMap, &request.headers);
+    MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, &AddQuery, &request.query);
+    request.over_unix_socket = server->unix_socket_;
+    const int fd = ConnectionFd(connection);
+    if (server->unix_socket_ && fd >= 0) {
+      struct ucred cred = {};
+      socklen_t len = sizeof cred;
+      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) request.peer_uid = cred.uid;
+    }
+    request.client_gone = [fd] { return PeerGone(fd); };
+    HttpResponse response;
+    try {
+      response = server->handler_(request);
+    } catch (const std::exception& e) {
+      response.status = 500;
+      response.body = nlohmann_free_error(e.what());
+    }
+    if (!response.stream) return Queue(connection, response);
+
+    auto stream = std::make_shared<StreamState>();
+    stream->client_fd = fd;
+    MHD_Response* mhd = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, &ReadStream,
+                                                          new StreamHandle{stream}, &FreeStream);
+    if (!mhd) return MHD_NO;
+    MHD_add_response_header(mhd, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
+    // The producer runs beside libmicrohttpd's writes; it ends when the stream is done or the client is gone.
+    server->StartProducer([stream, produce = std::move(response.stream)] {
+      produce(*stream);
+      std::lock_guard lock(stream->mutex);
+      stream->done = true;
+      stream->changed.notify_all();
+    });
+    MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
+    MHD_destroy_response(mhd);
+    return queued;
+  }
+
+  static MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
+    MHD_Response* mhd = MHD_create_response_from_buffer(response.body.size(), const_cast<char*>(response.body.data()),
+                                                        MHD_RESPMEM_MUST_COPY);
+    if (!mhd) return MHD_NO;
+    if (!response.content_type.empty())
+      MHD_add_response_header(mhd, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
+    MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
+    MHD_destroy_response(mhd);
+    return queued;
+  }
+
+  static void Completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
+    delete static_cast<HttpServer::Connection*>(*con_cls);
+    *con_cls = nullptr;
+  }
+
+  static std::string nlohmann_free_error(const std::string& what) {
+    std::string escaped;
+    for (char c : what) escaped += (c == '"' || c == '\\') ? ' ' : (static_cast<unsigned char>(c) < 0x20 ? ' ' : c);
+    return fmt::format("{{\"error\": {{\"code\": \"internal\", \"message\": \"{}\"}}}}", escaped);
+  }
+};
+
+StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(int listen_fd, bool unix_socket, HttpServerOptions options,
+                                                        HttpHandler handler) {
+  std::unique_ptr<HttpServer> server(new HttpServer());
+  server->listen_fd_ = listen_fd;
+  server->unix_socket_ = unix_socket;
+  server->options_ = std::move(options);
+  server->handler_ = std::move(handler);
+  const unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+  server->daemon_ = MHD_start_daemon(
+      flags, 0, nullptr, nullptr, &HttpServerCallbacks::Access, server.get(), MHD_OPTION_LISTEN_SOCKET, listen_fd,
+      MHD_OPTION_CONNECTION_LIMIT, server->options_.connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+      server->options_.idle_timeout_seconds, MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, nullptr,
+      MHD_OPTION_END);
+  if (!server->daemon_) {
+    ::close(listen_fd);
+    return Status::Error("libmicrohttpd could not start serving the listening socket");
+  }
+  return server;
+}
+
+void HttpServer::StartProducer(std::function<void()> produce) {
+  {
+    std::lock_guard lock(producers_mutex_);
+    ++producers_;
+  }
+  std::thread([this, produce = std::move(produce)] {
+    produce();
+    std::lock_guard lock(producers_mutex_);
+    --producers_;
+    producers_done_.notify_all();
+  }).detach();
+}
+
+void HttpServer::StopAccepting() {
+  if (!daemon_ || listen_fd_ < 0) return;
+  MHD_socket fd = MHD_quiesce_daemon(daemon_);
+  if (fd >= 0) ::close(fd);
+  listen_fd_ = -1;
+}
+
+void HttpServer::Stop() {
+  if (!daemon_) return;
+  StopAccepting();
+  {
+    // Producers end with their streams (the sandboxes are ended before the server stops); bounded all the same.
+    std::unique_lock lock(producers_mutex_);
+    producers_done_.wait_for(lock, std::chrono::seconds(10), [this] { return producers_ == 0; });
+  }
+  MHD_stop_daemon(daemon_);
+  daemon_ = nullptr;
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+}  // namespace nsbox::serve

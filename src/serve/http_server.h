@@ -1,0 +1,94 @@
+// HttpServer: the service's HTTP/1.1 front, on libmicrohttpd: one thread per connection, bodies capped, the peer's uid
+// taken from the Unix socket, and responses that are either whole or streamed chunk by chunk.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "sandbox/base/status.h"
+
+struct MHD_Daemon;
+
+namespace nsbox::serve {
+
+struct HttpRequest {
+  std::string method, path;
+  std::map<std::string, std::string> query;    // decoded ?k=v
+  std::map<std::string, std::string> headers;  // names in lower case
+  std::string body;
+  bool over_unix_socket = false;
+  std::optional<uid_t> peer_uid;  // SO_PEERCRED, Unix socket only
+  std::function<bool()> client_gone;  // whether the client has closed its connection (a long answer may stop)
+  std::string header(const std::string& lower_name) const {
+    auto it = headers.find(lower_name);
+    return it == headers.end() ? std::string() : it->second;
+  }
+};
+
+// What a streamed response writes through: Write returns false once the client is gone (the producer should stop).
+class StreamSink {
+ public:
+  virtual ~StreamSink() = default;
+  virtual bool Write(std::string chunk) = 0;
+  virtual bool ClientGone() const = 0;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  // When set, the body is produced by this function on a thread of its own, chunk by chunk (chunked encoding); the
+  // response ends when it returns.
+  std::function<void(StreamSink&)> stream;
+};
+
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+struct HttpServerOptions {
+  uint64_t max_body_bytes = 16 << 20;  // larger bodies are answered 413 before they are read
+  unsigned connection_limit = 512;
+  unsigned idle_timeout_seconds = 120;  // a client that sends nothing for this long is dropped
+  // The answer to a body over max_body_bytes (413), so that it has the service's error format.
+  std::function<HttpResponse(uint64_t limit)> too_large;
+};
+
+class HttpServer {
+ public:
+  // Serves on `listen_fd` (bound and listening, AF_UNIX or AF_INET[6]); takes it.
+  static StatusOr<std::unique_ptr<HttpServer>> Start(int listen_fd, bool unix_socket, HttpServerOptions options,
+                                                      HttpHandler handler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Stops accepting connections (the listening socket is closed); requests in progress go on.
+  void StopAccepting();
+  // Ends the server: waits for the connections' threads.
+  void Stop();
+
+  struct Connection;  // one request's state (http_server.cc)
+
+ private:
+  HttpServer() = default;
+  void StartProducer(std::function<void()> produce);
+  MHD_Daemon* daemon_ = nullptr;
+  int listen_fd_ = -1;
+  bool unix_socket_ = false;
+  HttpServerOptions options_;
+  HttpHandler handler_;
+  std::mutex producers_mutex_;
+  std::condition_variable producers_done_;
+  int producers_ = 0;
+
+  friend struct HttpServerCallbacks;
+};
+
+}  // namespace nsbox::serve

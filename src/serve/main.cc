@@ -1,0 +1,276 @@
+// nsbox-serve: `nsbox serve`, the sandbox service. Its own program because libmicrohttpd is linked the ordinary,
+// dynamic way (nsbox itself is a static PIE); `nsbox serve` execs it. Options, the listening sockets, the signals
+// that end it, and the order of its ending.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "sandbox/base/data_dir.h"
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/spec/units.h"
+#include "src/serve/service.h"
+#include "src/session/state.h"
+
+namespace {
+
+using nsbox::Status;
+using nsbox::StatusOr;
+using nsbox::UniqueFd;
+
+constexpr int kExitFailure = 125;
+constexpr int kExitUsage = 2;
+
+[[noreturn]] void Fail(int code, const std::string& message) {
+  fmt::print(stderr, "nsbox serve: {}\n", message);
+  std::exit(code);
+}
+
+std::string DefaultRuntimeDir() {
+  if (::geteuid() == 0) return "/run/nsbox";
+  const char* xdg = ::getenv("XDG_RUNTIME_DIR");
+  if (xdg && *xdg) return std::string(xdg) + "/nsbox";
+  return fmt::format("/tmp/nsbox-{}", ::geteuid());
+}
+
+// The socket must be somewhere no sandbox sees: the host view shows /usr, the merged-/usr links and parts of /etc,
+// read-only, and nothing of /run, /tmp, /home or /root.
+Status CheckSocketHidden(const std::string& path) {
+  for (const char* shown : {"/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/lib32/", "/libx32/", "/etc/"})
+    if (path.starts_with(shown))
+      return Status::Error(fmt::format("--socket {}: under {}, which sandboxes see (the host view); put it in /run or "
+                                       "a private directory", path, shown));
+  if (path.empty() || path[0] != '/') return Status::Error(fmt::format("--socket '{}': give an absolute path", path));
+  return nsbox::OkStatus();
+}
+
+StatusOr<UniqueFd> ListenUnix(const std::string& path) {
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return Status::Error(fmt::format("--socket {}: path too long", path));
+  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return Status::Error(fmt::format("--socket {}: exists and is not a socket", path));
+    // A socket someone answers on is another server's; a dead one is a predecessor's, killed before it could clean.
+    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
+      return Status::Error(fmt::format("--socket {}: another server is listening on it", path));
+    if (::unlink(path.c_str()) != 0) return Status::Errno(fmt::format("unlink(stale socket {})", path));
+  }
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock) return Status::Errno("socket(AF_UNIX)");
+  // Made 0660 from the start (umask), never reachable with a wider mode.
+  mode_t old = ::umask(0117);
+  int bound = ::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::umask(old);
+  if (bound != 0) return Status::Errno(fmt::format("bind({})", path));
+  if (::listen(sock.get(), 256) != 0) return Status::Errno(fmt::format("listen({})", path));
+  return sock;
+}
+
+StatusOr<UniqueFd> ListenTcp(const std::string& host_port) {
+  auto colon = host_port.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == host_port.size())
+    return Status::Error(fmt::format("--listen '{}': expected HOST:PORT", host_port));
+  std::string host = host_port.substr(0, colon), port = host_port.substr(colon + 1);
+  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  struct addrinfo hints = {}, *found = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0)
+    return Status::Error(fmt::format("--listen '{}': {} (give a numeric address and port)", host_port, gai_strerror(rc)));
+  UniqueFd sock(::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int bound = ::bind(sock.get(), found->ai_addr, found->ai_addrlen);
+  ::freeaddrinfo(found);
+  if (!sock || bound != 0) return Status::Errno(fmt::format("bind({})", host_port));
+  if (::listen(sock.get(), 256) != 0) return Status::Errno(fmt::format("listen({})", host_port));
+  return sock;
+}
+
+Status MakePrivateDir(const std::string& dir, mode_t mode) {
+  if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) return Status::Errno(fmt::format("mkdir({})", dir));
+  return nsbox::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("nsbox serve: the sandbox service (HTTP/1.1 + JSON, docs/api.md) on a Unix socket and, with a token, TCP",
+               "nsbox serve");
+  std::string socket_path, state_dir, listen, token_file, nsbox_bin, max_body = "16M", max_file = "64M";
+  std::string memory_budget;
+  std::vector<std::string> pools, restricted;
+  std::vector<uid_t> allow_uids;
+  nsbox::serve::ServeConfig config;
+  unsigned max_timeout = 600, default_timeout = 60;
+  app.add_option("--socket", socket_path, "the Unix socket (default /run/nsbox/api.sock as root, else "
+                                          "$XDG_RUNTIME_DIR/nsbox/api.sock); mode 0660, peers checked by uid");
+  app.add_option("--state-dir", state_dir, "where the sandboxes' sessions live (default: serve-sessions beside the "
+                                           "socket); what a killed predecessor left there is ended at start");
+  app.add_option("--listen", listen, "also serve TCP on HOST:PORT (numeric); needs --token-file");
+  app.add_option("--token-file", token_file, "bearer tokens for TCP: NAME:TOKEN or TOKEN per line");
+  app.add_option("--pool", pools, "keep N ready sandboxes of TEMPLATE (TEMPLATE=N, repeatable)");
+  app.add_option("--max-sandboxes", config.max_sandboxes, "sandboxes at most, all clients")->capture_default_str();
+  app.add_option("--max-per-client", config.max_per_client, "sandboxes at most per client")->capture_default_str();
+  app.add_option("--max-body", max_body, "largest request body")->capture_default_str();
+  app.add_option("--max-file-size", max_file, "largest file written or read through the files API")
+      ->capture_default_str();
+  app.add_option("--max-timeout", max_timeout, "seconds: the cap of every exec's timeout")->capture_default_str();
+  app.add_option("--default-timeout", default_timeout, "seconds: an exec's timeout when it gives none")
+      ->capture_default_str();
+  app.add_option("--allow-uid", allow_uids, "a uid besides the server's own that may use the socket (repeatable)");
+  app.add_flag("--allow-network-host", config.allow_network_host,
+               "let clients ask for network host (the host's network, the API's TCP port included)");
+  app.add_option("--memory-budget", memory_budget, "memory the sandboxes' limits may add up to (default: the host's)");
+  app.add_option("--pids-budget", config.pids_budget, "processes the sandboxes' limits may add up to")
+      ->capture_default_str();
+  app.add_option("--restricted-hosts", restricted, "the hosts of network restricted (default pypi.org "
+                                                   "files.pythonhosted.org)");
+  app.add_option("--nsbox-binary", nsbox_bin, "the nsbox program (set by nsbox serve)")->group("");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  // Checks first: nothing is made for a command line that is wrong.
+  if (!listen.empty() && token_file.empty())
+    Fail(kExitUsage, "--listen needs --token-file: TCP is served only to clients with a bearer token");
+  if (listen.empty() && !token_file.empty()) Fail(kExitUsage, "--token-file is for --listen (TCP)");
+  if (nsbox_bin.empty()) Fail(kExitUsage, "run as `nsbox serve` (the nsbox program is not known)");
+  config.nsbox_bin = nsbox_bin;
+  for (const auto& pool : pools) {
+    auto eq = pool.find('=');
+    int n = -1;
+    if (eq != std::string::npos && eq > 0) {
+      try {
+        n = std::stoi(pool.substr(eq + 1));
+      } catch (...) {
+      }
+    }
+    if (n < 0 || n > 256) Fail(kExitUsage, fmt::format("--pool '{}': expected TEMPLATE=N (0 to 256)", pool));
+    config.pool[pool.substr(0, eq)] = n;
+  }
+  auto body_cap = nsbox::ParseSize(max_body);
+  if (!body_cap.ok()) Fail(kExitUsage, "--max-body: " + body_cap.status().message());
+  auto file_cap = nsbox::ParseSize(max_file);
+  if (!file_cap.ok()) Fail(kExitUsage, "--max-file-size: " + file_cap.status().message());
+  config.max_file_bytes = *file_cap;
+  if (!memory_budget.empty()) {
+    auto budget = nsbox::ParseSize(memory_budget);
+    if (!budget.ok()) Fail(kExitUsage, "--memory-budget: " + budget.status().message());
+    config.memory_budget_bytes = *budget;
+  }
+  if (max_timeout == 0 || default_timeout == 0) Fail(kExitUsage, "--max-timeout and --default-timeout must be > 0");
+  config.max_timeout = std::chrono::seconds(max_timeout);
+  config.default_timeout = std::chrono::seconds(std::min(default_timeout, max_timeout));
+  if (!restricted.empty()) config.restricted_hosts = restricted;
+
+  nsbox::serve::AccessConfig access;
+  access.allowed_uids.insert(::geteuid());
+  for (uid_t uid : allow_uids) access.allowed_uids.insert(uid);
+  if (!token_file.empty()) {
+    auto tokens = nsbox::serve::ReadTokenFile(token_file);
+    if (!tokens.ok()) Fail(kExitUsage, tokens.status().message());
+    access.tokens = std::move(*tokens);
+  }
+  auto openapi = nsbox::ReadFile(nsbox::DataDir() + "/docs/openapi.json", 4 << 20);
+  if (openapi.ok()) access.openapi_document = std::move(*openapi);
+
+  const std::string runtime_dir = DefaultRuntimeDir();
+  if (socket_path.empty() || state_dir.empty()) {
+    if (Status s = MakePrivateDir(runtime_dir, ::geteuid() == 0 ? 0755 : 0700); !s.ok()) Fail(kExitFailure, s.message());
+  }
+  if (socket_path.empty()) socket_path = runtime_dir + "/api.sock";
+  if (state_dir.empty()) state_dir = runtime_dir + "/serve-sessions";
+  if (Status s = CheckSocketHidden(socket_path); !s.ok()) Fail(kExitUsage, s.message());
+  if (Status s = nsbox::session::EnsureStateRoot(state_dir); !s.ok()) Fail(kExitFailure, "--state-dir: " + s.message());
+  config.state_dir = state_dir;
+
+  // Every thread started from here on has these blocked; the main thread waits for them.
+  sigset_t ending;
+  sigemptyset(&ending);
+  sigaddset(&ending, SIGTERM);
+  sigaddset(&ending, SIGINT);
+  sigaddset(&ending, SIGHUP);
+  ::pthread_sigmask(SIG_BLOCK, &ending, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto unix_fd = ListenUnix(socket_path);
+  if (!unix_fd.ok()) Fail(kExitFailure, unix_fd.status().message());
+  std::optional<UniqueFd> tcp_fd;
+  if (!listen.empty()) {
+    auto fd = ListenTcp(listen);
+    if (!fd.ok()) {
+      ::unlink(socket_path.c_str());
+      Fail(kExitFailure, fd.status().message());
+    }
+    tcp_fd = std::move(*fd);
+  }
+
+  nsbox::serve::Sandboxes sandboxes(config);
+  sandboxes.Start();
+  nsbox::serve::Service service(sandboxes, access);
+  nsbox::serve::HttpServerOptions http;
+  http.max_body_bytes = *body_cap;
+  http.too_large = [](uint64_t limit) {
+    return nsbox::serve::Service::ErrorResponse(413, "payload_too_large",
+                                                fmt::format("the request body is larger than {} bytes", limit));
+  };
+  auto handler = [&service](const nsbox::serve::HttpRequest& request) {
+    const auto started = std::chrono::steady_clock::now();
+    nsbox::serve::HttpResponse response = service.Handle(request);
+    if (!response.stream)
+      fmt::print(stderr, "nsbox serve: {} {} {} {} ms\n", request.method, request.path, response.status,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)
+                     .count());
+    return response;
+  };
+  auto on_unix = nsbox::serve::HttpServer::Start(unix_fd->release(), true, http, handler);
+  if (!on_unix.ok()) {
+    ::unlink(socket_path.c_str());
+    Fail(kExitFailure, on_unix.status().message());
+  }
+  std::unique_ptr<nsbox::serve::HttpServer> on_tcp;
+  if (tcp_fd) {
+    auto started = nsbox::serve::HttpServer::Start(tcp_fd->release(), false, http, handler);
+    if (!started.ok()) {
+      ::unlink(socket_path.c_str());
+      Fail(kExitFailure, started.status().message());
+    }
+    on_tcp = std::move(*started);
+  }
+  fmt::print(stderr, "nsbox serve: listening on unix:{}{} (state {})\n", socket_path,
+             listen.empty() ? "" : " and tcp:" + listen, state_dir);
+
+  int signal_number = 0;
+  while (::sigwait(&ending, &signal_number) != 0) {
+  }
+  // The end: no new connection, no new sandbox; every sandbox ended (their execs answer as killed); then the threads.
+  fmt::print(stderr, "nsbox serve: {}: ending every sandbox\n", strsignal(signal_number));
+  service.SetShuttingDown();
+  (*on_unix)->StopAccepting();
+  if (on_tcp) on_tcp->StopAccepting();
+  ::unlink(socket_path.c_str());
+  sandboxes.EndAll();
+  (*on_unix)->Stop();
+  if (on_tcp) on_tcp->Stop();
+  ::rmdir(state_dir.c_str());  // when empty, as it is once every session has ended
+  fmt::print(stderr, "nsbox serve: stopped\n");
+  return 0;
+}

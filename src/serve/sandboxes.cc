@@ -1,0 +1,777 @@
+// Sandboxes: each one is an nsbox session made by `nsbox session create` (a subprocess: the server never forks
+// itself, it has threads), owned by the server (--end-with-pid: they end with it however it ends) and spoken to
+// in-process over the session's own socket, as `nsbox exec` and `nsbox cp` do.
+#include "src/serve/sandboxes.h"
+
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "nsbox/executor.h"
+#include "sandbox/spec/units.h"
+#include "src/cli/image_store.h"
+#include "src/cli/compiled_program.h"
+#include "src/cli/languages.h"
+#include "src/runtime/subprocess.h"
+#include "src/serve/api_error.h"
+#include "src/session/state.h"
+#include "src/session/wire.h"
+#include "src/session/workspace_copy.h"
+
+namespace nsbox::serve {
+namespace {
+
+using json = nlohmann::json;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Fields of a body that no form knows are refused: a misspelt option must not be silently ignored.
+void CheckKnownFields(const json& body, const std::vector<std::string>& known, const std::vector<std::string>& extra) {
+  if (!body.is_object()) throw BadRequest("the body must be a JSON object");
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    if (std::find(extra.begin(), extra.end(), key) != extra.end()) continue;
+    throw BadRequest(fmt::format("unknown field '{}'", key));
+  }
+}
+
+std::map<std::string, std::string> StringMap(const json& value, const std::string& what, bool env_keys) {
+  if (!value.is_object()) throw BadRequest(fmt::format("'{}' must be an object of strings", what));
+  std::map<std::string, std::string> out;
+  for (const auto& [key, v] : value.items()) {
+    if (!v.is_string()) throw BadRequest(fmt::format("'{}.{}' must be a string", what, key));
+    if (env_keys) {
+      bool ok = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0]));
+      for (char c : key) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+      if (!ok) throw BadRequest(fmt::format("'{}': '{}' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", what, key));
+    }
+    std::string text = v.get<std::string>();
+    if (text.find('\0') != std::string::npos) throw BadRequest(fmt::format("'{}.{}' holds a NUL byte", what, key));
+    out[key] = std::move(text);
+  }
+  return out;
+}
+
+double Seconds(const json& value, const std::string& what) {
+  if (!value.is_number() || value.get<double>() <= 0 || !std::isfinite(value.get<double>()))
+    throw BadRequest(fmt::format("'{}' must be a positive number of seconds", what));
+  return value.get<double>();
+}
+
+// "256M" or a number of bytes.
+uint64_t Size(const json& value, const std::string& what, std::string* text) {
+  if (value.is_number_unsigned()) {
+    *text = std::to_string(value.get<uint64_t>());
+    return value.get<uint64_t>();
+  }
+  if (!value.is_string()) throw BadRequest(fmt::format("'{}' must be a size such as \"256M\" or a number of bytes", what));
+  auto parsed = ParseSize(value.get<std::string>());
+  if (!parsed.ok()) throw BadRequest(fmt::format("'{}': {}", what, parsed.status().message()));
+  *text = value.get<std::string>();
+  return *parsed;
+}
+
+std::string HostName(const json& value) {
+  if (!value.is_string() || value.get<std::string>().empty()) throw BadRequest("'network.allow' must list host names");
+  std::string host = value.get<std::string>();
+  for (char c : host)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '*')
+      throw BadRequest(fmt::format("'network.allow': '{}' is not a host name", host));
+  return host;
+}
+
+// The session's --network value.
+std::string NetworkArg(const json& network, const ServeConfig& config) {
+  if (network.is_string() && (network == "none" || network == "host")) return network.get<std::string>();
+  const std::vector<std::string> hosts =
+      network.is_string() ? config.restricted_hosts : network.at("allow").get<std::vector<std::string>>();
+  std::string arg = "allow=";
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (i > 0) arg += ',';
+    arg += hosts[i];
+  }
+  return arg;
+}
+
+std::string Seconds(double s) { return fmt::format("{}ms", static_cast<int64_t>(std::llround(s * 1000))); }
+
+// A memfd holding `text`, read from its start: an exec's stdin.
+UniqueFd StdinFile(const std::string& text) {
+  UniqueFd fd(::memfd_create("nsbox-serve-stdin", MFD_CLOEXEC));
+  if (!fd) throw ApiError(500, "setup_failed", "memfd_create for the exec's stdin failed");
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw ApiError(500, "setup_failed", "writing the exec's stdin failed");
+    done += static_cast<size_t>(n);
+  }
+  ::lseek(fd.get(), 0, SEEK_SET);
+  return fd;
+}
+
+uint64_t HostMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemTotal:") return kib * 1024;
+    meminfo.ignore(1 << 10, '\n');
+  }
+  return 8ull << 30;
+}
+
+}  // namespace
+
+std::string NewSandboxId() {
+  unsigned char random[12];
+  if (::getrandom(random, sizeof random, 0) != sizeof random) throw ApiError(500, "internal", "getrandom failed");
+  std::string id = "sb-";
+  for (unsigned char b : random) id += fmt::format("{:02x}", b);
+  return id;
+}
+
+std::string WorkspacePath(const std::string& path) {
+  if (path.empty()) throw BadRequest("give the file's path: ?path=NAME (relative to /workspace or under it)");
+  auto rel = session::WorkspaceRelativePath(path);
+  if (!rel.ok()) throw BadRequest(rel.status().message());
+  return *rel;
+}
+
+SandboxSpec ParseSandboxSpec(const json& body, const ServeConfig& config, const std::vector<std::string>& extra) {
+  CheckKnownFields(body, {"template", "network", "limits", "env", "idle_timeout", "max_lifetime", "labels"}, extra);
+  SandboxSpec spec;
+  if (body.contains("template")) {
+    if (!body["template"].is_string() || body["template"].get<std::string>().empty())
+      throw BadRequest("'template' must be a template or image name");
+    spec.template_name = body["template"].get<std::string>();
+  }
+  if (body.contains("network")) {
+    const json& n = body["network"];
+    if (n.is_string()) {
+      std::string mode = n.get<std::string>();
+      if (mode != "none" && mode != "host" && mode != "restricted")
+        throw BadRequest(fmt::format("'network': '{}' is not none, host, restricted or {{\"allow\": [...]}}", mode));
+      if (mode == "host" && !config.allow_network_host)
+        throw ApiError(403, "forbidden",
+                       "'network': host is not allowed by this server (it shares the host's network, the API's port "
+                       "included; start the server with --allow-network-host)");
+      spec.network = mode;
+    } else if (n.is_object() && n.size() == 1 && n.contains("allow") && n["allow"].is_array() && !n["allow"].empty()) {
+      json hosts = json::array();
+      for (const auto& h : n["allow"]) hosts.push_back(HostName(h));
+      spec.network = {{"allow", hosts}};
+    } else {
+      throw BadRequest("'network' must be none, host, restricted or {\"allow\": [\"host\", ...]}");
+    }
+  }
+  if (body.contains("limits")) {
+    const json& l = body["limits"];
+    if (!l.is_object()) throw BadRequest("'limits' must be an object");
+    for (const auto& [key, value] : l.items()) {
+      if (key == "memory") {
+        spec.memory_bytes = Size(value, "limits.memory", &spec.memory);
+      } else if (key == "tmpfs") {
+        (void)Size(value, "limits.tmpfs", &spec.tmpfs);
+      } else if (key == "pids") {
+        if (!value.is_number_unsigned() || value.get<uint64_t>() == 0 || value.get<uint64_t>() > 1 << 20)
+          throw BadRequest("'limits.pids' must be a positive whole number");
+        spec.pids = value.get<uint64_t>();
+      } else if (key == "cpus") {
+        if (!value.is_number() || value.get<double>() <= 0 || value.get<double>() > 1024)
+          throw BadRequest("'limits.cpus' must be a positive number of CPUs");
+        spec.cpus = value.get<double>();
+      } else {
+        throw BadRequest(fmt::format("unknown field 'limits.{}' (memory, pids, cpus, tmpfs)", key));
+      }
+    }
+    spec.limits_given = !l.empty();
+  }
+  if (body.contains("env")) spec.env = StringMap(body["env"], "env", true);
+  if (body.contains("labels")) spec.labels = StringMap(body["labels"], "labels", false);
+  spec.idle_timeout_s = body.contains("idle_timeout") ? Seconds(body["idle_timeout"], "idle_timeout")
+                                                      : config.default_idle_timeout_s;
+  spec.max_lifetime_s = body.contains("max_lifetime") ? Seconds(body["max_lifetime"], "max_lifetime")
+                                                      : config.default_max_lifetime_s;
+  // The operator's caps win.
+  spec.idle_timeout_s = std::min(spec.idle_timeout_s, config.max_idle_timeout_s);
+  spec.max_lifetime_s = std::min(spec.max_lifetime_s, config.max_lifetime_cap_s);
+  return spec;
+}
+
+ExecSpec ParseExecSpec(const json& body, const ServeConfig& config, const std::vector<std::string>& extra) {
+  CheckKnownFields(body, {"argv", "cmd", "language", "code", "stdin", "timeout", "env", "cwd", "repl", "output_limit"},
+                   extra);
+  ExecSpec exec;
+  const int forms = body.contains("argv") + body.contains("cmd") + body.contains("language");
+  if (forms != 1) throw BadRequest("give exactly one of 'argv', 'cmd', or 'language' with 'code'");
+  if (body.contains("code") && !body.contains("language")) throw BadRequest("'code' needs 'language'");
+  if (body.contains("argv")) {
+    const json& a = body["argv"];
+    if (!a.is_array() || a.empty()) throw BadRequest("'argv' must be a non-empty array of strings");
+    for (const auto& s : a) {
+      if (!s.is_string()) throw BadRequest("'argv' must be a non-empty array of strings");
+      exec.argv.push_back(s.get<std::string>());
+    }
+    if (exec.argv[0].empty()) throw BadRequest("'argv[0]' is empty");
+  } else if (body.contains("cmd")) {
+    if (!body["cmd"].is_string() || body["cmd"].get<std::string>().empty())
+      throw BadRequest("'cmd' must be a non-empty string (run by /bin/sh -c)");
+    exec.argv = {"/bin/sh", "-c", body["cmd"].get<std::string>()};
+  } else {
+    if (!body["language"].is_string()) throw BadRequest("'language' must be a string");
+    exec.language = body["language"].get<std::string>();
+    if (!body.contains("code") || !body["code"].is_string()) throw BadRequest("'language' needs 'code' (a string)");
+    exec.code = body["code"].get<std::string>();
+  }
+  for (const auto& arg : exec.argv)
+    if (arg.find('\0') != std::string::npos) throw BadRequest("'argv' holds a NUL byte");
+  if (body.contains("stdin")) {
+    if (!body["stdin"].is_string()) throw BadRequest("'stdin' must be a string");
+    exec.stdin_text = body["stdin"].get<std::string>();
+    exec.has_stdin = true;
+  }
+  double timeout = body.contains("timeout") ? Seconds(body["timeout"], "timeout")
+                                            : static_cast<double>(config.default_timeout.count());
+  timeout = std::min(timeout, static_cast<double>(config.max_timeout.count()));  // the operator's cap wins
+  exec.timeout = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(timeout * 1000)));
+  if (body.contains("env")) exec.env = StringMap(body["env"], "env", true);
+  if (body.contains("cwd")) {
+    if (!body["cwd"].is_string() || body["cwd"].get<std::string>().empty() || body["cwd"].get<std::string>()[0] != '/')
+      throw BadRequest("'cwd' must be an absolute path inside the sandbox");
+    exec.cwd = body["cwd"].get<std::string>();
+  }
+  if (body.contains("repl")) {
+    if (!body["repl"].is_boolean()) throw BadRequest("'repl' must be true or false");
+    exec.repl = body["repl"].get<bool>();
+    if (exec.repl && exec.language != "python" && exec.language != "python3")
+      throw BadRequest("'repl' needs 'language': 'python' with 'code'");
+    if (exec.repl && exec.has_stdin) throw BadRequest("'stdin' is not available with 'repl'");
+  }
+  if (body.contains("output_limit")) {
+    if (!body["output_limit"].is_number_unsigned() || body["output_limit"].get<uint64_t>() == 0)
+      throw BadRequest("'output_limit' must be a positive number of bytes");
+    exec.output_limit = body["output_limit"].get<uint64_t>();
+    if (std::string why = CheckOutputLimit(exec.output_limit); !why.empty()) throw BadRequest("'output_limit': " + why);
+  }
+  return exec;
+}
+
+json Sandbox::ToJson() const {
+  return {{"id", id},
+          {"template", spec.template_name},
+          {"rootfs", rootfs},
+          {"network", spec.network},
+          {"limits", {{"memory", spec.memory}, {"pids", spec.pids}, {"cpus", spec.cpus}, {"tmpfs", spec.tmpfs}}},
+          {"labels", spec.labels},
+          {"created_at_ms", created_at_ms},
+          {"idle_timeout", spec.idle_timeout_s},
+          {"max_lifetime", spec.max_lifetime_s},
+          {"from_pool", from_pool},
+          {"state", "running"}};
+}
+
+Sandboxes::Sandboxes(ServeConfig config) : config_(std::move(config)) {
+  if (config_.memory_budget_bytes == 0) config_.memory_budget_bytes = HostMemoryBytes();
+}
+
+Sandboxes::~Sandboxes() { EndAll(); }
+
+void Sandboxes::Start() {
+  // A predecessor killed without ending its sandboxes: theirs end with it (--end-with-pid), but what is left of
+  // them (a directory, a supervisor that has not noticed yet) goes now.
+  for (const auto& left : session::ListSessions(config_.state_dir)) {
+    fmt::print(stderr, "nsbox serve: ending {} left by an earlier server\n", left.id());
+    EndSession(left.id());
+  }
+  pool_thread_ = std::thread([this] { PoolLoop(); });
+  reaper_thread_ = std::thread([this] { ReaperLoop(); });
+}
+
+void Sandboxes::EndAll() {
+  std::vector<std::string> sessions;
+  {
+    std::lock_guard lock(mutex_);
+    if (ending_ && sandboxes_.empty() && pool_.empty()) return;
+    ending_ = true;
+    for (auto& [id, sandbox] : sandboxes_) sessions.push_back(sandbox->session_id);
+    sandboxes_.clear();
+    for (auto& [name, entries] : pool_)
+      for (auto& entry : entries) sessions.push_back(entry.session_id);
+    pool_.clear();
+    wake_.notify_all();
+  }
+  if (pool_thread_.joinable()) pool_thread_.join();
+  if (reaper_thread_.joinable()) reaper_thread_.join();
+  // In parallel: each may take its execs' ends.
+  std::vector<std::thread> enders;
+  for (const auto& id : sessions) enders.emplace_back([this, id] { EndSession(id); });
+  for (auto& t : enders) t.join();
+  // What the pool thread made while it was being stopped.
+  for (const auto& left : session::ListSessions(config_.state_dir)) EndSession(left.id());
+}
+
+std::string Sandboxes::ResolveTemplate(const std::string& name) {
+  if (name == "host") return "host";
+  if (cli::ResolveImage(name).ok()) return name;
+  // "python" is the host view's Python when no image of that name was built.
+  if (name == "python") return "host";
+  auto images = cli::ResolveImage(name);
+  throw BadRequest(fmt::format("'template': {}", images.status().message()));
+}
+
+Sandboxes::Made Sandboxes::MakeSession(const SandboxSpec& spec) {
+  Made made;
+  made.rootfs = ResolveTemplate(spec.template_name);
+  // The session's own time-outs are a backstop: the server ends its sandboxes itself (ReaperLoop), from the moment
+  // a client has one.
+  std::vector<std::string> argv = {config_.nsbox_bin, "session", "create", "--json",
+                                   "--rootfs", made.rootfs,
+                                   "--network", NetworkArg(spec.network, config_),
+                                   "--memory", spec.memory,
+                                   "--pids", std::to_string(spec.pids),
+                                   "--cpus", fmt::format("{}", spec.cpus),
+                                   "--tmpfs-size", spec.tmpfs,
+                                   "--idle-timeout", Seconds(config_.max_idle_timeout_s + 60),
+                                   "--max-lifetime", Seconds(config_.max_lifetime_cap_s * 2 + 60),
+                                   "--end-with-pid", std::to_string(::getpid())};
+  runtime::SubprocessSpec sub;
+  sub.argv = argv;
+  sub.env = {"NSBOX_STATE_DIR=" + config_.state_dir, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+             "LANG=C.UTF-8"};
+  for (const char* keep : {"NSBOX_DATADIR", "NSBOX_IMAGE_STORE", "HOME", "XDG_RUNTIME_DIR"})
+    if (const char* v = ::getenv(keep)) sub.env.push_back(fmt::format("{}={}", keep, v));
+  sub.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto outcome = runtime::RunSubprocess(sub);
+  if (!outcome.ok()) throw ApiError(500, "setup_failed", outcome.status().message());
+  if (!outcome->exited || outcome->exit_code != 0) {
+    std::string why = outcome->stderr_data;
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);
+    if (outcome->deadline_passed) why = "nsbox session create did not finish within 60 s";
+    throw ApiError(500, "setup_failed", why.empty() ? "nsbox session create failed" : why);
+  }
+  try {
+    made.session_id = json::parse(outcome->stdout_data).at("id").get<std::string>();
+  } catch (const std::exception& e) {
+    throw ApiError(500, "setup_failed", fmt::format("nsbox session create answered no id: {}", e.what()));
+  }
+  return made;
+}
+
+void Sandboxes::EndSession(const std::string& session_id) {
+  auto found = session::FindSession(config_.state_dir, session_id);
+  if (!found.ok()) return;  // already gone
+  session::RequestOutcome outcome;
+  auto removed =
+      session::Request(*found, {{"op", "rm"}}, {.deadline = session::kRemoveDeadline, .outcome = &outcome});
+  if (!removed.ok() && !outcome.answered) (void)session::EndUnresponsiveSession(*found);
+}
+
+bool Sandboxes::PoolCanServe(const SandboxSpec& spec) const {
+  return config_.pool.count(spec.template_name) && !spec.limits_given && spec.network == json("none");
+}
+
+uint64_t Sandboxes::CommittedMemory() const {
+  uint64_t sum = 0;
+  for (const auto& [id, s] : sandboxes_) sum += s->spec.memory_bytes;
+  for (const auto& [name, entries] : pool_)
+    for (const auto& e : entries) sum += e.spec.memory_bytes;
+  return sum;
+}
+
+uint64_t Sandboxes::CommittedPids() const {
+  uint64_t sum = 0;
+  for (const auto& [id, s] : sandboxes_) sum += s->spec.pids;
+  for (const auto& [name, entries] : pool_)
+    for (const auto& e : entries) sum += e.spec.pids;
+  return sum;
+}
+
+json Sandboxes::CapacityLocked() const {
+  json pool = json::object();
+  for (const auto& [name, target] : config_.pool) {
+    auto it = pool_.find(name);
+    pool[name] = {{"ready", it == pool_.end() ? 0 : it->second.size()}, {"target", target}};
+  }
+  const uint64_t memory = CommittedMemory(), pids = CommittedPids();
+  return {{"sandboxes",
+           {{"running", sandboxes_.size()},
+            {"max", config_.max_sandboxes},
+            {"per_client_max", config_.max_per_client}}},
+          {"pool", pool},
+          {"memory_bytes",
+           {{"budget", config_.memory_budget_bytes},
+            {"committed", memory},
+            {"free", memory > config_.memory_budget_bytes ? 0 : config_.memory_budget_bytes - memory}}},
+          {"pids",
+           {{"budget", config_.pids_budget},
+            {"committed", pids},
+            {"free", pids > config_.pids_budget ? 0 : config_.pids_budget - pids}}}};
+}
+
+json Sandboxes::Capacity() {
+  std::lock_guard lock(mutex_);
+  return CapacityLocked();
+}
+
+std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const SandboxSpec& spec) {
+  auto sandbox = std::make_shared<Sandbox>();
+  sandbox->id = NewSandboxId();
+  sandbox->owner = owner;
+  sandbox->spec = spec;
+  std::optional<PoolEntry> taken;
+  {
+    std::lock_guard lock(mutex_);
+    if (ending_) throw ApiError(503, "unavailable", "the server is shutting down");
+    size_t mine = 0;
+    for (const auto& [id, s] : sandboxes_) mine += s->owner == owner;
+    auto full = [&](const std::string& why) {
+      return ApiError(429, "too_many_requests", why, {{"capacity", CapacityLocked()}});
+    };
+    if (sandboxes_.size() >= config_.max_sandboxes)
+      throw full(fmt::format("the server runs its maximum of {} sandboxes", config_.max_sandboxes));
+    if (mine >= config_.max_per_client)
+      throw full(fmt::format("this client has its maximum of {} sandboxes", config_.max_per_client));
+    if (PoolCanServe(spec) && !pool_[spec.template_name].empty()) {
+      taken = std::move(pool_[spec.template_name].front());
+      pool_[spec.template_name].pop_front();
+      wake_.notify_all();  // refill
+    } else {
+      if (CommittedMemory() + spec.memory_bytes > config_.memory_budget_bytes)
+        throw full(fmt::format("the memory budget ({} bytes) has no room for {} more", config_.memory_budget_bytes,
+                               spec.memory_bytes));
+      if (CommittedPids() + spec.pids > config_.pids_budget)
+        throw full(fmt::format("the pids budget ({}) has no room for {} more", config_.pids_budget, spec.pids));
+    }
+    // Held in the count while it is made, so that concurrent creates cannot overshoot the maximum.
+    sandboxes_[sandbox->id] = sandbox;
+  }
+  Made made;
+  try {
+    made = taken ? Made{taken->session_id, taken->rootfs} : MakeSession(spec);
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    sandboxes_.erase(sandbox->id);
+    throw;
+  }
+  bool ending;
+  {
+    // Published whole, under the lock: the reaper and Find see a sandbox either being made (no session yet) or
+    // complete, never with a session but no creation time.
+    std::lock_guard lock(mutex_);
+    sandbox->session_id = made.session_id;
+    sandbox->rootfs = made.rootfs;
+    sandbox->from_pool = taken.has_value();
+    sandbox->created_at_ms = NowMs();
+    sandbox->last_used_ms = sandbox->created_at_ms;
+    ending = ending_;
+  }
+  if (ending) {  // the end came while it was made
+    EndSession(sandbox->session_id);
+    throw ApiError(503, "unavailable", "the server is shutting down");
+  }
+  return sandbox;
+}
+
+std::shared_ptr<Sandbox> Sandboxes::Find(const std::string& owner, const std::string& id) {
+  std::lock_guard lock(mutex_);
+  auto it = sandboxes_.find(id);
+  // Another client's sandbox is answered as unknown: ids are not an oracle.
+  if (it == sandboxes_.end() || it->second->owner != owner || it->second->session_id.empty())
+    throw NotFound(fmt::format("no sandbox '{}'", id));
+  return it->second;
+}
+
+std::vector<std::shared_ptr<Sandbox>> Sandboxes::List(const std::string& owner) {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<Sandbox>> out;
+  for (const auto& [id, s] : sandboxes_)
+    if (s->owner == owner && !s->session_id.empty()) out.push_back(s);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->created_at_ms < b->created_at_ms; });
+  return out;
+}
+
+void Sandboxes::Remove(const std::string& owner, const std::string& id) { Remove(Find(owner, id)); }
+
+void Sandboxes::Remove(const std::shared_ptr<Sandbox>& sandbox) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = sandboxes_.find(sandbox->id);
+    if (it == sandboxes_.end() || it->second != sandbox) return;  // removed meanwhile
+    sandboxes_.erase(it);
+  }
+  EndSession(sandbox->session_id);
+}
+
+void Sandboxes::Touch(Sandbox& sandbox) { sandbox.last_used_ms = NowMs(); }
+
+json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const OutputSink& sink,
+                     const std::function<bool()>& client_gone) {
+  // The program, as `nsbox exec` would send it: for a compiled language the compile step too (PlanCompiledProgram,
+  // RunProgram in the supervisor).
+  cli::Program program;
+  program.run.argv = exec.argv;
+  program.run.env = DefaultSandboxEnv();
+  program.run.env["PIP_BREAK_SYSTEM_PACKAGES"] = "1";
+  std::optional<cli::Language> lang;
+  if (!exec.language.empty()) {
+    auto found_lang = cli::LookupLanguage(exec.language);
+    if (!found_lang.ok()) throw BadRequest(fmt::format("'language': {}", found_lang.status().message()));
+    lang = std::move(*found_lang);
+    auto found = session::FindSession(config_.state_dir, sandbox->session_id);
+    std::string rootfs_dir = found.ok() ? found->json.value("rootfs_dir", "") : "";
+    if (Status toolchain = cli::CheckToolchain(*lang, rootfs_dir); !toolchain.ok())
+      throw BadRequest(toolchain.message());
+    if (lang->compile && exec.repl) throw BadRequest("'repl' is Python's; a compiled language has no REPL");
+    if (!lang->compile) {
+      program.run.code_path = "/workspace/" + lang->file;
+      program.run.argv = lang->argv;
+      program.run.argv.push_back(program.run.code_path);
+    }
+    for (const auto& [k, v] : lang->env) program.run.env[k] = v;
+  }
+  for (const auto& [k, v] : sandbox->spec.env) program.run.env[k] = v;
+  for (const auto& [k, v] : exec.env) program.run.env[k] = v;
+  program.run.cwd = exec.cwd;
+  program.run.umask = 022;
+  program.run.code = exec.code;
+  program.run.wall_timeout = exec.timeout;
+  program.run.output_limit_bytes = exec.output_limit;
+  if (lang && lang->compile)
+    program = cli::PlanCompiledProgram(*lang, std::move(program.run), cli::NewBuildDir(), lang->compile->timeout);
+  json request = cli::ExecRequest(program, exec.repl);
+  request["stream"] = static_cast<bool>(sink);
+
+  auto found = session::FindSession(config_.state_dir, sandbox->session_id);
+  if (!found.ok()) {
+    Remove(sandbox);
+    throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
+  }
+  ++sandbox->busy;
+  struct Done {
+    Sandboxes* self;
+    Sandbox& s;
+    ~Done() {
+      self->Touch(s);
+      --s.busy;
+    }
+  } done{this, *sandbox};
+  Touch(*sandbox);
+
+  const auto deadline = std::chrono::steady_clock::now() + cli::ProgramTimeout(program) + session::kExecGrace;
+  bool timed_out = false;
+  auto conn = session::ConnectSession(*found, deadline, &timed_out);
+  if (!conn.ok()) throw ApiError(500, "setup_failed", conn.status().message());
+  UniqueFd stdin_fd;
+  if (exec.has_stdin) stdin_fd = StdinFile(exec.stdin_text);
+  if (Status s = session::SendMessage(conn->get(), request, stdin_fd.get(), deadline, &timed_out); !s.ok())
+    throw ApiError(500, "setup_failed", s.message());
+  stdin_fd.reset();
+
+  // The answer, and stream messages before it; a client that goes away closes the session connection, which ends
+  // the exec (the supervisor watches it).
+  session::MessageReader reader(conn->get(), (kMaxOutputLimitBytes * 3) + (8 << 20), deadline);
+  auto lost = [&](const std::string& why) {
+    return json{{"status", "session_lost"},
+                {"exit_code", nullptr},
+                {"reason", why + "; the program may have run"},
+                {"stdout", ""},
+                {"stderr", ""}};
+  };
+  for (;;) {
+    struct pollfd p = {conn->get(), POLLIN, 0};
+    int ready = ::poll(&p, 1, 200);
+    if (ready < 0 && errno != EINTR) return lost("poll(session socket) failed");
+    if (client_gone && client_gone()) return json{{"status", "cancelled"}, {"reason", "the client went away"}};
+    if (std::chrono::steady_clock::now() >= deadline) return lost("the session did not answer in time");
+    if (ready <= 0) continue;
+    auto message = reader.Next();
+    if (!message.ok()) return lost(fmt::format("the session ended before it answered ({})", message.status().message()));
+    if (message->contains("type")) {
+      const std::string type = message->value("type", "");
+      if (sink && (type == "stdout" || type == "stderr") && !sink(type == "stderr" ? 2 : 1, message->value("data", "")))
+        return json{{"status", "cancelled"}, {"reason", "the client went away"}};
+      continue;
+    }
+    if (!message->value("ok", false)) {
+      std::string error = message->value("error", "the session refused the exec");
+      if (error.find("ending") != std::string::npos) throw ApiError(409, "conflict", error);
+      throw ApiError(500, "setup_failed", error);
+    }
+    return message->value("result", json::object());
+  }
+}
+
+UniqueFd Sandboxes::OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t* uid, gid_t* gid) {
+  auto found = session::FindSession(config_.state_dir, sandbox->session_id);
+  if (!found.ok()) {
+    Remove(sandbox);
+    throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
+  }
+  UniqueFd workspace;
+  auto answer = session::Request(*found, {{"op", "workspace"}}, {.received_fd = &workspace});
+  if (!answer.ok()) throw ApiError(500, "setup_failed", answer.status().message());
+  if (!workspace) throw ApiError(500, "setup_failed", "the session sent no workspace descriptor");
+  *uid = answer->value("sandbox_host_uid", 65534u);
+  *gid = answer->value("sandbox_host_gid", 65534u);
+  Touch(*sandbox);
+  return workspace;
+}
+
+namespace {
+// A refusal of the workspace helpers: a missing file is 404, a link or a bad path 400, a full disk 413.
+[[noreturn]] void ThrowFileError(const Status& status) {
+  const std::string& m = status.message();
+  if (m.find("No such file") != std::string::npos) throw NotFound(m);
+  if (m.find("No space left") != std::string::npos || m.find("larger than") != std::string::npos ||
+      m.find("more than the limit") != std::string::npos)
+    throw ApiError(413, "payload_too_large", m);
+  if (m.find("Not a directory") != std::string::npos || m.find("refusing") != std::string::npos ||
+      m.find("is a directory") != std::string::npos || m.find("not allowed") != std::string::npos)
+    throw BadRequest(m);
+  throw ApiError(500, "setup_failed", m);
+}
+}  // namespace
+
+uint64_t Sandboxes::WriteFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path, const std::string& data) {
+  std::string rel = WorkspacePath(path);
+  if (data.size() > config_.max_file_bytes)
+    throw ApiError(413, "payload_too_large", fmt::format("the file is larger than {} bytes", config_.max_file_bytes));
+  uid_t uid;
+  gid_t gid;
+  UniqueFd workspace = OpenWorkspace(sandbox, &uid, &gid);
+  auto written = session::WriteWorkspaceFile(workspace.get(), rel, data, uid, gid);
+  if (!written.ok()) ThrowFileError(written.status());
+  return *written;
+}
+
+std::string Sandboxes::ReadFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path) {
+  std::string rel = WorkspacePath(path);
+  uid_t uid;
+  gid_t gid;
+  UniqueFd workspace = OpenWorkspace(sandbox, &uid, &gid);
+  auto data = session::ReadWorkspaceFile(workspace.get(), rel, config_.max_file_bytes);
+  if (!data.ok()) ThrowFileError(data.status());
+  return std::move(*data);
+}
+
+json Sandboxes::ListFiles(const std::shared_ptr<Sandbox>& sandbox, const std::string& path) {
+  std::string rel = path.empty() ? std::string() : WorkspacePath(path);
+  while (rel.ends_with("/")) rel.pop_back();
+  uid_t uid;
+  gid_t gid;
+  UniqueFd workspace = OpenWorkspace(sandbox, &uid, &gid);
+  auto entries = session::ListWorkspaceDir(workspace.get(), rel);
+  if (!entries.ok()) ThrowFileError(entries.status());
+  json out = json::array();
+  for (const auto& e : *entries)
+    out.push_back({{"name", e.name}, {"path", e.path}, {"type", e.type}, {"size", e.size}});
+  return {{"entries", out}};
+}
+
+void Sandboxes::RemoveFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path) {
+  std::string rel = WorkspacePath(path);
+  uid_t uid;
+  gid_t gid;
+  UniqueFd workspace = OpenWorkspace(sandbox, &uid, &gid);
+  if (Status s = session::RemoveWorkspacePath(workspace.get(), rel); !s.ok()) ThrowFileError(s);
+}
+
+void Sandboxes::PoolLoop() {
+  std::unique_lock lock(mutex_);
+  while (!ending_) {
+    std::string want;
+    for (const auto& [name, target] : config_.pool)
+      if (static_cast<int>(pool_[name].size()) + pool_filling_[name] < target) want = name;
+    if (want.empty()) {
+      wake_.wait_for(lock, std::chrono::seconds(5));
+      continue;
+    }
+    SandboxSpec spec;
+    spec.template_name = want;
+    if (CommittedMemory() + spec.memory_bytes > config_.memory_budget_bytes) {
+      wake_.wait_for(lock, std::chrono::seconds(1));
+      continue;
+    }
+    ++pool_filling_[want];
+    lock.unlock();
+    std::optional<Made> made;
+    try {
+      made = MakeSession(spec);
+    } catch (const ApiError& e) {
+      fmt::print(stderr, "nsbox serve: the pool could not make a '{}' sandbox: {}\n", want, e.what());
+    }
+    lock.lock();
+    --pool_filling_[want];
+    if (!made) {
+      wake_.wait_for(lock, std::chrono::seconds(5));  // not a tight loop on a broken template
+      continue;
+    }
+    if (ending_) {
+      lock.unlock();
+      EndSession(made->session_id);
+      lock.lock();
+      break;
+    }
+    if (want == "python") {
+      // The python pool's sandboxes have their REPL interpreter started: a client's first cell does not wait for it.
+      lock.unlock();
+      PreloadRepl(made->session_id);
+      lock.lock();
+    }
+    pool_[want].push_back({made->session_id, made->rootfs, spec});
+  }
+}
+
+void Sandboxes::PreloadRepl(const std::string& session_id) {
+  auto sandbox = std::make_shared<Sandbox>();
+  sandbox->id = "pool";
+  sandbox->session_id = session_id;
+  ExecSpec cell;
+  cell.language = "python";
+  cell.code = "pass";
+  cell.repl = true;
+  cell.timeout = std::chrono::seconds(30);
+  try {
+    (void)Exec(sandbox, cell, {}, {});
+  } catch (const ApiError& e) {
+    fmt::print(stderr, "nsbox serve: the pool could not start a REPL in {}: {}\n", session_id, e.what());
+  }
+}
+
+void Sandboxes::ReaperLoop() {
+  std::unique_lock lock(mutex_);
+  while (!ending_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(500));
+    if (ending_) break;
+    const int64_t now = NowMs();
+    std::vector<std::pair<std::shared_ptr<Sandbox>, std::string>> expired;
+    for (const auto& [id, s] : sandboxes_) {
+      if (s->session_id.empty()) continue;  // being made
+      if (now - s->created_at_ms > static_cast<int64_t>(s->spec.max_lifetime_s * 1000))
+        expired.emplace_back(s, "its max_lifetime passed");
+      else if (s->busy == 0 && now - s->last_used_ms > static_cast<int64_t>(s->spec.idle_timeout_s * 1000))
+        expired.emplace_back(s, "its idle_timeout passed");
+    }
+    lock.unlock();
+    for (const auto& [s, why] : expired) {
+      fmt::print(stderr, "nsbox serve: ending {} ({}): {}\n", s->id, s->owner, why);
+      Remove(s);
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace nsbox::serve

@@ -1,0 +1,151 @@
+// Sandboxes: the service's sandboxes (each one an nsbox session under the server's state directory), whose client
+// owns each, the warm pool, time-to-live and capacity, and the calls into a sandbox (exec, files, removal).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sandbox/base/unique_fd.h"
+
+namespace nsbox::serve {
+
+struct ServeConfig {
+  std::string nsbox_bin;  // the nsbox program that makes the sessions
+  std::string state_dir;  // the sessions' state directory (NSBOX_STATE_DIR of `nsbox session create`)
+  size_t max_sandboxes = 64;
+  size_t max_per_client = 16;
+  std::chrono::seconds default_timeout{60}, max_timeout{600};
+  double default_idle_timeout_s = 900, max_idle_timeout_s = 6 * 3600;
+  double default_max_lifetime_s = 3600, max_lifetime_cap_s = 24 * 3600;
+  uint64_t max_file_bytes = 64ull << 20;
+  uint64_t memory_budget_bytes = 0;  // 0: the host's memory
+  uint64_t pids_budget = 32768;
+  std::map<std::string, int> pool;  // template -> ready sandboxes to keep
+  std::vector<std::string> restricted_hosts = {"pypi.org", "files.pythonhosted.org"};
+  bool allow_network_host = false;
+};
+
+// What a create asks for, checked (docs/api.md, POST /v1/sandboxes).
+struct SandboxSpec {
+  std::string template_name = "host";
+  nlohmann::json network = "none";  // "none" | "host" | "restricted" | {"allow": [...]}
+  std::string memory = "512M", tmpfs = "256M";
+  uint64_t memory_bytes = 512ull << 20, pids = 256;
+  double cpus = 1.0;
+  bool limits_given = false;
+  std::map<std::string, std::string> env;
+  double idle_timeout_s = 0, max_lifetime_s = 0;  // 0: the server's defaults
+  std::map<std::string, std::string> labels;
+};
+// Parses a create body's fields (others are left to the caller: `extra_allowed` names them); throws ApiError.
+SandboxSpec ParseSandboxSpec(const nlohmann::json& body, const ServeConfig& config,
+                             const std::vector<std::string>& extra_allowed = {});
+
+// What an exec asks for, checked (POST /v1/sandboxes/{id}/exec).
+struct ExecSpec {
+  std::vector<std::string> argv;
+  std::string language, code, stdin_text;
+  bool has_stdin = false, repl = false;
+  std::map<std::string, std::string> env;
+  std::string cwd = "/workspace";
+  std::chrono::milliseconds timeout{60'000};
+  uint64_t output_limit = 1 << 20;
+};
+ExecSpec ParseExecSpec(const nlohmann::json& body, const ServeConfig& config,
+                       const std::vector<std::string>& extra_allowed = {});
+
+struct Sandbox {
+  std::string id, owner, session_id, rootfs;
+  SandboxSpec spec;
+  int64_t created_at_ms = 0;
+  bool from_pool = false;
+  std::atomic<int64_t> last_used_ms{0};
+  std::atomic<int> busy{0};
+  nlohmann::json ToJson() const;
+};
+
+// Chunks of a streamed exec: stream 1 or 2 and the text. False: the client is gone.
+using OutputSink = std::function<bool(int stream, const std::string& text)>;
+
+class Sandboxes {
+ public:
+  explicit Sandboxes(ServeConfig config);
+  ~Sandboxes();
+
+  // Ends what a predecessor on this state directory left, then starts the pool and the time-to-live watcher.
+  void Start();
+  // Ends every sandbox (the pool's too) and stops the threads.
+  void EndAll();
+
+  std::shared_ptr<Sandbox> Create(const std::string& owner, const SandboxSpec& spec);
+  std::shared_ptr<Sandbox> Find(const std::string& owner, const std::string& id);  // throws not_found
+  std::vector<std::shared_ptr<Sandbox>> List(const std::string& owner);
+  void Remove(const std::string& owner, const std::string& id);  // throws not_found
+  void Remove(const std::shared_ptr<Sandbox>& sandbox);
+
+  // The exec's result object (nsbox exec --json's). `sink` (may be empty) gets output as it comes; `client_gone`
+  // ends the exec early when it says so.
+  nlohmann::json Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const OutputSink& sink,
+                      const std::function<bool()>& client_gone);
+
+  // Files under the sandbox's /workspace (paths as the API takes them).
+  uint64_t WriteFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path, const std::string& data);
+  std::string ReadFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path);
+  nlohmann::json ListFiles(const std::shared_ptr<Sandbox>& sandbox, const std::string& path);
+  void RemoveFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path);
+
+  nlohmann::json Capacity();
+  const ServeConfig& config() const { return config_; }
+
+ private:
+  struct Made {
+    std::string session_id, rootfs;
+  };
+  Made MakeSession(const SandboxSpec& spec);           // throws ApiError (setup_failed)
+  void EndSession(const std::string& session_id);      // never throws
+  std::string ResolveTemplate(const std::string& name);  // the --rootfs for a template; throws bad_request
+  bool PoolCanServe(const SandboxSpec& spec) const;
+  UniqueFd OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t* uid, gid_t* gid);
+  void Touch(Sandbox& sandbox);
+  void PoolLoop();
+  void PreloadRepl(const std::string& session_id);
+  void ReaperLoop();
+  uint64_t CommittedMemory() const;  // with mutex_ held
+  uint64_t CommittedPids() const;    // with mutex_ held
+  nlohmann::json CapacityLocked() const;
+
+  ServeConfig config_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;  // the pool or the reaper has work, or the end came
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;  // by id
+  struct PoolEntry {
+    std::string session_id, rootfs;
+    SandboxSpec spec;
+  };
+  std::map<std::string, std::deque<PoolEntry>> pool_;  // by template
+  std::map<std::string, int> pool_filling_;            // creates in progress, by template
+  bool ending_ = false;
+  std::thread pool_thread_, reaper_thread_;
+};
+
+// "sb-" and 24 hex digits from getrandom.
+std::string NewSandboxId();
+// The API's path ("x.py", "/workspace/x.py") as a path relative to /workspace; throws bad_request.
+std::string WorkspacePath(const std::string& path);
+
+}  // namespace nsbox::serve

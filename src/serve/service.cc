@@ -1,0 +1,254 @@
+// Service: authentication, routing and the error format of the API; the work is Sandboxes'.
+#include "src/serve/service.h"
+
+
+#include <fmt/format.h>
+
+#include "sandbox/base/fs.h"
+#include "src/serve/api_error.h"
+
+namespace nsbox::serve {
+namespace {
+
+using json = nlohmann::json;
+
+HttpResponse Json(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+json ParseBody(const HttpRequest& request) {
+  if (request.body.empty()) return json::object();
+  try {
+    return json::parse(request.body);
+  } catch (const json::parse_error& e) {
+    throw BadRequest(fmt::format("malformed JSON: {}", e.what()));
+  }
+}
+
+// Constant time, so that a token is not guessed a byte at a time.
+bool SameToken(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::vector<std::string> Split(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    parts.push_back(path.substr(start, slash - start));
+    start = slash + 1;
+  }
+  if (!parts.empty() && parts.back().empty()) parts.pop_back();
+  return parts;
+}
+
+bool Flag(const HttpRequest& request, const std::string& name) {
+  auto it = request.query.find(name);
+  return it != request.query.end() && (it->second == "true" || it->second == "1" || it->second.empty());
+}
+
+}  // namespace
+
+StatusOr<std::map<std::string, std::string>> ReadTokenFile(const std::string& path) {
+  auto text = ReadFile(path, 1 << 20);
+  if (!text.ok()) return text.status().Wrap("--token-file");
+  std::map<std::string, std::string> tokens;
+  size_t line_number = 0;
+  for (size_t start = 0; start < text->size();) {
+    size_t end = text->find('\n', start);
+    if (end == std::string::npos) end = text->size();
+    std::string line = text->substr(start, end - start);
+    start = end + 1;
+    ++line_number;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    std::string name = "default", token = line;
+    if (auto colon = line.find(':'); colon != std::string::npos) {
+      name = line.substr(0, colon);
+      token = line.substr(colon + 1);
+    }
+    if (name.empty() || token.size() < 16)
+      return Status::Error(fmt::format("--token-file {} line {}: expected NAME:TOKEN or TOKEN, a token of at least 16 "
+                                       "characters", path, line_number));
+    tokens[token] = name;
+  }
+  if (tokens.empty()) return Status::Error(fmt::format("--token-file {}: no token in it", path));
+  return tokens;
+}
+
+HttpResponse Service::ErrorResponse(int status, const std::string& code, const std::string& message) {
+  return Json(status, {{"error", {{"code", code}, {"message", message}}}});
+}
+
+std::string Service::Identify(const HttpRequest& request) {
+  if (request.over_unix_socket) {
+    if (!request.peer_uid) throw ApiError(403, "forbidden", "the client's uid could not be read (SO_PEERCRED)");
+    if (!access_.allowed_uids.count(*request.peer_uid))
+      throw ApiError(403, "forbidden", fmt::format("uid {} may not use this server", *request.peer_uid));
+    return fmt::format("uid:{}", *request.peer_uid);
+  }
+  std::string auth = request.header("authorization");
+  if (!auth.starts_with("Bearer ")) throw ApiError(401, "unauthorized", "a bearer token is required (Authorization: Bearer TOKEN)");
+  std::string token = auth.substr(7);
+  for (const auto& [known, name] : access_.tokens)
+    if (SameToken(token, known)) return "token:" + name;
+  throw ApiError(401, "unauthorized", "the bearer token is not one of this server's");
+}
+
+HttpResponse Service::Handle(const HttpRequest& request) {
+  try {
+    // Liveness tells nothing about anyone's sandboxes: a load balancer's or kubelet's probe needs no token.
+    if (request.method == "GET" && request.path == "/v1/healthz") return Route(request, "");
+    std::string owner = Identify(request);
+    return Route(request, owner);
+  } catch (const ApiError& e) {
+    HttpResponse r = ErrorResponse(e.status, e.code, e.what());
+    if (e.extra.is_object()) {
+      json body = json::parse(r.body);
+      for (const auto& [k, v] : e.extra.items()) body[k] = v;
+      r.body = body.dump();
+    }
+    return r;
+  } catch (const json::exception& e) {
+    return ErrorResponse(400, "bad_request", fmt::format("bad value: {}", e.what()));
+  }
+}
+
+HttpResponse Service::Route(const HttpRequest& request, const std::string& owner) {
+  const std::vector<std::string> parts = Split(request.path);
+  const std::string& method = request.method;
+  auto no_route = [&] { return NotFound(fmt::format("no route {} {}", method, request.path)); };
+  if (parts.size() < 2 || parts[0] != "v1") throw no_route();
+  const std::string& resource = parts[1];
+  if (parts.size() == 2 && resource == "healthz" && method == "GET")
+  {
+    if (!shutting_down_) return Json(200, {{"status", "ok"}});
+    return Json(503, {{"status", "shutting_down"},
+                      {"error", {{"code", "unavailable"}, {"message", "the server is shutting down"}}}});
+  }
+  if (parts.size() == 2 && resource == "openapi.json" && method == "GET") {
+    if (access_.openapi_document.empty()) throw NotFound("the OpenAPI document (docs/openapi.json) is not installed");
+    HttpResponse r;
+    r.body = access_.openapi_document;
+    return r;
+  }
+  if (parts.size() == 2 && resource == "capacity" && method == "GET") return Json(200, sandboxes_.Capacity());
+  if (shutting_down_ && method != "GET") throw ApiError(503, "unavailable", "the server is shutting down");
+
+  if (parts.size() == 2 && resource == "run" && method == "POST") {
+    json body = ParseBody(request);
+    static const std::vector<std::string> kExecFields = {"argv", "cmd", "language", "code", "stdin",
+                                                         "timeout", "env", "cwd", "repl", "output_limit"};
+    static const std::vector<std::string> kCreateFields = {"template", "network", "limits", "env", "idle_timeout",
+                                                           "max_lifetime", "labels"};
+    json create = json::object(), exec = json::object();
+    for (const auto& [k, v] : body.items()) {
+      if (std::find(kCreateFields.begin(), kCreateFields.end(), k) != kCreateFields.end() && k != "env") create[k] = v;
+      if (std::find(kExecFields.begin(), kExecFields.end(), k) != kExecFields.end()) exec[k] = v;
+      if (std::find(kCreateFields.begin(), kCreateFields.end(), k) == kCreateFields.end() &&
+          std::find(kExecFields.begin(), kExecFields.end(), k) == kExecFields.end())
+        throw BadRequest(fmt::format("unknown field '{}'", k));
+    }
+    if (!body.is_object()) throw BadRequest("the body must be a JSON object");
+    SandboxSpec spec = ParseSandboxSpec(create, sandboxes_.config());
+    ExecSpec exec_spec = ParseExecSpec(exec, sandboxes_.config());
+    auto sandbox = sandboxes_.Create(owner, spec);
+    try {
+      return Exec(request, sandbox, exec_spec, [this, sandbox] { sandboxes_.Remove(sandbox); });
+    } catch (...) {
+      sandboxes_.Remove(sandbox);
+      throw;
+    }
+  }
+
+  if (resource != "sandboxes") throw no_route();
+  if (parts.size() == 2) {
+    if (method == "POST") {
+      auto sandbox = sandboxes_.Create(owner, ParseSandboxSpec(ParseBody(request), sandboxes_.config()));
+      return Json(201, sandbox->ToJson());
+    }
+    if (method == "GET") {
+      json list = json::array();
+      for (const auto& s : sandboxes_.List(owner)) list.push_back(s->ToJson());
+      return Json(200, {{"sandboxes", list}});
+    }
+    throw no_route();
+  }
+  auto sandbox = sandboxes_.Find(owner, parts[2]);
+  if (parts.size() == 3) {
+    if (method == "GET") return Json(200, sandbox->ToJson());
+    if (method == "DELETE") {
+      sandboxes_.Remove(sandbox);
+      HttpResponse r;
+      r.status = 204;
+      r.content_type.clear();
+      return r;
+    }
+    throw no_route();
+  }
+  if (parts.size() == 4 && parts[3] == "exec" && method == "POST")
+    return Exec(request, sandbox, ParseExecSpec(ParseBody(request), sandboxes_.config()));
+  if (parts.size() == 4 && parts[3] == "files") {
+    auto path_it = request.query.find("path");
+    std::string path = path_it == request.query.end() ? "" : path_it->second;
+    if (method == "PUT") {
+      uint64_t size = sandboxes_.WriteFile(sandbox, path, request.body);
+      return Json(200, {{"path", "/workspace/" + WorkspacePath(path)}, {"size", size}});
+    }
+    if (method == "GET" && Flag(request, "list")) return Json(200, sandboxes_.ListFiles(sandbox, path));
+    if (method == "GET") {
+      HttpResponse r;
+      r.content_type = "application/octet-stream";
+      r.body = sandboxes_.ReadFile(sandbox, path);
+      return r;
+    }
+    if (method == "DELETE") {
+      sandboxes_.RemoveFile(sandbox, path);
+      HttpResponse r;
+      r.status = 204;
+      r.content_type.clear();
+      return r;
+    }
+  }
+  throw no_route();
+}
+
+HttpResponse Service::Exec(const HttpRequest& request, const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec,
+                           std::function<void()> after) {
+  const bool stream = Flag(request, "stream") || request.header("accept").find("application/x-ndjson") != std::string::npos;
+  if (!stream) {
+    json result = sandboxes_.Exec(sandbox, exec, {}, request.client_gone);
+    if (after) after();
+    return Json(200, result);
+  }
+  HttpResponse r;
+  r.content_type = "application/x-ndjson";
+  Sandboxes* sandboxes = &sandboxes_;
+  r.stream = [sandboxes, sandbox, exec, after](StreamSink& sink) {
+    auto line = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; };
+    try {
+      json result = sandboxes->Exec(
+          sandbox, exec,
+          [&](int stream, const std::string& text) {
+            return sink.Write(line({{"type", stream == 2 ? "stderr" : "stdout"}, {"data", text}}));
+          },
+          [&] { return sink.ClientGone(); });
+      sink.Write(line({{"type", "result"}, {"result", result}}));
+    } catch (const ApiError& e) {
+      sink.Write(line({{"type", "error"}, {"error", {{"code", e.code}, {"message", e.what()}}}}));
+    } catch (const std::exception& e) {
+      sink.Write(line({{"type", "error"}, {"error", {{"code", "internal"}, {"message", e.what()}}}}));
+    }
+    if (after) after();
+  };
+  return r;
+}
+
+}  // namespace nsbox::serve

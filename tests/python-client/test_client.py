@@ -1,0 +1,298 @@
+# tests/python-client/test_client.py: every client method against a scripted node: bodies sent, answers, errors.
+import os
+import threading
+import unittest
+from unittest import mock
+
+import support  # noqa: F401  (puts clients/python on sys.path)
+from fakenode import FakeNode, result
+
+import nsbox
+from nsbox import errors, sandbox, transport
+
+
+class NodeCase(unittest.TestCase):
+    def setUp(self):
+        self.node = FakeNode("a")
+        self.addCleanup(self.node.stop)
+
+    def create(self, **kw):
+        sbx = nsbox.Sandbox.create(url=self.node.url, **kw)
+        self.addCleanup(sbx.terminate)
+        return sbx
+
+
+class TransportTest(unittest.TestCase):
+    def test_default_socket_is_run_for_root_and_xdg_runtime_dir_for_a_user(self):
+        with mock.patch("os.geteuid", return_value=0):
+            self.assertEqual(transport.default_socket(), "/run/nsbox/api.sock")
+        with mock.patch("os.geteuid", return_value=1000), mock.patch.dict(os.environ, {"XDG_RUNTIME_DIR": "/run/u"}):
+            self.assertEqual(transport.default_socket(), "/run/u/nsbox/api.sock")
+        with mock.patch.dict(os.environ, {}, clear=True):
+            self.assertEqual(transport.endpoint_urls(), ["unix://" + transport.default_socket()])
+
+    def test_nsbox_url_may_list_several_nodes(self):
+        with mock.patch.dict(os.environ, {"NSBOX_URL": " unix:///a.sock, http://h:1 ,"}):
+            self.assertEqual(transport.endpoint_urls(), ["unix:///a.sock", "http://h:1"])
+        self.assertEqual(transport.endpoint_urls(["unix:///x"]), ["unix:///x"])
+
+    def test_a_bad_url_is_an_error_naming_it(self):
+        for url in ("unix://rel.sock", "ftp://h", "nonsense"):
+            with self.assertRaises(nsbox.NsboxError) as cm:
+                nsbox.Sandbox.create(url=url)
+            self.assertIn(url, str(cm.exception))
+            self.assertFalse(cm.exception.request_sent)
+
+    def test_nsbox_url_and_token_from_the_environment_over_tcp(self):
+        node = FakeNode("t", tcp=True)
+        self.addCleanup(node.stop)
+        node.token = "s3cret"
+        with mock.patch.dict(os.environ, {"NSBOX_URL": node.url, "NSBOX_TOKEN": "s3cret"}):
+            with nsbox.Sandbox.create() as sbx:
+                self.assertEqual(sbx.exec("echo hi").stdout, "hi\n")
+        self.assertEqual(node.seen[0].headers["Authorization"], "Bearer s3cret")
+        with self.assertRaises(nsbox.Refused) as cm:
+            nsbox.Sandbox.create(url=node.url, token="wrong")
+        self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthorized"))
+        self.assertEqual(str(cm.exception), "missing or wrong bearer token")
+
+    def test_no_server_is_server_gone_with_nothing_sent(self):
+        with self.assertRaises(nsbox.ServerGone) as cm:
+            nsbox.Sandbox.create(url="unix:///nonexistent/nsbox/api.sock")
+        self.assertFalse(cm.exception.request_sent)
+        self.assertIn("cannot connect", str(cm.exception))
+
+
+class SandboxTest(NodeCase):
+    def test_create_sends_the_options_and_timeout_is_the_lifetime(self):
+        sbx = self.create(template="python", network={"allow": ["pypi.org"]}, timeout=120,
+                          limits={"memory": "256M", "pids": 64}, env={"K": "V"}, labels={"who": "me"})
+        body = self.node.requests("POST", "/v1/sandboxes")[0].json()
+        self.assertEqual(body, {"template": "python", "network": {"allow": ["pypi.org"]}, "max_lifetime": 120,
+                                "limits": {"memory": "256M", "pids": 64}, "env": {"K": "V"},
+                                "labels": {"who": "me"}})
+        self.assertRegex(sbx.id, r"^sb-[0-9a-f0-9]{24}$")
+        self.assertEqual(sbx.info["max_lifetime"], 120)
+        self.assertEqual(sbx.url, self.node.url)
+        self.assertEqual(self.create().info["template"], "host")
+        self.assertEqual(self.node.requests("POST", "/v1/sandboxes")[1].json(), {})
+
+    def test_connect_list_refresh_and_terminate(self):
+        sbx = self.create()
+        again = nsbox.Sandbox.connect(sbx.id, url=self.node.url)
+        self.assertEqual(again.id, sbx.id)
+        self.assertEqual(again.refresh()["state"], "running")
+        self.assertEqual([s.id for s in nsbox.Sandbox.list(url=self.node.url)], [sbx.id])
+        sbx.terminate()
+        sbx.terminate()  # idempotent: the second answer is 404, not an error
+        self.assertEqual(nsbox.Sandbox.list(url=self.node.url), [])
+        self.assertEqual(len(self.node.requests("DELETE")), 2)
+        with self.assertRaises(nsbox.NotFound) as cm:
+            nsbox.Sandbox.connect(sbx.id, url=self.node.url)
+        self.assertEqual(str(cm.exception), "no sandbox %s" % sbx.id)
+        self.assertEqual(cm.exception.code, "not_found")
+
+    def test_context_manager_terminates_even_on_an_exception(self):
+        with self.assertRaises(ZeroDivisionError):
+            with nsbox.Sandbox.create(url=self.node.url) as sbx:
+                1 / 0
+        self.assertEqual(self.node.sandboxes, {})
+        self.assertTrue(self.node.requests("DELETE", sbx.id))
+
+    def test_exec_a_string_runs_by_sh_and_a_list_is_argv(self):
+        sbx = self.create()
+        sbx.files.write("sub/.keep", "")
+        r = sbx.exec("echo $((6*7)); echo oops >&2; exit 3", timeout=5, env={"A": "1"}, cwd="sub", stdin="in")
+        self.assertEqual(self.node.requests("POST", "/exec")[0].json(),
+                         {"cmd": "echo $((6*7)); echo oops >&2; exit 3", "timeout": 5, "env": {"A": "1"},
+                          "cwd": "sub", "stdin": "in"})
+        r = sbx.exec(["sh", "-c", 'read x; echo "$x $A"; echo oops >&2; exit 3'], stdin=b"in\n", env={"A": "1"})
+        self.assertEqual(self.node.requests("POST", "/exec")[1].json()["argv"][0], "sh")
+        self.assertEqual((r.status, r.exit_code, r.stdout, r.stderr, r.ok), ("exit", 3, "in 1\n", "oops\n", False))
+        self.assertEqual(r.raw["stdout_bytes"], 5)
+        self.assertEqual(r["exit_code"], 3)
+        self.assertGreaterEqual(r.wall_ms, 0)
+        self.assertTrue(sbx.exec("true").ok)
+        with self.assertRaises(TypeError):
+            sbx.exec([])
+
+    def test_a_program_time_out_is_a_result_not_an_exception(self):
+        r = self.create().exec("sleep 5", timeout=0.3)
+        self.assertEqual(r.status, "timeout")
+        self.assertIn("wall time", r.reason)
+
+    def test_the_client_deadline_is_the_exec_time_out_plus_a_grace(self):
+        sbx = self.create()
+        self.node.exec_mode = "silent"
+        with mock.patch.object(sandbox, "EXEC_GRACE_S", 0.2):
+            with self.assertRaises(nsbox.RequestTimeout) as cm:
+                sbx.exec("sleep 100", timeout=0.1)
+        self.assertTrue(cm.exception.request_sent)
+        self.assertIn("no answer within 0.3 s", str(cm.exception))
+
+    def test_run_code_sends_language_code_and_repl(self):
+        sbx = self.create()
+        r = sbx.run_code("print(2 ** 10)")
+        self.assertEqual(r.stdout, "1024\n")
+        sbx.run_code("x = 1", repl=True, timeout=9)
+        bodies = [q.json() for q in self.node.requests("POST", "/exec")]
+        self.assertEqual(bodies, [{"language": "python", "code": "print(2 ** 10)"},
+                                  {"language": "python", "code": "x = 1", "timeout": 9, "repl": True}])
+
+    def test_one_shot_run(self):
+        r = nsbox.Sandbox.run(code="print('once')", timeout=10, network="none", url=self.node.url)
+        self.assertEqual(r.stdout, "once\n")
+        self.assertEqual(self.node.requests("POST", "/v1/run")[0].json(),
+                         {"network": "none", "language": "python", "code": "print('once')", "timeout": 10})
+
+    def test_exec_on_a_dropped_connection_is_server_gone(self):
+        sbx = self.create()
+        self.node.exec_mode = "reset"
+        with self.assertRaises(nsbox.ServerGone) as cm:
+            sbx.exec("true")
+        self.assertTrue(cm.exception.request_sent)
+
+
+class FilesTest(NodeCase):
+    def test_write_read_list_remove(self):
+        files = self.create().files
+        self.assertEqual(files.write("a/b.txt", "héllo"), {"path": "/workspace/a/b.txt", "size": 6})
+        every_byte = bytes(range(256))
+        files.write("/workspace/bin.dat", every_byte)
+        self.assertEqual(files.read("bin.dat"), every_byte)
+        self.assertEqual(files.read_text("a/b.txt"), "héllo")
+        self.assertEqual(self.node.requests("PUT")[0].headers["Content-Type"], "application/octet-stream")
+        entries = files.list()
+        self.assertEqual([(e["name"], e["type"]) for e in entries], [("a", "dir"), ("bin.dat", "file")])
+        self.assertEqual(files.list("a")[0], {"name": "b.txt", "path": "/workspace/a/b.txt", "type": "file",
+                                              "size": 6})
+        files.remove("a")
+        self.assertEqual([e["name"] for e in files.list()], ["bin.dat"])
+        self.assertEqual(self.node.requests("GET", "/files")[-1].query, {"path": ".", "list": "true"})
+
+    def test_missing_file_escape_and_too_large_are_typed(self):
+        files = self.create().files
+        with self.assertRaises(nsbox.NotFound) as cm:
+            files.read("missing.txt")
+        self.assertEqual(str(cm.exception), "no file /workspace/missing.txt")
+        for bad in ("../x", "/etc/passwd"):
+            with self.assertRaises(nsbox.Refused) as cm:
+                files.write(bad, "x")
+            self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_request"))
+            self.assertIn(bad, str(cm.exception))
+        with self.assertRaises(nsbox.Refused) as cm:
+            files.write("big", b"x" * (2 << 20))
+        self.assertEqual(cm.exception.status, 413)
+        with self.assertRaises(TypeError):
+            files.write("n", 5)
+
+
+class StreamingTest(NodeCase):
+    def test_callbacks_get_each_chunk_and_the_result_comes_last(self):
+        sbx = self.create()
+        out, err = [], []
+        r = sbx.exec("echo one; echo two >&2", on_stdout=out.append, on_stderr=err.append)
+        req = self.node.requests("POST", "/exec")[0]
+        self.assertEqual(req.query, {"stream": "true"})
+        self.assertEqual(req.headers["Accept"], "application/x-ndjson")
+        self.assertEqual((out, err, r.stdout, r.exit_code), (["one\n"], ["two\n"], "one\n", 0))
+
+    def test_chunks_arrive_while_the_program_still_runs(self):
+        got_first = threading.Event()
+
+        def script(write, spec):
+            write({"type": "stdout", "data": "first\n"})
+            # The next line is sent only once the client has handed the first one to its callback.
+            write({"type": "stdout", "data": "second\n" if got_first.wait(10) else "late\n"})
+            write({"type": "stderr", "data": "e"})
+            write(b'\n{"type": "result", "result": {"status": "ok", "exit_code": 0, "stdout": "first\\nsecond\\n"}}')
+
+        self.node.stream_script = script
+        chunks = []
+
+        def on_stdout(chunk):
+            chunks.append(chunk)
+            got_first.set()
+        r = self.create().exec("x", on_stdout=on_stdout)
+        self.assertEqual(chunks, ["first\n", "second\n"])
+        self.assertEqual(r.stdout, "first\nsecond\n")
+
+    def test_an_error_line_is_a_typed_exception(self):
+        self.node.stream_script = lambda write, spec: (
+            write({"type": "stdout", "data": "partial"}),
+            write({"type": "error", "error": {"code": "conflict", "message": "the sandbox ended"}}))
+        with self.assertRaises(nsbox.Conflict) as cm:
+            self.create().exec("x", on_stdout=lambda c: None)
+        self.assertEqual(str(cm.exception), "the sandbox ended")
+
+    def test_a_broken_stream_is_an_error(self):
+        self.node.stream_script = lambda write, spec: write(b"not json\n")
+        with self.assertRaises(nsbox.NsboxError) as cm:
+            self.create().exec("x", on_stderr=lambda c: None)
+        self.assertIn("not JSON", str(cm.exception))
+        self.node.stream_script = lambda write, spec: write({"type": "stdout", "data": "x"})
+        with self.assertRaises(nsbox.ServerGone) as cm:
+            self.create().exec("x", on_stdout=lambda c: None)
+        self.assertIn("without a result", str(cm.exception))
+
+    def test_a_server_answering_the_whole_result_at_once_still_feeds_the_callbacks(self):
+        self.node.ignore_stream = True
+        out, err = [], []
+        r = self.create().exec("echo o; echo e >&2", on_stdout=out.append, on_stderr=err.append)
+        self.assertEqual((out, err, r.exit_code), (["o\n"], ["e\n"], 0))
+
+    def test_a_callback_that_raises_ends_the_call_with_its_exception(self):
+        def boom(chunk):
+            raise KeyError(chunk)
+        with self.assertRaises(KeyError):
+            self.create().exec("echo x", on_stdout=boom)
+
+
+class ErrorMappingTest(unittest.TestCase):
+    def test_each_status_maps_to_its_class_with_the_server_message(self):
+        table = {400: nsbox.Refused, 401: nsbox.Refused, 403: nsbox.Refused, 404: nsbox.NotFound,
+                 409: nsbox.Conflict, 413: nsbox.Refused, 429: nsbox.CapacityFull, 500: nsbox.SetupFailed,
+                 503: nsbox.ServerGone, 418: nsbox.NsboxError}
+        for status, cls in table.items():
+            e = errors.from_response(status, b'{"error": {"code": "c", "message": "one line"}, "capacity": {"x": 1}}',
+                                     "unix:///s")
+            self.assertIs(type(e), cls, status)
+            self.assertEqual((str(e), e.status, e.code, e.url), ("one line", status, "c", "unix:///s"))
+        self.assertEqual(errors.from_response(429, b'{"error": {}, "capacity": {"x": 1}}', "u").capacity, {"x": 1})
+        self.assertTrue(issubclass(nsbox.CapacityFull, nsbox.Refused))
+
+    def test_a_body_that_is_not_the_error_shape_still_says_what_came(self):
+        e = errors.from_response(502, b"<html>Bad Gateway</html>\nmore", "http://h:1")
+        self.assertEqual(str(e), "HTTP 502 from http://h:1: <html>Bad Gateway</html>")
+        self.assertIsNone(e.body)
+
+    def test_server_answers_reach_the_caller_typed(self):
+        node = FakeNode("e")
+        self.addCleanup(node.stop)
+        node.create_status = 500
+        with self.assertRaises(nsbox.SetupFailed) as cm:
+            nsbox.Sandbox.create(url=node.url)
+        self.assertEqual(str(cm.exception), "e cannot make sandboxes")
+        node.create_status = 201
+        with self.assertRaises(nsbox.Refused) as cm:
+            nsbox.Sandbox.create(url=node.url, template="python", labels=None, idle_timeout="x", env={})
+        node.create_status = 429
+        with self.assertRaises(nsbox.CapacityFull) as cm:
+            nsbox.Sandbox.create(url=node.url)
+        self.assertEqual(cm.exception.capacity["sandboxes"]["max"], 100)
+
+
+class ResultTest(unittest.TestCase):
+    def test_result_attributes_and_defaults(self):
+        r = nsbox.ExecResult(result("oom", None, "", "", reason="memory limit"))
+        self.assertEqual((r.status, r.exit_code, r.reason, r.ok, r.changed_files), ("oom", None, "memory limit",
+                                                                                    False, []))
+        r = nsbox.ExecResult({"status": "ok", "exit_code": 0})
+        self.assertEqual((r.stdout, r.stderr, r.signal, r.wall_ms, r.repl), ("", "", 0, 0, None))
+        self.assertIn("status='ok'", repr(r))
+        with self.assertRaises(nsbox.NsboxError):
+            nsbox.ExecResult(["not", "a", "dict"])
+
+
+if __name__ == "__main__":
+    unittest.main()

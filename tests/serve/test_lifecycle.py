@@ -1,0 +1,201 @@
+# tests/serve/test_lifecycle.py: servers of their own: start-up refusals, capacity full, the pool, SIGTERM, SIGKILL.
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import unittest
+
+from harness import NSBOX, Footprint, Server, files_path, free_port, wait_clean, wait_for
+from test_api import SMALL, assert_error, host_processes_with_argv, sleep_marker
+
+_servers = []
+
+
+def own_server(*args, **kw):
+    server = Server(*args, **kw)
+    _servers.append(server)
+    return server
+
+
+def shutdown_leftovers():
+    while _servers:
+        _servers.pop().remove()
+
+
+def assert_stopped_clean(case, server, before, sig=signal.SIGTERM):
+    """Stops server by sig and checks: exit 0, nothing of `before` left, no socket, an empty state directory."""
+    rc = server.stop(sig, deadline_s=30)
+    case.assertEqual(rc, 0, f"exit status after {signal.Signals(sig).name}: {server.log_tail()}")
+    case.assertEqual(wait_clean(before, server, deadline_s=5), [])
+    case.assertFalse(os.path.exists(server.socket_path), "the socket file is left")
+    case.assertEqual(os.listdir(server.state_dir) if os.path.exists(server.state_dir) else [], [],
+                     "the state directory is not empty")
+
+
+class CommandLine(unittest.TestCase):
+    def refused(self, args):
+        root = Server().root
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", root]))
+        sock = os.path.join(root, "api.sock")
+        try:
+            run = subprocess.run([NSBOX, "serve", "--socket", sock, "--state-dir", os.path.join(root, "state")] + args,
+                                 capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            self.fail(f"nsbox serve {' '.join(args)} did not refuse: it was still running after 15 s")
+        lines = [line for line in run.stderr.decode(errors="replace").splitlines() if line.strip()]
+        self.assertFalse(os.path.exists(sock), "a refused server left its socket")
+        return run.returncode, lines
+
+    def test_tcp_without_a_token_file_refuses_to_start_with_exit_2(self):
+        rc, lines = self.refused(["--listen", f"127.0.0.1:{free_port()}"])
+        self.assertEqual(rc, 2, lines)
+        self.assertEqual(len(lines), 1, f"not a one-line error: {lines}")
+        self.assertIn("token", lines[0])
+
+    def test_a_missing_token_file_refuses_to_start_naming_it(self):
+        missing = f"/nonexistent/nsbox-tokens-{secrets.token_hex(4)}"
+        rc, lines = self.refused(["--listen", f"127.0.0.1:{free_port()}", "--token-file", missing])
+        self.assertNotEqual(rc, 0)
+        self.assertEqual(len(lines), 1, f"not a one-line error: {lines}")
+        self.assertIn(missing, lines[0])
+
+    def test_help_names_the_options(self):
+        run = subprocess.run([NSBOX, "serve", "--help"], capture_output=True, timeout=15)
+        text = (run.stdout + run.stderr).decode(errors="replace")
+        for option in ("--socket", "--state-dir", "--listen", "--token-file", "--pool", "--max-sandboxes",
+                       "--max-per-client", "--max-body", "--max-timeout", "--allow-uid", "--allow-network-host"):
+            self.assertIn(option, text)
+
+
+def counts(capacity):
+    sandboxes = capacity.get("sandboxes", {})
+    return {k: sandboxes.get(k) for k in ("running", "max", "per_client_max")}
+
+
+class CapacityFull(unittest.TestCase):
+    """--max-sandboxes 2 --max-per-client 1: the socket's client, then token a, then token b."""
+
+    def test_a_full_server_answers_429_with_the_capacity(self):
+        tokens = {"a": "tok-a-" + secrets.token_hex(8), "b": "tok-b-" + secrets.token_hex(8)}
+        server = own_server(["--max-sandboxes", "2", "--max-per-client", "1", "--max-timeout", "1"],
+                            tokens=tokens).start()
+        api, a, b = server.api(), server.api(token=tokens["a"]), server.api(token=tokens["b"])
+        base = Footprint.of(server)
+        self.assertEqual(counts(api.call("GET", "/v1/capacity")), {"running": 0, "max": 2, "per_client_max": 1})
+        assert_error(self, api.request("POST", "/v1/sandboxes", {"network": "host"}), 403, "forbidden")
+        mine = api.create(SMALL)["id"]
+        # --max-timeout 1 caps an exec's own timeout and the default one: per-exec time-outs are always set.
+        for body in ({"argv": ["sleep", "20"], "timeout": 100}, {"argv": ["sleep", "20"]}):
+            self.assertEqual(api.exec(mine, body)["status"], "timeout", body)
+        body = assert_error(self, api.request("POST", "/v1/sandboxes", SMALL), 429, "too_many_requests")
+        self.assertEqual(body.get("capacity", {}).get("sandboxes", {}).get("per_client_max"), 1, body)
+        theirs = a.create(SMALL)["id"]
+        body = assert_error(self, b.request("POST", "/v1/sandboxes", SMALL), 429, "too_many_requests")
+        assert_error(self, b.request("POST", "/v1/run", {"cmd": "true"}), 429, "too_many_requests")
+        self.assertEqual(counts(body.get("capacity", {})), {"running": 2, "max": 2, "per_client_max": 1}, body)
+        for key in ("pool", "memory_bytes", "pids"):
+            self.assertIn(key, body["capacity"])
+        during = Footprint.of(server)
+        self.assertEqual(api.delete(mine).status, 204)
+        third = b.create(SMALL)["id"]
+        self.assertEqual(b.exec(third, {"argv": ["echo", "room again"]})["stdout"], "room again\n")
+        self.assertEqual(api.call("GET", "/v1/capacity")["sandboxes"]["running"], 2)
+        for client, sandbox_id in ((a, theirs), (b, third)):
+            self.assertEqual(client.delete(sandbox_id).status, 204)
+        during.merge(Footprint.of(server))
+        self.assertEqual(wait_clean(during, server, base=base), [])
+        self.assertEqual(api.call("GET", "/v1/capacity")["sandboxes"]["running"], 0)
+        assert_stopped_clean(self, server, during)
+
+
+class PoolAndSigterm(unittest.TestCase):
+    """--pool host=2 python=1: ready sandboxes taken by a create, refilled, never reused; SIGTERM ends them."""
+
+    def test_pool_sandboxes_are_taken_refilled_and_never_reused(self):
+        server = own_server(["--pool", "host=2", "--pool", "python=1"]).start()
+        api = server.api()
+
+        def pool(template="host"):
+            return api.call("GET", "/v1/capacity")["pool"].get(template, {})
+
+        self.assertEqual(pool().get("target"), 2, api.call("GET", "/v1/capacity"))
+        self.assertTrue(wait_for(lambda: pool().get("ready") == 2, 30, 0.2), f"the pool did not fill: {pool()}")
+        first = api.create({"template": "host"})
+        self.assertIs(first["from_pool"], True, first)
+        api.call("PUT", files_path(first["id"], "secret.txt"), raw=b"first client's")
+        api.exec(first["id"], {"cmd": "echo in-home > ~/home.txt; echo in-tmp > /tmp/tmp.txt"})
+        self.assertEqual(api.delete(first["id"]).status, 204)
+        self.assertTrue(wait_for(lambda: pool().get("ready") == 2, 30, 0.2), f"the pool did not refill: {pool()}")
+        seen = set()
+        for _ in range(3):  # more than the pool holds: every one is new
+            sbx = api.create({"template": "host"})
+            self.assertNotIn(sbx["id"], seen | {first["id"]})
+            seen.add(sbx["id"])
+            r = api.exec(sbx["id"], {"cmd": "ls /workspace ~/home.txt /tmp/tmp.txt 2>&1; true"})
+            self.assertNotIn("secret.txt", r["stdout"], "a pool sandbox was reused")
+            self.assertIn("No such file", r["stdout"])
+        self.assertTrue(wait_for(lambda: pool().get("ready") == 2, 30, 0.2), f"the pool did not refill: {pool()}")
+        self.assertTrue(wait_for(lambda: pool("python").get("ready") == 1, 30, 0.2), pool("python"))
+        py = api.create({"template": "python"})
+        self.assertIs(py["from_pool"], True, py)
+        api.exec(py["id"], {"language": "python", "code": "n = 7919", "repl": True})
+        cell = api.exec(py["id"], {"language": "python", "code": "print(n)", "repl": True})
+        self.assertEqual(cell["stdout"], "7919\n", cell)
+        before = Footprint.of(server)
+        self.assertGreaterEqual(len(before.procs), 5, "fewer processes than 3 sandboxes and a pool of 2")
+        assert_stopped_clean(self, server, before)
+
+
+class SigkillRestart(unittest.TestCase):
+    """SIGKILL leaves the predecessor's sandboxes behind; a server restarted on the same state dir removes them."""
+
+    def test_a_restart_after_sigkill_removes_what_the_predecessor_left(self):
+        bare = "bare-" + secrets.token_hex(12)
+        server = own_server([], tokens=bare + "\n").start()
+        api, tcp = server.api(), server.api(token=bare)
+        ids = [api.create(SMALL)["id"], tcp.create(SMALL)["id"]]  # the bare token is the client "default"
+        marker = sleep_marker()
+        r = api.exec(ids[0], {"cmd": f"setsid sleep {marker} >/dev/null 2>&1 < /dev/null & echo bg"})
+        self.assertEqual(r["stdout"], "bg\n", r)
+        streaming = threading.Thread(target=lambda: self._stream_until_gone(tcp, ids[1]), daemon=True)
+        streaming.start()
+        self.assertTrue(wait_for(lambda: host_processes_with_argv(["sleep", marker]), 10))
+        before = Footprint.of(server)
+        self.assertGreaterEqual(len(before.procs), 2, f"no sandbox process was found: {before.procs}")
+        old_dirs = {e for e in before.entries if os.path.isdir(os.path.join(server.state_dir, e))}
+        server.proc.kill()
+        server.proc.wait()
+        server.start()  # the same socket path (its file is left), state dir and token file
+        left = wait_clean(before, server, deadline_s=15, check_entries=False)
+        left = [line for line in left if not line.startswith("new process")]
+        self.assertEqual(left, [], "the restarted server did not remove what its predecessor left")
+        self.assertFalse(host_processes_with_argv(["sleep", marker]), "the predecessor's background process lives")
+        still = sorted(e for e in old_dirs if os.path.exists(os.path.join(server.state_dir, e)))
+        self.assertEqual(still, [], "the predecessor's session directories are left")
+        for client, sandbox_id in ((api, ids[0]), (tcp, ids[1])):
+            assert_error(self, client.request("GET", f"/v1/sandboxes/{sandbox_id}"), 404, "not_found")
+        fresh = tcp.create(SMALL)["id"]
+        self.assertEqual(tcp.exec(fresh, {"argv": ["echo", "after restart"]})["stdout"], "after restart\n")
+        assert_stopped_clean(self, server, Footprint.of(server).merge(before))
+
+    @staticmethod
+    def _stream_until_gone(api, sandbox_id):
+        try:
+            api.stream("POST", f"/v1/sandboxes/{sandbox_id}/exec?stream=true", {"cmd": "sleep 28", "timeout": 30})
+        except Exception:  # noqa: BLE001: the server is killed under it
+            pass
+
+
+class Sigint(unittest.TestCase):
+    def test_sigint_ends_every_sandbox_exits_0_and_leaves_nothing(self):
+        server = own_server().start()
+        api = server.api()
+        sandbox_id = api.create(SMALL)["id"]
+        self.assertEqual(api.exec(sandbox_id, {"argv": ["echo", "up"]})["stdout"], "up\n")
+        before = Footprint.of(server)
+        self.assertGreaterEqual(len(before.procs), 1, "no sandbox process was found")
+        assert_stopped_clean(self, server, before, signal.SIGINT)
+
+
+CLASSES = [CapacityFull, PoolAndSigterm, SigkillRestart, Sigint]

@@ -1,0 +1,169 @@
+// The service's pure parts: what a create or exec body may say (and the errors for what it may not), tokens, and
+// the workspace file operations the files endpoints use, over a temporary directory.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "src/serve/api_error.h"
+#include "src/serve/sandboxes.h"
+#include "src/serve/service.h"
+#include "src/session/workspace_copy.h"
+
+using nlohmann::json;
+using nsbox::UniqueFd;
+using nsbox::serve::ApiError;
+using nsbox::serve::ParseExecSpec;
+using nsbox::serve::ParseSandboxSpec;
+using nsbox::serve::ServeConfig;
+
+namespace {
+
+// The HTTP status and message an ApiError from `f` carries.
+template <typename F>
+std::pair<int, std::string> Refusal(F f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    return {e.status, e.what()};
+  }
+  return {0, ""};
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/nsbox-serve-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("a create body: defaults, the operator's caps, and each bad field named", "[serve]") {
+  ServeConfig config;
+  config.max_idle_timeout_s = 60;
+  auto spec = ParseSandboxSpec(json::object(), config);
+  CHECK(spec.template_name == "host");
+  CHECK(spec.network == json("none"));
+  CHECK(spec.memory_bytes == 512ull << 20);
+  CHECK_FALSE(spec.limits_given);
+  spec = ParseSandboxSpec(json::parse(R"({"limits": {"memory": "64M", "pids": 32, "cpus": 0.5},
+                                          "idle_timeout": 3600, "env": {"A_1": "x"},
+                                          "network": {"allow": ["pypi.org"]}})"),
+                          config);
+  CHECK(spec.memory_bytes == 64ull << 20);
+  CHECK(spec.pids == 32);
+  CHECK(spec.limits_given);
+  CHECK(spec.idle_timeout_s == 60);  // capped by the server
+  CHECK(spec.env.at("A_1") == "x");
+
+  auto bad = [&](const char* body) { return Refusal([&] { ParseSandboxSpec(json::parse(body), config); }); };
+  CHECK(bad(R"({"templat": "host"})") == std::pair<int, std::string>{400, "unknown field 'templat'"});
+  CHECK(bad(R"({"limits": {"memory": "lots"}})").second.starts_with("'limits.memory'"));
+  CHECK(bad(R"({"limits": {"disk": 1}})").second.find("limits.disk") != std::string::npos);
+  CHECK(bad(R"({"network": "wifi"})").first == 400);
+  CHECK(bad(R"({"network": {"allow": ["a b"]}})").first == 400);
+  CHECK(bad(R"({"env": {"1X": "y"}})").second.find("not a variable name") != std::string::npos);
+  CHECK(bad(R"({"idle_timeout": -1})").first == 400);
+  // The host's network (and with it every port of the host, the API's too) only when the operator allows it.
+  CHECK(bad(R"({"network": "host"})").first == 403);
+  config.allow_network_host = true;
+  CHECK(ParseSandboxSpec(json::parse(R"({"network": "host"})"), config).network == json("host"));
+}
+
+TEST_CASE("an exec body: exactly one program form, the timeout capped, repl only for python", "[serve]") {
+  ServeConfig config;
+  config.max_timeout = std::chrono::seconds(10);
+  auto exec = ParseExecSpec(json::parse(R"({"cmd": "echo hi", "timeout": 99})"), config);
+  CHECK(exec.argv == std::vector<std::string>{"/bin/sh", "-c", "echo hi"});
+  CHECK(exec.timeout == std::chrono::seconds(10));
+  exec = ParseExecSpec(json::parse(R"({"language": "python", "code": "x=1", "repl": true})"), config);
+  CHECK(exec.repl);
+  CHECK(exec.timeout == std::chrono::seconds(10));  // the default (60) is capped too
+  exec = ParseExecSpec(json::parse(R"({"argv": ["python3", "-c", "1"], "stdin": "in", "cwd": "/tmp"})"), config);
+  CHECK(exec.has_stdin);
+  CHECK(exec.cwd == "/tmp");
+
+  auto bad = [&](const char* body) { return Refusal([&] { ParseExecSpec(json::parse(body), config); }); };
+  CHECK(bad(R"({})").second == "give exactly one of 'argv', 'cmd', or 'language' with 'code'");
+  CHECK(bad(R"({"cmd": "a", "argv": ["b"]})").first == 400);
+  CHECK(bad(R"j({"code": "print(1)"})j").second == "give exactly one of 'argv', 'cmd', or 'language' with 'code'");
+  CHECK(bad(R"({"argv": []})").first == 400);
+  CHECK(bad(R"({"argv": ["a", 1]})").first == 400);
+  CHECK(bad(R"({"cmd": "x", "repl": true})").second.find("'repl' needs") != std::string::npos);
+  CHECK(bad(R"({"cmd": "x", "cwd": "rel"})").first == 400);
+  CHECK(bad(R"({"cmd": "x", "output_limit": 1000000000})").second.starts_with("'output_limit'"));
+  CHECK(bad(R"({"cmd": "x", "timeot": 1})").second == "unknown field 'timeot'");
+}
+
+TEST_CASE("the files API's paths stay in /workspace", "[serve]") {
+  using nsbox::serve::WorkspacePath;
+  CHECK(WorkspacePath("a/b.txt") == "a/b.txt");
+  CHECK(WorkspacePath("/workspace/a") == "a");
+  CHECK(Refusal([] { WorkspacePath("../etc/passwd"); }).first == 400);
+  CHECK(Refusal([] { WorkspacePath("/etc/passwd"); }).first == 400);
+  CHECK(Refusal([] { WorkspacePath(""); }).first == 400);
+}
+
+TEST_CASE("a token file: NAME:TOKEN or a bare token, short tokens refused with their line", "[serve]") {
+  TempDir dir;
+  std::string path = dir.path + "/tokens";
+  std::ofstream(path) << "# clients\nalice:0123456789abcdef0123\n\nfedcba9876543210fedc\n";
+  auto tokens = nsbox::serve::ReadTokenFile(path);
+  REQUIRE(tokens.ok());
+  CHECK(tokens->at("0123456789abcdef0123") == "alice");
+  CHECK(tokens->at("fedcba9876543210fedc") == "default");
+  std::ofstream(path) << "bob:short\n";
+  auto refused = nsbox::serve::ReadTokenFile(path);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("line 1") != std::string::npos);
+  std::ofstream(path) << "# nothing\n";
+  CHECK_FALSE(nsbox::serve::ReadTokenFile(path).ok());
+}
+
+TEST_CASE("workspace files: parents made, links never followed, directories removed whole", "[serve]") {
+  TempDir dir;
+  TempDir outside;
+  std::ofstream(outside.path + "/secret") << "host";
+  UniqueFd ws(::open(dir.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  const uid_t uid = ::geteuid();
+  const gid_t gid = ::getegid();
+  using namespace nsbox::session;
+
+  auto written = WriteWorkspaceFile(ws.get(), "a/b/c.bin", std::string("\0\xff\x01", 3), uid, gid);
+  REQUIRE(written.ok());
+  CHECK(*written == 3);
+  auto read = ReadWorkspaceFile(ws.get(), "a/b/c.bin", 1 << 20);
+  REQUIRE(read.ok());
+  CHECK(*read == std::string("\0\xff\x01", 3));
+  CHECK_FALSE(ReadWorkspaceFile(ws.get(), "a/b/c.bin", 2).ok());  // over the cap
+  CHECK_FALSE(WriteWorkspaceFile(ws.get(), "a/b", "x", uid, gid).ok());  // a directory is not replaced by a file
+
+  // A link the sandbox made, to a directory outside: neither written through, read through nor listed through.
+  REQUIRE(::symlink(outside.path.c_str(), (dir.path + "/out").c_str()) == 0);
+  CHECK_FALSE(WriteWorkspaceFile(ws.get(), "out/secret", "pwned", uid, gid).ok());
+  CHECK_FALSE(ReadWorkspaceFile(ws.get(), "out/secret", 1 << 20).ok());
+  CHECK_FALSE(ListWorkspaceDir(ws.get(), "out").ok());
+  auto listed = ListWorkspaceDir(ws.get(), "");
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);
+  CHECK((*listed)[0].name == "a");
+  CHECK((*listed)[0].type == "dir");
+  CHECK((*listed)[1].type == "symlink");
+
+  // Removing the link removes the link; removing a directory removes what it holds.
+  CHECK(RemoveWorkspacePath(ws.get(), "out").ok());
+  CHECK(nsbox::PathExists(outside.path + "/secret"));
+  CHECK(RemoveWorkspacePath(ws.get(), "a").ok());
+  CHECK_FALSE(nsbox::PathExists(dir.path + "/a"));
+  CHECK_FALSE(RemoveWorkspacePath(ws.get(), "").ok());
+  CHECK_FALSE(RemoveWorkspacePath(ws.get(), "missing").ok());
+}
