@@ -335,7 +335,7 @@ TEST_CASE("a verb with sub-verbs names them when given an unknown one or none, a
        "nsbox session: unknown command 'bogus' (commands: create, ls, rm; see nsbox session --help)\n"},
       {{"bogus"},
        "nsbox: unknown command 'bogus' (commands: run, session, exec, cp, agent, mcp, image, profile, doctor, "
-       "batch; see nsbox --help)\n"},
+       "batch, serve; see nsbox --help)\n"},
   };
   for (const auto& [args, said] : cases) {
     INFO(args.front());
