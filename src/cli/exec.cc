@@ -1,6 +1,7 @@
 // `nsbox exec`: one program (or one REPL cell) in a live session; the same result object and exit codes as run.
-#include <functional>
 #include <unistd.h>
+
+#include <functional>
 
 #include <fmt/format.h>
 

@@ -119,10 +119,10 @@ TEST_CASE("subprocess hands stdout lines to on_stdout_line as they come; lines i
   unlink(gate.path.c_str());
   SubprocessSpec spec;
   // "take" lines are the callback's; the program goes on only once the callback has seen the first one.
+  const std::string wait = "i=0; while [ ! -e " + gate.path + " ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done";
   spec.argv = {"/bin/sh", "-c",
-               "echo take 1; echo keep; i=0; while [ ! -e " + gate.path + " ] && [ $i -lt 100 ]; do sleep 0.1; "
-               "i=$((i+1)); done; [ -e " + gate.path + " ] && echo take 2 || echo 'no gate'; printf '%0300d\\n' 0; "
-               "printf 'take unfinished'"};
+               "echo take 1; echo keep; " + wait + "; [ -e " + gate.path +
+                   " ] && echo take 2 || echo 'no gate'; printf '%0300d\\n' 0; printf 'take unfinished'"};
   spec.output_limit_bytes = 200;
   std::vector<std::string> taken;
   spec.on_stdout_line = [&](std::string_view line) {

@@ -227,8 +227,8 @@ TEST_CASE("exec --stream passes output on as it comes: chunk lines before the re
   const std::string script =
       "echo 1; i=0; while [ ! -e /workspace/go ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
       "[ -e /workspace/go ] && echo 2 >&2 || echo 'no go'; echo 3";
-  auto client = nsbox::testing::StartProcess({NsboxBin(), "exec", id, "--json", "--stream", "--", "/bin/sh", "-c",
-                                              script});
+  auto client =
+      nsbox::testing::StartProcess({NsboxBin(), "exec", id, "--json", "--stream", "--", "/bin/sh", "-c", script});
   REQUIRE(client.pid > 0);
   bool got_first = WaitFor([&] { return client.Out().find('\n') != std::string::npos; }, 15s);
   const std::string so_far = client.Out();
