@@ -272,6 +272,7 @@ class Loop {
       options.deadline = run_deadline_;
       options.cancel = config_.cancel;
       options.output_limit_bytes = config_.sandbox_output_limit_bytes;
+      options.on_output = config_.tool_output;
       Log(fmt::format("running {} ({} bytes of {}) in the {} runtime, time limit {}", call.name, request->code.size(),
                       request->language, runtime_.name(), Seconds(options.timeout)));
       auto run = runtime_.execute(request->language, request->code, options);

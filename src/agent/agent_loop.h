@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "src/agent/http_client.h"
 #include "src/agent/provider.h"
@@ -30,6 +31,8 @@ struct AgentConfig {
   std::string transcript_path;  // JSONL of every request, response and tool call; empty: none
   const std::atomic<bool>* cancel = nullptr;
   std::function<void(const std::string&)> log;  // progress lines (--verbose); may be empty
+  // The code's output as it comes (stream 1 stdout, 2 stderr), where the runtime streams (--verbose); may be empty.
+  std::function<void(int stream, std::string_view text)> tool_output;
   std::function<HttpResult(const HttpRequest&)> transport;  // empty: HttpPost
 };
 

@@ -97,6 +97,8 @@ int RunAgentCommand(const AgentOptions& o) {
   config.transcript_path = o.transcript;
   config.cancel = &g_agent_interrupted;
   if (o.verbose) config.log = [](const std::string& line) { fmt::print(stderr, "nsbox agent: {}\n", line); };
+  // The code's own output, raw, as it runs (the nsbox runtime streams it; the result line follows).
+  if (o.verbose) config.tool_output = [](int, std::string_view text) { fmt::print(stderr, "{}", text); };
 
   // Provider: the flag, else the one whose key is set.
   std::string provider = o.provider;
@@ -188,7 +190,8 @@ void RegisterAgent(CLI::App& app, ExitCode& exit_code) {
                   "bytes of stdout + stderr the model sees per tool call, head and tail (default 16K)");
   cmd->add_option("--output-limit", options->output_limit, "bytes the sandbox keeps per stream (default 1M)");
   cmd->add_option("--transcript", options->transcript, "write every request, response and tool call to FILE as JSONL");
-  cmd->add_flag("--verbose", options->verbose, "print each step, tool call and result to stderr");
+  cmd->add_flag("--verbose", options->verbose,
+                "print each step, tool call and result to stderr, and the code's output as it runs");
   cmd->add_option("PROMPT", options->prompt, "the question or task")->required();
   // The sandbox's isolation and limits: the same options, and the same parser, as run and session create.
   AddSandboxOptions(cmd, options->sandbox);

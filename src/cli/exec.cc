@@ -1,6 +1,8 @@
 // `nsbox exec`: one program (or one REPL cell) in a live session; the same result object and exit codes as run.
 #include <unistd.h>
 
+#include <functional>
+
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
@@ -19,9 +21,13 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
   static std::string session_ref;
   static ProgramOptions program_options;
   static bool repl = false;
+  static bool stream = false;
   exec->add_option("session", session_ref, "the session's id or name")->required();
   AddProgramOptions(exec, program_options);
   exec->add_flag("--repl", repl, "python: run --code/--file in the session's persistent interpreter");
+  exec->add_flag("--stream", stream,
+                 "pass output on as it comes: raw, or with --json one {\"type\":\"stdout\"|\"stderr\",\"data\":…} "
+                 "line a chunk before the result line");
   exec->callback([&exit_code] {
     auto fail = [&](const Status& status) {
       exit_code.value = FailBeforeRun("exec", status.message(), program_options.json);
@@ -30,6 +36,7 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
     if (!found.ok()) return fail(found.status());
     if (repl && (program_options.lang.empty() || !program_options.command.empty()))
       return fail(Status::Error("--repl needs --lang python with --code or --file"));
+    if (repl && stream) return fail(Status::Error("--stream is not available with --repl"));
     if (repl && !program_options.stdin_source.empty())
       return fail(Status::Error("--stdin is not available with --repl"));
     auto program = BuildProgram(program_options, found->json.value("rootfs_dir", ""));
@@ -37,13 +44,29 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
     // The language table says which interpreter --lang means; the REPL driver is Python's.
     if (repl && (program->compile || program->run.argv.empty() || !program->run.argv[0].ends_with("/python3")))
       return fail(Status::Error("--repl needs --lang python"));
+    nlohmann::json request = ExecRequest(*program, repl);
+    request["stream"] = stream;
     // The supervisor answers by the exec's own time-outs (a compile step's too) and a grace after them, or the
     // client stops waiting.
     session::RequestOutcome outcome;
-    auto answer = session::Request(*found, ExecRequest(*program, repl),
+    int stream_errno = 0;  // the first failed write of a chunk (raw output only)
+    auto on_stream = [&](const nlohmann::json& message) {
+      const std::string type = message.value("type", "");
+      if (type != "stdout" && type != "stderr") return true;
+      if (program_options.json) {
+        // A reader that went away gets the rest of the exec as if nothing were printed (as without --stream).
+        nlohmann::ordered_json line = {{"type", type}, {"data", message.value("data", "")}};
+        (void)WriteAll(1, line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+      } else if (stream_errno == 0) {
+        stream_errno = WriteAll(type == "stderr" ? 2 : 1, message.value("data", ""));
+      }
+      return true;
+    };
+    auto answer = session::Request(*found, request,
                                    {.deadline = ProgramTimeout(*program) + session::kExecGrace,
                                     .send_fd = program->run.stdin_fd,
-                                    .outcome = &outcome});
+                                    .outcome = &outcome,
+                                    .on_stream = stream ? std::function(on_stream) : nullptr});
     if (!answer.ok() && outcome.delivered && !outcome.answered) {
       // The supervisor had the request: the program may have run, and its effects may be in the session. Not a
       // setup error, which says that nothing ran. (A supervisor that resumes sees this client gone and kills the
@@ -58,6 +81,10 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
     }
     if (!answer.ok()) return fail(answer.status());
     Result result = ResultFromJson(answer->value("result", nlohmann::json::object()));
+    if (stream && !program_options.json) {
+      result.output_passed_on = true;  // written as it came
+      result.output_write_errno = stream_errno;
+    }
     if (!program_options.json && repl) {
       // Shown as an interactive interpreter shows it; the JSON result has it under repl.value.
       const nlohmann::json repl_extra = GetExtra(result, "repl");

@@ -106,7 +106,8 @@ StatusOr<runtime::SandboxRuntime*> McpServer::Runtime() {
   return runtime_.get();
 }
 
-json McpServer::CallTool(const std::string& name, const json& args, const std::atomic<bool>* cancel) {
+json McpServer::CallTool(const std::string& name, const json& args, const std::atomic<bool>* cancel,
+                         const json& progress_token) {
   auto tool_error = [](const std::string& text) {
     return json{{"content", TextContent(text)}, {"isError", true}};
   };
@@ -172,6 +173,16 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
     throw std::out_of_range(fmt::format("unknown tool '{}'", name));
   }
 
+  if (code_tool && !progress_token.is_null()) {
+    // The output as it comes, one notification a chunk (stdout and stderr alike), before the result; progress counts
+    // the chunks. None once the call is cancelled: its token is no longer an active request's.
+    exec.on_output = [this, &progress_token, cancel, count = 0](int, std::string_view text) mutable {
+      if (cancel && *cancel) return;
+      Send({{"jsonrpc", "2.0"},
+            {"method", "notifications/progress"},
+            {"params", {{"progressToken", progress_token}, {"progress", ++count}, {"message", text}}}});
+    };
+  }
   auto rt = Runtime();
   if (!rt.ok()) return tool_error("could not start the sandbox: " + rt.status().message());
   auto result = (*rt)->execute(language, code, exec);
@@ -256,6 +267,11 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools)
   json args = params.contains("arguments") ? params["arguments"] : json::object();
   if (!args.is_object()) return ErrorResponse(id, kInvalidParams, "'arguments' must be an object");
   std::string tool = params["name"].get<std::string>();
+  json progress_token;  // a string or an integer (MCP's progress utility); anything else asks for no progress
+  if (params.contains("_meta") && params["_meta"].is_object() && params["_meta"].contains("progressToken")) {
+    const json& token = params["_meta"]["progressToken"];
+    if (token.is_string() || token.is_number_integer()) progress_token = token;
+  }
   auto call = std::make_shared<Call>();
   std::string key = id.dump();
   {
@@ -263,10 +279,10 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools)
     if (output_broken_) call->cancelled = true;
     calls_[key] = call;
   }
-  auto run = [this, id, tool, args, call, key]() -> std::optional<json> {
+  auto run = [this, id, tool, args, call, key, progress_token]() -> std::optional<json> {
     json response;
     try {
-      response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", CallTool(tool, args, &call->cancelled)}};
+      response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", CallTool(tool, args, &call->cancelled, progress_token)}};
     } catch (const ToolArgumentError& e) {
       // The model's mistake: a tool result it can read and act on (MCP 2025-11-25, SEP-1303).
       response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", {{"content", TextContent(e.what())}, {"isError", true}}}};

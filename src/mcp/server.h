@@ -55,7 +55,9 @@ class McpServer {
   std::optional<nlohmann::json> HandleBatch(const nlohmann::json& batch);
   std::optional<nlohmann::json> HandleRequest(const nlohmann::json& msg, bool inline_tools);
   void HandleNotification(const nlohmann::json& msg);
-  nlohmann::json CallTool(const std::string& name, const nlohmann::json& args, const std::atomic<bool>* cancel);
+  // progress_token: the call's params._meta.progressToken (null: none), for notifications/progress of its output.
+  nlohmann::json CallTool(const std::string& name, const nlohmann::json& args, const std::atomic<bool>* cancel,
+                          const nlohmann::json& progress_token);
   StatusOr<runtime::SandboxRuntime*> Runtime();
   // Writes one message to the output; when that fails, the client is gone and every call still running is cancelled.
   void Send(const nlohmann::json& msg);

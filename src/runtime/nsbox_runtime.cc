@@ -44,7 +44,7 @@ NsboxRuntime::NsboxRuntime(NsboxRuntimeOptions options) : options_(std::move(opt
 std::vector<std::string> NsboxRuntime::ExecArgv(const std::string& nsbox_bin, const std::string& session_id,
                                                 const std::vector<std::string>& sandbox_args,
                                                 const std::string& language, milliseconds timeout,
-                                                uint64_t output_limit_bytes, bool repl) {
+                                                uint64_t output_limit_bytes, bool repl, bool stream) {
   std::vector<std::string> argv{nsbox_bin};
   if (!session_id.empty()) {
     argv.insert(argv.end(), {"exec", session_id});
@@ -55,6 +55,7 @@ std::vector<std::string> NsboxRuntime::ExecArgv(const std::string& nsbox_bin, co
   argv.insert(argv.end(), {"--json", "--timeout", fmt::format("{}ms", std::max<int64_t>(timeout.count(), 1)),
                            "--output-limit", std::to_string(output_limit_bytes), "--lang", language, "--file", "-"});
   if (repl && !session_id.empty()) argv.push_back("--repl");
+  if (stream && !repl && !session_id.empty()) argv.push_back("--stream");
   return argv;
 }
 
@@ -200,8 +201,22 @@ StatusOr<ExecutionResult> NsboxRuntime::ExecuteOnce(const std::string& language,
     }
   }
   SubprocessSpec spec;
+  const bool stream = options.on_output && mode == Mode::kSession && !options.repl;
   spec.argv = ExecArgv(options_.nsbox_bin, mode == Mode::kSession ? session_id : "", options_.sandbox_args, language,
-                       sandbox_timeout, options.output_limit_bytes, options.repl);
+                       sandbox_timeout, options.output_limit_bytes, options.repl, stream);
+  if (stream) {
+    // exec --json --stream: {"type":"stdout"|"stderr","data":…} lines (type first) before the result line.
+    spec.on_stdout_line = [&options](std::string_view line) {
+      if (!line.starts_with(R"({"type":)")) return false;
+      auto chunk = nlohmann::json::parse(line, nullptr, false);
+      if (chunk.is_discarded() || !chunk.is_object() || !chunk.contains("data") || !chunk["data"].is_string())
+        return false;
+      const std::string type = chunk["type"].is_string() ? chunk["type"].get<std::string>() : "";
+      if (type != "stdout" && type != "stderr") return false;
+      options.on_output(type == "stderr" ? 2 : 1, chunk["data"].get<std::string>());
+      return true;
+    };
+  }
   spec.env = InheritedEnvironment();
   spec.stdin_data = code;
   // The JSON result holds both streams, escaped: leave room for it.

@@ -56,10 +56,12 @@ class NsboxRuntime : public SandboxRuntime {
     return mode_ == Mode::kOneShot;
   }
 
-  // The argv of one execution (pure, for tests): session exec when session_id is non-empty, else run.
+  // The argv of one execution (pure, for tests): session exec when session_id is non-empty, else run. `stream`
+  // (session exec only): output chunks as JSON lines before the result (exec --stream).
   static std::vector<std::string> ExecArgv(const std::string& nsbox_bin, const std::string& session_id,
                                            const std::vector<std::string>& sandbox_args, const std::string& language,
-                                           std::chrono::milliseconds timeout, uint64_t output_limit_bytes, bool repl);
+                                           std::chrono::milliseconds timeout, uint64_t output_limit_bytes, bool repl,
+                                           bool stream = false);
   // Whether `session create`'s error output says that this nsbox has no such subcommand.
   static bool LooksLikeUnknownSubcommand(const std::string& stderr_text);
 

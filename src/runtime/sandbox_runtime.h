@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "sandbox/base/status.h"
 #include "sandbox/result.h"
@@ -21,6 +23,10 @@ struct ExecuteOptions {
   // Set from another thread to cancel a running execution (reported as status "timeout", reason "cancelled").
   const std::atomic<bool>* cancel = nullptr;
   bool repl = false;  // python only: run in the persistent interpreter, where the runtime has one
+  // When set: the output as it comes (stream 1 stdout, 2 stderr), chunk by chunk, called on the executing thread while
+  // the program runs; the result still holds the whole output, clipped as always. Runtimes that cannot stream (and
+  // REPL cells) leave it uncalled.
+  std::function<void(int stream, std::string_view text)> on_output;
 };
 
 // The same record nsbox's JSON result holds (status, exit code, output, truncation, timing).

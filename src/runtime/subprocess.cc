@@ -58,8 +58,44 @@ Status SetNonBlocking(int fd) {
   return OkStatus();
 }
 
+// One stream's capture, and for SubprocessSpec::on_stdout_line its lines as they come.
+class StreamCapture {
+ public:
+  StreamCapture(uint64_t limit, std::function<bool(std::string_view)> on_line)
+      : capture_(limit), limit_(limit), on_line_(std::move(on_line)) {}
+  void Append(std::string_view data) {
+    if (!on_line_) return capture_.Append(data);
+    size_t start = 0, scan = pending_.size();  // what is pending has no newline
+    pending_.append(data);
+    for (size_t end; (end = pending_.find('\n', scan)) != std::string::npos; start = scan = end + 1) {
+      std::string_view line(pending_.data() + start, end - start);
+      if (skipping_ || !on_line_(line)) capture_.Append(std::string_view(pending_.data() + start, end + 1 - start));
+      skipping_ = false;
+    }
+    pending_.erase(0, start);
+    if (pending_.size() > limit_) {  // an overlong line: captured, up to and with its newline, and never shown
+      capture_.Append(pending_);
+      pending_.clear();
+      skipping_ = true;
+    }
+  }
+  // At the end: an unfinished last line is captured.
+  OutputBuffer& Finish() {
+    capture_.Append(pending_);
+    pending_.clear();
+    return capture_;
+  }
+
+ private:
+  OutputBuffer capture_;
+  uint64_t limit_;
+  std::function<bool(std::string_view)> on_line_;
+  std::string pending_;
+  bool skipping_ = false;
+};
+
 // Reads what is there; returns false at end of file.
-bool Drain(int fd, OutputBuffer& capture) {
+bool Drain(int fd, StreamCapture& capture) {
   char buf[65536];
   for (;;) {
     ssize_t n = read(fd, buf, sizeof buf);
@@ -170,7 +206,7 @@ StatusOr<SubprocessOutcome> RunSubprocess(const SubprocessSpec& spec) {
   for (int fd : {out_pipe->read_end.get(), err_pipe->read_end.get()}) NSBOX_RETURN_IF_ERROR(SetNonBlocking(fd));
   if (in_pipe) NSBOX_RETURN_IF_ERROR(SetNonBlocking(in_pipe->write_end.get()));
 
-  OutputBuffer out_capture(spec.output_limit_bytes), err_capture(spec.output_limit_bytes);
+  StreamCapture out_stream(spec.output_limit_bytes, spec.on_stdout_line), err_stream(spec.output_limit_bytes, nullptr);
   bool child_done = false, out_open = true, err_open = true;
   size_t in_offset = 0;
   // time_point::max() means "not set" (std::optional here trips GCC's maybe-uninitialized).
@@ -230,8 +266,8 @@ StatusOr<SubprocessOutcome> RunSubprocess(const SubprocessSpec& spec) {
     if (ready <= 0) continue;
     for (const pollfd& p : fds) {
       if (p.revents == 0) continue;
-      if (p.fd == out_pipe->read_end.get()) out_open = Drain(p.fd, out_capture);
-      else if (p.fd == err_pipe->read_end.get()) err_open = Drain(p.fd, err_capture);
+      if (p.fd == out_pipe->read_end.get()) out_open = Drain(p.fd, out_stream);
+      else if (p.fd == err_pipe->read_end.get()) err_open = Drain(p.fd, err_stream);
       else if (writing && p.fd == in_pipe->write_end.get()) {
         const std::string& data = *spec.stdin_data;
         while (in_offset < data.size()) {
@@ -267,6 +303,8 @@ StatusOr<SubprocessOutcome> RunSubprocess(const SubprocessSpec& spec) {
   } else if (WIFSIGNALED(wstatus)) {
     outcome.signal = WTERMSIG(wstatus);
   }
+  const OutputBuffer& out_capture = out_stream.Finish();
+  const OutputBuffer& err_capture = err_stream.Finish();
   outcome.stdout_data = out_capture.Contents();
   outcome.stderr_data = err_capture.Contents();
   outcome.stdout_bytes = out_capture.total_bytes();

@@ -5,14 +5,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sandbox/base/status.h"
 
 namespace nsbox::runtime {
-
 
 struct SubprocessSpec {
   std::vector<std::string> argv;  // argv[0] is an absolute path
@@ -25,6 +26,10 @@ struct SubprocessSpec {
   const std::atomic<bool>* cancel = nullptr;
   // 0: SIGKILL at once. Otherwise SIGTERM first, and SIGKILL after this grace (lets a child clean up).
   std::chrono::milliseconds term_grace{0};
+  // When set: each whole line of stdout (without its newline) goes here as it comes, on the calling thread, while
+  // the program runs. A line it returns false for is captured as without it; a line longer than output_limit_bytes
+  // is captured without being shown to it, and so is a last line without a newline.
+  std::function<bool(std::string_view line)> on_stdout_line;
 };
 
 struct SubprocessOutcome {

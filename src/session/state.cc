@@ -278,6 +278,11 @@ StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::j
   MessageReader reader(sock->get(), 64 << 20, deadline);
   // A refusal (another user's session) may arrive, and the socket close, before the request is sent whole.
   auto answer = reader.Next();
+  while (answer.ok() && answer->contains("type")) {
+    if (options.on_stream && !options.on_stream(*answer))
+      return Status::Error(fmt::format("{}: stopped reading the {} request's output", DescribeSession(session), op));
+    answer = reader.Next();
+  }
   outcome.answered = answer.ok();
   if (!sent.ok() && (!answer.ok() || answer->value("ok", true))) {
     if (timed_out) return not_answering(fmt::format("take the {} request", op));

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,9 @@ struct RequestOptions {
   int send_fd = -1;                                     // travels with the request
   UniqueFd* received_fd = nullptr;                      // a descriptor in the answer goes here
   RequestOutcome* outcome = nullptr;
+  // Stream messages before the answer ({"type": "stdout" | "stderr", "data": TEXT}, for an exec with "stream": true)
+  // go here as they come; without it they are skipped. One that returns false stops the wait (the call fails).
+  std::function<bool(const nlohmann::json& message)> on_stream = nullptr;
 };
 
 // Connects to a session's supervisor, refused unless the peer (SO_PEERCRED) runs as the caller's uid. A listener

@@ -239,6 +239,23 @@ TEST_CASE("nsbox agent refuses an empty base URL, given or in the environment, i
   CHECK(no_host.err == "nsbox agent: base URL \"http://\" names no host\n");
 }
 
+TEST_CASE("nsbox agent --verbose prints the code's output to stderr as it runs, before the result line") {
+  if (!CliReady("nsbox agent --verbose output")) return;
+  if (auto why = testing::NsboxRuntimeUnavailable()) return testing::NoteSkip("nsbox agent --verbose output", *why);
+  testing::FakeProviderServer server;
+  CliRun run = RunCli(
+      {NsboxBin(), "agent", "--provider", "openai", "--verbose", kPrime},
+      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  // The program's own line, raw (the log lines all start with "nsbox agent: "), before the call's result line.
+  const size_t output = run.err.find("\n7919\n");
+  const size_t result = run.err.find("nsbox agent: result: ");
+  CHECK(output != std::string::npos);
+  CHECK(result != std::string::npos);
+  CHECK(output < result);
+}
+
 TEST_CASE("nsbox agent keeps a base URL's password out of --verbose and the transcript") {
   if (!CliReady("nsbox agent URL credentials")) return;
   testing::FakeProviderServer server;

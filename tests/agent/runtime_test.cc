@@ -114,6 +114,34 @@ TEST_CASE("a background process holding the pipe does not hang the caller after 
   CHECK_FALSE(ProcessAlive(std::stoi(ReadFile(pidfile.path).value())));
 }
 
+TEST_CASE("subprocess hands stdout lines to on_stdout_line as they come; lines it declines are captured") {
+  TempPath gate;
+  unlink(gate.path.c_str());
+  SubprocessSpec spec;
+  // "take" lines are the callback's; the program goes on only once the callback has seen the first one.
+  const std::string wait = "i=0; while [ ! -e " + gate.path + " ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done";
+  spec.argv = {"/bin/sh", "-c",
+               "echo take 1; echo keep; " + wait + "; [ -e " + gate.path +
+                   " ] && echo take 2 || echo 'no gate'; printf '%0300d\\n' 0; printf 'take unfinished'"};
+  spec.output_limit_bytes = 200;
+  std::vector<std::string> taken;
+  spec.on_stdout_line = [&](std::string_view line) {
+    if (!line.starts_with("take")) return false;
+    taken.emplace_back(line);
+    if (taken.size() == 1) std::ofstream(gate.path) << "go";
+    return true;
+  };
+  auto out = RunSubprocess(spec);
+  REQUIRE(out.ok());
+  CHECK(out->exit_code == 0);
+  CHECK(taken == std::vector<std::string>{"take 1", "take 2"});
+  // The overlong line (300 zeros) is captured unseen, and so is the unfinished last line; the cap holds.
+  CHECK(out->stdout_truncated);
+  CHECK(out->stdout_bytes == 5 + 301 + 15);
+  CHECK(out->stdout_data.starts_with("keep\n000"));
+  CHECK(out->stdout_data.ends_with("0\ntake unfinished"));
+}
+
 TEST_CASE("local runtime runs python, bash, sh and node and reports their output") {
   LocalRuntime rt;
   ExecuteOptions o;
@@ -207,6 +235,8 @@ TEST_CASE("nsbox runtime argv follows the CLI contract of sessions and of run") 
   auto exec = NsboxRuntime::ExecArgv("/bin/nsbox", "s1", {"--network", "none"}, "python", 1500ms, 4096, true);
   CHECK(exec == std::vector<std::string>{"/bin/nsbox", "exec", "s1", "--json", "--timeout", "1500ms", "--output-limit",
                                          "4096", "--lang", "python", "--file", "-", "--repl"});
+  auto streamed = NsboxRuntime::ExecArgv("/bin/nsbox", "s1", {}, "sh", 1500ms, 4096, false, true);
+  CHECK(streamed.back() == "--stream");
   auto run = NsboxRuntime::ExecArgv("/bin/nsbox", "", {"--network", "none"}, "bash", 2000ms, 100, true);
   CHECK(run == std::vector<std::string>{"/bin/nsbox", "run", "--network", "none", "--json", "--timeout", "2000ms",
                                         "--output-limit", "100", "--lang", "bash", "--file", "-"});
@@ -309,6 +339,43 @@ TEST_CASE("nsbox runtime runs code in a real nsbox sandbox, and times it out") {
   REQUIRE(loop.ok());
   CHECK(loop->status == RunStatus::kTimeout);
   CHECK(Clock::now() - start < 10s);
+}
+
+TEST_CASE("nsbox runtime passes output to on_output while the program runs, then the whole result") {
+  if (auto why = testing::NsboxRuntimeUnavailable()) {
+    testing::NoteSkip("nsbox runtime passes output to on_output while the program runs, then the whole result", *why);
+    return;
+  }
+  NsboxRuntime rt;
+  ExecuteOptions o;
+  REQUIRE(rt.execute("sh", "true", o).ok());  // the session
+  // The program waits for a go-ahead that the callback gives on the first chunk (a second exec in the session).
+  std::vector<std::pair<int, std::string>> chunks;
+  o.on_output = [&](int stream, std::string_view text) {
+    if (chunks.empty()) {
+      SubprocessSpec touch;
+      touch.argv = {rt.nsbox_bin(), "exec", rt.session_id(), "--", "/bin/touch", "/workspace/go"};
+      touch.env = InheritedEnvironment();
+      CHECK(RunSubprocess(touch).ok());
+    }
+    chunks.emplace_back(stream, std::string(text));
+  };
+  auto r = rt.execute("python",
+                      "import os, sys, time\nprint(1, flush=True)\n"
+                      "for _ in range(100):\n    if os.path.exists('/workspace/go'): break\n    time.sleep(0.1)\n"
+                      "print('go' if os.path.exists('/workspace/go') else 'no go', file=sys.stderr)\nprint(3)",
+                      o);
+  REQUIRE(r.ok());
+  CHECK(r->status == RunStatus::kOk);
+  CHECK(r->stdout_data == "1\n3\n");
+  CHECK(r->stderr_data == "go\n");
+  std::string streamed[3];
+  for (const auto& [stream, text] : chunks) streamed[stream] += text;
+  CHECK(streamed[1] == "1\n3\n");
+  CHECK(streamed[2] == "go\n");
+  REQUIRE_FALSE(chunks.empty());
+  CHECK(chunks.front().first == 1);  // how a program's writes fall into chunks is the program's (print: "1", "\n")
+  CHECK(chunks.front().second.starts_with("1"));
 }
 
 TEST_CASE("docker runtime argv isolates: no network, capped memory, cpus and pids, read-only, non-root, no caps") {

@@ -240,6 +240,53 @@ TEST_CASE("exec --lang cpp compiles in the session, reads stdin, and leaves no b
   CHECK(left["stdout"] == "");
 }
 
+// The program prints 1, then waits for the test's go-ahead, which the test gives only once it has read the first
+// chunk: a chunk held back until the program ends would leave the program waiting until it gives up ("no go").
+TEST_CASE("exec --stream passes output on as it comes: chunk lines before the result, raw without --json",
+          "[session][stream]") {
+  Sessions s;
+  std::string id = s.Create();
+  const std::string script =
+      "echo 1; i=0; while [ ! -e /workspace/go ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
+      "[ -e /workspace/go ] && echo 2 >&2 || echo 'no go'; echo 3";
+  auto client =
+      nsbox::testing::StartProcess({NsboxBin(), "exec", id, "--json", "--stream", "--", "/bin/sh", "-c", script});
+  REQUIRE(client.pid > 0);
+  bool got_first = WaitFor([&] { return client.Out().find('\n') != std::string::npos; }, 15s);
+  const std::string so_far = client.Out();
+  CHECK(got_first);
+  CHECK(json::parse(so_far.substr(0, so_far.find('\n')), nullptr, false) == json{{"type", "stdout"}, {"data", "1\n"}});
+  REQUIRE(s.Sh(id, "touch /workspace/go")["status"] == "ok");
+  int wstatus = client.Wait();
+  CHECK(WIFEXITED(wstatus));
+  CHECK(WEXITSTATUS(wstatus) == 0);
+  std::vector<json> lines;
+  std::istringstream out(client.Out());
+  for (std::string line; std::getline(out, line);) lines.push_back(json::parse(line));
+  REQUIRE(lines.size() >= 4);
+  std::string streamed_out, streamed_err;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    INFO(lines[i].dump());
+    REQUIRE(lines[i].size() == 2);
+    (lines[i]["type"] == "stderr" ? streamed_err : streamed_out) += lines[i]["data"].get<std::string>();
+  }
+  CHECK(streamed_out == "1\n3\n");
+  CHECK(streamed_err == "2\n");
+  const json& result = lines.back();
+  CHECK(result["status"] == "ok");
+  CHECK(result["stdout"] == "1\n3\n");  // the result line is the one without --stream
+  CHECK(result["stderr"] == "2\n");
+
+  // Raw: the output once (as it came), not again at the end; the exit code as without --stream.
+  Output raw = s.Nsbox({"exec", id, "--stream", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"});
+  CHECK(raw.code == 3);
+  CHECK(raw.out == "out\n");
+  CHECK(raw.err == "err\n");
+  Output repl = s.Nsbox({"exec", id, "--stream", "--repl", "--lang", "python", "--code", "1"});
+  CHECK(repl.code == 125);
+  CHECK(repl.err == "nsbox exec: --stream is not available with --repl\n");
+}
+
 // As with run (io_test.cc): the exec's program reads a pipe the supervisor fills, never the client's descriptor.
 TEST_CASE("exec --stdin FILE reaches the program through a pipe, not the host file", "[session]") {
   Sessions s;

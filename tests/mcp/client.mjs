@@ -123,6 +123,29 @@ await test("mcp: a long call is ended by notifications/cancelled and the server 
   await client.close();
 });
 
+await test("mcp: a call with a progress token gets its output as notifications/progress while it runs", async () => {
+  const { client } = await connect();
+  // The code prints 1, then waits for a file that the client writes (a second call) only once it has seen the 1.
+  const code = "import os, time\nprint(1, flush=True)\nfor _ in range(100):\n" +
+    "    if os.path.exists('/workspace/go'): break\n    time.sleep(0.1)\n" +
+    "print('go' if os.path.exists('/workspace/go') else 'no go')";
+  const progress = [];
+  let wrote = null;
+  const r = await client.callTool({ name: "run_python", arguments: { code } }, undefined, {
+    onprogress: (p) => {
+      progress.push(p);
+      if (!wrote && p.message.includes("1"))
+        wrote = client.callTool({ name: "write_file", arguments: { path: "go", content: "" } });
+    },
+  });
+  await wrote;
+  assert.equal(r.isError, false);
+  assert.equal(r.structuredContent.stdout, "1\ngo\n");
+  assert.equal(progress.map((p) => p.message).join(""), "1\ngo\n");
+  progress.forEach((p, i) => assert.equal(p.progress, i + 1));
+  await client.close();
+});
+
 await test("mcp: the per-call timeout ends an endless loop as a timeout", async () => {
   const { client } = await connect();
   const r = await client.callTool({ name: "execute_code", arguments: { language: "python", code: "while True: pass", timeout_seconds: 1 } });

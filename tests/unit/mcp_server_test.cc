@@ -31,6 +31,8 @@ struct Script {
   std::mutex mutex;
   std::vector<std::string> calls;  // "language:timeout_ms:code"
   std::atomic<int> cancelled_runs{0};
+  std::vector<std::pair<int, std::string>> chunks;  // passed to on_output, when the call asks for it, before answering
+  std::atomic<int> streamed_runs{0};                // runs that were given an on_output
 };
 
 class ScriptedRuntime : public runtime::SandboxRuntime {
@@ -42,6 +44,10 @@ class ScriptedRuntime : public runtime::SandboxRuntime {
     {
       std::lock_guard lock(script_->mutex);
       script_->calls.push_back(language + ":" + std::to_string(options.timeout.count()) + ":" + code);
+    }
+    if (options.on_output) {
+      ++script_->streamed_runs;
+      for (const auto& [stream, text] : script_->chunks) options.on_output(stream, text);
     }
     auto end = steady_clock::now() + script_->run_time;
     while (steady_clock::now() < end) {
@@ -420,4 +426,49 @@ TEST_CASE("mcp joins the threads of finished calls as it goes, not only when the
   ::close(out[0]);
   INFO("mappings before " << before << ", after 40 calls " << after);
   CHECK(after - before < 20);
+}
+
+TEST_CASE("mcp sends a call's output as notifications/progress before its result when it has a progressToken",
+          "[mcp]") {
+  Fixture f;
+  f.script.answer.status = RunStatus::kOk;
+  f.script.answer.stdout_data = "1\n2\n";
+  f.script.answer.stderr_data = "warn\n";
+  f.script.chunks = {{1, "1\n"}, {2, "warn\n"}, {1, "2\n"}};
+  json with_token = Call(1, "run_python", {{"code", "print(1)"}});
+  with_token["params"]["_meta"] = {{"progressToken", "tok-1"}};
+  json int_token = Call(2, "execute_code", {{"language", "sh"}, {"code", "echo 1"}});
+  int_token["params"]["_meta"] = {{"progressToken", 7}};
+  auto out = ServeOverPipes(f.server, Lines({with_token}));
+  REQUIRE(out.size() == 4);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO(out[i].dump());
+    CHECK(out[i]["jsonrpc"] == "2.0");
+    CHECK(out[i]["method"] == "notifications/progress");
+    CHECK_FALSE(out[i].contains("id"));
+    CHECK(out[i]["params"]["progressToken"] == "tok-1");
+    CHECK(out[i]["params"]["progress"] == i + 1);  // increasing with each notification
+    CHECK(out[i]["params"]["message"] == f.script.chunks[i].second);
+  }
+  CHECK(out[3]["id"] == 1);
+  CHECK(out[3]["result"]["isError"] == false);
+
+  Fixture g;
+  g.script.answer.status = RunStatus::kOk;
+  g.script.chunks = {{1, "x"}};
+  auto ints = ServeOverPipes(g.server, Lines({int_token}));
+  REQUIRE(ints.size() == 2);
+  CHECK(ints[0]["params"]["progressToken"] == 7);
+  CHECK(ints[1]["id"] == 2);
+
+  // Without a token (or with one that is neither a string nor an integer): no notifications, and no streaming asked.
+  Fixture h;
+  h.script.answer.status = RunStatus::kOk;
+  h.script.chunks = {{1, "1\n"}};
+  json bad_token = Call(4, "run_python", {{"code", "print(1)"}});
+  bad_token["params"]["_meta"] = {{"progressToken", json::array()}};
+  auto none = ServeOverPipes(h.server, Lines({Call(3, "run_python", {{"code", "print(1)"}}), bad_token}));
+  REQUIRE(none.size() == 2);
+  for (const auto& m : none) CHECK_FALSE(m.contains("method"));
+  CHECK(h.script.streamed_runs == 0);
 }
