@@ -141,7 +141,11 @@ await test("mcp: a call with a progress token gets its output as notifications/p
   await wrote;
   assert.equal(r.isError, false);
   assert.equal(r.structuredContent.stdout, "1\ngo\n");
-  assert.equal(progress.map((p) => p.message).join(""), "1\ngo\n");
+  // The SDK handles a notification a microtask later than the response it arrived with, and drops a progress
+  // notification whose request has been answered: the last chunks may be lost on the client's side. What the
+  // client got is the output's start, and the "go" above proves that the 1 came while the program ran.
+  const seen = progress.map((p) => p.message).join("");
+  assert.ok(seen.startsWith("1") && "1\ngo\n".startsWith(seen), `progress: ${JSON.stringify(seen)}`);
   progress.forEach((p, i) => assert.equal(p.progress, i + 1));
   await client.close();
 });
