@@ -47,7 +47,7 @@ bool CliReady(const std::string& test_name) {
   return true;
 }
 
-std::vector<std::string> ReadLines(const std::string& path) {
+std::vector<std::string> ReadLogLines(const std::string& path) {
   std::ifstream in(path);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
@@ -184,7 +184,7 @@ TEST_CASE("Ctrl-C (or a hang-up) ends nsbox agent with 130 and removes its sandb
   CHECK(run.exit_code == 130);
   CHECK(run.err == "nsbox agent: interrupted\n");
   CHECK(std::chrono::steady_clock::now() - start < 8s);
-  auto lines = ReadLines(log);
+  auto lines = ReadLogLines(log);
   unlink(log.c_str());
   REQUIRE(lines.size() == 3);
   CHECK(lines[0].rfind("create ", 0) == 0);
@@ -201,7 +201,7 @@ TEST_CASE("the run time-out ends nsbox agent with 124 and removes its sandbox se
                        "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"), "FAKE_NSBOX_LOG=" + log});
   CHECK(run.exit_code == 124);
   CHECK(run.err == "nsbox agent: the run's time-out of 2s (--timeout) passed\n");
-  auto lines = ReadLines(log);
+  auto lines = ReadLogLines(log);
   unlink(log.c_str());
   REQUIRE_FALSE(lines.empty());
   CHECK(lines.back().rfind("rm ", 0) == 0);

@@ -10,7 +10,7 @@ using namespace nsbox::testing;
 
 namespace {
 
-bool Denied(const NsboxResult& r, const std::string& name) {
+bool SyscallDenied(const NsboxResult& r, const std::string& name) {
   for (const auto& d : r.json.value("denied_syscalls", nlohmann::json::array()))
     if (d.value("name", "") == name && d.value("count", 0) > 0) return true;
   return false;
@@ -51,7 +51,7 @@ print(sc(298, attr, 0, -1, -1, 0))
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "EPERM\n");
-  CHECK(Denied(r, "perf_event_open"));
+  CHECK(SyscallDenied(r, "perf_event_open"));
 }
 
 // userfaultfd stalls the kernel mid-copy: the standard trick to win kernel races (CVE-2016-5195 exploits,
@@ -61,7 +61,7 @@ TEST_CASE("userfaultfd is denied", "[escape][syscalls][seccomp]") {
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "EPERM\n");
-  CHECK(Denied(r, "userfaultfd"));
+  CHECK(SyscallDenied(r, "userfaultfd"));
 }
 
 // io_uring bypasses per-syscall filtering and has had many privilege escalations (CVE-2022-29582, CVE-2023-2598).
@@ -70,7 +70,7 @@ TEST_CASE("io_uring_setup is denied", "[escape][syscalls][seccomp]") {
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "EPERM\n");
-  CHECK(Denied(r, "io_uring_setup"));
+  CHECK(SyscallDenied(r, "io_uring_setup"));
 }
 
 // Keyrings are not namespaced (CVE-2016-0728 refcount overflow to root).
@@ -79,7 +79,7 @@ TEST_CASE("add_key and keyctl are denied", "[escape][syscalls][seccomp]") {
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "EPERM EPERM\n");
-  CHECK(Denied(r, "add_key"));
+  CHECK(SyscallDenied(r, "add_key"));
 }
 
 // CVE-2019-13272 (PTRACE_TRACEME credential confusion); ptrace is also the tool for hijacking a neighbour.
@@ -88,7 +88,7 @@ TEST_CASE("ptrace is denied and listed in denied_syscalls", "[escape][syscalls][
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   CHECK(r.out() == "EPERM\n");
-  CHECK(Denied(r, "ptrace"));
+  CHECK(SyscallDenied(r, "ptrace"));
 }
 
 // runc CVE-2019-5736 variants attack the runtime's process living in the container: pid 1 here is nsbox's own

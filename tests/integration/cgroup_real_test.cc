@@ -39,7 +39,7 @@ std::string RealBackend(const std::string& test) {
   return "";
 }
 
-CgroupLimits Limits(uint64_t memory, uint64_t pids, double cpus) {
+CgroupLimits RealLimits(uint64_t memory, uint64_t pids, double cpus) {
   CgroupLimits limits;
   limits.memory_max_bytes = memory;
   limits.pids_max = pids;
@@ -121,7 +121,7 @@ bool ProcessGone(pid_t pid) {
     if (!early.ok()) ::_exit(4);
     config.prestarted_reaper = *early;
   }
-  auto group = CreateSandboxCgroup(Limits(64 << 20, 16, 1), config);
+  auto group = CreateSandboxCgroup(RealLimits(64 << 20, 16, 1), config);
   if (!group.ok()) ::_exit(1);
   std::unique_ptr<CgroupChild> child;
   if (with_child) {
@@ -188,7 +188,7 @@ TEST_CASE("real cgroup: a memory bomb is OOM-killed with a peak near the limit",
   if (backend.empty()) return;
   DYNAMIC_SECTION(backend) {
     constexpr uint64_t kLimit = 64 << 20;
-    auto group = CreateSandboxCgroup(Limits(kLimit, 64, 1));
+    auto group = CreateSandboxCgroup(RealLimits(kLimit, 64, 1));
     INFO(group.status().message());
     REQUIRE(group.ok());
     pid_t pid = StartInGroup(**group, {Probe("memory_bomb")});
@@ -200,7 +200,7 @@ TEST_CASE("real cgroup: a memory bomb is OOM-killed with a peak near the limit",
     CHECK(stats.oom_kills >= 1);
     CHECK(stats.peak_memory_bytes >= kLimit * 3 / 4);
     CHECK(stats.peak_memory_bytes <= kLimit + (1 << 20));
-    LimitsReport report = (*group)->Report(Limits(kLimit, 64, 1));
+    LimitsReport report = (*group)->Report(RealLimits(kLimit, 64, 1));
     CHECK(report.backend == backend);
     CHECK(report.oom_kills >= 1);
     CHECK(report.enforced_by.at("memory") == backend);
@@ -211,7 +211,7 @@ TEST_CASE("real cgroup: a fork bomb fails to fork at pids.max and the verdict sa
   std::string backend = RealBackend("fork bomb");
   if (backend.empty()) return;
   DYNAMIC_SECTION(backend) {
-    auto group = CreateSandboxCgroup(Limits(256 << 20, 32, 1));
+    auto group = CreateSandboxCgroup(RealLimits(256 << 20, 32, 1));
     REQUIRE(group.ok());
     pid_t pid = StartInGroup(**group, {Probe("fork_bomb")});
     int status = WaitFor(pid, std::chrono::seconds(60));
@@ -221,7 +221,7 @@ TEST_CASE("real cgroup: a fork bomb fails to fork at pids.max and the verdict sa
     CHECK(WEXITSTATUS(status) == 0);
     CgroupStats stats = (*group)->ReadStats();
     CHECK(stats.pids_limit_hit);
-    CHECK((*group)->Report(Limits(256 << 20, 32, 1)).pids_limit_hit);
+    CHECK((*group)->Report(RealLimits(256 << 20, 32, 1)).pids_limit_hit);
     Status killed = (*group)->KillAll();
     INFO(killed.message());
     CHECK(killed.ok());
@@ -234,7 +234,7 @@ TEST_CASE("real cgroup: a fork bomb fails to fork at pids.max and the verdict sa
 
 // Runs two spinners for 3 s in a fresh group with the given CPU limit; returns CPUs used (group usage / wall).
 double SpinnerShare(uint64_t* throttled_us, const std::string& backend, double cpus) {
-  auto group = CreateSandboxCgroup(Limits(256 << 20, 32, cpus));
+  auto group = CreateSandboxCgroup(RealLimits(256 << 20, 32, cpus));
   REQUIRE(group.ok());
   // The highest CPU weight for the group (and on v2 the nsbox subtree above it: weights count among siblings), so
   // that the quota, not the other work on a busy machine, is what holds the spinners back. A v1 group sits in the
@@ -284,7 +284,7 @@ TEST_CASE("real cgroup: after KillAll and Remove no process and no group directo
   std::string backend = RealBackend("kill and remove");
   if (backend.empty()) return;
   DYNAMIC_SECTION(backend) {
-    auto group = CreateSandboxCgroup(Limits(64 << 20, 16, 1));
+    auto group = CreateSandboxCgroup(RealLimits(64 << 20, 16, 1));
     REQUIRE(group.ok());
     pid_t pid = StartInGroup(**group, {"/bin/sleep", "1000"});
     std::vector<fs::path> dirs = GroupDirs(backend, (*group)->path());
@@ -347,7 +347,7 @@ TEST_CASE("real cgroup: a child group's KillAll takes what left the process grou
   std::string backend = RealBackend("child group");
   if (backend.empty()) return;
   DYNAMIC_SECTION(backend) {
-    auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1));
+    auto group = CreateSandboxCgroup(RealLimits(64 << 20, 32, 1));
     REQUIRE(group.ok());
     std::vector<fs::path> dirs = GroupDirs(backend, (*group)->path());
     // A process in the child group whose own child starts a session of its own (setsid), as a detached server does.
@@ -465,7 +465,7 @@ TEST_CASE("real cgroup: a group left by a dead owner without a reaper is swept b
     CHECK(AnyExists(dirs));  // nobody cleaned up yet
     CHECK_FALSE(ProcessGone(owner.sleeper));
     {
-      auto next = CreateSandboxCgroup(Limits(64 << 20, 16, 1));
+      auto next = CreateSandboxCgroup(RealLimits(64 << 20, 16, 1));
       REQUIRE(next.ok());
       CHECK_FALSE(AnyExists(dirs));
       auto deadline = Clock::now() + std::chrono::seconds(5);
@@ -490,7 +490,7 @@ TEST_CASE("real cgroup: concurrent nsbox processes creating and removing groups 
       REQUIRE(pid >= 0);
       if (pid == 0) {
         for (int i = 0; i < kRounds; ++i) {
-          auto group = CreateSandboxCgroup(Limits(64 << 20, 16, 1));
+          auto group = CreateSandboxCgroup(RealLimits(64 << 20, 16, 1));
           if (!group.ok()) {
             std::fprintf(stderr, "worker %d: %s\n", w, group.status().message().c_str());
             ::_exit(1);
@@ -529,12 +529,12 @@ TEST_CASE("real cgroup v2: in a delegated cgroup that holds nsbox itself, nsbox 
     {
       CgroupConfig config;
       config.placement = CgroupConfig::Placement::kOwnCgroup;
-      auto group = CreateSandboxCgroup(Limits(64 << 20, 16, 1), config);
+      auto group = CreateSandboxCgroup(RealLimits(64 << 20, 16, 1), config);
       INFO(group.status().message());
       REQUIRE(group.ok());
       CHECK(fs::path((*group)->path()).parent_path() == delegated / "nsbox");
       CHECK(ReadFile("/proc/self/cgroup").value() == "0::/nsbox-delegated-test/supervisor\n");
-      auto second = CreateSandboxCgroup(Limits(64 << 20, 16, 1), config);  // from inside the leaf now
+      auto second = CreateSandboxCgroup(RealLimits(64 << 20, 16, 1), config);  // from inside the leaf now
       REQUIRE(second.ok());
       CHECK(fs::path((*second)->path()).parent_path() == delegated / "nsbox");
       pid_t pid = StartInGroup(**group, {Probe("memory_bomb")});
@@ -559,7 +559,7 @@ TEST_CASE("real cgroup: set-up cost of a sandbox cgroup, with and without the re
     std::vector<double> create_us, destroy_us;
     for (int i = 0; i < kRounds; ++i) {
       auto start = Clock::now();
-      auto group = CreateSandboxCgroup(Limits(64 << 20, 16, 1), config);
+      auto group = CreateSandboxCgroup(RealLimits(64 << 20, 16, 1), config);
       REQUIRE(group.ok());
       auto created = Clock::now();
       group.value().reset();
@@ -590,7 +590,7 @@ TEST_CASE("real cgroup v1: kmem.tcp is the memory limit, at most a sixteenth of 
   const uint64_t share = high * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 16;
   for (uint64_t memory : {uint64_t{64} << 20, uint64_t{64} << 30}) {
     INFO("memory limit " << memory);
-    auto group = CreateSandboxCgroup(Limits(memory, 16, 1));
+    auto group = CreateSandboxCgroup(RealLimits(memory, 16, 1));
     REQUIRE(group.ok());
     auto tcp = ReadFile((*group)->path() + "/memory.kmem.tcp.limit_in_bytes");
     REQUIRE(tcp.ok());

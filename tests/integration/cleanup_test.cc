@@ -24,7 +24,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-size_t Entries(const std::string& dir) {
+size_t EntryCount(const std::string& dir) {
   size_t n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
   return n;
@@ -64,7 +64,7 @@ void CheckNothingLeft(const std::string& scenario, const std::vector<std::string
   CHECK(WaitForNoPidsWithMarker(marker, 3s));
   CHECK(MountLinesContaining("nsbox") == mounts_before);
   CHECK(MountLinesContaining(marker).empty());
-  CHECK(Entries(tmp.path()) == 0);
+  CHECK(EntryCount(tmp.path()) == 0);
   CHECK(WaitForGroups(groups_before));
 }
 
@@ -183,7 +183,7 @@ TEST_CASE("nothing is left behind after a setup error", "[integration][cleanup]"
   auto r = RunNsboxJson({"--", "/nonexistent/program"}, spawn);
   CHECK(r.status() == "setup_error");
   CHECK(MountLinesContaining("nsbox") == mounts_before);
-  CHECK(Entries(tmp.path()) == 0);
+  CHECK(EntryCount(tmp.path()) == 0);
   CHECK(NsboxGroups() == groups_before);
 }
 
@@ -204,7 +204,7 @@ TEST_CASE("a cgroup limit that fails after the clone stops the run and leaves no
   CHECK(r.json.value("reason", "").find("--cpus 0.001 is below the minimum of 0.01") != std::string::npos);
   CHECK(WaitForNoPidsWithMarker(marker, 3s));
   CHECK(MountLinesContaining("nsbox") == mounts_before);
-  CHECK(Entries(tmp.path()) == 0);
+  CHECK(EntryCount(tmp.path()) == 0);
   CHECK(NsboxGroups() == groups_before);
 }
 

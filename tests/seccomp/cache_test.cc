@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kProfilesDir = NSBOX_SOURCE_DIR "/seccomp-profiles";
+const std::string kCacheProfilesDir = NSBOX_SOURCE_DIR "/seccomp-profiles";
 
 // A temporary NSBOX_CACHE_DIR for one test.
 struct CacheDir {
@@ -49,8 +49,8 @@ struct CacheDir {
   std::string root;
 };
 
-std::vector<sock_filter> Load(const std::string& name) {
-  auto program = LoadSeccompProfile(name, kProfilesDir);
+std::vector<sock_filter> LoadCached(const std::string& name) {
+  auto program = LoadSeccompProfile(name, kCacheProfilesDir);
   REQUIRE(program.ok());
   return (*program)->filter;
 }
@@ -76,7 +76,7 @@ TEST_CASE("the cache directory is private, and the parents it makes stay passabl
   CacheDir cache;
   const std::string nested = cache.root + "/var/cache/nsbox";
   ::setenv("NSBOX_CACHE_DIR", nested.c_str(), 1);
-  Load("default");
+  LoadCached("default");
   struct stat st;
   REQUIRE(::stat((nested + "/seccomp").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
@@ -89,19 +89,19 @@ TEST_CASE("the cache directory is private, and the parents it makes stay passabl
 
 TEST_CASE("a compiled profile is stored once and later loads come from the cache") {
   CacheDir cache;
-  auto compiled = Load("default");
+  auto compiled = LoadCached("default");
   REQUIRE(cache.Entries().size() == 1);
   struct stat st;
   REQUIRE(::stat(cache.dir().c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
-  auto program = LoadSeccompProfile("default", kProfilesDir);
+  auto program = LoadSeccompProfile("default", kCacheProfilesDir);
   REQUIRE(program.ok());
   CHECK(Same((*program)->filter, compiled));
   CHECK((*program)->uses_notify);
   CHECK((*program)->name == "default");
   // Proof that the second load read the file: a changed program in it comes back.
   Tamper(cache.Entries()[0]);
-  auto from_file = Load("default");
+  auto from_file = LoadCached("default");
   CHECK_FALSE(Same(from_file, compiled));
   CHECK(from_file.back().k == 0x7fff0000u);
   CHECK(cache.Entries().size() == 1);
@@ -109,29 +109,29 @@ TEST_CASE("a compiled profile is stored once and later loads come from the cache
 
 TEST_CASE("the cache is not trusted when others may write to it or the file is not ours") {
   CacheDir cache;
-  auto compiled = Load("default");
+  auto compiled = LoadCached("default");
   REQUIRE(cache.Entries().size() == 1);
   fs::path entry = cache.Entries()[0];
   Tamper(entry);
   SECTION("a group- or world-writable directory") {
     REQUIRE(::chmod(cache.dir().c_str(), 0777) == 0);
-    CHECK(Same(Load("default"), compiled));
+    CHECK(Same(LoadCached("default"), compiled));
   }
   SECTION("a file owned by another user") {
     // The suite runs as root (tools/test); an ordinary user cannot give a file away, so only root checks this.
     if (::geteuid() == 0) {
       REQUIRE(::chown(entry.c_str(), 65534, 65534) == 0);
-      CHECK(Same(Load("default"), compiled));
+      CHECK(Same(LoadCached("default"), compiled));
     }
   }
   SECTION("a writable file") {
     REQUIRE(::chmod(entry.c_str(), 0666) == 0);
-    CHECK(Same(Load("default"), compiled));
+    CHECK(Same(LoadCached("default"), compiled));
   }
   SECTION("a truncated file is recompiled and replaced") {
     fs::resize_file(entry, fs::file_size(entry) - 3);
-    CHECK(Same(Load("default"), compiled));
-    CHECK(Same(Load("default"), compiled));
+    CHECK(Same(LoadCached("default"), compiled));
+    CHECK(Same(LoadCached("default"), compiled));
     CHECK(fs::file_size(entry) > 100);
   }
 }
@@ -139,20 +139,20 @@ TEST_CASE("the cache is not trusted when others may write to it or the file is n
 TEST_CASE("another profile text, name or host misses the cache") {
   CacheDir cache;
   fs::path copy = fs::path(cache.root) / "mine.json";
-  fs::copy_file(kProfilesDir + "/strict.json", copy);
-  auto strict = Load(copy.string());
+  fs::copy_file(kCacheProfilesDir + "/strict.json", copy);
+  auto strict = LoadCached(copy.string());
   REQUIRE(cache.Entries().size() == 1);
   // Same rules, one more space: a new entry, never the old program for different text.
   {
     std::ofstream f(copy, std::ios::app);
     f << " ";
   }
-  CHECK(Same(Load(copy.string()), strict));
+  CHECK(Same(LoadCached(copy.string()), strict));
   CHECK(cache.Entries().size() == 2);
   // A different profile under the same path gets its own program.
-  fs::copy_file(kProfilesDir + "/default.json", copy, fs::copy_options::overwrite_existing);
-  CHECK(Same(Load(copy.string()), Load("default")));
-  CHECK_FALSE(Same(Load(copy.string()), strict));
+  fs::copy_file(kCacheProfilesDir + "/default.json", copy, fs::copy_options::overwrite_existing);
+  CHECK(Same(LoadCached(copy.string()), LoadCached("default")));
+  CHECK_FALSE(Same(LoadCached(copy.string()), strict));
 
   SeccompHost host = NativeSeccompHost();
   std::string text = *ReadFile(copy.string());
@@ -178,7 +178,7 @@ std::string StoredKey(const fs::path& entry) {
 TEST_CASE("a profile file that has not changed lately is known by its identity, a recent one by its text") {
   SeccompHost host = NativeSeccompHost();
   struct stat st;
-  REQUIRE(::stat((kProfilesDir + "/strict.json").c_str(), &st) == 0);
+  REQUIRE(::stat((kCacheProfilesDir + "/strict.json").c_str(), &st) == 0);
   const time_t changed = st.st_ctim.tv_sec;
   // Within kSeccompStableSeconds of its last change: no identity key (the times may not show a second edit).
   CHECK(SeccompCacheFileKey("strict", st, host, changed).empty());
@@ -186,7 +186,7 @@ TEST_CASE("a profile file that has not changed lately is known by its identity, 
   const std::string key = SeccompCacheFileKey("strict", st, host, changed + kSeccompStableSeconds);
   REQUIRE_FALSE(key.empty());
   CHECK(key.find("\"defaultAction\"") == std::string::npos);  // the text is not in it
-  CHECK(key != SeccompCacheKey("strict", *ReadFile(kProfilesDir + "/strict.json"), host));
+  CHECK(key != SeccompCacheKey("strict", *ReadFile(kCacheProfilesDir + "/strict.json"), host));
   // Any change of what an edit or a replacement changes is another key.
   const time_t later = changed + 100;
   for (auto change : std::vector<std::function<void(struct stat&)>>{
@@ -206,14 +206,14 @@ TEST_CASE("a profile file that has not changed lately is known by its identity, 
 TEST_CASE("a run loads a settled profile by its identity, and an edited profile never by its old one") {
   CacheDir cache;
   fs::path copy = fs::path(cache.root) / "mine.json";
-  fs::copy_file(kProfilesDir + "/strict.json", copy);
+  fs::copy_file(kCacheProfilesDir + "/strict.json", copy);
   // Fresh: stored under its text.
-  auto strict = Load(copy.string());
+  auto strict = LoadCached(copy.string());
   REQUIRE(cache.Entries().size() == 1);
   CHECK(StoredKey(cache.Entries()[0]).find("\"defaultAction\"") != std::string::npos);
   // Settled (its change time kSeccompStableSeconds in the past): stored and found under its identity.
   ::sleep(kSeccompStableSeconds + 1);
-  CHECK(Same(Load(copy.string()), strict));
+  CHECK(Same(LoadCached(copy.string()), strict));
   REQUIRE(cache.Entries().size() == 2);
   fs::path by_identity;
   for (const fs::path& entry : cache.Entries())
@@ -221,7 +221,7 @@ TEST_CASE("a run loads a settled profile by its identity, and an edited profile 
   REQUIRE_FALSE(by_identity.empty());
   // Proof that the next load is served from that entry, without the text: a changed program in it comes back.
   Tamper(by_identity);
-  CHECK(Load(copy.string()).back().k == 0x7fff0000u);
+  CHECK(LoadCached(copy.string()).back().k == 0x7fff0000u);
   // Edited to the same size (the default errno, EPERM, becomes ENOENT): its change time is new, so its old identity
   // no longer matches, and the edited rules are compiled.
   std::string text = *ReadFile(copy.string());
@@ -233,19 +233,19 @@ TEST_CASE("a run loads a settled profile by its identity, and an edited profile 
     f << text;
   }
   REQUIRE(fs::file_size(copy) == text.size());
-  auto edited = LoadSeccompProfile(copy.string(), kProfilesDir);
+  auto edited = LoadSeccompProfile(copy.string(), kCacheProfilesDir);
   REQUIRE(edited.ok());
   CHECK((*edited)->notify_errno == ENOENT);  // the errno nsbox answers denials with: the edited one
   CHECK((*edited)->filter.back().k != 0x7fff0000u);
   ::setenv("NSBOX_SECCOMP_CACHE", "off", 1);
-  CHECK(Same((*edited)->filter, Load(copy.string())));
+  CHECK(Same((*edited)->filter, LoadCached(copy.string())));
 }
 
 TEST_CASE("the cache can be turned off and keeps a bounded number of entries") {
   CacheDir cache;
   ::setenv("NSBOX_SECCOMP_CACHE", "off", 1);
   CHECK(SeccompCacheDir().empty());
-  Load("default");
+  LoadCached("default");
   CHECK_FALSE(fs::exists(cache.dir()));
   ::unsetenv("NSBOX_SECCOMP_CACHE");
 
@@ -254,7 +254,7 @@ TEST_CASE("the cache can be turned off and keeps a bounded number of entries") {
   for (int i = 0; i < kSeccompCacheMaxEntries + 10; ++i) {
     std::ofstream(cache.dir() / ("old-" + std::to_string(i) + ".bpf")) << "stale";
   }
-  Load("strict");
+  LoadCached("strict");
   CHECK(cache.Entries().size() == static_cast<size_t>(kSeccompCacheMaxEntries));
-  CHECK(Same(Load("strict"), Load("strict")));
+  CHECK(Same(LoadCached("strict"), LoadCached("strict")));
 }

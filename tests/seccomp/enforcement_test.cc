@@ -34,7 +34,7 @@ using namespace nsbox;
 
 namespace {
 
-const std::string kProfilesDir = NSBOX_SOURCE_DIR "/seccomp-profiles";
+const std::string kEnforcementProfilesDir = NSBOX_SOURCE_DIR "/seccomp-profiles";
 // Denied calls get arguments that would fail harmlessly (and not with EPERM: the tests run as root)
 // should a filter ever let them through: a mount target that does not exist, all-ones arguments.
 constexpr const char* kNoMountTarget = "/nonexistent-nsbox-seccomp-test";
@@ -49,7 +49,7 @@ struct ChildOutcome {
 };
 
 std::shared_ptr<const SeccompProgram> Load(const std::string& name) {
-  auto program = LoadSeccompProfile(name, kProfilesDir);
+  auto program = LoadSeccompProfile(name, kEnforcementProfilesDir);
   INFO(program.status().message());
   REQUIRE(program.ok());
   return *program;

@@ -16,14 +16,14 @@ using nsbox::CheckTrustedPath;
 namespace {
 
 // A fresh directory under /tmp (root's and sticky, which the rule accepts above a trusted path), mode 0755.
-struct TempTree {
+struct DataTempTree {
   fs::path root;
-  TempTree() {
+  DataTempTree() {
     char tmpl[] = "/tmp/nsbox-data-dir-test-XXXXXX";
     root = ::mkdtemp(tmpl);
     ::chmod(root.c_str(), 0755);
   }
-  ~TempTree() { fs::remove_all(root); }
+  ~DataTempTree() { fs::remove_all(root); }
   fs::path Dir(const std::string& relative, mode_t mode = 0755) {
     fs::path p = root / relative;
     fs::create_directories(p);
@@ -35,7 +35,7 @@ struct TempTree {
 }  // namespace
 
 TEST_CASE("a data directory only root or the running user can change is accepted, resolved") {
-  TempTree t;
+  DataTempTree t;
   fs::path data = t.Dir("share/nsbox");
   auto checked = CheckTrustedPath((t.root / "share/./nsbox").string(), ::geteuid());
   INFO((checked.ok() ? "" : checked.status().message()));
@@ -44,7 +44,7 @@ TEST_CASE("a data directory only root or the running user can change is accepted
 }
 
 TEST_CASE("a world-writable data directory is refused, naming it and the fix") {
-  TempTree t;
+  DataTempTree t;
   fs::path data = t.Dir("nsbox", 0777);
   auto checked = CheckTrustedPath(data.string(), ::geteuid());
   REQUIRE_FALSE(checked.ok());
@@ -53,7 +53,7 @@ TEST_CASE("a world-writable data directory is refused, naming it and the fix") {
 }
 
 TEST_CASE("a group-writable directory above the data directory is refused, naming that directory") {
-  TempTree t;
+  DataTempTree t;
   fs::path above = t.Dir("opt", 0775);
   fs::path data = t.Dir("opt/nsbox");
   auto checked = CheckTrustedPath(data.string(), ::geteuid());
@@ -62,7 +62,7 @@ TEST_CASE("a group-writable directory above the data directory is refused, namin
 }
 
 TEST_CASE("a world-writable sticky directory is accepted above the data directory but not as it") {
-  TempTree t;
+  DataTempTree t;
   fs::path sticky = t.Dir("shared", 01777);
   fs::path data = t.Dir("shared/nsbox");
   CHECK(CheckTrustedPath(data.string(), ::geteuid()).ok());
@@ -72,7 +72,7 @@ TEST_CASE("a world-writable sticky directory is accepted above the data director
 }
 
 TEST_CASE("a data directory owned by another user is refused, naming its owner") {
-  TempTree t;
+  DataTempTree t;
   fs::path data = t.Dir("nsbox");
   uid_t running = ::geteuid();
   if (running == 0) {
@@ -87,7 +87,7 @@ TEST_CASE("a data directory owned by another user is refused, naming its owner")
 }
 
 TEST_CASE("a world-writable file in a trusted directory is refused") {
-  TempTree t;
+  DataTempTree t;
   fs::path data = t.Dir("nsbox");
   fs::path file = data / "mkrootfs";
   { std::FILE* f = std::fopen(file.c_str(), "w"); REQUIRE(f); std::fclose(f); }
@@ -98,7 +98,7 @@ TEST_CASE("a world-writable file in a trusted directory is refused") {
 }
 
 TEST_CASE("a symlink is judged by what it points to, and the answer is the target, not the link") {
-  TempTree t;
+  DataTempTree t;
   fs::path open_dir = t.Dir("open", 0777);
   fs::path trusted = t.Dir("trusted/nsbox");
   fs::path into_open = t.root / "link-to-open";

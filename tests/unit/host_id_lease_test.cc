@@ -15,10 +15,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Fixture {
+struct LeaseFixture {
   fs::path root;
   HostIdLeaseOptions options;
-  Fixture() {
+  LeaseFixture() {
     char tmpl[] = "/tmp/host-id-lease-test-XXXXXX";
     REQUIRE(::mkdtemp(tmpl) != nullptr);
     root = tmpl;
@@ -27,7 +27,7 @@ struct Fixture {
     options.etc_dir = (root / "etc").string();
     options.range = {2000000, 2000009};
   }
-  ~Fixture() {
+  ~LeaseFixture() {
     std::error_code ignored;
     fs::remove_all(root, ignored);
   }
@@ -49,7 +49,7 @@ TEST_CASE("a host id range is FIRST-LAST above the host's ordinary ids") {
 }
 
 TEST_CASE("leases take the lowest free id, skip held ones, and end when the range is used up") {
-  Fixture f;
+  LeaseFixture f;
   f.options.range = {2000000, 2000002};
   auto a = LeaseHostId(f.options);
   auto b = LeaseHostId(f.options);
@@ -71,7 +71,7 @@ TEST_CASE("leases take the lowest free id, skip held ones, and end when the rang
 }
 
 TEST_CASE("ids that subuid, subgid, passwd or group hand out are never leased") {
-  Fixture f;
+  LeaseFixture f;
   f.Etc("subuid", "alice:2000000:2\nbroken line\n");
   f.Etc("subgid", "bob:2000003:1\n");
   f.Etc("passwd", "svc:x:2000002:100::/:/bin/false\n");
@@ -82,7 +82,7 @@ TEST_CASE("ids that subuid, subgid, passwd or group hand out are never leased") 
 }
 
 TEST_CASE("a lease ends with its holder, even one killed with SIGKILL") {
-  Fixture f;
+  LeaseFixture f;
   int ready[2];
   REQUIRE(::pipe(ready) == 0);
   pid_t holder = ::fork();
@@ -110,7 +110,7 @@ TEST_CASE("a lease ends with its holder, even one killed with SIGKILL") {
 }
 
 TEST_CASE("a lock directory that others may write is refused") {
-  Fixture f;
+  LeaseFixture f;
   fs::create_directories(f.options.lock_dir);
   REQUIRE(::chmod(f.options.lock_dir.c_str(), 0777) == 0);
   auto lease = LeaseHostId(f.options);

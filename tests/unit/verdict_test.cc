@@ -11,7 +11,7 @@ namespace {
 using nsbox::MakeVerdict;
 using nsbox::RunStatus;
 using nsbox::VerdictInputs;
-using Kind = VerdictInputs::Kind;
+using VerdictKind = VerdictInputs::Kind;
 
 int Exited(int code) { return code << 8; }  // a wait status, as W_EXITCODE builds it
 int Signaled(int sig) { return sig; }
@@ -26,7 +26,7 @@ nsbox::LimitsReport Limits(uint64_t oom_kills = 0, bool pids_hit = false) {
   return limits;
 }
 
-VerdictInputs Ran(Kind kind, int status) {
+VerdictInputs Ran(VerdictKind kind, int status) {
   VerdictInputs in;
   in.kind = kind;
   in.program_started = true;
@@ -38,7 +38,7 @@ VerdictInputs Ran(Kind kind, int status) {
 }  // namespace
 
 TEST_CASE("a program that exits 0 is ok, one that exits non-zero keeps its code", "[verdict]") {
-  for (Kind kind : {Kind::kRun, Kind::kSessionExec}) {
+  for (VerdictKind kind : {VerdictKind::kRun, VerdictKind::kSessionExec}) {
     auto ok = MakeVerdict(Ran(kind, Exited(0)));
     CHECK(ok.status == RunStatus::kOk);
     CHECK(ok.exit_code == 0);
@@ -52,18 +52,18 @@ TEST_CASE("a program that exits 0 is ok, one that exits non-zero keeps its code"
 }
 
 TEST_CASE("a program killed by a signal reports it; SIGSYS is a seccomp violation", "[verdict]") {
-  auto killed = MakeVerdict(Ran(Kind::kRun, Signaled(SIGSEGV)));
+  auto killed = MakeVerdict(Ran(VerdictKind::kRun, Signaled(SIGSEGV)));
   CHECK(killed.status == RunStatus::kSignal);
   CHECK(killed.signal == SIGSEGV);
   CHECK(killed.exit_code == -1);
   CHECK(killed.reason == "killed by signal 11 (SIGSEGV)");
-  auto violation = MakeVerdict(Ran(Kind::kSessionExec, Signaled(SIGSYS)));
+  auto violation = MakeVerdict(Ran(VerdictKind::kSessionExec, Signaled(SIGSYS)));
   CHECK(violation.status == RunStatus::kViolation);
   CHECK(violation.reason == "killed by the seccomp policy (SIGSYS)");
 }
 
 TEST_CASE("a time-out wins over the program's own end and says what was killed", "[verdict]") {
-  auto run = Ran(Kind::kRun, Signaled(SIGKILL));
+  auto run = Ran(VerdictKind::kRun, Signaled(SIGKILL));
   run.timed_out = true;
   run.wall_timeout = std::chrono::milliseconds(250);
   auto result = MakeVerdict(run);
@@ -71,7 +71,7 @@ TEST_CASE("a time-out wins over the program's own end and says what was killed",
   CHECK(result.signal == SIGKILL);
   CHECK(result.reason == "wall-clock time limit of 250 ms exceeded; every process of the sandbox was killed");
   CHECK(result.ShellExitCode() == 124);
-  auto exec = Ran(Kind::kSessionExec, Signaled(SIGKILL));
+  auto exec = Ran(VerdictKind::kSessionExec, Signaled(SIGKILL));
   exec.timed_out = true;
   exec.wall_timeout = std::chrono::milliseconds(250);
   CHECK(MakeVerdict(exec).reason.ends_with("the exec and its process group were killed (the session lives on)"));
@@ -79,14 +79,14 @@ TEST_CASE("a time-out wins over the program's own end and says what was killed",
 
 TEST_CASE("a cancelled run is killed by its caller, not timed out; a cancelled exec keeps its old wording",
           "[verdict]") {
-  auto in = Ran(Kind::kRun, Signaled(SIGKILL));
+  auto in = Ran(VerdictKind::kRun, Signaled(SIGKILL));
   in.cancelled = true;
   auto result = MakeVerdict(in);
   CHECK(result.status == RunStatus::kKilled);
   CHECK(result.signal == SIGKILL);
   CHECK_THAT(result.reason, Catch::StartsWith("cancelled by the caller"));
   // A session exec whose client went away: the runtimes read this as a cancel (runtime_test).
-  auto exec = Ran(Kind::kSessionExec, Signaled(SIGKILL));
+  auto exec = Ran(VerdictKind::kSessionExec, Signaled(SIGKILL));
   exec.cancelled = true;
   auto exec_result = MakeVerdict(exec);
   CHECK(exec_result.status == RunStatus::kTimeout);
@@ -94,18 +94,18 @@ TEST_CASE("a cancelled run is killed by its caller, not timed out; a cancelled e
 }
 
 TEST_CASE("SIGKILL while the OOM killer counted a kill is an OOM at the limit", "[verdict]") {
-  auto run = Ran(Kind::kRun, Signaled(SIGKILL));
+  auto run = Ran(VerdictKind::kRun, Signaled(SIGKILL));
   run.limits = Limits(/*oom_kills=*/1);
   auto result = MakeVerdict(run);
   CHECK(result.status == RunStatus::kOom);
   CHECK(result.reason == "killed by the OOM killer: the memory limit of 67108864 bytes was reached");
   CHECK(result.ShellExitCode() == 137);
-  auto exec = Ran(Kind::kSessionExec, Signaled(SIGKILL));
+  auto exec = Ran(VerdictKind::kSessionExec, Signaled(SIGKILL));
   exec.limits = Limits(1);
   CHECK(MakeVerdict(exec).reason ==
         "killed by the OOM killer: the session's memory limit of 67108864 bytes was reached");
   // Without an OOM kill, SIGKILL is a plain signal.
-  CHECK(MakeVerdict(Ran(Kind::kRun, Signaled(SIGKILL))).status == RunStatus::kSignal);
+  CHECK(MakeVerdict(Ran(VerdictKind::kRun, Signaled(SIGKILL))).status == RunStatus::kSignal);
 }
 
 TEST_CASE("a run whose pid 1 the OOM killer ended is an OOM, even without the program's own status", "[verdict]") {
@@ -119,7 +119,7 @@ TEST_CASE("a run whose pid 1 the OOM killer ended is an OOM, even without the pr
 }
 
 TEST_CASE("the OOM killer ending another process, and the pids limit, are added to the program's reason", "[verdict]") {
-  auto in = Ran(Kind::kRun, Exited(1));
+  auto in = Ran(VerdictKind::kRun, Exited(1));
   in.limits = Limits(/*oom_kills=*/2, /*pids_hit=*/true);
   auto result = MakeVerdict(in);
   CHECK(result.status == RunStatus::kExit);
@@ -130,7 +130,7 @@ TEST_CASE("the OOM killer ending another process, and the pids limit, are added 
 }
 
 TEST_CASE("output and measurements are copied as captured, truncation included", "[verdict]") {
-  auto in = Ran(Kind::kRun, Exited(0));
+  auto in = Ran(VerdictKind::kRun, Exited(0));
   in.stdout_stream = {"head\n[nsbox: 10 bytes cut]\ntail", 24, true};
   in.stderr_stream = {"warning", 7, false};
   in.wall_ms = 12;
@@ -153,13 +153,13 @@ TEST_CASE("output and measurements are copied as captured, truncation included",
 }
 
 TEST_CASE("an exec killed because its session ended says so", "[verdict]") {
-  auto in = Ran(Kind::kSessionExec, Signaled(SIGKILL));
+  auto in = Ran(VerdictKind::kSessionExec, Signaled(SIGKILL));
   in.session_ended = "the session ended while the exec ran (removed by nsbox session rm)";
   auto result = MakeVerdict(in);
   CHECK(result.status == RunStatus::kSignal);
   CHECK(result.reason == "the session ended while the exec ran (removed by nsbox session rm); the exec was killed");
   // A program that ended on its own keeps its own reason.
-  auto exited = Ran(Kind::kSessionExec, Exited(0));
+  auto exited = Ran(VerdictKind::kSessionExec, Exited(0));
   exited.session_ended = in.session_ended;
   CHECK(MakeVerdict(exited).reason == "exited with code 0");
 }
@@ -187,6 +187,6 @@ TEST_CASE("a setup error only when nothing ran: a failed step, or pid 1 gone bef
   CHECK(ran.signal == SIGKILL);
 
   VerdictInputs helper_gone;
-  helper_gone.kind = Kind::kSessionExec;
+  helper_gone.kind = VerdictKind::kSessionExec;
   CHECK(MakeVerdict(helper_gone).status == RunStatus::kSetupError);
 }
