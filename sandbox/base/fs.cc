@@ -74,6 +74,23 @@ bool PathExists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
+std::vector<NumberedLine> MeaningfulLines(std::string_view text) {
+  std::vector<NumberedLine> lines;
+  size_t number = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos || line[first] == '#') continue;
+    lines.push_back({number, std::string(line.substr(first))});
+  }
+  return lines;
+}
+
 bool SplitPathComponents(std::string_view path, std::vector<std::string_view>* parts) {
   parts->clear();
   size_t start = 0;

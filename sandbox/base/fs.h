@@ -21,4 +21,12 @@ int WriteAll(int fd, std::string_view data);
 // is "." or "..": callers that compare or confine paths textually refuse those rather than resolve them.
 bool SplitPathComponents(std::string_view path, std::vector<std::string_view>* parts);
 
+// The lines of a settings file (--env-file, --token-file) that say something, with their numbers from 1: a line's
+// trailing '\r' and leading blanks dropped, empty lines and '#' comments left out.
+struct NumberedLine {
+  size_t number;
+  std::string text;
+};
+std::vector<NumberedLine> MeaningfulLines(std::string_view text);
+
 }  // namespace nsbox

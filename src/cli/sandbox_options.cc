@@ -342,18 +342,8 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
   for (const auto& file : o.env_files) {
     auto text = ReadInput(file, 1 << 20, "--env-file");
     if (!text.ok()) return text.status();
-    size_t line_number = 0;
-    for (size_t start = 0; start < text->size();) {
-      size_t end = text->find('\n', start);
-      if (end == std::string::npos) end = text->size();
-      std::string line = text->substr(start, end - start);
-      start = end + 1;
-      ++line_number;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      const size_t first = line.find_first_not_of(" \t");
-      if (first == std::string::npos || line[first] == '#') continue;
-      NSBOX_RETURN_IF_ERROR(add_env(line.substr(first), fmt::format("--env-file {} line {}", file, line_number)));
-    }
+    for (const auto& line : MeaningfulLines(*text))
+      NSBOX_RETURN_IF_ERROR(add_env(line.text, fmt::format("--env-file {} line {}", file, line.number)));
   }
   for (const auto& kv : o.env) NSBOX_RETURN_IF_ERROR(add_env(kv, "--env"));
   if (!o.workdir.empty()) {

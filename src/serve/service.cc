@@ -60,15 +60,9 @@ StatusOr<std::map<std::string, std::string>> ReadTokenFile(const std::string& pa
   auto text = ReadFile(path, 1 << 20);
   if (!text.ok()) return text.status().Wrap("--token-file");
   std::map<std::string, std::string> tokens;
-  size_t line_number = 0;
-  for (size_t start = 0; start < text->size();) {
-    size_t end = text->find('\n', start);
-    if (end == std::string::npos) end = text->size();
-    std::string line = text->substr(start, end - start);
-    start = end + 1;
-    ++line_number;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (line.empty() || line[0] == '#') continue;
+  for (const auto& [line_number, text_line] : MeaningfulLines(*text)) {
+    std::string line = text_line;
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
     std::string name = "default", token = line;
     if (auto colon = line.find(':'); colon != std::string::npos) {
       name = line.substr(0, colon);
