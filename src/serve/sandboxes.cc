@@ -383,19 +383,11 @@ bool Sandboxes::PoolCanServe(const SandboxSpec& spec) const {
   return config_.pool.count(spec.template_name) && !spec.limits_given && spec.network == json("none");
 }
 
-uint64_t Sandboxes::CommittedMemory() const {
+uint64_t Sandboxes::Committed(uint64_t SandboxSpec::*field) const {
   uint64_t sum = 0;
-  for (const auto& [id, s] : sandboxes_) sum += s->spec.memory_bytes;
+  for (const auto& [id, s] : sandboxes_) sum += s->spec.*field;
   for (const auto& [name, entries] : pool_)
-    for (const auto& e : entries) sum += e.spec.memory_bytes;
-  return sum;
-}
-
-uint64_t Sandboxes::CommittedPids() const {
-  uint64_t sum = 0;
-  for (const auto& [id, s] : sandboxes_) sum += s->spec.pids;
-  for (const auto& [name, entries] : pool_)
-    for (const auto& e : entries) sum += e.spec.pids;
+    for (const auto& e : entries) sum += e.spec.*field;
   return sum;
 }
 
@@ -405,7 +397,7 @@ json Sandboxes::CapacityLocked() const {
     auto it = pool_.find(name);
     pool[name] = {{"ready", it == pool_.end() ? 0 : it->second.size()}, {"target", target}};
   }
-  const uint64_t memory = CommittedMemory(), pids = CommittedPids();
+  const uint64_t memory = Committed(&SandboxSpec::memory_bytes), pids = Committed(&SandboxSpec::pids);
   return {{"sandboxes",
            {{"running", sandboxes_.size()},
             {"max", config_.max_sandboxes},
@@ -449,10 +441,10 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
       pool_[spec.template_name].pop_front();
       wake_.notify_all();  // refill
     } else {
-      if (CommittedMemory() + spec.memory_bytes > config_.memory_budget_bytes)
+      if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes)
         throw full(fmt::format("the memory budget ({} bytes) has no room for {} more", config_.memory_budget_bytes,
                                spec.memory_bytes));
-      if (CommittedPids() + spec.pids > config_.pids_budget)
+      if (Committed(&SandboxSpec::pids) + spec.pids > config_.pids_budget)
         throw full(fmt::format("the pids budget ({}) has no room for {} more", config_.pids_budget, spec.pids));
     }
     // Held in the count while it is made, so that concurrent creates cannot overshoot the maximum.
@@ -522,6 +514,7 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   // The program, as `nsbox exec` would send it: for a compiled language the compile step too (PlanCompiledProgram,
   // RunProgram in the supervisor).
   cli::Program program;
+  auto found = session::FindSession(config_.state_dir, sandbox->session_id);  // once: its rootfs, its socket
   program.run.argv = exec.argv;
   program.run.env = DefaultSandboxEnv();
   program.run.env["PIP_BREAK_SYSTEM_PACKAGES"] = "1";
@@ -530,7 +523,6 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
     auto found_lang = cli::LookupLanguage(exec.language);
     if (!found_lang.ok()) throw BadRequest(fmt::format("'language': {}", found_lang.status().message()));
     lang = std::move(*found_lang);
-    auto found = session::FindSession(config_.state_dir, sandbox->session_id);
     std::string rootfs_dir = found.ok() ? found->json.value("rootfs_dir", "") : "";
     if (Status toolchain = cli::CheckToolchain(*lang, rootfs_dir); !toolchain.ok())
       throw BadRequest(toolchain.message());
@@ -554,7 +546,6 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   json request = cli::ExecRequest(program, exec.repl);
   request["stream"] = static_cast<bool>(sink);
 
-  auto found = session::FindSession(config_.state_dir, sandbox->session_id);
   if (!found.ok()) {
     Remove(sandbox);
     throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
@@ -701,7 +692,7 @@ void Sandboxes::PoolLoop() {
     }
     SandboxSpec spec;
     spec.template_name = want;
-    if (CommittedMemory() + spec.memory_bytes > config_.memory_budget_bytes) {
+    if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes) {
       wake_.wait_for(lock, std::chrono::seconds(1));
       continue;
     }

@@ -125,8 +125,8 @@ class Sandboxes {
   void PoolLoop();
   void PreloadRepl(const std::string& session_id);
   void ReaperLoop();
-  uint64_t CommittedMemory() const;  // with mutex_ held
-  uint64_t CommittedPids() const;    // with mutex_ held
+  // The sum of one limit (memory_bytes, pids) over the sandboxes and the pool, with mutex_ held.
+  uint64_t Committed(uint64_t SandboxSpec::*field) const;
   nlohmann::json CapacityLocked() const;
 
   ServeConfig config_;
