@@ -9,23 +9,36 @@
 
 namespace nsbox {
 
+// What kind of failure a Status is, for a caller that must act on it (an HTTP status, a retry) without reading the
+// message. kOther unless the one who made the error said otherwise; Errno() derives it from errno.
+enum class ErrorKind {
+  kOther,
+  kNotFound,  // the named thing does not exist (ENOENT)
+  kRefused,   // the request is not allowed: a path out of bounds, a link, the wrong file type, a bad name
+  kTooLarge,  // over a size limit, or out of space (ENOSPC, EFBIG, EDQUOT)
+};
+
 class Status {
  public:
   Status() = default;
   static Status Error(std::string message) { return Status(std::move(message)); }
+  static Status Error(ErrorKind kind, std::string message) { return Status(std::move(message), kind); }
   // "call(args): strerror (ENAME)" for a failed system call.
   static Status Errno(std::string_view call, int err = errno);
 
   bool ok() const { return !failed_; }
   const std::string& message() const { return message_; }
-  // Prepends context: "setting up /proc: mount(proc): Operation not permitted (EPERM)".
+  ErrorKind kind() const { return kind_; }
+  // Prepends context: "setting up /proc: mount(proc): Operation not permitted (EPERM)". The kind stays.
   Status Wrap(std::string_view context) const;
 
  private:
   // Every message is one printable line: control characters are escaped and echoes of huge inputs are cut.
-  explicit Status(std::string message) : failed_(true), message_(OneLine(std::move(message))) {}
+  explicit Status(std::string message, ErrorKind kind = ErrorKind::kOther)
+      : failed_(true), kind_(kind), message_(OneLine(std::move(message))) {}
   static std::string OneLine(std::string message);
   bool failed_ = false;
+  ErrorKind kind_ = ErrorKind::kOther;
   std::string message_;
 };
 

@@ -35,12 +35,31 @@ std::string Status::OneLine(std::string message) {
 }
 
 Status Status::Errno(std::string_view call, int err) {
-  return Status(fmt::format("{}: {} ({})", call, std::strerror(err), ErrnoName(err)));
+  ErrorKind kind = ErrorKind::kOther;
+  switch (err) {
+    case ENOENT:
+      kind = ErrorKind::kNotFound;
+      break;
+    case ENOSPC:
+    case EFBIG:
+    case EDQUOT:
+      kind = ErrorKind::kTooLarge;
+      break;
+    case ENOTDIR:
+    case EISDIR:
+    case ELOOP:
+    case EXDEV:
+      kind = ErrorKind::kRefused;
+      break;
+    default:
+      break;
+  }
+  return Status(fmt::format("{}: {} ({})", call, std::strerror(err), ErrnoName(err)), kind);
 }
 
 Status Status::Wrap(std::string_view context) const {
   if (ok()) return *this;
-  return Status(fmt::format("{}: {}", context, message_));
+  return Status(fmt::format("{}: {}", context, message_), kind_);
 }
 
 }  // namespace nsbox

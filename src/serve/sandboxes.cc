@@ -624,15 +624,17 @@ UniqueFd Sandboxes::OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t
 namespace {
 // A refusal of the workspace helpers: a missing file is 404, a link or a bad path 400, a full disk 413.
 [[noreturn]] void ThrowFileError(const Status& status) {
-  const std::string& m = status.message();
-  if (m.find("No such file") != std::string::npos) throw NotFound(m);
-  if (m.find("No space left") != std::string::npos || m.find("larger than") != std::string::npos ||
-      m.find("more than the limit") != std::string::npos)
-    throw ApiError(413, "payload_too_large", m);
-  if (m.find("Not a directory") != std::string::npos || m.find("refusing") != std::string::npos ||
-      m.find("is a directory") != std::string::npos || m.find("not allowed") != std::string::npos)
-    throw BadRequest(m);
-  throw ApiError(500, "setup_failed", m);
+  switch (status.kind()) {
+    case ErrorKind::kNotFound:
+      throw NotFound(status.message());
+    case ErrorKind::kTooLarge:
+      throw ApiError(413, "payload_too_large", status.message());
+    case ErrorKind::kRefused:
+      throw BadRequest(status.message());
+    case ErrorKind::kOther:
+      break;
+  }
+  throw ApiError(500, "setup_failed", status.message());
 }
 }  // namespace
 

@@ -32,8 +32,10 @@ StatusOr<UniqueFd> OpenBeneath(int dir_fd, const std::string& rel, uint64_t flag
   int fd = static_cast<int>(::syscall(SYS_openat2, dir_fd, rel.empty() ? "." : rel.c_str(), &how, sizeof how));
   if (fd >= 0) return UniqueFd(fd);
   if (errno == ELOOP)
-    return Status::Error(fmt::format("refusing {}: it is, or passes through, a symbolic link", shown));
-  if (errno == EXDEV) return Status::Error(fmt::format("refusing {}: it leaves the workspace", shown));
+    return Status::Error(ErrorKind::kRefused,
+                         fmt::format("refusing {}: it is, or passes through, a symbolic link", shown));
+  if (errno == EXDEV)
+    return Status::Error(ErrorKind::kRefused, fmt::format("refusing {}: it leaves the workspace", shown));
   return Status::Errno(fmt::format("openat2(/workspace, {}, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)", rel));
 }
 
@@ -58,7 +60,8 @@ StatusOr<std::string> ReadCapped(int fd, uint64_t max_bytes, const std::string& 
     }
     if (n == 0) return data;
     if (data.size() + static_cast<uint64_t>(n) > max_bytes)
-      return Status::Error(fmt::format("refusing {}: larger than the limit of {} bytes", shown, max_bytes));
+      return Status::Error(ErrorKind::kTooLarge,
+                           fmt::format("refusing {}: larger than the limit of {} bytes", shown, max_bytes));
     data.append(buffer, static_cast<size_t>(n));
   }
 }
@@ -80,13 +83,16 @@ StatusOr<std::string> WorkspaceRelativePath(const std::string& path) {
   // The workspace itself, however it is spelled ("S:", "S:.", "S:/workspace/"): cp puts a file there by its name.
   if (rel == "/workspace" || rel == "/workspace/" || rel == "." || rel == "./" || rel == "/workspace/.")
     return std::string();
-  if (rel.starts_with("/workspace/")) rel = rel.substr(strlen("/workspace/"));
+  if (rel.starts_with("/workspace/"))
+    rel = rel.substr(strlen("/workspace/"));
   else if (!rel.empty() && rel[0] == '/')
     return Status::Error(
+        ErrorKind::kRefused,
         fmt::format("'{}' is outside /workspace (give a path in /workspace, or relative to it)", path));
   // Textual checks for clear messages; openat2 enforces the same and more. Empty parts ("a//b") are dropped.
   std::vector<std::string_view> parts;
-  if (!SplitPathComponents(rel, &parts)) return Status::Error(fmt::format("'{}': '.' and '..' are not allowed", path));
+  if (!SplitPathComponents(rel, &parts))
+    return Status::Error(ErrorKind::kRefused, fmt::format("'{}': '.' and '..' are not allowed", path));
   std::string clean;
   for (std::string_view part : parts) {
     if (!clean.empty()) clean += '/';
@@ -98,22 +104,24 @@ StatusOr<std::string> WorkspaceRelativePath(const std::string& path) {
 
 StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel, uint64_t max_bytes) {
   std::string shown = "/workspace/" + rel;
-  if (rel.empty() || rel.ends_with("/")) return Status::Error(fmt::format("{} is a directory; give a file", shown));
+  if (rel.empty() || rel.ends_with("/"))
+    return Status::Error(ErrorKind::kRefused, fmt::format("{} is a directory; give a file", shown));
   // Look first (O_PATH opens nothing), then open for reading and check it is still the same regular file.
   auto look = OpenBeneath(workspace_fd, rel, O_PATH | O_NOFOLLOW, shown);
   if (!look.ok()) return look.status();
   struct stat seen;
   if (::fstat(look->get(), &seen) != 0) return Status::Errno(fmt::format("fstat({})", shown));
-  if (!S_ISREG(seen.st_mode)) return Status::Error(fmt::format("refusing {}: {}", shown, KindOf(seen.st_mode)));
+  if (!S_ISREG(seen.st_mode))
+    return Status::Error(ErrorKind::kRefused, fmt::format("refusing {}: {}", shown, KindOf(seen.st_mode)));
   if (static_cast<uint64_t>(seen.st_size) > max_bytes)
-    return Status::Error(
-        fmt::format("refusing {}: {} bytes, more than the limit of {}", shown, seen.st_size, max_bytes));
+    return Status::Error(ErrorKind::kTooLarge, fmt::format("refusing {}: {} bytes, more than the limit of {}", shown,
+                                                           seen.st_size, max_bytes));
   auto file = OpenBeneath(workspace_fd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, shown);
   if (!file.ok()) return file.status();
   struct stat st;
   if (::fstat(file->get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", shown));
   if (!S_ISREG(st.st_mode) || st.st_ino != seen.st_ino || st.st_dev != seen.st_dev)
-    return Status::Error(fmt::format("refusing {}: it was replaced while being copied", shown));
+    return Status::Error(ErrorKind::kRefused, fmt::format("refusing {}: it was replaced while being copied", shown));
   return ReadCapped(file->get(), max_bytes, shown);
 }
 
@@ -127,7 +135,7 @@ StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::
   if (!out) return Status::Errno(fmt::format("open({})", target));
   struct stat out_st;
   if (::fstat(out.get(), &out_st) != 0 || !S_ISREG(out_st.st_mode))
-    return Status::Error(fmt::format("refusing to write {}: not a regular file", target));
+    return Status::Error(ErrorKind::kRefused, fmt::format("refusing to write {}: not a regular file", target));
   NSBOX_RETURN_IF_ERROR(WriteAllFd(out.get(), *data, target));
   return static_cast<uint64_t>(data->size());
 }
@@ -186,10 +194,11 @@ StatusOr<uint64_t> CopyIn(const std::string& host_path, int workspace_fd, const 
   if (!in) return Status::Errno(fmt::format("open({})", host_path));
   struct stat st;
   if (::fstat(in.get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", host_path));
-  if (!S_ISREG(st.st_mode)) return Status::Error(fmt::format("refusing {}: {}", host_path, KindOf(st.st_mode)));
+  if (!S_ISREG(st.st_mode))
+    return Status::Error(ErrorKind::kRefused, fmt::format("refusing {}: {}", host_path, KindOf(st.st_mode)));
   if (static_cast<uint64_t>(st.st_size) > max_bytes)
-    return Status::Error(
-        fmt::format("refusing {}: {} bytes, more than the limit of {}", host_path, st.st_size, max_bytes));
+    return Status::Error(ErrorKind::kTooLarge, fmt::format("refusing {}: {} bytes, more than the limit of {}",
+                                                           host_path, st.st_size, max_bytes));
   auto data = ReadCapped(in.get(), max_bytes, host_path);
   if (!data.ok()) return data.status();
 
@@ -222,10 +231,11 @@ StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, 
   std::string trimmed = rel;
   while (trimmed.ends_with("/")) trimmed.pop_back();
   std::string shown = "/workspace/" + trimmed;
-  if (trimmed.empty() || rel.ends_with("/")) return Status::Error(fmt::format("{} is a directory; give a file", shown));
+  if (trimmed.empty() || rel.ends_with("/"))
+    return Status::Error(ErrorKind::kRefused, fmt::format("{} is a directory; give a file", shown));
   std::vector<std::string_view> parts;
   if (!SplitPathComponents(trimmed, &parts) || parts.empty())
-    return Status::Error(fmt::format("'{}': '.' and '..' are not allowed", rel));
+    return Status::Error(ErrorKind::kRefused, fmt::format("'{}': '.' and '..' are not allowed", rel));
   // Each parent in turn: made (as the sandbox user) when missing, opened without following anything.
   auto dir = OpenBeneath(workspace_fd, "", O_PATH | O_DIRECTORY, "/workspace");
   if (!dir.ok()) return dir.status();
@@ -245,7 +255,7 @@ StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, 
   std::string name(parts.back());
   struct stat st;
   if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
-    return Status::Error(fmt::format("{} is a directory; give a file", shown));
+    return Status::Error(ErrorKind::kRefused, fmt::format("{} is a directory; give a file", shown));
   return ReplaceFile(dir->get(), name, data, uid, gid, shown);
 }
 
@@ -277,7 +287,8 @@ namespace {
 
 // Removes what `dir` holds, depth first, without following a link (a link is removed, not its target).
 Status RemoveContents(int dir, const std::string& shown, int depth) {
-  if (depth > 256) return Status::Error(fmt::format("refusing to remove {}: nested too deeply", shown));
+  if (depth > 256)
+    return Status::Error(ErrorKind::kRefused, fmt::format("refusing to remove {}: nested too deeply", shown));
   int copy = ::dup(dir);
   if (copy < 0) return Status::Errno("dup");
   DIR* stream = ::fdopendir(copy);
@@ -311,7 +322,7 @@ Status RemoveContents(int dir, const std::string& shown, int depth) {
 Status RemoveWorkspacePath(int workspace_fd, const std::string& rel) {
   std::string trimmed = rel;
   while (trimmed.ends_with("/")) trimmed.pop_back();
-  if (trimmed.empty()) return Status::Error("refusing to remove /workspace itself");
+  if (trimmed.empty()) return Status::Error(ErrorKind::kRefused, "refusing to remove /workspace itself");
   std::string shown = "/workspace/" + trimmed;
   auto slash = trimmed.find_last_of('/');
   std::string dir_rel = slash == std::string::npos ? "" : trimmed.substr(0, slash);
@@ -319,7 +330,8 @@ Status RemoveWorkspacePath(int workspace_fd, const std::string& rel) {
   auto dir = OpenBeneath(workspace_fd, dir_rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, "/workspace/" + dir_rel);
   if (!dir.ok()) return dir.status();
   struct stat st;
-  if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Status::Errno(fmt::format("stat({})", shown));
+  if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return Status::Errno(fmt::format("stat({})", shown));
   if (S_ISDIR(st.st_mode)) {
     UniqueFd sub(::openat(dir->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!sub) return Status::Errno(fmt::format("open({})", shown));

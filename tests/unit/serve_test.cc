@@ -144,13 +144,17 @@ TEST_CASE("workspace files: parents made, links never followed, directories remo
   auto read = ReadWorkspaceFile(ws.get(), "a/b/c.bin", 1 << 20);
   REQUIRE(read.ok());
   CHECK(*read == std::string("\0\xff\x01", 3));
-  CHECK_FALSE(ReadWorkspaceFile(ws.get(), "a/b/c.bin", 2).ok());  // over the cap
-  CHECK_FALSE(WriteWorkspaceFile(ws.get(), "a/b", "x", uid, gid).ok());  // a directory is not replaced by a file
+  // Each refusal carries its kind, which the service maps to an HTTP status without reading the message.
+  CHECK(ReadWorkspaceFile(ws.get(), "a/b/c.bin", 2).status().kind() == nsbox::ErrorKind::kTooLarge);  // over the cap
+  // A directory is not replaced by a file.
+  CHECK(WriteWorkspaceFile(ws.get(), "a/b", "x", uid, gid).status().kind() == nsbox::ErrorKind::kRefused);
+  CHECK(ReadWorkspaceFile(ws.get(), "a/none", 1 << 20).status().kind() == nsbox::ErrorKind::kNotFound);
+  CHECK(ReadWorkspaceFile(ws.get(), "../x", 1 << 20).status().kind() == nsbox::ErrorKind::kRefused);
 
   // A link the sandbox made, to a directory outside: neither written through, read through nor listed through.
   REQUIRE(::symlink(outside.path.c_str(), (dir.path + "/out").c_str()) == 0);
-  CHECK_FALSE(WriteWorkspaceFile(ws.get(), "out/secret", "pwned", uid, gid).ok());
-  CHECK_FALSE(ReadWorkspaceFile(ws.get(), "out/secret", 1 << 20).ok());
+  CHECK(WriteWorkspaceFile(ws.get(), "out/secret", "pwned", uid, gid).status().kind() == nsbox::ErrorKind::kRefused);
+  CHECK(ReadWorkspaceFile(ws.get(), "out/secret", 1 << 20).status().kind() == nsbox::ErrorKind::kRefused);
   CHECK_FALSE(ListWorkspaceDir(ws.get(), "out").ok());
   auto listed = ListWorkspaceDir(ws.get(), "");
   REQUIRE(listed.ok());
@@ -165,5 +169,14 @@ TEST_CASE("workspace files: parents made, links never followed, directories remo
   CHECK(RemoveWorkspacePath(ws.get(), "a").ok());
   CHECK_FALSE(nsbox::PathExists(dir.path + "/a"));
   CHECK_FALSE(RemoveWorkspacePath(ws.get(), "").ok());
-  CHECK_FALSE(RemoveWorkspacePath(ws.get(), "missing").ok());
+  CHECK(RemoveWorkspacePath(ws.get(), "missing").kind() == nsbox::ErrorKind::kNotFound);
+}
+
+TEST_CASE("a Status's kind comes from errno and survives Wrap", "[serve]") {
+  CHECK(nsbox::Status::Errno("open(x)", ENOENT).Wrap("reading").kind() == nsbox::ErrorKind::kNotFound);
+  CHECK(nsbox::Status::Errno("write(x)", ENOSPC).kind() == nsbox::ErrorKind::kTooLarge);
+  CHECK(nsbox::Status::Errno("open(x)", ELOOP).kind() == nsbox::ErrorKind::kRefused);
+  CHECK(nsbox::Status::Errno("mount", EPERM).kind() == nsbox::ErrorKind::kOther);
+  CHECK(nsbox::Status::Error("plain").kind() == nsbox::ErrorKind::kOther);
+  CHECK(nsbox::OkStatus().kind() == nsbox::ErrorKind::kOther);
 }
