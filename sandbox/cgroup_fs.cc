@@ -482,13 +482,15 @@ class CgroupChildGroup final : public CgroupChild {
 
 StatusOr<std::unique_ptr<CgroupChild>> MakeCgroupChild(const std::string& parent, const std::string& name,
                                                        const char* join_file, CgroupSelfJoin join, int slot,
-                                                       bool kill_file, bool freezer, const ChildMemory& memory) {
+                                                       bool kill_file, bool freezer, const ChildMemory& memory,
+                                                       const std::function<void(const std::string&)>& mkdir_hook) {
   if (slot < 0 || slot > join.count || slot >= CgroupSelfJoin::kMax)
     return Status::Error(fmt::format("{} is not one of the sandbox's groups", parent));
   if (memory.limit > 0 && !memory.parent.empty() && (memory.slot < 0 || memory.slot >= join.count))
     return Status::Error(fmt::format("{} is not one of the sandbox's groups", memory.parent));
   std::string dir = parent + "/" + name;
   if (::mkdir(dir.c_str(), 0755) != 0) return Status::Errno(fmt::format("mkdir({})", dir));
+  if (mkdir_hook) mkdir_hook(dir);
   UniqueFd own_fd(::open((dir + "/" + join_file).c_str(), O_WRONLY | O_CLOEXEC));
   if (!own_fd) {
     Status s = Status::Errno(fmt::format("open({}/{})", dir, join_file));
@@ -514,6 +516,7 @@ StatusOr<std::unique_ptr<CgroupChild>> MakeCgroupChild(const std::string& parent
   // v1: a group in the memory hierarchy, set up before the child owns it so that a failure removes it here.
   if (::mkdir(limit_dir.c_str(), 0755) != 0)
     return Status::Errno(fmt::format("mkdir({})", limit_dir)).Wrap("setting the exec's memory limit");
+  if (mkdir_hook) mkdir_hook(limit_dir);
   auto set_up = [&]() -> StatusOr<UniqueFd> {
     NSBOX_RETURN_IF_ERROR(WriteCgroupFile(limit_dir + "/memory.limit_in_bytes", limit));
     if (memory.memsw) NSBOX_RETURN_IF_ERROR(WriteCgroupFile(limit_dir + "/memory.memsw.limit_in_bytes", limit));

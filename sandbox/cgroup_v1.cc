@@ -123,7 +123,7 @@ class CgroupV1 final : public Cgroup {
     if (memory_max_bytes > 0 && (memory_dir_ == parent || join.memory_index < 0))
       return Status::Error("the memory controller shares a hierarchy with the exec's group; no memory limit of its own");
     return MakeCgroupChild(parent, name, "tasks", join, slot, /*kill_file=*/false,
-                           /*freezer=*/parent == freezer_dir_, memory);
+                           /*freezer=*/parent == freezer_dir_, memory, mkdir_hook_);
   }
 
   CgroupStats ReadCounters() const override {
@@ -257,6 +257,9 @@ class CgroupV1 final : public Cgroup {
   ControlFile oom_control_, max_usage_, pids_events_, cpu_stat_, cpuacct_usage_, all_procs_;
   bool swap_limited_ = false;
   bool removed_ = false;
+
+ public:
+  std::function<void(const std::string&)> mkdir_hook_;  // CgroupConfig::fake_fs_mkdir_hook, for child groups
 };
 
 }  // namespace
@@ -264,6 +267,7 @@ class CgroupV1 final : public Cgroup {
 StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, const CgroupConfig& config,
                                                  const V1Dirs& parents) {
   auto group = std::make_unique<CgroupV1>(parents, config.subtree, NewGroupName());
+  group->mkdir_hook_ = config.fake_fs_mkdir_hook;
   if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper(config));
   for (const Hierarchy& hierarchy : group->hierarchies()) {
     // v1 needs nothing enabled anywhere: the controllers are the hierarchy's own.

@@ -68,7 +68,7 @@ class CgroupV2 final : public Cgroup {
     // next to the child. With one, the memory controller goes to the children (EnableMemoryBelow).
     if (memory_max_bytes > 0) NSBOX_RETURN_IF_ERROR(EnableMemoryBelow().Wrap("setting the exec's memory limit"));
     return MakeCgroupChild(dir_, name, "cgroup.procs", CgroupSelfJoin{}, 0, /*kill_file=*/true, /*freezer=*/false,
-                           ChildMemory{.limit = memory_max_bytes, .parent = "", .slot = -1, .memsw = false});
+                           ChildMemory{.limit = memory_max_bytes, .parent = "", .slot = -1, .memsw = false}, mkdir_hook_);
   }
 
   // "No internal processes": a group that gives its children a controller holds no processes itself. The first time
@@ -79,6 +79,7 @@ class CgroupV2 final : public Cgroup {
     const std::string leaf = dir_ + "/" + kLeafName;
     if (!leaf_procs_fd_) {
       if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) return Status::Errno(fmt::format("mkdir({})", leaf));
+      if (mkdir_hook_) mkdir_hook_(leaf);
       leaf_procs_fd_.reset(::open((leaf + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
       if (!leaf_procs_fd_) return Status::Errno(fmt::format("open({}/cgroup.procs)", leaf));
     }
@@ -197,6 +198,9 @@ class CgroupV2 final : public Cgroup {
   std::unique_ptr<Reaper> reaper_;
   bool swap_limited_ = false;
   bool removed_ = false;
+
+ public:
+  std::function<void(const std::string&)> mkdir_hook_;  // CgroupConfig::fake_fs_mkdir_hook, for child groups
 };
 
 // Enables the controllers for dir's children; *err gets the errno of a failure.
@@ -246,6 +250,7 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, con
   std::string subtree_dir = parent + "/" + config.subtree;
   std::string dir = subtree_dir + "/" + NewGroupName();
   auto group = std::make_unique<CgroupV2>(subtree_dir, dir);  // from here on, its destructor removes dir
+  group->mkdir_hook_ = config.fake_fs_mkdir_hook;
   if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper(config));
   NSBOX_RETURN_IF_ERROR(MakeGroupDir(subtree_dir, dir, config, [&] {
     int prepare_err = 0;
