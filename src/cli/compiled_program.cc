@@ -144,6 +144,7 @@ Program PlanCompiledProgram(const Language& lang, Executor program, const std::s
   for (const auto& [key, value] : spec.env) compile.env[key] = Fill(value, build_dir, spec.output);
   compile.stdin_fd = -1;  // the program's input is the program's
   compile.wall_timeout = compile_timeout;
+  compile.memory_max_bytes = spec.memory_bytes;  // its own group's limit; --compile-memory overrides (BuildProgram)
 
   program.code.clear();
   program.code_path.clear();
