@@ -93,8 +93,8 @@ struct CgroupStats {
   std::vector<std::string> read_errors;
 };
 
-// A group inside a sandbox's group for one exec of a session: no limits of its own (the session's hold for it too),
-// only membership, so that a time-out can kill every process the exec started, those that left its process group
+// A group inside a sandbox's group for one exec of a session: no limits of its own unless asked for a memory limit
+// (the session's hold for it too), only membership, so that a time-out can kill every process the exec started, those that left its process group
 // or session included. Where it lives: v2, <group>/<name>; v1, in the freezer hierarchy (a kill that a fork bomb
 // cannot race), else the pids one. Its destructor kills nothing and removes the directory if it is empty; one it
 // leaves (a background process still runs in it) goes with the sandbox's group, whose removal takes the empty
@@ -111,6 +111,10 @@ class CgroupChild {
   // rmdir; false while processes are still in it.
   virtual bool TryRemove() = 0;
   virtual std::string path() const = 0;
+  // OOM kills in this group that the sandbox's own counter does not include (v1: its memory group is a group of its
+  // own, whose oom_kill count stays there); 0 without a memory limit of its own, and on v2 (memory.events counts
+  // the subtree).
+  virtual uint64_t OomKillsApart() const { return 0; }
 
  protected:
   CgroupChild() = default;
@@ -150,8 +154,10 @@ class Cgroup {
   // while the caller goes on with its verdict and its own exit. False, and nothing done, without a reaper. The
   // caller reaps the reaper before it exits (WaitForDismissedReapers), so the group is gone by then.
   virtual bool RemoveInBackground() = 0;
-  // A membership-only group below this one (CgroupChild), named `name` (one path component).
-  virtual StatusOr<std::unique_ptr<CgroupChild>> CreateChild(const std::string& name) = 0;
+  // A group below this one (CgroupChild), named `name` (one path component); memory_max_bytes > 0 gives it a memory
+  // limit of its own (v1: a group in the memory hierarchy too), or fails saying which limit could not be set.
+  virtual StatusOr<std::unique_ptr<CgroupChild>> CreateChild(const std::string& name,
+                                                             uint64_t memory_max_bytes = 0) = 0;
   // Which mechanism enforced each limit, with measurements already read by ReadStats().
   virtual LimitsReport ReportFrom(const CgroupLimits& limits, const CgroupStats& stats) const = 0;
   // The same, reading the measurements now.

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -88,9 +89,20 @@ int RawRemoveDir(const char* dir);
 // A CgroupChild for both backends: makes <parent>/<name> and opens its join_file ("tasks" on v1, "cgroup.procs" on
 // v2) into join.fds[slot] (slot == join.count: appended), the sandbox's join with the parent's descriptor replaced.
 // kill_file: v2's cgroup.kill; freezer: the child is in a v1 freezer hierarchy.
+// memory: the child's own memory limit (limit 0: none). v1: a group <memory.parent>/<name> in the memory hierarchy,
+// limited by memory.limit_in_bytes (and memory.memsw.limit_in_bytes when swap is accounted: no swap for the step),
+// whose tasks file takes join.fds[memory.slot]. mkdir_hook: CgroupConfig::fake_fs_mkdir_hook (tests), after each mkdir. v2 (memory.parent empty): memory.max (and memory.swap.max 0) in the
+// child's own directory.
+struct ChildMemory {
+  uint64_t limit = 0;
+  std::string parent;
+  int slot = -1;
+  bool memsw = false;
+};
 StatusOr<std::unique_ptr<CgroupChild>> MakeCgroupChild(const std::string& parent, const std::string& name,
                                                        const char* join_file, CgroupSelfJoin join, int slot,
-                                                       bool kill_file, bool freezer);
+                                                       bool kill_file, bool freezer, const ChildMemory& memory = {},
+                                                       const std::function<void(const std::string&)>& mkdir_hook = {});
 
 // --- template definition ---
 template <typename Prepare>

@@ -109,15 +109,21 @@ class CgroupV1 final : public Cgroup {
     return OkStatus();
   }
 
-  StatusOr<std::unique_ptr<CgroupChild>> CreateChild(const std::string& name) override {
+  StatusOr<std::unique_ptr<CgroupChild>> CreateChild(const std::string& name, uint64_t memory_max_bytes) override {
     // The freezer's group where there is one: its kill cannot be raced by a fork bomb. Else the pids group.
     const std::string& parent = !freezer_dir_.empty() ? freezer_dir_ : pids_dir_;
     if (parent.empty()) return Status::Error("no freezer or pids cgroup to hold an exec's processes");
+    const CgroupSelfJoin join = self_join();
     int slot = -1;
     for (size_t i = 0; i < hierarchies_.size(); ++i)
       if (hierarchies_[i].dir == parent) slot = static_cast<int>(i);
-    return MakeCgroupChild(parent, name, "tasks", self_join(), slot, /*kill_file=*/false,
-                           /*freezer=*/parent == freezer_dir_);
+    // A memory limit of its own: a group in the memory hierarchy as well (a hierarchy of its own on v1).
+    ChildMemory memory{.limit = memory_max_bytes, .parent = memory_dir_, .slot = join.memory_index,
+                       .memsw = swap_limited_};
+    if (memory_max_bytes > 0 && (memory_dir_ == parent || join.memory_index < 0))
+      return Status::Error("the memory controller shares a hierarchy with the exec's group; no memory limit of its own");
+    return MakeCgroupChild(parent, name, "tasks", join, slot, /*kill_file=*/false,
+                           /*freezer=*/parent == freezer_dir_, memory, mkdir_hook_);
   }
 
   CgroupStats ReadCounters() const override {
@@ -251,6 +257,9 @@ class CgroupV1 final : public Cgroup {
   ControlFile oom_control_, max_usage_, pids_events_, cpu_stat_, cpuacct_usage_, all_procs_;
   bool swap_limited_ = false;
   bool removed_ = false;
+
+ public:
+  std::function<void(const std::string&)> mkdir_hook_;  // CgroupConfig::fake_fs_mkdir_hook, for child groups
 };
 
 }  // namespace
@@ -258,6 +267,7 @@ class CgroupV1 final : public Cgroup {
 StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, const CgroupConfig& config,
                                                  const V1Dirs& parents) {
   auto group = std::make_unique<CgroupV1>(parents, config.subtree, NewGroupName());
+  group->mkdir_hook_ = config.fake_fs_mkdir_hook;
   if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper(config));
   for (const Hierarchy& hierarchy : group->hierarchies()) {
     // v1 needs nothing enabled anywhere: the controllers are the hierarchy's own.

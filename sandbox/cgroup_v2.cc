@@ -20,6 +20,25 @@ namespace {
 
 constexpr const char* kControllers[] = {"memory", "pids", "cpu"};
 constexpr uint64_t kCpuPeriodUs = 100000;
+// The leaf that holds the group's own processes once its exec groups have memory limits (EnableMemoryBelow).
+constexpr const char* kLeafName = "sandbox";
+
+std::string ControllersLine(const std::string& path) {
+  auto content = ReadFile(path);
+  return content.ok() ? *content : "";
+}
+
+bool HasController(const std::string& line, const std::string& controller) {
+  size_t at = 0;
+  while ((at = line.find(controller, at)) != std::string::npos) {
+    bool starts = at == 0 || line[at - 1] == ' ' || line[at - 1] == '+';
+    bool ends = at + controller.size() == line.size() || line[at + controller.size()] == ' ' ||
+                line[at + controller.size()] == '\n';
+    if (starts && ends) return true;
+    at += controller.size();
+  }
+  return false;
+}
 
 class CgroupV2 final : public Cgroup {
  public:
@@ -44,9 +63,37 @@ class CgroupV2 final : public Cgroup {
     return join;
   }
 
-  StatusOr<std::unique_ptr<CgroupChild>> CreateChild(const std::string& name) override {
-    // No controllers are enabled in this group's subtree_control, so pid 1 may stay in it next to the child.
-    return MakeCgroupChild(dir_, name, "cgroup.procs", CgroupSelfJoin{}, 0, /*kill_file=*/true, /*freezer=*/false);
+  StatusOr<std::unique_ptr<CgroupChild>> CreateChild(const std::string& name, uint64_t memory_max_bytes) override {
+    // Without a memory limit no controllers need be enabled in this group's subtree_control, so pid 1 may stay in it
+    // next to the child. With one, the memory controller goes to the children (EnableMemoryBelow).
+    if (memory_max_bytes > 0) NSBOX_RETURN_IF_ERROR(EnableMemoryBelow().Wrap("setting the exec's memory limit"));
+    return MakeCgroupChild(dir_, name, "cgroup.procs", CgroupSelfJoin{}, 0, /*kill_file=*/true, /*freezer=*/false,
+                           ChildMemory{.limit = memory_max_bytes, .parent = "", .slot = -1, .memsw = false}, mkdir_hook_);
+  }
+
+  // "No internal processes": a group that gives its children a controller holds no processes itself. The first time
+  // an exec asks for a memory limit of its own, the group's processes (the session's pid 1) move into a leaf,
+  // kLeafName, which is where later joins of the group go (self_join), and the children get the memory controller.
+  Status EnableMemoryBelow() {
+    if (HasController(ControllersLine(dir_ + "/cgroup.subtree_control"), "memory")) return OkStatus();
+    const std::string leaf = dir_ + "/" + kLeafName;
+    if (!leaf_procs_fd_) {
+      if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) return Status::Errno(fmt::format("mkdir({})", leaf));
+      if (mkdir_hook_) mkdir_hook_(leaf);
+      leaf_procs_fd_.reset(::open((leaf + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+      if (!leaf_procs_fd_) return Status::Errno(fmt::format("open({}/cgroup.procs)", leaf));
+    }
+    Status enabled;
+    for (int attempt = 0; attempt < 10; ++attempt) {  // a process that joins meanwhile makes the write EBUSY
+      for (pid_t pid : ReadPids(dir_ + "/cgroup.procs"))
+        (void)WriteCgroupFile(leaf + "/cgroup.procs", std::to_string(pid));  // one that exited meanwhile: ESRCH
+      int err = 0;
+      enabled = WriteCgroupFile(dir_ + "/cgroup.subtree_control", "+memory", &err);
+      if (enabled.ok() || err != EBUSY) break;
+    }
+    NSBOX_RETURN_IF_ERROR(enabled.Wrap("giving the memory controller to the sandbox's exec groups"));
+    procs_fd_ = std::move(leaf_procs_fd_);  // later joins go to the leaf
+    return OkStatus();
   }
 
   // cpu.stat holds both the usage and the throttled time: ReadStats reads it once, through here.
@@ -146,28 +193,15 @@ class CgroupV2 final : public Cgroup {
   std::string subtree_dir_;
   std::string dir_;
   UniqueFd dir_fd_;
-  UniqueFd procs_fd_;  // cgroup.procs, for self_join()
+  UniqueFd procs_fd_;  // cgroup.procs, for self_join(): the group's, or its leaf's (EnableMemoryBelow)
+  UniqueFd leaf_procs_fd_;
   std::unique_ptr<Reaper> reaper_;
   bool swap_limited_ = false;
   bool removed_ = false;
+
+ public:
+  std::function<void(const std::string&)> mkdir_hook_;  // CgroupConfig::fake_fs_mkdir_hook, for child groups
 };
-
-std::string ControllersLine(const std::string& path) {
-  auto content = ReadFile(path);
-  return content.ok() ? *content : "";
-}
-
-bool HasController(const std::string& line, const std::string& controller) {
-  size_t at = 0;
-  while ((at = line.find(controller, at)) != std::string::npos) {
-    bool starts = at == 0 || line[at - 1] == ' ' || line[at - 1] == '+';
-    bool ends = at + controller.size() == line.size() || line[at + controller.size()] == ' ' ||
-                line[at + controller.size()] == '\n';
-    if (starts && ends) return true;
-    at += controller.size();
-  }
-  return false;
-}
 
 // Enables the controllers for dir's children; *err gets the errno of a failure.
 Status EnableControllers(const std::string& dir, int* err) {
@@ -216,6 +250,7 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, con
   std::string subtree_dir = parent + "/" + config.subtree;
   std::string dir = subtree_dir + "/" + NewGroupName();
   auto group = std::make_unique<CgroupV2>(subtree_dir, dir);  // from here on, its destructor removes dir
+  group->mkdir_hook_ = config.fake_fs_mkdir_hook;
   if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper(config));
   NSBOX_RETURN_IF_ERROR(MakeGroupDir(subtree_dir, dir, config, [&] {
     int prepare_err = 0;

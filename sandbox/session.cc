@@ -265,6 +265,16 @@ StatusOr<std::unique_ptr<CgroupChild>> SessionSandbox::StartExecGroup() {
   return cgroup_->CreateChild(fmt::format("exec-{}", n));
 }
 
+StatusOr<std::unique_ptr<CgroupChild>> SessionSandbox::StartExecGroup(uint64_t memory_max_bytes) {
+  uint64_t n;
+  {
+    std::lock_guard lock(exec_groups_mutex_);
+    std::erase_if(kept_exec_groups_, [](const auto& group) { return group->TryRemove(); });
+    n = ++exec_group_counter_;
+  }
+  return cgroup_->CreateChild(fmt::format("exec-{}", n), memory_max_bytes);
+}
+
 void SessionSandbox::KeepExecGroup(std::unique_ptr<CgroupChild> group) {
   if (!group) return;
   std::lock_guard lock(exec_groups_mutex_);

@@ -139,6 +139,8 @@ class SessionSandbox {
   // A group of the exec's own below the session's (CgroupChild): the one PrepareNextExec made, else a new one; null
   // without a cgroup.
   StatusOr<std::unique_ptr<CgroupChild>> StartExecGroup();
+  // A fresh group with a memory limit of its own (never the spare, which has none).
+  StatusOr<std::unique_ptr<CgroupChild>> StartExecGroup(uint64_t memory_max_bytes);
   // Keeps an ended exec's group until PrepareNextExec (or the next exec) finds it empty and removes it.
   void KeepExecGroup(std::unique_ptr<CgroupChild> group);
   void Forget(pid_t payload);

@@ -213,7 +213,10 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   }
 
   // The exec's own group: its time-out kills everything the exec started, however it detached (setsid, double fork).
-  auto made = StartExecGroup();
+  // An exec with a memory limit of its own gets a fresh group carrying it; one that cannot be set is refused.
+  if (ex.memory_max_bytes > 0 && !cgroup_)
+    return SetupError("the exec's own memory limit needs the session's cgroup (the session runs without limits)");
+  auto made = ex.memory_max_bytes > 0 ? StartExecGroup(ex.memory_max_bytes) : StartExecGroup();
   if (!made.ok()) return SetupError(made.status().Wrap("creating the exec's cgroup").message());
   std::unique_ptr<CgroupChild> exec_group = std::move(*made);
   CgroupSelfJoin exec_join;
@@ -267,6 +270,10 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
 
   supervisor.TakeOutput(&in);
   GatherVerdict(h, &counters_before, &in);
+  if (in.limits && exec_group && ex.memory_max_bytes > 0) {  // the exec's own memory limit: it is what held
+    in.limits->oom_kills += exec_group->OomKillsApart();
+    in.limits->memory_max_bytes = std::min(in.limits->memory_max_bytes, ex.memory_max_bytes);
+  }
   if (terminating_) in.session_ended = SessionEndedReason("exec");
   in.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   Result result = MakeVerdict(std::move(in));

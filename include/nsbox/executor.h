@@ -22,6 +22,9 @@ struct Executor {
   int stdin_fd = -1;
   uint64_t output_limit_bytes = 1 << 20;  // bytes kept per stream (head and tail), at most kMaxOutputLimitBytes
   std::chrono::milliseconds wall_timeout{30'000};
+  // A session exec's own memory limit, in a group of its own below the sandbox's (which still holds for it too): a
+  // compiled language's compile step and its program each get theirs. 0: the sandbox's limit alone.
+  uint64_t memory_max_bytes = 0;
   // When set, the program's code: it is sealed in a memfd (no file in the sandbox, so nothing another run or a
   // session's earlier exec could change), and every argv entry equal to code_path is replaced by "/dev/fd/N", from
   // which the interpreter reads it.

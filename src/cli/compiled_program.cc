@@ -33,7 +33,8 @@ nlohmann::json ExecutorToJson(const Executor& ex) {
           {"code_path", ex.code_path},
           {"code", ex.code},
           {"timeout_ms", ex.wall_timeout.count()},
-          {"output_limit", ex.output_limit_bytes}};
+          {"output_limit", ex.output_limit_bytes},
+          {"memory_max_bytes", ex.memory_max_bytes}};
 }
 
 Executor ExecutorFromJson(const nlohmann::json& request) {  // throws nlohmann::json::exception
@@ -46,6 +47,7 @@ Executor ExecutorFromJson(const nlohmann::json& request) {  // throws nlohmann::
   ex.code = request.value("code", "");
   ex.wall_timeout = std::chrono::milliseconds(request.at("timeout_ms").get<int64_t>());
   ex.output_limit_bytes = request.at("output_limit").get<uint64_t>();
+  ex.memory_max_bytes = request.value("memory_max_bytes", uint64_t{0});  // 0 or absent: the session's limit alone
   return ex;
 }
 
@@ -80,7 +82,7 @@ Result CompileVerdict(Result compiled, const std::string& compiler) {
       verdict.reason =
           CompilerHitMemoryLimit(verdict)
               ? fmt::format("compile step oom: a process of the compiler was killed by the OOM killer ({} exited "
-                            "with {}); give the sandbox more --memory",
+                            "with {}); give the compile step more --compile-memory",
                             compiler, verdict.exit_code)
               : fmt::format("compile error: {} exited with {}; its diagnostics are in stderr and stdout", compiler,
                             verdict.exit_code);
@@ -142,6 +144,7 @@ Program PlanCompiledProgram(const Language& lang, Executor program, const std::s
   for (const auto& [key, value] : spec.env) compile.env[key] = Fill(value, build_dir, spec.output);
   compile.stdin_fd = -1;  // the program's input is the program's
   compile.wall_timeout = compile_timeout;
+  compile.memory_max_bytes = spec.memory_bytes;  // its own group's limit; --compile-memory overrides (BuildProgram)
 
   program.code.clear();
   program.code_path.clear();

@@ -37,7 +37,8 @@ std::string NewBuildDir();
 
 // The compile plan of a compiled language (pure, for tests): `program` holds the program's environment, cwd, stdin,
 // umask and limits, as BuildExecutor made them; its code goes to the compiler, and its argv becomes the language's
-// with {build} and {output} filled in. The compiler reads /dev/null and runs for `compile_timeout`.
+// with {build} and {output} filled in. The compiler reads /dev/null, runs for `compile_timeout` and has the language's
+// compile memory as its own memory limit (Executor::memory_max_bytes).
 Program PlanCompiledProgram(const Language& lang, Executor program, const std::string& build_dir,
                             std::chrono::milliseconds compile_timeout);
 

@@ -22,7 +22,7 @@ struct CompileSpec {
   std::string output;             // what the compiler makes there ("main"), {output} in the run argv
   std::map<std::string, std::string> env;  // added to the program's environment for the compiler only
   std::chrono::milliseconds timeout{30'000};
-  uint64_t memory_bytes = 0;  // what the compiler needs: the sandbox's memory when --memory is not given
+  uint64_t memory_bytes = 0;  // what the compiler needs: the compile step's own memory limit (--compile-memory)
 };
 
 struct Language {

@@ -153,8 +153,8 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     auto fail = [&](const Status& status) {
       exit_code.value = FailBeforeRun("run", status.message(), program_options.json);
     };
-    Status memory = ApplyCompileMemory(program_options, run->get_option("--memory")->count() > 0, sandbox_options);
-    if (!memory.ok()) return fail(memory);
+    auto program_memory = ApplyCompileMemory(program_options, sandbox_options);
+    if (!program_memory.ok()) return fail(program_memory.status());
     auto policy = BuildPolicy(sandbox_options);
     if (!policy.ok()) return fail(policy.status());
     // Run as root: a host uid of this sandbox's own for as long as nsbox runs (see sandbox/host_id_lease.h).
@@ -173,6 +173,9 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
       proxy = std::make_unique<EgressProxyHooks>(**network);
     }
     if (program->compile) {
+      // Each step in a group with its own memory limit, the sandbox's the larger (ApplyCompileMemory).
+      program->run.memory_max_bytes = *program_memory;
+      if (sandbox_options.no_limits) program->compile->memory_max_bytes = 0;
       exit_code.value = EmitResult(RunCompiled(std::move(*program), std::move(*policy), proxy.get()),
                                    program_options.json);
       return;

@@ -220,6 +220,9 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& o) {
                   "says which the host has)");
   app->add_option("--compile-timeout", o.compile_timeout,
                   "a compiled language's compile step: its own wall-clock limit (default: the language's, e.g. 30s)");
+  app->add_option("--compile-memory", o.compile_memory,
+                  "a compiled language's compile step: its own memory limit (default: the language's, 1G; --memory is "
+                  "the program's)");
   app->add_option("--code", o.code, "the program text to run")->each([&o](const std::string&) { o.code_given = true; });
   app->add_option("--file", o.file, "a file holding the program text, or - for stdin")
       ->each([&o](const std::string&) { o.file_given = true; });
@@ -249,14 +252,33 @@ StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std
   return data;
 }
 
-Status ApplyCompileMemory(const ProgramOptions& o, bool memory_given, SandboxOptions& sandbox) {
-  if (memory_given || o.lang.empty() || sandbox.no_limits) return OkStatus();
+namespace {
+
+// --compile-memory, or the language table's; a bad value names the option.
+StatusOr<uint64_t> CompileMemory(const ProgramOptions& o, const Language& lang) {
+  if (o.compile_memory.empty()) return lang.compile->memory_bytes;
+  auto parsed = ParseSize(o.compile_memory);
+  if (!parsed.ok()) return parsed.status().Wrap("--compile-memory");
+  if (*parsed == 0) return Status::Error("--compile-memory: must be more than 0");
+  return *parsed;
+}
+
+}  // namespace
+
+StatusOr<uint64_t> ApplyCompileMemory(const ProgramOptions& o, SandboxOptions& sandbox) {
+  if (o.lang.empty()) return 0;
   auto lang = LookupLanguage(o.lang);
-  if (!lang.ok() || !lang->compile) return OkStatus();  // BuildProgram reports an unknown language
+  if (!lang.ok() || !lang->compile) return 0;  // BuildProgram reports an unknown language, a misplaced option
+  if (sandbox.no_limits) {
+    if (!o.compile_memory.empty()) return Status::Error("--compile-memory: --dangerously-run-without-limits sets no memory limits");
+    return 0;
+  }
+  auto compile = CompileMemory(o, *lang);
+  if (!compile.ok()) return compile.status();
   auto memory = ParseSize(sandbox.memory);
   if (!memory.ok()) return memory.status().Wrap("--memory");
-  if (lang->compile->memory_bytes > *memory) sandbox.memory = std::to_string(lang->compile->memory_bytes);
-  return OkStatus();
+  if (*compile > *memory) sandbox.memory = std::to_string(*compile);
+  return *memory;
 }
 
 StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& rootfs_dir) {
@@ -300,6 +322,8 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
     NSBOX_RETURN_IF_ERROR(CheckToolchain(*lang, rootfs_dir));
     if (!o.compile_timeout.empty() && !lang->compile)
       return Status::Error(fmt::format("--compile-timeout: language '{}' has no compile step", lang->name));
+    if (!o.compile_memory.empty() && !lang->compile)
+      return Status::Error(fmt::format("--compile-memory: language '{}' has no compile step", lang->name));
     if (o.file_given) {
       if (o.file == "-" && o.stdin_source == "-")
         return Status::Error("--file - and --stdin - both want nsbox's standard input");
@@ -319,6 +343,7 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
     }
   } else {
     if (!o.compile_timeout.empty()) return Status::Error("--compile-timeout needs --lang with a compiled language");
+    if (!o.compile_memory.empty()) return Status::Error("--compile-memory needs --lang with a compiled language");
     if (has_code) return Status::Error("--code and --file need --lang");
     if (o.command.empty())
       return Status::Error("nothing to run: give a command after --, or --lang with --code/--file");
@@ -369,7 +394,11 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
     if (!parsed.ok()) return parsed.status().Wrap("--compile-timeout");
     compile_timeout = *parsed;
   }
-  return PlanCompiledProgram(*lang, std::move(ex), NewBuildDir(), compile_timeout);
+  auto compile_memory = CompileMemory(o, *lang);
+  if (!compile_memory.ok()) return compile_memory.status();
+  Program program = PlanCompiledProgram(*lang, std::move(ex), NewBuildDir(), compile_timeout);
+  program.compile->memory_max_bytes = *compile_memory;
+  return program;
 }
 
 }  // namespace nsbox::cli

@@ -55,6 +55,7 @@ struct ProgramOptions {
   std::string workdir;                 // the program's working directory (default /workspace)
   std::string lang, code, file;
   std::string compile_timeout;  // a compiled language's compile step; "" → the language table's
+  std::string compile_memory;   // the compile step's own memory limit; "" → the language table's (1G)
   bool code_given = false, file_given = false;  // --code '' is an empty program, not no program
   std::vector<std::string> command;
 };
@@ -66,10 +67,11 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& options);
 StatusOr<Program> BuildProgram(const ProgramOptions& options, const std::string& rootfs_dir);
 // BuildProgram for a verb that runs one step only: a compiled language is refused, naming the verb.
 StatusOr<Executor> BuildExecutor(const ProgramOptions& options, const std::string& rootfs_dir);
-// A compiled language's compiler needs more memory than most programs: when --memory was not given, the sandbox's
-// memory becomes the language table's compile memory if that is larger. (One limit for both steps: the engine's
-// memory limit is the sandbox's cgroup, and a session exec's own group has no limits; see docs/languages.md.)
-Status ApplyCompileMemory(const ProgramOptions& program, bool memory_given, SandboxOptions& sandbox);
+// A compiled language's compiler needs more memory than most programs: each step has its own limit (an exec group
+// of its own, see docs/languages.md), and the sandbox's cgroup gets the larger of --compile-memory (default the
+// language table's) and --memory. Returns the program's own limit (--memory), 0 when there is none to set (not a
+// compiled language, --no-limits).
+StatusOr<uint64_t> ApplyCompileMemory(const ProgramOptions& program, SandboxOptions& sandbox);
 
 // Reads a whole input (a file, or "-" for stdin) with a size cap, naming the problem when it fails.
 StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std::string_view what);

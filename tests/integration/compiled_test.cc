@@ -1,7 +1,10 @@
 // Integration: compiled languages in nsbox run (C, C++, Go on the host view): the compile step's figures, a failed
-// compile as compile_error with its diagnostics and exit code 123, the compile step's own time-out, a missing
-// compiler named with the image template that has it.
+// compile as compile_error with its diagnostics and exit code 123, the compile step's own time-out and memory limit
+// (--compile-memory) apart from the program's (--memory), a missing compiler named with the image template that has
+// it.
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <catch2/catch.hpp>
 
@@ -30,8 +33,8 @@ TEST_CASE("C: hello world is compiled, then run with its own exit code and the c
   CHECK(compile["exit_code"] == 0);
   CHECK(compile["cpu_ms"].get<int64_t>() > 0);
   CHECK(compile["peak_memory_bytes"].get<uint64_t>() > r.json["peak_memory_bytes"].get<uint64_t>());
-  // --memory not given: the sandbox has the table's compile memory (1G for c), above run's 512M default.
-  CHECK(r.json["limits"]["memory_max_bytes"] == 1ull << 30);
+  // --memory not given: the program's limit is run's 512M default (the compile step's is the table's 1G).
+  CHECK(r.json["limits"]["memory_max_bytes"] == 512ull << 20);
 }
 
 TEST_CASE("C++: a compile error is compile_error with the compiler's diagnostics; the program never runs",
@@ -51,7 +54,8 @@ TEST_CASE("C++: a compile error is compile_error with the compiler's diagnostics
   CHECK(r.json["wall_ms"] == 0);  // the program's figures: it never ran
   CHECK(r.json["compile"]["status"] == "exit");
   CHECK(r.json["compile"]["exit_code"] == 1);
-  CHECK(r.json["limits"]["memory_max_bytes"] == 600ull << 20);  // a given --memory is kept
+  // After a compile error the limits are the compile step's: the table's 1G (--memory 600M is the program's).
+  CHECK(r.json["limits"]["memory_max_bytes"] == 1ull << 30);
 }
 
 TEST_CASE("a compiler past --compile-timeout is compile_error with compile.status timeout", "[integration][compiled]") {
@@ -103,14 +107,61 @@ TEST_CASE("a compiler missing from the root is a one-line error naming it and th
         "template 'rust' has it (nsbox image build rust, then --rootfs rust)\n");
 }
 
-TEST_CASE("a compiler killed by the memory limit is compile_error with compile.status oom", "[integration][compiled]") {
-  // g++ with <iostream> needs about 70 MB; its driver survives the OOM kill of cc1plus and exits 1 by itself.
-  auto r = RunNsboxJson({"--memory", "16M", "--lang", "cpp", "--code", "#include <iostream>\nint main() {}\n"});
+TEST_CASE("a compiler past --compile-memory is compile_error with compile.status oom, whatever --memory says",
+          "[integration][compiled]") {
+  const auto groups_before = NsboxGroups();
+  // g++ with <iostream> needs about 70 MB; its driver survives the OOM kill of cc1plus and exits 1 by itself. (A C
+  // hello world's cc1 charges less than 16M here: its pages are mostly the page cache's, charged elsewhere.)
+  auto r = RunNsboxJson({"--memory", "1G", "--compile-memory", "16M", "--lang", "cpp", "--code",
+                         "#include <iostream>\nint main() {}\n"});
   INFO(r.Describe());
   CHECK(r.process.exit_code == 123);
   CHECK(r.status() == "compile_error");
   CHECK(r.json["compile"]["status"] == "oom");
   CHECK(r.json.value("reason", "").starts_with("compile step oom: "));
+  CHECK(r.json.value("reason", "").find("--compile-memory") != std::string::npos);
+  CHECK(r.json["limits"]["memory_max_bytes"] == 16ull << 20);  // the compile step's own limit held
+  // --memory alone no longer limits the compiler: 16M is the program's, the compile step has the table's 1G.
+  auto fits = RunNsboxJson({"--memory", "16M", "--lang", "cpp", "--code", "#include <iostream>\nint main() {}\n"});
+  INFO(fits.Describe());
+  CHECK(fits.status() == "ok");
+  CHECK(fits.json["compile"]["status"] == "ok");
+  CHECK(fits.json["limits"]["memory_max_bytes"] == 16ull << 20);
+  CHECK(NsboxGroups() == groups_before);
+}
+
+TEST_CASE("a program past --memory is oom although the compile step's memory is larger", "[integration][compiled]") {
+  const auto groups_before = NsboxGroups();
+  // 300 MiB touched page by page (volatile: the compiler may not drop it), against the program's 128M.
+  auto r = RunNsboxJson({"--memory", "128M", "--lang", "c", "--code",
+                         "#include <stdlib.h>\n#include <string.h>\nint main(void) { for (int i = 0; i < 300; i++) { "
+                         "volatile char *p = malloc(1 << 20); if (!p) return 9; memset((char *)p, 1, 1 << 20); } "
+                         "return 0; }\n"});
+  INFO(r.Describe());
+  CHECK(r.status() == "oom");
+  CHECK(r.process.exit_code == 137);
+  CHECK(r.json.value("reason", "") == "killed by the OOM killer: the memory limit of 134217728 bytes was reached");
+  CHECK(r.json["compile"]["status"] == "ok");
+  CHECK(r.json["limits"]["memory_max_bytes"] == 128ull << 20);
+  CHECK(r.json["peak_memory_bytes"].get<uint64_t>() <= 130ull << 20);  // the program's own peak, under its limit
+  CHECK(r.json["compile"]["peak_memory_bytes"].get<uint64_t>() > 0);
+  CHECK(NsboxGroups() == groups_before);
+}
+
+TEST_CASE("--compile-memory is checked: a bad size, an interpreted language, no limits at all", "[integration][compiled]") {
+  auto raw = RunNsboxRaw({"run", "--compile-memory", "foo", "--lang", "c", "--code", "int main(void) { return 0; }"});
+  CHECK(raw.exit_code == 125);
+  CHECK(raw.err.starts_with("nsbox run: --compile-memory: invalid size 'foo'"));
+  CHECK(std::count(raw.err.begin(), raw.err.end(), '\n') == 1);
+  raw = RunNsboxRaw({"run", "--compile-memory", "0", "--lang", "c", "--code", "int main(void) { return 0; }"});
+  CHECK(raw.exit_code == 125);
+  CHECK(raw.err == "nsbox run: --compile-memory: must be more than 0\n");
+  raw = RunNsboxRaw({"run", "--compile-memory", "64M", "--lang", "python", "--code", "print(1)"});
+  CHECK(raw.exit_code == 125);
+  CHECK(raw.err == "nsbox run: --compile-memory: language 'python' has no compile step\n");
+  raw = RunNsboxRaw({"run", "--dangerously-run-without-limits", "--compile-memory", "64M", "--lang", "c", "--code", "int main(void) {}"});
+  CHECK(raw.exit_code == 125);
+  CHECK(raw.err == "nsbox run: --compile-memory: --dangerously-run-without-limits sets no memory limits\n");
 }
 
 TEST_CASE("a compiled program's own outcomes keep run's verdicts: a crash, a time-out, a memory bomb",

@@ -240,6 +240,41 @@ TEST_CASE("exec --lang cpp compiles in the session, reads stdin, and leaves no b
   CHECK(left["stdout"] == "");
 }
 
+TEST_CASE("exec --compile-memory limits the compile step alone; the program keeps the session's --memory",
+          "[session][compiled]") {
+  const auto groups_before = nsbox::testing::NsboxGroups();
+  {
+    Sessions s;
+    std::string id = s.Create({"--memory", "128M"});
+    Output tight = s.Nsbox({"exec", id, "--json", "--compile-memory", "16M", "--lang", "cpp", "--code",
+                            "#include <iostream>\nint main() { std::cout << 1; }"});
+    INFO(tight.err);
+    CHECK(tight.code == 123);
+    json t = tight.Json();
+    CHECK(t["status"] == "compile_error");
+    CHECK(t["compile"]["status"] == "oom");
+    CHECK(t["limits"]["memory_max_bytes"] == 16ull << 20);
+    // The default compile memory (the table's 1G, under the session's 128M): the compile fits, the program does not.
+    Output bomb = s.Nsbox({"exec", id, "--json", "--lang", "c", "--code",
+                           "#include <stdlib.h>\n#include <string.h>\nint main(void) { for (int i = 0; i < 300; i++) "
+                           "{ volatile char *p = malloc(1 << 20); if (!p) return 9; memset((char *)p, 1, 1 << 20); } "
+                           "return 0; }\n"});
+    INFO(bomb.err);
+    CHECK(bomb.code == 137);
+    json b = bomb.Json();
+    CHECK(b["status"] == "oom");
+    CHECK(b["compile"]["status"] == "ok");
+    CHECK(b["limits"]["memory_max_bytes"] == 128ull << 20);
+    // The session lives on after both OOM kills.
+    Output after = s.Nsbox({"exec", id, "--", "/bin/true"});
+    CHECK(after.code == 0);
+    Output bad = s.Nsbox({"exec", id, "--compile-memory", "lots", "--lang", "c", "--code", "int main(void) {}"});
+    CHECK(bad.code == 125);
+    CHECK(bad.err.find("--compile-memory: invalid size 'lots'") != std::string::npos);
+  }
+  CHECK(nsbox::testing::NsboxGroups() == groups_before);
+}
+
 // The program prints 1, then waits for the test's go-ahead, which the test gives only once it has read the first
 // chunk: a chunk held back until the program ends would leave the program waiting until it gives up ("no go").
 TEST_CASE("exec --stream passes output on as it comes: chunk lines before the result, raw without --json",

@@ -622,3 +622,112 @@ TEST_CASE("v1 without kmem.tcp accounting: the sandbox is refused, naming the TC
   CHECK(group.status().message().find("TCP buffer memory") != std::string::npos);
   CHECK(group.status().message().find("memory.kmem.tcp.limit_in_bytes") != std::string::npos);
 }
+
+TEST_CASE("v2: an exec group with a memory limit of its own: the group's processes move to a leaf, the children get "
+          "memory, the child memory.max") {
+  FakeTree tree;
+  tree.MakeV2();
+  auto group = CreateSandboxCgroup(Limits(1 << 30, 32, 1), tree.config);
+  REQUIRE(group.ok());
+  fs::path dir = (*group)->path();
+  // Without a limit: a membership-only child, nothing enabled below the group.
+  auto plain = (*group)->CreateChild("exec-1");
+  REQUIRE(plain.ok());
+  CHECK(Get(dir / "exec-1" / "memory.max") == "");
+  CHECK(Get(dir / "cgroup.subtree_control") == "");
+  Put(dir / "cgroup.procs", "4242\n");  // the session's pid 1
+  auto limited = (*group)->CreateChild("exec-2", 32 << 20);
+  REQUIRE(limited.ok());
+  CHECK(Get(dir / "sandbox" / "cgroup.procs") == "4242");
+  CHECK(Get(dir / "cgroup.subtree_control") == "+memory");
+  CHECK(Get(dir / "exec-2" / "memory.max") == std::to_string(32 << 20));
+  CHECK(Get(dir / "exec-2" / "memory.swap.max") == "0");
+  // The exec joins its own group; later joins of the sandbox's group go to the leaf.
+  Put(dir / "exec-2" / "cgroup.procs", "");
+  REQUIRE(JoinCgroupSelf((*limited)->self_join()) == 0);
+  CHECK(Get(dir / "exec-2" / "cgroup.procs") == "0");
+  Put(dir / "sandbox" / "cgroup.procs", "");
+  REQUIRE(JoinCgroupSelf((*group)->self_join()) == 0);
+  CHECK(Get(dir / "sandbox" / "cgroup.procs") == "0");
+  CHECK((*limited)->OomKillsApart() == 0);  // memory.events counts the subtree: nothing apart
+  // Once enabled, the next limited child needs no second move.
+  Put(dir / "cgroup.procs", "");
+  auto again = (*group)->CreateChild("exec-3", 16 << 20);
+  REQUIRE(again.ok());
+  CHECK(Get(dir / "exec-3" / "memory.max") == std::to_string(16 << 20));
+  for (const char* leaf : {"sandbox", "exec-1", "exec-2", "exec-3"}) Put(dir / leaf / "cgroup.procs", "");
+}
+
+TEST_CASE("v2: an exec's memory limit that cannot be set is refused, naming it; its group is not left") {
+  FakeTree tree;
+  tree.MakeV2();
+  auto make_files = tree.config.fake_fs_mkdir_hook;
+  tree.config.fake_fs_mkdir_hook = [make_files](const std::string& dir) {
+    make_files(dir);
+    if (fs::path(dir).filename().string().starts_with("exec-")) fs::remove(fs::path(dir) / "memory.max");
+  };
+  auto group = CreateSandboxCgroup(Limits(1 << 30, 32, 1), tree.config);
+  REQUIRE(group.ok());
+  fs::path dir = (*group)->path();
+  auto limited = (*group)->CreateChild("exec-1", 32 << 20);
+  REQUIRE_FALSE(limited.ok());
+  CHECK(limited.status().message().find("setting the exec's memory limit") != std::string::npos);
+  CHECK(limited.status().message().find("exec-1/memory.max") != std::string::npos);
+  // The memory controller cannot be given to the children (here: subtree_control unwritable): refused as well.
+  fs::remove(dir / "cgroup.subtree_control");
+  fs::create_directory(dir / "cgroup.subtree_control");
+  auto refused = (*group)->CreateChild("exec-2", 32 << 20);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("giving the memory controller to the sandbox's exec groups") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "exec-2"));
+}
+
+TEST_CASE("v1: an exec group with a memory limit of its own is a group in the memory hierarchy too, which it joins") {
+  FakeTree tree;
+  tree.MakeV1();
+  auto group = CreateSandboxCgroup(Limits(1 << 30, 32, 1), tree.config);
+  REQUIRE(group.ok());
+  fs::path memory = (*group)->path();
+  fs::path freezer = tree.cg() / "freezer" / memory.filename();
+  auto limited = (*group)->CreateChild("exec-1", 32 << 20);
+  REQUIRE(limited.ok());
+  CHECK(Get(memory / "exec-1" / "memory.limit_in_bytes") == std::to_string(32 << 20));
+  CHECK(Get(memory / "exec-1" / "memory.memsw.limit_in_bytes") == std::to_string(32 << 20));
+  CHECK(fs::exists(freezer / "exec-1"));
+  CgroupSelfJoin join = (*limited)->self_join();
+  for (const char* hierarchy : {"memory", "pids", "cpu", "cpuacct", "freezer"})
+    Put(tree.cg() / hierarchy / memory.filename() / "tasks", "");
+  Put(memory / "exec-1" / "tasks", "");
+  Put(freezer / "exec-1" / "tasks", "");
+  REQUIRE(JoinCgroupSelf(join) == 0);
+  CHECK(Get(memory / "exec-1" / "tasks") == "0");
+  CHECK(Get(freezer / "exec-1" / "tasks") == "0");
+  CHECK(Get(memory / "tasks") == "");  // not the sandbox's memory group: the exec's own
+  CHECK(Get(tree.cg() / "pids" / memory.filename() / "tasks") == "0");
+  // Its OOM kills are its own group's count (v1 does not add them to the parent's).
+  Put(memory / "exec-1" / "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n");
+  CHECK((*limited)->OomKillsApart() == 2);
+  // Without a limit: no memory group.
+  auto plain = (*group)->CreateChild("exec-2");
+  REQUIRE(plain.ok());
+  CHECK_FALSE(fs::exists(memory / "exec-2"));
+  CHECK((*plain)->OomKillsApart() == 0);
+}
+
+TEST_CASE("v1: an exec's memory limit that cannot be set is refused, naming the file") {
+  FakeTree tree;
+  tree.MakeV1();
+  auto make_files = tree.config.fake_fs_mkdir_hook;
+  tree.config.fake_fs_mkdir_hook = [make_files](const std::string& dir) {
+    make_files(dir);
+    if (dir.find("/memory/") != std::string::npos && fs::path(dir).filename() == "exec-1")
+      fs::remove(fs::path(dir) / "memory.limit_in_bytes");
+  };
+  auto group = CreateSandboxCgroup(Limits(1 << 30, 32, 1), tree.config);
+  REQUIRE(group.ok());
+  auto limited = (*group)->CreateChild("exec-1", 32 << 20);
+  REQUIRE_FALSE(limited.ok());
+  CHECK(limited.status().message().find("setting the exec's memory limit") != std::string::npos);
+  CHECK(limited.status().message().find("exec-1/memory.limit_in_bytes") != std::string::npos);
+}
