@@ -13,6 +13,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/spec/units.h"
+#include "src/cli/languages.h"
 
 namespace nsbox::cli {
 namespace {
@@ -104,6 +105,12 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
       auto parsed = ParseDuration(*timeout);
       if (!parsed.ok()) return parsed.status().Wrap("\"timeout\"");
       job.program.timeout = *timeout;
+    } else if (key == "compile_timeout") {
+      auto timeout = StringField(value, key);
+      if (!timeout.ok()) return timeout.status();
+      auto parsed = ParseDuration(*timeout);
+      if (!parsed.ok()) return parsed.status().Wrap("\"compile_timeout\"");
+      job.program.compile_timeout = *timeout;
     } else if (key == "env") {
       if (!value.is_object()) return Status::Error("\"env\" must be an object of strings, e.g. {\"K\": \"V\"}");
       for (const auto& [name, setting] : value.items()) {
@@ -114,8 +121,8 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
       NSBOX_RETURN_IF_ERROR(ApplyLimits(value, job));
     } else {
       return Status::Error(
-          fmt::format("unknown field \"{}\" (fields: id, language, code, argv, stdin, timeout, env, "
-                      "limits)",
+          fmt::format("unknown field \"{}\" (fields: id, language, code, argv, stdin, timeout, "
+                      "compile_timeout, env, limits)",
                       key));
     }
   }
@@ -143,7 +150,7 @@ void ComputeCost(BatchJob& job) {
 }  // namespace
 
 BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions& sandbox_defaults,
-                      const ProgramOptions& program_defaults) {
+                      const ProgramOptions& program_defaults, bool memory_given) {
   BatchJob job;
   job.line = line;
   job.sandbox = sandbox_defaults;
@@ -171,6 +178,15 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
   job.key = id->dump();
   Status fields = ApplyFields(object, job);
   if (!fields.ok()) return fail(fields);
+  // The batch's --compile-timeout is for its compiled languages' jobs only.
+  if (!object.contains("compile_timeout")) {
+    auto lang = LookupLanguage(job.program.lang);
+    if (job.program.lang.empty() || !lang.ok() || !lang->compile) job.program.compile_timeout.clear();
+  }
+  // A compiled language's sandbox has the table's compile memory unless the job or the batch gave a memory limit.
+  const bool job_memory = object.contains("limits") && object["limits"].contains("memory");
+  Status memory = ApplyCompileMemory(job.program, memory_given || job_memory, job.sandbox);
+  if (!memory.ok()) return fail(memory);
   ComputeCost(job);
   return job;
 }

@@ -36,10 +36,11 @@ struct BatchJob {
 // The fields a job may have; anything else is an error (a misspelt "timout" must not run with the default).
 // {"id": "a1", "language": "python", "code": "print(1)"} or {"id": 7, "argv": ["/bin/echo", "hi"]}, with optional
 // "stdin" (a string), "timeout" ("1s", as --timeout), "env" ({"K": "V"}) and "limits" ({"memory": "256M",
-// "memory_swap": "0", "pids": 64, "cpus": 0.5, "tmpfs_size": "64M", "output_limit": "64K"}). Unset fields take the
-// batch's own options (`defaults`).
+// "memory_swap": "0", "pids": 64, "cpus": 0.5, "tmpfs_size": "64M", "output_limit": "64K"}) and, for a compiled
+// language, "compile_timeout". Unset fields take the batch's own options (`defaults`). memory_given: the batch was
+// given --memory (else a compiled language's job gets the table's compile memory, as nsbox run does).
 BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions& sandbox_defaults,
-                      const ProgramOptions& program_defaults);
+                      const ProgramOptions& program_defaults, bool memory_given = false);
 
 // The resume key of a result line written by an earlier batch ({"id", "line", "result"}); an error when the line is
 // not one.

@@ -64,28 +64,6 @@ int WriteJsonLine(int fd, const nlohmann::json& value) {
   return out->error();
 }
 
-// A compiled language's two steps in one sandbox: a SessionSandbox that lives for this run, the compiler and then
-// the program each one exec of it (RunProgram). Its output is shown at the end, not as it comes.
-Result RunCompiled(Program program, Policy policy, EgressProxyHooks* proxy) {
-  auto failed = [](const Status& status) {
-    Result result;
-    result.status = RunStatus::kSetupError;
-    result.reason = status.message();
-    return result;
-  };
-  // Each exec's payload is handed to this process by a helper that exits (SessionSandbox::Start needs it).
-  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
-    return failed(Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)").Wrap("starting the sandbox for the compile step"));
-  auto session = SessionSandbox::Start(std::move(policy), proxy);
-  if (!session.ok()) return failed(session.status().Wrap("starting the sandbox for the compile step"));
-  (*session)->WordExecVerdictsAsRun();
-  Result result = RunProgram(
-      std::move(program), [&](Executor step, Step) { return (*session)->Exec(std::move(step)); },
-      /*remove_build_dir=*/false);  // the sandbox's /tmp goes with it
-  (*session)->Terminate("the run ended");
-  return result;
-}
-
 }  // namespace
 
 // One result as a JSON line on stdout; 0 or the errno of the write that failed.
@@ -173,7 +151,7 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
       proxy = std::make_unique<EgressProxyHooks>(**network);
     }
     if (program->compile) {
-      exit_code.value = EmitResult(RunCompiled(std::move(*program), std::move(*policy), proxy.get()),
+      exit_code.value = EmitResult(RunCompiledProgram(std::move(*program), std::move(*policy), proxy.get(), -1),
                                    program_options.json);
       return;
     }
