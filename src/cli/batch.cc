@@ -151,7 +151,7 @@ StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
   return done;
 }
 
-// The policy and executor of one job, built in the main thread (BuildExecutor reads the umask by setting it).
+// The policy and program of one job, built in the main thread (BuildProgram reads the umask by setting it).
 Status Prepare(Running& run) {
   auto policy = BuildPolicy(run.job.sandbox);
   if (!policy.ok()) return policy.status();
