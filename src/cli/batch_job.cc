@@ -26,6 +26,15 @@ StatusOr<std::string> StringField(const nlohmann::json& value, std::string_view 
   return value.get<std::string>();
 }
 
+// A duration given as "1s" (as --timeout), checked.
+StatusOr<std::string> DurationField(const nlohmann::json& value, std::string_view name) {
+  auto text = StringField(value, name);
+  if (!text.ok()) return text.status();
+  auto parsed = ParseDuration(*text);
+  if (!parsed.ok()) return parsed.status().Wrap(fmt::format("\"{}\"", name));
+  return *text;
+}
+
 // A size given as "256M" or as a number of bytes.
 StatusOr<std::string> SizeField(const nlohmann::json& value, std::string_view name) {
   if (value.is_number_unsigned()) return std::to_string(value.get<uint64_t>());
@@ -99,18 +108,10 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
       if (data->size() > kMaxBatchStdinBytes)
         return Status::Error(fmt::format("\"stdin\" is larger than {} bytes", kMaxBatchStdinBytes));
       job.stdin_data = std::move(*data);
-    } else if (key == "timeout") {
-      auto timeout = StringField(value, key);
+    } else if (key == "timeout" || key == "compile_timeout") {
+      auto timeout = DurationField(value, key);
       if (!timeout.ok()) return timeout.status();
-      auto parsed = ParseDuration(*timeout);
-      if (!parsed.ok()) return parsed.status().Wrap("\"timeout\"");
-      job.program.timeout = *timeout;
-    } else if (key == "compile_timeout") {
-      auto timeout = StringField(value, key);
-      if (!timeout.ok()) return timeout.status();
-      auto parsed = ParseDuration(*timeout);
-      if (!parsed.ok()) return parsed.status().Wrap("\"compile_timeout\"");
-      job.program.compile_timeout = *timeout;
+      (key == "timeout" ? job.program.timeout : job.program.compile_timeout) = *timeout;
     } else if (key == "env") {
       if (!value.is_object()) return Status::Error("\"env\" must be an object of strings, e.g. {\"K\": \"V\"}");
       for (const auto& [name, setting] : value.items()) {
