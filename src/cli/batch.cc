@@ -80,7 +80,10 @@ bool Blank(std::string_view line) { return line.find_first_not_of(" \t\r") == st
 // One job in flight: what it needs alive while it runs, and where its result lands.
 struct Running {
   BatchJob job;
-  std::unique_ptr<Sandbox> sandbox;
+  std::unique_ptr<Sandbox> sandbox;  // a job of one step; else a compiled language's:
+  std::optional<Program> program;    // its compile step and program, run in a sandbox of their own (RunSteps)
+  std::optional<Policy> policy;
+  UniqueFd cancel;  // an eventfd: written to stop the compiled job's running step
   HostIdLease lease;
   UniqueFd stdin_fd;
   std::unique_ptr<EgressProxyHooks> proxy;
@@ -147,7 +150,7 @@ StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
   return done;
 }
 
-// The policy and executor of one job, built in the main thread (BuildExecutor reads the umask by setting it).
+// The policy and program of one job, built in the main thread (BuildProgram reads the umask by setting it).
 Status Prepare(Running& run) {
   auto policy = BuildPolicy(run.job.sandbox);
   if (!policy.ok()) return policy.status();
@@ -156,9 +159,10 @@ Status Prepare(Running& run) {
   run.lease = std::move(*lease);
   auto network = BuildNetworkSpec(run.job.sandbox);
   if (!network.ok()) return network.status();
-  auto executor = BuildExecutor(run.job.program, policy->rootfs_dir());
-  if (!executor.ok()) return executor.status();
-  run.job.program.code.clear();  // the executor has it now
+  auto program = BuildProgram(run.job.program, policy->rootfs_dir());
+  if (!program.ok()) return program.status();
+  run.job.program.code.clear();  // the program has it now
+  Executor* executor = &program->run;
   if (run.job.stdin_data) {
     run.stdin_fd.reset(::memfd_create("nsbox-batch-stdin", MFD_CLOEXEC));
     if (!run.stdin_fd) return Status::Errno("memfd_create(stdin)");
@@ -169,8 +173,21 @@ Status Prepare(Running& run) {
     executor->stdin_fd = run.stdin_fd.get();
   }
   if (*network) {
-    for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) executor->env[key] = value;
+    for (const auto& [key, value] : netproxy::ProxyEnvironment(netproxy::kSandboxProxyPort)) {
+      executor->env[key] = value;
+      if (program->compile) program->compile->env[key] = value;
+    }
     run.proxy = std::make_unique<EgressProxyHooks>(**network);
+  }
+  if (program->compile) {
+    // Each step in a group with its own memory limit, the sandbox's the larger (ApplyCompileMemory).
+    program->run.memory_max_bytes = run.job.program_memory_bytes;
+    if (run.job.sandbox.no_limits) program->compile->memory_max_bytes = 0;
+    run.cancel.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!run.cancel) return Status::Errno("eventfd(cancel)");
+    run.program = std::move(*program);
+    run.policy = std::move(*policy);
+    return OkStatus();
   }
   run.sandbox = std::make_unique<Sandbox>(std::move(*executor), std::move(*policy));
   if (run.proxy) run.sandbox->SetHooks(run.proxy.get());
@@ -240,7 +257,9 @@ void Batch::Start(BatchJob job) {
   // The thread that clones must live as long as the sandbox: its pid 1 has PR_SET_PDEATHSIG, which the kernel fires
   // when the creating thread ends. Run() returns only after the sandbox is gone.
   raw->thread = std::thread([this, raw] {
-    raw->result = raw->sandbox->Run();
+    raw->result = raw->sandbox ? raw->sandbox->Run()
+                               : RunCompiledProgram(std::move(*raw->program), std::move(*raw->policy),
+                                                    raw->proxy.get(), raw->cancel.get());
     std::lock_guard lock(mutex_);
     finished_.push_back(raw);
     uint64_t one = 1;
@@ -276,7 +295,14 @@ void Batch::Collect() {
 void Batch::StopAll() {
   if (stopping_) return;
   stopping_ = true;
-  for (auto& [raw, run] : running_) run->sandbox->Kill();
+  for (auto& [raw, run] : running_) {
+    if (run->sandbox) {
+      run->sandbox->Kill();
+    } else {
+      uint64_t one = 1;
+      (void)!::write(run->cancel.get(), &one, sizeof one);
+    }
+  }
 }
 
 void Batch::Progress(bool final) {
@@ -472,7 +498,12 @@ void RegisterBatch(CLI::App& app, ExitCode& exit_code) {
       ->add_option("--output-limit", options.program.output_limit,
                    "bytes kept per stream of each job unless it gives limits.output_limit")
       ->capture_default_str();
-  batch->callback([&exit_code] { exit_code.value = batch_internal::Batch(options).Run(); });
+  batch->add_option("--compile-timeout", options.program.compile_timeout,
+                    "a compiled language's compile step, unless the job gives \"compile_timeout\" (default: the "
+                    "language's)");
+  batch->callback([&exit_code] {
+    exit_code.value = batch_internal::Batch(options).Run();
+  });
 }
 
 }  // namespace nsbox::cli

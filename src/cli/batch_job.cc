@@ -13,6 +13,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/spec/units.h"
+#include "src/cli/languages.h"
 
 namespace nsbox::cli {
 namespace {
@@ -23,6 +24,15 @@ constexpr size_t kMaxBatchStdinBytes = 16 << 20;
 StatusOr<std::string> StringField(const nlohmann::json& value, std::string_view name) {
   if (!value.is_string()) return Status::Error(fmt::format("\"{}\" must be a string, not {}", name, value.type_name()));
   return value.get<std::string>();
+}
+
+// A duration given as "1s" (as --timeout), checked.
+StatusOr<std::string> DurationField(const nlohmann::json& value, std::string_view name) {
+  auto text = StringField(value, name);
+  if (!text.ok()) return text.status();
+  auto parsed = ParseDuration(*text);
+  if (!parsed.ok()) return parsed.status().Wrap(fmt::format("\"{}\"", name));
+  return *text;
 }
 
 // A size given as "256M" or as a number of bytes.
@@ -98,12 +108,10 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
       if (data->size() > kMaxBatchStdinBytes)
         return Status::Error(fmt::format("\"stdin\" is larger than {} bytes", kMaxBatchStdinBytes));
       job.stdin_data = std::move(*data);
-    } else if (key == "timeout") {
-      auto timeout = StringField(value, key);
+    } else if (key == "timeout" || key == "compile_timeout") {
+      auto timeout = DurationField(value, key);
       if (!timeout.ok()) return timeout.status();
-      auto parsed = ParseDuration(*timeout);
-      if (!parsed.ok()) return parsed.status().Wrap("\"timeout\"");
-      job.program.timeout = *timeout;
+      (key == "timeout" ? job.program.timeout : job.program.compile_timeout) = *timeout;
     } else if (key == "env") {
       if (!value.is_object()) return Status::Error("\"env\" must be an object of strings, e.g. {\"K\": \"V\"}");
       for (const auto& [name, setting] : value.items()) {
@@ -114,8 +122,8 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
       NSBOX_RETURN_IF_ERROR(ApplyLimits(value, job));
     } else {
       return Status::Error(
-          fmt::format("unknown field \"{}\" (fields: id, language, code, argv, stdin, timeout, env, "
-                      "limits)",
+          fmt::format("unknown field \"{}\" (fields: id, language, code, argv, stdin, timeout, "
+                      "compile_timeout, env, limits)",
                       key));
     }
   }
@@ -171,6 +179,15 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
   job.key = id->dump();
   Status fields = ApplyFields(object, job);
   if (!fields.ok()) return fail(fields);
+  // The batch's --compile-timeout is for its compiled languages' jobs only.
+  if (!object.contains("compile_timeout")) {
+    auto lang = LookupLanguage(job.program.lang);
+    if (job.program.lang.empty() || !lang.ok() || !lang->compile) job.program.compile_timeout.clear();
+  }
+  // A compiled language's steps each get their own memory limit; the sandbox's is the larger.
+  auto program_memory = ApplyCompileMemory(job.program, job.sandbox);
+  if (!program_memory.ok()) return fail(program_memory.status());
+  job.program_memory_bytes = *program_memory;
   ComputeCost(job);
   return job;
 }

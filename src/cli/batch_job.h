@@ -31,13 +31,16 @@ struct BatchJob {
   ProgramOptions program;
   std::optional<std::string> stdin_data;
   JobCost cost;
+  uint64_t program_memory_bytes = 0;  // a compiled language's program's own memory limit (ApplyCompileMemory); 0: none
 };
 
 // The fields a job may have; anything else is an error (a misspelt "timout" must not run with the default).
 // {"id": "a1", "language": "python", "code": "print(1)"} or {"id": 7, "argv": ["/bin/echo", "hi"]}, with optional
 // "stdin" (a string), "timeout" ("1s", as --timeout), "env" ({"K": "V"}) and "limits" ({"memory": "256M",
-// "memory_swap": "0", "pids": 64, "cpus": 0.5, "tmpfs_size": "64M", "output_limit": "64K"}). Unset fields take the
-// batch's own options (`defaults`).
+// "memory_swap": "0", "pids": 64, "cpus": 0.5, "tmpfs_size": "64M", "output_limit": "64K"}) and, for a compiled
+// language, "compile_timeout". Unset fields take the batch's own options (`defaults`). A compiled language's job, as
+// in nsbox run: the program keeps the memory limit, its compile step gets the table's compile memory, and the
+// sandbox the larger of the two.
 BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions& sandbox_defaults,
                       const ProgramOptions& program_defaults);
 

@@ -1,10 +1,13 @@
 // Compiled languages: the two-step plan, the exec request carrying it, and the compile step's verdict.
 #include "src/cli/compiled_program.h"
 
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
+
+#include "sandbox/session.h"
 
 namespace nsbox::cli {
 namespace {
@@ -153,10 +156,28 @@ Program PlanCompiledProgram(const Language& lang, Executor program, const std::s
   return {.run = std::move(program), .compile = std::move(compile), .build_dir = build_dir};
 }
 
+namespace {
+
+// The compiler's name for the reason: the first argument after the shell's own (see PlanCompiledProgram).
+std::string CompilerName(const Executor& compile) {
+  return compile.argv.size() > 7 ? compile.argv[7] : "the compiler";
+}
+
+}  // namespace
+
+CompileOutcome RunCompileStep(Program& program, const StepRunner& run_step) {
+  CompileOutcome outcome;
+  if (!program.compile) return outcome;
+  const std::string compiler = CompilerName(*program.compile);
+  Result compiled = run_step(std::move(*program.compile), Step::kCompile);
+  program.compile.reset();
+  outcome.figures = CompileFigures(compiled);
+  if (compiled.status != RunStatus::kOk) outcome.failed = CompileVerdict(std::move(compiled), compiler);
+  return outcome;
+}
+
 Result RunProgram(Program program, const StepRunner& run_step, bool remove_build_dir) {
   if (!program.compile) return run_step(std::move(program.run), Step::kProgram);
-  // The compiler's name for the reason: the first argument after the shell's own (see PlanCompiledProgram).
-  const std::string compiler = program.compile->argv.size() > 7 ? program.compile->argv[7] : "the compiler";
   Executor remove;
   if (remove_build_dir) {
     remove = program.run;
@@ -165,16 +186,42 @@ Result RunProgram(Program program, const StepRunner& run_step, bool remove_build
     remove.wall_timeout = std::chrono::seconds(10);
     remove.output_limit_bytes = 4096;
   }
-  Result compiled = run_step(std::move(*program.compile), Step::kCompile);
+  CompileOutcome compiled = RunCompileStep(program, run_step);
   Result result;
-  if (compiled.status == RunStatus::kOk) {
+  if (!compiled.failed) {
     result = run_step(std::move(program.run), Step::kProgram);
-    SetExtra(result, "compile", CompileFigures(compiled));
+    SetExtra(result, "compile", compiled.figures);
   } else {
-    result = CompileVerdict(std::move(compiled), compiler);
+    result = std::move(*compiled.failed);
   }
   // What is left of the build directory is nsbox's own; a failure to remove it does not change the verdict.
   if (remove_build_dir && result.status != RunStatus::kSessionLost) (void)run_step(std::move(remove), Step::kRemove);
+  return result;
+}
+
+Status RunSteps(Policy policy, SandboxHooks* hooks, int cancel_fd,
+                const std::function<void(const StepRunner&)>& steps) {
+  // Each exec's payload is handed to this process by a helper that exits (SessionSandbox::Start needs it).
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
+    return Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)").Wrap("starting the sandbox for the compile step");
+  auto session = SessionSandbox::Start(std::move(policy), hooks);
+  if (!session.ok()) return session.status().Wrap("starting the sandbox for the compile step");
+  (*session)->WordExecVerdictsAsRun();
+  steps([&](Executor step, Step) { return (*session)->Exec(std::move(step), cancel_fd); });
+  (*session)->Terminate("the run ended");
+  return OkStatus();
+}
+
+Result RunCompiledProgram(Program program, Policy policy, SandboxHooks* hooks, int cancel_fd) {
+  Result result;
+  Status started = RunSteps(std::move(policy), hooks, cancel_fd, [&](const StepRunner& run_step) {
+    result = RunProgram(std::move(program), run_step, /*remove_build_dir=*/false);  // the sandbox's /tmp goes with it
+  });
+  if (!started.ok()) {
+    result = Result{};
+    result.status = RunStatus::kSetupError;
+    result.reason = started.message();
+  }
   return result;
 }
 

@@ -11,8 +11,13 @@
 
 #include "sandbox/base/status.h"
 #include "sandbox/executor.h"
+#include "sandbox/policy.h"
 #include "sandbox/result.h"
 #include "src/cli/languages.h"
+
+namespace nsbox {
+class SandboxHooks;
+}
 
 namespace nsbox::cli {
 
@@ -52,6 +57,23 @@ using StepRunner = std::function<Result(Executor, Step)>;
 // limits, is a kCompileError result holding the compiler's output as stdout and stderr (the program never ran).
 // remove_build_dir: after the program, a last step removes the build directory (a session's /tmp outlives the exec).
 Result RunProgram(Program program, const StepRunner& run_step, bool remove_build_dir);
+
+// The compile step alone (for a program run several times, e.g. on test cases): runs program.compile through
+// run_step. `figures` is the "compile" object; `failed` holds RunProgram's kCompileError (or setup_error) result when
+// the step did not succeed. A program without a compile step gives neither.
+struct CompileOutcome {
+  nlohmann::json figures;        // null without a compile step
+  std::optional<Result> failed;  // the verdict when the compile did not succeed
+};
+CompileOutcome RunCompileStep(Program& program, const StepRunner& run_step);
+
+// Starts a sandbox for the steps of one run (a SessionSandbox that lives for `steps`), hands `steps` a runner of
+// execs in it, then ends it. `cancel_fd` (-1: none) readable kills the running step; `hooks` may be null. Makes the
+// calling process a child subreaper (each exec's payload becomes its child). An error when the sandbox did not start.
+Status RunSteps(Policy policy, SandboxHooks* hooks, int cancel_fd, const std::function<void(const StepRunner&)>& steps);
+
+// RunProgram in a sandbox of its own (RunSteps): nsbox run's and nsbox batch's compiled languages.
+Result RunCompiledProgram(Program program, Policy policy, SandboxHooks* hooks, int cancel_fd);
 
 // The session exec request for a program (nsbox exec, and any front end that speaks to a session's supervisor), and
 // the program back from one (the supervisor). `repl` asks for the session's Python REPL.

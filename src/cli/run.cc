@@ -18,6 +18,7 @@
 #include "sandbox/session.h"
 #include "src/cli/commands.h"
 #include "src/cli/sandbox_options.h"
+#include "src/cli/test_cases.h"
 
 namespace nsbox::cli {
 namespace {
@@ -62,28 +63,6 @@ int WriteJsonLine(int fd, const nlohmann::json& value) {
   }
   stream.flush();
   return out->error();
-}
-
-// A compiled language's two steps in one sandbox: a SessionSandbox that lives for this run, the compiler and then
-// the program each one exec of it (RunProgram). Its output is shown at the end, not as it comes.
-Result RunCompiled(Program program, Policy policy, EgressProxyHooks* proxy) {
-  auto failed = [](const Status& status) {
-    Result result;
-    result.status = RunStatus::kSetupError;
-    result.reason = status.message();
-    return result;
-  };
-  // Each exec's payload is handed to this process by a helper that exits (SessionSandbox::Start needs it).
-  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
-    return failed(Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)").Wrap("starting the sandbox for the compile step"));
-  auto session = SessionSandbox::Start(std::move(policy), proxy);
-  if (!session.ok()) return failed(session.status().Wrap("starting the sandbox for the compile step"));
-  (*session)->WordExecVerdictsAsRun();
-  Result result = RunProgram(
-      std::move(program), [&](Executor step, Step) { return (*session)->Exec(std::move(step)); },
-      /*remove_build_dir=*/false);  // the sandbox's /tmp goes with it
-  (*session)->Terminate("the run ended");
-  return result;
 }
 
 }  // namespace
@@ -149,6 +128,10 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
   static ProgramOptions program_options;
   AddSandboxOptions(run, sandbox_options);
   AddProgramOptions(run, program_options);
+  static std::string cases_file;
+  run->add_option("--cases", cases_file,
+                  "a JSONL file of test cases {\"stdin\", \"expected_stdout\", \"name\"}: compile once, run each "
+                  "case (docs/cli.md)");
   run->callback([&exit_code, run] {
     auto fail = [&](const Status& status) {
       exit_code.value = FailBeforeRun("run", status.message(), program_options.json);
@@ -162,6 +145,20 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     if (!host_ids.ok()) return fail(host_ids.status());
     auto network = BuildNetworkSpec(sandbox_options);
     if (!network.ok()) return fail(network.status());
+    std::vector<TestCase> cases;
+    if (!cases_file.empty()) {
+      // A bad cases file is a usage error (exit 2), found before any sandbox exists.
+      auto bad = [&](const Status& status) {
+        (void)WriteAll(2, fmt::format("nsbox run: {}\n", status.message()));
+        exit_code.value = 2;
+      };
+      if (!program_options.stdin_source.empty()) return bad(Status::Error("--cases gives each case its stdin: no --stdin"));
+      auto text = ReadInput(cases_file, kMaxCasesFileBytes, "--cases");
+      if (!text.ok()) return bad(text.status());
+      auto parsed = ParseCases(*text, "--cases " + cases_file);
+      if (!parsed.ok()) return bad(parsed.status());
+      cases = std::move(*parsed);
+    }
     auto program = BuildProgram(program_options, policy->rootfs_dir());
     if (!program.ok()) return fail(program.status());
     std::unique_ptr<EgressProxyHooks> proxy;
@@ -176,7 +173,29 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
       // Each step in a group with its own memory limit, the sandbox's the larger (ApplyCompileMemory).
       program->run.memory_max_bytes = *program_memory;
       if (sandbox_options.no_limits) program->compile->memory_max_bytes = 0;
-      exit_code.value = EmitResult(RunCompiled(std::move(*program), std::move(*policy), proxy.get()),
+    }
+    if (!cases.empty()) {
+      CasesReport report;
+      Status started = RunSteps(std::move(*policy), proxy.get(), -1, [&](const StepRunner& run_step) {
+        report = RunCases(std::move(*program), cases, run_step);
+      });
+      if (!started.ok()) return fail(started);
+      int err = 0;
+      if (program_options.json) {
+        err = WriteJsonLine(1, report.json);
+      } else {
+        if (report.json["status"] != "ok")
+          err = WriteAll(2, fmt::format("{}{}nsbox: {}: {}\n", report.json["stdout"].get<std::string>(),
+                                        report.json["stderr"].get<std::string>(),
+                                        report.json["status"].get<std::string>(),
+                                        report.json["reason"].get<std::string>()));
+        if (err == 0) err = WriteAll(1, CasesText(report.json));
+      }
+      exit_code.value = err == 0 ? report.exit_code : kExitNsboxFailure;
+      return;
+    }
+    if (program->compile) {
+      exit_code.value = EmitResult(RunCompiledProgram(std::move(*program), std::move(*policy), proxy.get(), -1),
                                    program_options.json);
       return;
     }

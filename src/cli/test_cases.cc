@@ -1,0 +1,148 @@
+// Test cases for one program: parsing the cases file, the trailing-whitespace comparison, one compile and a run a case.
+#include "src/cli/test_cases.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "nsbox/result.h"
+#include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
+#include "sandbox/result_json.h"
+
+namespace nsbox::cli {
+namespace {
+
+StatusOr<TestCase> ParseCase(std::string_view text) {
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    return Status::Error("not a JSON object");
+  }
+  if (!object.is_object()) return Status::Error(fmt::format("not a JSON object but {}", object.type_name()));
+  TestCase c;
+  bool has_expected = false;
+  for (const auto& [key, value] : object.items()) {
+    if (key != "stdin" && key != "expected_stdout" && key != "name")
+      return Status::Error(fmt::format("unknown field \"{}\" (fields: stdin, expected_stdout, name)", key));
+    if (!value.is_string()) return Status::Error(fmt::format("\"{}\" must be a string, not {}", key, value.type_name()));
+    if (key == "stdin") c.stdin_data = value.get<std::string>();
+    if (key == "name") c.name = value.get<std::string>();
+    if (key == "expected_stdout") {
+      c.expected_stdout = value.get<std::string>();
+      has_expected = true;
+    }
+  }
+  if (!has_expected) return Status::Error("no \"expected_stdout\"");
+  return c;
+}
+
+// The lines of `text` without their trailing spaces, tabs and CRs, and without the blank lines at the end.
+std::vector<std::string_view> JudgedLines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    size_t keep = line.find_last_not_of(" \t\r");
+    lines.push_back(keep == std::string_view::npos ? std::string_view() : line.substr(0, keep + 1));
+    start = end + 1;
+  }
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+Result WithStdin(const Executor& program, const TestCase& c, const StepRunner& run_step) {
+  Executor step = program;
+  UniqueFd fd(::memfd_create("nsbox-case-stdin", MFD_CLOEXEC));
+  if (!fd || WriteAll(fd.get(), c.stdin_data) != 0 || ::lseek(fd.get(), 0, SEEK_SET) != 0) {
+    Result failed;
+    failed.status = RunStatus::kSetupError;
+    failed.reason = Status::Errno("memfd_create(case stdin)").message();
+    return failed;
+  }
+  step.stdin_fd = fd.get();
+  return run_step(std::move(step), Step::kProgram);
+}
+
+}  // namespace
+
+StatusOr<std::vector<TestCase>> ParseCases(std::string_view text, std::string_view source) {
+  std::vector<TestCase> cases;
+  uint64_t number = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    auto parsed = ParseCase(line);
+    if (!parsed.ok()) return parsed.status().Wrap(fmt::format("{} line {}", source, number));
+    if (cases.size() == kMaxCases)
+      return Status::Error(fmt::format("{} line {}: more than {} cases", source, number, kMaxCases));
+    parsed->line = number;
+    if (parsed->name.empty()) parsed->name = fmt::format("line {}", number);
+    cases.push_back(std::move(*parsed));
+  }
+  if (cases.empty()) return Status::Error(fmt::format("{}: no cases", source));
+  return cases;
+}
+
+bool OutputMatches(std::string_view actual, std::string_view expected) {
+  return JudgedLines(actual) == JudgedLines(expected);
+}
+
+CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const StepRunner& run_step) {
+  CasesReport report;
+  nlohmann::json& out = report.json;
+  out["cases"] = nlohmann::json::array();
+  const bool compiled = program.compile.has_value();
+  CompileOutcome compile = RunCompileStep(program, run_step);
+  if (compiled) out["compile"] = compile.figures;
+  uint64_t passed = 0;
+  if (compile.failed) {
+    const Result& failed = *compile.failed;
+    out["status"] = RunStatusName(failed.status);
+    out["reason"] = SanitizeUtf8(failed.reason);
+    out["stdout"] = SanitizeUtf8(failed.stdout_data);  // the compiler's diagnostics
+    out["stderr"] = SanitizeUtf8(failed.stderr_data);
+    for (const TestCase& c : cases)
+      out["cases"].push_back({{"name", c.name}, {"line", c.line}, {"status", RunStatusName(failed.status)},
+                              {"passed", false}});
+    report.exit_code = failed.status == RunStatus::kCompileError ? kCompileExitCode : 125;
+  } else {
+    out["status"] = "ok";
+    out["reason"] = "";
+    for (const TestCase& c : cases) {
+      Result result = WithStdin(program.run, c, run_step);
+      const bool ok = result.status == RunStatus::kOk && !result.stdout_truncated &&
+                      OutputMatches(result.stdout_data, c.expected_stdout);
+      nlohmann::json shown = ResultToJson(result);
+      shown["name"] = c.name;
+      shown["line"] = c.line;
+      shown["passed"] = ok;
+      out["cases"].push_back(std::move(shown));
+      passed += ok ? 1 : 0;
+    }
+    report.exit_code = passed == cases.size() ? 0 : 1;
+  }
+  out["summary"] = {{"passed", passed}, {"failed", cases.size() - passed}, {"total", cases.size()}};
+  return report;
+}
+
+std::string CasesText(const nlohmann::json& report) {
+  std::string text;
+  for (const auto& c : report["cases"])
+    text += fmt::format("{}: {} ({})\n", c["name"].get<std::string>(), c["passed"].get<bool>() ? "passed" : "FAILED",
+                        c["status"].get<std::string>());
+  const auto& s = report["summary"];
+  text += fmt::format("{}/{} passed\n", s["passed"].get<uint64_t>(), s["total"].get<uint64_t>());
+  return text;
+}
+
+}  // namespace nsbox::cli

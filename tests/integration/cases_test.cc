@@ -1,0 +1,137 @@
+// Integration: nsbox run --cases (one compile, a verdict and passed per stdin case) and nsbox batch with compiled
+// languages next to python jobs, with C on the host view.
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_nsbox.h"
+
+using namespace nsbox::testing;
+
+namespace {
+
+// Doubles the number it reads; a negative one loops for ever, none exits 2.
+constexpr const char* kDoubler =
+    "#include <stdio.h>\nint main(void){ long x; if (scanf(\"%ld\", &x) != 1) return 2; if (x < 0) for (;;);"
+    " printf(\"%ld  \\n\", x * 2); return 0; }\n";
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  std::string path = "/tmp/nsbox-cases-test-" + std::to_string(::getpid()) + "-" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+nlohmann::json RunCasesJson(const std::string& code, const std::string& cases, int expected_exit) {
+  std::string file = WriteTemp("cases.jsonl", cases);
+  auto raw = RunNsboxRaw({"run", "--json", "--timeout", "1s", "--lang", "c", "--code", code, "--cases", file});
+  ::unlink(file.c_str());
+  INFO(raw.out << raw.err);
+  CHECK(raw.exit_code == expected_exit);
+  return nlohmann::json::parse(raw.out);
+}
+
+}  // namespace
+
+TEST_CASE("--cases: every case passes; trailing spaces and the last newline are not judged", "[integration][cases]") {
+  auto r = RunCasesJson(kDoubler,
+                        "{\"name\": \"one\", \"stdin\": \"1\\n\", \"expected_stdout\": \"2\\n\"}\n\n"
+                        "{\"stdin\": \"21\", \"expected_stdout\": \"42\"}\n",
+                        0);
+  CHECK(r["status"] == "ok");
+  CHECK(r["compile"]["status"] == "ok");
+  CHECK(r["summary"] == nlohmann::json({{"passed", 2}, {"failed", 0}, {"total", 2}}));
+  REQUIRE(r["cases"].size() == 2);
+  CHECK(r["cases"][0]["name"] == "one");
+  CHECK(r["cases"][0]["stdout"] == "2  \n");
+  CHECK(r["cases"][1]["name"] == "line 3");
+  CHECK(r["cases"][1]["passed"] == true);
+}
+
+TEST_CASE("--cases: a wrong answer and a time-out fail alone, the others pass", "[integration][cases]") {
+  auto r = RunCasesJson(kDoubler,
+                        "{\"name\": \"ok\", \"stdin\": \"5\", \"expected_stdout\": \"10\"}\n"
+                        "{\"name\": \"wrong\", \"stdin\": \"3\", \"expected_stdout\": \"7\"}\n"
+                        "{\"name\": \"loop\", \"stdin\": \"-1\", \"expected_stdout\": \"0\"}\n"
+                        "{\"name\": \"after\", \"stdin\": \"0\", \"expected_stdout\": \"0\"}\n",
+                        1);
+  REQUIRE(r["cases"].size() == 4);
+  CHECK(r["cases"][0]["passed"] == true);
+  CHECK(r["cases"][1]["status"] == "ok");
+  CHECK(r["cases"][1]["passed"] == false);
+  CHECK(r["cases"][1]["stdout"] == "6  \n");
+  CHECK(r["cases"][2]["status"] == "timeout");
+  CHECK(r["cases"][2]["passed"] == false);
+  CHECK(r["cases"][3]["passed"] == true);
+  CHECK(r["summary"]["passed"] == 2);
+  CHECK(r["summary"]["total"] == 4);
+}
+
+TEST_CASE("--cases: a compile error makes every case compile_error, exit 123", "[integration][cases]") {
+  auto r = RunCasesJson("int main(void) { return nope; }",
+                        "{\"stdin\": \"1\", \"expected_stdout\": \"2\"}\n{\"stdin\": \"2\", \"expected_stdout\": \"4\"}\n",
+                        123);
+  CHECK(r["status"] == "compile_error");
+  CHECK(r["stderr"].get<std::string>().find("nope") != std::string::npos);
+  REQUIRE(r["cases"].size() == 2);
+  for (const auto& c : r["cases"]) {
+    CHECK(c["status"] == "compile_error");
+    CHECK(c["passed"] == false);
+    CHECK_FALSE(c.contains("stdout"));  // never ran
+  }
+  CHECK(r["summary"]["passed"] == 0);
+}
+
+TEST_CASE("--cases: a malformed cases file is one line naming the line, exit 2, nothing run", "[integration][cases]") {
+  for (const auto& [text, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"stdin\": \"1\", \"expected_stdout\": \"2\"}\nnot json\n", "line 2: not a JSON object"},
+           {"{\"stdin\": \"1\"}\n", "line 1: no \"expected_stdout\""},
+           {"{\"stdin\": 3, \"expected_stdout\": \"6\"}\n", "line 1: \"stdin\" must be a string"},
+           {"{\"expected\": \"6\"}\n", "line 1: unknown field \"expected\""},
+           {"\n", "no cases"}}) {
+    std::string file = WriteTemp("bad.jsonl", text);
+    auto raw = RunNsboxRaw({"run", "--lang", "c", "--code", kDoubler, "--cases", file});
+    ::unlink(file.c_str());
+    INFO(text << " -> " << raw.err);
+    CHECK(raw.exit_code == 2);
+    CHECK(raw.out.empty());
+    CHECK(raw.err.find(needle) != std::string::npos);
+    CHECK(std::count(raw.err.begin(), raw.err.end(), '\n') == 1);
+  }
+  std::string big = WriteTemp("big.jsonl", std::string((16 << 20) + 1, ' '));
+  auto raw = RunNsboxRaw({"run", "--lang", "c", "--code", kDoubler, "--cases", big});
+  ::unlink(big.c_str());
+  CHECK(raw.exit_code == 2);
+  CHECK(raw.err.find("larger than") != std::string::npos);
+}
+
+TEST_CASE("batch: python and C jobs in one file; a C compile error is that job's own status", "[integration][cases]") {
+  nlohmann::json c_job = {{"id", "c"}, {"language", "c"}, {"code", kDoubler}, {"stdin", "21\n"}};
+  nlohmann::json bad_job = {{"id", "bad"}, {"language", "c"}, {"code", "int main(void) { return nope; }"}};
+  nlohmann::json py_job = {{"id", "py"}, {"language", "python"}, {"code", "print(6 * 7)"}};
+  std::string file = WriteTemp("jobs.jsonl", py_job.dump() + "\n" + c_job.dump() + "\n" + bad_job.dump() + "\n");
+  auto raw = RunNsboxRaw({"batch", "--jobs", "2", file});
+  ::unlink(file.c_str());
+  INFO(raw.out << raw.err);
+  CHECK(raw.exit_code == 0);
+  std::map<std::string, nlohmann::json> results;
+  std::istringstream lines(raw.out);
+  for (std::string line; std::getline(lines, line);) {
+    auto parsed = nlohmann::json::parse(line);
+    results[parsed["id"].get<std::string>()] = parsed["result"];
+  }
+  REQUIRE(results.size() == 3);
+  CHECK(results["py"]["status"] == "ok");
+  CHECK(results["py"]["stdout"] == "42\n");
+  CHECK_FALSE(results["py"].contains("compile"));
+  CHECK(results["c"]["status"] == "ok");
+  CHECK(results["c"]["stdout"] == "42  \n");
+  CHECK(results["c"]["compile"]["status"] == "ok");
+  CHECK(results["bad"]["status"] == "compile_error");
+  CHECK(results["bad"]["compile"]["status"] == "exit");
+  CHECK(results["bad"]["stderr"].get<std::string>().find("nope") != std::string::npos);
+}
