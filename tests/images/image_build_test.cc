@@ -545,3 +545,34 @@ TEST_CASE("the gcc image compiles and runs C and C++, reports compile errors, an
                       std::string(std::getenv("NSBOX_IMAGE_STORE")) + "/" + image.name() +
                       "/rootfs); the image template 'go' has it (nsbox image build go, then --rootfs go)\n");
 }
+
+// Debian's toolchains are reached through absolute symlinks (/usr/bin/javac -> /etc/alternatives/javac ->
+// /usr/lib/jvm/...): the check that a language's compiler is in the root must follow them inside the root, not on
+// the host. Two fake roots without /bin/sh tell which way a link was followed.
+TEST_CASE("a compiler behind an absolute symlink is looked up inside the root, not on the host", "[cli]") {
+  char pattern[] = "/tmp/nsbox-symlink-root-XXXXXX";
+  REQUIRE(::mkdtemp(pattern) != nullptr);
+  const std::string base = pattern;
+  const std::string in_root = base + "/in-root", host_only = base + "/host-only";
+  for (const auto& root : {in_root, host_only}) {
+    REQUIRE(::mkdir(root.c_str(), 0755) == 0);
+    REQUIRE(::mkdir((root + "/usr").c_str(), 0755) == 0);
+    REQUIRE(::mkdir((root + "/usr/bin").c_str(), 0755) == 0);
+  }
+  // in-root: the link's target exists only inside the root.
+  REQUIRE(::mkdir((in_root + "/opt").c_str(), 0755) == 0);
+  REQUIRE(nsbox::WriteFile(in_root + "/opt/gcc-in-root", "#!/bin/sh\n").ok());
+  REQUIRE(::chmod((in_root + "/opt/gcc-in-root").c_str(), 0755) == 0);
+  REQUIRE(::symlink("/opt/gcc-in-root", (in_root + "/usr/bin/gcc").c_str()) == 0);
+  // host-only: the link's target exists on the host (/bin/sh) but not inside the root.
+  REQUIRE(::symlink("/bin/sh", (host_only + "/usr/bin/gcc").c_str()) == 0);
+
+  Outcome found = Nsbox({"run", "--rootfs", in_root, "--lang", "c", "--code", "int main(void) {}"});
+  CHECK(found.exit_code == 125);
+  CHECK_THAT(found.err, Catch::Contains("language 'c': shell (for the compile step) /bin/sh is not in the root"));
+  Outcome missing = Nsbox({"run", "--rootfs", host_only, "--lang", "c", "--code", "int main(void) {}"});
+  CHECK(missing.exit_code == 125);
+  CHECK_THAT(missing.err, Catch::Contains("language 'c': compiler /usr/bin/gcc is not in the root filesystem (" +
+                                          host_only + "); the image template 'gcc' has it"));
+  (void)nsbox::cli::RemoveTree(base);
+}
