@@ -2,12 +2,17 @@
 #include "src/cli/compiled_program.h"
 
 #include <sys/prctl.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "sandbox/session.h"
+#include "sandbox/base/unique_fd.h"
 
 namespace nsbox::cli {
 namespace {
@@ -106,6 +111,21 @@ Result CompileVerdict(Result compiled, const std::string& compiler) {
   return verdict;
 }
 
+// Whether PATH names an executable file as the sandbox will see it: on the host view the host's; in a root directory
+// resolved inside it (RESOLVE_IN_ROOT), so that an absolute symlink there (Debian's /usr/bin/javac ->
+// /etc/alternatives/javac -> /usr/lib/jvm/...) is followed in the image, not on the host.
+bool ExecutableInRoot(const std::string& rootfs_dir, const std::string& path) {
+  if (rootfs_dir.empty()) return ::access(path.c_str(), X_OK) == 0;
+  UniqueFd root(::open(rootfs_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (root.get() < 0) return false;
+  struct open_how how = {};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  UniqueFd file(static_cast<int>(::syscall(SYS_openat2, root.get(), path.c_str(), &how, sizeof how)));
+  struct stat st;
+  return file.get() >= 0 && ::fstat(file.get(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0;
+}
+
 }  // namespace
 
 Status CheckToolchain(const Language& lang, const std::string& rootfs_dir) {
@@ -117,7 +137,7 @@ Status CheckToolchain(const Language& lang, const std::string& rootfs_dir) {
     needed = {{"interpreter", lang.argv[0]}};
   }
   for (const auto& [role, path] : needed) {
-    if (::access((rootfs_dir + path).c_str(), X_OK) == 0) continue;
+    if (ExecutableInRoot(rootfs_dir, path)) continue;
     std::string hint = lang.image_template.empty()
                            ? ""
                            : fmt::format("; the image template '{}' has it (nsbox image build {}, then --rootfs {})",
