@@ -94,11 +94,11 @@ struct CgroupStats {
 };
 
 // A group inside a sandbox's group for one exec of a session: no limits of its own unless asked for a memory limit
-// (the session's hold for it too), only membership, so that a time-out can kill every process the exec started, those that left its process group
-// or session included. Where it lives: v2, <group>/<name>; v1, in the freezer hierarchy (a kill that a fork bomb
-// cannot race), else the pids one. Its destructor kills nothing and removes the directory if it is empty; one it
-// leaves (a background process still runs in it) goes with the sandbox's group, whose removal takes the empty
-// groups below it (RawRemoveDir), in nsbox, in the reaper and in the stale sweep alike.
+// (the session's hold for it too), only membership, so that a time-out can kill every process the exec started, those
+// that left its process group or session included. Where it lives: v2, <group>/<name>; v1, in the freezer hierarchy (a
+// kill that a fork bomb cannot race), else the pids one. Its destructor kills nothing and removes the directory if it
+// is empty; one it leaves (a background process still runs in it) goes with the sandbox's group, whose removal takes
+// the empty groups below it (RawRemoveDir), in nsbox, in the reaper and in the stale sweep alike.
 class CgroupChild {
  public:
   virtual ~CgroupChild() = default;

@@ -91,8 +91,8 @@ int RawRemoveDir(const char* dir);
 // kill_file: v2's cgroup.kill; freezer: the child is in a v1 freezer hierarchy.
 // memory: the child's own memory limit (limit 0: none). v1: a group <memory.parent>/<name> in the memory hierarchy,
 // limited by memory.limit_in_bytes (and memory.memsw.limit_in_bytes when swap is accounted: no swap for the step),
-// whose tasks file takes join.fds[memory.slot]. mkdir_hook: CgroupConfig::fake_fs_mkdir_hook (tests), after each mkdir. v2 (memory.parent empty): memory.max (and memory.swap.max 0) in the
-// child's own directory.
+// whose tasks file takes join.fds[memory.slot]. mkdir_hook: CgroupConfig::fake_fs_mkdir_hook (tests), after each mkdir.
+// v2 (memory.parent empty): memory.max (and memory.swap.max 0) in the child's own directory.
 struct ChildMemory {
   uint64_t limit = 0;
   std::string parent;

@@ -118,10 +118,11 @@ class CgroupV1 final : public Cgroup {
     for (size_t i = 0; i < hierarchies_.size(); ++i)
       if (hierarchies_[i].dir == parent) slot = static_cast<int>(i);
     // A memory limit of its own: a group in the memory hierarchy as well (a hierarchy of its own on v1).
-    ChildMemory memory{.limit = memory_max_bytes, .parent = memory_dir_, .slot = join.memory_index,
-                       .memsw = swap_limited_};
+    ChildMemory memory{
+        .limit = memory_max_bytes, .parent = memory_dir_, .slot = join.memory_index, .memsw = swap_limited_};
     if (memory_max_bytes > 0 && (memory_dir_ == parent || join.memory_index < 0))
-      return Status::Error("the memory controller shares a hierarchy with the exec's group; no memory limit of its own");
+      return Status::Error(
+          "the memory controller shares a hierarchy with the exec's group; no memory limit of its own");
     return MakeCgroupChild(parent, name, "tasks", join, slot, /*kill_file=*/false,
                            /*freezer=*/parent == freezer_dir_, memory, mkdir_hook_);
   }

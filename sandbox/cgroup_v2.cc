@@ -68,7 +68,8 @@ class CgroupV2 final : public Cgroup {
     // next to the child. With one, the memory controller goes to the children (EnableMemoryBelow).
     if (memory_max_bytes > 0) NSBOX_RETURN_IF_ERROR(EnableMemoryBelow().Wrap("setting the exec's memory limit"));
     return MakeCgroupChild(dir_, name, "cgroup.procs", CgroupSelfJoin{}, 0, /*kill_file=*/true, /*freezer=*/false,
-                           ChildMemory{.limit = memory_max_bytes, .parent = "", .slot = -1, .memsw = false}, mkdir_hook_);
+                           ChildMemory{.limit = memory_max_bytes, .parent = "", .slot = -1, .memsw = false},
+                           mkdir_hook_);
   }
 
   // "No internal processes": a group that gives its children a controller holds no processes itself. The first time

@@ -258,8 +258,8 @@ void Batch::Start(BatchJob job) {
   // when the creating thread ends. Run() returns only after the sandbox is gone.
   raw->thread = std::thread([this, raw] {
     raw->result = raw->sandbox ? raw->sandbox->Run()
-                               : RunCompiledProgram(std::move(*raw->program), std::move(*raw->policy),
-                                                    raw->proxy.get(), raw->cancel.get());
+                               : RunCompiledProgram(std::move(*raw->program), std::move(*raw->policy), raw->proxy.get(),
+                                                    raw->cancel.get());
     std::lock_guard lock(mutex_);
     finished_.push_back(raw);
     uint64_t one = 1;
@@ -501,9 +501,7 @@ void RegisterBatch(CLI::App& app, ExitCode& exit_code) {
   batch->add_option("--compile-timeout", options.program.compile_timeout,
                     "a compiled language's compile step, unless the job gives \"compile_timeout\" (default: the "
                     "language's)");
-  batch->callback([&exit_code] {
-    exit_code.value = batch_internal::Batch(options).Run();
-  });
+  batch->callback([&exit_code] { exit_code.value = batch_internal::Batch(options).Run(); });
 }
 
 }  // namespace nsbox::cli

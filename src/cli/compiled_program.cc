@@ -1,9 +1,9 @@
 // Compiled languages: the two-step plan, the exec request carrying it, and the compile step's verdict.
 #include "src/cli/compiled_program.h"
 
-#include <sys/prctl.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "sandbox/session.h"
 #include "sandbox/base/unique_fd.h"
+#include "sandbox/session.h"
 
 namespace nsbox::cli {
 namespace {
@@ -87,13 +87,13 @@ Result CompileVerdict(Result compiled, const std::string& compiler) {
       verdict.reason = "compile step: " + verdict.reason;
       break;
     case RunStatus::kExit:
-      verdict.reason =
-          CompilerHitMemoryLimit(verdict)
-              ? fmt::format("compile step oom: a process of the compiler was killed by the OOM killer ({} exited "
-                            "with {}); give the compile step more --compile-memory",
-                            compiler, verdict.exit_code)
-              : fmt::format("compile error: {} exited with {}; its diagnostics are in stderr and stdout", compiler,
-                            verdict.exit_code);
+      verdict.reason = CompilerHitMemoryLimit(verdict)
+                           ? fmt::format(
+                                 "compile step oom: a process of the compiler was killed by the OOM killer ({} exited "
+                                 "with {}); give the compile step more --compile-memory",
+                                 compiler, verdict.exit_code)
+                           : fmt::format("compile error: {} exited with {}; its diagnostics are in stderr and stdout",
+                                         compiler, verdict.exit_code);
       verdict.status = RunStatus::kCompileError;
       break;
     default:  // the compiler's own time-out, memory, a signal, a denied system call
@@ -179,9 +179,7 @@ Program PlanCompiledProgram(const Language& lang, Executor program, const std::s
 namespace {
 
 // The compiler's name for the reason: the first argument after the shell's own (see PlanCompiledProgram).
-std::string CompilerName(const Executor& compile) {
-  return compile.argv.size() > 7 ? compile.argv[7] : "the compiler";
-}
+std::string CompilerName(const Executor& compile) { return compile.argv.size() > 7 ? compile.argv[7] : "the compiler"; }
 
 }  // namespace
 

@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
+#include "nsbox/sandbox.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/host_id_lease.h"
-#include "nsbox/sandbox.h"
 #include "sandbox/result_json.h"
 #include "sandbox/session.h"
 #include "src/cli/commands.h"
@@ -152,7 +152,8 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
         (void)WriteAll(2, fmt::format("nsbox run: {}\n", status.message()));
         exit_code.value = 2;
       };
-      if (!program_options.stdin_source.empty()) return bad(Status::Error("--cases gives each case its stdin: no --stdin"));
+      if (!program_options.stdin_source.empty())
+        return bad(Status::Error("--cases gives each case its stdin: no --stdin"));
       auto text = ReadInput(cases_file, kMaxCasesFileBytes, "--cases");
       if (!text.ok()) return bad(text.status());
       auto parsed = ParseCases(*text, "--cases " + cases_file);
@@ -185,10 +186,10 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
         err = WriteJsonLine(1, report.json);
       } else {
         if (report.json["status"] != "ok")
-          err = WriteAll(2, fmt::format("{}{}nsbox: {}: {}\n", report.json["stdout"].get<std::string>(),
-                                        report.json["stderr"].get<std::string>(),
-                                        report.json["status"].get<std::string>(),
-                                        report.json["reason"].get<std::string>()));
+          err = WriteAll(2,
+                         fmt::format("{}{}nsbox: {}: {}\n", report.json["stdout"].get<std::string>(),
+                                     report.json["stderr"].get<std::string>(), report.json["status"].get<std::string>(),
+                                     report.json["reason"].get<std::string>()));
         if (err == 0) err = WriteAll(1, CasesText(report.json));
       }
       exit_code.value = err == 0 ? report.exit_code : kExitNsboxFailure;

@@ -270,7 +270,8 @@ StatusOr<uint64_t> ApplyCompileMemory(const ProgramOptions& o, SandboxOptions& s
   auto lang = LookupLanguage(o.lang);
   if (!lang.ok() || !lang->compile) return 0;  // BuildProgram reports an unknown language, a misplaced option
   if (sandbox.no_limits) {
-    if (!o.compile_memory.empty()) return Status::Error("--compile-memory: --dangerously-run-without-limits sets no memory limits");
+    if (!o.compile_memory.empty())
+      return Status::Error("--compile-memory: --dangerously-run-without-limits sets no memory limits");
     return 0;
   }
   auto compile = CompileMemory(o, *lang);

@@ -27,7 +27,8 @@ StatusOr<TestCase> ParseCase(std::string_view text) {
   for (const auto& [key, value] : object.items()) {
     if (key != "stdin" && key != "expected_stdout" && key != "name")
       return Status::Error(fmt::format("unknown field \"{}\" (fields: stdin, expected_stdout, name)", key));
-    if (!value.is_string()) return Status::Error(fmt::format("\"{}\" must be a string, not {}", key, value.type_name()));
+    if (!value.is_string())
+      return Status::Error(fmt::format("\"{}\" must be a string, not {}", key, value.type_name()));
     if (key == "stdin") c.stdin_data = value.get<std::string>();
     if (key == "name") c.name = value.get<std::string>();
     if (key == "expected_stdout") {
@@ -112,8 +113,8 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
     out["stdout"] = SanitizeUtf8(failed.stdout_data);  // the compiler's diagnostics
     out["stderr"] = SanitizeUtf8(failed.stderr_data);
     for (const TestCase& c : cases)
-      out["cases"].push_back({{"name", c.name}, {"line", c.line}, {"status", RunStatusName(failed.status)},
-                              {"passed", false}});
+      out["cases"].push_back(
+          {{"name", c.name}, {"line", c.line}, {"status", RunStatusName(failed.status)}, {"passed", false}});
     report.exit_code = failed.status == RunStatus::kCompileError ? kCompileExitCode : 125;
   } else {
     out["status"] = "ok";

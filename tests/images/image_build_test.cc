@@ -531,8 +531,9 @@ TEST_CASE("the gcc image compiles and runs C and C++, reports compile errors, an
   CHECK(failed_rc == 123);
   CHECK(failed["status"] == "compile_error");
   CHECK(failed["exit_code"] == -1);  // the program never ran
-  CHECK_THAT(failed["stderr"].get<std::string>(), Catch::Contains("'undeclared_x' undeclared") ||
-                                                      Catch::Contains("\xe2\x80\x98undeclared_x\xe2\x80\x99 undeclared"));
+  CHECK_THAT(failed["stderr"].get<std::string>(),
+             Catch::Contains("'undeclared_x' undeclared") ||
+                 Catch::Contains("\xe2\x80\x98undeclared_x\xe2\x80\x99 undeclared"));
 
   auto [exit_rc, exited] = RunLang(image.name(), "cpp", "int main() { return 7; }\n");
   CHECK(exit_rc == 7);
@@ -586,10 +587,9 @@ TEST_CASE("the polyglot image runs TypeScript, Python, Node.js and C under the d
   CheckHelloWorld(image.name(), "typescript",
                   "const xs: number[] = [1, 2, 3];\nconsole.log(`ts ${xs.reduce((a, b) => a + b, 0)}`);\n", "ts 6\n");
   CheckHelloWorld(image.name(), "c", "#include <stdio.h>\nint main(void) { puts(\"c ok\"); }\n", "c ok\n");
-  for (const auto& [lang, code, expect] :
-       {std::tuple<std::string, std::string, std::string>{"python", "import sys; print('py', sys.version_info[0])",
-                                                          "py 3\n"},
-        {"node", "console.log('node', typeof process.version)", "node string\n"}}) {
+  for (const auto& [lang, code, expect] : {std::tuple<std::string, std::string, std::string>{
+                                               "python", "import sys; print('py', sys.version_info[0])", "py 3\n"},
+                                           {"node", "console.log('node', typeof process.version)", "node string\n"}}) {
     auto [rc, result] = RunLang(image.name(), lang, code);
     INFO(lang << ": " << result.dump());
     CHECK(rc == 0);

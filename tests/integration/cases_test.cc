@@ -72,9 +72,9 @@ TEST_CASE("--cases: a wrong answer and a time-out fail alone, the others pass", 
 }
 
 TEST_CASE("--cases: a compile error makes every case compile_error, exit 123", "[integration][cases]") {
-  auto r = RunCasesJson("int main(void) { return nope; }",
-                        "{\"stdin\": \"1\", \"expected_stdout\": \"2\"}\n{\"stdin\": \"2\", \"expected_stdout\": \"4\"}\n",
-                        123);
+  auto r = RunCasesJson(
+      "int main(void) { return nope; }",
+      "{\"stdin\": \"1\", \"expected_stdout\": \"2\"}\n{\"stdin\": \"2\", \"expected_stdout\": \"4\"}\n", 123);
   CHECK(r["status"] == "compile_error");
   CHECK(r["stderr"].get<std::string>().find("nope") != std::string::npos);
   REQUIRE(r["cases"].size() == 2);

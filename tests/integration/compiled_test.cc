@@ -111,8 +111,8 @@ TEST_CASE("a compiler past --compile-memory is compile_error with compile.status
   const auto groups_before = NsboxGroups();
   // g++ with <iostream> needs about 70 MB; its driver survives the OOM kill of cc1plus and exits 1 by itself. (A C
   // hello world's cc1 charges less than 16M here: its pages are mostly the page cache's, charged elsewhere.)
-  auto r = RunNsboxJson({"--memory", "1G", "--compile-memory", "16M", "--lang", "cpp", "--code",
-                         "#include <iostream>\nint main() {}\n"});
+  auto r = RunNsboxJson(
+      {"--memory", "1G", "--compile-memory", "16M", "--lang", "cpp", "--code", "#include <iostream>\nint main() {}\n"});
   INFO(r.Describe());
   CHECK(r.process.exit_code == 123);
   CHECK(r.status() == "compile_error");
@@ -147,7 +147,8 @@ TEST_CASE("a program past --memory is oom although the compile step's memory is 
   CHECK(NsboxGroups() == groups_before);
 }
 
-TEST_CASE("--compile-memory is checked: a bad size, an interpreted language, no limits at all", "[integration][compiled]") {
+TEST_CASE("--compile-memory is checked: a bad size, an interpreted language, no limits at all",
+          "[integration][compiled]") {
   auto raw = RunNsboxRaw({"run", "--compile-memory", "foo", "--lang", "c", "--code", "int main(void) { return 0; }"});
   CHECK(raw.exit_code == 125);
   CHECK(raw.err.starts_with("nsbox run: --compile-memory: invalid size 'foo'"));
@@ -158,7 +159,8 @@ TEST_CASE("--compile-memory is checked: a bad size, an interpreted language, no 
   raw = RunNsboxRaw({"run", "--compile-memory", "64M", "--lang", "python", "--code", "print(1)"});
   CHECK(raw.exit_code == 125);
   CHECK(raw.err == "nsbox run: --compile-memory: language 'python' has no compile step\n");
-  raw = RunNsboxRaw({"run", "--dangerously-run-without-limits", "--compile-memory", "64M", "--lang", "c", "--code", "int main(void) {}"});
+  raw = RunNsboxRaw({"run", "--dangerously-run-without-limits", "--compile-memory", "64M", "--lang", "c", "--code",
+                     "int main(void) {}"});
   CHECK(raw.exit_code == 125);
   CHECK(raw.err == "nsbox run: --compile-memory: --dangerously-run-without-limits sets no memory limits\n");
 }

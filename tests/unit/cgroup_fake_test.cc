@@ -623,8 +623,9 @@ TEST_CASE("v1 without kmem.tcp accounting: the sandbox is refused, naming the TC
   CHECK(group.status().message().find("memory.kmem.tcp.limit_in_bytes") != std::string::npos);
 }
 
-TEST_CASE("v2: an exec group with a memory limit of its own: the group's processes move to a leaf, the children get "
-          "memory, the child memory.max") {
+TEST_CASE(
+    "v2: an exec group with a memory limit of its own: the group's processes move to a leaf, the children get "
+    "memory, the child memory.max") {
   FakeTree tree;
   tree.MakeV2();
   auto group = CreateSandboxCgroup(Limits(1 << 30, 32, 1), tree.config);
