@@ -1,6 +1,7 @@
 // The cgroup v2 backend: a group per sandbox with memory.max, memory.swap.max, pids.max, cpu.max; cgroup.kill ends it.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
