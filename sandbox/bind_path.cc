@@ -4,12 +4,15 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 
 namespace nsbox {
@@ -58,9 +61,46 @@ bool MadeByRoot(const struct stat& link, const struct stat& dir) {
   return link.st_uid == 0 && dir.st_uid == 0 && (dir.st_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
 
+// One openat2 for a path with no symbolic link in it, the common case; -1 (any errno) sends the caller to its
+// component walk, which also explains a refusal. `resolve` always holds RESOLVE_NO_SYMLINKS, so that this takes
+// nothing the walk would refuse.
+int OpenWithoutLinks(int root_fd, const char* path, uint64_t flags, uint64_t resolve) {
+  struct open_how how = {};
+  how.flags = flags | O_CLOEXEC;
+  how.resolve = resolve | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  while (*path == '/') ++path;
+  return static_cast<int>(::syscall(SYS_openat2, root_fd, *path ? path : ".", &how, sizeof how));
+}
+
+// The walk of OpenMountPoint from `dir` (which it takes over) through the component `name`: made when missing (the
+// last one as a directory or an empty file), then opened without following it. The new directory, or -1.
+int StepIntoMountPoint(int dir, const char* name, bool last, bool directory, char* bad_link, size_t bad_link_size) {
+  if (!last || directory) {
+    if (::mkdirat(dir, name, 0755) != 0 && errno != EEXIST) return WalkFail(dir, errno);
+  } else {
+    // O_EXCL: never opens (a fifo, a device) what is there already; O_NOFOLLOW with it refuses a link.
+    int made = ::openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (made >= 0) ::close(made);
+    else if (errno != EEXIST) return WalkFail(dir, errno);
+  }
+  int next = ::openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (next < 0) return WalkFail(dir, errno);
+  ::close(dir);
+  struct stat st;
+  if (::fstat(next, &st) != 0) return WalkFail(next, errno);
+  if (S_ISLNK(st.st_mode)) {
+    CopyLinkName(bad_link, bad_link_size, name);
+    return WalkFail(next, ELOOP);
+  }
+  if (!last && !S_ISDIR(st.st_mode)) return WalkFail(next, ENOTDIR);
+  return next;
+}
+
 }  // namespace
 
 int OpenHostPath(int root_fd, const char* path, char* bad_link, size_t bad_link_size) {
+  // No link at all on the way: ".." stays below root_fd (RESOLVE_IN_ROOT) as in the walk.
+  if (int fd = OpenWithoutLinks(root_fd, path, O_PATH, RESOLVE_IN_ROOT); fd >= 0) return fd;
   struct stat root_st;
   if (::fstat(root_fd, &root_st) != 0) return -1;
   char rest[PATH_MAX];  // what is left to walk; a followed link's target is put in front of it
@@ -127,6 +167,21 @@ int OpenHostPath(int root_fd, const char* path, char* bad_link, size_t bad_link_
 }
 
 int OpenMountPoint(int root_fd, const char* path, bool directory, char* bad_link, size_t bad_link_size) {
+  // The common case first: the parent exists, reached without a link (and without "." or "..", which the walk
+  // refuses), so only the last component is made.
+  const char* slash = strrchr(path, '/');
+  const char* last_name = slash ? slash + 1 : path;
+  const bool plain = strstr(path, "/./") == nullptr && strstr(path, "/../") == nullptr &&
+                     strncmp(path, "./", 2) != 0 && strncmp(path, "../", 3) != 0;
+  if (plain && *last_name && strcmp(last_name, ".") != 0 && strcmp(last_name, "..") != 0 &&
+      strlen(last_name) <= NAME_MAX && static_cast<size_t>(last_name - path) < PATH_MAX) {
+    char parent[PATH_MAX];
+    size_t parent_len = static_cast<size_t>(last_name - path);
+    memcpy(parent, path, parent_len);
+    parent[parent_len] = '\0';
+    int dir = OpenWithoutLinks(root_fd, parent, O_PATH | O_DIRECTORY, RESOLVE_BENEATH);
+    if (dir >= 0) return StepIntoMountPoint(dir, last_name, true, directory, bad_link, bad_link_size);
+  }
   int dir = ::openat(root_fd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return -1;
   size_t pos = 0;
@@ -137,25 +192,8 @@ int OpenMountPoint(int root_fd, const char* path, bool directory, char* bad_link
     any = true;
     const bool last = !MoreComponents(path, pos);
     if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return WalkFail(dir, EINVAL);  // the plan has none
-    if (!last || directory) {
-      if (::mkdirat(dir, name, 0755) != 0 && errno != EEXIST) return WalkFail(dir, errno);
-    } else {
-      // O_EXCL: never opens (a fifo, a device) what is there already; O_NOFOLLOW with it refuses a link.
-      int made = ::openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-      if (made >= 0) ::close(made);
-      else if (errno != EEXIST) return WalkFail(dir, errno);
-    }
-    int next = ::openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (next < 0) return WalkFail(dir, errno);
-    ::close(dir);
-    dir = next;
-    struct stat st;
-    if (::fstat(dir, &st) != 0) return WalkFail(dir, errno);
-    if (S_ISLNK(st.st_mode)) {
-      CopyLinkName(bad_link, bad_link_size, name);
-      return WalkFail(dir, ELOOP);
-    }
-    if (!last && !S_ISDIR(st.st_mode)) return WalkFail(dir, ENOTDIR);
+    dir = StepIntoMountPoint(dir, name, last, directory, bad_link, bad_link_size);
+    if (dir < 0) return -1;
   }
   if (err != 0) return WalkFail(dir, err);
   if (!any) return WalkFail(dir, EINVAL);  // never the root itself

@@ -27,6 +27,11 @@ thread_local char step_buffer[240];
 // The detached tmpfs with nsbox's own device nodes (PrepareDeviceNodeTree), or -1.
 int device_tree_fd = -1;
 
+// The host's root and the new root while the root is built (MountBaseAndPivotToIt to FinishRoot), opened once for
+// every bind: nothing is mounted onto either of them in between, only below /newroot.
+int host_root_fd = -1;
+int new_root_fd = -1;
+
 struct DeviceNode {
   const char* name;
   unsigned major, minor;
@@ -119,12 +124,10 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
   const char* source = m.source.c_str();
   const char* target = m.target.c_str();
   char bad_link[NAME_MAX + 1] = "";
-  *step = Step("open(/oldroot)", "/oldroot");
-  UniqueFd host_root(::open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!host_root) return -1;
+  const int host_root = host_root_fd, new_root = new_root_fd;
   UniqueFd src(m.kind == MountStep::Kind::kBindDevice ? OpenOwnDeviceNode(source) : -1);
   const bool own_device = static_cast<bool>(src);
-  if (!src) src.reset(OpenHostPath(host_root.get(), source + strlen("/oldroot"), bad_link, sizeof bad_link));
+  if (!src) src.reset(OpenHostPath(host_root, source + strlen("/oldroot"), bad_link, sizeof bad_link));
   if (!src) {
     int err = errno;
     if (m.optional && err == ENOENT) return 0;
@@ -135,7 +138,7 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
     return -1;
   }
   if (m.user_source) {
-    if (const char* refusal = KernelFsBindRefusal(host_root.get(), src.get())) {
+    if (const char* refusal = KernelFsBindRefusal(host_root, src.get())) {
       snprintf(step_buffer, sizeof step_buffer, "bind source %s: %s", Shown(source), refusal);
       *step = step_buffer;
       errno = EPERM;
@@ -146,10 +149,7 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
   *step = Step("fstat(bind source)", Shown(source));
   if (::fstat(src.get(), &source_st) != 0) return -1;
   const bool directory = S_ISDIR(source_st.st_mode);
-  *step = "open(/newroot)";
-  UniqueFd new_root(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!new_root) return -1;
-  UniqueFd dst(OpenMountPoint(new_root.get(), target + strlen("/newroot"), directory, bad_link, sizeof bad_link));
+  UniqueFd dst(OpenMountPoint(new_root, target + strlen("/newroot"), directory, bad_link, sizeof bad_link));
   if (!dst) {
     int err = errno;
     snprintf(step_buffer, sizeof step_buffer, "creating the mount point %s (for a %s)%s", Shown(target),
@@ -163,7 +163,7 @@ int BindByDescriptor(const ChildMount& m, uint64_t attrs, const char** step) {
       ::syscall(SYS_open_tree, src.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH)));
   if (!tree && own_device) {
     // A kernel that clones no tree of another mount namespace here: the host's node, as without nsbox's own.
-    src.reset(OpenHostPath(host_root.get(), source + strlen("/oldroot"), bad_link, sizeof bad_link));
+    src.reset(OpenHostPath(host_root, source + strlen("/oldroot"), bad_link, sizeof bad_link));
     if (!src) return -1;
     tree.reset(static_cast<int>(
         ::syscall(SYS_open_tree, src.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH)));
@@ -238,7 +238,10 @@ int MountBaseAndPivotToIt(const char** step) {
     *step = "chdir(/)";
     return -1;
   }
-  return 0;
+  *step = "open(/oldroot, /newroot)";
+  host_root_fd = ::open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  new_root_fd = ::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  return host_root_fd >= 0 && new_root_fd >= 0 ? 0 : -1;
 }
 
 int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char** step) {
@@ -331,6 +334,10 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
 }
 
 int FinishRoot(const char** step) {
+  for (int* fd : {&host_root_fd, &new_root_fd}) {  // no way back to the host once pivoted
+    ::close(*fd);
+    *fd = -1;
+  }
   // /dev holds only what the plan put there: its own tmpfs becomes read-only (pts, shm, mqueue are mounts of
   // their own and stay writable).
   *step = "mount_setattr(/newroot/dev, ro)";

@@ -119,6 +119,26 @@ TEST_CASE("OpenMountPoint makes missing directories and the last component, and 
     CHECK(std::string(bad) == "link");
   }
   CHECK_FALSE(fs::exists(t.root / "real/new"));
+  // The plan has no "." or ".." in a mount point: refused, whether or not the parent exists.
+  for (const char* path : {"/made/../x", "/made/./x", "/made/a/..", "/missing/../x"}) {
+    errno = 0;
+    UniqueFd refused(OpenMountPoint(t.root_fd.get(), path, true, bad, sizeof bad));
+    CHECK_FALSE(refused);
+    CHECK(errno == EINVAL);
+  }
+  // A link as the last component below an existing parent is refused like one on the way.
+  fs::create_symlink("/etc/passwd", t.root / "made/a/planted");
+  bad[0] = '\0';
+  errno = 0;
+  UniqueFd planted(OpenMountPoint(t.root_fd.get(), "/made/a/planted", false, bad, sizeof bad));
+  CHECK_FALSE(planted);
+  CHECK(errno == ELOOP);
+  CHECK(std::string(bad) == "planted");
+  // A file where a directory is on the way.
+  errno = 0;
+  UniqueFd through_file(OpenMountPoint(t.root_fd.get(), "/made/f/x", true, bad, sizeof bad));
+  CHECK_FALSE(through_file);
+  CHECK(errno == ENOTDIR);
 }
 
 TEST_CASE("KernelFsBindRefusal refuses the root itself and proc, and allows an ordinary directory") {
