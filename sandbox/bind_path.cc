@@ -80,8 +80,10 @@ int StepIntoMountPoint(int dir, const char* name, bool last, bool directory, cha
   } else {
     // O_EXCL: never opens (a fifo, a device) what is there already; O_NOFOLLOW with it refuses a link.
     int made = ::openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (made >= 0) ::close(made);
-    else if (errno != EEXIST) return WalkFail(dir, errno);
+    if (made >= 0)
+      ::close(made);
+    else if (errno != EEXIST)
+      return WalkFail(dir, errno);
   }
   int next = ::openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (next < 0) return WalkFail(dir, errno);
@@ -171,8 +173,8 @@ int OpenMountPoint(int root_fd, const char* path, bool directory, char* bad_link
   // refuses), so only the last component is made.
   const char* slash = strrchr(path, '/');
   const char* last_name = slash ? slash + 1 : path;
-  const bool plain = strstr(path, "/./") == nullptr && strstr(path, "/../") == nullptr &&
-                     strncmp(path, "./", 2) != 0 && strncmp(path, "../", 3) != 0;
+  const bool plain = strstr(path, "/./") == nullptr && strstr(path, "/../") == nullptr && strncmp(path, "./", 2) != 0 &&
+                     strncmp(path, "../", 3) != 0;
   if (plain && *last_name && strcmp(last_name, ".") != 0 && strcmp(last_name, "..") != 0 &&
       strlen(last_name) <= NAME_MAX && static_cast<size_t>(last_name - path) < PATH_MAX) {
     char parent[PATH_MAX];
