@@ -1,6 +1,9 @@
 // Languages for --lang: the data file, aliases resolved, unknown names answered with the list of known ones.
 #include "src/cli/languages.h"
 
+#include <memory>
+#include <mutex>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -9,18 +12,36 @@
 #include "sandbox/spec/units.h"
 
 namespace nsbox::cli {
-namespace {
 
-StatusOr<nlohmann::json> LoadTable() {
-  std::string path = DataDir() + "/rootfs/languages.json";
+// The table, parsed again only when the file's text changed: a long-lived caller (nsbox serve looks a language up for
+// every exec) reads the small file each time but does not parse it each time.
+StatusOr<std::shared_ptr<const nlohmann::json>> LoadLanguageTable(const std::string& path) {
   auto text = ReadFile(path, 1 << 20);
   if (!text.ok())
     return Status::Error(fmt::format("loading the language table: {}; {}", text.status().message(), DataDirHint()));
+  struct Cache {
+    std::mutex mutex;
+    std::string path, text;
+    std::shared_ptr<const nlohmann::json> table;
+  };
+  static Cache* const cache = new Cache;  // never destroyed: a thread may still look a language up during exit
+  std::lock_guard lock(cache->mutex);
+  if (cache->table && cache->path == path && cache->text == *text) return cache->table;
   try {
-    return nlohmann::json::parse(*text);
+    cache->table = std::make_shared<const nlohmann::json>(nlohmann::json::parse(*text));
   } catch (const nlohmann::json::exception& e) {
+    cache->table.reset();
     return Status::Error(fmt::format("{}: malformed language table: {}", path, e.what()));
   }
+  cache->path = path;
+  cache->text = std::move(*text);
+  return cache->table;
+}
+
+namespace {
+
+StatusOr<std::shared_ptr<const nlohmann::json>> LoadTable() {
+  return LoadLanguageTable(DataDir() + "/rootfs/languages.json");
 }
 
 std::vector<std::string> NamesOf(const nlohmann::json& table) {
@@ -59,14 +80,14 @@ StatusOr<CompileSpec> ParseCompile(const std::string& name, const nlohmann::json
 std::vector<std::string> LanguageNames() {
   auto table = LoadTable();
   if (!table.ok()) return {};
-  return NamesOf(*table);
+  return NamesOf(**table);
 }
 
 std::vector<std::string> CanonicalLanguageNames() {
   auto table = LoadTable();
   if (!table.ok()) return {};
   std::vector<std::string> names;
-  for (const auto& [name, entry] : table->items())
+  for (const auto& [name, entry] : (*table)->items())
     if (entry.is_object() && !entry.contains("alias")) names.push_back(name);
   return names;
 }
@@ -111,7 +132,7 @@ StatusOr<Language> ParseLanguage(const nlohmann::json& table, const std::string&
 StatusOr<Language> LookupLanguage(const std::string& requested) {
   auto table = LoadTable();
   if (!table.ok()) return table.status();
-  return ParseLanguage(*table, requested);
+  return ParseLanguage(**table, requested);
 }
 
 }  // namespace nsbox::cli

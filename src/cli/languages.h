@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ struct Language {
 // The entry `requested` of a parsed table, aliases followed (pure: the unit tests give their own tables).
 StatusOr<Language> ParseLanguage(const nlohmann::json& table, const std::string& requested);
 StatusOr<Language> LookupLanguage(const std::string& name);
+// The table file at `path`, parsed; the last parse is kept and reused while the file's text stays the same.
+StatusOr<std::shared_ptr<const nlohmann::json>> LoadLanguageTable(const std::string& path);
 std::vector<std::string> LanguageNames();
 // The table's languages without their aliases ("python", not "python3"), sorted by name: what a tool
 // description offers a model.

@@ -1,5 +1,10 @@
 // Unit: the language table's compile entries (ParseLanguage), the two-step plan (PlanCompiledProgram), the exec
-// request that carries it, and RunProgram's verdicts against scripted steps (no sandbox).
+// request that carries it, RunProgram's verdicts against scripted steps (no sandbox), and the table file's reuse.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <catch2/catch.hpp>
 
 #include "src/cli/compiled_program.h"
@@ -218,4 +223,36 @@ TEST_CASE("RunProgram: a compiler stopped by its limits says so; a setup failure
   CHECK(setup.status == RunStatus::kSetupError);
   CHECK(setup.reason == "compile step: execve(/bin/sh): ENOENT");
   CHECK(steps.asked.size() == 2);  // compile, then the removal; never the program
+}
+
+TEST_CASE("the table file is parsed again only when its text changes", "[languages]") {
+  char dir_template[] = "/tmp/nsbox-languages-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template, path = dir + "/languages.json";
+  auto write = [&](const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  write(R"({"sh": {"argv": ["/bin/sh"], "file": "a.sh"}})");
+  auto first = LoadLanguageTable(path);
+  REQUIRE(first.ok());
+  auto again = LoadLanguageTable(path);
+  REQUIRE(again.ok());
+  CHECK(again->get() == first->get());  // the same parse, not a new one
+  // The same length, another text: the change is seen (no reliance on timestamps).
+  write(R"({"sh": {"argv": ["/bin/sh"], "file": "b.sh"}})");
+  auto changed = LoadLanguageTable(path);
+  REQUIRE(changed.ok());
+  CHECK((**changed)["sh"]["file"] == "b.sh");
+  write(R"({"sh": )");
+  auto broken = LoadLanguageTable(path);
+  REQUIRE_FALSE(broken.ok());
+  CHECK_THAT(broken.status().message(), Catch::Matchers::Contains("malformed language table"));
+  ::unlink(path.c_str());
+  auto missing = LoadLanguageTable(path);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.status().message(), Catch::Matchers::Contains("loading the language table"));
+  ::rmdir(dir.c_str());
 }
