@@ -1,4 +1,5 @@
-// Groups on the cgroup file system, for both backends: control files, group names, mkdir, kill, rmdir, child groups.
+// Groups on the cgroup file system, for both backends: control files, group names, mkdir (kill and rmdir:
+// cgroup_kill.h; child groups: cgroup_child.h).
 #pragma once
 
 #include <sys/types.h>
@@ -69,40 +70,6 @@ Status MakeGroupDir(const std::string& subtree_dir, const std::string& group_dir
                     Prepare prepare_subtree);
 // mkdir that accepts EEXIST (reported through *created); *err gets the errno of a failure.
 Status MakeDir(const std::string& dir, const CgroupConfig& config, bool* created, int* err);
-
-// RawRemoveDir with a Status.
-Status RemoveDir(const std::string& dir);
-// rmdir of a subtree directory that other sandboxes may still use: EBUSY/ENOTEMPTY/ENOENT are fine.
-void RemoveSubtreeIfEmpty(const std::string& dir);
-
-// Kills every process of a group and waits (bounded, about 5 s) until its cgroup.procs stays empty. "Raw": it
-// allocates nothing and makes only async-signal-safe calls, so the reaper (a fork of a process that may have threads)
-// runs it too. kill_file: cgroup.kill (v2, written once; falls back to SIGKILL per pid when the kernel lacks it);
-// freezer_state: v1 freezer.state (freeze, kill, thaw, so nothing forks between reading the list and killing it);
-// either may be null. Returns 0, or the errno of the failing step with *failed_call naming it.
-int RawKillGroup(const char* kill_file, const char* procs_file, const char* freezer_state, const char** failed_call);
-// rmdir, waiting out EBUSY while killed processes finish exiting (bounded), and removing the empty groups below
-// (an exec's group in a session) that keep it busy; allocation-free and async-signal-safe. Returns 0 or errno; ENOENT
-// is 0.
-int RawRemoveDir(const char* dir);
-
-// A CgroupChild for both backends: makes <parent>/<name> and opens its join_file ("tasks" on v1, "cgroup.procs" on
-// v2) into join.fds[slot] (slot == join.count: appended), the sandbox's join with the parent's descriptor replaced.
-// kill_file: v2's cgroup.kill; freezer: the child is in a v1 freezer hierarchy.
-// memory: the child's own memory limit (limit 0: none). v1: a group <memory.parent>/<name> in the memory hierarchy,
-// limited by memory.limit_in_bytes (and memory.memsw.limit_in_bytes when swap is accounted: no swap for the step),
-// whose tasks file takes join.fds[memory.slot]. mkdir_hook: CgroupConfig::fake_fs_mkdir_hook (tests), after each mkdir.
-// v2 (memory.parent empty): memory.max (and memory.swap.max 0) in the child's own directory.
-struct ChildMemory {
-  uint64_t limit = 0;
-  std::string parent;
-  int slot = -1;
-  bool memsw = false;
-};
-StatusOr<std::unique_ptr<CgroupChild>> MakeCgroupChild(const std::string& parent, const std::string& name,
-                                                       const char* join_file, CgroupSelfJoin join, int slot,
-                                                       bool kill_file, bool freezer, const ChildMemory& memory = {},
-                                                       const std::function<void(const std::string&)>& mkdir_hook = {});
 
 // --- template definition ---
 template <typename Prepare>

@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 
 #include "sandbox/base/unique_fd.h"
-#include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup_kill.h"
 
 namespace nsbox {
 namespace cgroup_internal {

@@ -16,7 +16,9 @@
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/cgroup_backends.h"
+#include "sandbox/cgroup_child.h"
 #include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup_kill.h"
 #include "sandbox/cgroup_reaper.h"
 #include "sandbox/spec/cgroup_text.h"
 
@@ -47,7 +49,10 @@ class CgroupV1 final : public Cgroup {
   // parents: the hierarchy directories that hold the group, "<subtree>-<name>" in each (v1 has no rule against
   // groups next to processes, so no subtree directory is needed: one mkdir and one rmdir per hierarchy instead of
   // two); the same hierarchy reached twice counts once.
-  CgroupV1(const V1Dirs& parents, const std::string& subtree, const std::string& name) {
+  // mkdir_hook: CgroupConfig::fake_fs_mkdir_hook (tests), called after each mkdir of a child group.
+  CgroupV1(const V1Dirs& parents, const std::string& subtree, const std::string& name,
+           std::function<void(const std::string&)> mkdir_hook)
+      : mkdir_hook_(std::move(mkdir_hook)) {
     auto add = [&](const std::string& parent) -> std::string {
       if (parent.empty()) return "";
       std::string dir = parent + "/" + subtree + "-" + name;
@@ -123,8 +128,16 @@ class CgroupV1 final : public Cgroup {
     if (memory_max_bytes > 0 && (memory_dir_ == parent || join.memory_index < 0))
       return Status::Error(
           "the memory controller shares a hierarchy with the exec's group; no memory limit of its own");
-    return MakeCgroupChild(parent, name, "tasks", join, slot, /*kill_file=*/false,
-                           /*freezer=*/parent == freezer_dir_, memory, mkdir_hook_);
+    ChildGroupOptions child;
+    child.parent = parent;
+    child.name = name;
+    child.join_file = "tasks";
+    child.join = join;
+    child.slot = slot;
+    child.freezer = parent == freezer_dir_;
+    child.memory = memory;
+    child.mkdir_hook = mkdir_hook_;
+    return MakeCgroupChild(child);
   }
 
   CgroupStats ReadCounters() const override {
@@ -258,17 +271,14 @@ class CgroupV1 final : public Cgroup {
   ControlFile oom_control_, max_usage_, pids_events_, cpu_stat_, cpuacct_usage_, all_procs_;
   bool swap_limited_ = false;
   bool removed_ = false;
-
- public:
-  std::function<void(const std::string&)> mkdir_hook_;  // CgroupConfig::fake_fs_mkdir_hook, for child groups
+  const std::function<void(const std::string&)> mkdir_hook_;  // CgroupConfig::fake_fs_mkdir_hook (tests)
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, const CgroupConfig& config,
                                                  const V1Dirs& parents) {
-  auto group = std::make_unique<CgroupV1>(parents, config.subtree, NewGroupName());
-  group->mkdir_hook_ = config.fake_fs_mkdir_hook;
+  auto group = std::make_unique<CgroupV1>(parents, config.subtree, NewGroupName(), config.fake_fs_mkdir_hook);
   if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper(config));
   for (const Hierarchy& hierarchy : group->hierarchies()) {
     // v1 needs nothing enabled anywhere: the controllers are the hierarchy's own.
@@ -299,7 +309,7 @@ void SweepStaleV1(const V1Dirs& parents, const CgroupConfig& config) {
     ::closedir(listing);
   }
   for (const std::string& name : stale) {
-    CgroupV1 adopted(parents, config.subtree, name);  // its destructor kills and removes
+    CgroupV1 adopted(parents, config.subtree, name, {});  // its destructor kills and removes
   }
 }
 

@@ -12,7 +12,9 @@
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/cgroup_backends.h"
+#include "sandbox/cgroup_child.h"
 #include "sandbox/cgroup_fs.h"
+#include "sandbox/cgroup_kill.h"
 #include "sandbox/cgroup_reaper.h"
 #include "sandbox/spec/cgroup_text.h"
 
@@ -43,7 +45,9 @@ bool HasController(const std::string& line, const std::string& controller) {
 
 class CgroupV2 final : public Cgroup {
  public:
-  CgroupV2(std::string subtree_dir, std::string dir) : subtree_dir_(std::move(subtree_dir)), dir_(std::move(dir)) {}
+  // mkdir_hook: CgroupConfig::fake_fs_mkdir_hook (tests), called after each mkdir of a child group or the leaf.
+  CgroupV2(std::string subtree_dir, std::string dir, std::function<void(const std::string&)> mkdir_hook)
+      : subtree_dir_(std::move(subtree_dir)), dir_(std::move(dir)), mkdir_hook_(std::move(mkdir_hook)) {}
   ~CgroupV2() override {
     if (removed_) return;
     KillAll();
@@ -68,9 +72,15 @@ class CgroupV2 final : public Cgroup {
     // Without a memory limit no controllers need be enabled in this group's subtree_control, so pid 1 may stay in it
     // next to the child. With one, the memory controller goes to the children (EnableMemoryBelow).
     if (memory_max_bytes > 0) NSBOX_RETURN_IF_ERROR(EnableMemoryBelow().Wrap("setting the exec's memory limit"));
-    return MakeCgroupChild(dir_, name, "cgroup.procs", CgroupSelfJoin{}, 0, /*kill_file=*/true, /*freezer=*/false,
-                           ChildMemory{.limit = memory_max_bytes, .parent = "", .slot = -1, .memsw = false},
-                           mkdir_hook_);
+    ChildGroupOptions child;
+    child.parent = dir_;
+    child.name = name;
+    child.join_file = "cgroup.procs";
+    child.slot = 0;
+    child.kill_file = true;
+    child.memory.limit = memory_max_bytes;  // in the child's own directory (memory.parent empty)
+    child.mkdir_hook = mkdir_hook_;
+    return MakeCgroupChild(child);
   }
 
   // "No internal processes": a group that gives its children a controller holds no processes itself. The first time
@@ -200,9 +210,7 @@ class CgroupV2 final : public Cgroup {
   std::unique_ptr<Reaper> reaper_;
   bool swap_limited_ = false;
   bool removed_ = false;
-
- public:
-  std::function<void(const std::string&)> mkdir_hook_;  // CgroupConfig::fake_fs_mkdir_hook, for child groups
+  const std::function<void(const std::string&)> mkdir_hook_;  // CgroupConfig::fake_fs_mkdir_hook (tests)
 };
 
 // Enables the controllers for dir's children; *err gets the errno of a failure.
@@ -251,8 +259,8 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, con
 
   std::string subtree_dir = parent + "/" + config.subtree;
   std::string dir = subtree_dir + "/" + NewGroupName();
-  auto group = std::make_unique<CgroupV2>(subtree_dir, dir);  // from here on, its destructor removes dir
-  group->mkdir_hook_ = config.fake_fs_mkdir_hook;
+  // From here on, its destructor removes dir.
+  auto group = std::make_unique<CgroupV2>(subtree_dir, dir, config.fake_fs_mkdir_hook);
   if (config.reaper) NSBOX_RETURN_IF_ERROR(group->StartReaper(config));
   NSBOX_RETURN_IF_ERROR(MakeGroupDir(subtree_dir, dir, config, [&] {
     int prepare_err = 0;
@@ -282,7 +290,7 @@ void SweepStaleV2(const std::string& parent, const CgroupConfig& config) {
   }
   ::closedir(listing);
   for (const std::string& name : stale) {
-    CgroupV2 adopted(subtree_dir, subtree_dir + "/" + name);  // its destructor kills and removes
+    CgroupV2 adopted(subtree_dir, subtree_dir + "/" + name, {});  // its destructor kills and removes
   }
 }
 
