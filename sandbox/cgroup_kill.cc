@@ -140,6 +140,51 @@ int RawPopulated(const char* procs_file) {
   return line[10] == '0' ? 0 : 1;
 }
 
+// Writes THAWED to the freezer.state of every group below `dir` (a v1 freezer group), deepest last. A group that a
+// killer froze (an exec's, killed on its time-out) stays frozen if that killer died before it thawed it, and its
+// processes, SIGKILLed or not, can then never exit: pid 1 would wait for them for ever. Allocation-free and
+// async-signal-safe: the reaper runs it.
+void ThawChildGroups(const char* dir, int depth) {
+  if (depth > 4) return;
+  int fd = sys::Open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  size_t dir_len = strlen(dir);
+  char entries[4096];
+  ssize_t n;
+  while ((n = sys::Getdents64(fd, entries, sizeof entries)) > 0) {
+    for (ssize_t at = 0; at < n;) {
+      const auto* entry = reinterpret_cast<const struct dirent64*>(entries + at);
+      at += entry->d_reclen;
+      const char* name = entry->d_name;
+      if (entry->d_type != DT_DIR || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
+      static constexpr char kState[] = "/freezer.state";
+      size_t name_len = strlen(name);
+      char child[PATH_MAX];
+      if (dir_len + 1 + name_len + sizeof kState > sizeof child) continue;
+      memcpy(child, dir, dir_len);
+      child[dir_len] = '/';
+      memcpy(child + dir_len + 1, name, name_len + 1);
+      memcpy(child + dir_len + 1 + name_len, kState, sizeof kState);
+      RawWrite(child, "THAWED");
+      child[dir_len + 1 + name_len] = '\0';
+      ThawChildGroups(child, depth + 1);
+    }
+  }
+  sys::Close(fd);
+}
+
+// ThawChildGroups of the directory that holds `state_file`.
+void ThawBelow(const char* state_file) {
+  const char* slash = strrchr(state_file, '/');
+  if (!slash) return;
+  char dir[PATH_MAX];
+  size_t dir_len = static_cast<size_t>(slash - state_file);
+  if (dir_len >= sizeof dir) return;
+  memcpy(dir, state_file, dir_len);
+  dir[dir_len] = '\0';
+  ThawChildGroups(dir, 0);
+}
+
 }  // namespace
 
 int RawKillGroup(const char* kill_file, const char* procs_file, const char* freezer_state, const char** failed_call) {
@@ -148,6 +193,9 @@ int RawKillGroup(const char* kill_file, const char* procs_file, const char* free
   // v2 counts the groups below too (cgroup.procs lists the group's own processes only); cgroup.kill takes them.
   int populated = use_kill_file ? RawPopulated(procs_file) : -1;
   if (populated == 0) return 0;
+  // v1: an empty group can still have a frozen one below it, whose processes are killed (or exit with pid 1's
+  // namespace) only once thawed.
+  if (use_freezer) ThawBelow(freezer_state);
   // Already empty, the usual case once pid 1 is reaped: no process can enter an empty group but by being moved.
   if (int fd = populated < 0 ? sys::Open(procs_file, O_RDONLY | O_CLOEXEC) : -1; fd >= 0) {
     char probe[16];
@@ -174,7 +222,10 @@ int RawKillGroup(const char* kill_file, const char* procs_file, const char* free
       }
     }
     long listed = use_kill_file ? 0 : KillListed(procs_file);
-    if (use_freezer) RawWrite(freezer_state, "THAWED");  // frozen tasks die only once thawed
+    if (use_freezer) {
+      RawWrite(freezer_state, "THAWED");  // frozen tasks die only once thawed
+      ThawBelow(freezer_state);           // and those of a group below that its killer left frozen
+    }
     if (use_kill_file && (populated = RawPopulated(procs_file)) >= 0) {
       listed = populated;
     } else if (use_kill_file) {

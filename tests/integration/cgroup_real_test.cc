@@ -411,6 +411,60 @@ TEST_CASE("real cgroup: a child group's KillAll takes what left the process grou
   }
 }
 
+TEST_CASE("real cgroup v1: a child group left frozen by a killer that died is thawed by the sandbox's KillAll",
+          "[real]") {
+  std::string backend = RealBackend("frozen child group");
+  if (backend.empty()) return;
+  if (backend != "cgroup1") {
+    SUCCEED("the freezer hierarchy is v1's; v2 kills through cgroup.kill, which needs no freeze");
+    return;
+  }
+  auto group = CreateSandboxCgroup(RealLimits(64 << 20, 32, 1));
+  REQUIRE(group.ok());
+  std::vector<fs::path> dirs = GroupDirs(backend, (*group)->path());
+  auto child = (*group)->CreateChild("exec-1");
+  REQUIRE(child.ok());
+  const std::string state = (*child)->path() + "/freezer.state";
+  REQUIRE(fs::exists(state));  // the exec's group is in the freezer hierarchy
+  // Should the fix regress, the test must fail, not hang its process in a frozen group: thawed whatever happens.
+  struct ThawAtEnd {
+    std::string state;
+    ~ThawAtEnd() { std::ofstream(state) << "THAWED"; }
+  } thaw_at_end{state};
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (JoinCgroupSelf((*child)->self_join()) != 0) ::_exit(6);
+    for (;;) ::pause();
+  }
+  // What a session's exec leaves when its supervisor exits between the freeze and the thaw of the exec's KillAll.
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  auto tasks = [&] {
+    std::ifstream in((*child)->path() + "/tasks");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  while (tasks().empty() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE_FALSE(tasks().empty());
+  {
+    std::ofstream out(state);
+    out << "FROZEN";
+  }
+  std::ifstream frozen(state);
+  std::string now;
+  frozen >> now;
+  REQUIRE((now == "FROZEN" || now == "FREEZING"));
+  Status killed = (*group)->KillAll();
+  INFO(killed.message());
+  CHECK(killed.ok());
+  int status = WaitFor(pid, std::chrono::seconds(5));
+  CHECK((status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+  child->reset();
+  Status removed = (*group)->Remove();
+  INFO(removed.message());
+  CHECK(removed.ok());
+  CHECK_FALSE(AnyExists(dirs));
+}
+
 // A reaper that was never armed (the run failed before its group was made) has nothing to clean up: it leaves when
 // dismissed and when its owner dies, and removes nothing.
 TEST_CASE("real cgroup: a reaper never armed leaves when dismissed or when its owner dies", "[real]") {
