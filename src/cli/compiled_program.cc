@@ -87,13 +87,14 @@ Result CompileVerdict(Result compiled, const std::string& compiler) {
       verdict.reason = "compile step: " + verdict.reason;
       break;
     case RunStatus::kExit:
-      verdict.reason = CompilerHitMemoryLimit(verdict)
-                           ? fmt::format(
-                                 "compile step oom: a process of the compiler was killed by the OOM killer ({} exited "
-                                 "with {}); give the compile step more --compile-memory",
-                                 compiler, verdict.exit_code)
-                           : fmt::format("compile error: {} exited with {}; its diagnostics are in stderr and stdout",
-                                         compiler, verdict.exit_code);
+      verdict.reason =
+          CompilerHitMemoryLimit(verdict)
+              ? fmt::format(
+                    "compile step oom: a process of the compiler was killed by the OOM killer ({} exited "
+                    "with {}); give the compile step more memory (--compile-memory, compile_memory over the API)",
+                    compiler, verdict.exit_code)
+              : fmt::format("compile error: {} exited with {}; its diagnostics are in stderr and stdout", compiler,
+                            verdict.exit_code);
       verdict.status = RunStatus::kCompileError;
       break;
     default:  // the compiler's own time-out, memory, a signal, a denied system call
@@ -174,6 +175,22 @@ Program PlanCompiledProgram(const Language& lang, Executor program, const std::s
   program.argv.clear();
   for (const auto& arg : lang.argv) program.argv.push_back(Fill(arg, build_dir, spec.output));
   return {.run = std::move(program), .compile = std::move(compile), .build_dir = build_dir};
+}
+
+void ApplyLanguage(const Language& lang, Executor& ex) {
+  for (const auto& [key, value] : lang.env) ex.env[key] = value;
+  if (lang.compile) return;
+  ex.code_path = "/workspace/" + lang.file;
+  ex.argv = lang.argv;
+  ex.argv.push_back(ex.code_path);
+}
+
+Program FinishProgram(const std::optional<Language>& lang, Executor ex, const CompileOverrides& overrides) {
+  if (!lang || !lang->compile) return Program{.run = std::move(ex), .compile = std::nullopt, .build_dir = ""};
+  Program program =
+      PlanCompiledProgram(*lang, std::move(ex), NewBuildDir(), overrides.timeout.value_or(lang->compile->timeout));
+  if (overrides.memory_bytes) program.compile->memory_max_bytes = *overrides.memory_bytes;
+  return program;
 }
 
 namespace {

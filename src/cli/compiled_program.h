@@ -47,6 +47,21 @@ std::string NewBuildDir();
 Program PlanCompiledProgram(const Language& lang, Executor program, const std::string& build_dir,
                             std::chrono::milliseconds compile_timeout);
 
+// The language's part of a program, for `nsbox run`/`exec` (BuildProgram) and the service alike: its environment
+// added to `ex`'s (callers add the user's after it, so that the user's wins), and for an interpreted language the
+// interpreter's argv on the code file in /workspace. A compiled language's argv comes with FinishProgram's plan.
+void ApplyLanguage(const Language& lang, Executor& ex);
+
+// A compiled language's step limits when the caller gives them; nullopt: the language table's.
+struct CompileOverrides {
+  std::optional<std::chrono::milliseconds> timeout;
+  std::optional<uint64_t> memory_bytes;
+};
+// The program to run: `ex` alone for a command or an interpreted language, else the compile plan
+// (PlanCompiledProgram in a fresh build directory) with the overrides applied. The caller has refused overrides for
+// a language without a compile step, naming them its own way (a flag, a JSON field).
+Program FinishProgram(const std::optional<Language>& lang, Executor ex, const CompileOverrides& overrides);
+
 // Runs one step in the sandbox: Sandbox::Run's or SessionSandbox::Exec's result for this executor. kRemove is the
 // last step, removing the build directory.
 enum class Step { kCompile, kProgram, kRemove };

@@ -336,12 +336,7 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
         return Status::Error(fmt::format("--code is larger than {} bytes", kMaxCodeBytes));
       ex.code = o.code;
     }
-    for (const auto& [key, value] : lang->env) ex.env[key] = value;
-    if (!lang->compile) {
-      ex.code_path = "/workspace/" + lang->file;
-      ex.argv = lang->argv;
-      ex.argv.push_back(ex.code_path);
-    }
+    ApplyLanguage(*lang, ex);
   } else {
     if (!o.compile_timeout.empty()) return Status::Error("--compile-timeout needs --lang with a compiled language");
     if (!o.compile_memory.empty()) return Status::Error("--compile-memory needs --lang with a compiled language");
@@ -388,18 +383,18 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
       return Status::Error(fmt::format("--stdin: {} is a directory", o.stdin_source));
     ex.stdin_fd = fd.release();  // the Executor does not own it: it lives until nsbox exits
   }
-  if (!lang || !lang->compile) return Program{.run = std::move(ex), .compile = std::nullopt, .build_dir = ""};
-  std::chrono::milliseconds compile_timeout = lang->compile->timeout;
-  if (!o.compile_timeout.empty()) {
-    auto parsed = ParseDuration(o.compile_timeout);
-    if (!parsed.ok()) return parsed.status().Wrap("--compile-timeout");
-    compile_timeout = *parsed;
+  CompileOverrides overrides;
+  if (lang && lang->compile) {
+    if (!o.compile_timeout.empty()) {
+      auto parsed = ParseDuration(o.compile_timeout);
+      if (!parsed.ok()) return parsed.status().Wrap("--compile-timeout");
+      overrides.timeout = *parsed;
+    }
+    auto compile_memory = CompileMemory(o, *lang);
+    if (!compile_memory.ok()) return compile_memory.status();
+    overrides.memory_bytes = *compile_memory;
   }
-  auto compile_memory = CompileMemory(o, *lang);
-  if (!compile_memory.ok()) return compile_memory.status();
-  Program program = PlanCompiledProgram(*lang, std::move(ex), NewBuildDir(), compile_timeout);
-  program.compile->memory_max_bytes = *compile_memory;
-  return program;
+  return FinishProgram(lang, std::move(ex), overrides);
 }
 
 }  // namespace nsbox::cli

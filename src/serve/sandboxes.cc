@@ -210,9 +210,12 @@ SandboxSpec ParseSandboxSpec(const json& body, const ServeConfig& config, const 
   return spec;
 }
 
+const std::vector<std::string> kExecFields = {
+    "argv", "cmd", "language", "code",         "stdin",           "timeout",
+    "env",  "cwd", "repl",     "output_limit", "compile_timeout", "compile_memory"};
+
 ExecSpec ParseExecSpec(const json& body, const ServeConfig& config, const std::vector<std::string>& extra) {
-  CheckKnownFields(body, {"argv", "cmd", "language", "code", "stdin", "timeout", "env", "cwd", "repl", "output_limit"},
-                   extra);
+  CheckKnownFields(body, kExecFields, extra);
   ExecSpec exec;
   const int forms = body.contains("argv") + body.contains("cmd") + body.contains("language");
   if (forms != 1) throw BadRequest("give exactly one of 'argv', 'cmd', or 'language' with 'code'");
@@ -246,6 +249,18 @@ ExecSpec ParseExecSpec(const json& body, const ServeConfig& config, const std::v
                                             : static_cast<double>(config.default_timeout.count());
   timeout = std::min(timeout, static_cast<double>(config.max_timeout.count()));  // the operator's cap wins
   exec.timeout = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(timeout * 1000)));
+  if (body.contains("compile_timeout")) {
+    if (exec.language.empty()) throw BadRequest("'compile_timeout' needs 'language' with a compiled language");
+    double compile = std::min(Seconds(body["compile_timeout"], "compile_timeout"),
+                              static_cast<double>(config.max_timeout.count()));  // capped as 'timeout' is
+    exec.compile_timeout = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(compile * 1000)));
+  }
+  if (body.contains("compile_memory")) {
+    if (exec.language.empty()) throw BadRequest("'compile_memory' needs 'language' with a compiled language");
+    std::string text;
+    exec.compile_memory = Size(body["compile_memory"], "compile_memory", &text);
+    if (*exec.compile_memory == 0) throw BadRequest("'compile_memory' must be more than 0");
+  }
   if (body.contains("env")) exec.env = StringMap(body["env"], "env", true);
   if (body.contains("cwd")) {
     if (!body["cwd"].is_string() || body["cwd"].get<std::string>().empty() || body["cwd"].get<std::string>()[0] != '/')
@@ -527,12 +542,10 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
     if (Status toolchain = cli::CheckToolchain(*lang, rootfs_dir); !toolchain.ok())
       throw BadRequest(toolchain.message());
     if (lang->compile && exec.repl) throw BadRequest("'repl' is Python's; a compiled language has no REPL");
-    if (!lang->compile) {
-      program.run.code_path = "/workspace/" + lang->file;
-      program.run.argv = lang->argv;
-      program.run.argv.push_back(program.run.code_path);
-    }
-    for (const auto& [k, v] : lang->env) program.run.env[k] = v;
+    const char* misplaced = exec.compile_timeout ? "compile_timeout" : exec.compile_memory ? "compile_memory" : nullptr;
+    if (!lang->compile && misplaced)
+      throw BadRequest(fmt::format("'{}': language '{}' has no compile step", misplaced, lang->name));
+    cli::ApplyLanguage(*lang, program.run);
   }
   for (const auto& [k, v] : sandbox->spec.env) program.run.env[k] = v;
   for (const auto& [k, v] : exec.env) program.run.env[k] = v;
@@ -541,8 +554,8 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   program.run.code = exec.code;
   program.run.wall_timeout = exec.timeout;
   program.run.output_limit_bytes = exec.output_limit;
-  if (lang && lang->compile)
-    program = cli::PlanCompiledProgram(*lang, std::move(program.run), cli::NewBuildDir(), lang->compile->timeout);
+  program = cli::FinishProgram(lang, std::move(program.run),
+                               {.timeout = exec.compile_timeout, .memory_bytes = exec.compile_memory});
   json request = cli::ExecRequest(program, exec.repl);
   request["stream"] = static_cast<bool>(sink);
 

@@ -65,7 +65,13 @@ struct ExecSpec {
   std::string cwd = "/workspace";
   std::chrono::milliseconds timeout{60'000};
   uint64_t output_limit = 1 << 20;
+  // A compiled language's compile step: its time-out (capped like timeout) and its own memory limit; nullopt: the
+  // language table's. Refused by Exec for a language without a compile step.
+  std::optional<std::chrono::milliseconds> compile_timeout;
+  std::optional<uint64_t> compile_memory;
 };
+// The fields of an exec body (POST /v1/sandboxes/{id}/exec; POST /v1/run takes them beside a create's).
+extern const std::vector<std::string> kExecFields;
 ExecSpec ParseExecSpec(const nlohmann::json& body, const ServeConfig& config,
                        const std::vector<std::string>& extra_allowed = {});
 

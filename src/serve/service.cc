@@ -138,8 +138,6 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
 
   if (parts.size() == 2 && resource == "run" && method == "POST") {
     json body = ParseBody(request);
-    static const std::vector<std::string> kExecFields = {"argv", "cmd", "language", "code", "stdin",
-                                                         "timeout", "env", "cwd", "repl", "output_limit"};
     static const std::vector<std::string> kCreateFields = {"template", "network", "limits", "env", "idle_timeout",
                                                            "max_lifetime", "labels"};
     json create = json::object(), exec = json::object();

@@ -139,6 +139,16 @@ class SandboxTest(NodeCase):
         self.assertEqual(bodies, [{"language": "python", "code": "print(2 ** 10)"},
                                   {"language": "python", "code": "x = 1", "timeout": 9, "repl": True}])
 
+    def test_run_code_sends_a_compiled_languages_compile_limits(self):
+        sbx = self.create()
+        sbx.run_code("int main(void) { return 0; }", language="c", compile_timeout=20, compile_memory="256M")
+        nsbox.Sandbox.run(code="int main(){}", language="cpp", compile_memory=1 << 28, url=self.node.url)
+        self.assertEqual(self.node.requests("POST", "/exec")[0].json(),
+                         {"language": "c", "code": "int main(void) { return 0; }", "compile_timeout": 20,
+                          "compile_memory": "256M"})
+        self.assertEqual(self.node.requests("POST", "/v1/run")[0].json(),
+                         {"language": "cpp", "code": "int main(){}", "compile_memory": 1 << 28})
+
     def test_one_shot_run(self):
         r = nsbox.Sandbox.run(code="print('once')", timeout=10, network="none", url=self.node.url)
         self.assertEqual(r.stdout, "once\n")

@@ -131,6 +131,18 @@ class LifecycleTest(RealServerCase):
 
 
 class StreamingTest(RealServerCase):
+    def test_a_compiled_language_with_its_compile_limits(self):
+        with nsbox.Sandbox.create(url=self.url, network="none", limits={"memory": "256M", "pids": 64}) as sbx:
+            r = sbx.run_code("int main(void) { return 4; }", language="c", compile_timeout=30,
+                             compile_memory="128M")
+            self.assertEqual((r.status, r.exit_code, r.compile["status"]), ("exit", 4, "ok"))
+            r = sbx.run_code("#include <iostream>\nint main() { std::cout << 1; }", language="cpp",
+                             compile_memory="16M")
+            self.assertEqual((r.status, r.compile["status"]), ("compile_error", "oom"))
+            with self.assertRaises(nsbox.Refused) as cm:
+                sbx.run_code("print(1)", compile_memory="64M")
+            self.assertIn("compile_memory", str(cm.exception))
+
     def test_a_chunk_reaches_its_callback_while_the_program_still_runs(self):
         # The program prints, then waits for a file that the callback of that first chunk writes: with output
         # held back until the end the file never comes and the run ends as a time-out.

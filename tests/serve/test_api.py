@@ -245,6 +245,34 @@ class Exec(SharedCase):
         self.assertEqual((r["status"], r["exit_code"], r["compile"]["exit_code"]), ("compile_error", -1, 1), r)
         self.assertIn("not_declared", r["stderr"], r)
 
+    def test_compile_memory_and_compile_timeout_limit_the_compile_step_alone(self):
+        hello = "#include <iostream>\nint main() { std::cout << 42 << std::endl; }"
+        r = self.run_in(self.sbx, {"language": "cpp", "code": hello, "compile_memory": "16M"})
+        self.assertEqual((r["status"], r["compile"]["status"]), ("compile_error", "oom"), r)
+        self.assertIn("compile_memory", r["reason"], r)
+        r = self.run_in(self.sbx, {"language": "cpp", "code": hello, "compile_timeout": 0.05})
+        self.assertEqual((r["status"], r["compile"]["status"]), ("compile_error", "timeout"), r)
+        # Limits the compiler fits in: the program runs, its exit code its own.
+        r = self.run_in(self.sbx, {"language": "c", "code": "int main(void) { return 3; }", "compile_timeout": 20,
+                                   "compile_memory": "100M"})
+        self.assertEqual((r["status"], r["exit_code"], r["compile"]["status"]), ("exit", 3, "ok"), r)
+        # The one-shot form takes them too.
+        r = self.api.call("POST", "/v1/run", dict(SMALL, language="cpp", code=hello, compile_memory="16M"))
+        self.assertEqual((r["status"], r["compile"]["status"]), ("compile_error", "oom"), r)
+
+    def test_compile_limits_without_a_compile_step_or_with_bad_values_are_400(self):
+        for body, field in [({"language": "python", "code": "1", "compile_memory": "64M"}, "compile_memory"),
+                            ({"language": "bash", "code": "true", "compile_timeout": 5}, "compile_timeout"),
+                            ({"argv": ["/bin/true"], "compile_timeout": 5}, "compile_timeout"),
+                            ({"language": "c", "code": "int main(){}", "compile_timeout": -1}, "compile_timeout"),
+                            ({"language": "c", "code": "int main(){}", "compile_timeout": "5s"}, "compile_timeout"),
+                            ({"language": "c", "code": "int main(){}", "compile_memory": 0}, "compile_memory"),
+                            ({"language": "c", "code": "int main(){}", "compile_memory": "lots"}, "compile_memory")]:
+            with self.subTest(body=body):
+                r = assert_error(self, self.api.request("POST", f"/v1/sandboxes/{self.sbx}/exec", body), 400,
+                                 "bad_request")
+                self.assertIn(f"'{field}'", r["error"]["message"])
+
     def test_stdin_is_the_programs_input(self):
         r = self.run_in(self.sbx, {"argv": ["tr", "a-z", "A-Z"], "stdin": "hello stdin\n"})
         self.assertEqual(r["stdout"], "HELLO STDIN\n", r)

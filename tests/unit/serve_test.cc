@@ -104,6 +104,34 @@ TEST_CASE("an exec body: exactly one program form, the timeout capped, repl only
   CHECK(bad(R"({"cmd": "x", "timeot": 1})").second == "unknown field 'timeot'");
 }
 
+TEST_CASE("an exec body's compile limits: parsed, capped as the timeout is, refused without a language", "[serve]") {
+  ServeConfig config;
+  config.max_timeout = std::chrono::seconds(10);
+  auto exec = ParseExecSpec(json::parse(R"({"language": "c", "code": "int main(){}"})"), config);
+  CHECK_FALSE(exec.compile_timeout.has_value());  // the language table's
+  CHECK_FALSE(exec.compile_memory.has_value());
+  exec = ParseExecSpec(
+      json::parse(R"({"language": "c", "code": "int main(){}", "compile_timeout": 2.5, "compile_memory": "64M"})"),
+      config);
+  CHECK(exec.compile_timeout == std::chrono::milliseconds(2500));
+  CHECK(exec.compile_memory == 64ull << 20);
+  exec = ParseExecSpec(
+      json::parse(R"({"language": "c", "code": "x", "compile_timeout": 99, "compile_memory": 1048576})"), config);
+  CHECK(exec.compile_timeout == std::chrono::seconds(10));  // the operator's --max-timeout
+  CHECK(exec.compile_memory == 1ull << 20);
+
+  auto bad = [&](const char* body) { return Refusal([&] { ParseExecSpec(json::parse(body), config); }); };
+  CHECK(bad(R"({"cmd": "x", "compile_timeout": 5})").second ==
+        "'compile_timeout' needs 'language' with a compiled language");
+  CHECK(bad(R"({"argv": ["x"], "compile_memory": "1G"})").second ==
+        "'compile_memory' needs 'language' with a compiled language");
+  CHECK(bad(R"({"language": "c", "code": "x", "compile_timeout": 0})").second ==
+        "'compile_timeout' must be a positive number of seconds");
+  CHECK(bad(R"({"language": "c", "code": "x", "compile_timeout": "5s"})").first == 400);
+  CHECK(bad(R"({"language": "c", "code": "x", "compile_memory": 0})").second == "'compile_memory' must be more than 0");
+  CHECK(bad(R"({"language": "c", "code": "x", "compile_memory": "lots"})").second.starts_with("'compile_memory': "));
+}
+
 TEST_CASE("the files API's paths stay in /workspace", "[serve]") {
   using nsbox::serve::WorkspacePath;
   CHECK(WorkspacePath("a/b.txt") == "a/b.txt");

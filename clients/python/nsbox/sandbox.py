@@ -35,6 +35,7 @@ class ExecResult:
         self.denied_hosts = raw.get("denied_hosts") or []
         self.changed_files = raw.get("changed_files") or []
         self.repl = raw.get("repl")
+        self.compile = raw.get("compile")  # a compiled language's compile step: status, exit_code, wall_ms...
 
     @property
     def ok(self):
@@ -87,7 +88,7 @@ def _create_body(template=None, network=None, limits=None, env=None, labels=None
 
 
 def _exec_body(cmd=None, language=None, code=None, stdin=None, timeout=None, env=None, cwd=None, repl=False,
-               output_limit=None):
+               output_limit=None, compile_timeout=None, compile_memory=None):
     if code is not None:
         body = {"language": language or "python", "code": code}
     elif isinstance(cmd, str):
@@ -99,7 +100,8 @@ def _exec_body(cmd=None, language=None, code=None, stdin=None, timeout=None, env
     if isinstance(stdin, (bytes, bytearray)):
         stdin = bytes(stdin).decode("utf-8")
     for key, value in (("stdin", stdin), ("timeout", timeout), ("env", env), ("cwd", cwd),
-                       ("output_limit", output_limit)):
+                       ("output_limit", output_limit), ("compile_timeout", compile_timeout),
+                       ("compile_memory", compile_memory)):
         if value is not None:
             body[key] = value
     if repl:
@@ -196,11 +198,13 @@ class Sandbox:
     @staticmethod
     def run(cmd=None, code=None, language="python", template=None, network=None, limits=None, env=None,
             stdin=None, timeout=None, cwd=None, output_limit=None, on_stdout=None, on_stderr=None, url=None,
-            token=None):
+            token=None, compile_timeout=None, compile_memory=None):
         """A one-shot run in a fresh sandbox (POST /v1/run), gone when the answer comes. Sent to another node
-        only when it cannot have started there."""
+        only when it cannot have started there. compile_timeout (seconds) and compile_memory ("256M" or bytes):
+        a compiled language's compile step's own limits."""
         body = _create_body(template, network, limits)
-        body.update(_exec_body(cmd, language, code, stdin, timeout, env, cwd, False, output_limit))
+        body.update(_exec_body(cmd, language, code, stdin, timeout, env, cwd, False, output_limit, compile_timeout,
+                               compile_memory))
         _, result = try_each(_transports(url, token), body.get("template"),
                              lambda t: _run_on(t, "/v1/run", body, on_stdout, on_stderr), True)
         return result
@@ -221,10 +225,13 @@ class Sandbox:
         return _run_on(self._transport, "/v1/sandboxes/%s/exec" % _quote(self.id), body, on_stdout, on_stderr)
 
     def run_code(self, code, language="python", repl=False, timeout=None, stdin=None, env=None, cwd=None,
-                 output_limit=None, on_stdout=None, on_stderr=None):
-        """Runs `code` in `language`; repl=True (python) keeps the interpreter's state between calls."""
+                 output_limit=None, on_stdout=None, on_stderr=None, compile_timeout=None, compile_memory=None):
+        """Runs `code` in `language`; repl=True (python) keeps the interpreter's state between calls. For a compiled
+        language (c, cpp, go, rust, java, typescript), compile_timeout (seconds) and compile_memory ("256M" or
+        bytes) are its compile step's own limits; the result's `compile` has the step's figures."""
         body = _exec_body(language=language, code=code, stdin=stdin, timeout=timeout, env=env, cwd=cwd,
-                          repl=repl, output_limit=output_limit)
+                          repl=repl, output_limit=output_limit, compile_timeout=compile_timeout,
+                          compile_memory=compile_memory)
         return _run_on(self._transport, "/v1/sandboxes/%s/exec" % _quote(self.id), body, on_stdout, on_stderr)
 
     def terminate(self):
