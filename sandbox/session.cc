@@ -25,9 +25,10 @@
 #include "sandbox/base/fd_passing.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/child.h"
+#include "sandbox/enter.h"
 #include "sandbox/launch.h"
 #include "sandbox/launcher.h"
-#include "sandbox/enter.h"
+#include "sandbox/seccomp.h"
 #include "sandbox/stdin_feeder.h"
 #include "sandbox/user_ns.h"
 
@@ -120,6 +121,10 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
   // Resets this process's peak resident size before each payload starts (StartHelper); without it (an old kernel, a
   // restricted /proc) execs' peaks only read higher.
   session->clear_refs_fd_.reset(::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC));
+
+  // The payloads' pid 1 guard, compiled now rather than by the first exec: a session, a service's pooled one above
+  // all, is made so that its first exec is as quick as the next.
+  if (auto guard = Pid1GuardProgram(); !guard.ok()) return guard.status();
 
   // 1. The root, planned as `nsbox run` plans it (launcher.h).
   ChildPlan plan;

@@ -323,7 +323,7 @@ void Sandboxes::EndAll() {
     for (auto& [id, sandbox] : sandboxes_) sessions.push_back(sandbox->session_id);
     sandboxes_.clear();
     for (auto& [name, entries] : pool_)
-      for (auto& entry : entries) sessions.push_back(entry.session_id);
+      for (auto& entry : entries) sessions.push_back(entry.made.session_id);
     pool_.clear();
     wake_.notify_all();
   }
@@ -382,6 +382,9 @@ Sandboxes::Made Sandboxes::MakeSession(const SandboxSpec& spec) {
   } catch (const std::exception& e) {
     throw ApiError(500, "setup_failed", fmt::format("nsbox session create answered no id: {}", e.what()));
   }
+  auto found = session::FindSession(config_.state_dir, made.session_id);
+  if (!found.ok()) throw ApiError(500, "setup_failed", found.status().Wrap("the session just made").message());
+  made.record = std::make_shared<const session::SessionRecord>(std::move(*found));
   return made;
 }
 
@@ -410,7 +413,10 @@ json Sandboxes::CapacityLocked() const {
   json pool = json::object();
   for (const auto& [name, target] : config_.pool) {
     auto it = pool_.find(name);
-    pool[name] = {{"ready", it == pool_.end() ? 0 : it->second.size()}, {"target", target}};
+    auto filling = pool_filling_.find(name);
+    pool[name] = {{"ready", it == pool_.end() ? 0 : it->second.size()},
+                  {"target", target},
+                  {"filling", filling == pool_filling_.end() ? 0 : filling->second}};
   }
   const uint64_t memory = Committed(&SandboxSpec::memory_bytes), pids = Committed(&SandboxSpec::pids);
   return {{"sandboxes",
@@ -454,6 +460,7 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
     if (PoolCanServe(spec) && !pool_[spec.template_name].empty()) {
       taken = std::move(pool_[spec.template_name].front());
       pool_[spec.template_name].pop_front();
+      last_client_work_ = std::chrono::steady_clock::now();  // its first exec comes next: the refill waits for it
       wake_.notify_all();  // refill
     } else {
       if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes)
@@ -467,7 +474,7 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
   }
   Made made;
   try {
-    made = taken ? Made{taken->session_id, taken->rootfs} : MakeSession(spec);
+    made = taken ? taken->made : MakeSession(spec);
   } catch (...) {
     std::lock_guard lock(mutex_);
     sandboxes_.erase(sandbox->id);
@@ -480,6 +487,7 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
     std::lock_guard lock(mutex_);
     sandbox->session_id = made.session_id;
     sandbox->rootfs = made.rootfs;
+    sandbox->record = made.record;
     sandbox->from_pool = taken.has_value();
     sandbox->created_at_ms = NowMs();
     sandbox->last_used_ms = sandbox->created_at_ms;
@@ -529,7 +537,7 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   // The program, as `nsbox exec` would send it: for a compiled language the compile step too (PlanCompiledProgram,
   // RunProgram in the supervisor).
   cli::Program program;
-  auto found = session::FindSession(config_.state_dir, sandbox->session_id);  // once: its rootfs, its socket
+  const session::SessionRecord& record = *sandbox->record;
   program.run.argv = exec.argv;
   program.run.env = DefaultSandboxEnv();
   program.run.env["PIP_BREAK_SYSTEM_PACKAGES"] = "1";
@@ -538,7 +546,7 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
     auto found_lang = cli::LookupLanguage(exec.language);
     if (!found_lang.ok()) throw BadRequest(fmt::format("'language': {}", found_lang.status().message()));
     lang = std::move(*found_lang);
-    std::string rootfs_dir = found.ok() ? found->json.value("rootfs_dir", "") : "";
+    std::string rootfs_dir = record.json.value("rootfs_dir", "");
     if (Status toolchain = cli::CheckToolchain(*lang, rootfs_dir); !toolchain.ok())
       throw BadRequest(toolchain.message());
     if (lang->compile && exec.repl) throw BadRequest("'repl' is Python's; a compiled language has no REPL");
@@ -559,25 +567,33 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   json request = cli::ExecRequest(program, exec.repl);
   request["stream"] = static_cast<bool>(sink);
 
-  if (!found.ok()) {
-    Remove(sandbox);
-    throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
-  }
   ++sandbox->busy;
+  // The pool's own REPL preload (PreloadRepl) has no owner and is no client's work.
+  const bool client_work = !sandbox->owner.empty();
+  if (client_work) MarkClientWork(+1);
   struct Done {
     Sandboxes* self;
     Sandbox& s;
+    bool client_work;
     ~Done() {
       self->Touch(s);
       --s.busy;
+      if (client_work) self->MarkClientWork(-1);
     }
-  } done{this, *sandbox};
+  } done{this, *sandbox, client_work};
   Touch(*sandbox);
 
   const auto deadline = std::chrono::steady_clock::now() + cli::ProgramTimeout(program) + session::kExecGrace;
   bool timed_out = false;
-  auto conn = session::ConnectSession(*found, deadline, &timed_out);
-  if (!conn.ok()) throw ApiError(500, "setup_failed", conn.status().message());
+  auto conn = session::ConnectSession(record, deadline, &timed_out);
+  if (!conn.ok()) {
+    // A session that ended (its supervisor gone: `session rm` from outside, a kill) is a conflict, not our failure.
+    if (!session::FindSession(config_.state_dir, sandbox->session_id).ok()) {
+      Remove(sandbox);
+      throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
+    }
+    throw ApiError(500, "setup_failed", conn.status().message());
+  }
   UniqueFd stdin_fd;
   if (exec.has_stdin) stdin_fd = StdinFile(exec.stdin_text);
   if (Status s = session::SendMessage(conn->get(), request, stdin_fd.get(), deadline, &timed_out); !s.ok())
@@ -695,22 +711,55 @@ void Sandboxes::RemoveFile(const std::shared_ptr<Sandbox>& sandbox, const std::s
   if (Status s = session::RemoveWorkspacePath(workspace.get(), rel); !s.ok()) ThrowFileError(s);
 }
 
+void Sandboxes::MarkClientWork(int running_delta) {
+  std::lock_guard lock(mutex_);
+  client_execs_ += running_delta;
+  last_client_work_ = std::chrono::steady_clock::now();
+  if (client_execs_ == 0) wake_.notify_all();
+}
+
+std::optional<std::chrono::steady_clock::time_point> RefillWaitUntil(
+    std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point wanted_since, int client_execs,
+    std::chrono::steady_clock::time_point last_client_work) {
+  const auto latest = wanted_since + kRefillMaxDelay;
+  if (now >= latest) return std::nullopt;
+  if (client_execs > 0) return latest;
+  const auto quiet = last_client_work + kRefillQuiet;
+  if (now >= quiet) return std::nullopt;
+  return std::min(quiet, latest);
+}
+
+bool Sandboxes::AwaitRefillTurn(std::unique_lock<std::mutex>& lock,
+                                std::chrono::steady_clock::time_point wanted_since) {
+  while (!ending_) {
+    auto until = RefillWaitUntil(std::chrono::steady_clock::now(), wanted_since, client_execs_, last_client_work_);
+    if (!until) return true;
+    wake_.wait_until(lock, *until);
+  }
+  return false;
+}
+
 void Sandboxes::PoolLoop() {
   std::unique_lock lock(mutex_);
+  std::optional<std::chrono::steady_clock::time_point> wanted_since;  // since when a refill is due
   while (!ending_) {
     std::string want;
     for (const auto& [name, target] : config_.pool)
       if (static_cast<int>(pool_[name].size()) + pool_filling_[name] < target) want = name;
     if (want.empty()) {
+      wanted_since.reset();
       wake_.wait_for(lock, std::chrono::seconds(5));
       continue;
     }
+    if (!wanted_since) wanted_since = std::chrono::steady_clock::now();
     SandboxSpec spec;
     spec.template_name = want;
     if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes) {
       wake_.wait_for(lock, std::chrono::seconds(1));
       continue;
     }
+    if (!AwaitRefillTurn(lock, *wanted_since)) break;
+    wanted_since.reset();
     ++pool_filling_[want];
     lock.unlock();
     std::optional<Made> made;
@@ -734,17 +783,18 @@ void Sandboxes::PoolLoop() {
     if (want == "python") {
       // The python pool's sandboxes have their REPL interpreter started: a client's first cell does not wait for it.
       lock.unlock();
-      PreloadRepl(made->session_id);
+      PreloadRepl(*made);
       lock.lock();
     }
-    pool_[want].push_back({made->session_id, made->rootfs, spec});
+    pool_[want].push_back({*made, spec});
   }
 }
 
-void Sandboxes::PreloadRepl(const std::string& session_id) {
+void Sandboxes::PreloadRepl(const Made& made) {
   auto sandbox = std::make_shared<Sandbox>();
   sandbox->id = "pool";
-  sandbox->session_id = session_id;
+  sandbox->session_id = made.session_id;
+  sandbox->record = made.record;
   ExecSpec cell;
   cell.language = "python";
   cell.code = "pass";
@@ -753,7 +803,7 @@ void Sandboxes::PreloadRepl(const std::string& session_id) {
   try {
     (void)Exec(sandbox, cell, {}, {});
   } catch (const ApiError& e) {
-    fmt::print(stderr, "nsbox serve: the pool could not start a REPL in {}: {}\n", session_id, e.what());
+    fmt::print(stderr, "nsbox serve: the pool could not start a REPL in {}: {}\n", made.session_id, e.what());
   }
 }
 

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/base/unique_fd.h"
+#include "src/session/state.h"
 
 namespace nsbox::serve {
 
@@ -77,6 +78,8 @@ ExecSpec ParseExecSpec(const nlohmann::json& body, const ServeConfig& config,
 
 struct Sandbox {
   std::string id, owner, session_id, rootfs;
+  // The session's record, found once when it was made: each exec connects to its socket without a look-up.
+  std::shared_ptr<const session::SessionRecord> record;
   SandboxSpec spec;
   int64_t created_at_ms = 0;
   bool from_pool = false;
@@ -121,6 +124,7 @@ class Sandboxes {
  private:
   struct Made {
     std::string session_id, rootfs;
+    std::shared_ptr<const session::SessionRecord> record;
   };
   Made MakeSession(const SandboxSpec& spec);           // throws ApiError (setup_failed)
   void EndSession(const std::string& session_id);      // never throws
@@ -129,7 +133,11 @@ class Sandboxes {
   UniqueFd OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t* uid, gid_t* gid);
   void Touch(Sandbox& sandbox);
   void PoolLoop();
-  void PreloadRepl(const std::string& session_id);
+  // Waits, with `lock` held on mutex_, until a refill due since `wanted_since` may start (RefillWaitUntil). False: the
+  // end came.
+  bool AwaitRefillTurn(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point wanted_since);
+  void MarkClientWork(int running_delta);  // locks mutex_
+  void PreloadRepl(const Made& made);
   void ReaperLoop();
   // The sum of one limit (memory_bytes, pids) over the sandboxes and the pool, with mutex_ held.
   uint64_t Committed(uint64_t SandboxSpec::*field) const;
@@ -140,14 +148,29 @@ class Sandboxes {
   std::condition_variable wake_;  // the pool or the reaper has work, or the end came
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;  // by id
   struct PoolEntry {
-    std::string session_id, rootfs;
+    Made made;
     SandboxSpec spec;
   };
   std::map<std::string, std::deque<PoolEntry>> pool_;  // by template
   std::map<std::string, int> pool_filling_;            // creates in progress, by template
+  // Clients' work, for the pool's refills to yield to (PoolLoop): execs running, and the last take or exec start or
+  // end.
+  int client_execs_ = 0;
+  std::chrono::steady_clock::time_point last_client_work_;
   bool ending_ = false;
   std::thread pool_thread_, reaper_thread_;
 };
+
+// A refill is a whole sandbox start (a process tree, namespaces, a root, cgroups): on a small host, run beside a
+// client's exec it takes CPU from it, and a create from the pool is usually followed at once by its first exec. So a
+// due refill yields to the clients' work: it starts once no exec runs and none started or ended, and nothing was taken
+// from the pool, for kRefillQuiet; but at most kRefillMaxDelay after it fell due, so that a busy server still refills.
+inline constexpr std::chrono::milliseconds kRefillQuiet{20};
+inline constexpr std::chrono::milliseconds kRefillMaxDelay{500};
+// When a refill due since `wanted_since` may start: now (nullopt), or the time to look again.
+std::optional<std::chrono::steady_clock::time_point> RefillWaitUntil(
+    std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point wanted_since, int client_execs,
+    std::chrono::steady_clock::time_point last_client_work);
 
 // "sb-" and 24 hex digits from getrandom.
 std::string NewSandboxId();

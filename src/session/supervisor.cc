@@ -374,6 +374,9 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
   // sliding threshold learnt from earlier ones: each exec's peak counts what the supervisor has resident when the exec
   // starts (SessionSandbox::StartHelper).
   ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // One arena for all threads: a worker's first request would otherwise make an arena of its own (a 64 MiB reservation
+  // and its first page faults), in the first exec of every session. The few threads seldom allocate at once.
+  ::mallopt(M_ARENA_MAX, 1);
   // The proxy's threads start here, in the supervisor itself (after its forks): it lives as long as the session.
   std::unique_ptr<cli::EgressProxyHooks> proxy;
   if (config.network_allow) proxy = std::make_unique<cli::EgressProxyHooks>(*config.network_allow);

@@ -18,7 +18,7 @@ import threading
 import time
 import unittest
 
-from harness import REPO, Api, Footprint, Server, files_path, wait_clean, wait_for
+from harness import NSBOX, REPO, Api, Footprint, Server, files_path, wait_clean, wait_for
 
 TOKENS = {"alice": "tok-alice-" + secrets.token_hex(8), "bob": "tok-bob-" + secrets.token_hex(8)}
 MAX_BODY = 1 << 20
@@ -244,6 +244,20 @@ class Exec(SharedCase):
         r = self.run_in(self.sbx, {"language": "c", "code": "int main(void) { return not_declared; }"})
         self.assertEqual((r["status"], r["exit_code"], r["compile"]["exit_code"]), ("compile_error", -1, 1), r)
         self.assertIn("not_declared", r["stderr"], r)
+
+    def test_an_exec_in_a_sandbox_whose_session_ended_outside_the_server_is_409_and_the_sandbox_is_gone(self):
+        before = set(os.listdir(self.server.state_dir))
+        gone = self.make()["id"]
+        [session] = [e for e in set(os.listdir(self.server.state_dir)) - before if e.startswith("s")]
+        env = dict(os.environ, NSBOX_STATE_DIR=self.server.state_dir)
+        rm = subprocess.run([NSBOX, "session", "rm", session], env=env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(rm.returncode, 0, rm.stderr)
+        r = assert_error(self, self.api.request("POST", f"/v1/sandboxes/{gone}/exec", {"argv": ["/bin/true"]}), 409,
+                         "conflict")
+        self.assertIn("has ended", r["error"]["message"])
+        assert_error(self, self.api.request("GET", f"/v1/sandboxes/{gone}"), 404, "not_found")
+        # The sandbox beside it is untouched.
+        self.assertEqual(self.run_in(self.sbx, {"argv": ["/bin/true"]})["status"], "ok")
 
     def test_compile_memory_and_compile_timeout_limit_the_compile_step_alone(self):
         hello = "#include <iostream>\nint main() { std::cout << 42 << std::endl; }"

@@ -4,6 +4,7 @@ import secrets
 import signal
 import subprocess
 import threading
+import time
 import unittest
 
 from harness import NSBOX, Footprint, Server, files_path, free_port, wait_clean, wait_for
@@ -145,6 +146,41 @@ class PoolAndSigterm(unittest.TestCase):
         before = Footprint.of(server)
         self.assertGreaterEqual(len(before.procs), 5, "fewer processes than 3 sandboxes and a pool of 2")
         assert_stopped_clean(self, server, before)
+
+
+    def test_a_refill_waits_while_a_client_exec_runs_but_not_past_its_maximum_delay(self):
+        # docs/service.md: a refill starts once no exec has run for 20 ms, or 500 ms after it fell due.
+        server = own_server(["--pool", "host=1"]).start()
+        api = server.api()
+
+        def pool():
+            return api.call("GET", "/v1/capacity")["pool"]["host"]
+
+        self.assertTrue(wait_for(lambda: pool()["ready"] == 1, 30, 0.05), f"the pool did not fill: {pool()}")
+        busy = api.create(SMALL)["id"]  # not from the pool: it has limits of its own
+        done = []
+        worker = threading.Thread(target=lambda: done.append(
+            server.api().exec(busy, {"cmd": "touch /tmp/started; sleep 30"})))
+        worker.start()
+        self.assertTrue(wait_for(lambda: "started" in api.exec(busy, {"cmd": "ls /tmp"})["stdout"], 10, 0.02))
+        taken_at = time.monotonic()
+        taken = api.create({})["id"]  # from the pool: the refill falls due while the exec runs
+        seen = []
+        while True:
+            state = pool()
+            elapsed = time.monotonic() - taken_at  # the server's time since the take is at most this
+            if elapsed >= 0.45:
+                break
+            seen.append(state)
+            self.assertEqual((state["ready"], state["filling"]), (0, 0),
+                             f"a refill started {elapsed:.3f} s after the take, while an exec ran")
+        self.assertTrue(seen, "no look at the pool within 450 ms of the take")
+        self.assertTrue(wait_for(lambda: pool()["ready"] == 1, 20, 0.05), f"no refill by the maximum delay: {pool()}")
+        self.assertFalse(done, "the exec ended before the pool refilled: the maximum delay was not what let it start")
+        for sandbox_id in (busy, taken):  # the first ends its exec
+            self.assertEqual(api.delete(sandbox_id).status, 204)
+        worker.join(30)
+        assert_stopped_clean(self, server, Footprint.of(server))
 
 
 class SigkillRestart(unittest.TestCase):

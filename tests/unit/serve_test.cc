@@ -132,6 +132,27 @@ TEST_CASE("an exec body's compile limits: parsed, capped as the timeout is, refu
   CHECK(bad(R"({"language": "c", "code": "x", "compile_memory": "lots"})").second.starts_with("'compile_memory': "));
 }
 
+TEST_CASE("a pool refill yields to clients' execs, but never longer than the maximum delay", "[serve]") {
+  using nsbox::serve::kRefillMaxDelay;
+  using nsbox::serve::kRefillQuiet;
+  using nsbox::serve::RefillWaitUntil;
+  using std::chrono::milliseconds;
+  const auto due = std::chrono::steady_clock::time_point(std::chrono::seconds(1000));
+  const auto long_ago = due - std::chrono::seconds(60);
+  // A quiet server refills at once.
+  CHECK_FALSE(RefillWaitUntil(due, due, 0, long_ago).has_value());
+  // Just after a take (the client's first exec is on its way): wait for the quiet period after it.
+  CHECK(RefillWaitUntil(due + milliseconds(5), due, 0, due) == due + kRefillQuiet);
+  CHECK_FALSE(RefillWaitUntil(due + kRefillQuiet, due, 0, due).has_value());
+  // While an exec runs: until it ends, but at most until the maximum delay.
+  CHECK(RefillWaitUntil(due + milliseconds(100), due, 1, due + milliseconds(50)) == due + kRefillMaxDelay);
+  CHECK_FALSE(RefillWaitUntil(due + kRefillMaxDelay, due, 3, due + kRefillMaxDelay).has_value());
+  // Work that never pauses for the quiet period still lets the refill start at the maximum delay.
+  CHECK(RefillWaitUntil(due + kRefillMaxDelay - milliseconds(1), due, 0, due + kRefillMaxDelay - milliseconds(2)) ==
+        due + kRefillMaxDelay);
+  CHECK_FALSE(RefillWaitUntil(due + kRefillMaxDelay, due, 0, due + kRefillMaxDelay).has_value());
+}
+
 TEST_CASE("the files API's paths stay in /workspace", "[serve]") {
   using nsbox::serve::WorkspacePath;
   CHECK(WorkspacePath("a/b.txt") == "a/b.txt");
