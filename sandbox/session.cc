@@ -198,6 +198,7 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
   auto workspace = OpenWorkspaceInside(session->pid1_pidfd_.get(), ns_fds);
   if (!workspace.ok()) return workspace.status().Wrap("opening the session's /workspace");
   session->workspace_fd_ = std::move(*workspace);
+  session->start_watchdog_.StartThread();  // after the last fork above
   kill_on_error.Cancel();
   return session;
 }

@@ -16,6 +16,11 @@ VforkWatchdog::~VforkWatchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
+void VforkWatchdog::StartThread() {
+  std::lock_guard lock(mutex_);
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+}
+
 void VforkWatchdog::Arm(const pid_t* pid, Clock::time_point deadline) {
   {
     std::lock_guard lock(mutex_);

@@ -23,6 +23,10 @@ class VforkWatchdog {
   VforkWatchdog(const VforkWatchdog&) = delete;
   VforkWatchdog& operator=(const VforkWatchdog&) = delete;
 
+  // Starts the thread now rather than at the first Arm, which is then as quick as the next (a session's first exec).
+  // Call where a new thread is welcome (not before a fork that expects one thread).
+  void StartThread();
+
   // Watches the payload whose pid the kernel will store at *pid (0 until it is cloned: StartVforkChild's
   // published_pid) until Disarm(pid). The pid stays the payload's while armed: nobody reaps it before Disarm.
   void Arm(const pid_t* pid, Clock::time_point deadline);
@@ -35,7 +39,7 @@ class VforkWatchdog {
   std::condition_variable wake_;
   std::map<const pid_t*, Clock::time_point> armed_;
   bool stopping_ = false;
-  std::thread thread_;  // started by the first Arm
+  std::thread thread_;  // started by StartThread or the first Arm
 };
 
 // Arms a watchdog for one scope.

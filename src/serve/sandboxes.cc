@@ -326,6 +326,7 @@ void Sandboxes::EndAll() {
       for (auto& entry : entries) sessions.push_back(entry.made.session_id);
     pool_.clear();
     wake_.notify_all();
+    pool_wake_.notify_all();
   }
   if (pool_thread_.joinable()) pool_thread_.join();
   if (reaper_thread_.joinable()) reaper_thread_.join();
@@ -461,7 +462,7 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
       taken = std::move(pool_[spec.template_name].front());
       pool_[spec.template_name].pop_front();
       last_client_work_ = std::chrono::steady_clock::now();  // its first exec comes next: the refill waits for it
-      wake_.notify_all();  // refill
+      pool_wake_.notify_one();                               // refill
     } else {
       if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes)
         throw full(fmt::format("the memory budget ({} bytes) has no room for {} more", config_.memory_budget_bytes,
@@ -630,7 +631,8 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
       if (error.find("ending") != std::string::npos) throw ApiError(409, "conflict", error);
       throw ApiError(500, "setup_failed", error);
     }
-    return message->value("result", json::object());
+    auto result = message->find("result");
+    return result == message->end() ? json::object() : std::move(*result);
   }
 }
 
@@ -715,7 +717,6 @@ void Sandboxes::MarkClientWork(int running_delta) {
   std::lock_guard lock(mutex_);
   client_execs_ += running_delta;
   last_client_work_ = std::chrono::steady_clock::now();
-  if (client_execs_ == 0) wake_.notify_all();
 }
 
 std::optional<std::chrono::steady_clock::time_point> RefillWaitUntil(
@@ -723,7 +724,9 @@ std::optional<std::chrono::steady_clock::time_point> RefillWaitUntil(
     std::chrono::steady_clock::time_point last_client_work) {
   const auto latest = wanted_since + kRefillMaxDelay;
   if (now >= latest) return std::nullopt;
-  if (client_execs > 0) return latest;
+  // While execs run, look again a quiet period later: their ends wake nobody (a wake-up would take the CPU from the
+  // thread answering the client), so the pool thread polls, at this rate, only while a refill is due.
+  if (client_execs > 0) return std::min(now + kRefillQuiet, latest);
   const auto quiet = last_client_work + kRefillQuiet;
   if (now >= quiet) return std::nullopt;
   return std::min(quiet, latest);
@@ -734,7 +737,7 @@ bool Sandboxes::AwaitRefillTurn(std::unique_lock<std::mutex>& lock,
   while (!ending_) {
     auto until = RefillWaitUntil(std::chrono::steady_clock::now(), wanted_since, client_execs_, last_client_work_);
     if (!until) return true;
-    wake_.wait_until(lock, *until);
+    pool_wake_.wait_until(lock, *until);
   }
   return false;
 }
@@ -748,14 +751,14 @@ void Sandboxes::PoolLoop() {
       if (static_cast<int>(pool_[name].size()) + pool_filling_[name] < target) want = name;
     if (want.empty()) {
       wanted_since.reset();
-      wake_.wait_for(lock, std::chrono::seconds(5));
+      pool_wake_.wait_for(lock, std::chrono::seconds(5));
       continue;
     }
     if (!wanted_since) wanted_since = std::chrono::steady_clock::now();
     SandboxSpec spec;
     spec.template_name = want;
     if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes) {
-      wake_.wait_for(lock, std::chrono::seconds(1));
+      pool_wake_.wait_for(lock, std::chrono::seconds(1));
       continue;
     }
     if (!AwaitRefillTurn(lock, *wanted_since)) break;
@@ -771,7 +774,7 @@ void Sandboxes::PoolLoop() {
     lock.lock();
     --pool_filling_[want];
     if (!made) {
-      wake_.wait_for(lock, std::chrono::seconds(5));  // not a tight loop on a broken template
+      pool_wake_.wait_for(lock, std::chrono::seconds(5));  // not a tight loop on a broken template
       continue;
     }
     if (ending_) {

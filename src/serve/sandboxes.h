@@ -145,7 +145,8 @@ class Sandboxes {
 
   ServeConfig config_;
   mutable std::mutex mutex_;
-  std::condition_variable wake_;  // the pool or the reaper has work, or the end came
+  std::condition_variable wake_;                               // the end came (the reaper)
+  std::condition_variable pool_wake_;                          // the pool is short, or the end came
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;  // by id
   struct PoolEntry {
     Made made;

@@ -144,8 +144,10 @@ TEST_CASE("a pool refill yields to clients' execs, but never longer than the max
   // Just after a take (the client's first exec is on its way): wait for the quiet period after it.
   CHECK(RefillWaitUntil(due + milliseconds(5), due, 0, due) == due + kRefillQuiet);
   CHECK_FALSE(RefillWaitUntil(due + kRefillQuiet, due, 0, due).has_value());
-  // While an exec runs: until it ends, but at most until the maximum delay.
-  CHECK(RefillWaitUntil(due + milliseconds(100), due, 1, due + milliseconds(50)) == due + kRefillMaxDelay);
+  // While an exec runs: look again a quiet period later, but never past the maximum delay, when the refill starts.
+  CHECK(RefillWaitUntil(due + milliseconds(100), due, 1, due + milliseconds(50)) ==
+        due + milliseconds(100) + kRefillQuiet);
+  CHECK(RefillWaitUntil(due + kRefillMaxDelay - milliseconds(1), due, 1, due) == due + kRefillMaxDelay);
   CHECK_FALSE(RefillWaitUntil(due + kRefillMaxDelay, due, 3, due + kRefillMaxDelay).has_value());
   // Work that never pauses for the quiet period still lets the refill start at the maximum delay.
   CHECK(RefillWaitUntil(due + kRefillMaxDelay - milliseconds(1), due, 0, due + kRefillMaxDelay - milliseconds(2)) ==
