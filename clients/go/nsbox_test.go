@@ -186,6 +186,31 @@ func TestFilesAndStreamingExec(t *testing.T) {
 	}
 }
 
+func TestACompiledLanguagesCompileStepHasItsOwnLimits(t *testing.T) {
+	c := startServe(t)
+	ctx := context.Background()
+	s, err := c.Create(ctx, SandboxOptions{Network: &NetworkNone, Limits: &Limits{Memory: "256M", Pids: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Terminate(ctx)
+	res, err := s.Exec(ctx, ExecRequest{Language: "c", Code: "int main(void) { return 4; }",
+		CompileTimeout: 30 * time.Second, CompileMemory: "128M"})
+	if err != nil || res.Status != "exit" || res.ExitCode == nil || *res.ExitCode != 4 {
+		t.Fatalf("got %+v, %v; want exit 4", res, err)
+	}
+	res, err = s.Exec(ctx, ExecRequest{Language: "cpp", Code: "#include <iostream>\nint main() { std::cout << 1; }",
+		CompileMemory: "16M"})
+	compile, _ := res.Raw["compile"].(map[string]interface{})
+	if err != nil || res.Status != "compile_error" || compile["status"] != "oom" {
+		t.Fatalf("got %+v, %v; want compile_error with the compile step oom", res, err)
+	}
+	if _, err := s.Exec(ctx, ExecRequest{Language: "python", Code: "1", CompileMemory: "64M"}); err == nil ||
+		!strings.Contains(err.Error(), "compile_memory") {
+		t.Fatalf("compile_memory for python: %v; want a refusal naming it", err)
+	}
+}
+
 func TestServerGoneIsTyped(t *testing.T) {
 	c, _ := NewClient("unix://"+filepath.Join(t.TempDir(), "none.sock"), "")
 	_, err := c.Create(context.Background(), SandboxOptions{})

@@ -145,8 +145,12 @@ type ExecRequest struct {
 	Cwd         string
 	Repl        bool
 	OutputLimit int64
-	OnStdout    func(chunk string) // called as output comes (streaming)
-	OnStderr    func(chunk string)
+	// A compiled language's compile step (c, cpp, go, rust, java, typescript): its own time-out and memory
+	// limit ("256M"); zero values leave the language table's.
+	CompileTimeout time.Duration
+	CompileMemory  string
+	OnStdout       func(chunk string) // called as output comes (streaming)
+	OnStderr       func(chunk string)
 }
 
 // Result is the verdict of one exec, as `nsbox exec --json` prints it. Raw holds every key.
@@ -198,6 +202,12 @@ func (r ExecRequest) body(ctx context.Context) map[string]interface{} {
 	}
 	if r.OutputLimit > 0 {
 		m["output_limit"] = r.OutputLimit
+	}
+	if r.CompileTimeout > 0 {
+		m["compile_timeout"] = r.CompileTimeout.Seconds()
+	}
+	if r.CompileMemory != "" {
+		m["compile_memory"] = r.CompileMemory
 	}
 	return m
 }

@@ -61,6 +61,10 @@ export interface ExecOptions {
 
 export interface RunCodeOptions extends ExecOptions {
   language?: string;
+  /** A compiled language's compile step: its time-out in seconds (capped by the server's --max-timeout). */
+  compileTimeout?: number;
+  /** A compiled language's compile step: its own memory limit, '256M' or bytes. */
+  compileMemory?: string | number;
 }
 
 export type RunStatus = 'ok' | 'exit' | 'signal' | 'timeout' | 'oom' | 'violation' | 'setup_error' |

@@ -719,23 +719,28 @@ void Sandboxes::MarkClientWork(int running_delta) {
   last_client_work_ = std::chrono::steady_clock::now();
 }
 
-std::optional<std::chrono::steady_clock::time_point> RefillWaitUntil(
-    std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point wanted_since, int client_execs,
-    std::chrono::steady_clock::time_point last_client_work) {
-  const auto latest = wanted_since + kRefillMaxDelay;
-  if (now >= latest) return std::nullopt;
+std::optional<std::chrono::steady_clock::time_point> RefillWaitUntil(const RefillState& state) {
+  if (state.ready + state.filling < state.target / 2) return std::nullopt;
+  const auto latest = state.wanted_since + kRefillMaxDelay;
+  if (state.now >= latest) return std::nullopt;
   // While execs run, look again a quiet period later: their ends wake nobody (a wake-up would take the CPU from the
   // thread answering the client), so the pool thread polls, at this rate, only while a refill is due.
-  if (client_execs > 0) return std::min(now + kRefillQuiet, latest);
-  const auto quiet = last_client_work + kRefillQuiet;
-  if (now >= quiet) return std::nullopt;
+  if (state.client_execs > 0) return std::min(state.now + kRefillQuiet, latest);
+  const auto quiet = state.last_client_work + kRefillQuiet;
+  if (state.now >= quiet) return std::nullopt;
   return std::min(quiet, latest);
 }
 
-bool Sandboxes::AwaitRefillTurn(std::unique_lock<std::mutex>& lock,
+bool Sandboxes::AwaitRefillTurn(std::unique_lock<std::mutex>& lock, const std::string& template_name,
                                 std::chrono::steady_clock::time_point wanted_since) {
   while (!ending_) {
-    auto until = RefillWaitUntil(std::chrono::steady_clock::now(), wanted_since, client_execs_, last_client_work_);
+    auto until = RefillWaitUntil({.now = std::chrono::steady_clock::now(),
+                                  .wanted_since = wanted_since,
+                                  .last_client_work = last_client_work_,
+                                  .client_execs = client_execs_,
+                                  .ready = static_cast<int>(pool_[template_name].size()),
+                                  .filling = pool_filling_[template_name],
+                                  .target = config_.pool.at(template_name)});
     if (!until) return true;
     pool_wake_.wait_until(lock, *until);
   }
@@ -761,7 +766,7 @@ void Sandboxes::PoolLoop() {
       pool_wake_.wait_for(lock, std::chrono::seconds(1));
       continue;
     }
-    if (!AwaitRefillTurn(lock, *wanted_since)) break;
+    if (!AwaitRefillTurn(lock, want, *wanted_since)) break;
     wanted_since.reset();
     ++pool_filling_[want];
     lock.unlock();

@@ -133,9 +133,10 @@ class Sandboxes {
   UniqueFd OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t* uid, gid_t* gid);
   void Touch(Sandbox& sandbox);
   void PoolLoop();
-  // Waits, with `lock` held on mutex_, until a refill due since `wanted_since` may start (RefillWaitUntil). False: the
-  // end came.
-  bool AwaitRefillTurn(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point wanted_since);
+  // Waits, with `lock` held on mutex_, until a refill of `template_name` due since `wanted_since` may start
+  // (RefillWaitUntil). False: the end came.
+  bool AwaitRefillTurn(std::unique_lock<std::mutex>& lock, const std::string& template_name,
+                       std::chrono::steady_clock::time_point wanted_since);
   void MarkClientWork(int running_delta);  // locks mutex_
   void PreloadRepl(const Made& made);
   void ReaperLoop();
@@ -163,15 +164,19 @@ class Sandboxes {
 };
 
 // A refill is a whole sandbox start (a process tree, namespaces, a root, cgroups): on a small host, run beside a
-// client's exec it takes CPU from it, and a create from the pool is usually followed at once by its first exec. So a
-// due refill yields to the clients' work: it starts once no exec runs and none started or ended, and nothing was taken
-// from the pool, for kRefillQuiet; but at most kRefillMaxDelay after it fell due, so that a busy server still refills.
+// client's exec it takes CPU from it, and a create from the pool is usually followed at once by its first exec. So
+// while the pool still holds at least half its target, a due refill yields to the clients' work: it starts once no
+// exec runs and none started or ended, and nothing was taken from the pool, for kRefillQuiet; but at most
+// kRefillMaxDelay after it fell due. Below half, under a steady stream of creates, it starts at once.
 inline constexpr std::chrono::milliseconds kRefillQuiet{20};
 inline constexpr std::chrono::milliseconds kRefillMaxDelay{500};
-// When a refill due since `wanted_since` may start: now (nullopt), or the time to look again.
-std::optional<std::chrono::steady_clock::time_point> RefillWaitUntil(
-    std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point wanted_since, int client_execs,
-    std::chrono::steady_clock::time_point last_client_work);
+struct RefillState {
+  std::chrono::steady_clock::time_point now, wanted_since, last_client_work;
+  int client_execs = 0;
+  int ready = 0, filling = 0, target = 0;  // the template's pool
+};
+// When a refill may start: now (nullopt), or the time to look again.
+std::optional<std::chrono::steady_clock::time_point> RefillWaitUntil(const RefillState& state);
 
 // "sb-" and 24 hex digits from getrandom.
 std::string NewSandboxId();

@@ -149,7 +149,8 @@ class PoolAndSigterm(unittest.TestCase):
 
 
     def test_a_refill_waits_while_a_client_exec_runs_but_not_past_its_maximum_delay(self):
-        # docs/service.md: a refill starts once no exec has run for 20 ms, or 500 ms after it fell due.
+        # docs/service.md: a pool at least half full refills once no exec has run for 20 ms, or 500 ms after it fell
+        # due (half of a pool of one is none).
         server = own_server(["--pool", "host=1"]).start()
         api = server.api()
 

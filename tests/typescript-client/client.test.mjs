@@ -54,6 +54,16 @@ test('exec of a failing program is a result with its exit code, not an error', a
   assert.equal(code.stdout, '42\n');
 });
 
+test('a compiled language\'s compile step has its own time-out and memory limit', async () => {
+  const sbx = await create({ limits: { memory: '256M', pids: 64 } });
+  const ran = await sbx.runCode('int main(void) { return 4; }', { language: 'c', compileTimeout: 30, compileMemory: '128M' });
+  assert.deepEqual([ran.status, ran.exitCode, ran.raw.compile.status], ['exit', 4, 'ok']);
+  const oom = await sbx.runCode('#include <iostream>\nint main() { std::cout << 1; }',
+    { language: 'cpp', compileMemory: '16M' });
+  assert.deepEqual([oom.status, oom.raw.compile.status], ['compile_error', 'oom']);
+  await assert.rejects(sbx.runCode('print(1)', { compileMemory: '64M' }), (err) => /compile_memory/.test(err.message));
+});
+
 test('streaming delivers chunks while the program still runs, then the result', async () => {
   const sbx = await create();
   const events = [];

@@ -132,27 +132,48 @@ TEST_CASE("an exec body's compile limits: parsed, capped as the timeout is, refu
   CHECK(bad(R"({"language": "c", "code": "x", "compile_memory": "lots"})").second.starts_with("'compile_memory': "));
 }
 
-TEST_CASE("a pool refill yields to clients' execs, but never longer than the maximum delay", "[serve]") {
+TEST_CASE("a pool refill yields to clients' execs while the pool is at least half full, never past its delay",
+          "[serve]") {
   using nsbox::serve::kRefillMaxDelay;
   using nsbox::serve::kRefillQuiet;
+  using nsbox::serve::RefillState;
   using nsbox::serve::RefillWaitUntil;
   using std::chrono::milliseconds;
   const auto due = std::chrono::steady_clock::time_point(std::chrono::seconds(1000));
-  const auto long_ago = due - std::chrono::seconds(60);
+  // A pool of 8 with 7 ready: one was just taken.
+  auto state = [&](milliseconds since_due, int execs, milliseconds work_since_due, int ready = 7) {
+    return RefillState{.now = due + since_due,
+                       .wanted_since = due,
+                       .last_client_work = due + work_since_due,
+                       .client_execs = execs,
+                       .ready = ready,
+                       .filling = 0,
+                       .target = 8};
+  };
   // A quiet server refills at once.
-  CHECK_FALSE(RefillWaitUntil(due, due, 0, long_ago).has_value());
+  CHECK_FALSE(RefillWaitUntil(state(milliseconds(0), 0, milliseconds(-60'000))).has_value());
   // Just after a take (the client's first exec is on its way): wait for the quiet period after it.
-  CHECK(RefillWaitUntil(due + milliseconds(5), due, 0, due) == due + kRefillQuiet);
-  CHECK_FALSE(RefillWaitUntil(due + kRefillQuiet, due, 0, due).has_value());
+  CHECK(RefillWaitUntil(state(milliseconds(5), 0, milliseconds(0))) == due + kRefillQuiet);
+  CHECK_FALSE(RefillWaitUntil(state(kRefillQuiet, 0, milliseconds(0))).has_value());
   // While an exec runs: look again a quiet period later, but never past the maximum delay, when the refill starts.
-  CHECK(RefillWaitUntil(due + milliseconds(100), due, 1, due + milliseconds(50)) ==
-        due + milliseconds(100) + kRefillQuiet);
-  CHECK(RefillWaitUntil(due + kRefillMaxDelay - milliseconds(1), due, 1, due) == due + kRefillMaxDelay);
-  CHECK_FALSE(RefillWaitUntil(due + kRefillMaxDelay, due, 3, due + kRefillMaxDelay).has_value());
+  CHECK(RefillWaitUntil(state(milliseconds(100), 1, milliseconds(50))) == due + milliseconds(100) + kRefillQuiet);
+  CHECK(RefillWaitUntil(state(kRefillMaxDelay - milliseconds(1), 1, milliseconds(0))) == due + kRefillMaxDelay);
+  CHECK_FALSE(RefillWaitUntil(state(kRefillMaxDelay, 3, kRefillMaxDelay)).has_value());
   // Work that never pauses for the quiet period still lets the refill start at the maximum delay.
-  CHECK(RefillWaitUntil(due + kRefillMaxDelay - milliseconds(1), due, 0, due + kRefillMaxDelay - milliseconds(2)) ==
+  CHECK(RefillWaitUntil(state(kRefillMaxDelay - milliseconds(1), 0, kRefillMaxDelay - milliseconds(2))) ==
         due + kRefillMaxDelay);
-  CHECK_FALSE(RefillWaitUntil(due + kRefillMaxDelay, due, 0, due + kRefillMaxDelay).has_value());
+  // A pool below half its target refills at once, whatever runs: a steady stream of creates must not drain it.
+  CHECK(RefillWaitUntil(state(milliseconds(1), 2, milliseconds(1), 4)).has_value());
+  CHECK_FALSE(RefillWaitUntil(state(milliseconds(1), 2, milliseconds(1), 3)).has_value());
+  // A pool of one always yields (half of one is none).
+  CHECK(RefillWaitUntil({.now = due,
+                         .wanted_since = due,
+                         .last_client_work = due,
+                         .client_execs = 1,
+                         .ready = 0,
+                         .filling = 0,
+                         .target = 1})
+            .has_value());
 }
 
 TEST_CASE("the files API's paths stay in /workspace", "[serve]") {

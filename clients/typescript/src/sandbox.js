@@ -83,7 +83,8 @@ function createBody(opts, { timeoutIsLifetime = true } = {}) {
 function execBody(opts) {
   const body = {};
   for (const [from, to] of [['stdin', 'stdin'], ['timeout', 'timeout'], ['env', 'env'], ['cwd', 'cwd'],
-    ['repl', 'repl'], ['outputLimit', 'output_limit']]) {
+    ['repl', 'repl'], ['outputLimit', 'output_limit'], ['compileTimeout', 'compile_timeout'],
+    ['compileMemory', 'compile_memory']]) {
     if (opts[from] !== undefined) body[to] = opts[from];
   }
   return body;
