@@ -626,11 +626,10 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
         return json{{"status", "cancelled"}, {"reason", "the client went away"}};
       continue;
     }
-    if (!message->value("ok", false)) {
-      std::string error = message->value("error", "the session refused the exec");
-      if (error.find("ending") != std::string::npos) throw ApiError(409, "conflict", error);
-      throw ApiError(500, "setup_failed", error);
-    }
+    // A refusal here is the supervisor's (a request it could not read, a REPL driver it lacks): the server's own
+    // failure. An exec the session could not start because it is ending is a result (setup_error), not a refusal.
+    if (!message->value("ok", false))
+      throw ApiError(500, "setup_failed", message->value("error", "the session refused the exec"));
     auto result = message->find("result");
     return result == message->end() ? json::object() : std::move(*result);
   }
