@@ -161,14 +161,20 @@ func TestStatePersistsInOneSandboxAndNotAcrossFreshOnes(t *testing.T) {
 	}
 }
 
-func TestFilesAndStreamingExec(t *testing.T) {
-	c := startServe(t)
-	ctx := context.Background()
-	s, err := c.Create(ctx, SandboxOptions{Network: &NetworkNone, Limits: &Limits{Memory: "256M", Pids: 64}})
+// smallSandbox is a sandbox without network, of 256M and 64 pids, on a server of its own; it ends with the test.
+func smallSandbox(t *testing.T, ctx context.Context) *Sandbox {
+	t.Helper()
+	s, err := startServe(t).Create(ctx, SandboxOptions{Network: &NetworkNone, Limits: &Limits{Memory: "256M", Pids: 64}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Terminate(ctx)
+	t.Cleanup(func() { _ = s.Terminate(context.Background()) })
+	return s
+}
+
+func TestFilesAndStreamingExec(t *testing.T) {
+	ctx := context.Background()
+	s := smallSandbox(t, ctx)
 	if err := s.Files().Write(ctx, "sub/in.txt", []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
@@ -187,13 +193,8 @@ func TestFilesAndStreamingExec(t *testing.T) {
 }
 
 func TestACompiledLanguagesCompileStepHasItsOwnLimits(t *testing.T) {
-	c := startServe(t)
 	ctx := context.Background()
-	s, err := c.Create(ctx, SandboxOptions{Network: &NetworkNone, Limits: &Limits{Memory: "256M", Pids: 64}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Terminate(ctx)
+	s := smallSandbox(t, ctx)
 	res, err := s.Exec(ctx, ExecRequest{Language: "c", Code: "int main(void) { return 4; }",
 		CompileTimeout: 30 * time.Second, CompileMemory: "128M"})
 	if err != nil || res.Status != "exit" || res.ExitCode == nil || *res.ExitCode != 4 {
