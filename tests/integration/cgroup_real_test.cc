@@ -570,7 +570,8 @@ TEST_CASE("real cgroup v2: in a delegated cgroup that holds nsbox itself, nsbox 
   if (backend.empty()) return;
   if (backend != "cgroup2") {
     // The v1 backend puts its groups only at the hierarchy roots here: the host's own memory cgroup is not ours.
-    std::string reason = "no cgroup v2 controllers on this host (this case runs in tests/vm)";
+    std::string reason = "nsbox uses the cgroup v1 backend on this host (its v2 tree lacks the memory, pids and cpu "
+                         "controllers); this case runs in tests/vm";
     nsbox::testing::RecordSkip("cgroup_tests", "delegated v2 cgroup", reason);
     return;
   }
