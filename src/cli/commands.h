@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "sandbox/base/status.h"
 
@@ -20,7 +21,8 @@ inline constexpr int kExitNsboxFailure = 125;
 
 // run's and exec's failures before any sandbox ran (a bad option or input): the one-line error on stderr and, with
 // --json, a setup_error result on stdout, which then holds one JSON object whatever happened. Returns 125.
-int FailBeforeRun(std::string_view verb, std::string_view message, bool json);
+int FailBeforeRun(std::string_view verb, std::string_view message, bool json,
+                  const nlohmann::json& extras = nlohmann::json::object());
 // Whether argv is `nsbox run|exec ... --json ...` (before any "--"), for errors found while parsing it.
 bool WantsJsonResult(int argc, char** argv);
 

@@ -33,7 +33,13 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
       exit_code.value = FailBeforeRun("exec", status.message(), program_options.json);
     };
     auto found = session::FindSession(session::StateRoot(), session_ref);
-    if (!found.ok()) return fail(found.status());
+    if (!found.ok()) {
+      // A fact a program can read, not a wording to match (src/runtime's NsboxRuntime starts a fresh session on it).
+      nlohmann::json extras = nlohmann::json::object();
+      if (found.status().kind() == ErrorKind::kNotFound) extras["session_not_found"] = session_ref;
+      exit_code.value = FailBeforeRun("exec", found.status().message(), program_options.json, extras);
+      return;
+    }
     if (repl && (program_options.lang.empty() || !program_options.command.empty()))
       return fail(Status::Error("--repl needs --lang python with --code or --file"));
     if (repl && stream) return fail(Status::Error("--stream is not available with --repl"));

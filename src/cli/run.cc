@@ -100,13 +100,14 @@ int EmitResult(const Result& result, bool json) {
   return result.ShellExitCode();
 }
 
-int FailBeforeRun(std::string_view verb, std::string_view engine_message, bool json) {
+int FailBeforeRun(std::string_view verb, std::string_view engine_message, bool json, const nlohmann::json& extras) {
   const std::string message = InCliTerms(std::string(engine_message));
   (void)WriteAll(2, fmt::format("nsbox{}{}: {}\n", verb.empty() ? "" : " ", verb, message));
   if (json) {
     Result result;
     result.status = RunStatus::kSetupError;  // exit_code stays -1: no program ran
     result.reason = message;
+    for (const auto& [key, value] : extras.items()) SetExtra(result, key, value);
     (void)WriteJsonLine(1, ResultToJson(result));
   }
   return kExitNsboxFailure;

@@ -151,8 +151,9 @@ StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, con
     std::string gone_id;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      const bool session_gone = attempt == 0 && mode_ == Mode::kSession && result->status == RunStatus::kSetupError &&
-                                result->reason.starts_with("no such session: ");
+      const nlohmann::json not_found = GetExtra(*result, "session_not_found");  // nsbox exec --json's
+      const bool session_gone =
+          attempt == 0 && mode_ == Mode::kSession && result->status == RunStatus::kSetupError && not_found.is_string();
       if (!session_gone) {
         last_used_ = Clock::now();
         if (!restarted.empty()) SetExtra(*result, "session_restarted", restarted);
@@ -160,8 +161,7 @@ StatusOr<ExecutionResult> NsboxRuntime::execute(const std::string& language, con
       }
       // exec found no session, so nothing ran: the call is safe to run again. Another call may have made the new
       // session already; else the next ExecuteOnce makes it.
-      gone_id = result->reason.substr(std::string_view("no such session: ").size());
-      gone_id = gone_id.substr(0, gone_id.find(' '));
+      gone_id = not_found.get<std::string>();
       if (gone_id == session_id_) {
         restarted = WhySessionEnded(session_id_);
         session_id_.clear();

@@ -180,7 +180,8 @@ StatusOr<SessionRecord> FindSession(const std::string& root, const std::string& 
   }
   for (auto& s : ListSessions(root))
     if (s.id() == ref || s.name() == ref) return s;
-  return Status::Error(fmt::format("no such session: {} (it may have ended; see `nsbox session ls`)", ref));
+  return Status::Error(ErrorKind::kNotFound,
+                       fmt::format("no such session: {} (it may have ended; see `nsbox session ls`)", ref));
 }
 
 std::string NewSessionId() {

@@ -43,7 +43,7 @@ uint64_t ProcessStartTime(pid_t pid);
 // Every live session under `root`. Sessions whose supervisor is gone are cleaned up on the way (their pid 1 is
 // killed if it somehow survived, and their directory removed).
 std::vector<SessionRecord> ListSessions(const std::string& root);
-// A live session by id or name (after CheckStateRootIfPresent); "no such session" otherwise.
+// A live session by id or name (after CheckStateRootIfPresent); "no such session" (ErrorKind::kNotFound) otherwise.
 StatusOr<SessionRecord> FindSession(const std::string& root, const std::string& ref);
 
 // A fresh session id: "s" and 12 hex digits.

@@ -861,6 +861,12 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
   CHECK(std::count(again.err.begin(), again.err.end(), '\n') == 1);
   Output exec = s.Nsbox({"exec", id, "--", "/bin/true"});
   CHECK(exec.code == 125);
+  // With --json the missing session is a field of the result, for programs (a runtime starts a fresh session on it).
+  Output exec_json = s.Nsbox({"exec", id, "--json", "--", "/bin/true"});
+  CHECK(exec_json.code == 125);
+  json gone = exec_json.Json();
+  CHECK(gone["status"] == "setup_error");
+  CHECK(gone["session_not_found"] == id);
   CHECK(s.Nsbox({"session", "ls", "--json"}).Json().empty());
 }
 
