@@ -29,17 +29,14 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
                  "pass output on as it comes: raw, or with --json one {\"type\":\"stdout\"|\"stderr\",\"data\":…} "
                  "line a chunk before the result line");
   exec->callback([&exit_code] {
-    auto fail = [&](const Status& status) {
-      exit_code.value = FailBeforeRun("exec", status.message(), program_options.json);
+    auto fail = [&](const Status& status, const nlohmann::json& extras = nlohmann::json::object()) {
+      exit_code.value = FailBeforeRun("exec", status.message(), program_options.json, extras);
     };
     auto found = session::FindSession(session::StateRoot(), session_ref);
-    if (!found.ok()) {
-      // A fact a program can read, not a wording to match (src/runtime's NsboxRuntime starts a fresh session on it).
-      nlohmann::json extras = nlohmann::json::object();
-      if (found.status().kind() == ErrorKind::kNotFound) extras["session_not_found"] = session_ref;
-      exit_code.value = FailBeforeRun("exec", found.status().message(), program_options.json, extras);
-      return;
-    }
+    // A missing session is a fact a program can read, not a wording to match (NsboxRuntime starts a fresh one on it).
+    if (!found.ok() && found.status().kind() == ErrorKind::kNotFound)
+      return fail(found.status(), {{"session_not_found", session_ref}});
+    if (!found.ok()) return fail(found.status());
     if (repl && (program_options.lang.empty() || !program_options.command.empty()))
       return fail(Status::Error("--repl needs --lang python with --code or --file"));
     if (repl && stream) return fail(Status::Error("--stream is not available with --repl"));
