@@ -80,15 +80,16 @@ bool Blank(std::string_view line) { return line.find_first_not_of(" \t\r") == st
 // One job in flight: what it needs alive while it runs, and where its result lands.
 struct Running {
   BatchJob job;
-  std::unique_ptr<Sandbox> sandbox;  // a job of one step; else a compiled language's:
+  std::unique_ptr<Sandbox> sandbox;  // a job of one step; else a compiled language's, or a job with cases:
   std::optional<Program> program;    // its compile step and program, run in a sandbox of their own (RunSteps)
   std::optional<Policy> policy;
-  UniqueFd cancel;  // an eventfd: written to stop the compiled job's running step
+  UniqueFd cancel;  // an eventfd: written to stop the job's running step
   HostIdLease lease;
   UniqueFd stdin_fd;
   std::unique_ptr<EgressProxyHooks> proxy;
   std::thread thread;
-  Result result;
+  Result result;                      // the job's result, unless it has cases:
+  std::optional<CasesReport> report;  // the cases' report (nsbox run --cases --json's object)
 };
 
 struct Options {
@@ -99,11 +100,15 @@ struct Options {
   ProgramOptions program;
 };
 
-std::string ResultLine(const BatchJob& job, const Result& result) {
-  nlohmann::json shown = ResultToJson(result);
-  shown["reason"] = SanitizeUtf8(InCliTerms(result.reason));
+std::string ResultLine(const BatchJob& job, nlohmann::json shown) {
   nlohmann::json line = {{"id", job.id}, {"line", job.line}, {"result", std::move(shown)}};
   return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+nlohmann::json ShownResult(const Result& result) {
+  nlohmann::json shown = ResultToJson(result);
+  shown["reason"] = SanitizeUtf8(InCliTerms(result.reason));
+  return shown;
 }
 
 Result SetupError(const Status& status) {
@@ -179,10 +184,12 @@ Status Prepare(Running& run) {
     }
     run.proxy = std::make_unique<EgressProxyHooks>(**network);
   }
-  if (program->compile) {
-    // Each step in a group with its own memory limit, the sandbox's the larger (ApplyCompileMemory).
-    program->run.memory_max_bytes = run.job.program_memory_bytes;
-    if (run.job.sandbox.no_limits) program->compile->memory_max_bytes = 0;
+  if (program->compile || !run.job.cases.empty()) {
+    if (program->compile) {
+      // Each step in a group with its own memory limit, the sandbox's the larger (ApplyCompileMemory).
+      program->run.memory_max_bytes = run.job.program_memory_bytes;
+      if (run.job.sandbox.no_limits) program->compile->memory_max_bytes = 0;
+    }
     run.cancel.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!run.cancel) return Status::Errno("eventfd(cancel)");
     run.program = std::move(*program);
@@ -202,7 +209,7 @@ class Batch {
  private:
   bool Fits(const JobCost& cost) const;
   void Start(BatchJob job);
-  Status Emit(const BatchJob& job, const Result& result);
+  Status Emit(const BatchJob& job, const nlohmann::json& shown);
   void Collect();
   void Progress(bool final);
   void StopAll();
@@ -231,13 +238,13 @@ bool Batch::Fits(const JobCost& cost) const {
          used_.memory_bytes + cost.memory_bytes <= budget_.memory_bytes && used_.pids + cost.pids <= budget_.pids;
 }
 
-Status Batch::Emit(const BatchJob& job, const Result& result) {
-  if (int err = WriteAll(out_fd_, ResultLine(job, result)); err != 0)
+Status Batch::Emit(const BatchJob& job, const nlohmann::json& shown) {
+  if (int err = WriteAll(out_fd_, ResultLine(job, shown)); err != 0)
     return Status::Errno(fmt::format("writing the result of job on line {} to {}", job.line,
                                      o_.output_file.empty() ? "stdout" : o_.output_file),
                          err);
   ++written_;
-  ++by_status_[RunStatusName(result.status)];
+  ++by_status_[shown.value("status", "")];
   return OkStatus();
 }
 
@@ -245,7 +252,8 @@ void Batch::Start(BatchJob job) {
   auto run = std::make_unique<Running>();
   run->job = std::move(job);
   if (Status prepared = Prepare(*run); !prepared.ok()) {
-    Status emitted = Emit(run->job, SetupError(prepared.Wrap(fmt::format("job on line {}", run->job.line))));
+    Status emitted =
+        Emit(run->job, ShownResult(SetupError(prepared.Wrap(fmt::format("job on line {}", run->job.line)))));
     if (!emitted.ok()) write_error_ = emitted;
     return;
   }
@@ -257,9 +265,21 @@ void Batch::Start(BatchJob job) {
   // The thread that clones must live as long as the sandbox: its pid 1 has PR_SET_PDEATHSIG, which the kernel fires
   // when the creating thread ends. Run() returns only after the sandbox is gone.
   raw->thread = std::thread([this, raw] {
-    raw->result = raw->sandbox ? raw->sandbox->Run()
-                               : RunCompiledProgram(std::move(*raw->program), std::move(*raw->policy), raw->proxy.get(),
-                                                    raw->cancel.get());
+    if (raw->sandbox) {
+      raw->result = raw->sandbox->Run();
+    } else if (raw->job.cases.empty()) {
+      raw->result =
+          RunCompiledProgram(std::move(*raw->program), std::move(*raw->policy), raw->proxy.get(), raw->cancel.get());
+    } else {
+      Status started =
+          RunSteps(std::move(*raw->policy), raw->proxy.get(), raw->cancel.get(), [raw](const StepRunner& run_step) {
+            raw->report = RunCases(std::move(*raw->program), raw->job.cases, run_step);
+          });
+      if (!started.ok()) {
+        raw->report.reset();
+        raw->result = SetupError(started);
+      }
+    }
     std::lock_guard lock(mutex_);
     finished_.push_back(raw);
     uint64_t one = 1;
@@ -281,12 +301,14 @@ void Batch::Collect() {
     used_.memory_bytes -= run->job.cost.memory_bytes;
     used_.pids -= run->job.cost.pids;
     // A job cancelled by a signal to the batch has no result: it is run again on resume.
-    if (stopping_ && run->result.status == RunStatus::kKilled) {
+    const std::string status =
+        run->report ? run->report->json.value("status", "") : std::string(RunStatusName(run->result.status));
+    if (stopping_ && status == RunStatusName(RunStatus::kKilled)) {
       ++not_run_;
       continue;
     }
     if (write_error_.ok()) {
-      Status emitted = Emit(run->job, run->result);
+      Status emitted = Emit(run->job, run->report ? run->report->json : ShownResult(run->result));
       if (!emitted.ok()) write_error_ = emitted;
     }
   }
@@ -429,7 +451,7 @@ int Batch::Run() {
                                                 line_number, job.key, first_line[job.key]));
         first_line.emplace(job.key, line_number);
         if (!job.error.ok()) {
-          if (Status emitted = Emit(job, SetupError(job.error)); !emitted.ok()) write_error_ = emitted;
+          if (Status emitted = Emit(job, ShownResult(SetupError(job.error))); !emitted.ok()) write_error_ = emitted;
           continue;
         }
         next = std::move(job);

@@ -120,13 +120,19 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
       }
     } else if (key == "limits") {
       NSBOX_RETURN_IF_ERROR(ApplyLimits(value, job));
+    } else if (key == "cases") {
+      auto cases = ParseCaseArray(value);
+      if (!cases.ok()) return cases.status();
+      job.cases = std::move(*cases);
     } else {
       return Status::Error(
           fmt::format("unknown field \"{}\" (fields: id, language, code, argv, stdin, timeout, "
-                      "compile_timeout, env, limits)",
+                      "compile_timeout, env, limits, cases)",
                       key));
     }
   }
+  if (!job.cases.empty() && job.stdin_data)
+    return Status::Error("\"cases\" gives each case its stdin: no \"stdin\" with it");
   if (has_code && has_argv) return Status::Error("give \"language\" with \"code\", or \"argv\", not both");
   if (!has_code && !has_argv) return Status::Error("nothing to run: give \"language\" and \"code\", or \"argv\"");
   if (has_code && job.program.lang.empty()) return Status::Error("\"code\" needs \"language\"");

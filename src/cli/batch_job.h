@@ -10,6 +10,7 @@
 
 #include "sandbox/base/status.h"
 #include "src/cli/sandbox_options.h"
+#include "src/cli/test_cases.h"
 
 namespace nsbox::cli {
 
@@ -30,6 +31,7 @@ struct BatchJob {
   SandboxOptions sandbox;
   ProgramOptions program;
   std::optional<std::string> stdin_data;
+  std::vector<TestCase> cases;  // "cases": the program compiled once and judged on each; empty: one plain run
   JobCost cost;
   uint64_t program_memory_bytes = 0;  // a compiled language's program's own memory limit (ApplyCompileMemory); 0: none
 };
@@ -37,8 +39,9 @@ struct BatchJob {
 // The fields a job may have; anything else is an error (a misspelt "timout" must not run with the default).
 // {"id": "a1", "language": "python", "code": "print(1)"} or {"id": 7, "argv": ["/bin/echo", "hi"]}, with optional
 // "stdin" (a string), "timeout" ("1s", as --timeout), "env" ({"K": "V"}) and "limits" ({"memory": "256M",
-// "memory_swap": "0", "pids": 64, "cpus": 0.5, "tmpfs_size": "64M", "output_limit": "64K"}) and, for a compiled
-// language, "compile_timeout". Unset fields take the batch's own options (`defaults`). A compiled language's job, as
+// "memory_swap": "0", "pids": 64, "cpus": 0.5, "tmpfs_size": "64M", "output_limit": "64K"}), for a compiled
+// language, "compile_timeout", and "cases" (an array of {"stdin", "expected_stdout", "name"}, as nsbox run --cases;
+// not with "stdin"). Unset fields take the batch's own options (`defaults`). A compiled language's job, as
 // in nsbox run: the program keeps the memory limit, its compile step gets the table's compile memory, and the
 // sandbox the larger of the two.
 BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions& sandbox_defaults,

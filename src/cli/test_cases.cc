@@ -14,13 +14,7 @@
 namespace nsbox::cli {
 namespace {
 
-StatusOr<TestCase> ParseCase(std::string_view text) {
-  nlohmann::json object;
-  try {
-    object = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception&) {
-    return Status::Error("not a JSON object");
-  }
+StatusOr<TestCase> ParseCaseObject(const nlohmann::json& object) {
   if (!object.is_object()) return Status::Error(fmt::format("not a JSON object but {}", object.type_name()));
   TestCase c;
   bool has_expected = false;
@@ -38,6 +32,16 @@ StatusOr<TestCase> ParseCase(std::string_view text) {
   }
   if (!has_expected) return Status::Error("no \"expected_stdout\"");
   return c;
+}
+
+StatusOr<TestCase> ParseCase(std::string_view text) {
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    return Status::Error("not a JSON object");
+  }
+  return ParseCaseObject(object);
 }
 
 // The lines of `text` without their trailing spaces, tabs and CRs, and without the blank lines at the end.
@@ -94,6 +98,20 @@ StatusOr<std::vector<TestCase>> ParseCases(std::string_view text, std::string_vi
   return cases;
 }
 
+StatusOr<std::vector<TestCase>> ParseCaseArray(const nlohmann::json& array) {
+  if (!array.is_array() || array.empty())
+    return Status::Error("\"cases\" must be a non-empty array of {\"stdin\", \"expected_stdout\", \"name\"} objects");
+  if (array.size() > kMaxCases) return Status::Error(fmt::format("\"cases\" has more than {} cases", kMaxCases));
+  std::vector<TestCase> cases;
+  for (size_t i = 0; i < array.size(); ++i) {
+    auto parsed = ParseCaseObject(array[i]);
+    if (!parsed.ok()) return parsed.status().Wrap(fmt::format("cases[{}]", i));
+    if (parsed->name.empty()) parsed->name = fmt::format("case {}", i + 1);
+    cases.push_back(std::move(*parsed));
+  }
+  return cases;
+}
+
 bool OutputMatches(std::string_view actual, std::string_view expected) {
   return JudgedLines(actual) == JudgedLines(expected);
 }
@@ -112,25 +130,32 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
     out["reason"] = SanitizeUtf8(failed.reason);
     out["stdout"] = SanitizeUtf8(failed.stdout_data);  // the compiler's diagnostics
     out["stderr"] = SanitizeUtf8(failed.stderr_data);
-    for (const TestCase& c : cases)
-      out["cases"].push_back(
-          {{"name", c.name}, {"line", c.line}, {"status", RunStatusName(failed.status)}, {"passed", false}});
+    for (const TestCase& c : cases) {
+      nlohmann::json shown = {{"name", c.name}, {"status", RunStatusName(failed.status)}, {"passed", false}};
+      if (c.line != 0) shown["line"] = c.line;
+      out["cases"].push_back(std::move(shown));
+    }
     report.exit_code = failed.status == RunStatus::kCompileError ? kCompileExitCode : 125;
   } else {
     out["status"] = "ok";
     out["reason"] = "";
     for (const TestCase& c : cases) {
       Result result = WithStdin(program.run, c, run_step);
+      if (result.status == RunStatus::kKilled) {  // the caller stopped the run: no verdict, and no further case
+        out["status"] = RunStatusName(result.status);
+        out["reason"] = SanitizeUtf8(result.reason);
+        break;
+      }
       const bool ok = result.status == RunStatus::kOk && !result.stdout_truncated &&
                       OutputMatches(result.stdout_data, c.expected_stdout);
       nlohmann::json shown = ResultToJson(result);
       shown["name"] = c.name;
-      shown["line"] = c.line;
+      if (c.line != 0) shown["line"] = c.line;
       shown["passed"] = ok;
       out["cases"].push_back(std::move(shown));
       passed += ok ? 1 : 0;
     }
-    report.exit_code = passed == cases.size() ? 0 : 1;
+    report.exit_code = out["status"] == "ok" && passed == cases.size() ? 0 : 1;
   }
   out["summary"] = {{"passed", passed}, {"failed", cases.size() - passed}, {"total", cases.size()}};
   return report;

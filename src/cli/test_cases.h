@@ -18,8 +18,8 @@ inline constexpr size_t kMaxCasesFileBytes = 16 << 20;
 inline constexpr size_t kMaxCases = 10000;
 
 struct TestCase {
-  uint64_t line = 0;
-  std::string name;  // the file's "name", else "line N"
+  uint64_t line = 0;  // the line of the cases file; 0 for a case of a batch job's "cases" array
+  std::string name;   // the case's "name", else "line N" (a file) or "case N" (an array, N from 1)
   std::string stdin_data;
   std::string expected_stdout;
 };
@@ -27,6 +27,10 @@ struct TestCase {
 // One JSON object a line, {"stdin": "...", "expected_stdout": "...", "name": "..."} ("stdin" and "name" optional,
 // nothing else); blank lines are skipped. The first bad line is the error, naming `source` and the line.
 StatusOr<std::vector<TestCase>> ParseCases(std::string_view text, std::string_view source);
+
+// The same cases as a JSON array (a batch job's "cases"): each element such an object. The first bad one is the
+// error, naming it ("cases[2]: ..."); an empty array or more than kMaxCases is one too.
+StatusOr<std::vector<TestCase>> ParseCaseArray(const nlohmann::json& array);
 
 // The judge's comparison: equal once each line's trailing spaces, tabs and carriage returns are dropped and blank
 // lines at the end are dropped; everything else (leading spaces, blank lines inside) counts.
@@ -40,7 +44,9 @@ struct CasesReport {
 };
 
 // Runs program.compile (once) and then program.run once per case, each with the case's stdin and the program's own
-// time-out, through run_step. A failed compile makes every case compile_error, and none runs.
+// time-out, through run_step. A failed compile makes every case compile_error, and none runs. A case cancelled
+// (kKilled: the caller stopped the run) ends the report there: its status is "killed" and the cases after it do not
+// run.
 CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const StepRunner& run_step);
 
 // The report as lines for a terminal: one a case ("passed"/"FAILED", its status) and the summary.

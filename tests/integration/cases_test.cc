@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -33,6 +35,24 @@ nlohmann::json RunCasesJson(const std::string& code, const std::string& cases, i
   INFO(raw.out << raw.err);
   CHECK(raw.exit_code == expected_exit);
   return nlohmann::json::parse(raw.out);
+}
+
+// Runs `nsbox batch --jobs 2` on these jobs (one JSONL line each); each result by its string id.
+std::map<std::string, nlohmann::json> RunBatch(const std::vector<nlohmann::json>& jobs) {
+  std::string text;
+  for (const auto& job : jobs) text += job.dump() + "\n";
+  std::string file = WriteTemp("jobs.jsonl", text);
+  auto raw = RunNsboxRaw({"batch", "--jobs", "2", file});
+  ::unlink(file.c_str());
+  INFO(raw.out << raw.err);
+  CHECK(raw.exit_code == 0);
+  std::map<std::string, nlohmann::json> results;
+  std::istringstream lines(raw.out);
+  for (std::string line; std::getline(lines, line);) {
+    auto parsed = nlohmann::json::parse(line);
+    results[parsed["id"].get<std::string>()] = parsed["result"];
+  }
+  return results;
 }
 
 }  // namespace
@@ -113,17 +133,7 @@ TEST_CASE("batch: python and C jobs in one file; a C compile error is that job's
   nlohmann::json c_job = {{"id", "c"}, {"language", "c"}, {"code", kDoubler}, {"stdin", "21\n"}};
   nlohmann::json bad_job = {{"id", "bad"}, {"language", "c"}, {"code", "int main(void) { return nope; }"}};
   nlohmann::json py_job = {{"id", "py"}, {"language", "python"}, {"code", "print(6 * 7)"}};
-  std::string file = WriteTemp("jobs.jsonl", py_job.dump() + "\n" + c_job.dump() + "\n" + bad_job.dump() + "\n");
-  auto raw = RunNsboxRaw({"batch", "--jobs", "2", file});
-  ::unlink(file.c_str());
-  INFO(raw.out << raw.err);
-  CHECK(raw.exit_code == 0);
-  std::map<std::string, nlohmann::json> results;
-  std::istringstream lines(raw.out);
-  for (std::string line; std::getline(lines, line);) {
-    auto parsed = nlohmann::json::parse(line);
-    results[parsed["id"].get<std::string>()] = parsed["result"];
-  }
+  auto results = RunBatch({py_job, c_job, bad_job});
   REQUIRE(results.size() == 3);
   CHECK(results["py"]["status"] == "ok");
   CHECK(results["py"]["stdout"] == "42\n");
@@ -134,4 +144,32 @@ TEST_CASE("batch: python and C jobs in one file; a C compile error is that job's
   CHECK(results["bad"]["status"] == "compile_error");
   CHECK(results["bad"]["compile"]["status"] == "exit");
   CHECK(results["bad"]["stderr"].get<std::string>().find("nope") != std::string::npos);
+}
+
+TEST_CASE("batch: a C job's cases are judged after one compile; its compile error fails every case",
+          "[integration][cases]") {
+  nlohmann::json cases = nlohmann::json::array({{{"stdin", "4"}, {"expected_stdout", "8"}},
+                                                {{"name", "wrong"}, {"stdin", "3"}, {"expected_stdout", "7"}},
+                                                {{"name", "loop"}, {"stdin", "-1"}, {"expected_stdout", "0"}}});
+  nlohmann::json c_job = {{"id", "c"}, {"language", "c"}, {"code", kDoubler}, {"timeout", "1s"}, {"cases", cases}};
+  nlohmann::json bad_job = {
+      {"id", "bad"}, {"language", "c"}, {"code", "int main(void) { return nope; }"}, {"cases", cases}};
+  auto results = RunBatch({c_job, bad_job});
+  REQUIRE(results.size() == 2);
+  const nlohmann::json& c = results["c"];
+  CHECK(c["status"] == "ok");
+  CHECK(c["compile"]["status"] == "ok");
+  CHECK(c["summary"] == nlohmann::json({{"passed", 1}, {"failed", 2}, {"total", 3}}));
+  REQUIRE(c["cases"].size() == 3);
+  CHECK(c["cases"][0]["name"] == "case 1");
+  CHECK(c["cases"][0]["passed"] == true);
+  CHECK(c["cases"][1]["stdout"] == "6  \n");
+  CHECK(c["cases"][1]["passed"] == false);
+  CHECK(c["cases"][2]["status"] == "timeout");
+  CHECK_FALSE(c["cases"][0].contains("line"));  // a case of an array has no line of a file
+  const nlohmann::json& bad = results["bad"];
+  CHECK(bad["status"] == "compile_error");
+  CHECK(bad["stderr"].get<std::string>().find("nope") != std::string::npos);
+  CHECK(bad["summary"]["failed"] == 3);
+  for (const auto& each : bad["cases"]) CHECK(each["status"] == "compile_error");
 }
