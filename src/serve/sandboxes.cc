@@ -569,8 +569,7 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   request["stream"] = static_cast<bool>(sink);
 
   ++sandbox->busy;
-  // The pool's own REPL preload (PreloadRepl) has no owner and is no client's work.
-  const bool client_work = !sandbox->owner.empty();
+  const bool client_work = !exec.pool_preload;
   if (client_work) MarkClientWork(+1);
   struct Done {
     Sandboxes* self;
@@ -807,6 +806,7 @@ void Sandboxes::PreloadRepl(const Made& made) {
   cell.code = "pass";
   cell.repl = true;
   cell.timeout = std::chrono::seconds(30);
+  cell.pool_preload = true;
   try {
     (void)Exec(sandbox, cell, {}, {});
   } catch (const ApiError& e) {

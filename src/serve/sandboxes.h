@@ -70,6 +70,8 @@ struct ExecSpec {
   // language table's. Refused by Exec for a language without a compile step.
   std::optional<std::chrono::milliseconds> compile_timeout;
   std::optional<uint64_t> compile_memory;
+  // Not from a client: the pool's own REPL start (PreloadRepl), which is no client's work for the refill's wait.
+  bool pool_preload = false;
 };
 // The fields of an exec body (POST /v1/sandboxes/{id}/exec; POST /v1/run takes them beside a create's).
 extern const std::vector<std::string> kExecFields;
