@@ -69,7 +69,8 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
                                    {.deadline = ProgramTimeout(*program) + session::kExecGrace,
                                     .send_fd = program->run.stdin_fd,
                                     .outcome = &outcome,
-                                    .on_stream = stream ? std::function(on_stream) : nullptr});
+                                    .on_stream = stream ? std::function(on_stream) : nullptr,
+                                    .max_answer_bytes = session::MaxExecAnswerBytes(program->run.output_limit_bytes)});
     if (!answer.ok() && outcome.delivered && !outcome.answered) {
       // The supervisor had the request: the program may have run, and its effects may be in the session. Not a
       // setup error, which says that nothing ran. (A supervisor that resumes sees this client gone and kills the

@@ -602,7 +602,7 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
 
   // The answer, and stream messages before it; a client that goes away closes the session connection, which ends
   // the exec (the supervisor watches it).
-  session::MessageReader reader(conn->get(), (kMaxOutputLimitBytes * 3) + (8 << 20), deadline);
+  session::MessageReader reader(conn->get(), session::MaxExecAnswerBytes(exec.output_limit), deadline);
   auto lost = [&](const std::string& why) {
     return json{{"status", "session_lost"},
                 {"exit_code", nullptr},

@@ -276,7 +276,7 @@ StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::j
   }
   Status sent = SendMessage(sock->get(), request, options.send_fd, deadline, &timed_out);
   outcome.delivered = sent.ok();
-  MessageReader reader(sock->get(), 64 << 20, deadline);
+  MessageReader reader(sock->get(), options.max_answer_bytes, deadline);
   // A refusal (another user's session) may arrive, and the socket close, before the request is sent whole.
   auto answer = reader.Next();
   while (answer.ok() && answer->contains("type")) {

@@ -85,6 +85,7 @@ struct RequestOptions {
   // Stream messages before the answer ({"type": "stdout" | "stderr", "data": TEXT}, for an exec with "stream": true)
   // go here as they come; without it they are skipped. One that returns false stops the wait (the call fails).
   std::function<bool(const nlohmann::json& message)> on_stream = nullptr;
+  size_t max_answer_bytes = 64 << 20;  // a larger answer fails the call (an exec's: MaxExecAnswerBytes)
 };
 
 // Connects to a session's supervisor, refused unless the peer (SO_PEERCRED) runs as the caller's uid. A listener

@@ -21,6 +21,10 @@ using Deadline = std::optional<std::chrono::steady_clock::time_point>;
 Status SendMessage(int socket, const nlohmann::json& message, int fd = -1, Deadline deadline = std::nullopt,
                    bool* timed_out = nullptr);
 
+// The largest answer an exec may send: its two streams of up to `output_limit` bytes each, every byte escaped as
+// \u00XX (six bytes) at worst in the JSON (binary output), and room for the rest (changed files: up to 20000 paths).
+inline size_t MaxExecAnswerBytes(uint64_t output_limit) { return 2 * 6 * output_limit + (64 << 20); }
+
 class MessageReader {
  public:
   explicit MessageReader(int socket, size_t max_bytes = 64 << 20, Deadline deadline = std::nullopt)

@@ -623,6 +623,19 @@ TEST_CASE("an exec's peak memory is its own, not the supervisor's nor an earlier
   CHECK(small["peak_memory_bytes"].get<uint64_t>() < (16u << 20));
 }
 
+TEST_CASE("binary output within the output limit reaches nsbox exec whole, though JSON escapes each byte",
+          "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  // 6 MiB of \x01 a stream: 72 MiB once each byte is "\u0001" in the answer, more than a fixed 64 MiB cap.
+  json binary = s.Sh(id, "head -c 6M /dev/zero | tr '\\0' '\\1'; head -c 6M /dev/zero | tr '\\0' '\\2' >&2",
+                     {"--output-limit", "8M"});
+  INFO(binary.value("reason", ""));
+  REQUIRE(binary["status"] == "ok");
+  CHECK(binary["stdout"] == std::string(6 << 20, '\x01'));
+  CHECK(binary["stderr"] == std::string(6 << 20, '\x02'));
+}
+
 TEST_CASE("an exec's time-out kills it and its process group, not the session", "[session]") {
   Sessions s;
   std::string id = s.Create();

@@ -313,6 +313,13 @@ class Exec(SharedCase):
         self.assertEqual(r["stdout_bytes"], 20001)
         self.assertLess(len(r["stdout"]), 5000)
 
+    def test_binary_output_within_the_output_limit_arrives_whole(self):
+        # 3 MiB of control bytes a stream: 36 MiB of JSON once each is "\u0001" (the session tests go past 64 MiB).
+        both = "head -c 3M /dev/zero | tr '\\0' '\\1'; head -c 3M /dev/zero | tr '\\0' '\\2' >&2"
+        r = self.run_in(self.sbx, {"cmd": both, "output_limit": 4 << 20, "timeout": 60})
+        self.assertEqual(r["status"], "ok", r["reason"])
+        self.assertTrue(r["stdout"] == "\x01" * (3 << 20) and r["stderr"] == "\x02" * (3 << 20))
+
     def test_result_is_the_exec_json_object_with_changed_files(self):
         r = self.run_in(self.sbx, {"cmd": "echo hi > made.txt"})
         for key in ("status", "exit_code", "signal", "reason", "stdout", "stderr", "stdout_bytes", "stderr_bytes",
