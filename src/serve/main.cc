@@ -4,14 +4,19 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -45,15 +50,50 @@ std::string DefaultRuntimeDir() {
   return fmt::format("/tmp/nsbox-{}", ::geteuid());
 }
 
-// The socket must be somewhere no sandbox sees: the host view shows /usr, the merged-/usr links and parts of /etc,
-// read-only, and nothing of /run, /tmp, /home or /root.
-Status CheckSocketHidden(const std::string& path) {
+// The socket and the sessions' state must be somewhere no sandbox sees: the host view shows /usr, the merged-/usr
+// links and parts of /etc, read-only, and nothing of /run, /tmp, /home or /root. The check is on the path as the
+// kernel resolves it: no "." or ".." component, and the part that exists with its symbolic links followed.
+Status CheckHiddenFromSandboxes(std::string_view flag, const std::string& path) {
+  if (path.empty() || path[0] != '/') return Status::Error(fmt::format("{} '{}': give an absolute path", flag, path));
+  for (size_t start = 1; start <= path.size();) {
+    size_t end = std::min(path.find('/', start), path.size());
+    std::string_view part = std::string_view(path).substr(start, end - start);
+    if (part == "." || part == "..")
+      return Status::Error(fmt::format("{} {}: give the path without '.' or '..' components", flag, path));
+    start = end + 1;
+  }
+  // The longest existing prefix, resolved; the rest does not exist yet and is appended as written.
+  std::string existing = path, rest;
+  while (existing.size() > 1 && ::access(existing.c_str(), F_OK) != 0) {
+    size_t slash = existing.rfind('/');
+    rest = existing.substr(slash) + rest;
+    existing = slash == 0 ? "/" : existing.substr(0, slash);
+  }
+  char resolved[PATH_MAX];
+  if (::realpath(existing.c_str(), resolved) == nullptr)
+    return Status::Errno(fmt::format("{} {}: realpath({})", flag, path, existing));
+  const std::string real = (std::string(resolved) + rest).substr(resolved[1] == '\0' && !rest.empty() ? 1 : 0);
   for (const char* shown : {"/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/lib32/", "/libx32/", "/etc/"})
-    if (path.starts_with(shown))
-      return Status::Error(fmt::format("--socket {}: under {}, which sandboxes see (the host view); put it in /run or "
-                                       "a private directory", path, shown));
-  if (path.empty() || path[0] != '/') return Status::Error(fmt::format("--socket '{}': give an absolute path", path));
+    if ((real + "/").starts_with(shown))
+      return Status::Error(fmt::format("{} {}: under {}{}, which sandboxes see (the host view); use /run or a "
+                                       "private directory",
+                                       flag, path, shown, real == path ? "" : " (it resolves to " + real + ")"));
   return nsbox::OkStatus();
+}
+
+// One server per state directory: another would end this one's sessions as a predecessor's. The lock is the open
+// directory's (flock), released by the kernel when the server dies however it dies; not inherited across exec.
+StatusOr<UniqueFd> LockStateDir(const std::string& state_dir) {
+  UniqueFd dir(::open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return Status::Errno(fmt::format("--state-dir: open({})", state_dir));
+  if (::flock(dir.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      return Status::Error(fmt::format("--state-dir {}: another nsbox serve is using it; give each server its own "
+                                       "--state-dir",
+                                       state_dir));
+    return Status::Errno(fmt::format("--state-dir: flock({})", state_dir));
+  }
+  return dir;
 }
 
 StatusOr<UniqueFd> ListenUnix(const std::string& path) {
@@ -198,8 +238,11 @@ int main(int argc, char** argv) {
   }
   if (socket_path.empty()) socket_path = runtime_dir + "/api.sock";
   if (state_dir.empty()) state_dir = runtime_dir + "/serve-sessions";
-  if (Status s = CheckSocketHidden(socket_path); !s.ok()) Fail(kExitUsage, s.message());
+  if (Status s = CheckHiddenFromSandboxes("--socket", socket_path); !s.ok()) Fail(kExitUsage, s.message());
+  if (Status s = CheckHiddenFromSandboxes("--state-dir", state_dir); !s.ok()) Fail(kExitUsage, s.message());
   if (Status s = nsbox::session::EnsureStateRoot(state_dir); !s.ok()) Fail(kExitFailure, "--state-dir: " + s.message());
+  auto state_lock = LockStateDir(state_dir);
+  if (!state_lock.ok()) Fail(kExitFailure, state_lock.status().message());
   config.state_dir = state_dir;
 
   // Every thread started from here on has these blocked; the main thread waits for them.

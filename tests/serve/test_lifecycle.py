@@ -61,6 +61,36 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(len(lines), 1, f"not a one-line error: {lines}")
         self.assertIn(missing, lines[0])
 
+    def test_a_socket_or_state_dir_that_resolves_into_the_sandboxes_view_is_refused(self):
+        root = Server().root
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", root]))
+        os.symlink("/usr/local", os.path.join(root, "to-usr"))
+        for flag, path, words in [("--socket", os.path.join(root, "to-usr", "api.sock"), "resolves to /usr/local"),
+                                  ("--socket", "/tmp/../usr/local/api.sock", "'..'"),
+                                  ("--state-dir", os.path.join(root, "to-usr", "state"), "resolves to /usr/local")]:
+            argv = {"--socket": os.path.join(root, "api.sock"), "--state-dir": os.path.join(root, "state")}
+            argv[flag] = path
+            run = subprocess.run([NSBOX, "serve", "--socket", argv["--socket"], "--state-dir", argv["--state-dir"]],
+                                 capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+            lines = run.stderr.decode(errors="replace").strip().splitlines()
+            self.assertEqual((run.returncode, len(lines)), (2, 1), (flag, path, lines))
+            self.assertIn(flag, lines[0])
+            self.assertIn(words, lines[0])
+        self.assertFalse(os.path.exists("/usr/local/api.sock") or os.path.exists("/usr/local/state"))
+
+    def test_a_second_server_on_the_same_state_dir_is_refused_and_the_first_keeps_its_sandboxes(self):
+        first = own_server().start()
+        sbx = first.api().create({})
+        second = subprocess.run([NSBOX, "serve", "--socket", os.path.join(first.root, "second.sock"), "--state-dir",
+                                 first.state_dir], capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+        lines = second.stderr.decode(errors="replace").strip().splitlines()
+        self.assertEqual((second.returncode, len(lines)), (125, 1), lines)
+        self.assertIn("another nsbox serve", lines[0])
+        self.assertEqual(first.api().exec(sbx["id"], {"cmd": "echo alive"})["stdout"], "alive\n")
+        self.assertEqual(first.stop(signal.SIGKILL), -signal.SIGKILL)
+        # The lock goes with the server however it ends: a successor takes the directory over.
+        own_server(root=first.root).start().stop()
+
     def test_help_names_the_options(self):
         run = subprocess.run([NSBOX, "serve", "--help"], capture_output=True, timeout=15)
         text = (run.stdout + run.stderr).decode(errors="replace")
