@@ -93,6 +93,10 @@ def main():
         if not line:
             return
         request = json.loads(line)
+        # The exec's environment (the sandbox's and the cell's own --env): set before the cell, and kept for later
+        # cells as a cell's own assignment to os.environ would be. The interpreter may have been started for another
+        # exec (a pool's, an earlier cell's), whose environment it took.
+        os.environ.update(request.get("env") or {})
         answer = run_cell(request["code"])
         answer["id"] = request["id"]
         channel.sendall((json.dumps(answer) + "\n").encode())

@@ -40,6 +40,9 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
     if (repl && (program_options.lang.empty() || !program_options.command.empty()))
       return fail(Status::Error("--repl needs --lang python with --code or --file"));
     if (repl && stream) return fail(Status::Error("--stream is not available with --repl"));
+    if (repl && !program_options.workdir.empty())
+      return fail(Status::Error("--workdir is not available with --repl: a cell runs where the interpreter is "
+                                "(os.chdir moves it)"));
     if (repl && !program_options.stdin_source.empty())
       return fail(Status::Error("--stdin is not available with --repl"));
     auto program = BuildProgram(program_options, found->json.value("rootfs_dir", ""));

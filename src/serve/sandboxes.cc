@@ -273,6 +273,8 @@ ExecSpec ParseExecSpec(const json& body, const ServeConfig& config, const std::v
     if (exec.repl && exec.language != "python" && exec.language != "python3")
       throw BadRequest("'repl' needs 'language': 'python' with 'code'");
     if (exec.repl && exec.has_stdin) throw BadRequest("'stdin' is not available with 'repl'");
+    if (exec.repl && body.contains("cwd"))
+      throw BadRequest("'cwd' is not available with 'repl': a cell runs where the interpreter is (os.chdir moves it)");
   }
   if (body.contains("output_limit")) {
     if (!body["output_limit"].is_number_unsigned() || body["output_limit"].get<uint64_t>() == 0)

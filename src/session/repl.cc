@@ -23,8 +23,8 @@ uint64_t NextCellId() {
 
 }  // namespace
 
-std::string ReplRequest(uint64_t id, const std::string& code) {
-  return nlohmann::json{{"id", id}, {"code", code}}.dump() + "\n";
+std::string ReplRequest(uint64_t id, const std::string& code, const std::map<std::string, std::string>& env) {
+  return nlohmann::json{{"id", id}, {"code", code}, {"env", env}}.dump() + "\n";
 }
 
 bool ParseReplReply(std::string_view line, uint64_t id, nlohmann::json* reply) {
@@ -61,7 +61,7 @@ Result RunCell(SessionSandbox& session, const std::string& code, const ResidentO
   ResidentTurnOptions options = limits;
   options.frame = [cell_id](std::string_view bytes, std::string* why) { return FrameReplReply(bytes, cell_id, why); };
   ChangedFilesReport changed(session);
-  ResidentTurn turn = session.AskResident(driver, ReplRequest(cell_id, code), options, cancel_fd);
+  ResidentTurn turn = session.AskResident(driver, ReplRequest(cell_id, code, driver.env), options, cancel_fd);
   nlohmann::json repl = {{"value", nullptr}, {"exception", nullptr}, {"traceback", nullptr},
                          {"state_lost", turn.state_lost}, {"interpreter_killed", false}};
   Result result = std::move(turn.result);

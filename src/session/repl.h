@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -19,8 +20,8 @@ namespace nsbox::session {
 // channel itself, and is not buffered.
 inline constexpr size_t kMaxReplyBytes = 8 << 20;
 
-// The request line for cell `id`.
-std::string ReplRequest(uint64_t id, const std::string& code);
+// The request line for cell `id`, with the environment the driver sets in os.environ before the cell.
+std::string ReplRequest(uint64_t id, const std::string& code, const std::map<std::string, std::string>& env);
 // Whether `line` is the driver's answer to cell `id`: one JSON object with that id, and parts of the driver's types.
 bool ParseReplReply(std::string_view line, uint64_t id, nlohmann::json* reply);
 // ResidentTurnOptions::frame for cell `id`: complete at the first newline if it ends the bytes and parses as the

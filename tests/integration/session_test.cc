@@ -320,6 +320,9 @@ TEST_CASE("exec --stream passes output on as it comes: chunk lines before the re
   Output repl = s.Nsbox({"exec", id, "--stream", "--repl", "--lang", "python", "--code", "1"});
   CHECK(repl.code == 125);
   CHECK(repl.err == "nsbox exec: --stream is not available with --repl\n");
+  Output workdir = s.Nsbox({"exec", id, "--workdir", "/tmp", "--repl", "--lang", "python", "--code", "1"});
+  CHECK(workdir.code == 125);
+  CHECK(workdir.err.starts_with("nsbox exec: --workdir is not available with --repl"));
 }
 
 // As with run (io_test.cc): the exec's program reads a pipe the supervisor fills, never the client's descriptor.
@@ -497,6 +500,18 @@ TEST_CASE("a timed-out cell kills only the interpreter; the next call starts fre
   CHECK(later["repl"]["state_lost"] == false);
   // The session itself lived on.
   CHECK(s.Sh(id, "cat /workspace/f")["stdout"] == "survives\n");
+}
+
+TEST_CASE("a cell's --env reaches the running interpreter and stays for later cells", "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  s.Cell(id, "import os\nbefore = os.environ.get('NSBOX_CELL_ENV')");  // the interpreter starts without it
+  json with = s.Cell(id, "before, os.environ.get('NSBOX_CELL_ENV')", {"--env", "NSBOX_CELL_ENV=v1"});
+  CHECK(with["repl"]["value"] == "(None, 'v1')");
+  json child = s.Cell(id, "import subprocess\nsubprocess.run(['/bin/sh', '-c', 'echo $NSBOX_CELL_ENV'])");
+  CHECK(child["stdout"] == "v1\n");  // a cell's child process gets it too
+  json replaced = s.Cell(id, "os.environ['NSBOX_CELL_ENV']", {"--env", "NSBOX_CELL_ENV=v2"});
+  CHECK(replaced["repl"]["value"] == "'v2'");
 }
 
 TEST_CASE("a crashing cell loses the interpreter's state but not the session", "[session][repl]") {

@@ -274,14 +274,15 @@ class Exec(SharedCase):
         r = self.api.call("POST", "/v1/run", dict(SMALL, language="cpp", code=hello, compile_memory="16M"))
         self.assertEqual((r["status"], r["compile"]["status"]), ("compile_error", "oom"), r)
 
-    def test_compile_limits_without_a_compile_step_or_with_bad_values_are_400(self):
+    def test_compile_limits_without_a_compile_step_or_bad_values_and_a_repl_cwd_are_400(self):
         for body, field in [({"language": "python", "code": "1", "compile_memory": "64M"}, "compile_memory"),
                             ({"language": "bash", "code": "true", "compile_timeout": 5}, "compile_timeout"),
                             ({"argv": ["/bin/true"], "compile_timeout": 5}, "compile_timeout"),
                             ({"language": "c", "code": "int main(){}", "compile_timeout": -1}, "compile_timeout"),
                             ({"language": "c", "code": "int main(){}", "compile_timeout": "5s"}, "compile_timeout"),
                             ({"language": "c", "code": "int main(){}", "compile_memory": 0}, "compile_memory"),
-                            ({"language": "c", "code": "int main(){}", "compile_memory": "lots"}, "compile_memory")]:
+                            ({"language": "c", "code": "int main(){}", "compile_memory": "lots"}, "compile_memory"),
+                            ({"language": "python", "code": "1", "repl": True, "cwd": "/tmp"}, "cwd")]:
             with self.subTest(body=body):
                 r = assert_error(self, self.api.request("POST", f"/v1/sandboxes/{self.sbx}/exec", body), 400,
                                  "bad_request")

@@ -168,8 +168,12 @@ class PoolAndSigterm(unittest.TestCase):
             self.assertIn("No such file", r["stdout"])
         self.assertTrue(wait_for(lambda: pool().get("ready") == 2, 30, 0.2), f"the pool did not refill: {pool()}")
         self.assertTrue(wait_for(lambda: pool("python").get("ready") == 1, 30, 0.2), pool("python"))
-        py = api.create({"template": "python"})
+        py = api.create({"template": "python", "env": {"NSBOX_POOL_ENV": "given"}})
         self.assertIs(py["from_pool"], True, py)
+        # The pool started its interpreter before this client's env existed: the cell has it all the same.
+        cell = api.exec(py["id"], {"language": "python", "code": "import os; os.environ.get('NSBOX_POOL_ENV')",
+                                   "repl": True})
+        self.assertEqual(cell["repl"]["value"], "'given'", cell)
         api.exec(py["id"], {"language": "python", "code": "n = 7919", "repl": True})
         cell = api.exec(py["id"], {"language": "python", "code": "print(n)", "repl": True})
         self.assertEqual(cell["stdout"], "7919\n", cell)
