@@ -31,21 +31,20 @@ std::string_view Trim(std::string_view text) {
   return text;
 }
 
-// Why one allow-list entry is unusable, or empty when it is fine.
-std::string EntryProblem(std::string_view entry) {
+}  // namespace
+
+std::string AllowEntryProblem(std::string_view entry) {
   if (entry.find("://") != std::string_view::npos) return "give the domain alone, without a scheme";
   if (entry.find('/') != std::string_view::npos) return "give the domain alone, without a path";
   if (IsIpLiteral(entry)) return "IP addresses are not accepted; name the domain (the proxy resolves it itself)";
   if (entry.find(':') != std::string_view::npos) return "give the domain alone, without a port (every port is allowed)";
-  if (entry == "*" || entry == "*.") return "a bare wildcard would allow everything; use --network host for that";
+  if (entry == "*" || entry == "*.") return "a bare wildcard would allow everything; that is the host network";
   std::string_view name = entry.substr(0, 2) == "*." ? entry.substr(2) : entry;
   if (name.find('*') != std::string_view::npos)
     return "a wildcard is only accepted as the whole first label (*.example.com)";
   if (NormalizeHostName(name).empty()) return "not a valid domain name";
   return "";
 }
-
-}  // namespace
 
 std::string NormalizeHostName(std::string_view host) {
   std::string name = ToLower(host);
@@ -98,7 +97,7 @@ StatusOr<std::vector<std::string>> ParseAllowList(const std::string& spec) {
     if (entry.empty()) {
       return Status::Error(fmt::format("--network '{}': empty domain in the allow list", spec));
     }
-    std::string problem = EntryProblem(entry);
+    std::string problem = AllowEntryProblem(entry);
     if (!problem.empty()) {
       return Status::Error(fmt::format("--network allow: '{}': {}", raw, problem));
     }

@@ -16,10 +16,12 @@
 #include <fmt/format.h>
 
 #include "nsbox/executor.h"
+#include "nsbox/policy.h"
 #include "sandbox/spec/units.h"
 #include "src/cli/image_store.h"
 #include "src/cli/compiled_program.h"
 #include "src/cli/languages.h"
+#include "src/netproxy/allow_list.h"
 #include "src/runtime/subprocess.h"
 #include "src/serve/api_error.h"
 #include "src/session/state.h"
@@ -71,14 +73,12 @@ double Seconds(const json& value, const std::string& what) {
 
 // "256M" or a number of bytes.
 uint64_t Size(const json& value, const std::string& what, std::string* text) {
-  if (value.is_number_unsigned()) {
-    *text = std::to_string(value.get<uint64_t>());
-    return value.get<uint64_t>();
-  }
-  if (!value.is_string()) throw BadRequest(fmt::format("'{}' must be a size such as \"256M\" or a number of bytes", what));
-  auto parsed = ParseSize(value.get<std::string>());
+  if (!value.is_string() && !value.is_number_unsigned())
+    throw BadRequest(fmt::format("'{}' must be a size such as \"256M\" or a number of bytes", what));
+  // A number is read as its digits are, by the parser nsbox's options use (which refuses sizes past 9e18).
+  auto parsed = ParseSize(value.is_string() ? value.get<std::string>() : std::to_string(value.get<uint64_t>()));
   if (!parsed.ok()) throw BadRequest(fmt::format("'{}': {}", what, parsed.status().message()));
-  *text = value.get<std::string>();
+  *text = value.is_string() ? value.get<std::string>() : std::to_string(value.get<uint64_t>());
   return *parsed;
 }
 
@@ -172,6 +172,14 @@ SandboxSpec ParseSandboxSpec(const json& body, const ServeConfig& config, const 
       json hosts = json::array();
       for (const auto& h : n["allow"]) hosts.push_back(HostName(h));
       spec.network = {{"allow", hosts}};
+      // The allow list's own rules (no IP address, no bare "*"), as the session will judge it.
+      for (const auto& host : hosts) {
+        std::string entry = host.get<std::string>();
+        std::transform(entry.begin(), entry.end(), entry.begin(), [](unsigned char c) { return std::tolower(c); });
+        if (entry.size() > 1 && entry.back() == '.') entry.pop_back();
+        if (std::string problem = netproxy::AllowEntryProblem(entry); !problem.empty())
+          throw BadRequest(fmt::format("'network.allow': '{}': {}", host.get<std::string>(), problem));
+      }
     } else {
       throw BadRequest("'network' must be none, host, restricted or {\"allow\": [\"host\", ...]}");
     }
@@ -197,6 +205,16 @@ SandboxSpec ParseSandboxSpec(const json& body, const ServeConfig& config, const 
       }
     }
     spec.limits_given = !l.empty();
+    // The engine's own bounds (a memory limit of at least 4M, ...), judged now: a value it refuses is the client's
+    // error, not the server's failure to start a session.
+    uint64_t tmpfs_bytes = 0;
+    if (auto tmpfs = ParseSize(spec.tmpfs); tmpfs.ok()) tmpfs_bytes = *tmpfs;
+    CgroupLimits limits;
+    limits.memory_max_bytes = spec.memory_bytes;
+    limits.pids_max = spec.pids;
+    limits.cpus = spec.cpus;
+    auto checked = PolicyBuilder().SetCgroupLimits(limits).SetTmpfsSize(tmpfs_bytes).TryBuild();
+    if (!checked.ok()) throw BadRequest(fmt::format("'limits': {}", checked.status().message()));
   }
   if (body.contains("env")) spec.env = StringMap(body["env"], "env", true);
   if (body.contains("labels")) spec.labels = StringMap(body["labels"], "labels", false);
@@ -535,12 +553,9 @@ void Sandboxes::Remove(const std::shared_ptr<Sandbox>& sandbox) {
 
 void Sandboxes::Touch(Sandbox& sandbox) { sandbox.last_used_ms = NowMs(); }
 
-json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const OutputSink& sink,
-                     const std::function<bool()>& client_gone) {
-  // The program, as `nsbox exec` would send it: for a compiled language the compile step too (PlanCompiledProgram,
-  // RunProgram in the supervisor).
+cli::Program Sandboxes::PlanExec(const Sandbox& sandbox, const ExecSpec& exec) const {
   cli::Program program;
-  const session::SessionRecord& record = *sandbox->record;
+  const session::SessionRecord& record = *sandbox.record;
   program.run.argv = exec.argv;
   program.run.env = DefaultSandboxEnv();
   program.run.env["PIP_BREAK_SYSTEM_PACKAGES"] = "1";
@@ -558,15 +573,20 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
       throw BadRequest(fmt::format("'{}': language '{}' has no compile step", misplaced, lang->name));
     cli::ApplyLanguage(*lang, program.run);
   }
-  for (const auto& [k, v] : sandbox->spec.env) program.run.env[k] = v;
+  for (const auto& [k, v] : sandbox.spec.env) program.run.env[k] = v;
   for (const auto& [k, v] : exec.env) program.run.env[k] = v;
   program.run.cwd = exec.cwd;
   program.run.umask = 022;
   program.run.code = exec.code;
   program.run.wall_timeout = exec.timeout;
   program.run.output_limit_bytes = exec.output_limit;
-  program = cli::FinishProgram(lang, std::move(program.run),
-                               {.timeout = exec.compile_timeout, .memory_bytes = exec.compile_memory});
+  return cli::FinishProgram(lang, std::move(program.run),
+                            {.timeout = exec.compile_timeout, .memory_bytes = exec.compile_memory});
+}
+
+json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const cli::Program& program,
+                     const OutputSink& sink, const std::function<bool()>& client_gone) {
+  const session::SessionRecord& record = *sandbox->record;
   json request = cli::ExecRequest(program, exec.repl);
   request["stream"] = static_cast<bool>(sink);
 
@@ -810,7 +830,7 @@ void Sandboxes::PreloadRepl(const Made& made) {
   cell.timeout = std::chrono::seconds(30);
   cell.pool_preload = true;
   try {
-    (void)Exec(sandbox, cell, {}, {});
+    (void)Exec(sandbox, cell, PlanExec(*sandbox, cell), {}, {});
   } catch (const ApiError& e) {
     fmt::print(stderr, "nsbox serve: the pool could not start a REPL in {}: {}\n", made.session_id, e.what());
   }

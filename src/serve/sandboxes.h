@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/base/unique_fd.h"
+#include "src/cli/compiled_program.h"
 #include "src/session/state.h"
 
 namespace nsbox::serve {
@@ -109,10 +110,14 @@ class Sandboxes {
   void Remove(const std::string& owner, const std::string& id);  // throws not_found
   void Remove(const std::shared_ptr<Sandbox>& sandbox);
 
-  // The exec's result object (nsbox exec --json's). `sink` (may be empty) gets output as it comes; `client_gone`
-  // ends the exec early when it says so.
-  nlohmann::json Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const OutputSink& sink,
-                      const std::function<bool()>& client_gone);
+  // The program an exec asks for, as `nsbox exec` would send it (a compiled language's compile step too). Throws
+  // BadRequest for what the sandbox cannot run (an unknown language, a toolchain its root lacks, compile fields
+  // without a compile step): called before a streamed answer commits its 200.
+  cli::Program PlanExec(const Sandbox& sandbox, const ExecSpec& exec) const;
+  // Runs the planned exec: its result object (nsbox exec --json's). `sink` (may be empty) gets output as it comes;
+  // `client_gone` ends the exec early when it says so.
+  nlohmann::json Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const cli::Program& program,
+                      const OutputSink& sink, const std::function<bool()>& client_gone);
 
   // Files under the sandbox's /workspace (paths as the API takes them).
   uint64_t WriteFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path, const std::string& data);

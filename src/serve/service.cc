@@ -141,6 +141,7 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
     static const std::vector<std::string> kCreateFields = {"template", "network", "limits", "env", "idle_timeout",
                                                            "max_lifetime", "labels"};
     json create = json::object(), exec = json::object();
+    if (!body.is_object()) throw BadRequest("the body must be a JSON object");
     for (const auto& [k, v] : body.items()) {
       if (std::find(kCreateFields.begin(), kCreateFields.end(), k) != kCreateFields.end() && k != "env") create[k] = v;
       if (std::find(kExecFields.begin(), kExecFields.end(), k) != kExecFields.end()) exec[k] = v;
@@ -148,7 +149,6 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
           std::find(kExecFields.begin(), kExecFields.end(), k) == kExecFields.end())
         throw BadRequest(fmt::format("unknown field '{}'", k));
     }
-    if (!body.is_object()) throw BadRequest("the body must be a JSON object");
     SandboxSpec spec = ParseSandboxSpec(create, sandboxes_.config());
     ExecSpec exec_spec = ParseExecSpec(exec, sandboxes_.config());
     auto sandbox = sandboxes_.Create(owner, spec);
@@ -215,19 +215,20 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
 HttpResponse Service::Exec(const HttpRequest& request, const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec,
                            std::function<void()> after) {
   const bool stream = Flag(request, "stream") || request.header("accept").find("application/x-ndjson") != std::string::npos;
+  cli::Program program = sandboxes_.PlanExec(*sandbox, exec);  // a bad request is a 400, streamed or not
   if (!stream) {
-    json result = sandboxes_.Exec(sandbox, exec, {}, request.client_gone);
+    json result = sandboxes_.Exec(sandbox, exec, program, {}, request.client_gone);
     if (after) after();
     return Json(200, result);
   }
   HttpResponse r;
   r.content_type = "application/x-ndjson";
   Sandboxes* sandboxes = &sandboxes_;
-  r.stream = [sandboxes, sandbox, exec, after](StreamSink& sink) {
+  r.stream = [sandboxes, sandbox, exec, program = std::move(program), after](StreamSink& sink) {
     auto line = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; };
     try {
       json result = sandboxes->Exec(
-          sandbox, exec,
+          sandbox, exec, program,
           [&](int stream, const std::string& text) {
             return sink.Write(line({{"type", stream == 2 ? "stderr" : "stdout"}, {"data", text}}));
           },

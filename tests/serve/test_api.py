@@ -535,7 +535,7 @@ class BadInput(SharedCase):
                 r = self.api.request("POST", path, raw=b'{"cmd": "tr', headers={"Content-Type": "application/json"})
                 assert_error(self, r, 400, "bad_request")
                 r = self.api.request("POST", path, raw=b"[1, 2]", headers={"Content-Type": "application/json"})
-                assert_error(self, r, 400, "bad_request")
+                self.assertIn("must be a JSON object", assert_error(self, r, 400, "bad_request")["error"]["message"])
 
     def test_an_unknown_field_is_400(self):
         sbx = self.make()["id"]
@@ -556,6 +556,34 @@ class BadInput(SharedCase):
                            ("/v1/sandboxes", {"limits": {"pids": "many"}})]:
             with self.subTest(path=path, body=body):
                 assert_error(self, self.api.request("POST", path, body), 400, "bad_request")
+
+    def test_limits_and_hosts_the_engine_refuses_are_400_naming_the_field(self):
+        for body, words in [({"limits": {"memory": 1}}, "memory limit must be at least 4M"),
+                            ({"limits": {"memory": "1K"}}, "memory limit must be at least 4M"),
+                            ({"limits": {"memory": 18446744073709551615}}, "too large"),
+                            ({"limits": {"tmpfs": 0}}, "tmpfs size must be at least 4K"),
+                            ({"limits": {"pids": 1}}, "pids limit must be at least 2"),
+                            ({"limits": {"cpus": 0.001}}, "cpus must be at least 0.01"),
+                            ({"network": {"allow": ["*"]}}, "bare wildcard"),
+                            ({"network": {"allow": ["127.0.0.1"]}}, "IP addresses are not accepted")]:
+            with self.subTest(body=body):
+                r = assert_error(self, self.api.request("POST", "/v1/sandboxes", body), 400, "bad_request")
+                message = r["error"]["message"]
+                self.assertIn(words, message)
+                self.assertIn("'limits" if "limits" in body else "'network.allow'", message)
+                self.assertNotIn("--", message, "the message names a command-line flag, not the API's field")
+
+    def test_a_streamed_exec_that_is_a_bad_request_answers_400_before_any_stream(self):
+        sbx = self.make()["id"]
+        for path, body in [(f"/v1/sandboxes/{sbx}/exec?stream=true", {"language": "cobol", "code": "x"}),
+                           (f"/v1/sandboxes/{sbx}/exec?stream=true",
+                            {"language": "python", "code": "1", "compile_timeout": 5}),
+                           ("/v1/run?stream=true", dict(SMALL, language="cobol", code="x"))]:
+            with self.subTest(path=path, body=body):
+                head, lines = self.api.stream("POST", path, body)
+                self.assertEqual((head.status, lines), (400, []), head.body)
+                self.assertEqual(json.loads(head.body)["error"]["code"], "bad_request")
+        self.assertEqual(len(self.api.call("GET", "/v1/sandboxes")["sandboxes"]), 1, "/v1/run left its sandbox")
 
     def test_exec_needs_exactly_one_program(self):
         sbx = self.make()["id"]
