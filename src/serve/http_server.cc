@@ -116,8 +116,11 @@ MHD_Result AddToMap(void* cls, MHD_ValueKind, const char* key, const char* value
   return MHD_YES;
 }
 
-MHD_Result AddQuery(void* cls, MHD_ValueKind, const char* key, const char* value) {
-  (*static_cast<std::map<std::string, std::string>*>(cls))[key ? key : ""] = value ? value : "";
+// With their sizes: a value decoded from "%00" keeps its NUL and the bytes after it, for the handler to refuse.
+MHD_Result AddQuery(void* cls, MHD_ValueKind, const char* key, size_t key_size, const char* value,
+                    size_t value_size) {
+  (*static_cast<std::map<std::string, std::string>*>(cls))[key ? std::string(key, key_size) : ""] =
+      value ? std::string(value, value_size) : "";
   return MHD_YES;
 }
 
@@ -166,7 +169,7 @@ struct HttpServerCallbacks {
     request.path = url ? url : "";
     request.body = std::move(state->body);
     MHD_get_connection_values(connection, MHD_HEADER_KIND, &AddToMap, &request.headers);
-    MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, &AddQuery, &request.query);
+    MHD_get_connection_values_n(connection, MHD_GET_ARGUMENT_KIND, &AddQuery, &request.query);
     request.over_unix_socket = server->unix_socket_;
     const int fd = ConnectionFd(connection);
     if (server->unix_socket_ && fd >= 0) {

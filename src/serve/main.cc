@@ -272,16 +272,18 @@ int main(int argc, char** argv) {
   nsbox::serve::HttpServerOptions http;
   http.max_body_bytes = *body_cap;
   http.too_large = [](uint64_t limit) {
+    fmt::print(stderr, "nsbox serve: a request body over --max-body ({} bytes) 413\n", limit);
     return nsbox::serve::Service::ErrorResponse(413, "payload_too_large",
                                                 fmt::format("the request body is larger than {} bytes", limit));
   };
+  // One line a request: its status and time; a streamed answer's when its 200 is sent (the stream goes on).
   auto handler = [&service](const nsbox::serve::HttpRequest& request) {
     const auto started = std::chrono::steady_clock::now();
     nsbox::serve::HttpResponse response = service.Handle(request);
-    if (!response.stream)
-      fmt::print(stderr, "nsbox serve: {} {} {} {} ms\n", request.method, request.path, response.status,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)
-                     .count());
+    fmt::print(stderr, "nsbox serve: {} {} {}{} {} ms\n", request.method, request.path, response.status,
+               response.stream ? " (streaming)" : "",
+               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)
+                   .count());
     return response;
   };
   auto on_unix = nsbox::serve::HttpServer::Start(unix_fd->release(), true, http, handler);

@@ -3,6 +3,7 @@
 // in-process over the session's own socket, as `nsbox exec` and `nsbox cp` do.
 #include "src/serve/sandboxes.h"
 
+#include <limits.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -144,8 +145,17 @@ std::string NewSandboxId() {
 
 std::string WorkspacePath(const std::string& path) {
   if (path.empty()) throw BadRequest("give the file's path: ?path=NAME (relative to /workspace or under it)");
+  // The kernel would take a path only up to a NUL byte: "a%00b" must not be "a".
+  if (path.find('\0') != std::string::npos) throw BadRequest("the path holds a NUL byte");
   auto rel = session::WorkspaceRelativePath(path);
   if (!rel.ok()) throw BadRequest(rel.status().message());
+  for (size_t start = 0; start <= rel->size();) {
+    size_t end = std::min(rel->find('/', start), rel->size());
+    if (end - start > NAME_MAX)
+      throw BadRequest(fmt::format("the path has a name longer than {} bytes, more than a file system takes", NAME_MAX));
+    start = end + 1;
+  }
+  if (rel->size() >= PATH_MAX) throw BadRequest(fmt::format("the path is longer than {} bytes", PATH_MAX - 1));
   return *rel;
 }
 

@@ -1,6 +1,7 @@
 // Service: authentication, routing and the error format of the API; the work is Sandboxes'.
 #include "src/serve/service.h"
 
+#include <strings.h>
 
 #include <fmt/format.h>
 
@@ -89,7 +90,9 @@ std::string Service::Identify(const HttpRequest& request) {
     return fmt::format("uid:{}", *request.peer_uid);
   }
   std::string auth = request.header("authorization");
-  if (!auth.starts_with("Bearer ")) throw ApiError(401, "unauthorized", "a bearer token is required (Authorization: Bearer TOKEN)");
+  // The scheme's name is case-insensitive (RFC 9110 11.1).
+  if (auth.size() < 7 || strncasecmp(auth.c_str(), "Bearer ", 7) != 0)
+    throw ApiError(401, "unauthorized", "a bearer token is required (Authorization: Bearer TOKEN)");
   std::string token = auth.substr(7);
   for (const auto& [known, name] : access_.tokens)
     if (SameToken(token, known)) return "token:" + name;

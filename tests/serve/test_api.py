@@ -624,6 +624,14 @@ class BadInput(SharedCase):
                 assert_error(self, self.api.request("DELETE", files_path(sbx, path)), 400, "bad_request")
         self.assertEqual(sorted(os.listdir(canary_dir)), ["keep"], "a host file was written or removed")
 
+    def test_a_nul_byte_or_an_overlong_name_in_the_path_is_400_and_writes_nothing(self):
+        sbx = self.make()["id"]
+        for path in ("a\0b", "x" * 256, "d/" + "y" * 300, "/".join(["d"] * 2100)):
+            with self.subTest(path=path[:20]):
+                r = assert_error(self, self.api.request("PUT", files_path(sbx, path), raw=b"x"), 400, "bad_request")
+                self.assertEqual(len(r["error"]["message"].splitlines()), 1)
+        self.assertEqual(self.run_in(sbx, {"cmd": "ls -A /workspace"})["stdout"], "", "a file was written")
+
     def test_a_symlink_out_of_the_workspace_is_400(self):
         sbx = self.make()["id"]
         canary_dir = tempfile.mkdtemp(prefix="nsbox-serve-canary.")
@@ -666,6 +674,10 @@ class Auth(SharedCase):
         sbx = self.make(api=self.alice)["id"]
         r = self.alice.exec(sbx, {"cmd": "echo over tcp"})
         self.assertEqual(r["stdout"], "over tcp\n")
+        # The scheme's name is case-insensitive (RFC 9110); the token is not.
+        lower = Api(port=self.server.port).request("GET", f"/v1/sandboxes/{sbx}",
+                                                   headers={"Authorization": "bearer " + TOKENS["alice"]})
+        self.assertEqual(lower.status, 200, lower)
 
     def test_a_socket_peer_with_another_uid_is_403(self):
         os.chmod(self.server.socket_path, 0o666)  # the uid check, not the file mode, must refuse
