@@ -150,11 +150,13 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     if (!cases_file.empty()) {
       // A bad cases file is a usage error (exit 2), found before any sandbox exists.
       auto bad = [&](const Status& status) {
-        (void)WriteAll(2, fmt::format("nsbox run: {}\n", status.message()));
+        (void)FailBeforeRun("run", status.message(), program_options.json);
         exit_code.value = 2;
       };
       if (!program_options.stdin_source.empty())
         return bad(Status::Error("--cases gives each case its stdin: no --stdin"));
+      if (cases_file == "-" && program_options.file_given && program_options.file == "-")
+        return bad(Status::Error("--file - and --cases - both want nsbox's standard input"));
       auto text = ReadInput(cases_file, kMaxCasesFileBytes, "--cases");
       if (!text.ok()) return bad(text.status());
       auto parsed = ParseCases(*text, "--cases " + cases_file);
@@ -188,12 +190,17 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
       } else {
         if (report.json["status"] != "ok")
           err = WriteAll(2,
-                         fmt::format("{}{}nsbox: {}: {}\n", report.json["stdout"].get<std::string>(),
-                                     report.json["stderr"].get<std::string>(), report.json["status"].get<std::string>(),
+                         fmt::format("{}{}nsbox: {}: {}\n", report.json.value("stdout", ""),
+                                     report.json.value("stderr", ""), report.json["status"].get<std::string>(),
                                      report.json["reason"].get<std::string>()));
         if (err == 0) err = WriteAll(1, CasesText(report.json));
       }
-      exit_code.value = err == 0 ? report.exit_code : kExitNsboxFailure;
+      if (err != 0) {
+        (void)WriteAll(2, fmt::format("nsbox: writing the report: {} ({})\n", std::strerror(err), ErrnoName(err)));
+        exit_code.value = kExitNsboxFailure;
+        return;
+      }
+      exit_code.value = report.exit_code;
       return;
     }
     if (program->compile) {

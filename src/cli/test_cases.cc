@@ -124,6 +124,7 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
   CompileOutcome compile = RunCompileStep(program, run_step);
   if (compiled) out["compile"] = compile.figures;
   uint64_t passed = 0;
+  int stopped_exit_code = 0;  // a case that stopped the others: its exit code is the report's
   if (compile.failed) {
     const Result& failed = *compile.failed;
     out["status"] = RunStatusName(failed.status);
@@ -141,9 +142,12 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
     out["reason"] = "";
     for (const TestCase& c : cases) {
       Result result = WithStdin(program.run, c, run_step);
-      if (result.status == RunStatus::kKilled) {  // the caller stopped the run: no verdict, and no further case
+      // The caller stopped the run, or the program could not be started (not found, not executable): no verdict of
+      // the program, and the cases after it would end the same way.
+      if (result.status == RunStatus::kKilled || result.status == RunStatus::kSetupError) {
         out["status"] = RunStatusName(result.status);
         out["reason"] = SanitizeUtf8(result.reason);
+        stopped_exit_code = result.ShellExitCode();
         break;
       }
       const bool ok = result.status == RunStatus::kOk && !result.stdout_truncated &&
@@ -155,7 +159,7 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
       out["cases"].push_back(std::move(shown));
       passed += ok ? 1 : 0;
     }
-    report.exit_code = out["status"] == "ok" && passed == cases.size() ? 0 : 1;
+    report.exit_code = stopped_exit_code != 0 ? stopped_exit_code : passed == cases.size() ? 0 : 1;
   }
   out["summary"] = {{"passed", passed}, {"failed", cases.size() - passed}, {"total", cases.size()}};
   return report;

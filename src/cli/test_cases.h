@@ -45,8 +45,8 @@ struct CasesReport {
 
 // Runs program.compile (once) and then program.run once per case, each with the case's stdin and the program's own
 // time-out, through run_step. A failed compile makes every case compile_error, and none runs. A case cancelled
-// (kKilled: the caller stopped the run) ends the report there: its status is "killed" and the cases after it do not
-// run.
+// (kKilled: the caller stopped the run) or that could not start (kSetupError: the program not found...) ends the
+// report there: its status and reason are that case's, its exit code the case's, and the cases after it do not run.
 CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const StepRunner& run_step);
 
 // The report as lines for a terminal: one a case ("passed"/"FAILED", its status) and the summary.

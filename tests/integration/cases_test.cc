@@ -127,6 +127,53 @@ TEST_CASE("--cases: a malformed cases file is one line naming the line, exit 2, 
   ::unlink(big.c_str());
   CHECK(raw.exit_code == 2);
   CHECK(raw.err.find("larger than") != std::string::npos);
+
+  // With --json, stdout still holds exactly one object (the refusal), as for any option refused before a run.
+  std::string bad = WriteTemp("bad-json.jsonl", "{\"stdin\": \"1\"}\n");
+  auto as_json = RunNsboxRaw({"run", "--json", "--lang", "python", "--code", "print(1)", "--cases", bad});
+  ::unlink(bad.c_str());
+  CHECK(as_json.exit_code == 2);
+  auto refusal = nlohmann::json::parse(as_json.out);
+  CHECK(refusal["status"] == "setup_error");
+  CHECK(refusal["reason"].get<std::string>().find("no \"expected_stdout\"") != std::string::npos);
+
+  // The program and the cases cannot both come from nsbox's standard input.
+  SpawnOptions cases_on_stdin;
+  cases_on_stdin.stdin_data = "{\"stdin\": \"1\", \"expected_stdout\": \"1\"}\n";
+  auto both = RunNsboxRaw({"run", "--lang", "python", "--file", "-", "--cases", "-"}, cases_on_stdin);
+  CHECK(both.exit_code == 2);
+  CHECK(both.err == "nsbox run: --file - and --cases - both want nsbox's standard input\n");
+}
+
+TEST_CASE("--cases: a program that cannot start stops the cases with its exit code and says why",
+          "[integration][cases]") {
+  std::string file = WriteTemp("start.jsonl", "{\"stdin\": \"1\", \"expected_stdout\": \"1\"}\n"
+                                              "{\"stdin\": \"2\", \"expected_stdout\": \"2\"}\n");
+  auto raw = RunNsboxRaw({"run", "--cases", file, "--", "/no/such/program"});
+  auto as_json = RunNsboxRaw({"run", "--json", "--cases", file, "--", "/no/such/program"});
+  ::unlink(file.c_str());
+  INFO(raw.out << raw.err);
+  CHECK(raw.exit_code == 127);  // as the same run without --cases
+  CHECK(raw.err.find("/no/such/program") != std::string::npos);
+  CHECK(raw.err.find("ENOENT") != std::string::npos);
+  auto report = nlohmann::json::parse(as_json.out);
+  CHECK(as_json.exit_code == 127);
+  CHECK(report["status"] == "setup_error");
+  CHECK(report["summary"]["passed"] == 0);
+}
+
+TEST_CASE("--cases: a report nsbox cannot write is exit 125 with the reason on stderr", "[integration][cases]") {
+  std::string file = WriteTemp("full.jsonl", "{\"stdin\": \"\", \"expected_stdout\": \"1\"}\n");
+  for (bool json : {false, true}) {
+    std::vector<std::string> args = {"/bin/sh", "-c", std::string("exec \"$0\" run ") + (json ? "--json " : "") +
+                                                          "--lang python --code 'print(1)' --cases \"$1\" > /dev/full",
+                                     NsboxBinary(), file};
+    auto r = RunProcess(args);
+    INFO(r.err);
+    CHECK(r.exit_code == 125);
+    CHECK(r.err == "nsbox: writing the report: No space left on device (ENOSPC)\n");
+  }
+  ::unlink(file.c_str());
 }
 
 TEST_CASE("batch: python and C jobs in one file; a C compile error is that job's own status", "[integration][cases]") {
