@@ -446,10 +446,15 @@ int Batch::Run() {
           ++skipped_;
           continue;
         }
-        if (job.error.ok() && !seen.insert(job.key).second)
-          job.error = Status::Error(fmt::format("job on line {}: id {} is the id of the job on line {} already",
-                                                line_number, job.key, first_line[job.key]));
-        first_line.emplace(job.key, line_number);
+        // An id is taken by the first line that names it, a bad one too: its result carries the id, and a resume
+        // would take a later job of that id as done.
+        if (!seen.insert(job.key).second) {
+          if (job.error.ok())
+            job.error = Status::Error(fmt::format("job on line {}: id {} is the id of the job on line {} already",
+                                                  line_number, job.key, first_line[job.key]));
+        } else {
+          first_line.emplace(job.key, line_number);
+        }
         if (!job.error.ok()) {
           if (Status emitted = Emit(job, ShownResult(SetupError(job.error))); !emitted.ok()) write_error_ = emitted;
           continue;
@@ -512,7 +517,7 @@ void RegisterBatch(CLI::App& app, ExitCode& exit_code) {
   batch->add_option("--output", options.output_file,
                     "append results to FILE instead of stdout; jobs whose results FILE holds already are skipped");
   batch->add_option("--jobs", options.jobs, "run at most N jobs at once, whatever the node's budget (default: budget)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(uint64_t{1}, uint64_t{4096}).description(""));
   AddSandboxOptions(batch, options.sandbox);
   batch->add_option("--timeout", options.program.timeout, "each job's wall-clock limit unless it gives \"timeout\"")
       ->capture_default_str();

@@ -247,23 +247,29 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
                       {"memory_bytes", i.value("memory_bytes", uint64_t{0})},
                       {"running_requests", i.value("running_requests", 0)}});
     }
+    std::string text;
     if (ls_json) {
-      fmt::print("{}\n", rows.dump());
-      return;
-    }
-    fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  {}\n", "ID", "NAME", "AGE", "IDLE", "MEMORY", "LIMITS");
-    for (const auto& r : rows) {
-      const auto& l = r["limits"];
-      if (r["state"] == "not_answering") {
-        fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  (not answering: see the error above)\n",
-                   r["id"].get<std::string>(), r["name"].get<std::string>(), "?", "?", "?");
-        continue;
+      text = rows.dump() + "\n";
+    } else {
+      text = fmt::format("{:<14} {:<16} {:>7} {:>7} {:>9}  {}\n", "ID", "NAME", "AGE", "IDLE", "MEMORY", "LIMITS");
+      for (const auto& r : rows) {
+        const auto& l = r["limits"];
+        if (r["state"] == "not_answering") {
+          text += fmt::format("{:<14} {:<16} {:>7} {:>7} {:>9}  (not answering: see the error above)\n",
+                              r["id"].get<std::string>(), r["name"].get<std::string>(), "?", "?", "?");
+          continue;
+        }
+        text += fmt::format(
+            "{:<14} {:<16} {:>7} {:>7} {:>9}  memory={} pids={} cpus={} network={} idle-timeout={}\n",
+            r["id"].get<std::string>(), r["name"].get<std::string>(), FormatAge(r["age_ms"].get<int64_t>()),
+            FormatAge(r["idle_ms"].get<int64_t>()), FormatSize(r["memory_bytes"].get<uint64_t>()), l.value("memory", ""),
+            l.value("pids", 0), l.value("cpus", 0.0), r["network"].get<std::string>(),
+            FormatAge(r["idle_timeout_ms"].get<int64_t>()));
       }
-      fmt::print("{:<14} {:<16} {:>7} {:>7} {:>9}  memory={} pids={} cpus={} network={} idle-timeout={}\n",
-                 r["id"].get<std::string>(), r["name"].get<std::string>(), FormatAge(r["age_ms"].get<int64_t>()),
-                 FormatAge(r["idle_ms"].get<int64_t>()), FormatSize(r["memory_bytes"].get<uint64_t>()),
-                 l.value("memory", ""), l.value("pids", 0), l.value("cpus", 0.0), r["network"].get<std::string>(),
-                 FormatAge(r["idle_timeout_ms"].get<int64_t>()));
+    }
+    if (int err = WriteAll(1, text); err != 0) {
+      fmt::print(stderr, "nsbox session ls: writing the list: {} ({})\n", std::strerror(err), ErrnoName(err));
+      exit_code.value = kExitNsboxFailure;
     }
   });
 

@@ -878,6 +878,12 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
   CHECK(rows[0]["limits"]["memory"] == "256M");
   CHECK(rows[0]["memory_bytes"].get<uint64_t>() > 0);
   CHECK(rows[0]["age_ms"].get<int64_t>() >= 0);
+  for (bool as_json : {true, false}) {  // a listing that cannot be written is an error, not a silent 0
+    std::string list = std::string("exec \"$0\" session ls ") + (as_json ? "--json" : "") + " > /dev/full";
+    Output full = Run({"/bin/sh", "-c", list, NsboxBin()});
+    CHECK(full.code == 125);
+    CHECK(full.err == "nsbox session ls: writing the list: No space left on device (ENOSPC)\n");
+  }
   CHECK(s.Sh("listed", "echo by-name")["stdout"] == "by-name\n");
   pid_t pid1 = s.Record(id)["pid1"];
   CHECK(s.Nsbox({"session", "rm", "listed"}).code == 0);
