@@ -250,7 +250,7 @@ PolicyBuilder& PolicyBuilder::SetSeccompProgram(std::shared_ptr<const SeccompPro
 }
 
 PolicyBuilder& PolicyBuilder::SetCgroupLimits(const CgroupLimits& limits) {
-  if (limits.memory_max_bytes < (4u << 20)) return Fail(Status::Error("memory limit must be at least 4M"));
+  if (limits.memory_max_bytes < kMinMemoryLimitBytes) return Fail(Status::Error("memory limit must be at least 4M"));
   if (limits.pids_max < 2)
     return Fail(Status::Error("pids limit must be at least 2 (the sandbox's pid 1 and the program)"));
   // The kernel's own ceiling (PID_MAX_LIMIT on 64-bit): a pids.max above it is refused with EINVAL.

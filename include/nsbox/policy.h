@@ -25,6 +25,8 @@ enum class NetworkMode { kNone, kHost };
 
 // The most processes a pids limit may allow: the kernel's PID_MAX_LIMIT on 64-bit.
 inline constexpr uint64_t kMaxPidsLimit = 4u << 20;
+// The smallest memory limit a sandbox (or one step of it) is given: below it nothing starts, not even its pid 1.
+inline constexpr uint64_t kMinMemoryLimitBytes = 4u << 20;
 
 struct CgroupLimits {
   uint64_t memory_max_bytes = 512ull << 20;

@@ -259,7 +259,7 @@ StatusOr<uint64_t> CompileMemory(const ProgramOptions& o, const Language& lang) 
   if (o.compile_memory.empty()) return lang.compile->memory_bytes;
   auto parsed = ParseSize(o.compile_memory);
   if (!parsed.ok()) return parsed.status().Wrap("--compile-memory");
-  if (*parsed == 0) return Status::Error("--compile-memory: must be more than 0");
+  if (*parsed < kMinMemoryLimitBytes) return Status::Error("--compile-memory: must be at least 4M");
   return *parsed;
 }
 

@@ -287,7 +287,7 @@ ExecSpec ParseExecSpec(const json& body, const ServeConfig& config, const std::v
     if (exec.language.empty()) throw BadRequest("'compile_memory' needs 'language' with a compiled language");
     std::string text;
     exec.compile_memory = Size(body["compile_memory"], "compile_memory", &text);
-    if (*exec.compile_memory == 0) throw BadRequest("'compile_memory' must be more than 0");
+    if (*exec.compile_memory < kMinMemoryLimitBytes) throw BadRequest("'compile_memory' must be at least 4M");
   }
   if (body.contains("env")) exec.env = StringMap(body["env"], "env", true);
   if (body.contains("cwd")) {

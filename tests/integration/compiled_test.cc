@@ -155,7 +155,11 @@ TEST_CASE("--compile-memory is checked: a bad size, an interpreted language, no 
   CHECK(std::count(raw.err.begin(), raw.err.end(), '\n') == 1);
   raw = RunNsboxRaw({"run", "--compile-memory", "0", "--lang", "c", "--code", "int main(void) { return 0; }"});
   CHECK(raw.exit_code == 125);
-  CHECK(raw.err == "nsbox run: --compile-memory: must be more than 0\n");
+  CHECK(raw.err == "nsbox run: --compile-memory: must be at least 4M\n");
+  // Below a sandbox's smallest memory limit the step could not start: said as such, not as a failed start.
+  raw = RunNsboxRaw({"run", "--compile-memory", "64K", "--lang", "c", "--code", "int main(void) { return 0; }"});
+  CHECK(raw.exit_code == 125);
+  CHECK(raw.err == "nsbox run: --compile-memory: must be at least 4M\n");
   raw = RunNsboxRaw({"run", "--compile-memory", "64M", "--lang", "python", "--code", "print(1)"});
   CHECK(raw.exit_code == 125);
   CHECK(raw.err == "nsbox run: --compile-memory: language 'python' has no compile step\n");

@@ -116,9 +116,9 @@ TEST_CASE("an exec body's compile limits: parsed, capped as the timeout is, refu
   CHECK(exec.compile_timeout == std::chrono::milliseconds(2500));
   CHECK(exec.compile_memory == 64ull << 20);
   exec = ParseExecSpec(
-      json::parse(R"({"language": "c", "code": "x", "compile_timeout": 99, "compile_memory": 1048576})"), config);
+      json::parse(R"({"language": "c", "code": "x", "compile_timeout": 99, "compile_memory": 8388608})"), config);
   CHECK(exec.compile_timeout == std::chrono::seconds(10));  // the operator's --max-timeout
-  CHECK(exec.compile_memory == 1ull << 20);
+  CHECK(exec.compile_memory == 8ull << 20);
 
   auto bad = [&](const char* body) { return Refusal([&] { ParseExecSpec(json::parse(body), config); }); };
   CHECK(bad(R"({"cmd": "x", "compile_timeout": 5})").second ==
@@ -128,7 +128,9 @@ TEST_CASE("an exec body's compile limits: parsed, capped as the timeout is, refu
   CHECK(bad(R"({"language": "c", "code": "x", "compile_timeout": 0})").second ==
         "'compile_timeout' must be a positive number of seconds");
   CHECK(bad(R"({"language": "c", "code": "x", "compile_timeout": "5s"})").first == 400);
-  CHECK(bad(R"({"language": "c", "code": "x", "compile_memory": 0})").second == "'compile_memory' must be more than 0");
+  CHECK(bad(R"({"language": "c", "code": "x", "compile_memory": 0})").second == "'compile_memory' must be at least 4M");
+  CHECK(bad(R"({"language": "c", "code": "x", "compile_memory": "64K"})").second ==
+        "'compile_memory' must be at least 4M");
   CHECK(bad(R"({"language": "c", "code": "x", "compile_memory": "lots"})").second.starts_with("'compile_memory': "));
 }
 
