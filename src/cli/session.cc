@@ -1,9 +1,11 @@
 // `nsbox session create|ls|rm`: long-lived sandboxes that keep files, packages, processes and Python state.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <set>
 #include <system_error>
@@ -141,6 +143,9 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
         return fail(Status::Error(fmt::format("--name '{}': a live session already has it ({})", name, s.id())));
 
     if (end_with_pid < 0) return fail(Status::Error("--end-with-pid must be a process id"));
+    // A process that is gone already would end the session as soon as it started: refused, not an id that is dead.
+    if (end_with_pid > 0 && ::kill(end_with_pid, 0) != 0 && errno == ESRCH)
+      return fail(Status::Error(fmt::format("--end-with-pid {}: no such process", end_with_pid)));
     session::SupervisorConfig config;
     config.id = session::NewSessionId();
     config.name = name;

@@ -868,6 +868,13 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
   std::string id = s.Create({"--name", "listed", "--memory", "256M"});
   Output dup = s.Nsbox({"session", "create", "--name", "listed"});
   CHECK(dup.code == 125);
+  // An owner that is gone already: refused, not a session that ends as soon as it is made.
+  pid_t ended = ::fork();
+  if (ended == 0) ::_exit(0);
+  ::waitpid(ended, nullptr, 0);
+  Output orphan = s.Nsbox({"session", "create", "--end-with-pid", std::to_string(ended)});
+  CHECK(orphan.code == 125);
+  CHECK(orphan.err == fmt::format("nsbox session create: --end-with-pid {}: no such process\n", ended));
   Output ls = s.Nsbox({"session", "ls", "--json"});
   REQUIRE(ls.code == 0);
   json rows = ls.Json();
