@@ -1,5 +1,7 @@
 // `nsbox run`: one program in one fresh sandbox; output passed through, or one JSON result.
+#include <signal.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +15,7 @@
 
 #include "nsbox/sandbox.h"
 #include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
 #include "sandbox/host_id_lease.h"
 #include "sandbox/result_json.h"
 #include "sandbox/session.h"
@@ -113,6 +116,43 @@ int FailBeforeRun(std::string_view verb, std::string_view engine_message, bool j
   return kExitNsboxFailure;
 }
 
+namespace {
+
+// SIGINT, SIGTERM, SIGHUP and SIGQUIT while a run's steps are execs of one sandbox (a compiled language, --cases):
+// taken from a signalfd that cancels the running step (RunSteps' cancel_fd), where a plain run forwards them to its
+// program; no later step starts. Blocked from here to the end of the run, as Sandbox::ForwardSignals blocks them.
+class StopSignals {
+ public:
+  StopSignals() {
+    sigemptyset(&signals_);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&signals_, sig);
+    ::sigprocmask(SIG_BLOCK, &signals_, &previous_);
+    fd_.reset(::signalfd(-1, &signals_, SFD_CLOEXEC | SFD_NONBLOCK));
+  }
+  ~StopSignals() { ::sigprocmask(SIG_SETMASK, &previous_, nullptr); }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  int fd() const { return fd_.get(); }
+  // The signal that stopped the run; 0 when none came.
+  int Received() const {
+    struct signalfd_siginfo info {};
+    if (fd_ && ::read(fd_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info))
+      return static_cast<int>(info.ssi_signo);
+    return 0;
+  }
+
+ private:
+  sigset_t signals_, previous_;
+  UniqueFd fd_;
+};
+
+std::string StoppedReason(int sig) {
+  return fmt::format("nsbox was stopped by SIG{}: the running step was killed and no later one ran", sigabbrev_np(sig));
+}
+
+}  // namespace
+
 bool WantsJsonResult(int argc, char** argv) {
   if (argc < 2 || (std::string_view(argv[1]) != "run" && std::string_view(argv[1]) != "exec")) return false;
   for (int i = 2; i < argc; ++i) {
@@ -180,10 +220,15 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     }
     if (!cases.empty()) {
       CasesReport report;
-      Status started = RunSteps(std::move(*policy), proxy.get(), -1, [&](const StepRunner& run_step) {
+      StopSignals stop;
+      Status started = RunSteps(std::move(*policy), proxy.get(), stop.fd(), [&](const StepRunner& run_step) {
         report = RunCases(std::move(*program), cases, run_step);
       });
       if (!started.ok()) return fail(started);
+      if (int sig = stop.Received(); sig != 0) {
+        report.json["reason"] = StoppedReason(sig);
+        report.exit_code = 128 + sig;
+      }
       int err = 0;
       if (program_options.json) {
         err = WriteJsonLine(1, report.json);
@@ -204,8 +249,14 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
       return;
     }
     if (program->compile) {
-      exit_code.value = EmitResult(RunCompiledProgram(std::move(*program), std::move(*policy), proxy.get(), -1),
-                                   program_options.json);
+      StopSignals stop;
+      Result result = RunCompiledProgram(std::move(*program), std::move(*policy), proxy.get(), stop.fd());
+      if (int sig = stop.Received(); sig != 0) {
+        result.status = RunStatus::kKilled;
+        result.signal = sig;  // the exit code is 128 + the signal, as for a plain run's program killed by it
+        result.reason = StoppedReason(sig);
+      }
+      exit_code.value = EmitResult(result, program_options.json);
       return;
     }
     Sandbox sandbox(std::move(program->run), std::move(*policy));

@@ -1,11 +1,17 @@
 // Integration: nsbox run --cases (one compile, a verdict and passed per stdin case) and nsbox batch with compiled
 // languages next to python jobs, with C on the host view.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -219,4 +225,38 @@ TEST_CASE("batch: a C job's cases are judged after one compile; its compile erro
   CHECK(bad["stderr"].get<std::string>().find("nope") != std::string::npos);
   CHECK(bad["summary"]["failed"] == 3);
   for (const auto& each : bad["cases"]) CHECK(each["status"] == "compile_error");
+}
+
+TEST_CASE("SIGTERM or SIGINT to nsbox kills a compiled run's step; --cases runs no case after it",
+          "[integration][cases]") {
+  // Each start of the program adds a line to /ready/started, then it waits for the signal.
+  constexpr const char* kWaits =
+      "#include <fcntl.h>\n#include <unistd.h>\nint main(void) { int fd = open(\"/ready/started\", "
+      "O_WRONLY | O_CREAT | O_APPEND, 0666); write(fd, \"x\\n\", 2); close(fd); sleep(30); return 0; }\n";
+  std::string cases = WriteTemp("stop.jsonl", "{\"expected_stdout\": \"\"}\n{\"expected_stdout\": \"\"}\n");
+  for (auto [sig, with_cases] : {std::pair{SIGTERM, true}, std::pair{SIGINT, false}}) {
+    TempDir ready;
+    REQUIRE(::chmod(ready.path().c_str(), 0777) == 0);
+    std::vector<std::string> argv = {NsboxBinary(), "run",   "--json", "--timeout", "20s",   "--bind",
+                                     ready.path() + ":/ready", "--lang", "c",        "--code", kWaits};
+    if (with_cases) argv.insert(argv.end(), {"--cases", cases});
+    auto bg = StartProcess(argv);
+    bool started = false;
+    for (int i = 0; i < 1500 && !started; ++i) {
+      started = std::filesystem::exists(ready.path() + "/started");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    REQUIRE(started);
+    ::kill(bg.pid, sig);
+    int status = bg.Wait();
+    INFO(bg.Out());
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 128 + sig);
+    auto json = nlohmann::json::parse(bg.Out());  // one object, as for any run with --json
+    CHECK(json["status"] == "killed");
+    CHECK(json["reason"].get<std::string>().find(sig == SIGTERM ? "SIGTERM" : "SIGINT") != std::string::npos);
+    std::ifstream lines(ready.path() + "/started");
+    CHECK(std::string(std::istreambuf_iterator<char>(lines), {}) == "x\n");  // the second case never started
+  }
+  ::unlink(cases.c_str());
 }
