@@ -196,9 +196,12 @@ struct HttpServerCallbacks {
     // The producer runs beside libmicrohttpd's writes; it ends when the stream is done or the client is gone.
     server->StartProducer([stream, produce = std::move(response.stream)] {
       produce(*stream);
-      std::lock_guard lock(stream->mutex);
+      std::unique_lock lock(stream->mutex);
       stream->done = true;
       stream->changed.notify_all();
+      // The producer counts until libmicrohttpd is done with the response (sent, or the client gone), so that a
+      // server that stops (Stop) does not cut a stream's last lines off; bounded for a client that stops reading.
+      stream->changed.wait_for(lock, std::chrono::seconds(5), [&] { return stream->gone; });
     });
     MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
     MHD_destroy_response(mhd);

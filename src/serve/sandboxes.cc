@@ -338,7 +338,7 @@ void Sandboxes::Start() {
   // them (a directory, a supervisor that has not noticed yet) goes now.
   for (const auto& left : session::ListSessions(config_.state_dir)) {
     fmt::print(stderr, "nsbox serve: ending {} left by an earlier server\n", left.id());
-    EndSession(left.id());
+    EndSession(left.id(), "an earlier server left it");
   }
   pool_thread_ = std::thread([this] { PoolLoop(); });
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
@@ -362,10 +362,11 @@ void Sandboxes::EndAll() {
   if (reaper_thread_.joinable()) reaper_thread_.join();
   // In parallel: each may take its execs' ends.
   std::vector<std::thread> enders;
-  for (const auto& id : sessions) enders.emplace_back([this, id] { EndSession(id); });
+  const std::string why = "the server is shutting down";
+  for (const auto& id : sessions) enders.emplace_back([this, id, &why] { EndSession(id, why); });
   for (auto& t : enders) t.join();
   // What the pool thread made while it was being stopped.
-  for (const auto& left : session::ListSessions(config_.state_dir)) EndSession(left.id());
+  for (const auto& left : session::ListSessions(config_.state_dir)) EndSession(left.id(), why);
 }
 
 std::string Sandboxes::ResolveTemplate(const std::string& name) {
@@ -419,12 +420,12 @@ Sandboxes::Made Sandboxes::MakeSession(const SandboxSpec& spec) {
   return made;
 }
 
-void Sandboxes::EndSession(const std::string& session_id) {
+void Sandboxes::EndSession(const std::string& session_id, const std::string& why) {
   auto found = session::FindSession(config_.state_dir, session_id);
   if (!found.ok()) return;  // already gone
   session::RequestOutcome outcome;
-  auto removed =
-      session::Request(*found, {{"op", "rm"}}, {.deadline = session::kRemoveDeadline, .outcome = &outcome});
+  auto removed = session::Request(*found, {{"op", "rm"}, {"reason", why}},
+                                  {.deadline = session::kRemoveDeadline, .outcome = &outcome});
   if (!removed.ok() && !outcome.answered) (void)session::EndUnresponsiveSession(*found);
 }
 
@@ -525,7 +526,7 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
     ending = ending_;
   }
   if (ending) {  // the end came while it was made
-    EndSession(sandbox->session_id);
+    EndSession(sandbox->session_id, "the server is shutting down");
     throw ApiError(503, "unavailable", "the server is shutting down");
   }
   return sandbox;
@@ -551,14 +552,14 @@ std::vector<std::shared_ptr<Sandbox>> Sandboxes::List(const std::string& owner) 
 
 void Sandboxes::Remove(const std::string& owner, const std::string& id) { Remove(Find(owner, id)); }
 
-void Sandboxes::Remove(const std::shared_ptr<Sandbox>& sandbox) {
+void Sandboxes::Remove(const std::shared_ptr<Sandbox>& sandbox, const std::string& why) {
   {
     std::lock_guard lock(mutex_);
     auto it = sandboxes_.find(sandbox->id);
     if (it == sandboxes_.end() || it->second != sandbox) return;  // removed meanwhile
     sandboxes_.erase(it);
   }
-  EndSession(sandbox->session_id);
+  EndSession(sandbox->session_id, why);
 }
 
 void Sandboxes::Touch(Sandbox& sandbox) { sandbox.last_used_ms = NowMs(); }
@@ -814,7 +815,7 @@ void Sandboxes::PoolLoop() {
     }
     if (ending_) {
       lock.unlock();
-      EndSession(made->session_id);
+      EndSession(made->session_id, "the server is shutting down");
       lock.lock();
       break;
     }
@@ -856,14 +857,14 @@ void Sandboxes::ReaperLoop() {
     for (const auto& [id, s] : sandboxes_) {
       if (s->session_id.empty()) continue;  // being made
       if (now - s->created_at_ms > static_cast<int64_t>(s->spec.max_lifetime_s * 1000))
-        expired.emplace_back(s, "its max_lifetime passed");
+        expired.emplace_back(s, "the sandbox's max_lifetime passed");
       else if (s->busy == 0 && now - s->last_used_ms > static_cast<int64_t>(s->spec.idle_timeout_s * 1000))
-        expired.emplace_back(s, "its idle_timeout passed");
+        expired.emplace_back(s, "the sandbox's idle_timeout passed");
     }
     lock.unlock();
     for (const auto& [s, why] : expired) {
       fmt::print(stderr, "nsbox serve: ending {} ({}): {}\n", s->id, s->owner, why);
-      Remove(s);
+      Remove(s, why);
     }
     lock.lock();
   }

@@ -108,7 +108,8 @@ class Sandboxes {
   std::shared_ptr<Sandbox> Find(const std::string& owner, const std::string& id);  // throws not_found
   std::vector<std::shared_ptr<Sandbox>> List(const std::string& owner);
   void Remove(const std::string& owner, const std::string& id);  // throws not_found
-  void Remove(const std::shared_ptr<Sandbox>& sandbox);
+  // Ends the sandbox; `why` becomes the reason of the execs it cuts short.
+  void Remove(const std::shared_ptr<Sandbox>& sandbox, const std::string& why = "the sandbox was deleted");
 
   // The program an exec asks for, as `nsbox exec` would send it (a compiled language's compile step too). Throws
   // BadRequest for what the sandbox cannot run (an unknown language, a toolchain its root lacks, compile fields
@@ -134,7 +135,7 @@ class Sandboxes {
     std::shared_ptr<const session::SessionRecord> record;
   };
   Made MakeSession(const SandboxSpec& spec);           // throws ApiError (setup_failed)
-  void EndSession(const std::string& session_id);      // never throws
+  void EndSession(const std::string& session_id, const std::string& why);  // never throws
   std::string ResolveTemplate(const std::string& name);  // the --rootfs for a template; throws bad_request
   bool PoolCanServe(const SandboxSpec& spec) const;
   UniqueFd OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t* uid, gid_t* gid);

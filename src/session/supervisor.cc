@@ -257,7 +257,11 @@ class Server {
       return true;
     } else if (op == "rm") {
       removing_ = true;
-      Shutdown("removed by nsbox session rm", 1);
+      // The remover may say why (nsbox serve: a DELETE, a time-out, its own end); it ends the execs' reasons.
+      const nlohmann::json why = request->value("reason", nlohmann::json());
+      Shutdown(why.is_string() && !why.get<std::string>().empty() ? why.get<std::string>()
+                                                                  : "removed by nsbox session rm",
+               1);
       (void)SendMessage(conn.get(), {{"ok", true}, {"id", config_.id}});
       ::_exit(0);
     } else {

@@ -218,6 +218,18 @@ class Endpoints(SharedCase):
         listed = self.api.call("GET", "/v1/sandboxes")["sandboxes"]
         self.assertNotIn(sbx["id"], [s["id"] for s in listed])
 
+    def test_a_delete_ends_a_running_exec_whose_answer_says_why(self):
+        sbx = self.make()["id"]
+        answer = {}
+        marker = sleep_marker()
+        t = threading.Thread(target=lambda: answer.update(self.api.exec(sbx, {"cmd": f"exec sleep {marker}"})))
+        t.start()
+        self.assertTrue(wait_for(lambda: host_processes_with_argv(["sleep", marker]), 10), "the exec did not start")
+        self.assertEqual(self.api.delete(sbx).status, 204)
+        t.join(30)
+        self.assertEqual((answer.get("status"), answer.get("signal")), ("signal", 9), answer)
+        self.assertIn("the sandbox was deleted", answer.get("reason", ""), answer)
+
 
 class Exec(SharedCase):
     def setUp(self):
@@ -938,6 +950,8 @@ class SharedServerShutdown(unittest.TestCase):
         self.assertEqual(head.status, 200, repr(head))
         self.assertIn(lines[-1].get("type") if lines else None, ("result", "error"),
                       f"the running exec's stream did not end with a result or an error: {lines}")
+        if lines[-1]["type"] == "result":
+            self.assertIn("the server is shutting down", lines[-1]["result"]["reason"], lines[-1])
         self.assertEqual(rc, 0, f"exit status after SIGTERM: {server.log_tail()}")
         left = wait_clean(before, server, deadline_s=5)
         self.assertEqual(left, [])
