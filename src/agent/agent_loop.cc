@@ -16,6 +16,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "src/agent/tools.h"
+#include "src/cli/bounded_json.h"
 
 namespace nsbox::agent {
 
@@ -179,7 +180,7 @@ class Loop {
                          {"headers", RedactedHeaders()}, {"body", body}});
       ++outcome_.http_requests;
       HttpResult result = transport_(request);
-      nlohmann::json logged_body = nlohmann::json::parse(result.response.body, nullptr, false);
+      nlohmann::json logged_body = ParseBoundedJsonOrDiscarded(result.response.body);
       transcript_.Write({{"kind", "response"}, {"url", shown_url}, {"attempt", attempt + 1},
                          {"status", result.response.status}, {"transport_error", result.error_message},
                          {"body", logged_body.is_discarded() ? nlohmann::json(result.response.body) : logged_body}});
@@ -202,8 +203,10 @@ class Loop {
       if (retry_reason.empty()) {
         if (status >= 200 && status < 300) {
           if (logged_body.is_discarded())
-            return Fail(AgentEnd::kMalformed, fmt::format("malformed {} response: the body is not JSON: {}",
-                                                          provider_.name(), OneLine(result.response.body, 200)));
+            return Fail(AgentEnd::kMalformed, fmt::format("malformed {} response: the body is not JSON (or nests "
+                                                          "deeper than {} levels): {}",
+                                                          provider_.name(), kMaxJsonDepth,
+                                                          OneLine(result.response.body, 200)));
           ModelReply reply;
           reply.body = std::move(logged_body);
           return reply;

@@ -1,5 +1,6 @@
 // HTTP wire: the frames between nsbox and nsbox-http: one JSON line of metadata, then the body's bytes.
 #include "src/agent/http_wire.h"
+#include "src/cli/bounded_json.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,7 +23,7 @@ std::string Frame(const json& meta, const std::string& body) {
 StatusOr<std::pair<json, std::string>> Unframe(std::string_view frame, std::string_view what) {
   size_t newline = frame.find('\n');
   if (newline == std::string_view::npos) return Status::Error(fmt::format("{}: no header line", what));
-  json meta = json::parse(frame.substr(0, newline), nullptr, false);
+  json meta = ParseBoundedJsonOrDiscarded(frame.substr(0, newline));
   if (!meta.is_object()) return Status::Error(fmt::format("{}: the header line is not a JSON object", what));
   std::string_view body = frame.substr(newline + 1);
   if (!meta.contains("body_bytes") || !meta["body_bytes"].is_number_unsigned() ||

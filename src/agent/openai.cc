@@ -1,5 +1,6 @@
 // OpenAIProvider: request assembly and response checking for Chat Completions.
 #include "src/agent/openai.h"
+#include "src/cli/bounded_json.h"
 
 #include <fmt/format.h>
 
@@ -68,7 +69,7 @@ StatusOr<ModelTurn> OpenAIProvider::AcceptResponse(const nlohmann::json& body) {
       if (args.is_string()) {
         // The arguments are JSON text written by the model; bad JSON goes back to it as a tool error.
         arguments = args.get<std::string>();
-        auto parsed = nlohmann::json::parse(arguments, nullptr, false);
+        auto parsed = ParseBoundedJsonOrDiscarded(arguments);
         if (parsed.is_object()) call.input = parsed;
         else call.input_error = "the function arguments were not a JSON object: " + arguments.substr(0, 200);
       } else if (args.is_object()) {

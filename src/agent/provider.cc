@@ -6,6 +6,7 @@
 #include "src/agent/anthropic.h"
 #include "src/agent/http_client.h"
 #include "src/agent/openai.h"
+#include "src/cli/bounded_json.h"
 
 namespace nsbox::agent {
 
@@ -60,7 +61,7 @@ StatusOr<std::unique_ptr<Provider>> MakeProvider(ProviderConfig config) {
 }
 
 std::string ErrorMessageFromBody(const std::string& body) {
-  auto json = nlohmann::json::parse(body, nullptr, false);
+  auto json = ParseBoundedJsonOrDiscarded(body);
   if (!json.is_discarded() && json.is_object() && json.contains("error")) {
     const auto& error = json["error"];
     if (error.is_string()) return OneLine(error.get<std::string>());

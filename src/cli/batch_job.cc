@@ -14,6 +14,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/spec/units.h"
 #include "src/cli/languages.h"
+#include "src/cli/bounded_json.h"
 
 namespace nsbox::cli {
 namespace {
@@ -170,11 +171,13 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
   };
   nlohmann::json object;
   try {
-    object = nlohmann::json::parse(text);
+    object = ParseBoundedJson(text);
   } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     if (auto end = what.find("] "); what.starts_with("[json.") && end != std::string::npos) what.erase(0, end + 2);
     return fail(Status::Error(fmt::format("not a JSON object: {}", what)));
+  } catch (const JsonTooDeep& e) {
+    return fail(Status::Error(e.what()));
   }
   if (!object.is_object()) return fail(Status::Error(fmt::format("not a JSON object but {}", object.type_name())));
   auto id = object.find("id");
@@ -201,8 +204,8 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
 StatusOr<std::string> ResultLineKey(std::string_view text) {
   nlohmann::json object;
   try {
-    object = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception&) {
+    object = ParseBoundedJson(text);
+  } catch (const std::exception&) {
     return Status::Error("not JSON");
   }
   if (!object.is_object() || !object.contains("id") || !object.contains("result"))

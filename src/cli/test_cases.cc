@@ -10,6 +10,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/result_json.h"
+#include "src/cli/bounded_json.h"
 
 namespace nsbox::cli {
 namespace {
@@ -37,8 +38,8 @@ StatusOr<TestCase> ParseCaseObject(const nlohmann::json& object) {
 StatusOr<TestCase> ParseCase(std::string_view text) {
   nlohmann::json object;
   try {
-    object = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception&) {
+    object = ParseBoundedJson(text);
+  } catch (const std::exception&) {
     return Status::Error("not a JSON object");
   }
   return ParseCaseObject(object);

@@ -17,6 +17,7 @@
 #include "src/agent/tools.h"
 #include "src/cli/languages.h"
 #include "src/mcp/tools.h"
+#include "src/cli/bounded_json.h"
 
 namespace nsbox::mcp {
 namespace {
@@ -368,9 +369,9 @@ std::optional<json> McpServer::HandleLine(const std::string& line, bool inline_t
   if (line.find_first_not_of(" \t\r") == std::string::npos) return std::nullopt;
   json msg;
   try {
-    msg = json::parse(line);
-  } catch (const json::exception& e) {
-    // Not only parse_error: a number too large for a double (1e400) is an out_of_range.
+    msg = ParseBoundedJson(line);
+  } catch (const std::exception& e) {
+    // Not only parse_error: a number too large for a double (1e400) is an out_of_range; too deep a nesting JsonTooDeep.
     return ErrorResponse(nullptr, kParseError, fmt::format("parse error: {}", e.what()));
   }
   if (msg.is_array()) return HandleBatch(msg);

@@ -33,7 +33,10 @@ std::string_view Trim(std::string_view text) {
 
 }  // namespace
 
-std::string AllowEntryProblem(std::string_view entry) {
+std::string AllowEntryProblem(std::string_view raw) {
+  std::string lowered = ToLower(raw);
+  if (lowered.size() > 1 && lowered.back() == '.') lowered.pop_back();
+  const std::string_view entry = lowered;
   if (entry.find("://") != std::string_view::npos) return "give the domain alone, without a scheme";
   if (entry.find('/') != std::string_view::npos) return "give the domain alone, without a path";
   if (IsIpLiteral(entry)) return "IP addresses are not accepted; name the domain (the proxy resolves it itself)";

@@ -14,7 +14,7 @@ namespace nsbox::netproxy {
 // DNS name, each with a message that says what to write instead.
 StatusOr<std::vector<std::string>> ParseAllowList(const std::string& spec);
 
-// Why one allow-list entry (lower-cased, its trailing dot dropped) is unusable, or empty when it is fine.
+// Why one allow-list entry is unusable (judged lower-cased, one trailing dot dropped), or empty when it is fine.
 std::string AllowEntryProblem(std::string_view entry);
 
 // A host as it appears in a request, normalised for matching: lower-cased, one trailing dot dropped.

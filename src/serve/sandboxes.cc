@@ -77,9 +77,9 @@ uint64_t Size(const json& value, const std::string& what, std::string* text) {
   if (!value.is_string() && !value.is_number_unsigned())
     throw BadRequest(fmt::format("'{}' must be a size such as \"256M\" or a number of bytes", what));
   // A number is read as its digits are, by the parser nsbox's options use (which refuses sizes past 9e18).
-  auto parsed = ParseSize(value.is_string() ? value.get<std::string>() : std::to_string(value.get<uint64_t>()));
-  if (!parsed.ok()) throw BadRequest(fmt::format("'{}': {}", what, parsed.status().message()));
   *text = value.is_string() ? value.get<std::string>() : std::to_string(value.get<uint64_t>());
+  auto parsed = ParseSize(*text);
+  if (!parsed.ok()) throw BadRequest(fmt::format("'{}': {}", what, parsed.status().message()));
   return *parsed;
 }
 
@@ -183,13 +183,9 @@ SandboxSpec ParseSandboxSpec(const json& body, const ServeConfig& config, const 
       for (const auto& h : n["allow"]) hosts.push_back(HostName(h));
       spec.network = {{"allow", hosts}};
       // The allow list's own rules (no IP address, no bare "*"), as the session will judge it.
-      for (const auto& host : hosts) {
-        std::string entry = host.get<std::string>();
-        std::transform(entry.begin(), entry.end(), entry.begin(), [](unsigned char c) { return std::tolower(c); });
-        if (entry.size() > 1 && entry.back() == '.') entry.pop_back();
-        if (std::string problem = netproxy::AllowEntryProblem(entry); !problem.empty())
+      for (const auto& host : hosts)
+        if (std::string problem = netproxy::AllowEntryProblem(host.get<std::string>()); !problem.empty())
           throw BadRequest(fmt::format("'network.allow': '{}': {}", host.get<std::string>(), problem));
-      }
     } else {
       throw BadRequest("'network' must be none, host, restricted or {\"allow\": [\"host\", ...]}");
     }

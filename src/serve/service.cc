@@ -7,6 +7,7 @@
 
 #include "sandbox/base/fs.h"
 #include "src/serve/api_error.h"
+#include "src/cli/bounded_json.h"
 
 namespace nsbox::serve {
 namespace {
@@ -23,9 +24,11 @@ HttpResponse Json(int status, const json& body) {
 json ParseBody(const HttpRequest& request) {
   if (request.body.empty()) return json::object();
   try {
-    return json::parse(request.body);
+    return ParseBoundedJson(request.body);
   } catch (const json::parse_error& e) {
     throw BadRequest(fmt::format("malformed JSON: {}", e.what()));
+  } catch (const JsonTooDeep& e) {
+    throw BadRequest(e.what());
   }
 }
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "sandbox/result_json.h"
+#include "src/cli/bounded_json.h"
 
 namespace nsbox::session {
 namespace {
@@ -28,7 +29,7 @@ std::string ReplRequest(uint64_t id, const std::string& code, const std::map<std
 }
 
 bool ParseReplReply(std::string_view line, uint64_t id, nlohmann::json* reply) {
-  *reply = nlohmann::json::parse(line, nullptr, false);
+  *reply = ParseBoundedJsonOrDiscarded(line);  // the sandbox's own bytes
   if (!reply->is_object()) return false;  // a parse error (discarded) too
   auto got = reply->find("id");
   if (got == reply->end() || !got->is_number_unsigned() || got->get<uint64_t>() != id) return false;

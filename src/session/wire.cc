@@ -1,5 +1,6 @@
 // The session wire format: newline-framed JSON with SCM_RIGHTS descriptors, both directions.
 #include "src/session/wire.h"
+#include "src/cli/bounded_json.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -63,7 +64,7 @@ StatusOr<nlohmann::json> MessageReader::Next() {
   for (;;) {
     auto newline = buffer_.find('\n');
     if (newline != std::string::npos) {
-      auto message = nlohmann::json::parse(buffer_.substr(0, newline), nullptr, false);
+      auto message = ParseBoundedJsonOrDiscarded(std::string_view(buffer_).substr(0, newline));
       buffer_.erase(0, newline + 1);
       if (message.is_discarded() || !message.is_object())
         return Status::Error("malformed message on the session socket");

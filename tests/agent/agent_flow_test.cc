@@ -257,6 +257,16 @@ TEST_CASE("a malformed response ends the run with an error naming what is missin
   CHECK(o.outcome.error == "malformed OpenAI response: no \"choices\" array with a choice in it");
 }
 
+TEST_CASE("a response nested too deep to copy safely is malformed, not a crash") {
+  testing::FakeProviderServer server;
+  runtime::LocalRuntime rt;
+  for (const char* provider : {"anthropic", "openai"}) {
+    FlowRun run = RunFlow(server, provider, rt, "x [scenario:deep]");
+    CHECK(run.outcome.end == AgentEnd::kMalformed);
+    CHECK(run.outcome.error.find("nests deeper than 128 levels") != std::string::npos);
+  }
+}
+
 TEST_CASE("5xx answers are retried with backoff") {
   testing::FakeProviderServer server;
   runtime::LocalRuntime rt;

@@ -342,6 +342,17 @@ class Handler(BaseHTTPRequestHandler):
             if fmt == "anthropic":
                 return self.reply(200, {"id": "msg_x", "type": "message", "role": "assistant", "stop_reason": "end_turn"})
             return self.reply(200, {"id": "chatcmpl-x", "object": "chat.completion", "model": body["model"]})
+        if "[scenario:deep]" in prompt:
+            # A valid answer with a field nested 100000 deep (200 KB): a recursive copy of it overflows a stack.
+            make = anthropic_response if fmt == "anthropic" else openai_response
+            data = json.dumps(make(body["model"], ("text", "hi")))
+            data = data[:-1] + ', "extra": ' + "[" * 100000 + "]" * 100000 + "}"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
+            return
         if "[scenario:huge]" in prompt:
             # A valid answer of 40 MiB: more than the agent's HTTP client takes.
             move = ("text", "x" * (40 << 20))

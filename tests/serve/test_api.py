@@ -548,6 +548,10 @@ class BadInput(SharedCase):
                 assert_error(self, r, 400, "bad_request")
                 r = self.api.request("POST", path, raw=b"[1, 2]", headers={"Content-Type": "application/json"})
                 self.assertIn("must be a JSON object", assert_error(self, r, 400, "bad_request")["error"]["message"])
+                # 100000 levels in 200 KB: refused as it is read, before any code copies it.
+                deep = b'{"labels": {"x": ' + b"[" * 100000 + b"]" * 100000 + b"}}"
+                r = self.api.request("POST", path, raw=deep, headers={"Content-Type": "application/json"})
+                self.assertIn("nests deeper than", assert_error(self, r, 400, "bad_request")["error"]["message"])
 
     def test_an_unknown_field_is_400(self):
         sbx = self.make()["id"]

@@ -233,6 +233,10 @@ TEST_CASE("mcp answers lines nlohmann cannot represent or type-check with errors
       {R"({"jsonrpc":"2.0","id":5,"method":"initialize","params":{"protocolVersion":["x"]}})", -32602},
       {R"({"jsonrpc":5,"id":6,"method":"ping"})", -32600},
       {R"({"jsonrpc":"2.0","id":{"a":1},"method":"ping"})", -32600},
+      // 100000 levels in 200 KB: a recursive copy of the params would overflow the stack (it once did).
+      {R"({"jsonrpc":"2.0","id":8,"method":"ping","params":{"x":)" + std::string(100000, '[') +
+           std::string(100000, ']') + "}}",
+       -32700},
   };
   std::string input;
   for (const auto& [line, code] : cases) input += line + "\n";
