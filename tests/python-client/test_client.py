@@ -113,6 +113,8 @@ class SandboxTest(NodeCase):
         self.assertEqual(r["exit_code"], 3)
         self.assertGreaterEqual(r.wall_ms, 0)
         self.assertTrue(sbx.exec("true").ok)
+        with self.assertRaisesRegex(ValueError, "stdin must be UTF-8 text .byte 1 is not.; write binary input"):
+            sbx.exec("wc -c", stdin=b"\x00\xff" * 10)
         with self.assertRaises(TypeError):
             sbx.exec([])
 

@@ -98,7 +98,12 @@ def _exec_body(cmd=None, language=None, code=None, stdin=None, timeout=None, env
     else:
         raise TypeError("a command is a str (run by /bin/sh -c) or a non-empty argv list")
     if isinstance(stdin, (bytes, bytearray)):
-        stdin = bytes(stdin).decode("utf-8")
+        try:
+            stdin = bytes(stdin).decode("utf-8")
+        except UnicodeDecodeError as e:
+            # The API carries stdin as JSON text: write binary input as a file (files.write) and read it from there.
+            raise ValueError(f"stdin must be UTF-8 text (byte {e.start} is not); write binary input with "
+                             f"files.write and read the file instead") from None
     for key, value in (("stdin", stdin), ("timeout", timeout), ("env", env), ("cwd", cwd),
                        ("output_limit", output_limit), ("compile_timeout", compile_timeout),
                        ("compile_memory", compile_memory)):
