@@ -205,8 +205,18 @@ bool ReadHead(const ProxyState& state, UniqueFd& client, std::string& head, std:
       if (waited != WaitResult::kReady) return false;
       continue;
     }
+    const size_t old_size = buffer.size();
     buffer.append(chunk, static_cast<size_t>(got));
     size_t end = buffer.find("\r\n\r\n", scan_from);
+    // A head whose lines end in a bare LF would never reach its CRLF CRLF: said at once, not after the time-out. (What
+    // follows the head, a body, may hold any bytes.)
+    const size_t head_size = end == std::string::npos ? buffer.size() : end + 4;
+    for (size_t lf = buffer.find('\n', old_size); lf < head_size; lf = buffer.find('\n', lf + 1)) {
+      if (lf == 0 || buffer[lf - 1] != '\r') {
+        ReplyAndClose(state, client, 400, "a line of the request head ends in a bare LF (HTTP lines end in CRLF)");
+        return false;
+      }
+    }
     if (end != std::string::npos && end + 4 <= state.config.max_head_bytes) {
       head = buffer.substr(0, end + 4);
       leftover = buffer.substr(end + 4);

@@ -377,6 +377,19 @@ TEST_CASE("a client that never completes its request head is answered 408 after 
   CHECK(MillisecondsSince(start) < 3000);
 }
 
+TEST_CASE("a request head with bare LF line ends is answered 400 at once, not 408 after the head timeout") {
+  ProxyConfig config = LocalConfig();
+  config.head_timeout = std::chrono::seconds(30);
+  RunningProxy proxy = StartProxy(config);
+  UniqueFd client = ConnectLoopback(proxy.port);
+  Clock::time_point start = Clock::now();
+  SendAllBlocking(client.get(), "GET http://allowed.test/ HTTP/1.1\nHost: allowed.test\n\n");
+  std::string response = ReadToEof(client.get());
+  CHECK_THAT(StatusLine(response), Catch::StartsWith("HTTP/1.1 400"));
+  CHECK_THAT(response, Catch::Contains("bare LF"));
+  CHECK(MillisecondsSince(start) < 3000);
+}
+
 TEST_CASE("connections beyond the limit are answered 503 and the slots come back") {
   TestHttpServer origin([](const std::string&) { return HttpResponse(200, "ok\n"); });
   ProxyConfig config = LocalConfig();
