@@ -256,8 +256,7 @@ PolicyBuilder& PolicyBuilder::SetCgroupLimits(const CgroupLimits& limits) {
   // The kernel's own ceiling (PID_MAX_LIMIT on 64-bit): a pids.max above it is refused with EINVAL.
   if (limits.pids_max > kMaxPidsLimit)
     return Fail(Status::Error(fmt::format("pids limit must be at most {} (the kernel's limit)", kMaxPidsLimit)));
-  // Below a hundredth of a CPU the kernel's quota period cannot hold it (CFS's 1 ms minimum quota).
-  if (!(limits.cpus >= 0.01)) return Fail(Status::Error("cpus must be at least 0.01"));
+  if (!(limits.cpus > 0)) return Fail(Status::Error("cpus must be a number above 0"));
   if (limits.cpus > 4096) return Fail(Status::Error("cpus must be at most 4096"));
   policy_.cgroup_limits_ = limits;
   return *this;

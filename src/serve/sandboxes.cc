@@ -203,8 +203,9 @@ SandboxSpec ParseSandboxSpec(const json& body, const ServeConfig& config, const 
           throw BadRequest("'limits.pids' must be a positive whole number");
         spec.pids = value.get<uint64_t>();
       } else if (key == "cpus") {
-        if (!value.is_number() || value.get<double>() <= 0 || value.get<double>() > 1024)
-          throw BadRequest("'limits.cpus' must be a positive number of CPUs");
+        // From a hundredth: below it the cgroup set-up refuses the quota, after the session's clone (a 500).
+        if (!value.is_number() || value.get<double>() < 0.01 || value.get<double>() > 1024)
+          throw BadRequest("'limits.cpus' must be a number of CPUs from 0.01 to 1024");
         spec.cpus = value.get<double>();
       } else {
         throw BadRequest(fmt::format("unknown field 'limits.{}' (memory, pids, cpus, tmpfs)", key));

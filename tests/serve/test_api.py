@@ -579,7 +579,7 @@ class BadInput(SharedCase):
                             ({"limits": {"memory": 18446744073709551615}}, "too large"),
                             ({"limits": {"tmpfs": 0}}, "tmpfs size must be at least 4K"),
                             ({"limits": {"pids": 1}}, "pids limit must be at least 2"),
-                            ({"limits": {"cpus": 0.001}}, "cpus must be at least 0.01"),
+                            ({"limits": {"cpus": 0.001}}, "from 0.01 to 1024"),
                             ({"network": {"allow": ["*"]}}, "bare wildcard"),
                             ({"network": {"allow": ["127.0.0.1"]}}, "IP addresses are not accepted")]:
             with self.subTest(body=body):
