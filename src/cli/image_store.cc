@@ -6,6 +6,7 @@
 #include <ftw.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <utility>
 
 #include <fmt/format.h>
@@ -167,6 +169,67 @@ StatusOr<std::vector<ImageInfo>> ListImages(const std::string& store) {
   return images;
 }
 
+namespace {
+
+// mountinfo's fields 3 (MAJOR:MINOR), 4 (the mount's root within its file system) and 5 (where it is mounted), with
+// the octal escapes of the last two (a space is \040) left as they are.
+struct MountLine {
+  std::string device, root, mount_point;
+};
+std::vector<MountLine> ReadMountInfo(const std::string& path) {
+  std::vector<MountLine> lines;
+  auto text = ReadFile(path, 16 << 20);
+  if (!text.ok()) return lines;
+  std::istringstream in(*text);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string id, parent;
+    MountLine m;
+    if (fields >> id >> parent >> m.device >> m.root >> m.mount_point) lines.push_back(std::move(m));
+  }
+  return lines;
+}
+
+std::string MountInfoEscaped(const std::string& path) {
+  std::string out;
+  for (char c : path) out += (c == ' ' || c == '\t' || c == '\n' || c == '\\') ? fmt::format("\\{:03o}", c) : std::string(1, c);
+  return out;
+}
+
+// Whether any mount namespace of the host holds a mount of something under `dir`: a sandbox's root binds an image's
+// entries one by one. One process of each namespace is looked at; a mount matches on its device and its root within
+// the file system, which is `dir`'s path relative to where this namespace mounts that device.
+bool MountedAnywhere(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return false;
+  const std::string device = fmt::format("{}:{}", major(st.st_dev), minor(st.st_dev));
+  const std::string escaped = MountInfoEscaped(dir);
+  std::string within;  // dir inside its file system
+  size_t best = 0;
+  for (const auto& m : ReadMountInfo("/proc/self/mountinfo")) {
+    const bool holds = m.mount_point == "/" || escaped == m.mount_point || escaped.starts_with(m.mount_point + "/");
+    if (m.device != device || !holds || m.mount_point.size() < best) continue;
+    best = m.mount_point.size();
+    std::string rest = m.mount_point == "/" ? escaped : escaped.substr(m.mount_point.size());
+    within = m.root == "/" ? rest : m.root + rest;
+  }
+  if (within.empty()) return false;
+  std::set<std::string> namespaces;
+  auto pids = ListDirectory("/proc");
+  if (!pids.ok()) return false;
+  for (const auto& pid : *pids) {
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    char ns[64] = {};
+    if (::readlink(("/proc/" + pid + "/ns/mnt").c_str(), ns, sizeof ns - 1) <= 0 || !namespaces.insert(ns).second)
+      continue;
+    for (const auto& m : ReadMountInfo("/proc/" + pid + "/mountinfo"))
+      if (m.device == device && (m.root == within || m.root.starts_with(within + "/"))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Status RemoveImage(const std::string& store, const std::string& name) {
   NSBOX_RETURN_IF_ERROR(ValidateImageName(name));
   std::string path = store + "/" + name;
@@ -176,6 +239,16 @@ Status RemoveImage(const std::string& store, const std::string& name) {
       for (const auto& image : *images) known.push_back(image.name);
     return Status::Error(fmt::format("no image '{}' (known images: {})", name, JoinNames(known)));
   }
+  // Locked before the rename and while the tree goes, as a build's directory is: a sweep by another nsbox image call
+  // takes only .rm-* entries nobody holds (a removal that was killed).
+  UniqueFd lock(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!lock || ::flock(lock.get(), LOCK_EX) != 0) return Status::Errno(fmt::format("locking {}", path));
+  // A running sandbox or session has the image's entries bound into its root: removing them would empty its /usr
+  // under the running program.
+  if (MountedAnywhere(path + "/rootfs"))
+    return Status::Error(fmt::format("image '{}' is in use by a running sandbox or session; end it first (nsbox "
+                                     "session ls lists sessions)",
+                                     name));
   // Rename first: the image disappears in one step, and a crash mid-delete leaves a .rm-* entry the next sweep removes.
   std::string doomed = fmt::format("{}/.rm-{}-{}", store, name, ::getpid());
   if (::rename(path.c_str(), doomed.c_str()) != 0) return Status::Errno(fmt::format("rename({}, {})", path, doomed));

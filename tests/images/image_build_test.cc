@@ -419,6 +419,22 @@ TEST_CASE("a build killed with SIGKILL takes its processes along, and the next n
 TEST_CASE("rm removes an image so that it can no longer be run; unknown names are errors", "[build]") {
   if (!RequireRootOrSkip("rm")) return;
   Built("minimal");
+  {
+    // While a session runs on it, the image stays: its root's entries are bound into the session.
+    std::string state = Store() + "-sessions";
+    ::setenv("NSBOX_STATE_DIR", state.c_str(), 1);
+    Outcome made = Nsbox({"session", "create", "--rootfs", "minimal", "--json"});
+    REQUIRE(made.exit_code == 0);
+    const std::string id = nlohmann::json::parse(made.out)["id"];
+    Outcome busy = Nsbox({"image", "rm", "minimal"});
+    CHECK(busy.exit_code == 125);
+    CHECK(busy.err == "nsbox image rm: image 'minimal' is in use by a running sandbox or session; end it first "
+                      "(nsbox session ls lists sessions)\n");
+    CHECK(Nsbox({"exec", id, "--", "/bin/true"}).exit_code == 0);
+    CHECK(Nsbox({"session", "rm", id}).exit_code == 0);
+    ::unsetenv("NSBOX_STATE_DIR");
+    ::rmdir(state.c_str());
+  }
   Outcome rm = Nsbox({"image", "rm", "minimal"});
   INFO(rm.err);
   CHECK(rm.exit_code == 0);
