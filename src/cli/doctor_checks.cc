@@ -792,20 +792,35 @@ Check ImageStoreCheck(const HostPaths& paths, const Caller& caller) {
   if (!S_ISDIR(st.st_mode))
     return Make("images", title, Verdict::kWarn, fmt::format("{} is not a directory", paths.image_store),
                 fmt::format("remove it and create a directory: mkdir -p {}", paths.image_store), false);
-  if (::access(paths.image_store.c_str(), R_OK | X_OK) != 0)
+  // As nsbox image keeps it (docs/images.md): owned by root, mode 0711: root builds, lists and removes images; any
+  // user can reach NAME/rootfs by path to run one.
+  const std::string keep = fmt::format("chown root:root {} && chmod 0711 {}", paths.image_store, paths.image_store);
+  if (st.st_uid != 0)
     return Make("images", title, Verdict::kWarn,
-                fmt::format("{} is not readable by uid {}", paths.image_store, caller.uid),
-                fmt::format("chmod a+rx {}", paths.image_store), false);
+                fmt::format("{} is owned by uid {}, not root: nsbox image refuses such a store", paths.image_store,
+                            st.st_uid),
+                keep, false);
+  const mode_t search = caller.root() ? S_IXUSR : st.st_gid == caller.gid ? S_IXGRP : S_IXOTH;
+  if (!(st.st_mode & search))
+    return Make("images", title, Verdict::kWarn,
+                fmt::format("{} (mode {:o}) cannot be entered by uid {}: its images cannot be used", paths.image_store,
+                            st.st_mode & 07777, caller.uid),
+                keep, false);
+  const mode_t read = caller.root() ? S_IRUSR : st.st_gid == caller.gid ? S_IRGRP : S_IROTH;
+  if (!(st.st_mode & read))
+    return Make("images", title, Verdict::kPass,
+                fmt::format("{}: images can be used by name (listing, building and removing them is root's)",
+                            paths.image_store),
+                "", false);
   size_t images = 0;
   if (auto* dir = ::opendir(paths.image_store.c_str())) {
     while (auto* entry = ::readdir(dir))
       if (entry->d_name[0] != '.') ++images;
     ::closedir(dir);
   }
-  bool writable = ::access(paths.image_store.c_str(), W_OK) == 0;
   return Make("images", title, Verdict::kPass,
               fmt::format("{}: {} image(s), {}", paths.image_store, images,
-                          writable ? "writable" : "read-only for this user (images can be used, not built)"),
+                          caller.root() ? "writable" : "read-only for this user (images can be used, not built)"),
               "", false);
 }
 

@@ -343,6 +343,29 @@ TEST_CASE("image store: missing is a warning; present counts its images") {
   CHECK_THAT(present.detail, Catch::Contains("2 image(s)"));
 }
 
+TEST_CASE("image store: judged as nsbox image keeps it, root-owned 0711, for root and for a user") {
+  Fixture store;
+  HostPaths paths;
+  paths.image_store = store.Path("images");
+  fs::create_directories(store.root / "images/python");
+  REQUIRE(::chmod(paths.image_store.c_str(), 0711) == 0);
+  const Caller user{1000, 1000};
+  Check kept = ImageStoreCheck(paths, user);  // the docs' mode: usable by name, not listed
+  CHECK(kept.verdict == Verdict::kPass);
+  CHECK_THAT(kept.detail, Catch::Contains("images can be used by name"));
+  CHECK(ImageStoreCheck(paths, kRoot).verdict == Verdict::kPass);
+  REQUIRE(::chmod(paths.image_store.c_str(), 0700) == 0);
+  Check shut = ImageStoreCheck(paths, user);
+  CHECK(shut.verdict == Verdict::kWarn);
+  CHECK_THAT(shut.detail, Catch::Contains("cannot be entered by uid 1000"));
+  CHECK_THAT(shut.fix, Catch::Contains("chmod 0711 " + paths.image_store));
+  REQUIRE(::chown(paths.image_store.c_str(), 1000, 1000) == 0);  // nsbox image refuses a store root does not own
+  Check foreign = ImageStoreCheck(paths, kRoot);
+  CHECK(foreign.verdict == Verdict::kWarn);
+  CHECK_THAT(foreign.detail, Catch::Contains("owned by uid 1000, not root"));
+  CHECK_THAT(foreign.fix, Catch::StartsWith("chown root:root " + paths.image_store));
+}
+
 TEST_CASE("image store: doctor looks where nsbox image does, $NSBOX_IMAGE_STORE included") {
   Fixture store;
   fs::create_directories(store.root / "images/python");
