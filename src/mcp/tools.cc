@@ -42,7 +42,8 @@ Status CheckWorkspacePath(const std::string& path) {
   if (path.empty()) return Status::Error("path must not be empty");
   if (path.size() > 4096) return Status::Error("path is too long");
   if (path.find('\0') != std::string::npos) return Status::Error("path contains a NUL byte");
-  if (path[0] == '/' && !path.starts_with("/workspace")) return Status::Error("path must be inside /workspace");
+  if (path[0] == '/' && path != "/workspace" && !path.starts_with("/workspace/"))
+    return Status::Error("path must be inside /workspace");
   size_t start = 0;
   while (start <= path.size()) {
     size_t end = path.find('/', start);
@@ -207,7 +208,10 @@ std::string FileToolCode(const std::string& tool, const std::string& path, const
                           "if not os.path.isdir(p): sys.exit(f'{p} is {kind(p)}, not a directory')\n"
                           "for d, dirs, files in os.walk(p):\n"
                           "    dirs[:] = sorted(x for x in dirs if not x.startswith('.nsbox'))\n"
-                          "    for f in sorted(files):\n"
+                          "    # A link to a directory is among dirs; os.walk does not enter it: listed as a file.\n"
+                          "    links = [x for x in dirs if os.path.islink(os.path.join(d, x))]\n"
+                          "    dirs[:] = [x for x in dirs if x not in links]\n"
+                          "    for f in sorted(files + links):\n"
                           "        if f.startswith('.nsbox'): continue\n"
                           "        q = os.path.join(d, f)\n"
                           "        print(f'{os.path.relpath(q, \"/workspace\")}\\t{os.lstat(q).st_size}')\n");

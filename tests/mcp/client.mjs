@@ -306,9 +306,13 @@ await test("mcp: file tools say what a path is instead, stay inside /workspace a
   await fails("write_file", { path: ".", content: "x" }, /cannot write \/workspace\/\.: \[Errno 21\] Is a directory/);
   await fails("write_file", { path: "locked/x", content: "x" }, /cannot write \/workspace\/locked\/x: \[Errno 13\] Permission denied/);
   await fails("write_file", { path: "dl/x", content: "x" }, /leads outside \/workspace/);
+  r = await client.callTool({ name: "write_file", arguments: { path: "/workspacex/a", content: "x" } });
+  assert.equal(r.isError, true, text(r));
+  assert.equal(text(r), "invalid arguments for write_file: path must be inside /workspace");
   r = await client.callTool({ name: "list_files", arguments: {} });
   assert.equal(r.isError, false, text(r));
   assert.doesNotMatch(text(r), /^dl\//m, "the listing does not descend into a symlink");
+  assert.match(text(r), /^dl\t4$/m, "a symlink to a directory is listed, with its own size");
   assert.match(text(r), /^pw\t11$/m, "a symlink is listed with its own size");
   await client.close();
 });
