@@ -254,15 +254,18 @@ int main(int argc, char** argv) {
   ::pthread_sigmask(SIG_BLOCK, &ending, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  // A server that cannot listen leaves nothing: its socket, and the state directory it holds (empty: no session yet).
+  auto refuse = [&](const std::string& message, bool socket_made) {
+    if (socket_made) ::unlink(socket_path.c_str());
+    ::rmdir(state_dir.c_str());
+    Fail(kExitFailure, message);
+  };
   auto unix_fd = ListenUnix(socket_path);
-  if (!unix_fd.ok()) Fail(kExitFailure, unix_fd.status().message());
+  if (!unix_fd.ok()) refuse(unix_fd.status().message(), false);
   std::optional<UniqueFd> tcp_fd;
   if (!listen.empty()) {
     auto fd = ListenTcp(listen);
-    if (!fd.ok()) {
-      ::unlink(socket_path.c_str());
-      Fail(kExitFailure, fd.status().message());
-    }
+    if (!fd.ok()) refuse(fd.status().message(), true);
     tcp_fd = std::move(*fd);
   }
 

@@ -89,7 +89,15 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(first.api().exec(sbx["id"], {"cmd": "echo alive"})["stdout"], "alive\n")
         self.assertEqual(first.stop(signal.SIGKILL), -signal.SIGKILL)
         # The lock goes with the server however it ends: a successor takes the directory over.
-        own_server(root=first.root).start().stop()
+        successor = own_server(root=first.root).start()
+        # A server refused the socket (another listens on it) leaves no state directory of its own behind.
+        other_state = os.path.join(first.root, "other-state")
+        third = subprocess.run([NSBOX, "serve", "--socket", successor.socket_path, "--state-dir", other_state],
+                               capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+        self.assertEqual(third.returncode, 125, third.stderr)
+        self.assertIn(b"another server is listening on it", third.stderr)
+        self.assertFalse(os.path.exists(other_state), "a refused server left its state directory")
+        successor.stop()
 
     def test_help_names_the_options(self):
         run = subprocess.run([NSBOX, "serve", "--help"], capture_output=True, timeout=15)
