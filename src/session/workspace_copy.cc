@@ -131,7 +131,12 @@ StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::
   std::string target = host_path;
   struct stat host_st;
   if (::stat(target.c_str(), &host_st) == 0 && S_ISDIR(host_st.st_mode)) target += "/" + BaseName(rel);
-  UniqueFd out(::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644));
+  // O_NOFOLLOW: a link as the host file (even one pointing nowhere) is refused, not written through.
+  UniqueFd out(
+      ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW, 0644));
+  if (!out && errno == ELOOP)
+    return Status::Error(ErrorKind::kRefused,
+                         fmt::format("refusing to write {}: a symbolic link (give the path it leads to)", target));
   if (!out) return Status::Errno(fmt::format("open({})", target));
   struct stat out_st;
   if (::fstat(out.get(), &out_st) != 0 || !S_ISREG(out_st.st_mode))
@@ -190,7 +195,10 @@ StatusOr<uint64_t> ReplaceFile(int dir, const std::string& name, const std::stri
 
 StatusOr<uint64_t> CopyIn(const std::string& host_path, int workspace_fd, const std::string& rel, uint64_t max_bytes,
                           uid_t uid, gid_t gid) {
-  UniqueFd in(::open(host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  UniqueFd in(::open(host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW));
+  if (!in && errno == ELOOP)
+    return Status::Error(ErrorKind::kRefused,
+                         fmt::format("refusing {}: a symbolic link (give the path it leads to)", host_path));
   if (!in) return Status::Errno(fmt::format("open({})", host_path));
   struct stat st;
   if (::fstat(in.get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", host_path));

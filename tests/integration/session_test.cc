@@ -850,6 +850,17 @@ TEST_CASE("cp refuses links out of the workspace, FIFOs, devices, oversized file
   CHECK(s.Sh(id, "[ -L shadow ] && echo link || cat shadow")["stdout"] == "overwrite\n");
   CHECK(s.Nsbox({"cp", host_in, id + ":sub/x"}).code == 125);
   CHECK(s.Nsbox({"cp", host_in, id + ":fifo"}).code == 0);  // the FIFO is replaced, never opened
+  // On the host side too, a link as the file is refused, not followed (a planted one, or one pointing nowhere).
+  std::string host_link = s.state_dir + "/../nsbox-cp-link-" + id;
+  std::string host_target = s.state_dir + "/../nsbox-cp-link-target-" + id;
+  REQUIRE(::symlink(host_target.c_str(), host_link.c_str()) == 0);
+  Output through = s.Nsbox({"cp", id + ":big", host_link});
+  CHECK(through.code == 125);
+  CHECK(through.err.find("a symbolic link") != std::string::npos);
+  CHECK(!std::filesystem::exists(host_target));
+  Output from_link = s.Nsbox({"cp", host_link, id + ":from-link"});
+  CHECK(from_link.code == 125);
+  std::filesystem::remove(host_link);
   // Devices: /dev/null from the host side is refused as well.
   CHECK(s.Nsbox({"cp", "/dev/null", id + ":devnull"}).code == 125);
   // Malformed: both or neither side in a session, a path outside /workspace, an unknown session.
