@@ -225,7 +225,8 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
         report = RunCases(std::move(*program), cases, run_step);
       });
       if (!started.ok()) return fail(started);
-      if (int sig = stop.Received(); sig != 0) {
+      // A signal that came after the last case stopped nothing: the report stands.
+      if (int sig = stop.Received(); sig != 0 && report.json.value("status", "") == "killed") {
         report.json["reason"] = StoppedReason(sig);
         report.exit_code = 128 + sig;
       }
@@ -251,8 +252,7 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     if (program->compile) {
       StopSignals stop;
       Result result = RunCompiledProgram(std::move(*program), std::move(*policy), proxy.get(), stop.fd());
-      if (int sig = stop.Received(); sig != 0) {
-        result.status = RunStatus::kKilled;
+      if (int sig = stop.Received(); sig != 0 && result.status == RunStatus::kKilled) {
         result.signal = sig;  // the exit code is 128 + the signal, as for a plain run's program killed by it
         result.reason = StoppedReason(sig);
       }
