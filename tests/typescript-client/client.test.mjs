@@ -64,6 +64,14 @@ test('a compiled language\'s compile step has its own time-out and memory limit'
   await assert.rejects(sbx.runCode('print(1)', { compileMemory: '64M' }), (err) => /compile_memory/.test(err.message));
 });
 
+test('a time-out past what a timer holds is capped by the server; a malformed one is its 400', async () => {
+  const sbx = await create();
+  const r = await sbx.exec('sleep 1; echo done', { timeout: 2147484 });
+  assert.equal(r.stdout, 'done\n');
+  await assert.rejects(sbx.exec('true', { timeout: 'abc' }), RefusedError);
+  await assert.rejects(sbx.exec('true', { timeout: 'abc', onStdout: () => {} }), RefusedError);
+});
+
 test('streaming delivers chunks while the program still runs, then the result', async () => {
   const sbx = await create();
   const events = [];

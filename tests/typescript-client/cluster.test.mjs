@@ -7,12 +7,12 @@ import http from 'node:http';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Sandbox, CapacityFullError, ServerGoneError, RequestTimeoutError } from 'nsbox';
+import { Sandbox, CapacityFullError, ConflictError, ServerGoneError, RequestTimeoutError } from 'nsbox';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nsbox-ts-cluster-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-function node(name, { running, max, createStatus = 201, execReset = false, execSilent = false }) {
+function node(name, { running, max, createStatus = 201, execReset = false, execSilent = false, streamError = null }) {
   const sock = path.join(dir, `${name}.sock`);
   const seen = [];
   const server = http.createServer((req, res) => {
@@ -31,9 +31,13 @@ function node(name, { running, max, createStatus = 201, execReset = false, execS
         res.writeHead(201, { 'Content-Type': 'application/json' });
         return res.end(JSON.stringify({ id: `sb-${name}`, state: 'running' }));
       }
-      if (req.url.endsWith('/exec')) {
+      if (req.url.split('?')[0].endsWith('/exec')) {
         if (execReset) return req.socket.destroy();
         if (execSilent) return undefined; // never answers
+        if (streamError && req.url.includes('stream=true')) { // the 200 is sent; the error comes as a line
+          res.writeHead(200, { 'Content-Type': 'application/x-ndjson' });
+          return res.end(`${JSON.stringify({ type: 'error', error: streamError })}\n`);
+        }
         return res.end(JSON.stringify({ status: 'ok', exit_code: 0, stdout: name, stderr: '' }));
       }
       res.writeHead(404);
@@ -93,4 +97,16 @@ test('a call without an answer ends by the caller signal, or by the client deadl
   assert.equal(late.requestSent, true);
   silent.server.close();
   hung.server.close();
+});
+
+test('an error line in a streamed answer is the typed error its code stands for', async () => {
+  const ended = await node('ended', { running: 0, max: 10,
+    streamError: { code: 'conflict', message: 'sandbox sb-ended has ended' } });
+  try {
+    const sbx = await Sandbox.create({ url: ended.url });
+    await assert.rejects(sbx.exec('true', { onStdout: () => {} }), (err) =>
+      err instanceof ConflictError && err.status === 409 && err.code === 'conflict' && /has ended/.test(err.message));
+  } finally {
+    ended.server.close();
+  }
 });

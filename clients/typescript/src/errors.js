@@ -37,6 +37,20 @@ const BY_STATUS = {
   413: RefusedError, 429: CapacityFullError, 500: SetupFailedError, 503: ServerGoneError,
 };
 
+// The status each error code of the server goes with: a streamed answer carries only the code (its 200 is sent).
+const STATUS_OF_CODE = {
+  bad_request: 400, unauthorized: 401, forbidden: 403, not_found: 404, conflict: 409, payload_too_large: 413,
+  too_many_requests: 429, internal: 500, setup_failed: 500, unavailable: 503,
+};
+
+/** The error for an error line of a streamed answer ({"code", "message"}): the class its code's status has. */
+export function fromStreamError(error, url) {
+  const code = error?.code ?? null;
+  const status = STATUS_OF_CODE[code] ?? null;
+  const Cls = (status && BY_STATUS[status]) ?? NsboxError;
+  return new Cls(error?.message ?? 'the server reported an error mid-stream', { status, code, body: { error }, url });
+}
+
 /** The error for a non-2xx answer; `body` is the raw Buffer of the answer. */
 export function fromResponse(status, body, url) {
   let decoded = null;

@@ -1,5 +1,5 @@
 // clients/typescript/src/sandbox.js: Sandbox (create, connect, list, exec, runCode, terminate), its files, results.
-import { NsboxError } from './errors.js';
+import { NsboxError, fromStreamError } from './errors.js';
 import { endpointUrls, Transport, DEFAULT_EXEC_TIMEOUT_S, EXEC_GRACE_MS } from './transport.js';
 import { tryEach } from './cluster.js';
 
@@ -92,7 +92,11 @@ function execBody(opts) {
 
 /** Sends an exec or run body, streaming when a callback is given. Never retried. */
 async function runOn(transport, urlPath, body, opts) {
-  const timeoutMs = (body.timeout ?? DEFAULT_EXEC_TIMEOUT_S) * 1000 + EXEC_GRACE_MS;
+  // How long to wait: the exec's own time-out (the server caps it; a value it refuses is its 400) and the grace, no
+  // more than a timer holds (2^31 - 1 ms; larger, Node fires it at once).
+  const given = Number(body.timeout ?? DEFAULT_EXEC_TIMEOUT_S);
+  const timeoutMs = Math.min(Number.isFinite(given) && given > 0 ? given * 1000 + EXEC_GRACE_MS
+    : DEFAULT_EXEC_TIMEOUT_S * 1000 + EXEC_GRACE_MS, 2 ** 31 - 1);
   const { onStdout, onStderr, signal } = opts;
   if (!onStdout && !onStderr) {
     return new ExecResult(await transport.request('POST', urlPath, { json: body, timeoutMs, signal }));
@@ -108,10 +112,7 @@ async function runOn(transport, urlPath, body, opts) {
       else if (line.type === 'error') failure = line.error;
     },
   });
-  if (failure) {
-    throw new NsboxError(failure.message ?? 'the server reported an error mid-stream',
-      { code: failure.code ?? null, body: { error: failure }, url: transport.url });
-  }
+  if (failure) throw fromStreamError(failure, transport.url);
   if (!result) throw new NsboxError(`${urlPath} at ${transport.url}: the stream ended without a result`,
     { url: transport.url });
   return new ExecResult(result);
