@@ -39,6 +39,11 @@ func NewClient(rawURL, token string) (*Client, error) {
 			rawURL = "unix://" + dir + "/nsbox/api.sock"
 		}
 	}
+	if strings.Contains(rawURL, ",") {
+		// The Python and TypeScript clients place sandboxes over several nodes; this one talks to one.
+		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: several nodes are not supported by the Go client; give one URL",
+			rawURL)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: %v", rawURL, err)
@@ -50,6 +55,9 @@ func NewClient(rawURL, token string) (*Client, error) {
 	case "unix":
 		if u.Path == "" {
 			return nil, fmt.Errorf("nsbox: NSBOX_URL %q: a unix URL needs a socket path", rawURL)
+		}
+		if u.Host != "" { // unix://tmp/api.sock: "tmp" would be taken as a host and dropped
+			return nil, fmt.Errorf("nsbox: NSBOX_URL %q: a unix:// URL needs an absolute path (unix:///path)", rawURL)
 		}
 		socket := u.Path
 		transport.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {

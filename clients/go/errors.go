@@ -47,8 +47,18 @@ func (e *Error) Is(target error) bool {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// kindOfStatus maps an HTTP error status to a kind.
+// statusOfCode is the HTTP status each error code of the server goes with: a streamed answer's error line carries
+// only the code (its 200 is sent already).
+var statusOfCode = map[string]int{
+	"bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404, "conflict": 409,
+	"payload_too_large": 413, "too_many_requests": 429, "internal": 500, "setup_failed": 500, "unavailable": 503,
+}
+
+// kindOfStatus maps an HTTP error status to a kind; a status of 0 is taken from the code.
 func kindOfStatus(status int, code string) error {
+	if status == 0 {
+		status = statusOfCode[code]
+	}
 	switch {
 	case status == 429:
 		return ErrCapacityFull

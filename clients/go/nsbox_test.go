@@ -219,3 +219,20 @@ func TestServerGoneIsTyped(t *testing.T) {
 		t.Fatalf("got %v; want ErrServerGone", err)
 	}
 }
+
+func TestURLsTheClientCannotServeAreRefusedWhenItIsMade(t *testing.T) {
+	for _, raw := range []string{"http://127.0.0.1:1,http://127.0.0.1:2", "unix://tmp/api.sock"} {
+		if c, err := NewClient(raw, ""); err == nil {
+			t.Fatalf("NewClient(%q) = %v; want an error", raw, c)
+		}
+	}
+}
+
+func TestAStreamedErrorLineIsTypedByItsCode(t *testing.T) {
+	for code, want := range map[string]error{"conflict": ErrConflict, "not_found": ErrNotFound,
+		"bad_request": ErrRefused, "too_many_requests": ErrCapacityFull, "setup_failed": ErrSetupFailed} {
+		if got := kindOfStatus(0, code); got != want {
+			t.Fatalf("kindOfStatus(0, %q) = %v; want %v", code, got, want)
+		}
+	}
+}
