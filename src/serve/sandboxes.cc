@@ -258,7 +258,8 @@ ExecSpec ParseExecSpec(const json& body, const ServeConfig& config, const std::v
       throw BadRequest("'cmd' must be a non-empty string (run by /bin/sh -c)");
     exec.argv = {"/bin/sh", "-c", body["cmd"].get<std::string>()};
   } else {
-    if (!body["language"].is_string()) throw BadRequest("'language' must be a string");
+    if (!body["language"].is_string() || body["language"].get<std::string>().empty())
+      throw BadRequest("'language' must be a language's name (python, bash, c, ...)");
     exec.language = body["language"].get<std::string>();
     if (!body.contains("code") || !body["code"].is_string()) throw BadRequest("'language' needs 'code' (a string)");
     exec.code = body["code"].get<std::string>();

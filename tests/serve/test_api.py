@@ -604,6 +604,7 @@ class BadInput(SharedCase):
     def test_exec_needs_exactly_one_program(self):
         sbx = self.make()["id"]
         for body in [{}, {"argv": ["true"], "cmd": "true"}, {"argv": []}, {"language": "python"},
+                     {"language": "", "code": "print(1)"},
                      {"code": "print(1)"}, {"cmd": "true", "language": "python", "code": "1"}]:
             with self.subTest(body=body):
                 assert_error(self, self.api.request("POST", f"/v1/sandboxes/{sbx}/exec", body), 400, "bad_request")
