@@ -14,15 +14,22 @@
 namespace nsbox {
 namespace {
 
+// What the walk holds back from a tree the sandbox's own code built: it runs in the session's supervisor, outside the
+// sandbox's memory and CPU limits. Depth and the paths' total length bound its memory (a path is kept per file, a
+// prefix and a directory stream per level), the entry count its time.
+constexpr size_t kMaxDepth = 64;
+constexpr size_t kMaxPathBytes = 16 << 20;
+
 struct Walk {
   dev_t device;
   size_t max_entries;
   size_t seen = 0;
+  size_t path_bytes = 0;
   const std::string& ignored_prefix;
   WorkspaceSnapshot* out;
 };
 
-Status WalkDir(Walk& walk, int dir_fd, const std::string& prefix) {
+Status WalkDir(Walk& walk, int dir_fd, const std::string& prefix, size_t depth) {
   // A fresh descriptor of the same directory: fdopendir takes ownership and moves the offset.
   UniqueFd fd(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) return Status::Errno(fmt::format("openat({})", prefix.empty() ? "." : prefix));
@@ -45,17 +52,26 @@ Status WalkDir(Walk& walk, int dir_fd, const std::string& prefix) {
     if (S_ISDIR(st.st_mode)) {
       subdirs.push_back(name);
     } else if (S_ISREG(st.st_mode)) {
+      walk.path_bytes += prefix.size() + name.size();
+      if (walk.path_bytes > kMaxPathBytes) {
+        walk.out->truncated = true;
+        break;
+      }
       walk.out->files[prefix + name] =
           FileStamp{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
                     st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec, st.st_ino};
     }
   }
   int dfd = ::dirfd(dir);
+  if (!subdirs.empty() && depth + 1 > kMaxDepth) {
+    walk.out->truncated = true;
+    return OkStatus();
+  }
   for (const auto& name : subdirs) {
     if (walk.out->truncated) break;
     UniqueFd sub(::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!sub) continue;  // replaced or unreadable meanwhile
-    NSBOX_RETURN_IF_ERROR(WalkDir(walk, sub.get(), prefix + name + "/"));
+    NSBOX_RETURN_IF_ERROR(WalkDir(walk, sub.get(), prefix + name + "/", depth + 1));
   }
   return OkStatus();
 }
@@ -66,8 +82,8 @@ StatusOr<WorkspaceSnapshot> SnapshotWorkspace(int dir_fd, size_t max_entries, co
   struct stat root;
   if (::fstat(dir_fd, &root) != 0) return Status::Errno("fstat(workspace)");
   WorkspaceSnapshot snapshot;
-  Walk walk{root.st_dev, max_entries, 0, ignored_prefix, &snapshot};
-  NSBOX_RETURN_IF_ERROR(WalkDir(walk, dir_fd, ""));
+  Walk walk{root.st_dev, max_entries, 0, 0, ignored_prefix, &snapshot};
+  NSBOX_RETURN_IF_ERROR(WalkDir(walk, dir_fd, "", 0));
   return snapshot;
 }
 

@@ -20,7 +20,8 @@ struct FileStamp {
 
 struct WorkspaceSnapshot {
   std::map<std::string, FileStamp> files;  // path relative to the root, e.g. "out/result.csv"
-  bool truncated = false;                  // more than max_entries entries: the rest was not looked at
+  // More than max_entries entries, directories deeper than 64 levels or 16 MiB of paths: the rest was not looked at.
+  bool truncated = false;
 };
 
 struct ChangedFile {

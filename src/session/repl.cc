@@ -126,13 +126,17 @@ ChangedFilesReport::ChangedFilesReport(const SessionSandbox& session)
 
 void ChangedFilesReport::AddTo(Result& result) const {
   nlohmann::json list = nlohmann::json::array();
+  bool truncated = false;
   if (before_.ok() && workspace_) {
     if (auto after = SnapshotWorkspace(workspace_.get()); after.ok()) {
       for (const auto& file : ChangedFiles(*before_, *after))
         list.push_back({{"path", "/workspace/" + file.path}, {"size", file.size}});
+      truncated = before_->truncated || after->truncated;
     }
   }
   SetExtra(result, "changed_files", list);
+  // The workspace was larger than the walk looks at (workspace_snapshot.h): the list may miss files.
+  if (truncated) SetExtra(result, "changed_files_truncated", true);
 }
 
 }  // namespace nsbox::session

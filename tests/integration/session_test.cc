@@ -774,6 +774,11 @@ TEST_CASE("the result lists the workspace files an exec created or changed, with
   CHECK(none["changed_files"] == json::array());
   json cell = s.Cell(id, "open('/workspace/from_repl.txt', 'w').write('abc')");
   CHECK(cell["changed_files"] == json::array({{{"path", "/workspace/from_repl.txt"}, {"size", 3}}}));
+  CHECK_FALSE(cell.contains("changed_files_truncated"));
+  // A tree deeper than the supervisor walks (it runs outside the sandbox's limits): the list says it is partial.
+  json deep = s.Sh(id, "mkdir -p $(printf 'd/%.0s' $(seq 70)) && echo x > top.txt");
+  CHECK(deep["changed_files_truncated"] == true);
+  CHECK(deep["changed_files"] == json::array({{{"path", "/workspace/top.txt"}, {"size", 2}}}));
 }
 
 TEST_CASE("an exec's code is a sealed descriptor, never a file in /workspace", "[session]") {

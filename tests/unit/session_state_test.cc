@@ -97,6 +97,38 @@ TEST_CASE("the changed-file list has new and modified regular files, not links, 
   std::filesystem::remove_all(root);
 }
 
+TEST_CASE("the workspace walk stops at 64 levels and at 16 MiB of paths: the sandbox builds the tree, the supervisor "
+          "walks it outside its limits",
+          "[session]") {
+  char tmpl[] = "/tmp/nsbox-snapshot-bounds-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::filesystem::path root = tmpl;
+  std::filesystem::path deep = root;
+  for (int level = 0; level < 70; ++level) deep /= "d";
+  std::filesystem::create_directories(deep);
+  std::ofstream(deep / "bottom.txt") << "x";
+  std::ofstream(root / "top.txt") << "x";
+  UniqueFd dir(::open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  auto walked = nsbox::SnapshotWorkspace(dir.get());
+  REQUIRE(walked.ok());
+  CHECK(walked->truncated);
+  CHECK(walked->files.count("top.txt") == 1);
+  for (const auto& [path, stamp] : walked->files) CHECK(std::count(path.begin(), path.end(), '/') <= 64);
+  std::filesystem::remove_all(root / "d");
+  // 9000 files whose paths are 2 KB each (8 levels of 255-byte names): 18 MB of paths, past the bound.
+  std::filesystem::path long_dir = root;
+  for (int level = 0; level < 8; ++level) long_dir /= std::string(255, 'a' + level);
+  std::filesystem::create_directories(long_dir);
+  for (int i = 0; i < 9000; ++i) std::ofstream(long_dir / ("f" + std::to_string(i)));
+  walked = nsbox::SnapshotWorkspace(dir.get());
+  REQUIRE(walked.ok());
+  CHECK(walked->truncated);
+  size_t bytes = 0;
+  for (const auto& [path, stamp] : walked->files) bytes += path.size();
+  CHECK(bytes <= (16u << 20));
+  std::filesystem::remove_all(root);
+}
+
 // A session is found by its id (its own directory, read alone) or by its name (every record listed); a record whose
 // supervisor is not alive is no session, and its directory goes.
 TEST_CASE("sessions are found by id or by name; only live ones", "[session]") {
