@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/clone.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup_kill.h"
 
@@ -106,10 +107,10 @@ Message ReceiveMessage(int socket_fd, ReaperState* state) {
   // seeing its end of file.
   int keep_low = std::min(socket_fd, parent_pidfd < 0 ? socket_fd : parent_pidfd);
   int keep_high = std::max(socket_fd, parent_pidfd < 0 ? socket_fd : parent_pidfd);
-  if (keep_low > 0) ::syscall(SYS_close_range, 0u, static_cast<unsigned>(keep_low - 1), 0);
+  if (keep_low > 0) CloseDescriptorRange(0, static_cast<unsigned>(keep_low - 1));
   if (keep_high > keep_low)
-    ::syscall(SYS_close_range, static_cast<unsigned>(keep_low + 1), static_cast<unsigned>(keep_high - 1), 0);
-  ::syscall(SYS_close_range, static_cast<unsigned>(keep_high + 1), ~0u, 0);
+    CloseDescriptorRange(static_cast<unsigned>(keep_low + 1), static_cast<unsigned>(keep_high - 1));
+  CloseDescriptorRange(static_cast<unsigned>(keep_high + 1), ~0u);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
   // nsbox may have blocked signals (Sandbox::Run forwards them through a signalfd); the reaper ignores them instead.
   sigset_t none;

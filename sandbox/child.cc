@@ -333,10 +333,10 @@ void CloseUnplannedDescriptors(const ChildPlan& plan, int also_keep) {
     }
   unsigned int next = 3;
   for (int i = 0; i < count; ++i) {
-    if (static_cast<unsigned int>(keep[i]) > next) ::syscall(SYS_close_range, next, keep[i] - 1, 0);
+    if (static_cast<unsigned int>(keep[i]) > next) CloseDescriptorRange(next, keep[i] - 1);
     next = static_cast<unsigned int>(keep[i]) + 1;
   }
-  ::syscall(SYS_close_range, next, ~0U, 0);
+  CloseDescriptorRange(next, ~0U);
 }
 
 }  // namespace

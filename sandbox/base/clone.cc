@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -52,6 +53,13 @@ pid_t StartVforkChild(int (*entry)(void*), void* arg, pid_t* published_pid) {
   if (level >= kLevels || !kept[level].compare_exchange_strong(expected, stack)) ::munmap(stack, kStackSize);
   errno = err;
   return pid;
+}
+
+void CloseDescriptorRange(unsigned int first, unsigned int last) {
+  if (first > last || ::syscall(SYS_close_range, first, last, 0) == 0) return;
+  struct rlimit limit {};
+  const rlim_t open_max = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : 1024;
+  for (unsigned int fd = first; fd <= last && fd < open_max; ++fd) (void)::close(static_cast<int>(fd));
 }
 
 }  // namespace nsbox

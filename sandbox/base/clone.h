@@ -21,4 +21,9 @@ pid_t CloneWithPidfd(uint64_t flags, int* pidfd, int cgroup_fd);
 // so that another thread can signal it while this one is suspended.
 pid_t StartVforkChild(int (*entry)(void*), void* arg, pid_t* published_pid = nullptr);
 
+// Closes descriptors first..last in a child before it execs or serves: close_range(2), or, where that is refused (a
+// container's seccomp profile older than the call), one close(2) each up to RLIMIT_NOFILE. Async-signal-safe; a
+// child that kept a copy of its parent's end of a pipe or socket would hold off the EOF the parent's end means.
+void CloseDescriptorRange(unsigned int first, unsigned int last);
+
 }  // namespace nsbox

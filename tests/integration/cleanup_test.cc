@@ -121,9 +121,9 @@ class WatchedTmpfs {
   int inotify_ = -1;
 };
 
-// nsbox run --json ARGS with io_uring_setup refused (EPERM) by a seccomp filter on nsbox itself, as a container
-// runtime's default profile does. Returns the parsed result.
-nlohmann::json RunWithoutIoUring(const std::vector<std::string>& args) {
+// nsbox run --json ARGS with one system call refused (errno `err`) by a seccomp filter on nsbox itself, as a container
+// runtime's profile does. Returns the parsed result; a run that hangs is killed after 30 s (SIGALRM) and fails.
+nlohmann::json RunWithSyscallRefused(int syscall_nr, int err, const std::vector<std::string>& args) {
   int out[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
   pid_t pid = ::fork();
@@ -131,9 +131,10 @@ nlohmann::json RunWithoutIoUring(const std::vector<std::string>& args) {
   if (pid == 0) {
     ::dup2(out[1], 1);
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-    if (!ctx || seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(io_uring_setup), 0) != 0 ||
+    if (!ctx || seccomp_rule_add(ctx, SCMP_ACT_ERRNO(static_cast<uint16_t>(err)), syscall_nr, 0) != 0 ||
         ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || seccomp_load(ctx) != 0)
       _exit(126);
+    ::alarm(30);
     std::vector<std::string> argv = {NsboxBinary(), "run", "--json"};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> raw;
@@ -154,6 +155,10 @@ nlohmann::json RunWithoutIoUring(const std::vector<std::string>& args) {
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) != 126);
   return nlohmann::json::parse(text, nullptr, false);
+}
+
+nlohmann::json RunWithoutIoUring(const std::vector<std::string>& args) {
+  return RunWithSyscallRefused(SCMP_SYS(io_uring_setup), EPERM, args);
 }
 
 }  // namespace
@@ -261,4 +266,19 @@ TEST_CASE("the sandbox's mount namespace is torn down soon after nsbox returns",
       CHECK(fs.WaitForShutdown(5s));
     }
   }
+}
+
+// A container profile older than close_range(2): the sandbox's child refuses to start without it (its descriptors
+// could not all be closed on exec), and nsbox's helpers (the cgroup reaper, pid 1) close one by one instead, so that
+// none holds a copy of nsbox's end of a pipe: the run ends at once, 125, and leaves nothing.
+TEST_CASE("with close_range refused, a run fails closed at once and leaves nothing", "[integration][cleanup]") {
+  const auto groups_before = NsboxGroups();
+  auto mounts_before = MountLinesContaining("nsbox");
+  auto started = std::chrono::steady_clock::now();
+  nlohmann::json r = RunWithSyscallRefused(SCMP_SYS(close_range), ENOSYS, {"--", "/bin/true"});
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
+  CHECK(r.value("status", "") == "setup_error");
+  CHECK(r.value("reason", "").find("close_range") != std::string::npos);
+  CHECK(MountLinesContaining("nsbox") == mounts_before);
+  CHECK(NsboxGroups() == groups_before);
 }
