@@ -38,6 +38,13 @@ test('files round trip is binary-safe, lists and removes', async () => {
   await sbx.files.remove('sub');
   await assert.rejects(sbx.files.read('sub/dir/all-bytes.bin'), NotFoundError);
   await assert.rejects(sbx.files.write('../escape', 'x'), RefusedError);
+  // Over 1 MiB a body waits for the server's 100 Continue: a large file arrives whole, and one over the server's
+  // --max-body (16M here) is its 413, not the EPIPE of a body written into a closed connection.
+  const large = Buffer.alloc(3 << 20, 7);
+  assert.equal((await sbx.files.write('large.bin', large)).size, large.length);
+  assert.deepEqual(await sbx.files.read('large.bin'), large);
+  await assert.rejects(sbx.files.write('huge.bin', Buffer.alloc(17 << 20)),
+    (err) => err instanceof RefusedError && err.status === 413);
 });
 
 test('exec of a failing program is a result with its exit code, not an error', async () => {

@@ -8,6 +8,7 @@ import { fromResponse, NsboxError, RequestTimeoutError, ServerGoneError } from '
 
 export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000; // a call that runs no program
 export const EXEC_GRACE_MS = 30_000; // an exec's answer may take this long beyond the program's own time-out
+const EXPECT_CONTINUE_BYTES = 1 << 20; // bodies larger than this are sent after the server's 100 Continue
 export const DEFAULT_EXEC_TIMEOUT_S = 60; // the server's default program time-out
 
 /** The socket `nsbox serve` listens on by default: /run/nsbox/api.sock for root, else under XDG_RUNTIME_DIR. */
@@ -80,6 +81,10 @@ export class Transport {
       headers['Content-Type'] = 'application/octet-stream';
     }
     if (payload) headers['Content-Length'] = String(payload.length);
+    // A large body waits for the server's go-ahead: one over its --max-body is answered 413 before any of it is sent,
+    // where writing it all would end in EPIPE once the server has answered and closed.
+    const waitForContinue = payload !== null && payload.length > EXPECT_CONTINUE_BYTES;
+    if (waitForContinue) headers.Expect = '100-continue';
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
     const where = `${method} ${urlPath} at ${this.url}`;
 
@@ -178,7 +183,8 @@ export class Transport {
           }
         });
       });
-      req.end(payload ?? undefined);
+      if (waitForContinue) req.on('continue', () => req.end(payload));
+      else req.end(payload ?? undefined);
     });
   }
 }
