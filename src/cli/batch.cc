@@ -90,6 +90,9 @@ struct Running {
   std::thread thread;
   Result result;                      // the job's result, unless it has cases:
   std::optional<CasesReport> report;  // the cases' report (nsbox run --cases --json's object)
+
+  // What its result line holds: the report, or the result as nsbox run --json shows it.
+  nlohmann::json Shown() const;
 };
 
 struct Options {
@@ -110,6 +113,8 @@ nlohmann::json ShownResult(const Result& result) {
   shown["reason"] = SanitizeUtf8(InCliTerms(result.reason));
   return shown;
 }
+
+nlohmann::json Running::Shown() const { return report ? report->json : ShownResult(result); }
 
 Result SetupError(const Status& status) {
   Result result;
@@ -275,10 +280,7 @@ void Batch::Start(BatchJob job) {
           RunSteps(std::move(*raw->policy), raw->proxy.get(), raw->cancel.get(), [raw](const StepRunner& run_step) {
             raw->report = RunCases(std::move(*raw->program), raw->job.cases, run_step);
           });
-      if (!started.ok()) {
-        raw->report.reset();
-        raw->result = SetupError(started);
-      }
+      if (!started.ok()) raw->result = SetupError(started);
     }
     std::lock_guard lock(mutex_);
     finished_.push_back(raw);
@@ -301,14 +303,13 @@ void Batch::Collect() {
     used_.memory_bytes -= run->job.cost.memory_bytes;
     used_.pids -= run->job.cost.pids;
     // A job cancelled by a signal to the batch has no result: it is run again on resume.
-    const std::string status =
-        run->report ? run->report->json.value("status", "") : std::string(RunStatusName(run->result.status));
-    if (stopping_ && status == RunStatusName(RunStatus::kKilled)) {
+    nlohmann::json shown = run->Shown();
+    if (stopping_ && shown.value("status", "") == RunStatusName(RunStatus::kKilled)) {
       ++not_run_;
       continue;
     }
     if (write_error_.ok()) {
-      Status emitted = Emit(run->job, run->report ? run->report->json : ShownResult(run->result));
+      Status emitted = Emit(run->job, shown);
       if (!emitted.ok()) write_error_ = emitted;
     }
   }

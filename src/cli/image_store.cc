@@ -192,7 +192,10 @@ std::vector<MountLine> ReadMountInfo(const std::string& path) {
 
 std::string MountInfoEscaped(const std::string& path) {
   std::string out;
-  for (char c : path) out += (c == ' ' || c == '\t' || c == '\n' || c == '\\') ? fmt::format("\\{:03o}", c) : std::string(1, c);
+  for (char c : path) {
+    const bool escaped = c == ' ' || c == '\t' || c == '\n' || c == '\\';
+    out += escaped ? fmt::format("\\{:03o}", c) : std::string(1, c);
+  }
   return out;
 }
 

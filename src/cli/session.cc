@@ -267,8 +267,8 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
         text += fmt::format(
             "{:<14} {:<16} {:>7} {:>7} {:>9}  memory={} pids={} cpus={} network={} idle-timeout={}\n",
             r["id"].get<std::string>(), r["name"].get<std::string>(), FormatAge(r["age_ms"].get<int64_t>()),
-            FormatAge(r["idle_ms"].get<int64_t>()), FormatSize(r["memory_bytes"].get<uint64_t>()), l.value("memory", ""),
-            l.value("pids", 0), l.value("cpus", 0.0), r["network"].get<std::string>(),
+            FormatAge(r["idle_ms"].get<int64_t>()), FormatSize(r["memory_bytes"].get<uint64_t>()),
+            l.value("memory", ""), l.value("pids", 0), l.value("cpus", 0.0), r["network"].get<std::string>(),
             FormatAge(r["idle_timeout_ms"].get<int64_t>()));
       }
     }

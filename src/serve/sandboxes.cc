@@ -152,7 +152,8 @@ std::string WorkspacePath(const std::string& path) {
   for (size_t start = 0; start <= rel->size();) {
     size_t end = std::min(rel->find('/', start), rel->size());
     if (end - start > NAME_MAX)
-      throw BadRequest(fmt::format("the path has a name longer than {} bytes, more than a file system takes", NAME_MAX));
+      throw BadRequest(
+          fmt::format("the path has a name longer than {} bytes, more than a file system takes", NAME_MAX));
     start = end + 1;
   }
   if (rel->size() >= PATH_MAX) throw BadRequest(fmt::format("the path is longer than {} bytes", PATH_MAX - 1));
