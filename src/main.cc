@@ -120,8 +120,16 @@ int main(int argc, char** argv) {
   // A reader that went away (`nsbox run ... | head -c1`) is a write error nsbox reports (exit 125, with the reason),
   // not a silent death by SIGPIPE that would read as the program's. Sandboxed programs get the default back.
   ::signal(SIGPIPE, SIG_IGN);
-  // Every verb but doctor (which reports it) refuses untrusted data before anything is set up (data_dir.h).
-  if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "doctor") nsbox::DataDir();
+  // Every verb but doctor (which reports it) refuses untrusted data before anything is set up (data_dir.h); run and
+  // exec with --json then still print their one JSON result.
+  if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "doctor") {
+    if (nsbox::cli::WantsJsonResult(argc, argv)) {
+      if (auto data = nsbox::ResolveDataDir(); !data.ok())
+        return nsbox::cli::FailBeforeRun("", fmt::format("{}; {}", data.status().message(), nsbox::DataDirHint()),
+                                         true);
+    }
+    nsbox::DataDir();
+  }
   // The service is a program of its own, which takes the whole command line (src/cli/serve.cc).
   if (argc > 1 && std::string_view(argv[1]) == "serve") return nsbox::cli::ExecServe(argc, argv);
   CLI::App app{"nsbox: run untrusted code in a Linux-native sandbox (namespaces, cgroups, seccomp, read-only root)"};

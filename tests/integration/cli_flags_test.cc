@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/run_nsbox.h"
 
 using namespace nsbox::testing;
@@ -68,6 +70,24 @@ TEST_CASE("an unknown option before -- is named, with the nearest known one", "[
   // After --, the command's own options are its business.
   auto command = RunNsboxJson({"--", "/bin/echo", "--memroy"});
   CHECK(command.out() == "--memroy\n");
+}
+
+TEST_CASE("a refused data directory still gives run --json its one setup_error result", "[integration][options]") {
+  const std::string dir = MakeTempDir();
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);  // anyone could change what nsbox would read from it
+  SpawnOptions spawn;
+  spawn.extra_env = {{"NSBOX_DATADIR", dir}};
+  auto r = RunProcess({NsboxBinary(), "run", "--json", "--", "/bin/true"}, spawn);
+  CHECK(r.exit_code == 125);
+  CHECK(r.err.find("refusing the data directory " + dir) != std::string::npos);
+  auto result = nlohmann::json::parse(r.out);
+  CHECK(result["status"] == "setup_error");
+  CHECK(result["reason"].get<std::string>().find("refusing the data directory " + dir) != std::string::npos);
+  // Without --json: the same line, and nothing on stdout.
+  auto plain = RunProcess({NsboxBinary(), "run", "--", "/bin/true"}, spawn);
+  CHECK(plain.exit_code == 125);
+  CHECK(plain.out.empty());
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a binary without its data says where data is looked for and names NSBOX_DATADIR", "[integration][options]") {

@@ -60,6 +60,17 @@ class OpenApiDocument(unittest.TestCase):
         self.assertEqual(sorted(documented - in_doc), [], "routes of docs/api.md missing from docs/openapi.json")
         self.assertEqual(sorted(in_doc - documented), [], "routes of docs/openapi.json that docs/api.md lacks")
 
+    def test_result_statuses_are_those_of_result_md(self):
+        # The `status` row of docs/result.md's table names every status a result can carry; a validating client
+        # generated from the document must accept each of them.
+        row = next(line for line in open(os.path.join(REPO, "docs", "result.md"), encoding="utf-8")
+                   if line.startswith("| `status` |"))
+        documented = set(re.findall(r"`([a-z_]+)`", row.split("|")[2]))
+        result = self.doc["components"]["schemas"]["Result"]["properties"]
+        self.assertEqual(set(result["status"]["enum"]), documented)
+        self.assertIn("compile", result, "a compiled language's result carries `compile`")
+        self.assertEqual(set(result["compile"]["properties"]["status"]["enum"]), documented - {"compile_error"})
+
     def test_every_ref_resolves(self):
         found = list(refs(self.doc))
         self.assertGreater(len(found), 20)
