@@ -105,10 +105,11 @@ std::vector<ChildMount> PrepareChildMounts(const std::vector<MountStep>& plan) {
 
 namespace {
 
-[[noreturn]] void Fail(const ChildPlan& plan, const char* step, int err) {
+[[noreturn]] void Fail(const ChildPlan& plan, const char* step, int err, bool at_execve = false) {
   InitMessage msg;
   msg.kind = InitMessage::kSetupError;
   msg.err = err;
+  msg.at_execve = at_execve ? 1 : 0;
   snprintf(msg.text, sizeof msg.text, "%s", step);
   ssize_t ignored = ::write(plan.control_fd, &msg, sizeof msg);
   (void)ignored;
@@ -208,7 +209,7 @@ void ExecSearching(char* const argv[], char* const envp[], const char* path) {
   int err = errno;
   char step_text[200];
   snprintf(step_text, sizeof step_text, "execve(%s)", program);
-  Fail(plan, step_text, err);
+  Fail(plan, step_text, err, /*at_execve=*/true);
 }
 
 }  // namespace
@@ -455,6 +456,10 @@ void ChildMain(const ChildPlan& plan) {
   // 10. The payload, and pid 1 for as long as it runs.
   // A session's pid 1 has no payload: it stays, reaping, while execs join its namespaces from outside.
   if (plan.persistent) RunInit(plan, -1, leave);
+  // A kill nsbox sent while pid 1 set up (held pending since the clone, launcher.cc): no payload starts. Nothing but
+  // pid 1 is in the sandbox yet, so nsbox is the only possible sender.
+  sigset_t pending;
+  if (::sigpending(&pending) == 0 && sigismember(&pending, KillSandboxSignal())) _exit(128 + SIGKILL);
   // vfork-style: pid 1 waits until the payload has called execve (RunPayload makes only system calls).
   PayloadStart start = {&plan, memory_join_fd, code_fd};
   pid_t payload = StartVforkChild(PayloadEntry, &start);

@@ -27,7 +27,7 @@ struct InitMessage {
   int32_t kind = 0;
   int32_t value = 0;  // kExited: the payload's wait status
   int32_t err = 0;    // kSetupError: errno
-  int32_t reserved = 0;
+  int32_t at_execve = 0;  // kSetupError: 1 when the step that failed is the program's own execve
   // kExited from a session exec: the payload's CPU time (its parent measures it). kGone: pid 1's own and its reaped
   // children's, what wait4 on pid 1 would report.
   int64_t cpu_us = 0;

@@ -11,6 +11,7 @@
 #include "sandbox/base/clone.h"
 #include "sandbox/base/fd_passing.h"
 #include "sandbox/base/fs.h"
+#include "sandbox/init.h"
 #include "sandbox/net.h"
 #include "sandbox/ns_release.h"
 #include "sandbox/seccomp.h"
@@ -95,13 +96,22 @@ uint64_t SandboxCloneFlags(const ChildPlan& plan) {
 }
 
 StatusOr<pid_t> StartPid1(const ChildPlan& plan, int cgroup_fd, int* pidfd) {
+  // pid 1 is born with KillSandboxSignal() blocked: the init of a pid namespace drops a signal it has no handler for,
+  // so one sent while it still sets up (a Kill() at the start) would be lost. Blocked, it stays pending until RunInit
+  // waits for it, and pid 1 starts no payload while it is pending (child.cc).
+  sigset_t kill_signal, previous;
+  sigemptyset(&kill_signal);
+  sigaddset(&kill_signal, KillSandboxSignal());
+  ::pthread_sigmask(SIG_BLOCK, &kill_signal, &previous);
   const pid_t child = CloneWithPidfd(SandboxCloneFlags(plan), pidfd, cgroup_fd);
+  if (child == 0) ChildMain(plan);  // never returns
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (child < 0) {
-    int err = errno;
+    int err = clone_errno;
     return Status::Error(Status::Errno("clone3(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS|...)", err).message() +
                          NamespaceFailureHint(err));
   }
-  if (child == 0) ChildMain(plan);  // never returns
   return child;
 }
 
@@ -123,7 +133,8 @@ LaunchedRun::~LaunchedRun() {
 }
 
 Status LaunchRun(const Executor& executor, const Policy& policy, SandboxHooks* hooks,
-                 std::chrono::steady_clock::time_point started, LaunchedRun* run) {
+                 std::chrono::steady_clock::time_point started, const std::atomic<bool>* cancelled,
+                 LaunchedRun* run) {
   // 0. The cgroup's reaper first, while this process is small and nothing else competes (cgroup.h says why).
   CgroupConfig cgroup_config = RunCgroupConfig();
   if (policy.cgroup_limits()) {
@@ -213,6 +224,10 @@ Status LaunchRun(const Executor& executor, const Policy& policy, SandboxHooks* h
   UniqueFd mount_ns;
   NSBOX_RETURN_IF_ERROR(ReleasePid1(run->child, policy, hooks, std::move(sync->write), [&] {
     mount_ns = OpenMountNamespace(run->child);  // while pid 1 is still dumpable: it changes its fsuid once released
+    if (cancelled && cancelled->load()) {  // killed while set up: pid 1 is not released (~LaunchedRun ends it)
+      run->cancelled_before_release = true;
+      return Status::Error("cancelled before the program started");
+    }
     return OkStatus();
   }));
   if (cgroup_socket)

@@ -5,6 +5,7 @@
 #include <sys/capability.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -63,6 +64,7 @@ struct LaunchedRun {
   UniqueFd mount_ns_holder;
   pid_t child = -1;
   bool reaped = false;
+  bool cancelled_before_release = false;
   UniqueFd out, err;
   ControlChannel control;
   SeccompListener seccomp;
@@ -75,8 +77,10 @@ struct LaunchedRun {
 
 // Plans, makes the channels and the cgroup (in its phases: v2 before the clone, v1 while the child builds its root,
 // handed over on a socket), clones pid 1 and releases it. started: the run's start (pid 1's own deadline follows it).
-// An error is a setup error: nothing of the program ran.
+// An error is a setup error: nothing of the program ran. When `cancelled` is set by the time pid 1 would be released
+// (a Kill() while the sandbox was set up), pid 1 is not released and run->cancelled_before_release says so.
 Status LaunchRun(const Executor& executor, const Policy& policy, SandboxHooks* hooks,
-                 std::chrono::steady_clock::time_point started, LaunchedRun* run);
+                 std::chrono::steady_clock::time_point started, const std::atomic<bool>* cancelled,
+                 LaunchedRun* run);
 
 }  // namespace nsbox

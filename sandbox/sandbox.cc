@@ -83,6 +83,19 @@ Result Sandbox::Run() {
   const auto started = Clock::now();
   if (executor_.argv.empty()) return SetupError("nothing to run: empty command");
   if (std::string why = CheckOutputLimit(executor_.output_limit_bytes); !why.empty()) return SetupError(why);
+  if (executor_.wall_timeout <= std::chrono::milliseconds(0))
+    return SetupError(fmt::format("a time limit of {} ms: it must be positive", executor_.wall_timeout.count()));
+  if (executor_.memory_max_bytes > 0)
+    return SetupError("Executor::memory_max_bytes is a session exec's own limit; a run's memory limit is its policy's "
+                      "(PolicyBuilder::SetCgroupLimits)");
+  auto killed_before_start = [] {
+    VerdictInputs killed;
+    killed.cancelled = true;
+    Result result = MakeVerdict(std::move(killed));
+    result.reason = "cancelled by the caller (Sandbox::Kill) before the program started; nothing ran";
+    return result;
+  };
+  if (kill_requested_) return killed_before_start();  // Kill() came first: nothing is started
   // Last thing on every way out (declared first): the group's reaper, dismissed when the group was removed, is reaped
   // rather than left to outlive nsbox.
   Defer reap_reapers([] { WaitForDismissedReapers(); });
@@ -104,7 +117,8 @@ Result Sandbox::Run() {
 
   // Plan, channels, cgroup, clone, release (launcher.h).
   LaunchedRun run;
-  if (Status s = LaunchRun(executor_, policy_, hooks_, started, &run); !s.ok()) return SetupError(s.message());
+  if (Status s = LaunchRun(executor_, policy_, hooks_, started, &kill_requested_, &run); !s.ok())
+    return run.cancelled_before_release ? killed_before_start() : SetupError(s.message());
 
   // Supervise: drain output, watch the clock, pid 1's reports, kill requests and signals.
   Supervisor supervisor(executor_.output_limit_bytes);
@@ -125,7 +139,10 @@ Result Sandbox::Run() {
     ::kill(run.child, KillSandboxSignal());
     force_kill_at = Clock::now() + std::chrono::milliseconds(250);
   };
-  supervisor.SetDeadline(started + executor_.wall_timeout, [&] {
+  // A time limit beyond any run's life (a year; a larger one would overflow the clock's nanoseconds) is no deadline.
+  const auto deadline = executor_.wall_timeout < std::chrono::hours(24 * 365) ? started + executor_.wall_timeout
+                                                                                : Clock::time_point::max();
+  supervisor.SetDeadline(deadline, [&] {
     if (in.timed_out) return;  // pid 1 reached its own deadline first, and ends the sandbox
     in.timed_out = true;
     end_sandbox();
@@ -139,7 +156,7 @@ Result Sandbox::Run() {
   supervisor.AddSeccompListener(&run.seccomp, policy_.seccomp() ? policy_.seccomp()->notify_errno : 0);
   auto on_message = [&](const InitMessage& msg) {
     if (msg.kind == InitMessage::kSetupError && !in.setup_failure) {
-      in.setup_failure = SetupFailure{msg.text, msg.err};
+      in.setup_failure = SetupFailure{msg.text, msg.err, msg.at_execve != 0};
     } else if (msg.kind == InitMessage::kStarted) {
       in.program_started = true;
     } else if (msg.kind == InitMessage::kDeadline && !in.cancelled) {
@@ -155,7 +172,11 @@ Result Sandbox::Run() {
   };
   supervisor.AddControl(&run.control, on_message);
   supervisor.AddSource([&] { return kill_eventfd_; }, POLLIN, [&](short) {
-    if (kill_requested_ && !in.cancelled) {
+    uint64_t requests;  // read, or the eventfd stays readable and every later round returns at once
+    while (::read(kill_eventfd_, &requests, sizeof requests) == sizeof requests) {
+    }
+    // A Kill() after the program ended, or while a time-out ends the sandbox, leaves that verdict as it is.
+    if (kill_requested_ && !in.cancelled && !in.timed_out && !in.program_status) {
       in.cancelled = true;
       end_sandbox();
     }

@@ -36,7 +36,8 @@ void ControlChannel::Read(const std::function<void(const InitMessage&)>& on_mess
 
 void ControlChannel::ReadSetupFailure(std::optional<SetupFailure>* failure) {
   Read([&](const InitMessage& msg) {
-    if (msg.kind == InitMessage::kSetupError && !*failure) *failure = SetupFailure{msg.text, msg.err};
+    if (msg.kind == InitMessage::kSetupError && !*failure)
+      *failure = SetupFailure{msg.text, msg.err, msg.at_execve != 0};
   });
 }
 

@@ -60,7 +60,7 @@ void Decide(const VerdictInputs& in, Result* result) {
                                  strerror(in.setup_failure->err), ErrnoName(in.setup_failure->err));
     // The program's own execve (the last step): a program not found or not executable, which the exit code tells
     // apart from nsbox's own failures (127, 126).
-    if (in.setup_failure->step.starts_with("execve(")) result->exec_errno = in.setup_failure->err;
+    if (in.setup_failure->at_execve) result->exec_errno = in.setup_failure->err;
     return;
   }
   if (in.cancelled && in.kind == Kind::kRun) {

@@ -16,6 +16,7 @@ namespace nsbox {
 struct SetupFailure {
   std::string step;
   int err = 0;
+  bool at_execve = false;  // the program's own execve failed (not found, not executable): exit status 127 or 126
 };
 
 // One output stream as the supervisor kept it (OutputBuffer).

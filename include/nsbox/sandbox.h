@@ -43,8 +43,9 @@ class Sandbox {
   void RunAsync();
   Result AwaitResult();
   // Ends the sandbox early: every process of it is killed, and the result has status kKilled ("killed", reason
-  // "cancelled by the caller"), whatever the program was doing. Before the run starts, the run is killed as soon as
-  // it does. Safe from any thread or signal handler.
+  // "cancelled by the caller"), whatever the program was doing. Before the run starts, or while its sandbox is set
+  // up, the program is not started at all ("... before the program started; nothing ran"); a Kill() after the program
+  // ended, or during a time-out, leaves that verdict. Safe from any thread or signal handler.
   void Kill();
   // When set, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process are passed on to the program instead: Run()
   // blocks them in the calling thread and reads them from a signalfd (an effect on signal delivery the embedder

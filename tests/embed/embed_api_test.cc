@@ -136,13 +136,62 @@ TEST_CASE("Kill during RunAsync ends the run as killed (not a time-out) and leav
   ::close(pipe_fds[1]);
 }
 
-TEST_CASE("a Kill before the run starts ends it as killed as soon as it starts, long before its time limit") {
-  nsbox::Sandbox sandbox(Command({"/bin/sleep", "600"}), TestPolicy());
+TEST_CASE("a Kill before the run starts ends it as killed, and its program never runs") {
+  nsbox::Sandbox sandbox(Command({"/bin/sh", "-c", "echo RAN"}), TestPolicy());
   sandbox.Kill();
   sandbox.RunAsync();
   nsbox::Result result = sandbox.AwaitResult();
   INFO(result.reason);
   CHECK(result.status == nsbox::RunStatus::kKilled);
+  CHECK(result.stdout_data.empty());
+  CHECK(result.reason.find("before the program started; nothing ran") != std::string::npos);
+}
+
+// Kills the run from the hook the engine calls while pid 1 exists but is still setting up (before it is released).
+struct KillAtCreation : nsbox::SandboxHooks {
+  nsbox::Sandbox* sandbox = nullptr;
+  nsbox::Status OnChildCreated(pid_t) override {
+    sandbox->Kill();
+    return nsbox::OkStatus();
+  }
+};
+
+TEST_CASE("a Kill while the sandbox is set up is not lost: the program never runs") {
+  // Before pid 1 is released the engine sees the request and releases nothing; after it, pid 1 holds nsbox's kill
+  // signal pending (an init of a pid namespace drops one it has no handler for) and starts no program.
+  for (int i = 0; i < 5; ++i) {
+    nsbox::Sandbox sandbox(Command({"/bin/sh", "-c", "echo RAN"}), TestPolicy());
+    KillAtCreation hook;
+    hook.sandbox = &sandbox;
+    sandbox.SetHooks(&hook);
+    nsbox::Result result = sandbox.Run();
+    INFO(result.reason);
+    CHECK(result.status == nsbox::RunStatus::kKilled);
+    CHECK(result.stdout_data.empty());
+  }
+}
+
+TEST_CASE("an Executor's time limit must be positive; one beyond a year is no limit, not an overflow") {
+  auto zero = Command({"/bin/true"});
+  zero.wall_timeout = std::chrono::milliseconds(0);
+  nsbox::Result refused = nsbox::Sandbox(zero, TestPolicy()).Run();
+  CHECK(refused.status == nsbox::RunStatus::kSetupError);
+  CHECK(refused.reason.find("must be positive") != std::string::npos);
+
+  auto forever = Command({"/bin/sh", "-c", "sleep 0.2; echo finished"});
+  forever.wall_timeout = std::chrono::milliseconds::max();
+  nsbox::Result result = nsbox::Sandbox(forever, TestPolicy()).Run();
+  INFO(result.reason);
+  CHECK(result.status == nsbox::RunStatus::kOk);
+  CHECK(result.stdout_data == "finished\n");
+}
+
+TEST_CASE("Run refuses Executor::memory_max_bytes, a session exec's own limit, rather than ignore it") {
+  auto executor = Command({"/bin/true"});
+  executor.memory_max_bytes = 32ull << 20;
+  nsbox::Result result = nsbox::Sandbox(executor, TestPolicy()).Run();
+  CHECK(result.status == nsbox::RunStatus::kSetupError);
+  CHECK(result.reason.find("memory_max_bytes") != std::string::npos);
 }
 
 TEST_CASE("AwaitResult without RunAsync is a setup error, and a Sandbox destroyed while running kills its run") {

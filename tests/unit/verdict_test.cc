@@ -173,6 +173,18 @@ TEST_CASE("a setup error only when nothing ran: a failed step, or pid 1 gone bef
   CHECK(result.reason == "sandbox setup failed at mount(proc): Operation not permitted (EPERM)");
   CHECK(result.ShellExitCode() == 125);
 
+  // The program's own execve is flagged by pid 1, not recognised by its text: 127 when not found, 126 otherwise.
+  VerdictInputs not_found;
+  not_found.setup_failure = nsbox::SetupFailure{"execve(/no/such)", ENOENT, /*at_execve=*/true};
+  CHECK(MakeVerdict(not_found).exec_errno == ENOENT);
+  CHECK(MakeVerdict(not_found).ShellExitCode() == 127);
+  not_found.setup_failure->err = EACCES;
+  CHECK(MakeVerdict(not_found).ShellExitCode() == 126);
+  VerdictInputs other_step;
+  other_step.setup_failure = nsbox::SetupFailure{"execve(a helper)", ENOENT};
+  CHECK(MakeVerdict(other_step).exec_errno == 0);
+  CHECK(MakeVerdict(other_step).ShellExitCode() == 125);
+
   VerdictInputs early;
   early.init_status = Signaled(SIGKILL);
   CHECK(MakeVerdict(early).status == RunStatus::kSetupError);
