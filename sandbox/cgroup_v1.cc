@@ -230,7 +230,10 @@ class CgroupV1 final : public Cgroup {
     NSBOX_RETURN_IF_ERROR(
         WriteCgroupFile(memory_dir_ + "/memory.limit_in_bytes", std::to_string(limits.memory_max_bytes)));
     // No such file: the kernel keeps no swap accounting (swapaccount=0), and there is no swap limit to set.
-    uint64_t memsw = limits.memory_max_bytes + limits.memory_swap_max_bytes.value_or(0);
+    const uint64_t swap = limits.memory_swap_max_bytes.value_or(0);
+    if (swap > UINT64_MAX - limits.memory_max_bytes)
+      return Status::Error(fmt::format("a swap limit of {} bytes: memory plus swap overflows", swap));
+    uint64_t memsw = limits.memory_max_bytes + swap;
     int memsw_err = 0;
     Status memsw_set = WriteCgroupFile(memory_dir_ + "/memory.memsw.limit_in_bytes", std::to_string(memsw), &memsw_err);
     if (!memsw_set.ok() && memsw_err != ENOENT) return memsw_set;

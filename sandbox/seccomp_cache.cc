@@ -58,7 +58,7 @@ bool GetU64(std::string_view in, size_t* pos, uint64_t* v) {
 
 // Oldest entries go first once there are more than the limit; temp files of a writer that died go after a minute.
 void Trim(int dir_fd, const std::string& keep) {
-  int dup_fd = ::dup(dir_fd);
+  int dup_fd = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
   if (dup_fd < 0) return;
   DIR* listing = ::fdopendir(dup_fd);
   if (!listing) {
