@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/close_range.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <signal.h>
 #include <sched.h>
@@ -286,7 +287,15 @@ void PreparePayload(const ChildPlan& plan, bool inherited, int memory_join_fd = 
   // A new process has none: the payload dies with its parent, pid 1 (a session's exec: see parent_death_signal).
   if (plan.parent_death_signal && ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
     Fail(plan, "prctl(PR_SET_PDEATHSIG)", errno);
-  if (::chdir(plan.cwd.c_str()) != 0) Fail(plan, "chdir(working directory)", errno);
+  // The working directory, resolved without magic links: /proc/self/fd/N (a descriptor this process inherited from
+  // the session supervisor, say) or /proc/self/cwd would name a directory outside the sandbox's root.
+  struct open_how cwd_how = {};
+  cwd_how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+  cwd_how.resolve = RESOLVE_NO_MAGICLINKS;
+  const int cwd_fd = static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, plan.cwd.c_str(), &cwd_how, sizeof cwd_how));
+  if (cwd_fd < 0) Fail(plan, "openat2(working directory, RESOLVE_NO_MAGICLINKS)", errno);
+  if (::fchdir(cwd_fd) != 0) Fail(plan, "fchdir(working directory)", errno);
+  ::close(cwd_fd);
   ::umask(plan.umask);  // this process's own: a vfork-style child does not share the file-system context
 
   // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall).

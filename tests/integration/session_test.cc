@@ -218,6 +218,27 @@ TEST_CASE("exec returns run's result object and exit codes", "[session]") {
   CHECK(with_stdin.out == "from stdin\n");
 }
 
+TEST_CASE("an exec's working directory cannot be a descriptor of the supervisor's (/proc/self/fd/N)", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  // The exec's payload starts as a copy of the supervisor's descriptors (close-on-exec, but open until execve): a
+  // working directory through /proc/self/fd/N would lie outside the sandbox's root. Resolved without magic links.
+  for (int fd = 0; fd < 24; ++fd) {
+    Output out = s.Nsbox({"exec", id, "--workdir", fmt::format("/proc/self/fd/{}", fd), "--", "/bin/pwd"});
+    INFO(fd << ": " << out.out << out.err);
+    CHECK(out.code == 125);
+  }
+  // Nor through a link the sandbox's code planted; a plain link inside the sandbox is followed as before.
+  REQUIRE(s.Sh(id, "mkdir /workspace/real && ln -s /proc/self/fd/7 /workspace/magic && ln -s /workspace/real "
+                   "/workspace/plain")["status"] == "ok");
+  Output magic = s.Nsbox({"exec", id, "--workdir", "/workspace/magic", "--", "/bin/pwd"});
+  CHECK(magic.code == 125);
+  CHECK(magic.err.find("RESOLVE_NO_MAGICLINKS") != std::string::npos);
+  Output plain = s.Nsbox({"exec", id, "--workdir", "/workspace/plain", "--", "/bin/pwd"});
+  CHECK(plain.code == 0);
+  CHECK(plain.out == "/workspace/real\n");  // /bin/pwd prints the physical path
+}
+
 TEST_CASE("exec --lang cpp compiles in the session, reads stdin, and leaves no build directory behind", "[session]") {
   Sessions s;
   std::string id = s.Create();
