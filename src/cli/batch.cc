@@ -132,6 +132,8 @@ StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
     if (errno == ENOENT) return done;
     return Status::Errno(fmt::format("--output: open({})", path));
   }
+  struct stat before {};
+  if (::fstat(fd.get(), &before) != 0) return Status::Errno(fmt::format("--output: fstat({})", path));
   LineReader reader(fd.get());
   std::string line;
   bool too_long = false;
@@ -142,14 +144,11 @@ StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
     if (!*more) break;
     ++number;
     total_bytes += line.size() + 1;
+    // The last line without its newline was cut short, even when what was written parses: its job runs again.
+    if (total_bytes > static_cast<uint64_t>(before.st_size)) break;
     if (too_long) return Status::Error(fmt::format("--output {}: line {} is not a batch result", path, number));
     auto key = ResultLineKey(line);
-    if (!key.ok()) {
-      struct stat st {};
-      ::fstat(fd.get(), &st);
-      if (total_bytes > static_cast<uint64_t>(st.st_size)) break;  // the cut last line: no newline
-      return key.status().Wrap(fmt::format("--output {}: line {}", path, number));
-    }
+    if (!key.ok()) return key.status().Wrap(fmt::format("--output {}: line {}", path, number));
     done.insert(*key);
     complete_bytes = total_bytes;
   }

@@ -165,6 +165,9 @@ Program PlanCompiledProgram(const Language& lang, Executor program, const std::s
   compile.code_path = build_dir + "/.nsbox-code";
   compile.argv = {"/bin/sh", "-c", kCompileScript, "nsbox-compile", build_dir, compile.code_path, spec.source};
   for (const auto& arg : spec.argv) compile.argv.push_back(Fill(arg, build_dir, spec.output));
+  // The compiler's own temporary files (gcc's cc*.o, rustc's, go's) go below the build directory too, which is
+  // removed after the run, also when the compile was cut short.
+  compile.env["TMPDIR"] = build_dir;
   for (const auto& [key, value] : spec.env) compile.env[key] = Fill(value, build_dir, spec.output);
   compile.stdin_fd = -1;  // the program's input is the program's
   compile.wall_timeout = compile_timeout;

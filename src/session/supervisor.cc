@@ -330,6 +330,8 @@ class Server {
                               live ? &*live : nullptr);
       };
       result = cli::RunProgram(std::move(*program), step, /*remove_build_dir=*/true);
+      // A compile that failed ran no program: it changed no file, and every exec's answer has the key.
+      if (GetExtra(result, "changed_files").is_null()) SetExtra(result, "changed_files", nlohmann::json::array());
       if (streamed) streamed->Flush();
     }
     if (proxy_) proxy_->ReportSince(denied_before, result);

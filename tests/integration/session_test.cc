@@ -261,6 +261,18 @@ TEST_CASE("exec --lang cpp compiles in the session, reads stdin, and leaves no b
   CHECK(left["stdout"] == "");
 }
 
+TEST_CASE("a compile cut short leaves no compiler temporaries in the session's /tmp", "[session][compiled]") {
+  Sessions s;
+  std::string id = s.Create();
+  // gcc writes cc*.o and friends to $TMPDIR: the compile's TMPDIR is its build directory, removed after every exec.
+  for (const char* limit : {"5ms", "20ms", "40ms", "80ms", "150ms"})
+    (void)s.Nsbox({"exec", id, "--compile-timeout", limit, "--lang", "c", "--code", "int main(void) { return 0; }"});
+  json left = s.Sh(id, "ls -A /tmp");
+  CHECK(left["stdout"] == "nsbox-build\n");
+  json build = s.Sh(id, "ls -A /tmp/nsbox-build");
+  CHECK(build["stdout"] == "");
+}
+
 TEST_CASE("exec --compile-memory limits the compile step alone; the program keeps the session's --memory",
           "[session][compiled]") {
   const auto groups_before = nsbox::testing::NsboxGroups();
@@ -274,6 +286,7 @@ TEST_CASE("exec --compile-memory limits the compile step alone; the program keep
     json t = tight.Json();
     CHECK(t["status"] == "compile_error");
     CHECK(t["compile"]["status"] == "oom");
+    CHECK(t["changed_files"] == json::array());  // every exec's answer has it; a failed compile changed nothing
     CHECK(t["limits"]["memory_max_bytes"] == 16ull << 20);
     // The default compile memory (the table's 1G, under the session's 128M): the compile fits, the program does not.
     Output bomb = s.Nsbox({"exec", id, "--json", "--lang", "c", "--code",
