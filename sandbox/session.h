@@ -179,7 +179,7 @@ class SessionSandbox {
   std::set<pid_t> payloads_;  // the execs' live payloads (our children), killed and reaped by Terminate()
 
   // The resident process (a REPL's interpreter).
-  std::mutex resident_mutex_;
+  std::timed_mutex resident_mutex_;  // one request at a time; a waiting one gives up at its time limit
   std::unique_ptr<SessionHelper> resident_;
   UniqueFd resident_channel_;
   bool resident_lost_ = false;  // the previous one died: the next request says so

@@ -294,14 +294,33 @@ void SessionSandbox::DropResident() {
 
 ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const std::string& request,
                                          const ResidentTurnOptions& options, int cancel_fd) {
-  const auto started = Clock::now();
+  const auto arrived = Clock::now();
   ResidentTurn turn;
   std::shared_lock call(calls_mutex_);
   if (terminating_) {
     turn.result = SetupError("the session is ending");
     return turn;
   }
-  std::lock_guard lock(resident_mutex_);
+  // Requests take turns. One that waits out its whole time limit behind another does not run, and leaves the process
+  // and its state alone: it never started, so it cannot have timed out in there.
+  std::unique_lock lock(resident_mutex_, std::defer_lock);
+  if (options.wall_timeout >= std::chrono::hours(24 * 365)) {
+    lock.lock();
+  } else if (!lock.try_lock_until(arrived + options.wall_timeout)) {
+    VerdictInputs waited;
+    waited.kind = VerdictInputs::Kind::kSessionExec;
+    waited.timed_out = true;
+    waited.wall_timeout = options.wall_timeout;
+    turn.result = MakeVerdict(std::move(waited));
+    turn.result.signal = 0;  // nothing was killed
+    turn.result.reason = fmt::format("the time limit of {} ms passed while an earlier request still held the "
+                                     "process: this one did not run, and the process keeps its state",
+                                     options.wall_timeout.count());
+    turn.result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - arrived).count();
+    return turn;
+  }
+  // The time limit is the request's own, from when it has the process.
+  const auto started = Clock::now();
   // A process that died between requests (killed from an exec, say) is replaced, and the loss reported. So is one
   // whose channel holds bytes that no request asked for: its next answer could be anything.
   if (resident_) {

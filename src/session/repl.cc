@@ -90,7 +90,11 @@ Result RunCell(SessionSandbox& session, const std::string& code, const ResidentO
       result.reason = fmt::format("the cell raised {}", repl["exception"].get<std::string>());
     }
   } else if (!turn.started) {
-    return result;  // nothing ran
+    // Nothing ran (the session is ending, the interpreter could not start, or an earlier cell held it for the whole
+    // time limit): the result says why, and the interpreter, if any, is as it was.
+    if (result.status == RunStatus::kTimeout)
+      result.reason = fmt::format("an earlier cell held the interpreter for the whole time limit of {} ms: this cell "
+                                  "did not run, and the interpreter keeps its state", limits.wall_timeout.count());
   } else {
     // Timed out, cancelled, crashed or out of step: the interpreter went, and the next cell starts a fresh one.
     if (!turn.out_of_step.empty()) {

@@ -536,6 +536,31 @@ TEST_CASE("a timed-out cell kills only the interpreter; the next call starts fre
   CHECK(s.Sh(id, "cat /workspace/f")["stdout"] == "survives\n");
 }
 
+TEST_CASE("a cell that waits out its time limit behind another does not run and kills nothing", "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  REQUIRE(s.Nsbox({"exec", id, "--repl", "--lang", "python", "--code", "keep = 'important'"}).code == 0);
+  std::thread slow([&] {
+    (void)Run({NsboxBin(), "exec", id, "--timeout", "20s", "--repl", "--lang", "python", "--code",
+               "import time; time.sleep(3)"},
+              {"NSBOX_STATE_DIR=" + s.state_dir});
+  });
+  std::this_thread::sleep_for(500ms);  // the slow cell holds the interpreter by now
+  Output queued = s.Nsbox({"exec", id, "--json", "--timeout", "1s", "--repl", "--lang", "python", "--code",
+                           "print('queued ran')"});
+  slow.join();
+  CHECK(queued.code == 124);
+  json q = queued.Json();
+  CHECK(q["status"] == "timeout");
+  CHECK(q["stdout"] == "");
+  CHECK(q["repl"]["interpreter_killed"] == false);
+  CHECK(q["reason"].get<std::string>().find("did not run, and the interpreter keeps its state") != std::string::npos);
+  // The first cell's name is still there.
+  json after = json::parse(s.Nsbox({"exec", id, "--json", "--repl", "--lang", "python", "--code", "keep"}).out);
+  CHECK(after["repl"]["value"] == "'important'");
+  CHECK(after["repl"]["state_lost"] == false);
+}
+
 TEST_CASE("a cell's --env reaches the running interpreter and stays for later cells", "[session][repl]") {
   Sessions s;
   std::string id = s.Create();
