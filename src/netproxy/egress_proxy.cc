@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <linux/rtnetlink.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -30,6 +31,7 @@
 #include "src/netproxy/address_class.h"
 #include "src/netproxy/allow_list.h"
 #include "src/netproxy/http_head.h"
+#include "src/netproxy/local_route.h"
 #include "src/netproxy/tls_hello.h"
 
 namespace nsbox::netproxy {
@@ -301,6 +303,24 @@ void AddCandidate(const ProxyState& state, const std::vector<std::string>& host_
     if (std::find(host_addresses.begin(), host_addresses.end(), CanonicalAddress(address)) != host_addresses.end()) {
       if (resolved.refused.empty())
         resolved.refused = fmt::format("{} (an address of this host)", FormatAddress(address));
+      return;
+    }
+    // The kernel's own answer as well: every address of a prefix on lo, or of an "AnyIP" local route, is this host's
+    // though no interface lists it. Not knowing is a refusal.
+    sockaddr_in v4{};
+    const sockaddr* asked = address;
+    if (const auto* v6 = reinterpret_cast<const sockaddr_in6*>(address);
+        address->sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
+      v4.sin_family = AF_INET;
+      std::memcpy(&v4.sin_addr, v6->sin6_addr.s6_addr + 12, 4);
+      asked = reinterpret_cast<const sockaddr*>(&v4);
+    }
+    auto route = RouteTypeOf(asked);
+    if (!route.ok() || *route == RTN_LOCAL || *route == RTN_BROADCAST || *route == RTN_MULTICAST) {
+      if (resolved.refused.empty())
+        resolved.refused = route.ok() ? fmt::format("{} (an address of this host)", FormatAddress(address))
+                                      : fmt::format("{} (whether it is an address of this host is not known: {})",
+                                                    FormatAddress(address), route.status().message());
       return;
     }
   }

@@ -2,7 +2,10 @@
 // refused domains through the test-only resolver override; raw sockets and libcurl play the sandbox.
 #include "src/netproxy/egress_proxy.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <linux/rtnetlink.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -17,6 +20,7 @@
 #include <map>
 #include <vector>
 
+#include "src/netproxy/local_route.h"
 #include "tests/netproxy/test_servers.h"
 #include "tests/netproxy/tls_hello.h"
 
@@ -664,4 +668,46 @@ TEST_CASE("an allowed domain resolving to one of the host's own addresses is ref
   INFO(response);
   CHECK(StatusLine(response).rfind("HTTP/1.1 403", 0) == 0);
   CHECK_THAT(response, Catch::Contains("an address of this host"));
+}
+
+TEST_CASE("an allowed domain resolving into a prefix on lo (this host's, on no interface's list) is refused") {
+  if (::geteuid() != 0) {
+    RecordSkip("lo prefix refused", "needs root: a network namespace of its own with an address on lo");
+    return;
+  }
+  // In a child with a network namespace of its own: 11.11.11.11/24 on lo makes the whole /24 this host's, though
+  // getifaddrs lists only .11. The kernel's route (RTN_LOCAL) says so for .12; an address off the prefix has none.
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNET) != 0) _exit(10);
+    if (std::system("ip link set lo up && ip addr add 11.11.11.11/24 dev lo") != 0) _exit(11);
+    sockaddr_in in_prefix{}, off_prefix{};
+    in_prefix.sin_family = off_prefix.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "11.11.11.12", &in_prefix.sin_addr);
+    ::inet_pton(AF_INET, "11.11.12.1", &off_prefix.sin_addr);
+    auto local = RouteTypeOf(reinterpret_cast<sockaddr*>(&in_prefix));
+    auto remote = RouteTypeOf(reinterpret_cast<sockaddr*>(&off_prefix));
+    if (!local.ok() || *local != RTN_LOCAL) _exit(12);
+    if (!remote.ok() || *remote == RTN_LOCAL) _exit(13);
+    ProxyConfig config;
+    config.allow_private_addresses = false;
+    config.allowed_domains = {"lo-prefix.allowed.test"};
+    config.resolver_override = {{"lo-prefix.allowed.test", "11.11.11.12"}};
+    auto listener = ListenOnLoopback(0);
+    if (!listener.ok()) _exit(14);
+    auto port = LocalPort(listener->get());
+    auto proxy = EgressProxy::Start(std::move(config), std::move(*listener));
+    if (!port.ok() || !proxy.ok()) _exit(15);
+    std::string response = Exchange(*port, Get("lo-prefix.allowed.test", 8000));
+    if (response.rfind("HTTP/1.1 403", 0) != 0) _exit(16);
+    if (response.find("11.11.11.12 (an address of this host)") == std::string::npos) _exit(17);
+    (*proxy)->Stop();
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("the child's exit status (10+: the step that failed, see above): " << status);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
