@@ -115,6 +115,19 @@ std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
 
 }  // namespace
 
+// An empty value is refused for every option that takes one (`--workspace "$UNSET"` must not quietly mean no
+// workspace), but for --code (an empty program is a program) and the command's own arguments after --.
+void RefuseEmptyValues(CLI::App* app) {
+  for (CLI::Option* option : app->get_options()) {
+    if (option->get_expected_max() == 0 || option->get_lnames().empty() || option->check_lname("code")) continue;
+    option->check(CLI::Validator(
+        [](std::string& value) { return value.empty() ? std::string("an empty value (leave the option out instead)")
+                                                      : std::string(); },
+        "", "non-empty"));
+  }
+  for (CLI::App* sub : app->get_subcommands({})) RefuseEmptyValues(sub);
+}
+
 int main(int argc, char** argv) {
   OpenStandardDescriptors();
   // A reader that went away (`nsbox run ... | head -c1`) is a write error nsbox reports (exit 125, with the reason),
@@ -158,6 +171,7 @@ int main(int argc, char** argv) {
   }
   if (!registered)
     for (const auto& [name, reg] : kVerbs) reg(app, exit_code);
+  RefuseEmptyValues(&app);
   if (auto mistake = CommandMistake(app, argc, argv)) {
     fmt::print(stderr, "{}\n", *mistake);
     return nsbox::cli::kExitNsboxFailure;

@@ -23,8 +23,9 @@ namespace {
 constexpr size_t kMaxCodeBytes = 16 << 20;
 
 // "SRC[:DST]" → {SRC, DST}; DST defaults to SRC. The first ':' not written "\:" ends SRC; in either path "\:" is a
-// ':' and "\\" a '\' (any other backslash is itself), so that a path holding a ':' can be bound at all.
-std::pair<std::string, std::string> SplitBind(const std::string& spec) {
+// ':' and "\\" a '\' (any other backslash is itself), so that a path holding a ':' can be bound at all. A second
+// unescaped ':' is refused: Docker's "SRC:DST:ro" must not become a writable bind at "DST:ro".
+StatusOr<std::pair<std::string, std::string>> SplitBind(const std::string& spec, std::string_view option) {
   std::string parts[2];
   int part = 0;
   for (size_t i = 0; i < spec.size(); ++i) {
@@ -33,12 +34,17 @@ std::pair<std::string, std::string> SplitBind(const std::string& spec) {
       parts[part] += spec[++i];
     } else if (c == ':' && part == 0) {
       part = 1;
+    } else if (c == ':') {
+      return Status::Error(fmt::format("{} '{}': more than one ':' (SRC[:DST]; a read-only bind is --ro-bind, and a "
+                                       "':' in a path is written \\:)", option, spec));
     } else {
       parts[part] += c;
     }
   }
-  if (part == 0) return {parts[0], ""};  // the policy binds it at the source's real path
-  return {parts[0], parts[1]};
+  if (part == 1 && parts[1].empty())
+    return Status::Error(fmt::format("{} '{}': an empty DST after ':' (leave out the ':' to bind at SRC)", option, spec));
+  if (part == 0) return std::pair<std::string, std::string>{parts[0], ""};  // bound at the source's real path
+  return std::pair<std::string, std::string>{parts[0], parts[1]};
 }
 
 }  // namespace
@@ -128,12 +134,14 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
   }
   if (!o.workspace.empty()) builder.SetWorkspaceDir(o.workspace);
   for (const auto& spec : o.ro_binds) {
-    auto [src, dst] = SplitBind(spec);
-    builder.AddReadOnlyBind(src, dst);
+    auto bind = SplitBind(spec, "--ro-bind");
+    if (!bind.ok()) return bind.status();
+    builder.AddReadOnlyBind(bind->first, bind->second);
   }
   for (const auto& spec : o.binds) {
-    auto [src, dst] = SplitBind(spec);
-    builder.AddWritableBind(src, dst);
+    auto bind = SplitBind(spec, "--bind");
+    if (!bind.ok()) return bind.status();
+    builder.AddWritableBind(bind->first, bind->second);
   }
   if (o.network == "host") builder.DangerAllowHostNetwork();
   else if (o.network != "none" && !o.network.starts_with("allow="))
@@ -197,6 +205,8 @@ StatusOr<std::optional<NetworkAllowSpec>> BuildNetworkSpec(const SandboxOptions&
   if (!o.network_limit.empty()) {
     auto limit = ParseSize(o.network_limit);
     if (!limit.ok()) return limit.status().Wrap("--network-limit");
+    // The proxy takes 0 for no limit at all: a limit of nothing would lift the cap it asks for.
+    if (*limit == 0) return Status::Error("--network-limit 0: give a size of at least 1 byte, or leave it out");
     spec.byte_limit = *limit;
   }
   spec.allow_private_addresses = o.allow_private_addresses;
@@ -344,11 +354,17 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
     if (o.command.empty())
       return Status::Error("nothing to run: give a command after --, or --lang with --code/--file");
     if (o.command[0].empty()) return Status::Error("the command after -- is an empty string");
+    // Only a batch job's JSON can carry one: execve would end the argument there, silently.
+    for (size_t i = 0; i < o.command.size(); ++i)
+      if (o.command[i].find('\0') != std::string::npos)
+        return Status::Error(fmt::format("argument {} of the command holds a NUL byte", i));
     ex.argv = o.command;
   }
   // Docker's rules: KEY=VALUE sets it, a bare KEY passes the host's value (and nothing when the host has none); the
   // files come first, so that --env wins.
   auto add_env = [&ex](const std::string& kv, const std::string& where) -> Status {
+    if (kv.find('\0') != std::string::npos)  // an environment string ends at its first NUL
+      return Status::Error(fmt::format("{}: '{}' holds a NUL byte", where, kv.substr(0, kv.find('\0'))));
     const auto eq = kv.find('=');
     const std::string key = kv.substr(0, eq);
     if (key.empty() || key.find_first_of(" \t") != std::string::npos)

@@ -110,3 +110,52 @@ TEST_CASE("a binary without its data says where data is looked for and names NSB
   CHECK(lang.exit_code == 125);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("an empty value is refused, naming the option, never read as the option left out", "[integration][options]") {
+  // `--workspace "$UNSET"` would otherwise run with a tmpfs and lose what the program writes; `--cases ""` would judge
+  // nothing and exit 0.
+  for (const char* option : {"--workspace", "--cases", "--memory", "--stdin", "--workdir", "--bind"}) {
+    auto r = RunNsboxRaw({"run", option, "", "--", "/bin/true"});
+    INFO(option << ": " << r.err);
+    CHECK(r.exit_code == 125);
+    CHECK(r.err == std::string("nsbox: ") + option + ": an empty value (leave the option out instead)\n");
+  }
+  // The command's own arguments may be empty, and so may a program's code.
+  auto args = RunNsboxRaw({"run", "--", "/bin/echo", "", "x"});
+  CHECK(args.exit_code == 0);
+  CHECK(args.out == " x\n");
+  CHECK(RunNsboxRaw({"run", "--lang", "sh", "--code", ""}).exit_code == 0);
+}
+
+TEST_CASE("a Docker-style SRC:DST:ro is refused, not bound writable at \"DST:ro\"", "[integration][options]") {
+  const std::string dir = MakeTempDir();
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+  auto r = RunNsboxRaw({"run", "--bind", dir + ":/data:ro", "--", "/bin/sh", "-c", "echo x > '/data:ro/f'"});
+  CHECK(r.exit_code == 125);
+  CHECK(r.err.find("more than one ':'") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir + "/f"));
+  CHECK(RunNsboxRaw({"run", "--ro-bind", dir + ":", "--", "/bin/true"}).exit_code == 125);
+  // An escaped ':' is part of a path, as before.
+  const std::string colon = dir + "/a:b";
+  REQUIRE(::mkdir(colon.c_str(), 0755) == 0);
+  auto escaped = RunNsboxRaw({"run", "--ro-bind", dir + "/a\\:b:/data", "--", "/bin/ls", "-d", "/data"});
+  CHECK(escaped.exit_code == 0);
+  CHECK(escaped.out == "/data\n");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--network-limit 0 is refused: the proxy would read it as no limit", "[integration][options]") {
+  auto r = RunNsboxRaw({"run", "--network", "allow=example.test", "--network-limit", "0", "--", "/bin/true"});
+  CHECK(r.exit_code == 125);
+  CHECK(r.err.find("--network-limit 0") != std::string::npos);
+}
+
+TEST_CASE("a NUL byte in an --env-file line is refused, not cut off there", "[integration][options]") {
+  const std::string dir = MakeTempDir();
+  const std::string file = dir + "/env";
+  std::ofstream(file) << std::string("A=1\0B=2\n", 8);
+  auto r = RunNsboxRaw({"run", "--env-file", file, "--", "/usr/bin/env"});
+  CHECK(r.exit_code == 125);
+  CHECK(r.err.find("holds a NUL byte") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

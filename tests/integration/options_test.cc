@@ -160,8 +160,11 @@ TEST_CASE("a bind source or destination holding ':' is written with \\:, and a l
   INFO(same.Describe());
   REQUIRE(same.status() == "ok");
   CHECK(same.out() == "inside\n");
-  // Unescaped, the first ':' still ends the source: a source that does not exist is named in the error.
-  CheckOneLineError({"run", "--ro-bind", odd + ":/x", "--", "/bin/true"}, "bind source '" + dir.path() + "/data'");
+  // Unescaped, the first ':' still ends the source: a source that does not exist is named in the error; and a
+  // second unescaped ':' is refused (Docker's SRC:DST:ro must not become a bind at "DST:ro").
+  CheckOneLineError({"run", "--ro-bind", dir.path() + "/data:/x", "--", "/bin/true"},
+                    "bind source '" + dir.path() + "/data'");
+  CheckOneLineError({"run", "--ro-bind", odd + ":/x", "--", "/bin/true"}, "more than one ':'");
 }
 
 TEST_CASE("nsbox mcp checks the sandbox options it passes through before it serves, exit 125",
