@@ -40,38 +40,59 @@ constexpr size_t kMaxJobLineBytes = 40 << 20;  // 16 MiB of code and 16 of stdin
 class LineReader {
  public:
   explicit LineReader(int fd) : fd_(fd) {}
-  // False at the end of input; `too_long` when the line was cut off. An error is a failed read.
-  StatusOr<bool> Next(std::string& line, bool& too_long) {
-    line.clear();
-    too_long = false;
+  enum Got { kLine, kEnd, kMore };
+  // The next line, without its newline; kEnd at the end of input. `too_long` when the line was longer than
+  // kMaxJobLineBytes (its text is dropped). Without `read_more`, kMore when no whole line is buffered: Fill() once the
+  // descriptor is readable (batch's loop polls it with its signals). An error is a failed read.
+  StatusOr<Got> Next(std::string& line, bool& too_long, bool read_more = true) {
     for (;;) {
-      size_t newline = buffer_.find('\n', start_);
+      const size_t newline = buffer_.find('\n', scanned_);
       if (newline != std::string::npos) {
-        if (!too_long) line.append(buffer_, start_, newline - start_);
-        start_ = newline + 1;
-        return true;
+        Take(newline, line, too_long);
+        return kLine;
       }
-      if (!too_long) line.append(buffer_, start_, std::string::npos);
-      buffer_.clear();
-      start_ = 0;
-      if (line.size() > kMaxJobLineBytes) {
-        too_long = true;
-        line.clear();
+      scanned_ = buffer_.size();
+      if (buffer_.size() - start_ > kMaxJobLineBytes) {  // drop the text, keep looking for the line's end
+        too_long_ = true;
+        buffer_.clear();
+        start_ = scanned_ = 0;
       }
-      if (eof_) return !line.empty() || too_long;
-      buffer_.resize(1 << 16);
-      ssize_t n = ::read(fd_, buffer_.data(), buffer_.size());
-      if (n < 0 && errno == EINTR) n = 0;
-      if (n < 0) return Status::Errno("read(JOBS)");
-      buffer_.resize(static_cast<size_t>(n));
-      if (n == 0) eof_ = true;
+      if (eof_) {
+        if (buffer_.size() == start_ && !too_long_) return kEnd;
+        Take(buffer_.size(), line, too_long);  // a last line without its newline
+        return kLine;
+      }
+      if (!read_more) return kMore;
+      NSBOX_RETURN_IF_ERROR(Fill());
     }
+  }
+  // One read(2): what is there (nothing when it would block), or the end of input.
+  Status Fill() {
+    if (start_ > 0) {
+      buffer_.erase(0, start_);
+      scanned_ -= start_;
+      start_ = 0;
+    }
+    char chunk[1 << 16];
+    const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+    if (n < 0) return errno == EINTR || errno == EAGAIN ? OkStatus() : Status::Errno("read(JOBS)");
+    if (n == 0) eof_ = true;
+    buffer_.append(chunk, static_cast<size_t>(n));
+    return OkStatus();
   }
 
  private:
+  void Take(size_t end, std::string& line, bool& too_long) {
+    too_long = too_long_;
+    line.assign(too_long_ ? std::string() : buffer_.substr(start_, end - start_));
+    start_ = scanned_ = std::min(end + 1, buffer_.size());
+    too_long_ = false;
+  }
+
   int fd_;
-  std::string buffer_;
-  size_t start_ = 0;
+  std::string buffer_;  // buffer_[start_, size) is not taken yet; no newline in [start_, scanned_)
+  size_t start_ = 0, scanned_ = 0;
+  bool too_long_ = false;
   bool eof_ = false;
 };
 
@@ -134,6 +155,8 @@ StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
   }
   struct stat before {};
   if (::fstat(fd.get(), &before) != 0) return Status::Errno(fmt::format("--output: fstat({})", path));
+  if (!S_ISREG(before.st_mode))  // a device or FIFO can be neither resumed from nor appended to safely
+    return Status::Error(fmt::format("--output {}: not a regular file", path));
   LineReader reader(fd.get());
   std::string line;
   bool too_long = false;
@@ -141,7 +164,7 @@ StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
   for (;;) {
     auto more = reader.Next(line, too_long);
     if (!more.ok()) return more.status().Wrap("--output");
-    if (!*more) break;
+    if (*more == LineReader::kEnd) break;
     ++number;
     total_bytes += line.size() + 1;
     // The last line without its newline was cut short, even when what was written parses: its job runs again.
@@ -352,7 +375,7 @@ uint64_t CountJobs(const std::string& path) {
   uint64_t count = 0;
   for (;;) {
     auto more = reader.Next(line, too_long);
-    if (!more.ok() || !*more) return count;
+    if (!more.ok() || *more == LineReader::kEnd) return count;
     if (too_long || !Blank(line)) ++count;
   }
 }
@@ -379,7 +402,10 @@ int Batch::Run() {
   if (auto timeout = ParseDuration(o_.program.timeout); !timeout.ok()) return fail(timeout.status().Wrap("--timeout"));
   if (auto limit = ParseSize(o_.program.output_limit); !limit.ok()) return fail(limit.status().Wrap("--output-limit"));
 
-  UniqueFd jobs_fd(o_.jobs_file == "-" ? ::dup(0) : ::open(o_.jobs_file.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO with no writer yet would block open() itself, out of reach of the stop signals. It is this
+  // open's own flag (stdin's, shared with the caller, is left alone): reads are only made when poll says readable.
+  UniqueFd jobs_fd(o_.jobs_file == "-" ? ::dup(0)
+                                       : ::open(o_.jobs_file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!jobs_fd) return fail(Status::Errno(fmt::format("open({})", o_.jobs_file)));
   if (struct stat st{}; ::fstat(jobs_fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
     return fail(Status::Error(fmt::format("{} is a directory", o_.jobs_file)));
@@ -417,18 +443,25 @@ int Batch::Run() {
   int stop_signal = 0;
   Status read_error;
   while (true) {
-    // Start what fits. Bad lines and jobs done already cost nothing and are answered at once.
+    // Start what fits. Bad lines and jobs done already cost nothing and are answered at once. JOBS is read only as far
+    // as it has whole lines: the rest waits for the poll below, with the signals and the jobs' ends (a pipe or FIFO
+    // whose writer is slow must not hold up a stop or the results).
+    bool want_input = false;
     while (!stopping_ && write_error_.ok() && !eof) {
       if (!next) {
         std::string text;
         bool too_long = false;
-        auto more = reader.Next(text, too_long);
+        auto more = reader.Next(text, too_long, /*read_more=*/false);
         if (!more.ok()) {
           read_error = more.status().Wrap(o_.jobs_file);
           StopAll();
           break;
         }
-        if (!*more) {
+        if (*more == LineReader::kMore) {
+          want_input = true;
+          break;
+        }
+        if (*more == LineReader::kEnd) {
           eof = true;
           break;
         }
@@ -468,8 +501,10 @@ int Batch::Run() {
     if (!write_error_.ok()) StopAll();
     if (running_.empty() && (eof || stopping_ || !write_error_.ok())) break;
     Progress(false);
-    struct pollfd fds[2] = {{signal_fd.get(), POLLIN, 0}, {done_event_.get(), POLLIN, 0}};
-    int ready = ::poll(fds, 2, tty_ ? 250 : -1);
+    struct pollfd fds[3] = {{signal_fd.get(), POLLIN, 0},
+                            {done_event_.get(), POLLIN, 0},
+                            {want_input ? jobs_fd.get() : -1, POLLIN, 0}};
+    int ready = ::poll(fds, 3, tty_ ? 250 : -1);
     if (ready < 0 && errno != EINTR) {
       read_error = Status::Errno("poll");
       StopAll();
@@ -483,6 +518,12 @@ int Batch::Run() {
     if (fds[1].revents & POLLIN) {
       uint64_t count = 0;
       (void)!::read(done_event_.get(), &count, sizeof count);
+    }
+    if (fds[2].revents != 0 && !stopping_) {  // readable, or its writer gone (end of input, or an error to read)
+      if (Status filled = reader.Fill(); !filled.ok()) {
+        read_error = filled.Wrap(o_.jobs_file);
+        StopAll();
+      }
     }
     Collect();
   }
