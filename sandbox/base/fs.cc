@@ -14,13 +14,18 @@
 namespace nsbox {
 
 StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO put where a file is expected would block open() with no writer; it is refused below. A file,
+  // a /proc file or a device reads as without it.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd) return Status::Errno(fmt::format("open({})", path));
   // Read straight into the string, sized by fstat where the file says its size (one byte more, so that the end of
   // file comes in the same buffer); a /proc file or a pipe says 0 and gets 4 KiB, grown as it comes. No bounce
   // through a stack buffer, whose fresh pages would each cost a page fault.
-  struct stat st;
-  size_t expected = ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0
+  struct stat st {};
+  const bool stated = ::fstat(fd.get(), &st) == 0;
+  if (stated && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+    return Status::Error(fmt::format("{}: a FIFO or socket, not a file", path));
+  size_t expected = stated && S_ISREG(st.st_mode) && st.st_size > 0
                         ? static_cast<size_t>(st.st_size) + 1 : 4096;
   std::string out;
   out.resize(std::min(max_bytes + 1, expected));

@@ -2,6 +2,7 @@
 #include "src/cli/sandbox_options.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -241,11 +242,25 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& o) {
 
 StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std::string_view what) {
   std::string path = source == "-" ? "/dev/stdin" : source;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO that no one opens for writing would block open() itself, before any time limit runs.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | (source == "-" ? 0 : O_NONBLOCK)));
   if (!fd) return Status::Errno(fmt::format("{}: open({})", what, source));
   struct stat st;
   if (::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
     return Status::Error(fmt::format("{}: {} is a directory", what, source));
+  if (source != "-" && S_ISFIFO(st.st_mode)) {
+    // A FIFO, or a pipe such as <(command): its writer gets a while to start, then it is read to its end.
+    constexpr int kFifoWaitMs = 10'000;
+    struct pollfd ready = {fd.get(), POLLIN, 0};
+    int n;
+    do {
+      n = ::poll(&ready, 1, kFifoWaitMs);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0)
+      return Status::Error(fmt::format("{}: {} is a FIFO nothing wrote to within {} s", what, source,
+                                       kFifoWaitMs / 1000));
+  }
+  if (source != "-") (void)::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   std::string data;
   char buf[65536];
   for (;;) {

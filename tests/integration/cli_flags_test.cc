@@ -1,13 +1,16 @@
-// Integration: the Docker-style flags (--workdir, --env KEY, --env-file), an unknown option named as such, and a
-// binary without its data told where data is looked for.
+// Integration: the Docker-style flags (--workdir, --env KEY, --env-file), an unknown option named as such, a binary
+// without its data told where data is looked for, and inputs that must be refused rather than half-read (empty values,
+// SRC:DST:ro, NUL bytes, a FIFO with no writer).
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -157,5 +160,26 @@ TEST_CASE("a NUL byte in an --env-file line is refused, not cut off there", "[in
   auto r = RunNsboxRaw({"run", "--env-file", file, "--", "/usr/bin/env"});
   CHECK(r.exit_code == 125);
   CHECK(r.err.find("holds a NUL byte") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--file from a FIFO: read once a writer comes; one that never comes is refused, not waited for forever",
+          "[integration][options]") {
+  const std::string dir = MakeTempDir();
+  const std::string fifo = dir + "/code";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // A writer half a second late: the code is read and run.
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::ofstream(fifo) << "echo from the fifo\n";
+  });
+  auto late = RunNsboxRaw({"run", "--lang", "sh", "--file", fifo});
+  writer.join();
+  CHECK(late.exit_code == 0);
+  CHECK(late.out == "from the fifo\n");
+  // No writer at all: open() must not block; after a bounded wait, a one-line refusal.
+  auto never = RunNsboxRaw({"run", "--lang", "sh", "--file", fifo});
+  CHECK(never.exit_code == 125);
+  CHECK(never.err.find("is a FIFO nothing wrote to within") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
