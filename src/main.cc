@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
@@ -191,6 +192,12 @@ int main(int argc, char** argv) {
     return nsbox::cli::FailBeforeRun("", e.what(), nsbox::cli::WantsJsonResult(argc, argv));
   } catch (const std::exception& e) {
     fmt::print(stderr, "nsbox: {}\n", e.what());
+    return nsbox::cli::kExitNsboxFailure;
+  }
+  // What a verb printed through stdio (profile check, image ls, doctor ...) and could not write (a full disk, a
+  // closed pipe) is an nsbox failure, said, not a silent success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "nsbox: writing the output: {}\n", std::strerror(errno != 0 ? errno : EIO));
     return nsbox::cli::kExitNsboxFailure;
   }
   return exit_code.value;

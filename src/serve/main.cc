@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -35,8 +36,8 @@ using nsbox::Status;
 using nsbox::StatusOr;
 using nsbox::UniqueFd;
 
+// nsbox's one code for its own failures, a bad option included (docs/cli.md).
 constexpr int kExitFailure = 125;
-constexpr int kExitUsage = 2;
 
 [[noreturn]] void Fail(int code, const std::string& message) {
   fmt::print(stderr, "nsbox serve: {}\n", message);
@@ -126,6 +127,11 @@ StatusOr<UniqueFd> ListenTcp(const std::string& host_port) {
   if (colon == std::string::npos || colon == 0 || colon + 1 == host_port.size())
     return Status::Error(fmt::format("--listen '{}': expected HOST:PORT", host_port));
   std::string host = host_port.substr(0, colon), port = host_port.substr(colon + 1);
+  // getaddrinfo takes any number for a numeric service and keeps its low 16 bits: 99999 would bind 34463.
+  unsigned port_number = 0;
+  auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), port_number);
+  if (error != std::errc() || end != port.data() + port.size() || port_number == 0 || port_number > 65535)
+    return Status::Error(fmt::format("--listen '{}': the port must be a number from 1 to 65535", host_port));
   if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   struct addrinfo hints = {}, *found = nullptr;
   hints.ai_socktype = SOCK_STREAM;
@@ -185,39 +191,40 @@ int main(int argc, char** argv) {
   app.add_option("--nsbox-binary", nsbox_bin, "the nsbox program (set by nsbox serve)")->group("");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    Fail(kExitFailure, e.what());  // one line, as every other verb's
   }
 
   // Checks first: nothing is made for a command line that is wrong.
   if (!listen.empty() && token_file.empty())
-    Fail(kExitUsage, "--listen needs --token-file: TCP is served only to clients with a bearer token");
-  if (listen.empty() && !token_file.empty()) Fail(kExitUsage, "--token-file is for --listen (TCP)");
-  if (nsbox_bin.empty()) Fail(kExitUsage, "run as `nsbox serve` (the nsbox program is not known)");
+    Fail(kExitFailure, "--listen needs --token-file: TCP is served only to clients with a bearer token");
+  if (listen.empty() && !token_file.empty()) Fail(kExitFailure, "--token-file is for --listen (TCP)");
+  if (nsbox_bin.empty()) Fail(kExitFailure, "run as `nsbox serve` (the nsbox program is not known)");
   config.nsbox_bin = nsbox_bin;
   for (const auto& pool : pools) {
     auto eq = pool.find('=');
     int n = -1;
     if (eq != std::string::npos && eq > 0) {
-      try {
-        n = std::stoi(pool.substr(eq + 1));
-      } catch (...) {
-      }
+      const std::string count = pool.substr(eq + 1);
+      auto [end, error] = std::from_chars(count.data(), count.data() + count.size(), n);
+      if (error != std::errc() || end != count.data() + count.size()) n = -1;  // "5abc" is not 5
     }
-    if (n < 0 || n > 256) Fail(kExitUsage, fmt::format("--pool '{}': expected TEMPLATE=N (0 to 256)", pool));
+    if (n < 0 || n > 256) Fail(kExitFailure, fmt::format("--pool '{}': expected TEMPLATE=N (0 to 256)", pool));
     config.pool[pool.substr(0, eq)] = n;
   }
   auto body_cap = nsbox::ParseSize(max_body);
-  if (!body_cap.ok()) Fail(kExitUsage, "--max-body: " + body_cap.status().message());
+  if (!body_cap.ok()) Fail(kExitFailure, "--max-body: " + body_cap.status().message());
   auto file_cap = nsbox::ParseSize(max_file);
-  if (!file_cap.ok()) Fail(kExitUsage, "--max-file-size: " + file_cap.status().message());
+  if (!file_cap.ok()) Fail(kExitFailure, "--max-file-size: " + file_cap.status().message());
   config.max_file_bytes = *file_cap;
   if (!memory_budget.empty()) {
     auto budget = nsbox::ParseSize(memory_budget);
-    if (!budget.ok()) Fail(kExitUsage, "--memory-budget: " + budget.status().message());
+    if (!budget.ok()) Fail(kExitFailure, "--memory-budget: " + budget.status().message());
     config.memory_budget_bytes = *budget;
   }
-  if (max_timeout == 0 || default_timeout == 0) Fail(kExitUsage, "--max-timeout and --default-timeout must be > 0");
+  if (max_timeout == 0 || default_timeout == 0) Fail(kExitFailure, "--max-timeout and --default-timeout must be > 0");
   config.max_timeout = std::chrono::seconds(max_timeout);
   config.default_timeout = std::chrono::seconds(std::min(default_timeout, max_timeout));
   if (!restricted.empty()) config.restricted_hosts = restricted;
@@ -227,7 +234,7 @@ int main(int argc, char** argv) {
   for (uid_t uid : allow_uids) access.allowed_uids.insert(uid);
   if (!token_file.empty()) {
     auto tokens = nsbox::serve::ReadTokenFile(token_file);
-    if (!tokens.ok()) Fail(kExitUsage, tokens.status().message());
+    if (!tokens.ok()) Fail(kExitFailure, tokens.status().message());
     access.tokens = std::move(*tokens);
   }
   auto openapi = nsbox::ReadFile(nsbox::DataDir() + "/docs/openapi.json", 4 << 20);
@@ -239,8 +246,8 @@ int main(int argc, char** argv) {
   }
   if (socket_path.empty()) socket_path = runtime_dir + "/api.sock";
   if (state_dir.empty()) state_dir = runtime_dir + "/serve-sessions";
-  if (Status s = CheckHiddenFromSandboxes("--socket", socket_path); !s.ok()) Fail(kExitUsage, s.message());
-  if (Status s = CheckHiddenFromSandboxes("--state-dir", state_dir); !s.ok()) Fail(kExitUsage, s.message());
+  if (Status s = CheckHiddenFromSandboxes("--socket", socket_path); !s.ok()) Fail(kExitFailure, s.message());
+  if (Status s = CheckHiddenFromSandboxes("--state-dir", state_dir); !s.ok()) Fail(kExitFailure, s.message());
   if (Status s = nsbox::session::EnsureStateRoot(state_dir); !s.ok()) Fail(kExitFailure, "--state-dir: " + s.message());
   auto state_lock = LockStateDir(state_dir);
   if (!state_lock.ok()) Fail(kExitFailure, state_lock.status().message());

@@ -183,3 +183,13 @@ TEST_CASE("--file from a FIFO: read once a writer comes; one that never comes is
   CHECK(never.err.find("is a FIFO nothing wrote to within") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("output a verb could not write (a full disk) is an error, exit 125, not a silent success",
+          "[integration][options]") {
+  for (const char* verb : {"profile check strict", "image ls --json", "doctor --json"}) {
+    auto r = RunProcess({"/bin/sh", "-c", NsboxBinary() + " " + verb + " > /dev/full"});
+    INFO(verb << ": " << r.err);
+    CHECK(r.exit_code == 125);
+    CHECK(r.err.find("No space left on device") != std::string::npos);
+  }
+}

@@ -48,11 +48,28 @@ class CommandLine(unittest.TestCase):
         self.assertFalse(os.path.exists(sock), "a refused server left its socket")
         return run.returncode, lines
 
-    def test_tcp_without_a_token_file_refuses_to_start_with_exit_2(self):
+    def test_tcp_without_a_token_file_refuses_to_start_with_exit_125(self):
         rc, lines = self.refused(["--listen", f"127.0.0.1:{free_port()}"])
-        self.assertEqual(rc, 2, lines)
+        self.assertEqual(rc, 125, lines)
         self.assertEqual(len(lines), 1, f"not a one-line error: {lines}")
         self.assertIn("token", lines[0])
+
+    def test_bad_options_are_one_line_and_exit_125_as_every_verb_s(self):
+        root = Server().root
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", root]))
+        token = os.path.join(root, "tokens")
+        os.makedirs(root, exist_ok=True)
+        with open(token, "w") as f:
+            f.write(secrets.token_hex(16) + "\n")
+        os.chmod(token, 0o600)
+        for args, words in [(["--bogus"], "--bogus"), (["--allow-uid", "-1"], "--allow-uid"),
+                            (["--pool", "host=5abc"], "--pool"),
+                            # getaddrinfo would keep the low 16 bits of 99999 and bind port 34463
+                            (["--listen", "127.0.0.1:99999", "--token-file", token], "from 1 to 65535")]:
+            rc, lines = self.refused(args)
+            self.assertEqual((rc, len(lines)), (125, 1), (args, lines))
+            self.assertIn(words, lines[0])
+            self.assertTrue(lines[0].startswith("nsbox serve: "), lines)
 
     def test_a_missing_token_file_refuses_to_start_naming_it(self):
         missing = f"/nonexistent/nsbox-tokens-{secrets.token_hex(4)}"
@@ -73,7 +90,7 @@ class CommandLine(unittest.TestCase):
             run = subprocess.run([NSBOX, "serve", "--socket", argv["--socket"], "--state-dir", argv["--state-dir"]],
                                  capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
             lines = run.stderr.decode(errors="replace").strip().splitlines()
-            self.assertEqual((run.returncode, len(lines)), (2, 1), (flag, path, lines))
+            self.assertEqual((run.returncode, len(lines)), (125, 1), (flag, path, lines))
             self.assertIn(flag, lines[0])
             self.assertIn(words, lines[0])
         self.assertFalse(os.path.exists("/usr/local/api.sock") or os.path.exists("/usr/local/state"))
