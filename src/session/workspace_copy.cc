@@ -131,18 +131,22 @@ StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::
   std::string target = host_path;
   struct stat host_st;
   if (::stat(target.c_str(), &host_st) == 0 && S_ISDIR(host_st.st_mode)) target += "/" + BaseName(rel);
-  // O_NOFOLLOW: a link as the host file (even one pointing nowhere) is refused, not written through.
-  UniqueFd out(
-      ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW, 0644));
-  if (!out && errno == ELOOP)
-    return Status::Error(ErrorKind::kRefused,
-                         fmt::format("refusing to write {}: a symbolic link (give the path it leads to)", target));
-  if (!out) return Status::Errno(fmt::format("open({})", target));
-  struct stat out_st;
-  if (::fstat(out.get(), &out_st) != 0 || !S_ISREG(out_st.st_mode))
-    return Status::Error(ErrorKind::kRefused, fmt::format("refusing to write {}: not a regular file", target));
-  NSBOX_RETURN_IF_ERROR(WriteAllFd(out.get(), *data, target));
-  return static_cast<uint64_t>(data->size());
+  const auto slash = target.find_last_of('/');
+  const std::string dir_path = slash == std::string::npos ? "." : slash == 0 ? "/" : target.substr(0, slash);
+  const std::string name = slash == std::string::npos ? target : target.substr(slash + 1);
+  UniqueFd dir(::open(dir_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return Status::Errno(fmt::format("open({})", dir_path));
+  // A link as the host file (even one pointing nowhere) is refused, not written through; so is anything but a file.
+  struct stat old;
+  if (::fstatat(dir.get(), name.c_str(), &old, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISLNK(old.st_mode))
+      return Status::Error(ErrorKind::kRefused,
+                           fmt::format("refusing to write {}: a symbolic link (give the path it leads to)", target));
+    if (!S_ISREG(old.st_mode))
+      return Status::Error(ErrorKind::kRefused, fmt::format("refusing to write {}: not a regular file", target));
+  }
+  // Written whole beside it, then renamed over it: a copy cut short (a kill, a full disk) leaves the old file alone.
+  return WriteAndRename(dir.get(), name, *data, static_cast<uid_t>(-1), static_cast<gid_t>(-1), target);
 }
 
 namespace {
@@ -162,33 +166,51 @@ struct ActAsSandboxUser {
   }
 };
 
-// A fresh file under a private name in `dir`, owned by the sandbox user, then renamed over `name`: a link or FIFO the
-// sandbox put there is replaced, never followed or opened.
-StatusOr<uint64_t> ReplaceFile(int dir, const std::string& name, const std::string& data, uid_t uid, gid_t gid,
-                               const std::string& shown) {
-  ActAsSandboxUser as_sandbox_user(uid, gid);
+}  // namespace
+
+StatusOr<uint64_t> WriteAndRename(int dir, const std::string& name, const std::string& data, uid_t uid, gid_t gid,
+                                  const std::string& shown) {
   unsigned char random[6];
   if (::getrandom(random, sizeof random, 0) != sizeof random) return Status::Errno("getrandom");
   std::string tmp = ".nsbox-cp-";
   for (unsigned char b : random) tmp += fmt::format("{:02x}", b);
-  UniqueFd out(::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (!out) return Status::Errno(fmt::format("openat({}, O_CREAT|O_EXCL)", shown));
-  auto remove_tmp = [&] { ::unlinkat(dir, tmp.c_str(), 0); };
-  if (::fchown(out.get(), uid, gid) != 0) {
-    Status s = Status::Errno(fmt::format("fchown({}, {}, {})", shown, uid, gid));
-    remove_tmp();
-    return s;
+  // O_TMPFILE: the file has no name until it is whole, so a writer killed midway leaves nothing behind. A filesystem
+  // without it gets a private name at once (removed on every error, but not after a kill).
+  bool named = false;
+  UniqueFd out(::openat(dir, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644));
+  if (!out) {
+    if (errno != EOPNOTSUPP && errno != EISDIR) return Status::Errno(fmt::format("openat({}, O_TMPFILE)", shown));
+    out.reset(::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!out) return Status::Errno(fmt::format("openat({}, O_CREAT|O_EXCL)", shown));
+    named = true;
   }
-  if (Status s = WriteAllFd(out.get(), data, shown); !s.ok()) {
-    remove_tmp();
+  auto fail = [&](Status s) {
+    if (named) ::unlinkat(dir, tmp.c_str(), 0);
     return s;
+  };
+  if (uid != static_cast<uid_t>(-1) && ::fchown(out.get(), uid, gid) != 0)
+    return fail(Status::Errno(fmt::format("fchown({}, {}, {})", shown, uid, gid)));
+  if (Status s = WriteAllFd(out.get(), data, shown); !s.ok()) return fail(s);
+  if (!named) {
+    // Named now that it is whole (linkat cannot replace a file, so under the private name first).
+    const std::string self = fmt::format("/proc/self/fd/{}", out.get());
+    if (::linkat(AT_FDCWD, self.c_str(), dir, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0)
+      return Status::Errno(fmt::format("linkat({})", shown));
+    named = true;
   }
-  if (::renameat(dir, tmp.c_str(), dir, name.c_str()) != 0) {
-    Status s = Status::Errno(fmt::format("renameat({})", shown));
-    remove_tmp();
-    return s;
-  }
+  if (::renameat(dir, tmp.c_str(), dir, name.c_str()) != 0)
+    return fail(Status::Errno(fmt::format("renameat({})", shown)));
   return static_cast<uint64_t>(data.size());
+}
+
+namespace {
+
+// WriteAndRename as the sandbox user, owned by it: a link or FIFO the sandbox put at `name` is replaced, never
+// followed or opened.
+StatusOr<uint64_t> ReplaceFile(int dir, const std::string& name, const std::string& data, uid_t uid, gid_t gid,
+                               const std::string& shown) {
+  ActAsSandboxUser as_sandbox_user(uid, gid);
+  return WriteAndRename(dir, name, data, uid, gid, shown);
 }
 
 }  // namespace

@@ -16,8 +16,14 @@ namespace nsbox::session {
 // outside /workspace and "." or ".." components.
 StatusOr<std::string> WorkspaceRelativePath(const std::string& path);
 
-// Copies the regular file `rel` under `workspace_fd` to `host_path` (a directory receives the file's name). Returns
-// the bytes copied.
+// Writes `data` as a new file in the directory `dir` (O_TMPFILE, named only once whole) and renames it over `name`:
+// the old file, a link or a FIFO there is replaced, never followed, and a writer killed midway leaves nothing.
+// uid/gid: its owner, or -1 to keep the caller's. `shown` names the file in errors.
+StatusOr<uint64_t> WriteAndRename(int dir, const std::string& name, const std::string& data, uid_t uid, gid_t gid,
+                                  const std::string& shown);
+
+// Copies the regular file `rel` under `workspace_fd` to `host_path` (a directory receives the file's name), written
+// beside it and renamed over it, so that a copy cut short leaves the old file as it was. Returns the bytes copied.
 StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::string& host_path, uint64_t max_bytes);
 // Copies the host file `host_path` to `rel` under `workspace_fd` (an existing directory or "" receives the file's
 // name), owned by the sandbox user (host ids `uid`, `gid`), replaced atomically. Returns the bytes copied.

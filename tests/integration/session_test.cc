@@ -885,6 +885,54 @@ TEST_CASE("cp copies regular files both ways, owned by the sandbox user inside",
   std::filesystem::remove(host_out);
 }
 
+TEST_CASE("cp killed midway leaves neither a partial file in the workspace nor a damaged host file",
+          "[session][cp]") {
+  Sessions s;
+  std::string id = s.Create({"--tmpfs-size", "512M"});
+  const std::string big = s.state_dir + "/../nsbox-cp-big-" + id;
+  {
+    std::ofstream out(big, std::ios::binary);
+    std::string chunk(1 << 20, 'x');
+    for (int i = 0; i < 48; ++i) out << chunk;
+  }
+  REQUIRE(s.Nsbox({"cp", big, id + ":whole.bin"}).code == 0);
+  // Kills at moments spread over the copy's life (it takes some tens of milliseconds each way).
+  for (int i = 0; i < 8; ++i) {
+    const auto delay = std::chrono::milliseconds(5 + 12 * i);
+    pid_t in = ::fork();
+    if (in == 0) {
+      ::execl(NsboxBin().c_str(), "nsbox", "cp", big.c_str(), (id + ":in" + std::to_string(i) + ".bin").c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    std::this_thread::sleep_for(delay);
+    ::kill(in, SIGKILL);
+    ::waitpid(in, nullptr, 0);
+    const std::string host = s.state_dir + "/../nsbox-cp-out-" + std::to_string(i) + "-" + id;
+    { std::ofstream(host) << "ORIGINAL\n"; }
+    pid_t out = ::fork();
+    if (out == 0) {
+      ::execl(NsboxBin().c_str(), "nsbox", "cp", (id + ":whole.bin").c_str(), host.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    std::this_thread::sleep_for(delay);
+    ::kill(out, SIGKILL);
+    ::waitpid(out, nullptr, 0);
+    // The host file is the old one or the whole new one, never a part.
+    const auto size = std::filesystem::file_size(host);
+    CHECK((size == 9 || size == 48u << 20));
+    std::filesystem::remove(host);
+  }
+  // In the workspace: whole copies only, and no temporary file of a killed copy.
+  json listing =
+      s.Sh(id, "ls -A /workspace; for f in /workspace/*; do [ $(stat -c %s $f) = 50331648 ] || echo PART $f; done");
+  INFO(listing["stdout"].get<std::string>());
+  CHECK(listing["stdout"].get<std::string>().find(".nsbox-cp") == std::string::npos);
+  CHECK(listing["stdout"].get<std::string>().find("PART") == std::string::npos);
+  std::filesystem::remove(big);
+}
+
 TEST_CASE("cp refuses links out of the workspace, FIFOs, devices, oversized files and malformed paths",
           "[session][cp]") {
   Sessions s;
