@@ -171,8 +171,9 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
           {"cpus", o.no_limits ? 0.0 : o.cpus},
           {"tmpfs_size", o.tmpfs_size}}},
     };
-    auto record = session::LaunchSupervisor(std::move(config));
-    if (!record.ok()) return fail(record.status());
+    auto launched = session::LaunchSupervisor(std::move(config));
+    if (!launched.ok()) return fail(launched.status());
+    const nlohmann::json* record = &launched->record;
     const std::string id = (*record)["id"].get<std::string>();
     std::string line = id + "\n";
     if (create_json) {
@@ -186,17 +187,13 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
                             {"state_dir", root + "/" + (*record)["id"].get<std::string>()}};
       line = out.dump() + "\n";
     }
-    // An id the caller never gets is a session no one would end before its idle time-out: end it now, and fail.
+    // An id the caller never gets is a session no one would end before its idle time-out: unclaimed, it ends (also
+    // when this command is killed before it got here).
     if (int err = WriteAll(1, line); err != 0) {
-      auto made = session::FindSession(root, id);
-      if (made.ok()) {
-        session::RequestOutcome outcome;
-        auto removed =
-            session::Request(*made, {{"op", "rm"}}, {.deadline = session::kRemoveDeadline, .outcome = &outcome});
-        if (!removed.ok() && !outcome.answered) (void)session::EndUnresponsiveSession(*made);
-      }
+      launched->Disown(session::kRemoveDeadline);
       return fail(Status::Errno("writing the new session's id (the session was ended again)", err));
     }
+    launched->Claim();
   });
 
   // ls

@@ -417,6 +417,19 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
 
   Server server(config, std::move(*session), std::move(*listener), proxy.get());
   (void)WriteAll(ready_fd, "ok " + record.dump() + "\n");
+  // The session is the creator's once it has passed the id on and says so with one byte. A creator that ended first
+  // (a signal, SIGKILL included, or a failed write) closes its end: a session whose id no one got ends at once, not
+  // at its idle time-out.
+  char claimed = 0;
+  ssize_t n;
+  do {
+    n = ::read(ready_fd, &claimed, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1 || claimed != 'C') {
+    // The creator waits for the end of this descriptor (its last copy goes with pid 1) to know the session is gone.
+    server.Shutdown("the command that created it could not pass the session's id on", 0);
+    return 0;
+  }
   ::close(ready_fd);
   server.Serve();
   return 0;
@@ -424,9 +437,27 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
 
 }  // namespace
 
-StatusOr<nlohmann::json> LaunchSupervisor(SupervisorConfig config) {
+void LaunchedSupervisor::Disown(std::chrono::milliseconds deadline) {
+  const char byte = 'N';
+  if (::write(claim.get(), &byte, 1) == 1) {
+    // End of file once the supervisor and the session's pid 1, which hold its other end, are gone.
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    char ignored[64];
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      struct pollfd fd = {claim.get(), POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&fd, 1, static_cast<int>(left.count())) == 0) break;
+      const ssize_t n = ::read(claim.get(), ignored, sizeof ignored);
+      if (n == 0 || (n < 0 && errno != EINTR)) break;
+    }
+  }
+  claim.reset();
+}
+
+StatusOr<LaunchedSupervisor> LaunchSupervisor(SupervisorConfig config) {
+  // Both ways: the supervisor says "ok RECORD" (or why not), and the creator answers one byte once it passed the id on.
   int ready[2];
-  if (::pipe2(ready, O_CLOEXEC) != 0) return Status::Errno("pipe2(ready)");
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ready) != 0) return Status::Errno("socketpair(ready)");
   UniqueFd ready_read(ready[0]), ready_write(ready[1]);
   pid_t first = ::fork();
   if (first < 0) return Status::Errno("fork(supervisor)");
@@ -468,12 +499,12 @@ StatusOr<nlohmann::json> LaunchSupervisor(SupervisorConfig config) {
     if (n <= 0) break;
     message.append(buffer, static_cast<size_t>(n));
   }
-  ready_read.reset();
   if (auto newline = message.find('\n'); newline != std::string::npos) message.resize(newline);
   if (message.starts_with("ok ")) {
     auto record = nlohmann::json::parse(message.substr(3), nullptr, false);
-    if (!record.is_discarded()) return record;
+    if (!record.is_discarded()) return LaunchedSupervisor{std::move(record), std::move(ready_read)};
   }
+  ready_read.reset();
   RemoveSessionDir(config.dir);
   if (message.starts_with("error ")) return Status::Error(message.substr(6));
   return Status::Error("the session supervisor ended before it was ready");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/base/status.h"
+#include "sandbox/base/unique_fd.h"
 #include "sandbox/policy.h"
 
 namespace nsbox::cli {
@@ -32,9 +34,24 @@ struct SupervisorConfig {
   nlohmann::json record;           // what session.json says besides the pids (options, limits, owner)
 };
 
+// A supervisor that is ready, and waits to be claimed before it serves.
+struct LaunchedSupervisor {
+  nlohmann::json record;  // what session.json says
+  // Claim() once the session's id has reached whoever asked for it. Until then the session is provisional: if this
+  // descriptor closes unclaimed (the creating command failed, or was killed, SIGKILL included), the session ends.
+  UniqueFd claim;
+  void Claim() {
+    const char byte = 'C';
+    (void)!::write(claim.get(), &byte, 1);
+    claim.reset();
+  }
+  // Gives it up: the session ends; waits until it has (at most `deadline`).
+  void Disown(std::chrono::milliseconds deadline);
+};
+
 // Double-forks a supervisor (new session, stdio on /dev/null, so it outlives the calling command), which starts the
-// sandbox, listens on <dir>/socket and writes <dir>/session.json. Returns that record once the supervisor serves,
+// sandbox, listens on <dir>/socket and writes <dir>/session.json. Returns that record once the supervisor is ready,
 // or the error that stopped it (the directory is removed then).
-StatusOr<nlohmann::json> LaunchSupervisor(SupervisorConfig config);
+StatusOr<LaunchedSupervisor> LaunchSupervisor(SupervisorConfig config);
 
 }  // namespace nsbox::session
