@@ -147,6 +147,8 @@ class SessionSandbox {
   // The verdict's inputs from the helper's reports; counters_before: the session cgroup's counters when the exec
   // began (Cgroup::ReadCounters), the exec's limits report what grew since (unset: no limits report).
   void GatherVerdict(SessionHelper& helper, const CgroupStats* counters_before, VerdictInputs* in);
+  // in->limits: what the session's limits did since `counters_before` (they only grow; other execs' count too).
+  void AddLimits(const CgroupStats& counters_before, VerdictInputs* in) const;
 
   Policy policy_;
   std::atomic<pid_t> pid1_{-1};  // -1 once Terminate has reaped it; read by info requests on other threads
@@ -180,6 +182,25 @@ class SessionSandbox {
 
   // The resident process (a REPL's interpreter).
   std::timed_mutex resident_mutex_;  // one request at a time; a waiting one gives up at its time limit
+  // Execs and cells under way, and how many ever started: whether one ran beside another (RequestWindow).
+  std::atomic<int> requests_active_{0};
+  std::atomic<uint64_t> requests_started_{0};
+  // One request's time in the session: Shared() when another ran during any part of it (the counters are then not
+  // this request's alone).
+  class RequestWindow {
+   public:
+    explicit RequestWindow(SessionSandbox& s)
+        : s_(s), others_at_start_(s.requests_active_++), number_(++s.requests_started_) {}
+    ~RequestWindow() { --s_.requests_active_; }
+    RequestWindow(const RequestWindow&) = delete;
+    RequestWindow& operator=(const RequestWindow&) = delete;
+    bool Shared() const { return others_at_start_ > 0 || s_.requests_started_ != number_; }
+
+   private:
+    SessionSandbox& s_;
+    const int others_at_start_;
+    const uint64_t number_;
+  };
   std::unique_ptr<SessionHelper> resident_;
   UniqueFd resident_channel_;
   bool resident_lost_ = false;  // the previous one died: the next request says so

@@ -182,17 +182,20 @@ void SessionSandbox::GatherVerdict(SessionHelper& h, const CgroupStats* counters
     in->peak_memory_bytes = static_cast<uint64_t>(h.max_rss_kb) * 1024;
   }
   h.seccomp.Report(in);
-  if (!counters_before) return;
+  if (counters_before) AddLimits(*counters_before, in);
+}
+
+void SessionSandbox::AddLimits(const CgroupStats& counters_before, VerdictInputs* in) const {
   if (!cgroup_) {
     in->limits = LimitsReport{};
     in->limits->backend = "none";
     return;
   }
   CgroupStats stats = cgroup_->ReadStats();
-  stats.oom_kills -= std::min(stats.oom_kills, counters_before->oom_kills);
-  stats.pids_limit_events -= std::min(stats.pids_limit_events, counters_before->pids_limit_events);
+  stats.oom_kills -= std::min(stats.oom_kills, counters_before.oom_kills);
+  stats.pids_limit_events -= std::min(stats.pids_limit_events, counters_before.pids_limit_events);
   stats.pids_limit_hit = stats.pids_limit_events > 0;
-  stats.cpu_throttled_us -= std::min(stats.cpu_throttled_us, counters_before->cpu_throttled_us);
+  stats.cpu_throttled_us -= std::min(stats.cpu_throttled_us, counters_before.cpu_throttled_us);
   in->limits = cgroup_->ReportFrom(*policy_.cgroup_limits(), stats);
   in->measurement_errors = stats.read_errors;
 }
@@ -204,6 +207,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   if (terminating_) return SetupError("the session is ending");
   if (ex.argv.empty()) return SetupError("nothing to run: empty command");
   if (std::string why = CheckOutputLimit(ex.output_limit_bytes); !why.empty()) return SetupError(why);
+  RequestWindow window(*this);
   const CgroupStats counters_before = cgroup_ ? cgroup_->ReadCounters() : CgroupStats{};
   // The program's stdin is a pipe the supervisor fills, never the descriptor the client sent (stdin_feeder.h).
   StdinFeeder stdin_feeder;
@@ -275,6 +279,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
     in.limits->memory_max_bytes = std::min(in.limits->memory_max_bytes, ex.memory_max_bytes);
   }
   if (terminating_) in.session_ended = SessionEndedReason("exec");
+  in.counters_shared = window.Shared();
   in.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   Result result = MakeVerdict(std::move(in));
   if (on_ran) on_ran(result);
@@ -319,8 +324,11 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
     turn.result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - arrived).count();
     return turn;
   }
-  // The time limit is the request's own, from when it has the process.
+  // The time limit is the request's own, from when it has the process. The session's counters, as for an exec: what
+  // the limits did while this request ran (an OOM kill of the process itself among it).
   const auto started = Clock::now();
+  RequestWindow window(*this);
+  const CgroupStats counters_before = cgroup_ ? cgroup_->ReadCounters() : CgroupStats{};
   // A process that died between requests (killed from an exec, say) is replaced, and the loss reported. So is one
   // whose channel holds bytes that no request asked for: its next answer could be anything.
   if (resident_) {
@@ -413,6 +421,8 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
     // The process lives on: the answer is the outcome, which the caller reads from it (status ok until it says).
     in.kind = VerdictInputs::Kind::kSessionExec;
     in.program_status = 0;
+    AddLimits(counters_before, &in);
+    in.counters_shared = window.Shared();
     turn.result = MakeVerdict(std::move(in));
   } else {
     // Timed out, cancelled, crashed or out of step: the process goes, and the next request starts a fresh one.
@@ -421,10 +431,11 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
     h.control.ReadSetupFailure(&h.setup_failure);
     supervisor.DrainOutput();
     supervisor.TakeOutput(&in);
-    GatherVerdict(h, nullptr, &in);
+    GatherVerdict(h, &counters_before, &in);
     in.timed_out = turn.timed_out;
     in.cancelled = turn.cancelled;
     in.wall_timeout = options.wall_timeout;
+    in.counters_shared = window.Shared();
     if (terminating_) turn.session_ended = SessionEndedReason("cell");
     turn.result = MakeVerdict(std::move(in));
     DropResident();

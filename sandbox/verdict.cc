@@ -20,13 +20,16 @@ uint64_t MemoryMax(const VerdictInputs& in) { return in.limits ? in.limits->memo
 
 // Adds to the reason what the limits did to a program that ended otherwise: the pids limit reached (a program that
 // could not fork often says no more than "Resource temporarily unavailable"), processes the OOM killer ended while
-// the program itself lived on (a worker, a subprocess).
-void NoteLimitsHit(Result* result) {
+// the program itself lived on (a worker, a subprocess), or in the session while other requests ran too.
+void NoteLimitsHit(Result* result, bool counters_shared) {
   if (!result->limits) return;
   const LimitsReport& limits = *result->limits;
   if (limits.oom_kills > 0 && result->status != RunStatus::kOom)
-    result->reason += fmt::format("; the OOM killer ended {} process{} at the memory limit of {} bytes",
-                                  limits.oom_kills, limits.oom_kills == 1 ? "" : "es", limits.memory_max_bytes);
+    result->reason += fmt::format("; the OOM killer ended {} process{} at the memory limit of {} bytes{}",
+                                  limits.oom_kills, limits.oom_kills == 1 ? "" : "es", limits.memory_max_bytes,
+                                  counters_shared ? " (in the session, while other execs ran too: this program's "
+                                                    "or theirs)"
+                                                  : "");
   if (limits.pids_limit_hit)
     result->reason += fmt::format("; the pids limit of {} was reached (a fork or a new thread failed with EAGAIN)",
                                   limits.pids_max);
@@ -46,7 +49,7 @@ void FromProgramStatus(const VerdictInputs& in, int ws, Result* result) {
     result->status = result->signal == SIGSYS ? RunStatus::kViolation : RunStatus::kSignal;
   }
   result->reason = result->status == RunStatus::kViolation ? "killed by the seccomp policy (SIGSYS)" : ExitReason(ws);
-  if (result->signal == SIGKILL && OomKills(in) > 0) {
+  if (result->signal == SIGKILL && OomKills(in) > 0 && !in.counters_shared) {
     result->status = RunStatus::kOom;
     result->reason = fmt::format("killed by the OOM killer: the {}memory limit of {} bytes was reached",
                                  in.kind == Kind::kSessionExec ? "session's " : "", MemoryMax(in));
@@ -115,7 +118,7 @@ Result MakeVerdict(VerdictInputs in) {
   Decide(in, &result);
   result.limits = std::move(in.limits);
   result.measurement_errors = std::move(in.measurement_errors);
-  NoteLimitsHit(&result);
+  NoteLimitsHit(&result, in.counters_shared);
   // Killed because the session ended (rm, its lifetime): say that, not only which signal.
   if (!in.session_ended.empty() && result.status == RunStatus::kSignal && result.signal == SIGKILL)
     result.reason = in.session_ended + "; the exec was killed";

@@ -41,10 +41,13 @@ struct VerdictInputs {
   bool timed_out = false;
   bool cancelled = false;  // Sandbox::Kill, a session client that went away
   std::chrono::milliseconds wall_timeout{0};
-  // The limits and what they measured for this program; unset: no report (a REPL cell). backend "none": no cgroup.
+  // The limits and what they measured for this program; unset: no report. backend "none": no cgroup.
   std::optional<LimitsReport> limits;
   // The cgroup counters that could not be read ("<file>: <why>"): a SIGKILL's cause is then not known.
   std::vector<std::string> measurement_errors;
+  // A session's request that ran beside others: the limits' counters are the session's, and an OOM kill among them
+  // may have been another request's; a SIGKILL is then not taken for this one's OOM.
+  bool counters_shared = false;
   // Non-empty: the session ended while this exec ran ("the session ended while the exec ran (removed …)").
   std::string session_ended;
   CapturedStream stdout_stream, stderr_stream;

@@ -114,7 +114,6 @@ Result RunCell(SessionSandbox& session, const std::string& code, const ResidentO
   if (turn.restarted_out_of_step)
     result.reason += "; an earlier cell wrote to the REPL's channel (fd 3), which put it out of step: the "
                      "interpreter was restarted before this cell and its state is lost";
-  // No per-cell limits report: the cgroup's counters are the session's, and a cell is meant to be cheap.
   SetExtra(result, "repl", repl);
   changed.AddTo(result);
   return result;

@@ -573,6 +573,26 @@ TEST_CASE("a cell's --env reaches the running interpreter and stays for later ce
   CHECK(replaced["repl"]["value"] == "'v2'");
 }
 
+TEST_CASE("a cell past the session's memory limit is an oom, as a script's would be", "[session][repl][cgroup]") {
+  if (::geteuid() != 0) {
+    nsbox::testing::RecordSkip("session", "repl oom", "needs root for the session's memory limit");
+    return;
+  }
+  Sessions s;
+  std::string id = s.Create({"--memory", "128M"});
+  json cell = json::parse(s.Nsbox({"exec", id, "--json", "--repl", "--lang", "python", "--code",
+                                   "b = bytearray(400 * 1024 * 1024)"}).out);
+  CHECK(cell["status"] == "oom");
+  CHECK(cell["limits"]["oom_kills"] == 1);
+  CHECK(cell["repl"]["interpreter_killed"] == true);
+  CHECK(cell["reason"].get<std::string>().find("OOM killer") != std::string::npos);
+  // The next cell has a fresh interpreter, and its own limits report.
+  json next = json::parse(s.Nsbox({"exec", id, "--json", "--repl", "--lang", "python", "--code", "1 + 1"}).out);
+  CHECK(next["status"] == "ok");
+  CHECK(next["repl"]["state_lost"] == true);
+  CHECK(next["limits"]["oom_kills"] == 0);
+}
+
 TEST_CASE("a crashing cell loses the interpreter's state but not the session", "[session][repl]") {
   Sessions s;
   std::string id = s.Create();
@@ -677,6 +697,32 @@ TEST_CASE("sys.exit in a cell reports its exit code as a script's would, and the
   json after = s.Cell(id, "kept");
   CHECK(after["repl"]["value"] == "'yes'");
   CHECK(after["repl"]["state_lost"] == false);
+}
+
+TEST_CASE("an exec beside another one's OOM keeps its own verdict", "[session][cgroup]") {
+  if (::geteuid() != 0) {
+    nsbox::testing::RecordSkip("session", "oom beside", "needs root for the session's memory limit");
+    return;
+  }
+  Sessions s;
+  std::string id = s.Create({"--memory", "128M"});
+  Output innocent;
+  std::thread beside([&] {
+    innocent = Run({NsboxBin(), "exec", id, "--json", "--", "/bin/sh", "-c", "sleep 2; kill -9 $$"});
+  });
+  std::this_thread::sleep_for(500ms);
+  json bomb = json::parse(s.Nsbox({"exec", id, "--json", "--", "/usr/bin/python3", "-c",
+                                   "b = bytearray(400 * 1024 * 1024)"}).out);
+  beside.join();
+  CHECK(bomb["status"] == "signal");  // it ran beside the other: its SIGKILL is not known to be its own OOM
+  json own = innocent.Json();
+  CHECK(own["status"] == "signal");  // killed itself: not an OOM, though the session's counter moved meanwhile
+  CHECK(own["signal"] == 9);
+  CHECK(own["reason"].get<std::string>().find("while other execs ran too") != std::string::npos);
+  // Alone, the same allocation is an OOM.
+  json alone = json::parse(s.Nsbox({"exec", id, "--json", "--", "/usr/bin/python3", "-c",
+                                    "b = bytearray(400 * 1024 * 1024)"}).out);
+  CHECK(alone["status"] == "oom");
 }
 
 TEST_CASE("an exec's peak memory is its own, not the supervisor's nor an earlier exec's", "[session]") {
@@ -1056,7 +1102,7 @@ TEST_CASE("session rm given one session twice (by id and by name) ends it once a
   // An empty --name is a bad name, not "no name".
   Output empty_name = s.Nsbox({"session", "create", "--name", ""});
   CHECK(empty_name.code == 125);
-  CHECK(empty_name.err.find("--name ''") != std::string::npos);
+  CHECK(empty_name.err.find("--name: an empty value") != std::string::npos);
   CHECK(s.Nsbox({"session", "ls", "--json"}).Json().empty());
 }
 

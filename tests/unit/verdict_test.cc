@@ -108,6 +108,18 @@ TEST_CASE("SIGKILL while the OOM killer counted a kill is an OOM at the limit", 
   CHECK(MakeVerdict(Ran(VerdictKind::kRun, Signaled(SIGKILL))).status == RunStatus::kSignal);
 }
 
+TEST_CASE("a session exec that ran beside others is not taken for the OOM kill the session's counter saw",
+          "[verdict]") {
+  // The counter is the session's: the OOM kill may have been another exec's, and this SIGKILL its own doing.
+  auto exec = Ran(VerdictKind::kSessionExec, Signaled(SIGKILL));
+  exec.limits = Limits(1);
+  exec.counters_shared = true;
+  auto result = MakeVerdict(exec);
+  CHECK(result.status == RunStatus::kSignal);
+  CHECK(result.reason == "killed by signal 9 (SIGKILL); the OOM killer ended 1 process at the memory limit of "
+                         "67108864 bytes (in the session, while other execs ran too: this program's or theirs)");
+}
+
 TEST_CASE("a run whose pid 1 the OOM killer ended is an OOM, even without the program's own status", "[verdict]") {
   VerdictInputs in;
   in.program_started = true;
