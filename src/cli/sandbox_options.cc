@@ -84,7 +84,10 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
   app->add_option("--pids", o.pids, "maximum number of processes and threads")
       ->default_str(fmt::format("{}", o.pids))
       ->check([](const std::string& value) {
-        return value.starts_with('-') ? fmt::format("'{}' is not a number of processes", value) : std::string();
+        // Decimal digits only: CLI11 would read "010" as octal 8 and "0x10" as 16.
+        const bool decimal = !value.empty() && value.find_first_not_of("0123456789") == std::string::npos &&
+                             (value.size() == 1 || value[0] != '0');
+        return decimal ? std::string() : fmt::format("'{}' is not a number of processes (decimal digits)", value);
       })
       ->each(given("--pids"));
   app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")

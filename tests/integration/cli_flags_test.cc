@@ -193,3 +193,12 @@ TEST_CASE("output a verb could not write (a full disk) is an error, exit 125, no
     CHECK(r.err.find("No space left on device") != std::string::npos);
   }
 }
+
+TEST_CASE("--pids takes decimal digits only: 010 is not octal 8, 0x10 not 16", "[integration][options]") {
+  for (const char* value : {"010", "0x10", "-1", "1e3"}) {
+    auto r = RunNsboxRaw({"run", "--pids", value, "--", "/bin/true"});
+    INFO(value << ": " << r.err);
+    CHECK(r.exit_code == 125);
+    CHECK(r.err.find("is not a number of processes") != std::string::npos);
+  }
+}
