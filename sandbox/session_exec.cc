@@ -274,12 +274,14 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
 
   supervisor.TakeOutput(&in);
   GatherVerdict(h, &counters_before, &in);
+  uint64_t own_oom_kills = 0;  // in the exec's own group: this exec's, whatever else ran beside it
   if (in.limits && exec_group && ex.memory_max_bytes > 0) {  // the exec's own memory limit: it is what held
-    in.limits->oom_kills += exec_group->OomKillsApart();
+    own_oom_kills = exec_group->OomKillsApart();
+    in.limits->oom_kills += own_oom_kills;
     in.limits->memory_max_bytes = std::min(in.limits->memory_max_bytes, ex.memory_max_bytes);
   }
   if (terminating_) in.session_ended = SessionEndedReason("exec");
-  in.counters_shared = window.Shared();
+  in.counters_shared = window.Shared() && own_oom_kills == 0;
   in.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   Result result = MakeVerdict(std::move(in));
   if (on_ran) on_ran(result);
@@ -322,6 +324,10 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
                                      "process: this one did not run, and the process keeps its state",
                                      options.wall_timeout.count());
     turn.result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - arrived).count();
+    return turn;
+  }
+  if (terminating_) {  // it ended while this request waited
+    turn.result = SetupError("the session is ending");
     return turn;
   }
   // The time limit is the request's own, from when it has the process. The session's counters, as for an exec: what

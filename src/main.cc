@@ -117,10 +117,12 @@ std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 // An empty value is refused for every option that takes one (`--workspace "$UNSET"` must not quietly mean no
-// workspace), but for --code (an empty program is a program) and the command's own arguments after --.
+// workspace), but for --code (an empty program is a program), the command's own arguments after --, and the options
+// whose verbs refuse an empty value in words of their own (--name, agent's --base-url).
 void RefuseEmptyValues(CLI::App* app) {
   for (CLI::Option* option : app->get_options()) {
-    if (option->get_expected_max() == 0 || option->get_lnames().empty() || option->check_lname("code")) continue;
+    if (option->get_expected_max() == 0 || option->get_lnames().empty()) continue;
+    if (option->check_lname("code") || option->check_lname("name") || option->check_lname("base-url")) continue;
     option->check(CLI::Validator(
         [](std::string& value) { return value.empty() ? std::string("an empty value (leave the option out instead)")
                                                       : std::string(); },

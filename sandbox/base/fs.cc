@@ -14,8 +14,8 @@
 namespace nsbox {
 
 StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
-  // O_NONBLOCK: a FIFO put where a file is expected would block open() with no writer; it is refused below. A file,
-  // a /proc file or a device reads as without it.
+  // O_NONBLOCK: a FIFO put where a file is expected would block open() with no writer; it is refused below, and the
+  // flag cleared for anything else.
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd) return Status::Errno(fmt::format("open({})", path));
   // Read straight into the string, sized by fstat where the file says its size (one byte more, so that the end of
@@ -25,6 +25,7 @@ StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   const bool stated = ::fstat(fd.get(), &st) == 0;
   if (stated && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
     return Status::Error(fmt::format("{}: a FIFO or socket, not a file", path));
+  (void)::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);  // a terminal, say, is waited for
   size_t expected = stated && S_ISREG(st.st_mode) && st.st_size > 0
                         ? static_cast<size_t>(st.st_size) + 1 : 4096;
   std::string out;

@@ -2,7 +2,9 @@
 #include "src/cli/sandbox_options.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
+#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -251,8 +253,10 @@ StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std
   struct stat st;
   if (::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
     return Status::Error(fmt::format("{}: {} is a directory", what, source));
-  if (source != "-" && S_ISFIFO(st.st_mode)) {
-    // A FIFO, or a pipe such as <(command): its writer gets a while to start, then it is read to its end.
+  struct statfs fs {};
+  if (source != "-" && S_ISFIFO(st.st_mode) && ::fstatfs(fd.get(), &fs) == 0 && fs.f_type != PIPEFS_MAGIC) {
+    // A named FIFO gets a while for its first bytes, then it is read to its end. (An anonymous pipe such as
+    // <(command) has its writer already: it is waited for as long as it takes.)
     constexpr int kFifoWaitMs = 10'000;
     struct pollfd ready = {fd.get(), POLLIN, 0};
     int n;

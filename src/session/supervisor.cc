@@ -426,7 +426,7 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
     n = ::read(ready_fd, &claimed, 1);
   } while (n < 0 && errno == EINTR);
   if (n != 1 || claimed != 'C') {
-    // The creator waits for the end of this descriptor (its last copy goes with pid 1) to know the session is gone.
+    // The creator waits for the end of this descriptor (this process's exit) to know the session is gone.
     server.Shutdown("the command that created it could not pass the session's id on", 0);
     return 0;
   }
@@ -440,7 +440,7 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
 void LaunchedSupervisor::Disown(std::chrono::milliseconds deadline) {
   const char byte = 'N';
   if (::write(claim.get(), &byte, 1) == 1) {
-    // End of file once the supervisor and the session's pid 1, which hold its other end, are gone.
+    // End of file once the supervisor, which holds the other end, has ended the session and exited.
     const auto until = std::chrono::steady_clock::now() + deadline;
     char ignored[64];
     for (;;) {

@@ -138,15 +138,29 @@ StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::
   if (!dir) return Status::Errno(fmt::format("open({})", dir_path));
   // A link as the host file (even one pointing nowhere) is refused, not written through; so is anything but a file.
   struct stat old;
-  if (::fstatat(dir.get(), name.c_str(), &old, AT_SYMLINK_NOFOLLOW) == 0) {
-    if (S_ISLNK(old.st_mode))
-      return Status::Error(ErrorKind::kRefused,
-                           fmt::format("refusing to write {}: a symbolic link (give the path it leads to)", target));
-    if (!S_ISREG(old.st_mode))
-      return Status::Error(ErrorKind::kRefused, fmt::format("refusing to write {}: not a regular file", target));
-  }
-  // Written whole beside it, then renamed over it: a copy cut short (a kill, a full disk) leaves the old file alone.
-  return WriteAndRename(dir.get(), name, *data, static_cast<uid_t>(-1), static_cast<gid_t>(-1), target);
+  const bool exists = ::fstatat(dir.get(), name.c_str(), &old, AT_SYMLINK_NOFOLLOW) == 0;
+  if (exists && S_ISLNK(old.st_mode))
+    return Status::Error(ErrorKind::kRefused,
+                         fmt::format("refusing to write {}: a symbolic link (give the path it leads to)", target));
+  if (exists && !S_ISREG(old.st_mode))
+    return Status::Error(ErrorKind::kRefused, fmt::format("refusing to write {}: not a regular file", target));
+  // Written whole beside it, then renamed over it, with its mode and owner: a copy cut short (a kill, a full disk)
+  // leaves the old file alone. Where a new file cannot take its place (other hard links to it, a directory this user
+  // may not write, another user's file in a sticky directory), it is overwritten in place, as cp(1) does.
+  struct stat dir_st {};
+  const bool in_place =
+      exists && (old.st_nlink > 1 || ::faccessat(dir.get(), ".", W_OK | X_OK, AT_EACCESS) != 0 ||
+                 (::fstat(dir.get(), &dir_st) == 0 && (dir_st.st_mode & S_ISVTX) && ::geteuid() != 0 &&
+                  old.st_uid != ::geteuid() && dir_st.st_uid != ::geteuid()));
+  if (!in_place) return WriteAndRename(dir.get(), name, *data, static_cast<uid_t>(-1), static_cast<gid_t>(-1), target,
+                                       exists ? &old : nullptr);
+  UniqueFd out(::openat(dir.get(), name.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW));
+  if (!out) return Status::Errno(fmt::format("open({})", target));
+  struct stat out_st;
+  if (::fstat(out.get(), &out_st) != 0 || !S_ISREG(out_st.st_mode))
+    return Status::Error(ErrorKind::kRefused, fmt::format("refusing to write {}: not a regular file", target));
+  NSBOX_RETURN_IF_ERROR(WriteAllFd(out.get(), *data, target));
+  return static_cast<uint64_t>(data->size());
 }
 
 namespace {
@@ -169,7 +183,7 @@ struct ActAsSandboxUser {
 }  // namespace
 
 StatusOr<uint64_t> WriteAndRename(int dir, const std::string& name, const std::string& data, uid_t uid, gid_t gid,
-                                  const std::string& shown) {
+                                  const std::string& shown, const struct stat* like) {
   unsigned char random[6];
   if (::getrandom(random, sizeof random, 0) != sizeof random) return Status::Errno("getrandom");
   std::string tmp = ".nsbox-cp-";
@@ -190,6 +204,10 @@ StatusOr<uint64_t> WriteAndRename(int dir, const std::string& name, const std::s
   };
   if (uid != static_cast<uid_t>(-1) && ::fchown(out.get(), uid, gid) != 0)
     return fail(Status::Errno(fmt::format("fchown({}, {}, {})", shown, uid, gid)));
+  if (like) {  // the file it replaces: its owner where this process may give it (root), and its mode
+    (void)::fchown(out.get(), like->st_uid, like->st_gid);
+    if (::fchmod(out.get(), like->st_mode & 07777) != 0) return fail(Status::Errno(fmt::format("fchmod({})", shown)));
+  }
   if (Status s = WriteAllFd(out.get(), data, shown); !s.ok()) return fail(s);
   if (!named) {
     // Named now that it is whole (linkat cannot replace a file, so under the private name first).

@@ -2,6 +2,7 @@
 // regular files only.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -18,12 +19,15 @@ StatusOr<std::string> WorkspaceRelativePath(const std::string& path);
 
 // Writes `data` as a new file in the directory `dir` (O_TMPFILE, named only once whole) and renames it over `name`:
 // the old file, a link or a FIFO there is replaced, never followed, and a writer killed midway leaves nothing.
-// uid/gid: its owner, or -1 to keep the caller's. `shown` names the file in errors.
+// uid/gid: its owner, or -1 to keep the caller's; `like`, when set, the file it replaces, whose mode (and owner, where
+// allowed) it takes. `shown` names the file in errors.
 StatusOr<uint64_t> WriteAndRename(int dir, const std::string& name, const std::string& data, uid_t uid, gid_t gid,
-                                  const std::string& shown);
+                                  const std::string& shown, const struct stat* like = nullptr);
 
 // Copies the regular file `rel` under `workspace_fd` to `host_path` (a directory receives the file's name), written
-// beside it and renamed over it, so that a copy cut short leaves the old file as it was. Returns the bytes copied.
+// beside it and renamed over it with the old file's mode and owner, so that a copy cut short leaves the old file as it
+// was (overwritten in place where a new file cannot take its place: other hard links, a directory not writable).
+// Returns the bytes copied.
 StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::string& host_path, uint64_t max_bytes);
 // Copies the host file `host_path` to `rel` under `workspace_fd` (an existing directory or "" receives the file's
 // name), owned by the sandbox user (host ids `uid`, `gid`), replaced atomically. Returns the bytes copied.
