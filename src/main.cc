@@ -175,6 +175,18 @@ int main(int argc, char** argv) {
   if (!registered)
     for (const auto& [name, reg] : kVerbs) reg(app, exit_code);
   RefuseEmptyValues(&app);
+  // "--workspace=" with nothing after the '=': CLI11 would take the next argument as its value ("--workspace= -- x"
+  // binds "--"). Refused as an empty value, before the parse; only --code= may be empty.
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.starts_with("--") && arg.size() > 3 && arg.ends_with("=") && arg.find('=') == arg.size() - 1 &&
+        arg != "--code=") {
+      const std::string option(arg.substr(0, arg.size() - 1));
+      return nsbox::cli::FailBeforeRun("", option + ": an empty value (leave the option out instead)",
+                                       nsbox::cli::WantsJsonResult(argc, argv));
+    }
+  }
   if (auto mistake = CommandMistake(app, argc, argv)) {
     fmt::print(stderr, "{}\n", *mistake);
     return nsbox::cli::kExitNsboxFailure;

@@ -47,6 +47,15 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
       return fail(Status::Error("--stdin is not available with --repl"));
     auto program = BuildProgram(program_options, found->json.value("rootfs_dir", ""));
     if (!program.ok()) return fail(program.status());
+    // A session without limits has no group for a compile step's own memory limit: the language's is dropped, as
+    // `nsbox run --dangerously-run-without-limits` drops it; one asked for is refused.
+    const nlohmann::json limits = found->json.value("limits", nlohmann::json::object());
+    if (program->compile && limits.is_object() && limits.value("memory", "") == "none") {
+      if (!program_options.compile_memory.empty())
+        return fail(Status::Error("--compile-memory: the session runs without limits (created with "
+                                  "--dangerously-run-without-limits)"));
+      program->compile->memory_max_bytes = 0;
+    }
     // The language table says which interpreter --lang means; the REPL driver is Python's.
     if (repl && (program->compile || program->run.argv.empty() || !program->run.argv[0].ends_with("/python3")))
       return fail(Status::Error("--repl needs --lang python"));

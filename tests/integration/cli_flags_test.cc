@@ -123,6 +123,11 @@ TEST_CASE("an empty value is refused, naming the option, never read as the optio
     CHECK(r.exit_code == 125);
     CHECK(r.err == std::string("nsbox: ") + option + ": an empty value (leave the option out instead)\n");
   }
+  // Written --option= too: the next argument is not taken for its value.
+  auto equals = RunNsboxRaw({"run", "--workspace=", "/tmp", "--", "/bin/true"});
+  CHECK(equals.exit_code == 125);
+  CHECK(equals.err == "nsbox: --workspace: an empty value (leave the option out instead)\n");
+  CHECK(RunNsboxRaw({"run", "--env=", "--", "/usr/bin/env"}).exit_code == 125);
   // The command's own arguments may be empty, and so may a program's code.
   auto args = RunNsboxRaw({"run", "--", "/bin/echo", "", "x"});
   CHECK(args.exit_code == 0);

@@ -261,6 +261,19 @@ TEST_CASE("exec --lang cpp compiles in the session, reads stdin, and leaves no b
   CHECK(left["stdout"] == "");
 }
 
+TEST_CASE("a session without limits compiles: the language's compile memory is dropped, an asked one refused",
+          "[session][compiled]") {
+  Sessions s;
+  std::string id = s.Create({"--dangerously-run-without-limits"});
+  Output built = s.Nsbox({"exec", id, "--lang", "c", "--code", "#include <stdio.h>\nint main(void) { puts(\"x\"); }"});
+  INFO(built.err);
+  CHECK(built.code == 0);
+  CHECK(built.out == "x\n");
+  Output asked = s.Nsbox({"exec", id, "--compile-memory", "64M", "--lang", "c", "--code", "int main(void) {}"});
+  CHECK(asked.code == 125);
+  CHECK(asked.err.find("the session runs without limits") != std::string::npos);
+}
+
 TEST_CASE("a compile cut short leaves no compiler temporaries in the session's /tmp", "[session][compiled]") {
   Sessions s;
   std::string id = s.Create();
