@@ -202,7 +202,11 @@ std::string MountInfoEscaped(const std::string& path) {
 // Whether any mount namespace of the host holds a mount of something under `dir`: a sandbox's root binds an image's
 // entries one by one. One process of each namespace is looked at; a mount matches on its device and its root within
 // the file system, which is `dir`'s path relative to where this namespace mounts that device.
-bool MountedAnywhere(const std::string& dir) {
+bool MountedAnywhere(const std::string& given) {
+  // mountinfo names resolved paths: a store reached through a symlink, or named with a trailing '/', must be too.
+  char resolved[PATH_MAX];
+  if (!::realpath(given.c_str(), resolved)) return false;
+  const std::string dir = resolved;
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return false;
   const std::string device = fmt::format("{}:{}", major(st.st_dev), minor(st.st_dev));
@@ -258,6 +262,19 @@ Status RemoveImage(const std::string& store, const std::string& name) {
   return RemoveTree(doomed);
 }
 
+StatusOr<std::string> ForeignEntry(const std::string& store) {
+  auto names = ListDirectory(store);
+  if (!names.ok()) return names.status().Wrap("reading the image store");
+  for (const auto& name : *names) {
+    const std::string path = store + "/" + name;
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return name;
+    const bool leftover = name.starts_with(".build-") || name.starts_with(".rm-");
+    if (!leftover && (name.front() == '.' || !IsDirectory(path + "/rootfs"))) return name;
+  }
+  return std::string();
+}
+
 Status EnsureStore(const std::string& store) {
   struct stat st;
   if (::stat(store.c_str(), &st) != 0) {
@@ -284,6 +301,15 @@ Status EnsureStore(const std::string& store) {
                       parent, parent_st.st_mode & 07777, store));
   }
   if (st.st_uid != 0) return Status::Error(fmt::format("image store {} is not owned by root", store));
+  if ((st.st_mode & 07777) != kImageStoreMode) {
+    // A mistyped NSBOX_IMAGE_STORE=/tmp must not make /tmp 0711: only a directory that is nsbox's is set to the mode.
+    auto foreign = ForeignEntry(store);
+    if (!foreign.ok()) return foreign.status();
+    if (!foreign->empty())
+      return Status::Error(fmt::format("image store {} (mode {:o}) holds '{}', which is not an image: name a "
+                                       "directory of nsbox's own (NSBOX_IMAGE_STORE)",
+                                       store, st.st_mode & 07777, *foreign));
+  }
   if ((st.st_mode & 07777) != kImageStoreMode && ::chmod(store.c_str(), kImageStoreMode) != 0)
     return Status::Errno(fmt::format("chmod({}, {:o})", store, kImageStoreMode));
   return OkStatus();
@@ -291,6 +317,12 @@ Status EnsureStore(const std::string& store) {
 
 StatusOr<int> SweepStaleEntries(const std::string& store) {
   if (!PathExists(store)) return 0;
+  // Leftovers are swept only from a store that is nsbox's: its mode, or nothing in it but images and leftovers.
+  struct stat st;
+  if (::stat(store.c_str(), &st) != 0 || (st.st_mode & 07777) != kImageStoreMode) {
+    auto foreign = ForeignEntry(store);
+    if (!foreign.ok() || !foreign->empty()) return 0;
+  }
   auto names = ListDirectory(store);
   if (!names.ok()) return names.status().Wrap("sweeping the image store");
   int removed = 0;
@@ -396,10 +428,17 @@ StatusOr<ImageTemplate> ParseTemplate(const std::string& name, const std::string
       if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("content") ||
           !f["content"].is_string())
         return broken(fmt::format("'files'[{}] needs a string 'path' and a string 'content'", i));
+      // tools/mkrootfs hands the path to mmdebstrap's hooks, which a shell reads: plain characters only, so that it
+      // stays data.
+      static const std::regex kPath("(/[A-Za-z0-9_+@,=-][A-Za-z0-9._+@,=-]*)+");
       std::string file_path = f["path"];
       if (file_path.empty() || file_path[0] != '/' || file_path.find("/../") != std::string::npos ||
           file_path.ends_with("/..") || file_path.find_first_of(" \n") != std::string::npos)
         return broken(fmt::format("'files'[{}]: path '{}' must be absolute, without '..' or spaces", i, file_path));
+      if (!std::regex_match(file_path, kPath))
+        return broken(fmt::format("'files'[{}]: path '{}' may hold only letters, digits and . _ + @ , = - between "
+                                  "its slashes (no component starting with '.')",
+                                  i, file_path));
       if (f.contains("mode") && (!f["mode"].is_string() || !std::regex_match(f["mode"].get<std::string>(), kMode)))
         return broken(fmt::format("'files'[{}]: mode must be an octal string like \"0644\"", i));
       ++i;

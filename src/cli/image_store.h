@@ -53,10 +53,14 @@ Status RemoveImage(const std::string& store, const std::string& name);
 
 inline constexpr unsigned kImageStoreMode = 0711;
 
-// Creates the store (mode kImageStoreMode, root-owned) when missing and sets that mode when it differs.
+// Creates the store (mode kImageStoreMode, root-owned) when missing and sets that mode when it differs, unless the
+// directory holds something that is not nsbox's (then it is refused, not changed).
 Status EnsureStore(const std::string& store);
-// Deletes what interrupted builds and removals left behind: .build-* and .rm-* entries whose lock no one holds.
-// Returns the number of entries removed.
+// The first entry of `store` that is neither an image (a directory with rootfs/) nor a leftover (.build-*, .rm-*);
+// empty when there is none.
+StatusOr<std::string> ForeignEntry(const std::string& store);
+// Deletes what interrupted builds and removals left behind: .build-* and .rm-* entries whose lock no one holds, in a
+// store that is nsbox's (mode kImageStoreMode, or nothing foreign in it). Returns the number of entries removed.
 StatusOr<int> SweepStaleEntries(const std::string& store);
 
 // Deletes a directory tree without following symlinks or crossing into other mounted filesystems.

@@ -430,6 +430,18 @@ TEST_CASE("rm removes an image so that it can no longer be run; unknown names ar
     CHECK(busy.exit_code == 125);
     CHECK(busy.err == "nsbox image rm: image 'minimal' is in use by a running sandbox or session; end it first "
                       "(nsbox session ls lists sessions)\n");
+    // The same store named through a symlink, or with a trailing '/': mountinfo has the resolved path.
+    const std::string link = Store() + "-link";
+    REQUIRE(::symlink(Store().c_str(), link.c_str()) == 0);
+    const std::string plain = Store();
+    for (const std::string& other : {link, plain + "/"}) {
+      ::setenv("NSBOX_IMAGE_STORE", other.c_str(), 1);
+      Outcome refused = Nsbox({"image", "rm", "minimal"});
+      CHECK(refused.exit_code == 125);
+      CHECK_THAT(refused.err, Catch::Contains("is in use by a running sandbox"));
+    }
+    ::setenv("NSBOX_IMAGE_STORE", plain.c_str(), 1);
+    ::unlink(link.c_str());
     CHECK(Nsbox({"exec", id, "--", "/bin/true"}).exit_code == 0);
     CHECK(Nsbox({"session", "rm", id}).exit_code == 0);
     ::unsetenv("NSBOX_STATE_DIR");

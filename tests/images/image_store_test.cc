@@ -9,6 +9,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "nsbox_config.h"
 #include "sandbox/base/fs.h"
@@ -83,6 +84,15 @@ TEST_CASE("broken templates are rejected with a message that says what is wrong"
              Catch::Contains("must be absolute"));
   CHECK_THAT(error_of(R"({"smoke_test": ["true"], "files": [{"path": "/etc/../../x", "content": ""}]})"),
              Catch::Contains("without '..'"));
+  // The path reaches a shell in tools/mkrootfs's hooks: $( ), backquotes and quotes would run on the host.
+  for (const char* path :
+       {"/opt/$(touch${IFS}/tmp/x)/f", "/opt/`id`", "/opt/a\\\"b", "/opt/a;b", "/opt/.hidden/x", "//x"})
+    CHECK_THAT(error_of(fmt::format(R"({{"smoke_test": ["true"], "files": [{{"path": "{}", "content": ""}}]}})", path)),
+               Catch::Contains("may hold only letters, digits"));
+  CHECK(nsbox::cli::ParseTemplate(
+            "ok", "/x/ok.json",
+            R"({"smoke_test": ["true"], "files": [{"path": "/etc/pip.conf.d/a_b-1+c@d,e=f", "content": ""}]})")
+            .ok());
   CHECK_THAT(error_of(R"({"smoke_test": ["true"], "files": [{"path": "/x", "content": "", "mode": "rw"}]})"),
              Catch::Contains("mode must be an octal string"));
 }
@@ -225,6 +235,34 @@ TEST_CASE("the sweep removes leftovers of dead builds but not a build whose lock
   CHECK_FALSE(nsbox::PathExists(dead));
   CHECK_FALSE(nsbox::PathExists(removing));
   CHECK(nsbox::PathExists(store.path() + "/kept/rootfs"));
+}
+
+TEST_CASE("a directory that is not nsbox's is neither swept nor given the store's mode") {
+  // NSBOX_IMAGE_STORE=/tmp by mistake: /tmp keeps its mode, and another program's .build-* directory stays.
+  TempStore store;
+  REQUIRE(::chmod(store.path().c_str(), 01777) == 0);
+  REQUIRE(nsbox::WriteFile(store.path() + "/someone-elses-file", "x").ok());
+  const std::string build = store.path() + "/.build-of-another-tool";
+  REQUIRE(::mkdir(build.c_str(), 0755) == 0);
+  CHECK(*nsbox::cli::ForeignEntry(store.path()) == "someone-elses-file");
+  auto removed = nsbox::cli::SweepStaleEntries(store.path());
+  REQUIRE(removed.ok());
+  CHECK(*removed == 0);
+  CHECK(nsbox::PathExists(build));
+  if (::geteuid() == 0) {
+    CHECK(nsbox::cli::EnsureStore(store.path()).message() ==
+          fmt::format("image store {} (mode 1777) holds 'someone-elses-file', which is not an image: name a directory "
+                      "of nsbox's own (NSBOX_IMAGE_STORE)",
+                      store.path()));
+    struct stat st;
+    REQUIRE(::stat(store.path().c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 01777);
+  }
+  // Only images and leftovers in it: nothing foreign, and the sweep goes ahead.
+  REQUIRE(::unlink((store.path() + "/someone-elses-file").c_str()) == 0);
+  store.AddImage("kept", "{}");
+  CHECK(nsbox::cli::ForeignEntry(store.path())->empty());
+  CHECK(*nsbox::cli::SweepStaleEntries(store.path()) == 1);
 }
 
 TEST_CASE("disk usage counts a hard-linked file once") {
