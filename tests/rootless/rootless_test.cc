@@ -281,7 +281,7 @@ struct DelegatedCgroup {
   std::vector<std::string> dirs;
   std::vector<std::string> procs_files;  // what a process writes its pid into to enter the group
 
-  DelegatedCgroup() {
+  explicit DelegatedCgroup(bool with_freezer = true) {
     std::string name = fmt::format("sbxdeleg-{}", ::getpid());
     std::map<std::string, std::string> own;
     std::istringstream self(ReadWhole("/proc/self/cgroup"));
@@ -298,6 +298,7 @@ struct DelegatedCgroup {
       // freezer too where it exists: the v1 backend uses it, when it may, to stop a sandbox before killing it.
       for (const char* c : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
         if (!fs::exists(std::string("/sys/fs/cgroup/") + c + "/cgroup.procs")) continue;
+        if (!with_freezer && std::string(c) == "freezer") continue;
         std::string parent = std::string("/sys/fs/cgroup/") + c + (own[c] == "/" ? "" : own[c]);
         Add(parent + "/" + name);
       }
@@ -682,6 +683,29 @@ TEST_CASE("an ordinary user's session keeps files and REPL names between execs, 
   CHECK(removed.exit_code == 0);
   Outcome after = Spawn(Nsbox({"exec", id, "--", "/bin/true"}));
   CHECK(after.exit_code == 125);
+}
+
+TEST_CASE("a user delegated the four limit controllers but not the freezer runs sessions with limits") {
+  // docs/rootless.md asks root for memory, pids, cpu and cpuacct; the freezer is optional, and a session must not
+  // fail at mkdir in a freezer hierarchy it cannot write.
+  if (!E().root) return Skip("delegated cgroup session", "needs root to delegate a cgroup to the test user");
+  REQUIRE(CgroupLimitsEnforced());
+  StateRootOfTestUser state_root;
+  DelegatedCgroup delegated(/*with_freezer=*/false);
+  SpawnOptions in_group;
+  in_group.join_cgroups = delegated.procs_files;
+  Outcome made = Spawn(Nsbox({"session", "create", "--json", "--memory", "64M"}), in_group);
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  const std::string id = ParseJson(made).at("id");
+  Outcome oom = Spawn(Nsbox({"exec", id, "--json", "--lang", "python", "--code",
+                             "b = bytearray(256 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('survived')"}),
+                      in_group);
+  CHECK(ParseJson(oom).at("status") == "oom");
+  Outcome ok = Spawn(Nsbox({"exec", id, "--", "/bin/echo", "alive"}), in_group);
+  CHECK(ok.out == "alive\n");
+  CHECK(Spawn(Nsbox({"session", "rm", id}), in_group).exit_code == 0);
+  CHECK(delegated.Leftovers().empty());
 }
 
 TEST_CASE("an ordinary user runs a prepared root (--rootfs DIR, as images are), read-only, as uid 1000") {
