@@ -164,11 +164,15 @@ int main(int argc, char** argv) {
   std::vector<uid_t> allow_uids;
   nsbox::serve::ServeConfig config;
   unsigned max_timeout = 600, default_timeout = 60;
-  app.add_option("--socket", socket_path, "the Unix socket (default /run/nsbox/api.sock as root, else "
-                                          "$XDG_RUNTIME_DIR/nsbox/api.sock); mode 0660, peers checked by uid");
-  app.add_option("--state-dir", state_dir, "where the sandboxes' sessions live (default /run/nsbox/serve-sessions as "
-                                           "root, else $XDG_RUNTIME_DIR/nsbox/serve-sessions; one server a "
-                                           "directory); what a killed predecessor left there is ended at start");
+  app.add_option("--socket", socket_path,
+                 "the Unix socket (default /run/nsbox/api.sock as root, else "
+                 "$XDG_RUNTIME_DIR/nsbox/api.sock, or /tmp/nsbox-UID/api.sock without it); mode 0660, peers "
+                 "checked by uid");
+  app.add_option("--state-dir", state_dir,
+                 "where the sandboxes' sessions live (default /run/nsbox/serve-sessions as "
+                 "root, else $XDG_RUNTIME_DIR/nsbox/serve-sessions, or "
+                 "/tmp/nsbox-UID/serve-sessions without it; one server a directory); what a killed predecessor left "
+                 "there is ended at start");
   app.add_option("--listen", listen, "also serve TCP on HOST:PORT (numeric); needs --token-file");
   app.add_option("--token-file", token_file, "bearer tokens for TCP: NAME:TOKEN or TOKEN per line");
   app.add_option("--pool", pools, "keep N ready sandboxes of TEMPLATE (TEMPLATE=N, repeatable)");
