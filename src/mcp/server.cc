@@ -226,7 +226,7 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   return json{{"content", TextContent(shown + text)}, {"structuredContent", structured}, {"isError", failed}};
 }
 
-std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools) {
+std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools, DeferredCall* defer) {
   const json& id = msg["id"];
   const std::string method = msg["method"].get<std::string>();
   const json params = msg.contains("params") ? msg["params"] : json::object();
@@ -302,21 +302,38 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools)
     if (call->cancelled) return std::nullopt;
     return response;
   };
+  if (defer) {
+    *defer = run;
+    return std::nullopt;
+  }
   if (inline_tools) return run();
+  std::string error;
+  if (!StartWorker(
+          [this, run] {
+            if (auto response = run()) Send(*response);
+          },
+          &error)) {
+    std::lock_guard lock(calls_mutex_);
+    calls_.erase(key);
+    return ErrorResponse(id, kInternalError, fmt::format("cannot start a thread for the call: {}", error));
+  }
+  return std::nullopt;
+}
+
+bool McpServer::StartWorker(std::function<void()> work, std::string* error) {
   JoinWorkers(true);
   try {
     auto done = std::make_shared<std::atomic<bool>>(false);
-    workers_.push_back({std::thread([this, run, done] {
-                          if (auto response = run()) Send(*response);
+    workers_.push_back({std::thread([work = std::move(work), done] {
+                          work();
                           *done = true;
                         }),
                         done});
   } catch (const std::system_error& e) {
-    std::lock_guard lock(calls_mutex_);
-    calls_.erase(key);
-    return ErrorResponse(id, kInternalError, fmt::format("cannot start a thread for the call: {}", e.what()));
+    *error = e.what();
+    return false;
   }
-  return std::nullopt;
+  return true;
 }
 
 void McpServer::HandleNotification(const json& msg) {
@@ -330,7 +347,7 @@ void McpServer::HandleNotification(const json& msg) {
   // notifications/initialized and unknown notifications need no answer.
 }
 
-std::optional<json> McpServer::HandleMessage(const json& msg, bool inline_tools) {
+std::optional<json> McpServer::HandleMessage(const json& msg, bool inline_tools, DeferredCall* defer) {
   bool is_request = msg.is_object() && msg.contains("id");
   json id = is_request && IsValidId(msg["id"]) ? msg["id"] : json(nullptr);
   try {
@@ -346,7 +363,7 @@ std::optional<json> McpServer::HandleMessage(const json& msg, bool inline_tools)
       return std::nullopt;
     }
     if (id.is_null()) return ErrorResponse(nullptr, kInvalidRequest, "id must be a string or an integer");
-    return HandleRequest(msg, inline_tools);
+    return HandleRequest(msg, inline_tools, defer);
   } catch (const std::exception& e) {
     // The safety net: every bad shape known is answered above with its own code, but no message, however
     // malformed, may end the server. A notification gets no answer even so.
@@ -355,14 +372,52 @@ std::optional<json> McpServer::HandleMessage(const json& msg, bool inline_tools)
   }
 }
 
-std::optional<json> McpServer::HandleBatch(const json& batch) {
+std::optional<json> McpServer::HandleBatch(const json& batch, bool inline_tools) {
   if (batch.empty()) return ErrorResponse(nullptr, kInvalidRequest, "invalid request: empty batch");
-  // One array answers the whole batch, in order. Its tool calls run here, one after another, so it is complete.
-  json responses = json::array();
-  for (const auto& msg : batch)
-    if (auto response = HandleMessage(msg, true)) responses.push_back(std::move(*response));
-  if (responses.empty()) return std::nullopt;  // notifications only
-  return responses;
+  // One array answers the whole batch, in order, once its last call is done. Everything but tool calls is answered
+  // here; the tool calls run one after another on a worker, so that the reader goes on meanwhile: a ping is
+  // answered and a notifications/cancelled reaches a batch's call (a cancelled call has no place in the array).
+  auto answers = std::make_shared<std::vector<std::optional<json>>>(batch.size());
+  std::vector<std::pair<size_t, DeferredCall>> calls;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    DeferredCall call;
+    (*answers)[i] = HandleMessage(batch[i], inline_tools, &call);
+    if (call) calls.emplace_back(i, std::move(call));
+  }
+  auto collect = [answers]() -> std::optional<json> {
+    json responses = json::array();
+    for (auto& answer : *answers)
+      if (answer) responses.push_back(std::move(*answer));
+    if (responses.empty()) return std::nullopt;  // notifications and cancelled calls only
+    return responses;
+  };
+  auto run_calls = [answers, calls] {
+    for (const auto& [index, call] : calls) (*answers)[index] = call();
+  };
+  if (inline_tools || calls.empty()) {
+    run_calls();
+    return collect();
+  }
+  std::string error;
+  if (!StartWorker(
+          [this, run_calls, collect] {
+            run_calls();
+            if (auto responses = collect()) Send(*responses);
+          },
+          &error)) {
+    // No thread: each call is answered with the error, in its place.
+    for (const auto& [index, call] : calls) {
+      const json& id = batch[index]["id"];
+      {
+        std::lock_guard lock(calls_mutex_);
+        calls_.erase(id.dump());
+      }
+      (*answers)[index] =
+          ErrorResponse(id, kInternalError, fmt::format("cannot start a thread for the call: {}", error));
+    }
+    return collect();
+  }
+  return std::nullopt;
 }
 
 std::optional<json> McpServer::HandleLine(const std::string& line, bool inline_tools) {
@@ -374,7 +429,7 @@ std::optional<json> McpServer::HandleLine(const std::string& line, bool inline_t
     // Not only parse_error: a number too large for a double (1e400) is an out_of_range; too deep a nesting JsonTooDeep.
     return ErrorResponse(nullptr, kParseError, fmt::format("parse error: {}", e.what()));
   }
-  if (msg.is_array()) return HandleBatch(msg);
+  if (msg.is_array()) return HandleBatch(msg, inline_tools);
   return HandleMessage(msg, inline_tools);
 }
 

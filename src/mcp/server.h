@@ -50,10 +50,16 @@ class McpServer {
     std::atomic<bool> cancelled{false};
   };
   // Each returns the response to send, if any. A tools/call that does not run inline answers later, itself, by Send().
+  // A tools/call that is deferred: registered (so that it can be cancelled), to be run by whoever holds it.
+  using DeferredCall = std::function<std::optional<nlohmann::json>()>;
   std::optional<nlohmann::json> HandleLine(const std::string& line, bool inline_tools);
-  std::optional<nlohmann::json> HandleMessage(const nlohmann::json& msg, bool inline_tools);
-  std::optional<nlohmann::json> HandleBatch(const nlohmann::json& batch);
-  std::optional<nlohmann::json> HandleRequest(const nlohmann::json& msg, bool inline_tools);
+  // With `defer`, a tools/call is not run but handed back in *defer.
+  std::optional<nlohmann::json> HandleMessage(const nlohmann::json& msg, bool inline_tools,
+                                              DeferredCall* defer = nullptr);
+  std::optional<nlohmann::json> HandleBatch(const nlohmann::json& batch, bool inline_tools);
+  std::optional<nlohmann::json> HandleRequest(const nlohmann::json& msg, bool inline_tools, DeferredCall* defer);
+  // Runs `work` on a worker thread; false when no thread could be started.
+  bool StartWorker(std::function<void()> work, std::string* error);
   void HandleNotification(const nlohmann::json& msg);
   // progress_token: the call's params._meta.progressToken (null: none), for notifications/progress of its output.
   nlohmann::json CallTool(const std::string& name, const nlohmann::json& args, const std::atomic<bool>* cancel,

@@ -316,7 +316,7 @@ TEST_CASE("mcp keeps a batch's array to its own responses while other calls answ
   Fixture f;
   f.script.answer.status = RunStatus::kOk;
   f.script.run_time = milliseconds(300);
-  // Call 1 runs on a worker and finishes while the batch's two calls run inline.
+  // Call 1 runs on a worker and finishes while the batch's two calls run, one after the other, on another.
   std::string input =
       Lines({Call(1, "run_python", {{"code", "a"}}),
              json::array({Call(2, "run_python", {{"code", "b"}}), Call(3, "run_python", {{"code", "c"}}), Ping(4)})});
@@ -330,6 +330,23 @@ TEST_CASE("mcp keeps a batch's array to its own responses while other calls answ
   CHECK(batch[2]["id"] == 4);
   CHECK(single["id"] == 1);
   CHECK(single["result"]["isError"] == false);
+}
+
+TEST_CASE("mcp reads on while a batch's calls run: a later ping is answered first, a cancelled call is left out",
+          "[mcp]") {
+  Fixture f;
+  f.script.run_time = milliseconds(20'000);
+  json cancel = {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 1}}}};
+  auto started = steady_clock::now();
+  auto out = ServeOverPipes(f.server, Lines({json::array({Call(1, "run_python", {{"code", "x"}}), Ping(2)}), cancel,
+                                             Ping(3)}));
+  REQUIRE(out.size() == 2);
+  CHECK(out[0]["id"] == 3);  // not held up behind the batch
+  REQUIRE(out[1].is_array());
+  REQUIRE(out[1].size() == 1);  // the cancelled call has no response
+  CHECK(out[1][0]["id"] == 2);
+  CHECK(f.script.cancelled_runs == 1);
+  CHECK(steady_clock::now() - started < milliseconds(10'000));
 }
 
 TEST_CASE("mcp answers the calls in flight when its input ends (a half-close)", "[mcp]") {
