@@ -9,6 +9,17 @@
 
 namespace nsbox {
 
+size_t CompleteUtf8Prefix(std::string_view text) {
+  size_t n = text.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    unsigned char c = static_cast<unsigned char>(text[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
 OutputBuffer::OutputBuffer(uint64_t limit)
     : limit_(limit), head_limit_(limit - limit / 2), tail_limit_(limit / 2) {}
 
@@ -48,8 +59,14 @@ std::string CutMarker(uint64_t cut) { return fmt::format("\n[nsbox: {} bytes cut
 std::string OutputBuffer::Contents() const {
   std::string tail = tail_.size() < tail_limit_ ? tail_ : tail_.substr(tail_start_) + tail_.substr(0, tail_start_);
   if (!truncated()) return head_ + tail;
-  uint64_t cut = total_ - head_.size() - tail.size();
-  return head_ + CutMarker(cut) + tail;
+  // Cut between characters, not inside one: the marker would otherwise stand between halves of a sequence, each
+  // half shown as U+FFFD, a character the program never wrote.
+  std::string_view head = SettledHead();
+  size_t tail_skip = 0;
+  while (tail_skip < 3 && tail_skip < tail.size() && (static_cast<unsigned char>(tail[tail_skip]) & 0xC0) == 0x80)
+    ++tail_skip;
+  uint64_t cut = total_ - head.size() - (tail.size() - tail_skip);
+  return std::string(head) + CutMarker(cut) + tail.substr(tail_skip);
 }
 
 uint64_t OutputBuffer::KeptBytes(std::string_view contents, uint64_t total_bytes) {
@@ -66,7 +83,9 @@ uint64_t OutputBuffer::KeptBytes(std::string_view contents, uint64_t total_bytes
     std::string marker = CutMarker(cut);
     if (contents.substr(at, marker.size()) != marker) continue;
     uint64_t kept = total_bytes - cut;
-    if (at == kept - kept / 2 && contents.size() == kept + marker.size()) return kept;
+    // The head is the larger half, less at most 3 bytes of a character cut whole at either side.
+    const uint64_t head = kept - kept / 2;
+    if (at + 3 >= head && at <= head + 3 && contents.size() == kept + marker.size()) return kept;
     if (!first_marker_kept) first_marker_kept = kept;
   }
   return first_marker_kept.value_or(std::min<uint64_t>(contents.size(), total_bytes));

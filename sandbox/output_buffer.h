@@ -7,6 +7,9 @@
 
 namespace nsbox {
 
+// The length of `text` without an unfinished multi-byte UTF-8 sequence at its end (of at most 3 bytes).
+size_t CompleteUtf8Prefix(std::string_view text);
+
 class OutputBuffer {
  public:
   // limit: bytes kept in all (half head, half tail). 0 keeps nothing but still counts.
@@ -14,12 +17,12 @@ class OutputBuffer {
   void Append(std::string_view data);
   uint64_t total_bytes() const { return total_; }
   bool truncated() const { return total_ > limit_; }
-  // The kept bytes; when cut, head + "\n[nsbox: N bytes cut]\n" + tail.
+  // The kept bytes; when cut, head + "\n[nsbox: N bytes cut]\n" + tail, where the cut falls between characters: a
+  // multi-byte UTF-8 sequence the head ends in, or the tail starts in, is cut whole (and counted as cut).
   std::string Contents() const;
-  // How many more bytes the head takes: those are kept whatever comes after, so they may be passed on at once.
-  uint64_t HeadRoom() const { return head_limit_ - head_.size(); }
-  // The head's size: Contents() starts with these bytes, whatever came after them.
-  uint64_t head_size() const { return head_.size(); }
+  // The head up to its last complete UTF-8 sequence. Contents() starts with these bytes, whatever comes after them,
+  // so they may be passed on at once.
+  std::string_view SettledHead() const { return std::string_view(head_).substr(0, CompleteUtf8Prefix(head_)); }
   // How many of a stream's total_bytes its Contents() kept: the contents less the cut marker, never more than the
   // total. For front ends that get the contents from elsewhere (a result's JSON) and report what was kept.
   static uint64_t KeptBytes(std::string_view contents, uint64_t total_bytes);

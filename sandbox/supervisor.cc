@@ -140,8 +140,13 @@ void Supervisor::Drain(UniqueFd* fd, OutputBuffer& sink, int stream) {
     ssize_t n = ::read(fd->get(), buffer_.get(), kReadChunk);
     if (n > 0) {
       std::string_view chunk(buffer_.get(), static_cast<size_t>(n));
-      if (live_) live_->Add(stream, chunk.substr(0, std::min<uint64_t>(chunk.size(), sink.HeadRoom())));
       sink.Append(chunk);
+      if (live_) {  // what the head has settled, as it grows; the rest of what is kept once the program is done
+        std::string_view settled = sink.SettledHead();
+        uint64_t& passed = live_passed_[stream == 2];
+        if (settled.size() > passed) live_->Add(stream, settled.substr(passed));
+        passed = std::max<uint64_t>(passed, settled.size());
+      }
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -170,8 +175,8 @@ void Supervisor::TakeOutput(VerdictInputs* in, bool* passed_on, int* passed_on_e
   in->stdout_stream = {stdout_.Contents(), stdout_.total_bytes(), stdout_.truncated()};
   in->stderr_stream = {stderr_.Contents(), stderr_.total_bytes(), stderr_.truncated()};
   if (live_) {  // the rest of what is kept, after the head passed on while the program ran
-    live_->Add(1, std::string_view(in->stdout_stream.data).substr(stdout_.head_size()));
-    live_->Add(2, std::string_view(in->stderr_stream.data).substr(stderr_.head_size()));
+    live_->Add(1, std::string_view(in->stdout_stream.data).substr(live_passed_[0]));
+    live_->Add(2, std::string_view(in->stderr_stream.data).substr(live_passed_[1]));
     if (passed_on) *passed_on = true;
     int err = live_->Finish();
     if (passed_on_errno) *passed_on_errno = err;

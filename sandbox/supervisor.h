@@ -93,6 +93,7 @@ class Supervisor {
   UniqueFd* out_ = nullptr;
   UniqueFd* err_ = nullptr;
   LiveOutput* live_ = nullptr;
+  uint64_t live_passed_[2] = {0, 0};  // stdout's and stderr's bytes passed to live_ so far (a prefix of their head)
   StdinFeeder* feeder_ = nullptr;
   std::vector<Source> sources_;
   Clock::time_point deadline_ = Clock::time_point::max();

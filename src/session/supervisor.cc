@@ -30,6 +30,7 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/host_id_lease.h"
 #include "sandbox/live_output.h"
+#include "sandbox/output_buffer.h"
 #include "sandbox/result_json.h"
 #include "sandbox/session.h"
 #include "src/cli/compiled_program.h"
@@ -65,17 +66,6 @@ class StreamedOutput {
   }
 
  private:
-  // The length of `text` without an unfinished multi-byte sequence at its end.
-  static size_t CompleteUtf8Prefix(const std::string& text) {
-    size_t n = text.size();
-    for (size_t back = 1; back <= 3 && back <= n; ++back) {
-      unsigned char c = static_cast<unsigned char>(text[n - back]);
-      if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-      size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-      return need > back ? n - back : n;
-    }
-    return n;
-  }
   bool SendChunk(int stream, const std::string& chunk) {
     if (failed_) return false;
     nlohmann::json message = {{"type", stream == 2 ? "stderr" : "stdout"}, {"data", SanitizeUtf8(chunk)}};

@@ -72,3 +72,41 @@ TEST_CASE("the kept byte count leaves out the cut marker and never exceeds what 
   for (size_t at; (at = replaced.find('\xff')) != std::string::npos;) replaced.replace(at, 1, "\xEF\xBF\xBD");
   CHECK(OutputBuffer::KeptBytes(replaced, 12) == 4);
 }
+
+TEST_CASE("a cut falls between UTF-8 characters: no half sequence is kept and the marker counts the halves") {
+  // "é" is 2 bytes, "€" 3: with these limits the head would end, and the tail start, inside a character.
+  for (const std::string ch : {"\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80"}) {
+    for (uint64_t limit : {21u, 22u, 23u, 24u, 101u}) {
+      OutputBuffer buf(limit);
+      std::string all;
+      for (int i = 0; i < 200; ++i) all += ch;
+      buf.Append(all.substr(0, 7));  // pieces that split characters, as pipe reads do
+      buf.Append(all.substr(7));
+      REQUIRE(buf.truncated());
+      const std::string out = buf.Contents();
+      const size_t marker = out.find("\n[nsbox: ");
+      REQUIRE(marker != std::string::npos);
+      const std::string head = out.substr(0, marker), tail = out.substr(out.find("cut]\n") + 5);
+      INFO("char of " << ch.size() << " bytes, limit " << limit);
+      CHECK(head.size() % ch.size() == 0);  // whole characters only
+      CHECK(tail.size() % ch.size() == 0);
+      CHECK(head == all.substr(0, head.size()));
+      CHECK(tail == all.substr(all.size() - tail.size()));
+      const size_t cut = all.size() - head.size() - tail.size();
+      CHECK(out.find("[nsbox: " + std::to_string(cut) + " bytes cut]") == marker + 1);
+      CHECK(OutputBuffer::KeptBytes(out, buf.total_bytes()) == head.size() + tail.size());
+      CHECK(buf.SettledHead() == head);
+    }
+  }
+}
+
+TEST_CASE("the settled head leaves out a character still being written") {
+  OutputBuffer buf(100);
+  buf.Append("ab\xE2\x82");
+  CHECK(buf.SettledHead() == "ab");
+  buf.Append("\xAC");
+  CHECK(buf.SettledHead() == "ab\xE2\x82\xAC");
+  CHECK(nsbox::CompleteUtf8Prefix("x\xF0\x9F\x98") == 1);
+  CHECK(nsbox::CompleteUtf8Prefix("x\xF0\x9F\x98\x80") == 5);
+  CHECK(nsbox::CompleteUtf8Prefix("plain") == 5);
+}
