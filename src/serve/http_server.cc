@@ -10,6 +10,7 @@
 #include <microhttpd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <condition_variable>
 #include <cstring>
@@ -23,8 +24,30 @@ namespace nsbox::serve {
 
 // One request while it is read.
 struct HttpServer::Connection {
+  std::string raw_uri;  // as the client sent it, before libmicrohttpd's percent-decoding
   std::string body;
   bool too_large = false;
+  bool answered = false;        // a response was queued before the body was read (refused at admission)
+  uint64_t counted = 0;         // bytes of server->buffered_ this request holds
+  std::atomic<uint64_t>* buffered = nullptr;
+  ~Connection() { Release(); }
+  void Release() {
+    if (buffered) *buffered -= counted;
+    counted = 0;
+  }
+  // Counts a body of `bytes` against the server's cap on the bodies it holds at once; false when that would pass
+  // `cap`.
+  bool Reserve(uint64_t bytes, uint64_t cap) {
+    if (bytes <= counted) return true;
+    const uint64_t more = bytes - counted;
+    uint64_t now = buffered->load();
+    do {
+      if (now + more > cap) return false;
+    } while (!buffered->compare_exchange_weak(now, now + more));
+    counted = bytes;
+    body.reserve(bytes);
+    return true;
+  }
 };
 
 namespace http_detail {  // named, not anonymous: HttpServerCallbacks (the header's friend) holds these
@@ -124,6 +147,39 @@ MHD_Result AddQuery(void* cls, MHD_ValueKind, const char* key, size_t key_size, 
   return MHD_YES;
 }
 
+// The request's path from its raw URI: percent-decoded segment by segment, except that an encoded '/' stays "%2F"
+// (a segment, such as a sandbox id, never gains a slash that would make it two) and an encoded NUL stays "%00".
+std::string DecodePath(const std::string& raw_uri) {
+  const std::string raw = raw_uri.substr(0, raw_uri.find('?'));
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string path;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+      const char c = static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+      if (c == '/' || c == '\0') {
+        path += raw.substr(i, 3);
+      } else {
+        path += c;
+      }
+      i += 2;
+    } else {
+      path += raw[i];
+    }
+  }
+  return path;
+}
+
+void* KeepRawUri(void*, const char* uri, MHD_Connection*) {
+  auto* state = new HttpServer::Connection();
+  state->raw_uri = uri ? uri : "";
+  return state;
+}
+
 int ConnectionFd(MHD_Connection* connection) {
   const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
   return info ? info->connect_fd : -1;
@@ -138,15 +194,48 @@ struct HttpServerCallbacks {
                            const char* upload_data, size_t* upload_data_size, void** con_cls) {
     auto* server = static_cast<HttpServer*>(cls);
     auto* state = static_cast<HttpServer::Connection*>(*con_cls);
-    if (!state) {
+    if (!state) {  // KeepRawUri made it, unless libmicrohttpd did not call it
       state = new HttpServer::Connection();
+      state->raw_uri = url ? url : "";
       *con_cls = state;
+    }
+    HttpRequest request;
+    request.method = method ? method : "";
+    request.path = DecodePath(state->raw_uri);
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, &AddToMap, &request.headers);
+    request.over_unix_socket = server->unix_socket_;
+    const int fd = ConnectionFd(connection);
+    if (server->unix_socket_ && fd >= 0) {
+      struct ucred cred = {};
+      socklen_t len = sizeof cred;
+      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) request.peer_uid = cred.uid;
+    }
+    if (!state->buffered) {  // the first call: the head is read, the body not yet
+      state->buffered = &server->buffered_;
+      // A client the service would refuse (no token, a uid not allowed) is answered now: nothing of its body is
+      // read or kept.
+      if (server->options_.admit) {
+        if (std::optional<HttpResponse> refused = server->options_.admit(request)) {
+          state->answered = true;
+          return Queue(connection, *refused);
+        }
+      }
       // A declared length over the cap is refused before any of the body is read.
       const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-      if (length && std::strtoull(length, nullptr, 10) > server->options_.max_body_bytes) {
+      const uint64_t declared = length ? std::strtoull(length, nullptr, 10) : 0;
+      if (declared > server->options_.max_body_bytes) {
         state->too_large = true;
+        state->answered = true;
         return Queue(connection, server->options_.too_large(server->options_.max_body_bytes));
       }
+      if (declared > 0 && !state->Reserve(declared, server->options_.max_buffered_bytes)) {
+        state->answered = true;
+        return Queue(connection, Busy(server));
+      }
+      return MHD_YES;
+    }
+    if (state->answered) {
+      *upload_data_size = 0;  // what still comes of a refused request's body is dropped
       return MHD_YES;
     }
     if (*upload_data_size > 0) {
@@ -155,6 +244,14 @@ struct HttpServerCallbacks {
           state->too_large = true;
           state->body.clear();
           state->body.shrink_to_fit();
+        } else if (state->body.size() + *upload_data_size > state->counted &&
+                   !state->Reserve(std::min<uint64_t>(server->options_.max_body_bytes,
+                                                      std::max<uint64_t>(2 * state->counted,
+                                                                         state->body.size() + *upload_data_size)),
+                                   server->options_.max_buffered_bytes)) {
+          state->answered = true;
+          *upload_data_size = 0;
+          return Queue(connection, Busy(server));
         } else {
           state->body.append(upload_data, *upload_data_size);
         }
@@ -164,19 +261,8 @@ struct HttpServerCallbacks {
     }
     if (state->too_large) return Queue(connection, server->options_.too_large(server->options_.max_body_bytes));
 
-    HttpRequest request;
-    request.method = method ? method : "";
-    request.path = url ? url : "";
     request.body = std::move(state->body);
-    MHD_get_connection_values(connection, MHD_HEADER_KIND, &AddToMap, &request.headers);
     MHD_get_connection_values_n(connection, MHD_GET_ARGUMENT_KIND, &AddQuery, &request.query);
-    request.over_unix_socket = server->unix_socket_;
-    const int fd = ConnectionFd(connection);
-    if (server->unix_socket_ && fd >= 0) {
-      struct ucred cred = {};
-      socklen_t len = sizeof cred;
-      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) request.peer_uid = cred.uid;
-    }
     request.client_gone = [fd] { return PeerGone(fd); };
     HttpResponse response;
     try {
@@ -185,6 +271,9 @@ struct HttpServerCallbacks {
       response.status = 500;
       response.body = nlohmann_free_error(e.what());
     }
+    // The body has been dealt with; what is counted is the bodies requests are still sending or being served on.
+    request.body = std::string();
+    state->Release();
     if (!response.stream) return Queue(connection, response);
 
     auto stream = std::make_shared<StreamState>();
@@ -206,6 +295,14 @@ struct HttpServerCallbacks {
     MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
     MHD_destroy_response(mhd);
     return queued;
+  }
+
+  static HttpResponse Busy(HttpServer* server) {
+    if (server->options_.busy) return server->options_.busy(server->options_.max_buffered_bytes);
+    HttpResponse r;
+    r.status = 503;
+    r.body = R"({"error": {"code": "unavailable", "message": "the server holds too many request bodies; try again"}})";
+    return r;
   }
 
   static MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
@@ -243,7 +340,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(int listen_fd, bool unix
       flags, 0, nullptr, nullptr, &HttpServerCallbacks::Access, server.get(), MHD_OPTION_LISTEN_SOCKET, listen_fd,
       MHD_OPTION_CONNECTION_LIMIT, server->options_.connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
       server->options_.idle_timeout_seconds, MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, nullptr,
-      MHD_OPTION_END);
+      MHD_OPTION_URI_LOG_CALLBACK, &KeepRawUri, nullptr, MHD_OPTION_END);
   if (!server->daemon_) {
     ::close(listen_fd);
     return Status::Error("libmicrohttpd could not start serving the listening socket");

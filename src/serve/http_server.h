@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -58,6 +59,12 @@ struct HttpServerOptions {
   unsigned idle_timeout_seconds = 120;  // a client that sends nothing for this long is dropped
   // The answer to a body over max_body_bytes (413), so that it has the service's error format.
   std::function<HttpResponse(uint64_t limit)> too_large;
+  // The bodies held at once, by all connections: past this a request is answered `busy` (503) unread.
+  uint64_t max_buffered_bytes = 256 << 20;
+  std::function<HttpResponse(uint64_t limit)> busy;
+  // Called once a request's head is read, before its body: a response refuses the request there and then (nothing
+  // of its body is read or kept), nullopt lets it through. The request has no body and no query yet.
+  std::function<std::optional<HttpResponse>(const HttpRequest& head)> admit;
 };
 
 class HttpServer {
@@ -87,6 +94,7 @@ class HttpServer {
   std::mutex producers_mutex_;
   std::condition_variable producers_done_;
   int producers_ = 0;
+  std::atomic<uint64_t> buffered_{0};  // request bodies' bytes held (reserved) by all connections
 
   friend struct HttpServerCallbacks;
 };

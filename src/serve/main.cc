@@ -44,6 +44,20 @@ constexpr int kExitFailure = 125;
   std::exit(code);
 }
 
+// `text` with control bytes and backslashes as \xNN: a client's words in the log stay on their line.
+std::string Printable(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f || c == '\\') {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string DefaultRuntimeDir() {
   if (::geteuid() == 0) return "/run/nsbox";
   const char* xdg = ::getenv("XDG_RUNTIME_DIR");
@@ -291,14 +305,29 @@ int main(int argc, char** argv) {
     return nsbox::serve::Service::ErrorResponse(413, "payload_too_large",
                                                 fmt::format("the request body is larger than {} bytes", limit));
   };
-  // One line a request: its status and time; a streamed answer's when its 200 is sent (the stream goes on).
-  auto handler = [&service](const nsbox::serve::HttpRequest& request) {
-    const auto started = std::chrono::steady_clock::now();
-    nsbox::serve::HttpResponse response = service.Handle(request);
-    fmt::print(stderr, "nsbox serve: {} {} {}{} {} ms\n", request.method, request.path, response.status,
-               response.stream ? " (streaming)" : "",
+  http.busy = [](uint64_t limit) {
+    fmt::print(stderr, "nsbox serve: the request bodies held at once would pass {} bytes 503\n", limit);
+    return nsbox::serve::Service::ErrorResponse(
+        503, "unavailable", fmt::format("the server holds {} bytes of request bodies already; try again", limit));
+  };
+  // One line a request: its status and time; a streamed answer's when its 200 is sent (the stream goes on). The
+  // method and path are the client's: shown with control bytes escaped, so that no client writes a line of its own.
+  auto log = [](const nsbox::serve::HttpRequest& request, const nsbox::serve::HttpResponse& response,
+                std::chrono::steady_clock::time_point started) {
+    fmt::print(stderr, "nsbox serve: {} {} {}{} {} ms\n", Printable(request.method), Printable(request.path),
+               response.status, response.stream ? " (streaming)" : "",
                std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)
                    .count());
+  };
+  http.admit = [&service, log](const nsbox::serve::HttpRequest& head) {
+    std::optional<nsbox::serve::HttpResponse> refused = service.Admit(head);
+    if (refused) log(head, *refused, std::chrono::steady_clock::now());
+    return refused;
+  };
+  auto handler = [&service, log](const nsbox::serve::HttpRequest& request) {
+    const auto started = std::chrono::steady_clock::now();
+    nsbox::serve::HttpResponse response = service.Handle(request);
+    log(request, response, started);
     return response;
   };
   auto on_unix = nsbox::serve::HttpServer::Start(unix_fd->release(), true, http, handler);

@@ -102,6 +102,16 @@ std::string Service::Identify(const HttpRequest& request) {
   throw ApiError(401, "unauthorized", "the bearer token is not one of this server's");
 }
 
+std::optional<HttpResponse> Service::Admit(const HttpRequest& head) {
+  if (head.method == "GET" && head.path == "/v1/healthz") return std::nullopt;
+  try {
+    Identify(head);
+    return std::nullopt;
+  } catch (const ApiError& e) {
+    return ErrorResponse(e.status, e.code, e.what());
+  }
+}
+
 HttpResponse Service::Handle(const HttpRequest& request) {
   try {
     // Liveness tells nothing about anyone's sandboxes: a load balancer's or kubelet's probe needs no token.

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -26,6 +27,9 @@ class Service {
  public:
   Service(Sandboxes& sandboxes, AccessConfig access) : sandboxes_(sandboxes), access_(std::move(access)) {}
   HttpResponse Handle(const HttpRequest& request);
+  // Before a request's body is read: its refusal when the client may not use this server (no or a wrong token, a
+  // uid not allowed), else nullopt.
+  std::optional<HttpResponse> Admit(const HttpRequest& head);
   void SetShuttingDown() { shutting_down_ = true; }
   static HttpResponse ErrorResponse(int status, const std::string& code, const std::string& message);
 

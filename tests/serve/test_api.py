@@ -696,6 +696,52 @@ class Auth(SharedCase):
                                                    headers={"Authorization": "bearer " + TOKENS["alice"]})
         self.assertEqual(lower.status, 200, lower)
 
+    def raw_exchange(self, head, wait_s=5):
+        """Sends `head` (a request's head, no body) over TCP and returns what comes back within wait_s."""
+        with socket.create_connection(("127.0.0.1", self.server.port), timeout=wait_s) as s:
+            s.sendall(head)
+            answer = b""
+            try:
+                while b"\r\n\r\n" not in answer:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    answer += chunk
+            except socket.timeout:
+                pass
+            return answer
+
+    def test_a_client_without_a_token_is_refused_before_its_body_is_read(self):
+        # A declared 16 MB body that never comes: the 401 is the answer at once, no buffer is held for it.
+        for auth in (b"", b"Authorization: Bearer wrong\r\n"):
+            with self.subTest(auth=auth):
+                answer = self.raw_exchange(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\n" + auth +
+                                           b"Content-Type: application/json\r\nContent-Length: 16000000\r\n\r\n{")
+                self.assertTrue(answer.startswith(b"HTTP/1.1 401"), answer[:200])
+        # A token holder's declared body is waited for (no answer before it is sent).
+        answer = self.raw_exchange(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                                   TOKENS["alice"].encode() + b"\r\nContent-Length: 100\r\n\r\n{", wait_s=1)
+        self.assertEqual(answer, b"")
+
+    def test_an_encoded_slash_does_not_split_a_path_segment(self):
+        sbx = self.make(api=self.alice)["id"]
+        for path in (f"/v1/sandboxes/{sbx}%2Fexec", f"/v1/sandboxes/{sbx}%2fexec"):
+            with self.subTest(path=path):
+                r = self.alice.request("POST", path, {"cmd": "echo ran"})
+                self.assertEqual(r.status, 404, r)
+        # Other escapes in a segment are decoded as before.
+        r = self.alice.request("GET", f"/v1/sandboxes/{sbx[:3]}%{ord(sbx[3]):02X}{sbx[4:]}")
+        self.assertEqual(r.status, 200, r)
+
+    def test_a_path_cannot_write_a_line_of_its_own_into_the_log(self):
+        forged = "nsbox serve: ending sb-forged (token:bob): the sandbox's idle_timeout passed"
+        r = Api(port=self.server.port).request("GET", "/v1/x%0A" + forged.replace(" ", "%20"))
+        self.assertEqual(r.status, 401, r)
+        with open(self.server.log_path, errors="replace") as f:
+            lines = f.read().splitlines()
+        self.assertFalse([line for line in lines if line.startswith("nsbox serve: ending sb-forged")], lines[-5:])
+        self.assertTrue([line for line in lines if "/v1/x\\x0ansbox serve: ending" in line], lines[-5:])
+
     def test_a_socket_peer_with_another_uid_is_403(self):
         os.chmod(self.server.socket_path, 0o666)  # the uid check, not the file mode, must refuse
         answers = as_uid(OTHER_UID, self.server.socket_path,

@@ -1,6 +1,10 @@
 // The service's pure parts: what a create or exec body may say (and the errors for what it may not), tokens, and
 // the workspace file operations the files endpoints use, over a temporary directory.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +16,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "src/serve/api_error.h"
+#include "src/serve/http_server.h"
 #include "src/serve/sandboxes.h"
 #include "src/serve/service.h"
 #include "src/session/workspace_copy.h"
@@ -253,4 +258,63 @@ TEST_CASE("a Status's kind comes from errno and survives Wrap", "[serve]") {
   CHECK(nsbox::Status::Errno("mount", EPERM).kind() == nsbox::ErrorKind::kOther);
   CHECK(nsbox::Status::Error("plain").kind() == nsbox::ErrorKind::kOther);
   CHECK(nsbox::OkStatus().kind() == nsbox::ErrorKind::kOther);
+}
+
+namespace {
+
+// A connection to 127.0.0.1:port that sends `head` and returns the first bytes of the answer, waiting at most wait_ms
+// (the socket stays open meanwhile: a body declared and not yet sent keeps its reservation).
+struct RawClient {
+  UniqueFd fd;
+  explicit RawClient(int port) : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  }
+  void Send(const std::string& data) { REQUIRE(::write(fd.get(), data.data(), data.size()) == ssize_t(data.size())); }
+  std::string Answer(int wait_ms) {
+    pollfd p = {fd.get(), POLLIN, 0};
+    if (::poll(&p, 1, wait_ms) <= 0) return "";
+    char buf[4096];
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+};
+
+}  // namespace
+
+TEST_CASE("request bodies held at once are capped: past the cap a request is answered 503 unread", "[serve]") {
+  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener.get(), 16) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int port = ntohs(addr.sin_port);
+  nsbox::serve::HttpServerOptions options;
+  options.max_body_bytes = 100'000;
+  options.max_buffered_bytes = 150'000;
+  auto server = nsbox::serve::HttpServer::Start(listener.release(), false, options, [](const auto& request) {
+    nsbox::serve::HttpResponse r;
+    r.body = std::to_string(request.body.size());
+    return r;
+  });
+  REQUIRE(server.ok());
+  const std::string head = "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 80000\r\n\r\n";
+  RawClient first(port);
+  first.Send(head);
+  CHECK(first.Answer(300).empty());  // its 80000 bytes are reserved; it is waited for
+  RawClient second(port);
+  second.Send(head);
+  CHECK_THAT(second.Answer(5000), Catch::StartsWith("HTTP/1.1 503"));  // 160000 would pass the cap
+  first.Send(std::string(80'000, 'x'));
+  CHECK_THAT(first.Answer(5000), Catch::StartsWith("HTTP/1.1 200") && Catch::EndsWith("80000"));
+  RawClient third(port);  // the first's reservation is given back with its answer
+  third.Send(head + std::string(80'000, 'y'));
+  CHECK_THAT(third.Answer(5000), Catch::StartsWith("HTTP/1.1 200"));
+  (*server)->Stop();
 }
