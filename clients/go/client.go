@@ -21,7 +21,8 @@ type Client struct {
 	base  string // "http://nsbox" for a Unix socket, else the URL given
 	token string
 	http  *http.Client
-	// RequestTimeout bounds a call whose context has no deadline (an exec: its own time-out plus 30 s).
+	// RequestTimeout bounds a call whose context has no deadline; an exec adds its own time-out (60 s when not set),
+	// a compiled language's compile time-out (CompileTimeout, else 60 s) and 30 s.
 	RequestTimeout time.Duration
 }
 
@@ -138,6 +139,26 @@ func transportError(ctx context.Context, op string, ownDeadline bool, err error)
 	return &Error{Kind: ErrServerGone, Op: op, Err: err}
 }
 
+// bodyError names why an answer's body could not be read whole: the caller's context, our own deadline (the
+// request's context), or the server (the connection ended before the Content-Length or the chunked body's end).
+func bodyError(ctx context.Context, resp *http.Response, op string, err error) *Error {
+	if ctx.Err() == nil && resp.Request != nil {
+		// The request's context is the caller's, with the client's own deadline when the caller gave none.
+		_, callers := ctx.Deadline()
+		return transportError(resp.Request.Context(), op, !callers, err)
+	}
+	return transportError(ctx, op, false, err)
+}
+
+// readAll reads an answer's body whole; an answer cut short is the server gone, never a shorter body.
+func readAll(ctx context.Context, resp *http.Response, op string) ([]byte, error) {
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, bodyError(ctx, resp, op, err)
+	}
+	return data, nil
+}
+
 // doJSON sends in (when not nil) as JSON and decodes a JSON answer into out (when not nil).
 func (c *Client) doJSON(ctx context.Context, op, method, path string, in, out interface{}) error {
 	var body io.Reader
@@ -155,14 +176,11 @@ func (c *Client) doJSON(ctx context.Context, op, method, path string, in, out in
 	}
 	defer cancel()
 	defer resp.Body.Close()
-	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
+	data, err := readAll(ctx, resp, op)
+	if err != nil || out == nil {
+		return err
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		if ctx.Err() != nil {
-			return transportError(ctx, op, false, err)
-		}
+	if err := json.Unmarshal(data, out); err != nil {
 		return &Error{Kind: ErrProtocol, Op: op, Message: "undecodable JSON answer", Err: err}
 	}
 	return nil

@@ -4,7 +4,6 @@ package nsbox
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/url"
 )
 
@@ -39,8 +38,8 @@ func (f Files) Write(ctx context.Context, path string, data []byte) error {
 	}
 	defer cancel()
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return nil
+	_, err = readAll(ctx, resp, "files.write")
+	return err
 }
 
 // Read returns the file's bytes.
@@ -51,11 +50,7 @@ func (f Files) Read(ctx context.Context, path string) ([]byte, error) {
 	}
 	defer cancel()
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, transportError(ctx, "files.read", false, err)
-	}
-	return data, nil
+	return readAll(ctx, resp, "files.read")
 }
 
 // List returns the entries of a directory.

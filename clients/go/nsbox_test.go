@@ -2,9 +2,13 @@
 package nsbox
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -233,6 +237,154 @@ func TestAStreamedErrorLineIsTypedByItsCode(t *testing.T) {
 		"bad_request": ErrRefused, "too_many_requests": ErrCapacityFull, "setup_failed": ErrSetupFailed} {
 		if got := kindOfStatus(0, code); got != want {
 			t.Fatalf("kindOfStatus(0, %q) = %v; want %v", code, got, want)
+		}
+	}
+}
+
+// scriptedServer answers every request on a private socket with the raw HTTP answer answer(r) gives, then closes
+// the connection: for answers no real server gives on demand (cut short, oddly streamed).
+func scriptedServer(t *testing.T, answer func(r *http.Request) string) *Client {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r, err := http.ReadRequest(bufio.NewReader(conn))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, r.Body)
+				_, _ = io.WriteString(conn, answer(r))
+			}()
+		}
+	}()
+	c, err := NewClient("unix://"+socket, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// rawAnswer is an HTTP answer whose Content-Length says length, whatever the body's own length.
+func rawAnswer(status, contentType string, length int, body string) string {
+	return fmt.Sprintf("HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, contentType, length, body)
+}
+
+func TestAnAnswerCutShortIsServerGone(t *testing.T) {
+	c := scriptedServer(t, func(r *http.Request) string {
+		if r.Method == "POST" && r.URL.Path == "/v1/sandboxes" {
+			created := `{"id": "sb-cut", "state": "running"}`
+			return rawAnswer("201 Created", "application/json", len(created), created)
+		}
+		// Every other answer promises 4096 bytes, and the connection ends after a few.
+		return rawAnswer("200 OK", "application/json", 4096, `{"sandboxes": [], "entries": [], "id": "sb-`)
+	})
+	ctx := context.Background()
+	s, err := c.Create(ctx, SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func() error{
+		"connect":     func() error { _, err := c.Connect(ctx, s.ID); return err },
+		"list":        func() error { _, err := c.List(ctx); return err },
+		"terminate":   func() error { return s.Terminate(ctx) },
+		"files.read":  func() error { _, err := s.Files().Read(ctx, "f"); return err },
+		"files.list":  func() error { _, err := s.Files().List(ctx, "."); return err },
+		"files.write": func() error { return s.Files().Write(ctx, "f", []byte("x")) },
+		"exec":        func() error { _, err := s.Exec(ctx, ExecRequest{Cmd: "true"}); return err },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, ErrServerGone) {
+			t.Errorf("%s of an answer cut short: %v; want ErrServerGone", name, err)
+		}
+	}
+}
+
+func TestAREPLCellReachesTheCallbacksFromItsResult(t *testing.T) {
+	// The server answers a REPL cell, streamed or not, with its result alone.
+	ctx := context.Background()
+	s := smallSandbox(t, ctx)
+	if _, err := s.Exec(ctx, ExecRequest{Language: "python", Code: "x = 6 * 7", Repl: true}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut []string
+	res, err := s.Exec(ctx, ExecRequest{Language: "python", Code: "import sys\nprint(x)\nprint('w', file=sys.stderr)",
+		Repl: true, OnStdout: func(c string) { out = append(out, c) },
+		OnStderr: func(c string) { errOut = append(errOut, c) }})
+	if err != nil || res.Stdout != "42\n" || strings.Join(out, "") != "42\n" || strings.Join(errOut, "") != "w\n" {
+		t.Fatalf("got %+v, %v, stdout chunks %q, stderr chunks %q; want 42 and w through the callbacks", res, err, out,
+			errOut)
+	}
+}
+
+func TestTheResultFeedsOnlyTheStreamsOfWhichNoChunkCameAndOnce(t *testing.T) {
+	lines := `{"type": "stdout", "data": "streamed\n"}` + "\n" + `{"type": "result", "result": {"status": "ok", ` +
+		`"exit_code": 0, "stdout": "streamed\n", "stderr": "only in the result\n"}}` + "\n"
+	c := scriptedServer(t, func(r *http.Request) string {
+		return rawAnswer("200 OK", "application/x-ndjson", len(lines), lines)
+	})
+	var out, errOut []string
+	_, err := c.Run(context.Background(), SandboxOptions{}, ExecRequest{Cmd: "x",
+		OnStdout: func(c string) { out = append(out, c) }, OnStderr: func(c string) { errOut = append(errOut, c) }})
+	if err != nil || fmt.Sprint(out) != "[streamed\n]" || fmt.Sprint(errOut) != "[only in the result\n]" {
+		t.Fatalf("got %v, stdout chunks %q, stderr chunks %q; want the streamed chunk and the result's stderr once",
+			err, out, errOut)
+	}
+}
+
+// deadlineRecorder notes the deadline of each request the client sends, then sends it on.
+type deadlineRecorder struct {
+	next      http.RoundTripper
+	deadlines []time.Time
+}
+
+func (d *deadlineRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	deadline, _ := r.Context().Deadline()
+	d.deadlines = append(d.deadlines, deadline)
+	return d.next.RoundTrip(r)
+}
+
+func TestAnExecWaitsForACompiledLanguagesCompileStep(t *testing.T) {
+	// The compile runs before the program under its own time-out: a deadline of the program's alone would give
+	// up while the server is still compiling.
+	result := `{"status": "ok", "exit_code": 0}`
+	c := scriptedServer(t, func(r *http.Request) string {
+		return rawAnswer("200 OK", "application/json", len(result), result)
+	})
+	c.RequestTimeout = time.Second
+	recorder := &deadlineRecorder{next: c.http.Transport}
+	c.http.Transport = recorder
+	// RequestTimeout, the program's time-out, the compile step's (CompileTimeout, else 60 s for a compiled
+	// language) and 30 s.
+	s := time.Second
+	for name, tc := range map[string]struct {
+		req  ExecRequest
+		want time.Duration
+	}{
+		"c":      {ExecRequest{Language: "c", Code: "x", Timeout: 10 * s, CompileTimeout: 20 * s}, 61},
+		"rust":   {ExecRequest{Language: "rust", Code: "x", Timeout: 10 * s}, 101},
+		"python": {ExecRequest{Language: "python", Code: "x", Timeout: 10 * s}, 41},
+		"cmd":    {ExecRequest{Cmd: "make", Timeout: 10 * s}, 41},
+	} {
+		start := time.Now()
+		if _, err := c.Run(context.Background(), SandboxOptions{}, tc.req); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		end := time.Now()
+		deadline, want := recorder.deadlines[len(recorder.deadlines)-1], tc.want*s
+		if deadline.Before(start.Add(want)) || deadline.After(end.Add(want)) {
+			t.Errorf("%s: the request's deadline came %v after the call began; want %v", name, deadline.Sub(start), want)
 		}
 	}
 }

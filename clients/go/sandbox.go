@@ -6,9 +6,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"math"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -146,11 +146,14 @@ type ExecRequest struct {
 	Repl        bool
 	OutputLimit int64
 	// A compiled language's compile step (c, cpp, go, rust, java, typescript): its own time-out and memory
-	// limit ("256M"); zero values leave the language table's.
+	// limit ("256M"); zero values leave the language table's. The client's deadline counts the step too:
+	// CompileTimeout, or 60 s (the longest default) for a compiled language without one.
 	CompileTimeout time.Duration
 	CompileMemory  string
-	OnStdout       func(chunk string) // called as output comes (streaming)
-	OnStderr       func(chunk string)
+	// Called as output comes (streaming). A stream of which no chunk came (a REPL cell, answered with its result
+	// alone) gets the result's text once.
+	OnStdout func(chunk string)
+	OnStderr func(chunk string)
 }
 
 // Result is the verdict of one exec, as `nsbox exec --json` prints it. Raw holds every key.
@@ -212,6 +215,32 @@ func (r ExecRequest) body(ctx context.Context) map[string]interface{} {
 	return m
 }
 
+// defaultCompileTimeout is what an exec waits for a compiled language's compile step when the request sets no
+// CompileTimeout: the longest of the language table's (rootfs/languages.json: 30 s for c, 60 s for the others),
+// taken for any language but the interpreted ones, a bound that is never too short.
+const defaultCompileTimeout = 60 * time.Second
+
+var interpretedLanguages = map[string]bool{"python": true, "python3": true, "bash": true, "sh": true, "node": true,
+	"javascript": true}
+
+// wait is how much longer than Client.RequestTimeout an exec's answer may take: its program's time-out (the
+// server's default, 60 s, when none is set), a compiled language's compile step before it, and a grace of 30 s.
+func (r ExecRequest) wait() time.Duration {
+	wait := 30 * time.Second
+	if r.Timeout > 0 {
+		wait += r.Timeout
+	} else {
+		wait += 60 * time.Second
+	}
+	compiled := r.Argv == nil && r.Cmd == "" && !interpretedLanguages[strings.ToLower(r.Language)]
+	if r.CompileTimeout > 0 {
+		wait += r.CompileTimeout
+	} else if compiled {
+		wait += defaultCompileTimeout
+	}
+	return wait
+}
+
 func decodeResult(data []byte) (*Result, error) {
 	var r Result
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -243,36 +272,26 @@ func (c *Client) exec(ctx context.Context, path string, body map[string]interfac
 	if stream {
 		path += "?stream=true"
 	}
-	extra := 30 * time.Second
-	if req.Timeout > 0 {
-		extra += req.Timeout
-	} else {
-		extra += 60 * time.Second
-	}
-	resp, cancel, err := c.request(ctx, "exec", "POST", path, bytes.NewReader(data), "application/json", extra)
+	resp, cancel, err := c.request(ctx, "exec", "POST", path, bytes.NewReader(data), "application/json", req.wait())
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
 	defer resp.Body.Close()
 	if !stream || resp.Header.Get("Content-Type") != "application/x-ndjson" {
-		all, err := io.ReadAll(resp.Body)
+		all, err := readAll(ctx, resp, "exec")
 		if err != nil {
-			return nil, transportError(ctx, "exec", false, err)
+			return nil, err
 		}
 		r, err := decodeResult(all)
 		if err != nil {
 			return nil, &Error{Kind: ErrProtocol, Op: "exec", Message: "undecodable result", Err: err}
 		}
 		// A server without streaming: hand the whole output over at the end.
-		if req.OnStdout != nil && r.Stdout != "" {
-			req.OnStdout(r.Stdout)
-		}
-		if req.OnStderr != nil && r.Stderr != "" {
-			req.OnStderr(r.Stderr)
-		}
+		req.handOver(r, false, false)
 		return r, nil
 	}
+	var gotStdout, gotStderr bool // whether a chunk of each stream came
 	reader := bufio.NewReader(resp.Body)
 	for {
 		line, err := reader.ReadBytes('\n')
@@ -291,10 +310,12 @@ func (c *Client) exec(ctx context.Context, path string, body map[string]interfac
 			}
 			switch ev.Type {
 			case "stdout":
+				gotStdout = true
 				if req.OnStdout != nil {
 					req.OnStdout(ev.Data)
 				}
 			case "stderr":
+				gotStderr = true
 				if req.OnStderr != nil {
 					req.OnStderr(ev.Data)
 				}
@@ -303,6 +324,7 @@ func (c *Client) exec(ctx context.Context, path string, body map[string]interfac
 				if jerr != nil {
 					return nil, &Error{Kind: ErrProtocol, Op: "exec", Message: "undecodable result", Err: jerr}
 				}
+				req.handOver(r, gotStdout, gotStderr)
 				return r, nil
 			case "error":
 				e := &Error{Op: "exec", Status: 200}
@@ -315,7 +337,18 @@ func (c *Client) exec(ctx context.Context, path string, body map[string]interfac
 		}
 		if err != nil {
 			// The stream ended before its result: the context, or the server went away.
-			return nil, transportError(ctx, "exec", false, err)
+			return nil, bodyError(ctx, resp, "exec", err)
 		}
+	}
+}
+
+// handOver gives each callback the result's output of its stream when no chunk of that stream came (a REPL cell
+// is answered with its result alone, and a server may answer the whole result at once), so no output is lost.
+func (r ExecRequest) handOver(res *Result, gotStdout, gotStderr bool) {
+	if r.OnStdout != nil && res.Stdout != "" && !gotStdout {
+		r.OnStdout(res.Stdout)
+	}
+	if r.OnStderr != nil && res.Stderr != "" && !gotStderr {
+		r.OnStderr(res.Stderr)
 	}
 }

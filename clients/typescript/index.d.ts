@@ -54,6 +54,10 @@ export interface ExecOptions {
   cwd?: string;
   repl?: boolean;
   outputLimit?: number;
+  /**
+   * Called with each chunk as it comes (the answer is then streamed). A stream of which no chunk came (a REPL cell,
+   * answered with its result alone) gets the result's text once.
+   */
   onStdout?: (chunk: string) => void;
   onStderr?: (chunk: string) => void;
   signal?: AbortSignal;
@@ -61,7 +65,10 @@ export interface ExecOptions {
 
 export interface RunCodeOptions extends ExecOptions {
   language?: string;
-  /** A compiled language's compile step: its time-out in seconds (capped by the server's --max-timeout). */
+  /**
+   * A compiled language's compile step: its time-out in seconds (capped by the server's --max-timeout). The client
+   * waits for it too: this, or 60 s for a compiled language when not given.
+   */
   compileTimeout?: number;
   /** A compiled language's compile step: its own memory limit, '256M' or bytes. */
   compileMemory?: string | number;
@@ -179,9 +186,10 @@ export declare function clip(text: string, opts?: { limit?: number; name?: strin
 export declare function formatToolOutput(result: ExecResult | RawResult, opts?: { limit?: number }): string;
 
 export interface RunPythonOptions {
+  /** The program's time-out in seconds (default 60). */
   timeout?: number;
+  /** Characters of stdout and stderr the model gets (default 16000). */
   outputLimit?: number;
-  path?: string;
   signal?: AbortSignal;
   description?: string;
   /** Any schema the AI SDK accepts (a zod schema, jsonSchema(...)); default a Standard JSON Schema. */

@@ -2,7 +2,8 @@
 """FakeNode answers the docs/api.md routes from memory and runs exec requests for real (sh -c, argv or
 python3 -c) in a private workspace directory, so README examples and agent loops get true output. Tests
 script it: `capacity`, `create_status`, `token`, `exec_mode` ("run", "reset", "silent"), `stream_script`
-(a function writing NDJSON lines), `ignore_stream`, and read back `seen` (every request)."""
+(a function writing NDJSON lines), `ignore_stream`, `cut_answers`, and read back `seen` (every request). As
+nsbox serve does, a streamed REPL cell ("repl": true) is answered with its result line alone."""
 
 import json
 import os
@@ -64,6 +65,7 @@ class FakeNode:
         self.exec_mode = "run"
         self.stream_script = None
         self.ignore_stream = False  # answer the whole result as JSON even when a stream is asked for
+        self.cut_answers = False  # a 2xx answer promises its whole Content-Length, sends half and closes
         self.seen = []
         self.sandboxes = {}
         self.lock = threading.Lock()
@@ -111,7 +113,12 @@ class FakeNode:
         h.send_header("Content-Length", str(len(data)))
         h.send_header("Connection", "close")
         h.end_headers()
-        h.wfile.write(data)
+        if self.cut_answers and 200 <= status <= 299 and data:
+            h.wfile.write(data[:len(data) // 2])
+            h.wfile.flush()
+            h.connection.shutdown(socket.SHUT_WR)
+        else:
+            h.wfile.write(data)
         h.close_connection = True
 
     def _error(self, h, status, code, message, **extra):
@@ -273,9 +280,9 @@ class FakeNode:
             return self._send(h, 200, res)
 
         def lines(write):
-            if res["stdout"]:
+            if res["stdout"] and not spec.get("repl"):
                 write({"type": "stdout", "data": res["stdout"]})
-            if res["stderr"]:
+            if res["stderr"] and not spec.get("repl"):
                 write({"type": "stderr", "data": res["stderr"]})
             write({"type": "result", "result": res})
         return self._stream(h, lines)

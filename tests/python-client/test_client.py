@@ -1,4 +1,5 @@
 # tests/python-client/test_client.py: every client method against a scripted node: bodies sent, answers, errors.
+import json
 import os
 import threading
 import unittest
@@ -132,6 +133,23 @@ class SandboxTest(NodeCase):
         self.assertTrue(cm.exception.request_sent)
         self.assertIn("no answer within 0.3 s", str(cm.exception))
 
+    def test_the_client_deadline_includes_a_compiled_languages_compile_step(self):
+        # The compile runs before the program, under its own time-out: a deadline of the program's time-out alone
+        # would give up while the server is still compiling.
+        sbx = self.create()
+        self.node.exec_mode = "silent"
+        with mock.patch.object(sandbox, "EXEC_GRACE_S", 0.2), \
+                mock.patch.object(sandbox, "DEFAULT_COMPILE_TIMEOUT_S", 0.4):
+            with self.assertRaises(nsbox.RequestTimeout) as cm:
+                sbx.run_code("int main(void) { return 0; }", language="c", timeout=0.1, compile_timeout=0.3)
+            self.assertIn("no answer within 0.6 s", str(cm.exception))
+            with self.assertRaises(nsbox.RequestTimeout) as cm:  # no compile_timeout: the language table's bound
+                sbx.run_code("fn main() {}", language="rust", timeout=0.1)
+            self.assertIn("no answer within 0.7 s", str(cm.exception))
+            with self.assertRaises(nsbox.RequestTimeout) as cm:  # an interpreted language compiles nothing
+                sbx.run_code("print(1)", language="python", timeout=0.1)
+            self.assertIn("no answer within 0.3 s", str(cm.exception))
+
     def test_run_code_sends_language_code_and_repl(self):
         sbx = self.create()
         r = sbx.run_code("print(2 ** 10)")
@@ -163,6 +181,30 @@ class SandboxTest(NodeCase):
         with self.assertRaises(nsbox.ServerGone) as cm:
             sbx.exec("true")
         self.assertTrue(cm.exception.request_sent)
+
+
+class CutShortTest(NodeCase):
+    """An answer that ends before the Content-Length it promised is the server gone, never a shorter answer."""
+
+    def test_a_file_cut_short_is_server_gone_not_a_shorter_file(self):
+        sbx = self.create()
+        sbx.files.write("data.bin", bytes(range(256)) * 64)
+        self.node.cut_answers = True
+        with self.assertRaises(nsbox.ServerGone) as cm:
+            sbx.files.read("data.bin")
+        self.assertTrue(cm.exception.request_sent)
+        self.assertIn("the answer was cut short", str(cm.exception))
+
+    def test_a_json_answer_cut_short_is_server_gone(self):
+        sbx = self.create()
+        self.node.cut_answers = True
+        calls = {"exec": lambda: sbx.exec("echo hi"), "refresh": sbx.refresh, "files.list": sbx.files.list,
+                 "list": lambda: nsbox.Sandbox.list(url=self.node.url),
+                 "connect": lambda: nsbox.Sandbox.connect(sbx.id, url=self.node.url)}
+        for name, call in calls.items():
+            with self.assertRaises(nsbox.ServerGone, msg=name) as cm:
+                call()
+            self.assertIn("the answer was cut short", str(cm.exception), name)
 
 
 class FilesTest(NodeCase):
@@ -252,6 +294,31 @@ class StreamingTest(NodeCase):
         out, err = [], []
         r = self.create().exec("echo o; echo e >&2", on_stdout=out.append, on_stderr=err.append)
         self.assertEqual((out, err, r.exit_code), (["o\n"], ["e\n"], 0))
+
+    def test_a_repl_cell_answered_by_its_result_alone_still_feeds_the_callbacks(self):
+        out, err = [], []
+        r = self.create().run_code("import sys\nprint(6 * 7)\nprint('warn', file=sys.stderr)", repl=True,
+                                   on_stdout=out.append, on_stderr=err.append)
+        self.assertEqual(self.node.requests("POST", "/exec")[0].query, {"stream": "true"})
+        self.assertEqual((out, err, r.stdout), (["42\n"], ["warn\n"], "42\n"))
+
+    def test_the_result_feeds_only_the_streams_of_which_no_chunk_came_and_once(self):
+        self.node.stream_script = lambda write, spec: (
+            write({"type": "stdout", "data": "streamed\n"}),
+            write({"type": "result", "result": result(stdout="streamed\n", stderr="only in the result\n")}))
+        out, err = [], []
+        self.create().exec("x", on_stdout=out.append, on_stderr=err.append)
+        self.assertEqual((out, err), (["streamed\n"], ["only in the result\n"]))
+
+    def test_a_result_line_of_32_mib_in_1_kib_pieces_arrives_whole(self):
+        # Each piece is searched once: a client that copied or searched the whole pending line for every piece would
+        # move some 500 GB here and not be done within the exec's deadline (its 1 s time-out and the 30 s grace).
+        big = "0123456789abcde\n" * (2 << 20)
+        line = json.dumps({"type": "result", "result": result(stdout=big)}).encode() + b"\n"
+        self.node.stream_script = lambda write, spec: [write(line[i:i + 1024]) for i in range(0, len(line), 1024)]
+        out = []
+        r = self.create().exec("x", timeout=1, on_stdout=out.append)
+        self.assertEqual((r.stdout_bytes, r.stdout == big, len(out), out[0] == big), (len(big), True, 1, True))
 
     def test_a_callback_that_raises_ends_the_call_with_its_exception(self):
         def boom(chunk):

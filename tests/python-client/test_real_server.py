@@ -157,6 +157,22 @@ class StreamingTest(RealServerCase):
                          on_stdout=on_stdout)
             self.assertEqual((r.status, "".join(chunks)), ("ok", "waiting\nreleased\n"))
 
+    def test_a_repl_cell_feeds_the_callbacks_and_the_runtimes_output(self):
+        # The server answers a REPL cell, streamed or not, with its result alone.
+        with nsbox.Sandbox.create(url=self.url) as sbx:
+            sbx.run_code("x = 6 * 7", repl=True)
+            out, err = [], []
+            r = sbx.run_code("import sys\nprint(x)\nprint('w', file=sys.stderr)", repl=True, on_stdout=out.append,
+                             on_stderr=err.append)
+            self.assertEqual((r.stdout, "".join(out), "".join(err)), ("42\n", "42\n", "w\n"))
+        with nsbox.SandboxRuntime(url=self.url, repl=True) as rt:
+            rt.execute("python", "x = 6 * 7")
+            self.assertEqual(rt.execute("python", "print(x)").output, "42\n")
+            failed = rt.execute("python", "x / 0")
+            self.assertEqual(failed.exit_code, 1)
+            self.assertIn("ZeroDivisionError: division by zero", failed.output)
+        self.assertNothingLeft()
+
     def test_one_shot_run_streamed_and_not(self):
         self.assertEqual(nsbox.Sandbox.run(code="print(6 * 7)", url=self.url).stdout, "42\n")
         out = []

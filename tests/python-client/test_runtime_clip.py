@@ -66,6 +66,13 @@ class RuntimeTest(unittest.TestCase):
         self.assertEqual(self.node.sandboxes, {})
         self.assertEqual(self.node.requests("POST", "/v1/sandboxes")[0].json(), {"template": "python"})
 
+    def test_a_repl_runtimes_output_is_its_cells_stdout_and_stderr(self):
+        # The server answers a REPL cell with its result alone: the output comes from there.
+        with nsbox.SandboxRuntime(url=self.node.url, repl=True) as rt:
+            r = rt.execute("python", "import sys\nprint(6 * 7)\nprint('warn', file=sys.stderr)")
+            self.assertEqual((r.output, r.exit_code, r.status), ("42\nwarn\n", 0, "ok"))
+        self.assertTrue(self.node.requests("POST", "/exec")[0].json()["repl"])
+
     def test_fresh_sandbox_per_call_keeps_nothing_and_leaves_nothing(self):
         rt = nsbox.SandboxRuntime(url=self.node.url, fresh_sandbox_per_call=True)
         rt.execute("python", "open('s.txt', 'w').write('kept')")

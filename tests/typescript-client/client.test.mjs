@@ -11,6 +11,9 @@ import {
 import { runPython } from 'nsbox/ai';
 import { startScriptedOpenAI, PRIME_PROGRAM } from './scripted-openai.mjs';
 
+const USAGE = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+  outputTokens: { total: 1, text: 1, reasoning: 0 } };
+
 const made = [];
 async function create(opts) {
   const sbx = await Sandbox.create(opts);
@@ -63,7 +66,8 @@ test('exec of a failing program is a result with its exit code, not an error', a
 
 test('a compiled language\'s compile step has its own time-out and memory limit', async () => {
   const sbx = await create({ limits: { memory: '256M', pids: 64 } });
-  const ran = await sbx.runCode('int main(void) { return 4; }', { language: 'c', compileTimeout: 30, compileMemory: '128M' });
+  const ran = await sbx.runCode('int main(void) { return 4; }',
+    { language: 'c', compileTimeout: 30, compileMemory: '128M' });
   assert.deepEqual([ran.status, ran.exitCode, ran.raw.compile.status], ['exit', 4, 'ok']);
   const oom = await sbx.runCode('#include <iostream>\nint main() { std::cout << 1; }',
     { language: 'cpp', compileMemory: '16M' });
@@ -104,6 +108,16 @@ test('streaming delivers chunks while the program still runs, then the result', 
   assert.equal(events[0][0], 'stdout');
   assert.equal(events.at(-1)[0], 'result');
   assert.equal(events.filter((e) => e[0] === 'stdout').map((e) => e[1]).join(''), 'first\nsecond\n');
+});
+
+test('a REPL cell, answered by its result alone, still reaches onStdout and onStderr', async () => {
+  const sbx = await create();
+  await sbx.runCode('x = 6 * 7', { repl: true });
+  const out = [];
+  const err = [];
+  const r = await sbx.runCode('import sys\nprint(x)\nprint("w", file=sys.stderr)',
+    { repl: true, onStdout: (c) => out.push(c), onStderr: (c) => err.push(c) });
+  assert.deepEqual([r.stdout, out, err], ['42\n', ['42\n'], ['w\n']]);
 });
 
 test('errors are typed and carry the server message', async () => {
@@ -147,18 +161,16 @@ test('AI SDK generateText with its mock model calls run_python and gets the real
   const model = new MockLanguageModelV3({
     doGenerate: async (options) => {
       const toolMessage = options.prompt.find((m) => m.role === 'tool');
-      const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
-        outputTokens: { total: 1, text: 1, reasoning: 0 } };
       if (!toolMessage) {
         assert.ok(options.tools.some((t) => t.name === 'run_python'));
         return { content: [{ type: 'tool-call', toolCallId: 'c1', toolName: 'run_python',
           input: JSON.stringify({ code: PRIME_PROGRAM }) }], finishReason: { unified: 'tool-calls', raw: undefined },
-        usage, warnings: [] };
+        usage: USAGE, warnings: [] };
       }
       const output = toolMessage.content[0].output;
       const text = typeof output.value === 'string' ? output.value : JSON.stringify(output.value);
       return { content: [{ type: 'text', text: `The tool said: ${text}` }],
-        finishReason: { unified: 'stop', raw: undefined }, usage, warnings: [] };
+        finishReason: { unified: 'stop', raw: undefined }, usage: USAGE, warnings: [] };
     },
   });
   const result = await generateText({ model, prompt: 'What is the 1000th prime?',
@@ -167,7 +179,42 @@ test('AI SDK generateText with its mock model calls run_python and gets the real
   assert.equal(toolResult.toolName, 'run_python');
   assert.equal(toolResult.output, 'exit_code: 0\nstdout:\n7919\nstderr: (empty)\n');
   assert.match(result.text, /stdout:\n7919\n/);
-  assert.equal(await sbx.files.readText('/workspace/tool_call.py'), PRIME_PROGRAM);
+  assert.deepEqual(await sbx.files.list(), [], 'the tool leaves no file in the workspace');
+});
+
+test('the AI SDK runs a step\'s tool calls at once, and each gets its own output', async () => {
+  const sbx = await create();
+  // This sandbox answers a files.write only once every call of the step has written (as a busy server may): a tool
+  // whose calls shared a file would then run the last call's code every time.
+  const calls = 4;
+  let written = 0;
+  let allWritten;
+  const barrier = new Promise((resolve) => { allWritten = resolve; });
+  const gated = Object.create(sbx);
+  gated.files = Object.create(sbx.files);
+  gated.files.write = async (...args) => {
+    const answer = await sbx.files.write(...args);
+    if (++written === calls) allWritten();
+    await barrier;
+    return answer;
+  };
+  const model = new MockLanguageModelV3({
+    doGenerate: async (options) => {
+      if (!options.prompt.some((m) => m.role === 'tool')) {
+        return { content: Array.from({ length: calls }, (_, i) => ({ type: 'tool-call', toolCallId: `c${i}`,
+          toolName: 'run_python', input: JSON.stringify({ code: `print("call ${i}")` }) })),
+        finishReason: { unified: 'tool-calls', raw: undefined }, usage: USAGE, warnings: [] };
+      }
+      return { content: [{ type: 'text', text: 'done' }], finishReason: { unified: 'stop', raw: undefined },
+        usage: USAGE, warnings: [] };
+    },
+  });
+  const result = await generateText({ model, prompt: 'Run four programs.', tools: { run_python: runPythonTool(gated) },
+    stopWhen: stepCountIs(2) });
+  const outputs = Object.fromEntries(result.steps[0].toolResults.map((r) => [r.toolCallId, r.output]));
+  assert.deepEqual(outputs, Object.fromEntries(Array.from({ length: calls },
+    (_, i) => [`c${i}`, `exit_code: 0\nstdout:\ncall ${i}\nstderr: (empty)\n`])));
+  assert.deepEqual(await sbx.files.list(), [], 'the tool leaves no file in the workspace');
 });
 
 test('the openai SDK with a scripted server answers the 1000th prime from a real run', async () => {

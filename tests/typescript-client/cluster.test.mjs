@@ -1,7 +1,8 @@
 // tests/typescript-client/cluster.test.mjs: multi-node placement against three scripted nodes on Unix sockets.
 // The nodes answer /v1/capacity, create and exec from a script, so each placement rule is forced and checked:
 // the freest node gets the sandbox, a full (429) or vanished node passes the create on, an exec is never retried.
-import { test, after } from 'node:test';
+// Scripted answers also check what no real server does on demand: answers cut short, huge lines, deadlines.
+import { test, after, mock } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import fs from 'node:fs';
@@ -12,13 +13,23 @@ import { Sandbox, CapacityFullError, ConflictError, ServerGoneError, RequestTime
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nsbox-ts-cluster-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-function node(name, { running, max, createStatus = 201, execReset = false, execSilent = false, streamError = null }) {
+// A scripted node. `exec(req, res)` answers the execs when given; `ctl.cut` (set on the answer) makes every answer a
+// 200 that ends half-way through the Content-Length it promised.
+function node(name, { running, max, createStatus = 201, execReset = false, execSilent = false, streamError = null,
+  exec = null }) {
   const sock = path.join(dir, `${name}.sock`);
   const seen = [];
+  const ctl = { seen, cut: false };
   const server = http.createServer((req, res) => {
     seen.push(`${req.method} ${req.url.split('?')[0]}`);
     req.resume();
     req.on('end', () => {
+      if (ctl.cut) {
+        const data = Buffer.from(JSON.stringify({ id: `sb-${name}`, sandboxes: [], entries: [], status: 'ok',
+          padding: 'x'.repeat(4096) }));
+        res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': data.length });
+        return res.write(data.subarray(0, data.length >> 1), () => res.socket.destroy());
+      }
       const capacity = { sandboxes: { running, max, per_client_max: max }, pool: {} };
       if (req.url === '/v1/capacity') return res.end(JSON.stringify(capacity));
       if (req.method === 'POST' && req.url === '/v1/sandboxes') {
@@ -34,6 +45,7 @@ function node(name, { running, max, createStatus = 201, execReset = false, execS
       if (req.url.split('?')[0].endsWith('/exec')) {
         if (execReset) return req.socket.destroy();
         if (execSilent) return undefined; // never answers
+        if (exec) return exec(req, res);
         if (streamError && req.url.includes('stream=true')) { // the 200 is sent; the error comes as a line
           res.writeHead(200, { 'Content-Type': 'application/x-ndjson' });
           return res.end(`${JSON.stringify({ type: 'error', error: streamError })}\n`);
@@ -44,8 +56,14 @@ function node(name, { running, max, createStatus = 201, execReset = false, execS
       res.end(JSON.stringify({ error: { code: 'not_found', message: 'no route' } }));
     });
   });
-  return new Promise((resolve) => server.listen(sock, () => resolve({ url: `unix://${sock}`, seen, server })));
+  return new Promise((resolve) => server.listen(sock, () => resolve(Object.assign(ctl, { url: `unix://${sock}`,
+    server }))));
 }
+
+const ndjson = (res, lines) => {
+  res.writeHead(200, { 'Content-Type': 'application/x-ndjson' });
+  res.end(lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+};
 
 test('create goes to the node with the most free sandbox slots, and its calls stay there', async () => {
   const nodes = [await node('a', { running: 9, max: 10 }), await node('b', { running: 1, max: 10 }),
@@ -108,5 +126,88 @@ test('an error line in a streamed answer is the typed error its code stands for'
       err instanceof ConflictError && err.status === 409 && err.code === 'conflict' && /has ended/.test(err.message));
   } finally {
     ended.server.close();
+  }
+});
+
+test('an answer cut short of its Content-Length is ServerGoneError, never a shorter answer', async () => {
+  const n = await node('cut', { running: 0, max: 10 });
+  try {
+    const sbx = await Sandbox.create({ url: n.url });
+    n.cut = true;
+    const calls = { 'files.read': () => sbx.files.read('f'), exec: () => sbx.exec('true'), refresh: () => sbx.refresh(),
+      list: () => Sandbox.list({ url: n.url }), connect: () => Sandbox.connect(sbx.id, { url: n.url }) };
+    for (const [name, call] of Object.entries(calls)) {
+      await assert.rejects(call(), (err) => err instanceof ServerGoneError && /cut short/.test(err.message), name);
+    }
+  } finally {
+    n.server.close();
+  }
+});
+
+test('the result feeds the callback of each stream none of whose chunks came, once', async () => {
+  const result = { status: 'ok', exit_code: 0, stdout: 'streamed\n', stderr: 'only in the result\n' };
+  let answer = 'stream';
+  const n = await node('partial', { running: 0, max: 10, exec: (req, res) => {
+    if (answer === 'whole') return res.end(JSON.stringify(result)); // a server that does not stream
+    ndjson(res, [...(answer === 'stream' ? [{ type: 'stdout', data: 'streamed\n' }] : []), { type: 'result', result }]);
+  } });
+  try {
+    const sbx = await Sandbox.create({ url: n.url });
+    // A stdout chunk then the result; the result alone (as a REPL cell's); the whole result as plain JSON.
+    for (const mode of ['stream', 'result alone', 'whole']) {
+      answer = mode;
+      const out = [];
+      const err = [];
+      const r = await sbx.exec('x', { onStdout: (c) => out.push(c), onStderr: (c) => err.push(c) });
+      assert.deepEqual([out, err, r.stderr], [['streamed\n'], ['only in the result\n'], 'only in the result\n'], mode);
+    }
+  } finally {
+    n.server.close();
+  }
+});
+
+test('a result line of 32 MiB in 1 KiB pieces arrives whole', async () => {
+  // Each piece is searched once: a client that searched (or copied) the whole pending line for every piece would
+  // do some 500 G character steps here and not be done within the exec's deadline (its 1 s time-out and the grace).
+  const big = '0123456789abcde\n'.repeat(2 << 20);
+  const result = { status: 'ok', exit_code: 0, stdout: big };
+  const line = Buffer.from(`${JSON.stringify({ type: 'result', result })}\n`);
+  const n = await node('big', { running: 0, max: 10, exec: (req, res) => {
+    res.writeHead(200, { 'Content-Type': 'application/x-ndjson' });
+    for (let i = 0; i < line.length; i += 1024) res.write(line.subarray(i, i + 1024));
+    res.end();
+  } });
+  try {
+    const sbx = await Sandbox.create({ url: n.url });
+    const out = [];
+    const r = await sbx.exec('x', { timeout: 1, onStdout: (c) => out.push(c) });
+    assert.deepEqual([r.stdout.length, r.stdout === big, out.length, out[0] === big], [big.length, true, 1, true]);
+  } finally {
+    n.server.close();
+  }
+});
+
+test('an exec waits for a compiled language\'s compile step as well as for its program', async () => {
+  // The compile runs before the program under its own time-out: a deadline of the program's alone would give up
+  // while the server is still compiling. The node never answers; the mocked clock runs the client's deadline out.
+  const silent = await node('compiling', { running: 0, max: 10, execSilent: true });
+  const sbx = await Sandbox.create({ url: silent.url });
+  mock.timers.enable({ apis: ['setTimeout'] });
+  try {
+    const waited = {};
+    const runs = { c: { language: 'c', timeout: 10, compileTimeout: 20 }, rust: { language: 'rust', timeout: 10 },
+      python: { language: 'python', timeout: 10 } };
+    for (const [name, opts] of Object.entries(runs)) {
+      const pending = sbx.runCode('code', opts).catch((e) => e);
+      mock.timers.tick(2 ** 31);
+      const err = await pending;
+      assert.ok(err instanceof RequestTimeoutError, String(err));
+      waited[name] = Number(/no answer within (\d+) ms/.exec(err.message)[1]);
+    }
+    // c: 10 s + its 20 s compile + 30 s; rust: 10 s + 60 s (no compileTimeout: the bound) + 30 s; python: no compile.
+    assert.deepEqual(waited, { c: 60_000, rust: 100_000, python: 40_000 });
+  } finally {
+    mock.timers.reset();
+    silent.server.close();
   }
 });

@@ -9,8 +9,9 @@ from .sandbox import ExecResult, Sandbox
 @dataclass
 class ExecutionResult:
     """What the reference pattern's SandboxRuntime answers. `output` is stdout and stderr together in the order
-    they came; `exit_code` the program's, 124 when it ran out of time, 128+N when signal N ended it. `status`
-    and `result` (the whole ExecResult) say more."""
+    they came (a REPL cell, which the server answers whole: its stdout, then its stderr); `exit_code` the
+    program's, 124 when it ran out of time, 128+N when signal N ended it. `status` and `result` (the whole
+    ExecResult) say more."""
     output: str
     exit_code: int
     status: str = "ok"

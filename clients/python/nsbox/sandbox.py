@@ -5,6 +5,12 @@ from .cluster import try_each
 from .errors import NotFound, NsboxError, ServerGone, from_stream_error
 from .transport import DEFAULT_EXEC_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, EXEC_GRACE_S, Transport, endpoint_urls
 
+# A compiled language's compile step runs before its program, under its own time-out: compile_timeout, or the
+# language table's (rootfs/languages.json: 30 s for c, 60 s for the others). The client waits the longest of
+# those for any language but the interpreted ones, a bound that is never too short.
+DEFAULT_COMPILE_TIMEOUT_S = 60.0
+INTERPRETED_LANGUAGES = frozenset(("python", "python3", "bash", "sh", "node", "javascript"))
+
 
 def _transports(url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
     return [Transport(u, token=token, request_timeout=request_timeout) for u in endpoint_urls(url)]
@@ -114,15 +120,39 @@ def _exec_body(cmd=None, language=None, code=None, stdin=None, timeout=None, env
     return body
 
 
+def _seconds(value, default):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else default
+
+
+def _deadline(body):
+    """How long to wait for an exec's answer: the program's time-out, a compiled language's compile step before it
+    (compile_timeout, else DEFAULT_COMPILE_TIMEOUT_S for any language not known to be interpreted), and the grace."""
+    wait = _seconds(body.get("timeout"), DEFAULT_EXEC_TIMEOUT_S) + EXEC_GRACE_S
+    language = body.get("language")
+    if "compile_timeout" in body or (isinstance(language, str) and language.lower() not in INTERPRETED_LANGUAGES):
+        wait += _seconds(body.get("compile_timeout"), DEFAULT_COMPILE_TIMEOUT_S)
+    return wait
+
+
+def _hand_over(result, on_stdout, on_stderr, delivered=()):
+    """Gives the callbacks the result's output of each stream none of whose chunks came (a REPL cell is answered
+    with its result alone, and a server may answer the whole result at once), so no output is lost."""
+    for name, callback, text in (("stdout", on_stdout, result.stdout), ("stderr", on_stderr, result.stderr)):
+        if callback is not None and text and name not in delivered:
+            callback(text)
+
+
 def _run_on(transport, path, body, on_stdout=None, on_stderr=None):
     """Sends an exec or run body, streaming (NDJSON) when a callback is given. Never retried."""
-    deadline = (body.get("timeout") or DEFAULT_EXEC_TIMEOUT_S) + EXEC_GRACE_S
+    deadline = _deadline(body)
     if on_stdout is None and on_stderr is None:
         return ExecResult(transport.request("POST", path, json_body=body, timeout=deadline))
-    got = {}
+    got, delivered = {}, set()
 
     def line(obj):
         kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind in ("stdout", "stderr"):
+            delivered.add(kind)
         if kind == "stdout" and on_stdout is not None:
             on_stdout(obj.get("data", ""))
         elif kind == "stderr" and on_stderr is not None:
@@ -136,15 +166,11 @@ def _run_on(transport, path, body, on_stdout=None, on_stderr=None):
                                on_line=line)
     if "error" in got:
         raise from_stream_error(got["error"], transport.url)
+    if "result" not in got and isinstance(answer, dict) and "status" in answer:
+        got["result"] = answer  # a server that answered the whole result at once
     if "result" in got:
-        return ExecResult(got["result"])
-    if isinstance(answer, dict) and "status" in answer:
-        # A server that answered the whole result at once: hand its output to the callbacks in one piece.
-        result = ExecResult(answer)
-        if on_stdout is not None and result.stdout:
-            on_stdout(result.stdout)
-        if on_stderr is not None and result.stderr:
-            on_stderr(result.stderr)
+        result = ExecResult(got["result"])
+        _hand_over(result, on_stdout, on_stderr, delivered)
         return result
     raise ServerGone("POST %s at %s: the stream ended without a result" % (path, transport.url),
                      url=transport.url)
@@ -233,7 +259,8 @@ class Sandbox:
                  output_limit=None, on_stdout=None, on_stderr=None, compile_timeout=None, compile_memory=None):
         """Runs `code` in `language`; repl=True (python) keeps the interpreter's state between calls. For a compiled
         language (c, cpp, go, rust, java, typescript), compile_timeout (seconds) and compile_memory ("256M" or
-        bytes) are its compile step's own limits; the result's `compile` has the step's figures."""
+        bytes) are its compile step's own limits; the result's `compile` has the step's figures. The client waits
+        for the compile step too: compile_timeout, or DEFAULT_COMPILE_TIMEOUT_S (60 s) when none is given."""
         body = _exec_body(language=language, code=code, stdin=stdin, timeout=timeout, env=env, cwd=cwd,
                           repl=repl, output_limit=output_limit, compile_timeout=compile_timeout,
                           compile_memory=compile_memory)

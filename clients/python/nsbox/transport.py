@@ -170,9 +170,15 @@ class Transport:
                         break
                     chunks.append(chunk)
                 data = b"".join(chunks)
+                if 200 <= resp.status <= 299:
+                    _check_whole(resp)
             except socket.timeout:
                 raise RequestTimeout("%s: no answer within %g s" % (where, timeout), url=self.url,
                                      request_sent=True) from None
+            except http.client.IncompleteRead as e:
+                owed = " (%d more bytes were expected)" % e.expected if e.expected else ""
+                raise ServerGone("%s: the answer was cut short%s" % (where, owed), url=self.url,
+                                 request_sent=True) from e
             except _GONE + (http.client.HTTPException,) as e:
                 raise ServerGone("%s: the connection failed: %s" % (where, _describe(e)), url=self.url,
                                  request_sent=True) from e
@@ -195,18 +201,28 @@ class Transport:
                              status=resp.status, url=self.url) from None
 
     def _read_lines(self, sock, resp, on_line, left, where):
-        pending = b""
+        # Only the new bytes are searched, and a line's pieces are joined once it ends: linear in the answer, however
+        # long a line is (the result line can be tens of MB).
+        pieces = []
         while True:
             sock.settimeout(left())
             chunk = resp.read1(65536)
             if not chunk:
                 break
-            pending += chunk
-            while b"\n" in pending:
-                line, pending = pending.split(b"\n", 1)
+            start = 0
+            nl = chunk.find(b"\n")
+            while nl >= 0:
+                pieces.append(chunk[start:nl])
+                line, pieces = b"".join(pieces), []
                 self._one_line(line, on_line, where)
-        if pending.strip():
-            self._one_line(pending, on_line, where)
+                start = nl + 1
+                nl = chunk.find(b"\n", start)
+            if start < len(chunk):
+                pieces.append(chunk[start:])
+        _check_whole(resp)
+        rest = b"".join(pieces)
+        if rest.strip():
+            self._one_line(rest, on_line, where)
 
     def _one_line(self, line, on_line, where):
         line = line.strip()
@@ -218,6 +234,14 @@ class Transport:
             raise NsboxError("%s: a stream line is not JSON: %s" % (where, line[:200].decode("utf-8", "replace")),
                              url=self.url) from None
         on_line(parsed)
+
+
+def _check_whole(resp):
+    """Raises IncompleteRead (the server went away) when the body ended before the Content-Length it promised; a
+    chunked body cut short raises it inside http.client already."""
+    owed = resp.length  # what http.client still expected of the Content-Length; None for a chunked body
+    if owed:
+        raise http.client.IncompleteRead(b"", owed)
 
 
 def _describe(e):

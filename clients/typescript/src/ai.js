@@ -34,13 +34,13 @@ export const runPythonInputSchema = Object.freeze({
 });
 
 /**
- * Runs one tool call: writes the code to /workspace/tool_call.py, runs it, answers the model's text.
- * Options: timeout (seconds, default 60), outputLimit (characters, default 16000), path, signal.
+ * Runs one tool call and answers the model's text. The code goes with its exec (the server hands it to python3 in a
+ * sealed file of its own), never through a file of the workspace: the AI SDK runs a step's tool calls at once, and
+ * calls sharing a file would run each other's code. Options: timeout (seconds, default 60), outputLimit
+ * (characters, default 16000), signal.
  */
 export async function runPython(sbx, code, opts = {}) {
-  const file = opts.path ?? '/workspace/tool_call.py';
-  await sbx.files.write(file, code, { signal: opts.signal });
-  const result = await sbx.exec(['python3', file], { timeout: opts.timeout ?? 60, signal: opts.signal });
+  const result = await sbx.runCode(code, { language: 'python', timeout: opts.timeout ?? 60, signal: opts.signal });
   return formatToolOutput(result, { limit: opts.outputLimit ?? DEFAULT_OUTPUT_LIMIT });
 }
 

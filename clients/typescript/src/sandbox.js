@@ -90,22 +90,43 @@ function execBody(opts) {
   return body;
 }
 
+// A compiled language's compile step runs before its program, under its own time-out: compileTimeout, or the
+// language table's (rootfs/languages.json: 30 s for c, 60 s for the others). The client waits the longest of those
+// for any language but the interpreted ones, a bound that is never too short.
+const DEFAULT_COMPILE_TIMEOUT_S = 60;
+const INTERPRETED_LANGUAGES = new Set(['python', 'python3', 'bash', 'sh', 'node', 'javascript']);
+
+const seconds = (value, fallback) => {
+  const n = Number(value ?? fallback);
+  return Number.isFinite(n) && n > 0 ? n : fallback;
+};
+
+/**
+ * How long to wait for an exec's answer: its own time-out (the server caps it; a value it refuses is its 400), a
+ * compiled language's compile step before it, and the grace; no more than a timer holds (2^31 - 1 ms; larger, Node
+ * fires it at once).
+ */
+function execWaitMs(body) {
+  let wait = seconds(body.timeout, DEFAULT_EXEC_TIMEOUT_S);
+  const compiled = typeof body.language === 'string' && !INTERPRETED_LANGUAGES.has(body.language.toLowerCase());
+  if (body.compile_timeout !== undefined || compiled) wait += seconds(body.compile_timeout, DEFAULT_COMPILE_TIMEOUT_S);
+  return Math.min(wait * 1000 + EXEC_GRACE_MS, 2 ** 31 - 1);
+}
+
 /** Sends an exec or run body, streaming when a callback is given. Never retried. */
 async function runOn(transport, urlPath, body, opts) {
-  // How long to wait: the exec's own time-out (the server caps it; a value it refuses is its 400) and the grace, no
-  // more than a timer holds (2^31 - 1 ms; larger, Node fires it at once).
-  const given = Number(body.timeout ?? DEFAULT_EXEC_TIMEOUT_S);
-  const timeoutMs = Math.min(Number.isFinite(given) && given > 0 ? given * 1000 + EXEC_GRACE_MS
-    : DEFAULT_EXEC_TIMEOUT_S * 1000 + EXEC_GRACE_MS, 2 ** 31 - 1);
+  const timeoutMs = execWaitMs(body);
   const { onStdout, onStderr, signal } = opts;
   if (!onStdout && !onStderr) {
     return new ExecResult(await transport.request('POST', urlPath, { json: body, timeoutMs, signal }));
   }
   let result = null;
   let failure = null;
-  await transport.request('POST', urlPath, {
+  const delivered = new Set();
+  const answer = await transport.request('POST', urlPath, {
     json: body, timeoutMs, signal, query: { stream: 'true' },
     onLine: (line) => {
+      if (line.type === 'stdout' || line.type === 'stderr') delivered.add(line.type);
       if (line.type === 'stdout') onStdout?.(line.data);
       else if (line.type === 'stderr') onStderr?.(line.data);
       else if (line.type === 'result') result = line.result;
@@ -113,9 +134,16 @@ async function runOn(transport, urlPath, body, opts) {
     },
   });
   if (failure) throw fromStreamError(failure, transport.url);
+  // A server that answered the whole result at once.
+  if (!result && answer && typeof answer === 'object' && 'status' in answer) result = answer;
   if (!result) throw new NsboxError(`${urlPath} at ${transport.url}: the stream ended without a result`,
     { url: transport.url });
-  return new ExecResult(result);
+  // Each stream none of whose chunks came gets the result's output once, in one piece: a REPL cell is answered with
+  // its result alone, and no output is lost.
+  const out = new ExecResult(result);
+  if (onStdout && out.stdout && !delivered.has('stdout')) onStdout(out.stdout);
+  if (onStderr && out.stderr && !delivered.has('stderr')) onStderr(out.stderr);
+  return out;
 }
 
 export class Sandbox {

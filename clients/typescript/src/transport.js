@@ -127,15 +127,19 @@ export class Transport {
         const ndjson = onLine && res.statusCode === 200 &&
           String(res.headers['content-type'] ?? '').startsWith('application/x-ndjson');
         const chunks = [];
-        let pending = '';
-        const decoder = new TextDecoder('utf-8');
+        let pieces = []; // the bytes of the NDJSON line not ended yet
         res.on('data', (chunk) => {
           if (!ndjson) return chunks.push(chunk);
-          pending += decoder.decode(chunk, { stream: true });
+          // Only the new bytes are searched, and a line's pieces are joined once it ends: linear in the answer,
+          // however long a line is (the result line can be tens of MB). A newline byte is never part of a UTF-8
+          // sequence, so a line is decoded whole.
+          let start = 0;
           let nl;
-          while ((nl = pending.indexOf('\n')) >= 0) {
-            const line = pending.slice(0, nl).trim();
-            pending = pending.slice(nl + 1);
+          while ((nl = chunk.indexOf(10, start)) >= 0) {
+            pieces.push(chunk.subarray(start, nl));
+            const line = Buffer.concat(pieces).toString('utf8').trim();
+            pieces = [];
+            start = nl + 1;
             if (!line) continue;
             let parsed;
             try {
@@ -152,6 +156,7 @@ export class Transport {
               return req.destroy();
             }
           }
+          if (start < chunk.length) pieces.push(chunk.subarray(start));
         });
         res.on('aborted', () => finish(reject, new ServerGoneError(`${where}: the answer was cut short`,
           { url: this.url })));
@@ -159,7 +164,7 @@ export class Transport {
           err.message, { url: this.url, cause: err })));
         res.on('end', () => {
           if (ndjson) {
-            const rest = (pending + decoder.decode()).trim();
+            const rest = Buffer.concat(pieces).toString('utf8').trim();
             if (rest) {
               try {
                 onLine(JSON.parse(rest));
