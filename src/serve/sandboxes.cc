@@ -635,6 +635,10 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   // The answer, and stream messages before it; a client that goes away closes the session connection, which ends
   // the exec (the supervisor watches it).
   session::MessageReader reader(conn->get(), session::MaxExecAnswerBytes(exec.output_limit), deadline);
+  // A long answer is read in many pieces: a client that leaves, or the deadline, ends it between them.
+  reader.SetStop([&] {
+    return (client_gone && client_gone()) || std::chrono::steady_clock::now() >= deadline;
+  });
   auto lost = [&](const std::string& why) {
     return json{{"status", "session_lost"},
                 {"exit_code", nullptr},
@@ -650,6 +654,8 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
     if (std::chrono::steady_clock::now() >= deadline) return lost("the session did not answer in time");
     if (ready <= 0) continue;
     auto message = reader.Next();
+    if (client_gone && client_gone()) return json{{"status", "cancelled"}, {"reason", "the client went away"}};
+    if (std::chrono::steady_clock::now() >= deadline) return lost("the session did not answer in time");
     if (!message.ok()) return lost(fmt::format("the session ended before it answered ({})", message.status().message()));
     if (message->contains("type")) {
       const std::string type = message->value("type", "");

@@ -62,15 +62,19 @@ Status SendMessage(int socket, const nlohmann::json& message, int fd, Deadline d
 
 StatusOr<nlohmann::json> MessageReader::Next() {
   for (;;) {
-    auto newline = buffer_.find('\n');
+    // Only what came since the last look is searched: an answer of hundreds of MB arrives in 64 KiB reads.
+    auto newline = buffer_.find('\n', scanned_);
     if (newline != std::string::npos) {
       auto message = ParseBoundedJsonOrDiscarded(std::string_view(buffer_).substr(0, newline));
       buffer_.erase(0, newline + 1);
+      scanned_ = 0;
       if (message.is_discarded() || !message.is_object())
         return Status::Error("malformed message on the session socket");
       return message;
     }
+    scanned_ = buffer_.size();
     if (buffer_.size() > max_bytes_) return Status::Error("message on the session socket is too large");
+    if (stop_ && stop_()) return Status::Error("stopped waiting for the session's answer");
     int ready = WaitUntilReady(socket_, POLLIN, deadline_);
     if (ready < 0) return Status::Errno("poll(session socket, POLLIN)");
     if (ready == 0) {

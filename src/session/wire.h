@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,10 +35,14 @@ class MessageReader {
   StatusOr<nlohmann::json> Next();
   std::vector<UniqueFd>& fds() { return fds_; }
   bool timed_out() const { return timed_out_; }
+  // Asked between reads of a message: true gives up on it (a client that has gone away, for one).
+  void SetStop(std::function<bool()> stop) { stop_ = std::move(stop); }
 
  private:
   int socket_;
   size_t max_bytes_;
+  size_t scanned_ = 0;  // buffer_'s first bytes, known to hold no newline
+  std::function<bool()> stop_;
   Deadline deadline_;
   bool timed_out_ = false;
   std::string buffer_;

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -19,6 +20,7 @@
 #include "src/serve/http_server.h"
 #include "src/serve/sandboxes.h"
 #include "src/serve/service.h"
+#include "src/session/wire.h"
 #include "src/session/workspace_copy.h"
 
 using nlohmann::json;
@@ -317,4 +319,32 @@ TEST_CASE("request bodies held at once are capped: past the cap a request is ans
   third.Send(head + std::string(80'000, 'y'));
   CHECK_THAT(third.Answer(5000), Catch::StartsWith("HTTP/1.1 200"));
   (*server)->Stop();
+}
+
+TEST_CASE("the session wire reader: a long line in small pieces, lines sharing a read, and a stop", "[serve]") {
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  const std::string big = json{{"data", std::string(5 << 20, 'x')}}.dump() + "\n";
+  std::thread writer([&] {
+    for (size_t at = 0; at < big.size(); at += 1000) {
+      const std::string piece = big.substr(at, 1000);
+      if (::write(theirs.get(), piece.data(), piece.size()) != ssize_t(piece.size())) return;
+    }
+    const std::string two = "{\"n\": 1}\n{\"n\": 2}\n{\"half\": ";
+    (void)!::write(theirs.get(), two.data(), two.size());
+  });
+  nsbox::session::MessageReader reader(ours.get(), 64 << 20);
+  auto first = reader.Next();
+  REQUIRE(first.ok());
+  CHECK((*first)["data"].get<std::string>().size() == (5u << 20));
+  CHECK((*reader.Next())["n"] == 1);
+  CHECK((*reader.Next())["n"] == 2);
+  writer.join();
+  // The third line never ends: a stop that says so gives up on it instead of waiting on.
+  int asked = 0;
+  reader.SetStop([&] { return ++asked > 0; });
+  auto cut = reader.Next();
+  CHECK_FALSE(cut.ok());
+  CHECK(cut.status().message() == "stopped waiting for the session's answer");
 }
