@@ -437,6 +437,11 @@ uint64_t Sandboxes::Committed(uint64_t SandboxSpec::*field) const {
   for (const auto& [id, s] : sandboxes_) sum += s->spec.*field;
   for (const auto& [name, entries] : pool_)
     for (const auto& e : entries) sum += e.spec.*field;
+  // Those the pool is making count already: a create meanwhile must not take their room.
+  for (const auto& [name, filling] : pool_filling_) {
+    SandboxSpec pooled;  // a pool's sandboxes have the default spec
+    sum += static_cast<uint64_t>(filling) * (pooled.*field);
+  }
   return sum;
 }
 
@@ -798,7 +803,9 @@ void Sandboxes::PoolLoop() {
     if (!wanted_since) wanted_since = std::chrono::steady_clock::now();
     SandboxSpec spec;
     spec.template_name = want;
-    if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes) {
+    // The pool is held to the budgets as clients' sandboxes are (docs/service.md: "pool too").
+    if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes ||
+        Committed(&SandboxSpec::pids) + spec.pids > config_.pids_budget) {
       pool_wake_.wait_for(lock, std::chrono::seconds(1));
       continue;
     }

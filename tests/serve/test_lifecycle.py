@@ -207,6 +207,24 @@ class PoolAndSigterm(unittest.TestCase):
         assert_stopped_clean(self, server, before)
 
 
+    def test_the_pool_stays_within_the_pids_budget(self):
+        # Four ready sandboxes of 256 pids each would commit 1024 against a budget of 600: the pool stops at two.
+        server = own_server(["--pool", "host=4", "--pids-budget", "600"]).start()
+        api = server.api()
+        capacity = lambda: api.call("GET", "/v1/capacity")  # noqa: E731
+        self.assertTrue(wait_for(lambda: capacity()["pool"]["host"]["ready"] == 2, 30, 0.2), capacity())
+        time.sleep(1.5)  # a refill that ignored the budget would have made a third by now
+        now = capacity()
+        self.assertEqual(now["pool"]["host"]["ready"], 2, now)
+        self.assertLessEqual(now["pids"]["committed"], 600, now)
+        # A pooled create leaves the committed sum as it was, and the pool does not refill past the budget.
+        sbx = api.create({"template": "host"})
+        self.assertIs(sbx["from_pool"], True, sbx)
+        time.sleep(1.5)
+        self.assertLessEqual(capacity()["pids"]["committed"], 600, capacity())
+        before = Footprint.of(server)
+        assert_stopped_clean(self, server, before)
+
     def test_a_refill_waits_while_a_client_exec_runs_but_not_past_its_maximum_delay(self):
         # docs/service.md: a pool at least half full refills once no exec has run for 20 ms, or 500 ms after it fell
         # due (half of a pool of one is none).
