@@ -131,15 +131,17 @@ bool LooksLikeSessionId(const std::string& name) { return !name.empty() && name[
 
 // The live session whose directory this is; nullopt (after cleaning up a dead one) otherwise.
 std::optional<SessionRecord> ReadLiveSession(const std::string& path) {
-  auto text = ReadFile(path + "/session.json", 1 << 20);
-  if (!text.ok()) {
-    // A session still being created has no record yet; one older than a minute never will.
+  // A session still being created has no record yet; one older than a minute never will. A record that is not
+  // JSON (written whole, by rename) names no supervisor to end: its directory goes by the same rule.
+  auto remove_if_old = [&] {
     struct stat st;
     if (::stat(path.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime > 60) RemoveSessionDir(path);
     return std::nullopt;
-  }
+  };
+  auto text = ReadFile(path + "/session.json", 1 << 20);
+  if (!text.ok()) return remove_if_old();
   auto record = nlohmann::json::parse(*text, nullptr, false);
-  if (record.is_discarded() || !record.is_object()) return std::nullopt;
+  if (record.is_discarded() || !record.is_object()) return remove_if_old();
   if (!SupervisorAlive(record)) {
     CleanUpDead(path, record);
     return std::nullopt;

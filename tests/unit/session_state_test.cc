@@ -162,6 +162,16 @@ TEST_CASE("sessions are found by id or by name; only live ones", "[session]") {
   CHECK(!fs::exists(root + "/s00000000000d"));
   CHECK(!nsbox::session::FindSession(root, "s0123456789ac").ok());
   CHECK(!nsbox::session::FindSession(root, "../s0123456789ab").ok());
+  // A record that is not JSON: kept while it could be a create in progress, removed once a minute old.
+  for (const char* id : {"s00000000000e", "s00000000000f"}) {
+    fs::create_directories(root + "/" + id);
+    std::ofstream(root + "/" + id + "/session.json") << "{\"supervisor_pid\": 1,";
+  }
+  const struct timespec old_times[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, (root + "/s00000000000f").c_str(), old_times, 0) == 0);
+  CHECK(nsbox::session::ListSessions(root).size() == 2);  // the two live ones
+  CHECK(fs::exists(root + "/s00000000000e"));
+  CHECK(!fs::exists(root + "/s00000000000f"));
   fs::remove_all(root);
 }
 
