@@ -278,6 +278,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   if (in.limits && exec_group && ex.memory_max_bytes > 0) {  // the exec's own memory limit: it is what held
     own_oom_kills = exec_group->OomKillsApart();
     in.limits->oom_kills += own_oom_kills;
+    in.own_memory_limit = ex.memory_max_bytes < in.limits->memory_max_bytes;
     in.limits->memory_max_bytes = std::min(in.limits->memory_max_bytes, ex.memory_max_bytes);
   }
   if (terminating_) in.session_ended = SessionEndedReason("exec");

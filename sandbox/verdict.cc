@@ -51,8 +51,9 @@ void FromProgramStatus(const VerdictInputs& in, int ws, Result* result) {
   result->reason = result->status == RunStatus::kViolation ? "killed by the seccomp policy (SIGSYS)" : ExitReason(ws);
   if (result->signal == SIGKILL && OomKills(in) > 0 && !in.counters_shared) {
     result->status = RunStatus::kOom;
-    result->reason = fmt::format("killed by the OOM killer: the {}memory limit of {} bytes was reached",
-                                 in.kind == Kind::kSessionExec ? "session's " : "", MemoryMax(in));
+    const char* whose = in.kind != Kind::kSessionExec ? "" : in.own_memory_limit ? "exec's own " : "session's ";
+    result->reason =
+        fmt::format("killed by the OOM killer: the {}memory limit of {} bytes was reached", whose, MemoryMax(in));
   }
 }
 

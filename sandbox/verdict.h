@@ -48,6 +48,9 @@ struct VerdictInputs {
   // A session's request that ran beside others: the limits' counters are the session's, and an OOM kill among them
   // may have been another request's; a SIGKILL is then not taken for this one's OOM.
   bool counters_shared = false;
+  // A session exec with a memory limit of its own (--compile-memory, an exec's own limit) below the session's: the
+  // limits' memory_max_bytes is that one, and an OOM names it as the exec's.
+  bool own_memory_limit = false;
   // Non-empty: the session ended while this exec ran ("the session ended while the exec ran (removed …)").
   std::string session_ended;
   CapturedStream stdout_stream, stderr_stream;

@@ -93,6 +93,10 @@ Result CompileVerdict(Result compiled, const std::string& compiler) {
                     "compile step oom: a process of the compiler was killed by the OOM killer ({} exited "
                     "with {}); give the compile step more memory (--compile-memory, compile_memory over the API)",
                     compiler, verdict.exit_code)
+          : verdict.limits && verdict.limits->pids_limit_hit
+              ? fmt::format("compile step stopped by the pids limit: {} exited with {} after the limit of {} "
+                            "processes and threads was reached; give the sandbox more (--pids)",
+                            compiler, verdict.exit_code, verdict.limits->pids_max)
               : fmt::format("compile error: {} exited with {}; its diagnostics are in stderr and stdout", compiler,
                             verdict.exit_code);
       verdict.status = RunStatus::kCompileError;
@@ -227,7 +231,18 @@ Result RunProgram(Program program, const StepRunner& run_step, bool remove_build
   CompileOutcome compiled = RunCompileStep(program, run_step);
   Result result;
   if (!compiled.failed) {
+    const std::string made = program.run.argv.empty() ? "" : program.run.argv[0];
     result = run_step(std::move(program.run), Step::kProgram);
+    // The compiler succeeded but made nothing that runs (a Go package other than main, a Rust library crate): the
+    // code's fault, not nsbox's, so a compile error rather than a setup error.
+    if (result.status == RunStatus::kSetupError && result.exec_errno != 0 &&
+        made.starts_with(program.build_dir + "/")) {
+      result.status = RunStatus::kCompileError;
+      result.reason = fmt::format("compile step made no program: the compiler succeeded, but {} cannot be run ({}); "
+                                  "is the code a program (package main, a main function)?",
+                                  made, ErrnoName(result.exec_errno));
+      result.exec_errno = 0;
+    }
     SetExtra(result, "compile", compiled.figures);
   } else {
     result = std::move(*compiled.failed);

@@ -194,3 +194,31 @@ TEST_CASE("a compiled program's own outcomes keep run's verdicts: a crash, a tim
   CHECK(bomb.json.value("reason", "") == "killed by the OOM killer: the memory limit of 67108864 bytes was reached");
   CHECK(bomb.json["compile"]["status"] == "ok");  // gcc's 30 MB fit in the same 64M
 }
+
+TEST_CASE("Go: a package that is not main compiles to nothing runnable: compile_error, not setup_error",
+          "[integration][compiled]") {
+  if (!HostHas("/usr/bin/go")) {
+    RecordSkip("integration", "Go library", "the host has no /usr/bin/go (tools/setup --tests installs golang-go)");
+    return;
+  }
+  auto r = RunNsboxJson({"--lang", "go", "--code", "package foo\nfunc F() {}\n"});
+  INFO(r.Describe());
+  CHECK(r.process.exit_code == 123);
+  CHECK(r.status() == "compile_error");
+  CHECK_THAT(r.json["reason"].get<std::string>(),
+             Catch::StartsWith("compile step made no program: the compiler succeeded, but /tmp/nsbox-build/") &&
+                 Catch::Contains("(EACCES); is the code a program (package main, a main function)?"));
+  CHECK(r.json["compile"]["status"] == "ok");
+}
+
+TEST_CASE("a compiler stopped by the pids limit is compile_error whose reason names that limit",
+          "[integration][compiled]") {
+  // g++ forks cc1plus, as, collect2 and ld: three processes are not enough.
+  auto r = RunNsboxJson({"--pids", "3", "--lang", "cpp", "--code", "int main() {}"});
+  INFO(r.Describe());
+  CHECK(r.status() == "compile_error");
+  CHECK_THAT(r.json["reason"].get<std::string>(),
+             Catch::StartsWith("compile step stopped by the pids limit: /usr/bin/g++ exited with 1 after the limit "
+                               "of 3 processes and threads was reached"));
+  CHECK(r.json["limits"]["pids_limit_hit"] == true);
+}

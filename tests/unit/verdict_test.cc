@@ -104,6 +104,10 @@ TEST_CASE("SIGKILL while the OOM killer counted a kill is an OOM at the limit", 
   exec.limits = Limits(1);
   CHECK(MakeVerdict(exec).reason ==
         "killed by the OOM killer: the session's memory limit of 67108864 bytes was reached");
+  // An exec held by a smaller limit of its own (a compile step's --compile-memory) names that one.
+  exec.own_memory_limit = true;
+  CHECK(MakeVerdict(exec).reason ==
+        "killed by the OOM killer: the exec's own memory limit of 67108864 bytes was reached");
   // Without an OOM kill, SIGKILL is a plain signal.
   CHECK(MakeVerdict(Ran(VerdictKind::kRun, Signaled(SIGKILL))).status == RunStatus::kSignal);
 }
