@@ -191,7 +191,10 @@ Status Prepare(Running& run) {
   run.lease = std::move(*lease);
   auto network = BuildNetworkSpec(run.job.sandbox);
   if (!network.ok()) return network.status();
-  auto program = BuildProgram(run.job.program, policy->rootfs_dir());
+  // A compiled program's own limit is --memory; the sandbox's may be the compile step's larger one.
+  auto program = BuildProgram(run.job.program, policy->rootfs_dir(),
+                              run.job.program_memory_bytes > 0 ? std::optional(run.job.program_memory_bytes)
+                                                               : ProgramMemory(*policy));
   if (!program.ok()) return program.status();
   run.job.program.code.clear();  // the program has it now
   Executor* executor = &program->run;

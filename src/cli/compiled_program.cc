@@ -192,11 +192,34 @@ void ApplyLanguage(const Language& lang, Executor& ex) {
   ex.argv.push_back(ex.code_path);
 }
 
-Program FinishProgram(const std::optional<Language>& lang, Executor ex, const CompileOverrides& overrides) {
-  if (!lang || !lang->compile) return Program{.run = std::move(ex), .compile = std::nullopt, .build_dir = ""};
-  Program program =
-      PlanCompiledProgram(*lang, std::move(ex), NewBuildDir(), overrides.timeout.value_or(lang->compile->timeout));
-  if (overrides.memory_bytes) program.compile->memory_max_bytes = *overrides.memory_bytes;
+void SizeHeap(Executor& program, std::optional<uint64_t> memory_bytes) {
+  constexpr std::string_view kKey = "{heap_mib}";
+  const std::string heap = memory_bytes ? std::to_string(std::max<uint64_t>(16, *memory_bytes / 4 * 3 >> 20)) : "";
+  auto fill = [&](std::string& text) {
+    for (size_t at = text.find(kKey); at != std::string::npos; at = text.find(kKey, at + heap.size()))
+      text.replace(at, kKey.size(), heap);
+  };
+  auto holds = [&](const std::string& text) { return text.find(kKey) != std::string::npos; };
+  if (!memory_bytes) {
+    std::erase_if(program.argv, holds);
+    std::erase_if(program.env, [&](const auto& entry) { return holds(entry.second); });
+    return;
+  }
+  for (auto& arg : program.argv) fill(arg);
+  for (auto& [name, value] : program.env) fill(value);
+}
+
+Program FinishProgram(const std::optional<Language>& lang, Executor ex, const CompileOverrides& overrides,
+                      std::optional<uint64_t> program_memory_bytes) {
+  Program program;
+  if (!lang || !lang->compile) {
+    program = Program{.run = std::move(ex), .compile = std::nullopt, .build_dir = ""};
+  } else {
+    program =
+        PlanCompiledProgram(*lang, std::move(ex), NewBuildDir(), overrides.timeout.value_or(lang->compile->timeout));
+    if (overrides.memory_bytes) program.compile->memory_max_bytes = *overrides.memory_bytes;
+  }
+  SizeHeap(program.run, program_memory_bytes);
   return program;
 }
 

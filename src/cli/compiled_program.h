@@ -60,7 +60,15 @@ struct CompileOverrides {
 // The program to run: `ex` alone for a command or an interpreted language, else the compile plan
 // (PlanCompiledProgram in a fresh build directory) with the overrides applied. The caller has refused overrides for
 // a language without a compile step, naming them its own way (a flag, a JSON field).
-Program FinishProgram(const std::optional<Language>& lang, Executor ex, const CompileOverrides& overrides);
+// program_memory_bytes: the program's memory limit (nullopt: none), for SizeHeap.
+Program FinishProgram(const std::optional<Language>& lang, Executor ex, const CompileOverrides& overrides,
+                      std::optional<uint64_t> program_memory_bytes);
+
+// Runtimes that size their heap from the host's RAM, which the sandbox does not hide (the JVM, V8), are told the
+// program's limit: "{heap_mib}" in the program's argv and environment becomes three quarters of `memory_bytes` in
+// MiB (at least 16), so that they collect garbage before the OOM killer comes. Without a memory limit the argument,
+// or the variable, that holds it is left out.
+void SizeHeap(Executor& program, std::optional<uint64_t> memory_bytes);
 
 // Runs one step in the sandbox: Sandbox::Run's or SessionSandbox::Exec's result for this executor. kRemove is the
 // last step, removing the build directory.

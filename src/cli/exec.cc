@@ -45,11 +45,15 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
                                 "(os.chdir moves it)"));
     if (repl && !program_options.stdin_source.empty())
       return fail(Status::Error("--stdin is not available with --repl"));
-    auto program = BuildProgram(program_options, found->json.value("rootfs_dir", ""));
+    // The session's memory limit, as its record says it ("none": created without limits).
+    const nlohmann::json limits = found->json.value("limits", nlohmann::json::object());
+    std::optional<uint64_t> session_memory;
+    if (limits.is_object() && limits.value("memory", "none") != "none")
+      if (auto bytes = ParseSize(limits.value("memory", "")); bytes.ok()) session_memory = *bytes;
+    auto program = BuildProgram(program_options, found->json.value("rootfs_dir", ""), session_memory);
     if (!program.ok()) return fail(program.status());
     // A session without limits has no group for a compile step's own memory limit: the language's is dropped, as
     // `nsbox run --dangerously-run-without-limits` drops it; one asked for is refused.
-    const nlohmann::json limits = found->json.value("limits", nlohmann::json::object());
     if (program->compile && limits.is_object() && limits.value("memory", "") == "none") {
       if (!program_options.compile_memory.empty())
         return fail(Status::Error("--compile-memory: the session runs without limits (created with "

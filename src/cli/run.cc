@@ -203,7 +203,9 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
       if (!parsed.ok()) return bad(parsed.status());
       cases = std::move(*parsed);
     }
-    auto program = BuildProgram(program_options, policy->rootfs_dir());
+    // A compiled program's own limit is --memory; the sandbox's may be the compile step's larger one.
+    auto program = BuildProgram(program_options, policy->rootfs_dir(),
+                                *program_memory > 0 ? std::optional(*program_memory) : ProgramMemory(*policy));
     if (!program.ok()) return fail(program.status());
     std::unique_ptr<EgressProxyHooks> proxy;
     if (*network) {

@@ -314,8 +314,14 @@ StatusOr<uint64_t> ApplyCompileMemory(const ProgramOptions& o, SandboxOptions& s
   return *memory;
 }
 
-StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& rootfs_dir) {
-  auto program = BuildProgram(o, rootfs_dir);
+std::optional<uint64_t> ProgramMemory(const Policy& policy) {
+  if (!policy.cgroup_limits()) return std::nullopt;
+  return policy.cgroup_limits()->memory_max_bytes;
+}
+
+StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& rootfs_dir,
+                                 std::optional<uint64_t> program_memory_bytes) {
+  auto program = BuildProgram(o, rootfs_dir, program_memory_bytes);
   if (!program.ok()) return program.status();
   if (program->compile)
     return Status::Error(fmt::format("--lang {} has a compile step, which this command does not run (use nsbox run "
@@ -323,7 +329,8 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   return std::move(program->run);
 }
 
-StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootfs_dir) {
+StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootfs_dir,
+                               std::optional<uint64_t> program_memory_bytes) {
   Executor ex;
   auto timeout = ParseDuration(o.timeout);
   if (!timeout.ok()) return timeout.status().Wrap("--timeout");
@@ -432,7 +439,7 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
     if (!compile_memory.ok()) return compile_memory.status();
     overrides.memory_bytes = *compile_memory;
   }
-  return FinishProgram(lang, std::move(ex), overrides);
+  return FinishProgram(lang, std::move(ex), overrides, program_memory_bytes);
 }
 
 }  // namespace nsbox::cli

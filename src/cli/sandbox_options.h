@@ -64,9 +64,14 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& options);
 // Fills argv, env, code file, limits and stdin, and for a compiled language the compile step (PlanCompiledProgram).
 // `rootfs_dir` (empty for host) is where interpreters and compilers are checked. Every front end that runs --lang
 // code builds it here and runs it with RunProgram (in-process) or sends it to a session with ExecRequest.
-StatusOr<Program> BuildProgram(const ProgramOptions& options, const std::string& rootfs_dir);
+// program_memory_bytes: the memory limit the program will run under (nullopt: none), for SizeHeap.
+StatusOr<Program> BuildProgram(const ProgramOptions& options, const std::string& rootfs_dir,
+                               std::optional<uint64_t> program_memory_bytes);
 // BuildProgram for a verb that runs one step only: a compiled language is refused, naming the verb.
-StatusOr<Executor> BuildExecutor(const ProgramOptions& options, const std::string& rootfs_dir);
+StatusOr<Executor> BuildExecutor(const ProgramOptions& options, const std::string& rootfs_dir,
+                                 std::optional<uint64_t> program_memory_bytes);
+// The program's memory limit under `policy`: nullopt when it runs without cgroup limits.
+std::optional<uint64_t> ProgramMemory(const Policy& policy);
 // A compiled language's compiler needs more memory than most programs: each step has its own limit (an exec group
 // of its own, see docs/languages.md), and the sandbox's cgroup gets the larger of --compile-memory (default the
 // language table's) and --memory. Returns the program's own limit (--memory), 0 when there is none to set (not a

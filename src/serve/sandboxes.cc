@@ -596,7 +596,8 @@ cli::Program Sandboxes::PlanExec(const Sandbox& sandbox, const ExecSpec& exec) c
   program.run.wall_timeout = exec.timeout;
   program.run.output_limit_bytes = exec.output_limit;
   return cli::FinishProgram(lang, std::move(program.run),
-                            {.timeout = exec.compile_timeout, .memory_bytes = exec.compile_memory});
+                            {.timeout = exec.compile_timeout, .memory_bytes = exec.compile_memory},
+                            sandbox.spec.memory_bytes);
 }
 
 json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const cli::Program& program,

@@ -64,7 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckOneLine(policy.status());
   CheckOneLine(nsbox::cli::BuildNetworkSpec(sandbox_options).status());
   if (!policy.ok()) return 0;
-  auto executor = nsbox::cli::BuildExecutor(program_options, policy->rootfs_dir());
+  auto executor = nsbox::cli::BuildExecutor(program_options, policy->rootfs_dir(),
+                                            nsbox::cli::ProgramMemory(*policy));
   CheckOneLine(executor.status());
   if (executor.ok() && executor->stdin_fd > 0) ::close(executor->stdin_fd);
   return 0;

@@ -222,3 +222,30 @@ TEST_CASE("a compiler stopped by the pids limit is compile_error whose reason na
                                "of 3 processes and threads was reached"));
   CHECK(r.json["limits"]["pids_limit_hit"] == true);
 }
+
+TEST_CASE("Java and Node collect garbage within --memory: heaps sized from it and not from the host's RAM",
+          "[integration][compiled]") {
+  // 100 MB kept and gigabytes of garbage: a heap sized from the host's RAM grows past 256M before it collects.
+  auto node = RunNsboxJson({"--memory", "256M", "--lang", "node", "--code",
+                            "const keep = [];\nfor (let i = 0; i < 100; i++) keep.push(new Array(1 << 17).fill(i));\n"
+                            "let s = 0;\nfor (let i = 0; i < 2000; i++) s += new Array(1 << 17).fill(i).length;\n"
+                            "console.log('kept', keep.length);\n"});
+  INFO(node.Describe());
+  CHECK(node.status() == "ok");
+  CHECK(node.out() == "kept 100\n");
+  if (!HostHas("/usr/bin/javac")) {
+    RecordSkip("integration", "Java heap",
+               "the host has no /usr/bin/javac (tools/setup --tests installs default-jdk-headless)");
+    return;
+  }
+  auto java = RunNsboxJson(
+      {"--memory", "256M", "--lang", "java", "--code",
+       "public class Main { public static void main(String[] a) {\n"
+       "  java.util.List<byte[]> keep = new java.util.ArrayList<>();\n"
+       "  for (int i = 0; i < 150; i++) keep.add(new byte[1 << 20]);\n"
+       "  long sum = 0; for (int i = 0; i < 3000; i++) sum += new byte[1 << 20].length;\n"
+       "  System.out.println(keep.size() + \" \" + Runtime.getRuntime().maxMemory() / (1 << 20)); } }\n"});
+  INFO(java.Describe());
+  CHECK(java.status() == "ok");
+  CHECK_THAT(java.out(), Catch::StartsWith("150 1"));  // a max heap of about 185 MiB (-Xmx192m less a survivor space)
+}
