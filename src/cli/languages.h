@@ -15,6 +15,9 @@
 
 namespace nsbox::cli {
 
+// The most program text --code or --file may hold (MCP's and the agent's code too: they run it through --file -).
+inline constexpr size_t kMaxCodeBytes = 16 << 20;
+
 // A compiled language's compile step: the compiler runs in the build directory (CompiledProgram says which), on the
 // code written there as `source`, and leaves `output` there.
 struct CompileSpec {

@@ -23,8 +23,6 @@
 namespace nsbox::cli {
 namespace {
 
-constexpr size_t kMaxCodeBytes = 16 << 20;
-
 // "SRC[:DST]" → {SRC, DST}; DST defaults to SRC. The first ':' not written "\:" ends SRC; in either path "\:" is a
 // ':' and "\\" a '\' (any other backslash is itself), so that a path holding a ':' can be bound at all. A second
 // unescaped ':' is refused: Docker's "SRC:DST:ro" must not become a writable bind at "DST:ro".

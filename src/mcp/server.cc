@@ -138,6 +138,10 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
       language = "python";
     }
     if (!get_string("code", code)) throw bad("'code' must be a string holding the whole program");
+    if (code.size() > cli::kMaxCodeBytes)
+      throw bad(fmt::format("'code' is {} bytes, more than the {} a program may have: write large data to a "
+                            "file with write_file, or generate it in the code",
+                            code.size(), cli::kMaxCodeBytes));
     exec.repl = name == kPythonReplTool;
     if (args.contains("timeout_seconds")) {
       const json& seconds = args["timeout_seconds"];

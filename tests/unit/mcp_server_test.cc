@@ -208,6 +208,16 @@ TEST_CASE("mcp tool results carry exit code, clipped output, structuredContent a
   CHECK(f.script.calls[0] == "python:2000:1/0");
 }
 
+TEST_CASE("mcp refuses code over the program size limit as the model's error, naming the limit", "[mcp]") {
+  Fixture f;
+  json result = f.One(Call(1, "run_python", {{"code", std::string((16 << 20) + 1, '#')}}))["result"];
+  CHECK(result["isError"] == true);
+  CHECK(result["content"][0]["text"] ==
+        "invalid arguments for run_python: 'code' is 16777217 bytes, more than the 16777216 a program may have: "
+        "write large data to a file with write_file, or generate it in the code");
+  CHECK(f.script.calls.empty());  // nothing ran
+}
+
 TEST_CASE("mcp run_python runs python and a clean exit is not an error", "[mcp]") {
   Fixture f;
   f.script.answer.status = RunStatus::kOk;
