@@ -192,21 +192,21 @@ void ApplyLanguage(const Language& lang, Executor& ex) {
   ex.argv.push_back(ex.code_path);
 }
 
-void SizeHeap(Executor& program, std::optional<uint64_t> memory_bytes) {
+void SizeHeap(Executor& program, std::optional<uint64_t> memory_bytes, size_t language_args) {
   constexpr std::string_view kKey = "{heap_mib}";
   const std::string heap = memory_bytes ? std::to_string(std::max<uint64_t>(16, *memory_bytes / 4 * 3 >> 20)) : "";
-  auto fill = [&](std::string& text) {
-    for (size_t at = text.find(kKey); at != std::string::npos; at = text.find(kKey, at + heap.size()))
-      text.replace(at, kKey.size(), heap);
-  };
-  auto holds = [&](const std::string& text) { return text.find(kKey) != std::string::npos; };
-  if (!memory_bytes) {
-    std::erase_if(program.argv, holds);
-    std::erase_if(program.env, [&](const auto& entry) { return holds(entry.second); });
-    return;
+  const size_t end = std::min(language_args, program.argv.size());
+  std::vector<std::string> argv;
+  for (size_t i = 0; i < program.argv.size(); ++i) {
+    std::string arg = std::move(program.argv[i]);
+    if (i < end && arg.find(kKey) != std::string::npos) {
+      if (!memory_bytes) continue;  // no limit to tell: the runtime's own default
+      for (size_t at = arg.find(kKey); at != std::string::npos; at = arg.find(kKey, at + heap.size()))
+        arg.replace(at, kKey.size(), heap);
+    }
+    argv.push_back(std::move(arg));
   }
-  for (auto& arg : program.argv) fill(arg);
-  for (auto& [name, value] : program.env) fill(value);
+  program.argv = std::move(argv);
 }
 
 Program FinishProgram(const std::optional<Language>& lang, Executor ex, const CompileOverrides& overrides,
@@ -219,7 +219,8 @@ Program FinishProgram(const std::optional<Language>& lang, Executor ex, const Co
         PlanCompiledProgram(*lang, std::move(ex), NewBuildDir(), overrides.timeout.value_or(lang->compile->timeout));
     if (overrides.memory_bytes) program.compile->memory_max_bytes = *overrides.memory_bytes;
   }
-  SizeHeap(program.run, program_memory_bytes);
+  // The language's own arguments lead argv (ApplyLanguage, PlanCompiledProgram); the user's are left as written.
+  if (lang) SizeHeap(program.run, program_memory_bytes, lang->argv.size());
   return program;
 }
 
@@ -258,7 +259,8 @@ Result RunProgram(Program program, const StepRunner& run_step, bool remove_build
     result = run_step(std::move(program.run), Step::kProgram);
     // The compiler succeeded but made nothing that runs (a Go package other than main, a Rust library crate): the
     // code's fault, not nsbox's, so a compile error rather than a setup error.
-    if (result.status == RunStatus::kSetupError && result.exec_errno != 0 &&
+    const int err = result.exec_errno;
+    if (result.status == RunStatus::kSetupError && (err == EACCES || err == ENOEXEC || err == ENOENT) &&
         made.starts_with(program.build_dir + "/")) {
       result.status = RunStatus::kCompileError;
       result.reason = fmt::format("compile step made no program: the compiler succeeded, but {} cannot be run ({}); "

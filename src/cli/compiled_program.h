@@ -65,10 +65,10 @@ Program FinishProgram(const std::optional<Language>& lang, Executor ex, const Co
                       std::optional<uint64_t> program_memory_bytes);
 
 // Runtimes that size their heap from the host's RAM, which the sandbox does not hide (the JVM, V8), are told the
-// program's limit: "{heap_mib}" in the program's argv and environment becomes three quarters of `memory_bytes` in
-// MiB (at least 16), so that they collect garbage before the OOM killer comes. Without a memory limit the argument,
-// or the variable, that holds it is left out.
-void SizeHeap(Executor& program, std::optional<uint64_t> memory_bytes);
+// program's limit: "{heap_mib}" in the first `language_args` arguments (the language table's) becomes three quarters
+// of `memory_bytes` in MiB (at least 16), so that they collect garbage before the OOM killer comes. Without a memory
+// limit the argument that holds it is left out. The user's arguments and environment are never touched.
+void SizeHeap(Executor& program, std::optional<uint64_t> memory_bytes, size_t language_args);
 
 // Runs one step in the sandbox: Sandbox::Run's or SessionSandbox::Exec's result for this executor. kRemove is the
 // last step, removing the build directory.

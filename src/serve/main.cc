@@ -300,6 +300,8 @@ int main(int argc, char** argv) {
   nsbox::serve::Service service(sandboxes, access);
   nsbox::serve::HttpServerOptions http;
   http.max_body_bytes = *body_cap;
+  // The cap on bodies held at once must let one body of the largest size through.
+  http.max_buffered_bytes = std::max<uint64_t>(http.max_buffered_bytes, *body_cap);
   http.too_large = [](uint64_t limit) {
     fmt::print(stderr, "nsbox serve: a request body over --max-body ({} bytes) 413\n", limit);
     return nsbox::serve::Service::ErrorResponse(413, "payload_too_large",

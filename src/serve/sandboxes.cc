@@ -821,12 +821,13 @@ void Sandboxes::PoolLoop() {
       fmt::print(stderr, "nsbox serve: the pool could not make a '{}' sandbox: {}\n", want, e.what());
     }
     lock.lock();
-    --pool_filling_[want];
     if (!made) {
+      --pool_filling_[want];
       pool_wake_.wait_for(lock, std::chrono::seconds(5));  // not a tight loop on a broken template
       continue;
     }
     if (ending_) {
+      --pool_filling_[want];
       lock.unlock();
       EndSession(made->session_id, "the server is shutting down");
       lock.lock();
@@ -834,10 +835,12 @@ void Sandboxes::PoolLoop() {
     }
     if (want == "python") {
       // The python pool's sandboxes have their REPL interpreter started: a client's first cell does not wait for it.
+      // Still counted as filling meanwhile, so that the budgets hold its room.
       lock.unlock();
       PreloadRepl(*made);
       lock.lock();
     }
+    --pool_filling_[want];
     pool_[want].push_back({*made, spec});
   }
 }

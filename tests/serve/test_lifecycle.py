@@ -2,6 +2,7 @@
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -165,6 +166,23 @@ class CapacityFull(unittest.TestCase):
         assert_stopped_clean(self, server, during)
 
 
+class BodyCap(unittest.TestCase):
+    def test_a_max_body_over_the_held_bodies_cap_still_lets_one_such_body_in(self):
+        # The bodies held at once are capped at 256 MiB, or at --max-body when that is larger: a 300 MB body that
+        # --max-body 400M allows is waited for, not answered 503 on an idle server.
+        server = own_server(["--max-body", "400M"]).start()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(server.socket_path)
+            s.settimeout(1)
+            s.sendall(b"PUT /v1/sandboxes/sb-x/files?path=a HTTP/1.1\r\nHost: x\r\nContent-Length: 300000000\r\n\r\nab")
+            try:
+                answer = s.recv(4096)
+            except socket.timeout:
+                answer = b""
+        self.assertEqual(answer, b"", "answered before the body came")
+        assert_stopped_clean(self, server, Footprint.of(server))
+
+
 class PoolAndSigterm(unittest.TestCase):
     """--pool host=2 python=1: ready sandboxes taken by a create, refilled, never reused; SIGTERM ends them."""
 
@@ -312,4 +330,4 @@ class Sigint(unittest.TestCase):
         assert_stopped_clean(self, server, before, signal.SIGINT)
 
 
-CLASSES = [CapacityFull, PoolAndSigterm, SigkillRestart, Sigint]
+CLASSES = [CapacityFull, BodyCap, PoolAndSigterm, SigkillRestart, Sigint]

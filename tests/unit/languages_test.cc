@@ -137,24 +137,26 @@ TEST_CASE("the plan: the compiler gets the code in the build directory, the prog
   CHECK(NewBuildDir() != NewBuildDir());
 }
 
-TEST_CASE("{heap_mib} becomes three quarters of the program's memory limit, or goes with the argument", "[languages]") {
+TEST_CASE("{heap_mib} in the language's arguments becomes three quarters of the memory limit or goes",
+          "[languages]") {
   Executor ex;
-  ex.argv = {"/usr/bin/java", "-Xmx{heap_mib}m", "-cp", "x", "Main"};
-  ex.env = {{"NODE_OPTIONS", "--max-old-space-size={heap_mib}"}, {"KEEP", "1"}};
+  ex.argv = {"/usr/bin/java", "-Xmx{heap_mib}m", "-cp", "x", "Main", "user-{heap_mib}"};
+  ex.env = {{"USER_VAR", "{heap_mib}"}};
   Executor limited = ex;
-  SizeHeap(limited, 256ull << 20);
-  CHECK(limited.argv == std::vector<std::string>{"/usr/bin/java", "-Xmx192m", "-cp", "x", "Main"});
-  CHECK(limited.env.at("NODE_OPTIONS") == "--max-old-space-size=192");
+  SizeHeap(limited, 256ull << 20, 5);
+  CHECK(limited.argv == std::vector<std::string>{"/usr/bin/java", "-Xmx192m", "-cp", "x", "Main", "user-{heap_mib}"});
+  CHECK(limited.env.at("USER_VAR") == "{heap_mib}");  // the user's words stay as written
   Executor tiny = ex;
-  SizeHeap(tiny, 8ull << 20);  // never below 16 MiB
+  SizeHeap(tiny, 8ull << 20, 5);  // never below 16 MiB
   CHECK(tiny.argv[1] == "-Xmx16m");
   Executor unlimited = ex;
-  SizeHeap(unlimited, std::nullopt);
-  CHECK(unlimited.argv == std::vector<std::string>{"/usr/bin/java", "-cp", "x", "Main"});
-  CHECK(unlimited.env == std::map<std::string, std::string>{{"KEEP", "1"}});
-  // FinishProgram sizes the program's step, not the compiler's.
-  Program node = FinishProgram(std::nullopt, ex, {}, 100ull << 20);
-  CHECK(node.run.argv[1] == "-Xmx75m");
+  SizeHeap(unlimited, std::nullopt, 5);
+  CHECK(unlimited.argv == std::vector<std::string>{"/usr/bin/java", "-cp", "x", "Main", "user-{heap_mib}"});
+  // FinishProgram sizes a language's program only: a plain command is the user's, left alone.
+  Executor command;
+  command.argv = {"/bin/echo", "a{heap_mib}b"};
+  CHECK(FinishProgram(std::nullopt, command, {}, 100ull << 20).run.argv[1] == "a{heap_mib}b");
+  CHECK(FinishProgram(std::nullopt, command, {}, std::nullopt).run.argv.size() == 2);
 }
 
 TEST_CASE("the exec request carries both steps, and a build directory outside /tmp/nsbox-build is refused",
