@@ -7,6 +7,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/result.h"
+#include "sandbox/spec/units.h"
 #include "src/cli/commands.h"
 #include "src/cli/sandbox_options.h"
 #include "src/session/state.h"
