@@ -199,23 +199,27 @@ struct HttpServerCallbacks {
       state->raw_uri = url ? url : "";
       *con_cls = state;
     }
-    HttpRequest request;
-    request.method = method ? method : "";
-    request.path = DecodePath(state->raw_uri);
-    MHD_get_connection_values(connection, MHD_HEADER_KIND, &AddToMap, &request.headers);
-    request.over_unix_socket = server->unix_socket_;
     const int fd = ConnectionFd(connection);
-    if (server->unix_socket_ && fd >= 0) {
-      struct ucred cred = {};
-      socklen_t len = sizeof cred;
-      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) request.peer_uid = cred.uid;
-    }
+    // The request's head: method, path, headers and the socket peer's uid (built on the first call and the last).
+    auto head = [&] {
+      HttpRequest request;
+      request.method = method ? method : "";
+      request.path = DecodePath(state->raw_uri);
+      MHD_get_connection_values(connection, MHD_HEADER_KIND, &AddToMap, &request.headers);
+      request.over_unix_socket = server->unix_socket_;
+      if (server->unix_socket_ && fd >= 0) {
+        struct ucred cred = {};
+        socklen_t len = sizeof cred;
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) request.peer_uid = cred.uid;
+      }
+      return request;
+    };
     if (!state->buffered) {  // the first call: the head is read, the body not yet
       state->buffered = &server->buffered_;
       // A client the service would refuse (no token, a uid not allowed) is answered now: nothing of its body is
       // read or kept.
       if (server->options_.admit) {
-        if (std::optional<HttpResponse> refused = server->options_.admit(request)) {
+        if (std::optional<HttpResponse> refused = server->options_.admit(head())) {
           state->answered = true;
           return Queue(connection, *refused);
         }
@@ -261,6 +265,7 @@ struct HttpServerCallbacks {
     }
     if (state->too_large) return Queue(connection, server->options_.too_large(server->options_.max_body_bytes));
 
+    HttpRequest request = head();
     request.body = std::move(state->body);
     MHD_get_connection_values_n(connection, MHD_GET_ARGUMENT_KIND, &AddQuery, &request.query);
     request.client_gone = [fd] { return PeerGone(fd); };
