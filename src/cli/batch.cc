@@ -306,6 +306,7 @@ void Batch::Start(BatchJob job) {
             raw->report = RunCases(std::move(*raw->program), raw->job.cases, run_step);
           });
       if (!started.ok()) raw->result = SetupError(started);
+      else if (raw->proxy && raw->report) raw->proxy->AddToReport(raw->report->json);
     }
     std::lock_guard lock(mutex_);
     finished_.push_back(raw);

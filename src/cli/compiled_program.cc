@@ -299,6 +299,8 @@ Result RunCompiledProgram(Program program, Policy policy, SandboxHooks* hooks, i
     result = Result{};
     result.status = RunStatus::kSetupError;
     result.reason = started.message();
+  } else if (hooks) {
+    hooks->OnFinished(result);  // e.g. the egress proxy's refusals and traffic, as a plain run's Sandbox::Run gives them
   }
   return result;
 }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/result_json.h"
 #include "src/netproxy/listen.h"
 
 namespace nsbox::cli {
@@ -71,6 +72,14 @@ void EgressProxyHooks::OnFinished(Result& result) {
                                 {"bytes_out", proxy_->BytesOut()},
                                 {"byte_limit", spec_.byte_limit},
                                 {"limit_reached", proxy_->LimitReached()}});
+}
+
+void EgressProxyHooks::AddToReport(nlohmann::json& report) {
+  Result result;
+  OnFinished(result);
+  nlohmann::json shown = ResultToJson(result);
+  report["denied_hosts"] = shown["denied_hosts"];
+  if (shown.contains("network")) report["network"] = shown["network"];
 }
 
 }  // namespace nsbox::cli

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sandbox/sandbox.h"
 #include "src/netproxy/egress_proxy.h"
 
@@ -27,6 +29,9 @@ class EgressProxyHooks : public SandboxHooks {
   // For sessions, whose proxy outlives each exec: what it refused and moved so far, and a result's share of it.
   std::map<std::string, uint64_t> DeniedHosts() const;
   void ReportSince(const std::map<std::string, uint64_t>& denied_before, Result& result) const;
+  // For --cases (nsbox run and nsbox batch): the whole run's refusals and traffic as the report's "denied_hosts" and
+  // "network", in a result's form. Stops the proxy.
+  void AddToReport(nlohmann::json& report);
 
  private:
   NetworkAllowSpec spec_;

@@ -173,7 +173,7 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
   run->add_option("--cases", cases_file,
                   "a JSONL file of test cases {\"stdin\", \"expected_stdout\", \"name\"}: compile once, run each "
                   "case (docs/cli.md)");
-  run->callback([&exit_code, run] {
+  run->callback([&exit_code] {
     auto fail = [&](const Status& status) {
       exit_code.value = FailBeforeRun("run", status.message(), program_options.json);
     };
@@ -227,6 +227,7 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
         report = RunCases(std::move(*program), cases, run_step);
       });
       if (!started.ok()) return fail(started);
+      if (proxy) proxy->AddToReport(report.json);
       // A signal that came after the last case stopped nothing: the report stands.
       if (int sig = stop.Received(); sig != 0 && report.json.value("status", "") == "killed") {
         report.json["reason"] = StoppedReason(sig);

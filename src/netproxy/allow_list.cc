@@ -45,7 +45,8 @@ std::string AllowEntryProblem(std::string_view raw) {
   std::string_view name = entry.substr(0, 2) == "*." ? entry.substr(2) : entry;
   if (name.find('*') != std::string_view::npos)
     return "a wildcard is only accepted as the whole first label (*.example.com)";
-  if (NormalizeHostName(name).empty()) return "not a valid domain name";
+  // One trailing dot (an absolute name) was taken off above; what is left must be a name as it stands.
+  if (NormalizeHostName(name) != name) return "not a valid domain name";
   return "";
 }
 
@@ -100,7 +101,7 @@ StatusOr<std::vector<std::string>> ParseAllowList(const std::string& spec) {
     if (entry.empty()) {
       return Status::Error(fmt::format("--network '{}': empty domain in the allow list", spec));
     }
-    std::string problem = AllowEntryProblem(entry);
+    std::string problem = AllowEntryProblem(raw);
     if (!problem.empty()) {
       return Status::Error(fmt::format("--network allow: '{}': {}", raw, problem));
     }

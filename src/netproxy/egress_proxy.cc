@@ -329,6 +329,36 @@ void AddCandidate(const ProxyState& state, const std::vector<std::string>& host_
   resolved.usable.push_back(copy);
 }
 
+// The host's hosts database (/etc/hosts; its IPv4 entries, as gethostent reads them) for an entry or alias named
+// exactly `host`: true when there is one, its addresses added as candidates.
+bool HostsFileCandidates(const ProxyState& state, const std::vector<std::string>& host_addresses,
+                         const std::string& host, uint16_t port, Resolved& resolved) {
+  static std::mutex hosts_database;  // gethostent_r's position in the file is process-wide
+  std::lock_guard<std::mutex> lock(hosts_database);
+  bool found = false;
+  ::sethostent(0);
+  hostent entry{};
+  hostent* result = nullptr;
+  std::vector<char> buffer(64 * 1024);
+  int error = 0;
+  while (::gethostent_r(&entry, buffer.data(), buffer.size(), &result, &error) == 0 && result != nullptr) {
+    bool named = ::strcasecmp(entry.h_name, host.c_str()) == 0;
+    for (char** alias = entry.h_aliases; !named && alias != nullptr && *alias != nullptr; ++alias)
+      named = ::strcasecmp(*alias, host.c_str()) == 0;
+    if (!named || entry.h_addrtype != AF_INET || entry.h_length != 4) continue;
+    for (char** address = entry.h_addr_list; *address != nullptr; ++address) {
+      sockaddr_in v4{};
+      v4.sin_family = AF_INET;
+      v4.sin_port = htons(port);
+      std::memcpy(&v4.sin_addr, *address, 4);
+      AddCandidate(state, host_addresses, reinterpret_cast<sockaddr*>(&v4), sizeof v4, resolved);
+      found = true;
+    }
+  }
+  ::endhostent();
+  return found;
+}
+
 Resolved Resolve(const ProxyState& state, const std::string& host, uint16_t port) {
   Resolved resolved;
   const std::vector<std::string> host_addresses =
@@ -360,8 +390,13 @@ Resolved Resolve(const ProxyState& state, const std::string& host, uint16_t port
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* answers = nullptr;
   std::string service = std::to_string(port);
-  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &answers);
+  // The name as an absolute one (a trailing dot): without it the resolver also tries NAME.<search domain> from the
+  // host's resolv.conf (first, with Kubernetes' ndots:5), a name the allow list does not hold.
+  const std::string absolute = host + ".";
+  int rc = getaddrinfo(absolute.c_str(), service.c_str(), &hints, &answers);
   if (rc != 0) {
+    // glibc's files database does not match an absolute name: the host's /etc/hosts is read for the exact name.
+    if (HostsFileCandidates(state, host_addresses, host, port, resolved)) return resolved;
     resolved.error = rc == EAI_SYSTEM ? Status::Errno("getaddrinfo").message() : gai_strerror(rc);
     return resolved;
   }

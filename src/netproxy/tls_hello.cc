@@ -13,6 +13,9 @@ using Status = ClientHelloName::Status;
 constexpr uint8_t kRecordHandshake = 22;
 constexpr uint8_t kHandshakeClientHello = 1;
 constexpr uint16_t kExtensionServerName = 0;
+// Encrypted Client Hello (draft-ietf-tls-esni; sent by browsers and curl): the real name is in the encrypted
+// inner hello, which the proxy cannot read; the outer name is only the ECH provider's.
+constexpr uint16_t kExtensionEncryptedClientHello = 0xfe0d;
 constexpr uint8_t kNameTypeHostName = 0;
 constexpr size_t kMaxRecordPayload = (1 << 14) + 2048;  // TLSPlaintext's limit, with TLS 1.2's expansion allowance
 constexpr size_t kMaxHostName = 255;
@@ -109,6 +112,8 @@ ClientHelloName ClientHello(std::string_view body) {
     uint32_t type = extensions.Number(2);
     std::string_view data = extensions.Vector(2);
     if (!extensions.ok()) return Malformed("an extension runs past the ClientHello's extension list");
+    if (type == kExtensionEncryptedClientHello)
+      return Malformed("the ClientHello uses Encrypted Client Hello, whose inner server name cannot be checked");
     if (type != kExtensionServerName) continue;
     if (seen) return Malformed("the ClientHello carries two server_name extensions");
     seen = true;

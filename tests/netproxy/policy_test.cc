@@ -54,6 +54,12 @@ TEST_CASE("allow list refuses addresses, ports, schemes, bare wildcards and junk
   CHECK_THAT(message("allow=a.*.com"), Catch::Contains("whole first label"));
   CHECK_THAT(message("allow=bad_dom ain.com"), Catch::Contains("not a valid domain name"));
   CHECK_THAT(message("allow=-bad.com"), Catch::Contains("not a valid domain name"));
+  // One trailing dot is an absolute name; more are not a name (taking each off in turn once let them through).
+  CHECK(message("allow=allowed.test.") == "(accepted)");
+  CHECK_THAT(message("allow=allowed.test.."), Catch::Contains("not a valid domain name"));
+  CHECK_THAT(message("allow=allowed.test..."), Catch::Contains("not a valid domain name"));
+  CHECK_THAT(message("allow=*.allowed.test.."), Catch::Contains("not a valid domain name"));
+  CHECK_FALSE(AllowEntryProblem("allowed.test..").empty());
 }
 
 TEST_CASE("an exact entry matches only itself; a wildcard matches every subdomain but not the parent") {

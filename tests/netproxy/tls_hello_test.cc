@@ -93,6 +93,17 @@ TEST_CASE("a ClientHello whose lengths do not add up, or whose names are bad, is
   }
 }
 
+// The outer name of an Encrypted Client Hello is the ECH provider's; the name the client reaches is encrypted.
+TEST_CASE("a ClientHello with Encrypted Client Hello is refused, whatever its outer name") {
+  const std::string ech = Be(0xfe0d, 2) + Vec(Be(0, 1) + std::string(60, 'e'), 2);
+  for (const std::string& extensions : {ServerNameExtension({"allowed.test"}) + ech,
+                                        ech + ServerNameExtension({"allowed.test"}), ech}) {
+    auto hello = ParseClientHelloName(Records(ClientHelloMessage(extensions)));
+    CHECK(hello.status == Status::kMalformed);
+    CHECK(hello.why.find("Encrypted Client Hello") != std::string::npos);
+  }
+}
+
 TEST_CASE("random bytes and every truncation of a ClientHello never crash the parser or claim a name") {
   std::mt19937 random(24);
   const std::string hello = ClientHelloFor("allowed.test");

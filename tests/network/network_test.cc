@@ -119,6 +119,43 @@ TEST_CASE("network allow: a refused domain fails fast and is reported in denied_
   CHECK(r["denied_hosts"][0]["count"] == 1);
 }
 
+// A compiled language runs its steps in a session of its own, a --cases run its cases, and a batch job either: each
+// reports the proxy's refusals and traffic as a plain run does.
+TEST_CASE("network allow: compiled programs, --cases and batch jobs report denied_hosts and network", "[network]") {
+  Origin origin;
+  ResolverOverride resolver;
+  const std::string refused = fmt::format("http://refused.test:{}/", origin.port);
+  const std::string c_code = fmt::format(
+      "#include <stdlib.h>\nint main(void) {{ return system(\"curl -sS -m 5 -o /dev/null {} 2>/dev/null\") != 0; }}\n",
+      refused);
+  auto check = [](const json& r) {
+    INFO(r.dump());
+    REQUIRE(r.contains("denied_hosts"));
+    REQUIRE(r["denied_hosts"].size() == 1);
+    CHECK(r["denied_hosts"][0]["host"] == "refused.test");
+    CHECK(r["denied_hosts"][0]["count"] == 1);
+    REQUIRE(r.contains("network"));
+    CHECK(r["network"]["allowed_domains"] == json::array({"allowed.test"}));
+    CHECK(r["network"]["mode"] == "allow");
+    CHECK(r["network"].contains("bytes_in"));
+  };
+  nsbox::testing::TempDir dir;
+  std::vector<std::string> args = AllowArgs();
+  args.insert(args.end(), {"--lang", "c", "--code", c_code});
+  SECTION("a compiled run") { check(RunNsboxJson(args).json); }
+  SECTION("a compiled run's --cases") {
+    args.insert(args.end(), {"--cases", dir.Write("cases.jsonl", "{\"expected_stdout\": \"\"}\n")});
+    check(RunNsboxJson(args).json);
+  }
+  SECTION("a compiled batch job") {
+    json job = {{"id", "c"}, {"language", "c"}, {"code", c_code}};
+    auto r = RunNsboxRaw({"batch", "--network", "allow=allowed.test", "--dangerously-allow-private-addresses",
+                          dir.Write("jobs.jsonl", job.dump() + "\n")});
+    INFO(r.err);
+    check(json::parse(r.out)["result"]);
+  }
+}
+
 TEST_CASE("network allow: DNS from inside still fails; only the proxy resolves names", "[network]") {
   Origin origin;
   ResolverOverride resolver;
@@ -175,6 +212,58 @@ TEST_CASE("network allow: --network-limit caps the bytes moved", "[network]") {
   CHECK(r["stdout"].get<std::string>().starts_with("FAILED"));
   CHECK(r["network"]["limit_reached"] == true);
   CHECK(r["network"]["bytes_in"].get<uint64_t>() + r["network"]["bytes_out"].get<uint64_t>() <= 64 * 1024);
+}
+
+// The proxy resolves an allowed name as itself only: not NAME.<search domain> from the host's resolv.conf, which
+// is another name (with Kubernetes' ndots:5 it is even tried first). The host's /etc/hosts still answers. Run in a
+// mount and network namespace of its own, whose resolv.conf points at a stub DNS server (tests/network/dns_stub.py)
+// that answers only for names under corp.test.
+TEST_CASE("network allow: the host's DNS search domains are not appended to an allowed name", "[network]") {
+  if (::geteuid() != 0) {
+    nsbox::testing::RecordSkip("network_tests", "network allow: the host's DNS search domains are not appended to an "
+                               "allowed name", "the private mount and network namespace need root");
+    return;
+  }
+  nsbox::testing::TempDir dir;
+  const std::string script = fmt::format(
+      R"(set -e
+printf 'nameserver 127.0.0.1\nsearch corp.test\noptions ndots:5 attempts:1 timeout:1\n' > {dir}/resolv.conf
+printf '127.0.0.1 localhost\n127.0.0.1 hosted.test\n' > {dir}/hosts
+ip link set lo up
+mount --bind {dir}/resolv.conf /etc/resolv.conf
+mount --bind {dir}/hosts /etc/hosts
+echo served > {dir}/page
+/usr/bin/python3 {src}/tests/network/dns_stub.py corp.test {dir}/asked > {dir}/dns.out 2>&1 &
+/usr/bin/python3 -m http.server --bind 127.0.0.1 8765 --directory {dir} > /dev/null 2>&1 &
+trap 'kill $(jobs -p)' EXIT
+for i in $(seq 100); do
+  grep -q ready {dir}/dns.out && (echo > /dev/tcp/127.0.0.1/8765) 2> /dev/null && break; sleep 0.1
+done
+for host in allowed.test hosted.test; do
+  {nsbox} run --json --network allow=$host --dangerously-allow-private-addresses --lang bash \
+    --code "curl -sS -m 10 http://$host:8765/page" > {dir}/$host.json
+done
+)",
+      fmt::arg("dir", dir.path()), fmt::arg("src", NSBOX_SOURCE_DIR), fmt::arg("nsbox", nsbox::testing::NsboxBinary()));
+  auto r = nsbox::testing::RunProcess({"/usr/bin/unshare", "--mount", "--net", "--", "/bin/bash", "-c", script});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto read_json = [&](const std::string& name) {
+    auto text = nsbox::testing::RunProcess({"/bin/cat", dir.path() + "/" + name}).out;
+    return json::parse(text, nullptr, false);
+  };
+  json searched = read_json("allowed.test.json");
+  INFO(searched.dump());
+  // allowed.test has no DNS answer; allowed.test.corp.test, which the stub answers, must never be asked for.
+  // (the proxy's 502 page, which curl prints)
+  CHECK(searched.value("stdout", "").find("cannot resolve allowed.test") != std::string::npos);
+  std::string asked = nsbox::testing::RunProcess({"/bin/cat", dir.path() + "/asked"}).out;
+  INFO(asked);
+  CHECK(asked.find("allowed.test\n") != std::string::npos);
+  CHECK(asked.find("allowed.test.corp.test") == std::string::npos);
+  json hosted = read_json("hosted.test.json");
+  INFO(hosted.dump());
+  CHECK(hosted.value("stdout", "") == "served\n");
 }
 
 TEST_CASE("network options: malformed allow lists are one-line errors", "[network]") {
