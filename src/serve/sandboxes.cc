@@ -739,12 +739,24 @@ json Sandboxes::ListFiles(const std::shared_ptr<Sandbox>& sandbox, const std::st
   uid_t uid;
   gid_t gid;
   UniqueFd workspace = OpenWorkspace(sandbox, &uid, &gid);
-  auto entries = session::ListWorkspaceDir(workspace.get(), rel);
-  if (!entries.ok()) ThrowFileError(entries.status());
+  auto listing = session::ListWorkspaceDir(workspace.get(), rel);
+  if (!listing.ok()) ThrowFileError(listing.status());
   json out = json::array();
-  for (const auto& e : *entries)
-    out.push_back({{"name", e.name}, {"path", e.path}, {"type", e.type}, {"size", e.size}});
-  return {{"entries", out}};
+  bool truncated = listing->truncated;
+  size_t answer_bytes = 0;
+  for (const auto& e : listing->entries) {
+    json entry = {{"name", e.name}, {"path", e.path}, {"type", e.type}, {"size", e.size}};
+    // As JSON, a name of control bytes is six times its length: the answer is capped as it will be sent.
+    answer_bytes += entry.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
+    if (answer_bytes > kMaxListingBytes) {
+      truncated = true;
+      break;
+    }
+    out.push_back(std::move(entry));
+  }
+  json answer = {{"entries", out}};
+  if (truncated) answer["truncated"] = true;
+  return answer;
 }
 
 void Sandboxes::RemoveFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path) {

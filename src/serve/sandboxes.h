@@ -176,6 +176,8 @@ class Sandboxes {
 // while the pool still holds at least half its target, a due refill yields to the clients' work: it starts once no
 // exec runs and none started or ended, and nothing was taken from the pool, for kRefillQuiet; but at most
 // kRefillMaxDelay after it fell due. Below half, under a steady stream of creates, it starts at once.
+// A directory listing's answer at most, as JSON; past it (or 20000 entries) the answer says "truncated": true.
+inline constexpr size_t kMaxListingBytes = 8 << 20;
 inline constexpr std::chrono::milliseconds kRefillQuiet{20};
 inline constexpr std::chrono::milliseconds kRefillMaxDelay{500};
 struct RefillState {

@@ -132,9 +132,18 @@ void ChangedFilesReport::AddTo(Result& result) const {
   bool truncated = false;
   if (before_.ok() && workspace_) {
     if (auto after = SnapshotWorkspace(workspace_.get()); after.ok()) {
-      for (const auto& file : ChangedFiles(*before_, *after))
-        list.push_back({{"path", "/workspace/" + file.path}, {"size", file.size}});
       truncated = before_->truncated || after->truncated;
+      size_t listed_bytes = 0;
+      for (const auto& file : ChangedFiles(*before_, *after)) {
+        nlohmann::json entry = {{"path", "/workspace/" + file.path}, {"size", file.size}};
+        // As JSON, a name of control bytes is six times its length: the list is capped as it will be sent.
+        listed_bytes += entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size() + 1;
+        if (listed_bytes > kMaxChangedFilesBytes) {
+          truncated = true;
+          break;
+        }
+        list.push_back(std::move(entry));
+      }
     }
   }
   SetExtra(result, "changed_files", list);

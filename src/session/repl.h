@@ -35,6 +35,9 @@ Result RunCell(SessionSandbox& session, const std::string& code, const ResidentO
 
 // Snapshots /workspace before a call and reports, after it, the files it created or changed as
 // extra["changed_files"] ([{path, size}], paths as the sandbox sees them).
+// The most of an answer the changed-files list takes, as JSON (the exec answer's allowance is 64 MiB beside output).
+inline constexpr size_t kMaxChangedFilesBytes = 8 << 20;
+
 class ChangedFilesReport {
  public:
   explicit ChangedFilesReport(const SessionSandbox& session);

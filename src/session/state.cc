@@ -293,6 +293,9 @@ StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::j
   }
   if (!answer.ok()) {
     if (reader.timed_out()) return not_answering(fmt::format("answer the {} request", op));
+    if (reader.too_large())
+      return Status::Error(fmt::format("{}: its answer to the {} request was larger than the {} MiB allowed",
+                                       DescribeSession(session), op, options.max_answer_bytes >> 20));
     return Status::Error(fmt::format("{} ended before answering the {} request ({})", DescribeSession(session), op,
                                      answer.status().message()));
   }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 namespace nsbox::session {
 
 int WaitUntilReady(int socket, short events, Deadline deadline) {
@@ -73,7 +75,10 @@ StatusOr<nlohmann::json> MessageReader::Next() {
       return message;
     }
     scanned_ = buffer_.size();
-    if (buffer_.size() > max_bytes_) return Status::Error("message on the session socket is too large");
+    if (buffer_.size() > max_bytes_) {
+      too_large_ = true;
+      return Status::Error(fmt::format("a message on the session socket is larger than {} MiB", max_bytes_ >> 20));
+    }
     if (stop_ && stop_()) return Status::Error("stopped waiting for the session's answer");
     int ready = WaitUntilReady(socket_, POLLIN, deadline_);
     if (ready < 0) return Status::Errno("poll(session socket, POLLIN)");

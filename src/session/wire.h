@@ -35,6 +35,7 @@ class MessageReader {
   StatusOr<nlohmann::json> Next();
   std::vector<UniqueFd>& fds() { return fds_; }
   bool timed_out() const { return timed_out_; }
+  bool too_large() const { return too_large_; }  // the last error: a message longer than max_bytes
   // Asked between reads of a message: true gives up on it (a client that has gone away, for one).
   void SetStop(std::function<bool()> stop) { stop_ = std::move(stop); }
 
@@ -45,6 +46,7 @@ class MessageReader {
   std::function<bool()> stop_;
   Deadline deadline_;
   bool timed_out_ = false;
+  bool too_large_ = false;
   std::string buffer_;
   std::vector<UniqueFd> fds_;
 };

@@ -36,6 +36,9 @@ StatusOr<UniqueFd> OpenBeneath(int dir_fd, const std::string& rel, uint64_t flag
                          fmt::format("refusing {}: it is, or passes through, a symbolic link", shown));
   if (errno == EXDEV)
     return Status::Error(ErrorKind::kRefused, fmt::format("refusing {}: it leaves the workspace", shown));
+  if (errno == ENOTDIR && (flags & O_DIRECTORY))
+    return Status::Error(ErrorKind::kRefused,
+                         fmt::format("refusing {}: it is not a directory (a file, or a symbolic link)", shown));
   return Status::Errno(fmt::format("openat2(/workspace, {}, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)", rel));
 }
 
@@ -280,10 +283,14 @@ StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, 
   while (trimmed.ends_with("/")) trimmed.pop_back();
   std::string shown = "/workspace/" + trimmed;
   if (trimmed.empty() || rel.ends_with("/"))
-    return Status::Error(ErrorKind::kRefused, fmt::format("{} is a directory; give a file", shown));
+    return Status::Error(ErrorKind::kRefused, fmt::format("'{}' names a directory; give a file", rel));
   std::vector<std::string_view> parts;
   if (!SplitPathComponents(trimmed, &parts) || parts.empty())
     return Status::Error(ErrorKind::kRefused, fmt::format("'{}': '.' and '..' are not allowed", rel));
+  // Deeper than RemoveWorkspacePath goes: what a write made, a remove must be able to take away.
+  if (parts.size() > kMaxWorkspaceDepth)
+    return Status::Error(ErrorKind::kRefused,
+                         fmt::format("{}: more than {} directories deep", shown.substr(0, 80) + "...", kMaxWorkspaceDepth));
   // Each parent in turn: made (as the sandbox user) when missing, opened without following anything.
   auto dir = OpenBeneath(workspace_fd, "", O_PATH | O_DIRECTORY, "/workspace");
   if (!dir.ok()) return dir.status();
@@ -307,16 +314,21 @@ StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, 
   return ReplaceFile(dir->get(), name, data, uid, gid, shown);
 }
 
-StatusOr<std::vector<WorkspaceEntry>> ListWorkspaceDir(int workspace_fd, const std::string& rel) {
+StatusOr<WorkspaceListing> ListWorkspaceDir(int workspace_fd, const std::string& rel, size_t max_entries) {
   std::string shown = "/workspace" + (rel.empty() ? "" : "/" + rel);
   auto dir = OpenBeneath(workspace_fd, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, shown);
   if (!dir.ok()) return dir.status();
   DIR* stream = ::fdopendir(dir->release());
   if (!stream) return Status::Errno(fmt::format("fdopendir({})", shown));
-  std::vector<WorkspaceEntry> entries;
+  WorkspaceListing listing;
+  std::vector<WorkspaceEntry>& entries = listing.entries;
   while (struct dirent* e = ::readdir(stream)) {
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
+    if (entries.size() == max_entries) {
+      listing.truncated = true;
+      break;
+    }
     struct stat st;
     if (::fstatat(::dirfd(stream), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
     WorkspaceEntry entry;
@@ -328,15 +340,17 @@ StatusOr<std::vector<WorkspaceEntry>> ListWorkspaceDir(int workspace_fd, const s
   }
   ::closedir(stream);
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  return entries;
+  return listing;
 }
 
 namespace {
 
 // Removes what `dir` holds, depth first, without following a link (a link is removed, not its target).
 Status RemoveContents(int dir, const std::string& shown, int depth) {
-  if (depth > 256)
-    return Status::Error(ErrorKind::kRefused, fmt::format("refusing to remove {}: nested too deeply", shown));
+  if (depth > static_cast<int>(kMaxWorkspaceDepth))
+    return Status::Error(ErrorKind::kRefused,
+                         fmt::format("refusing to remove {}: more than {} directories deep (remove it with an exec)",
+                                     shown.substr(0, 80) + "...", kMaxWorkspaceDepth));
   int copy = ::dup(dir);
   if (copy < 0) return Status::Errno("dup");
   DIR* stream = ::fdopendir(copy);

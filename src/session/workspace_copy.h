@@ -40,13 +40,21 @@ StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel
 StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, const std::string& data, uid_t uid,
                                       gid_t gid);
 
+// How deep a file the service writes, and a directory it removes, may be: each level is a descriptor held open.
+inline constexpr size_t kMaxWorkspaceDepth = 256;
+
 struct WorkspaceEntry {
   std::string name, path;  // path: /workspace/...
   std::string type;        // file, dir, symlink, other
   uint64_t size = 0;
 };
-// The directory `rel` ("" for the workspace), sorted by name; links are listed, never followed.
-StatusOr<std::vector<WorkspaceEntry>> ListWorkspaceDir(int workspace_fd, const std::string& rel);
+struct WorkspaceListing {
+  std::vector<WorkspaceEntry> entries;  // sorted by name
+  bool truncated = false;               // the directory holds more than max_entries: these are some of them
+};
+// The directory `rel` ("" for the workspace); links are listed, never followed. At most max_entries are read: the
+// sandbox's code can make millions of empty files, and the caller runs outside its limits.
+StatusOr<WorkspaceListing> ListWorkspaceDir(int workspace_fd, const std::string& rel, size_t max_entries = 20000);
 // Removes `rel`: a file or link, or a directory with everything in it; never follows a link.
 Status RemoveWorkspacePath(int workspace_fd, const std::string& rel);
 

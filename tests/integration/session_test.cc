@@ -891,6 +891,24 @@ TEST_CASE("the result lists the workspace files an exec created or changed, with
   CHECK(deep["changed_files"] == json::array({{{"path", "/workspace/top.txt"}, {"size", 2}}}));
 }
 
+// Names of control bytes are six times their length as JSON: a list of them that fits the walk's 16 MiB of paths
+// once outgrew the exec answer's allowance, and the program's result was lost as session_lost.
+TEST_CASE("a changed-files list of control-byte names is cut short; the exec's result still comes back",
+          "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  json made = s.Sh(id,
+                   "d=$(printf '\\001%.0s' $(seq 255)); mkdir -p \"$d/$d/$d\" && cd \"$d/$d/$d\" && "
+                   "n=$(printf '\\001%.0s' $(seq 200)); for i in $(seq 2000); do : > \"$n$i\"; done; echo made");
+  INFO(made.dump().substr(0, 2000));
+  CHECK(made["status"] == "ok");
+  CHECK(made["stdout"] == "made\n");
+  CHECK(made["changed_files_truncated"] == true);
+  CHECK(made["changed_files"].size() > 0);
+  CHECK(made["changed_files"].size() < 2000);
+  CHECK(made["changed_files"].dump().size() <= 8u << 20);
+}
+
 TEST_CASE("an exec's code is a sealed descriptor, never a file in /workspace", "[session]") {
   Sessions s;
   std::string id = s.Create();

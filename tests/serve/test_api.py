@@ -509,6 +509,33 @@ class Files(SharedCase):
     def test_a_missing_file_is_404(self):
         assert_error(self, self.api.request("GET", files_path(self.sbx, "no/such/file")), 404, "not_found")
 
+    def test_a_listing_of_a_huge_directory_is_cut_and_says_truncated(self):
+        # The sandbox's code can make millions of empty files; the server lists them outside its limits.
+        self.run_in(self.sbx, {"language": "python", "code":
+                               "import os\nos.mkdir('/workspace/many')\n"
+                               "for i in range(20005): open('/workspace/many/%06d' % i, 'w').close()"})
+        listing = self.api.call("GET", files_path(self.sbx, "many", list="true"))
+        self.assertTrue(listing.get("truncated"))
+        self.assertEqual(len(listing["entries"]), 20000)
+        # Names of control bytes are six times their length as JSON: the answer is capped at 8 MiB as sent.
+        self.run_in(self.sbx, {"language": "python", "code":
+                               "import os\nos.mkdir('/workspace/wide')\n"
+                               "for i in range(4000): open('/workspace/wide/' + '\\x01' * 240 + '%06d' % i, 'w').close()"})
+        r = self.api.request("GET", files_path(self.sbx, "wide", list="true"))
+        self.assertEqual(r.status, 200, repr(r))
+        self.assertLessEqual(len(r.body), (8 << 20) + 64)
+        listing = json.loads(r.body)
+        self.assertTrue(listing.get("truncated"))
+        self.assertLess(len(listing["entries"]), 4000)
+        small = self.api.call("GET", files_path(self.sbx, ".", list="true"))
+        self.assertNotIn("truncated", small)
+
+    def test_a_path_the_server_writes_is_one_it_can_remove(self):
+        deep = "a/" * 256 + "f"
+        assert_error(self, self.api.request("PUT", files_path(self.sbx, deep), raw=b"x"), 400, "bad_request")
+        self.assertEqual(self.put("a/" * 255 + "f", b"x")["size"], 1)
+        self.assertEqual(self.api.request("DELETE", files_path(self.sbx, "a")).status, 204)
+
 
 class BadInput(SharedCase):
     def test_an_unknown_sandbox_is_404_on_every_route(self):

@@ -239,10 +239,16 @@ TEST_CASE("workspace files: parents made, links never followed, directories remo
   CHECK_FALSE(ListWorkspaceDir(ws.get(), "out").ok());
   auto listed = ListWorkspaceDir(ws.get(), "");
   REQUIRE(listed.ok());
-  REQUIRE(listed->size() == 2);
-  CHECK((*listed)[0].name == "a");
-  CHECK((*listed)[0].type == "dir");
-  CHECK((*listed)[1].type == "symlink");
+  REQUIRE(listed->entries.size() == 2);
+  CHECK_FALSE(listed->truncated);
+  CHECK(listed->entries[0].name == "a");
+  CHECK(listed->entries[0].type == "dir");
+  CHECK(listed->entries[1].type == "symlink");
+  // A directory with more entries than the caller reads (the service: 20000) is listed in part, and says so.
+  auto part = ListWorkspaceDir(ws.get(), "", 1);
+  REQUIRE(part.ok());
+  CHECK(part->entries.size() == 1);
+  CHECK(part->truncated);
 
   // Removing the link removes the link; removing a directory removes what it holds.
   CHECK(RemoveWorkspacePath(ws.get(), "out").ok());
