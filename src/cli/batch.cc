@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -126,6 +127,7 @@ struct Options {
 
 std::string ResultLine(const BatchJob& job, nlohmann::json shown) {
   nlohmann::json line = {{"id", job.id}, {"line", job.line}, {"result", std::move(shown)}};
+  if (job.duplicate_of != 0) line["duplicate_of"] = job.duplicate_of;
   return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
@@ -396,10 +398,17 @@ int Batch::Run() {
     (void)::setrlimit(RLIMIT_NOFILE, &nofile);
   }
   budget_ = ComputeNodeBudget(BudgetRoots{});
-  if (o_.jobs > 0) budget_.max_jobs = o_.jobs;
+  // --jobs replaces what the jobs cost, not the descriptors: past those, jobs would fail with EMFILE, and a resume
+  // would take those failures as their results.
+  std::string jobs_note;
+  if (o_.jobs > 0) {
+    if (static_cast<uint64_t>(o_.jobs) > budget_.max_jobs)
+      jobs_note = fmt::format(" (lowered to {}: RLIMIT_NOFILE)", budget_.max_jobs);
+    budget_.max_jobs = std::min<uint64_t>(budget_.max_jobs, o_.jobs);
+  }
   if (::getenv("NSBOX_BATCH_EXPLAIN") != nullptr)
     (void)WriteAll(2, fmt::format("nsbox batch: budget: {}\n",
-                                  o_.jobs > 0 ? fmt::format("--jobs {}", o_.jobs) : budget_.explanation));
+                                  o_.jobs > 0 ? fmt::format("--jobs {}{}", o_.jobs, jobs_note) : budget_.explanation));
   // Check the batch-wide options once, before any job: a bad --memory is the batch's error, not every job's.
   if (auto policy = BuildPolicy(o_.sandbox); !policy.ok()) return fail(policy.status());
   if (auto network = BuildNetworkSpec(o_.sandbox); !network.ok()) return fail(network.status());
@@ -416,11 +425,20 @@ int Batch::Run() {
   std::set<std::string> done;
   UniqueFd out;
   if (!o_.output_file.empty()) {
+    // O_NONBLOCK: a FIFO without a reader fails at once rather than blocking here (and is refused below anyway).
+    out.reset(::open(o_.output_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644));
+    if (!out) return fail(Status::Errno(fmt::format("--output: open({})", o_.output_file)));
+    if (struct stat st{}; ::fstat(out.get(), &st) != 0 || !S_ISREG(st.st_mode))
+      return fail(Status::Error(fmt::format("--output {}: not a regular file", o_.output_file)));
+    // Two batches on one FILE would each run every job the other has not written yet (a requeued Slurm task
+    // beside the old one): the second is refused. The lock goes with nsbox's descriptor, even when it is killed.
+    if (::flock(out.get(), LOCK_EX | LOCK_NB) != 0)
+      return fail(errno == EWOULDBLOCK
+                      ? Status::Error(fmt::format("--output {}: another nsbox batch is writing to it", o_.output_file))
+                      : Status::Errno(fmt::format("--output: flock({})", o_.output_file)));
     auto read = ReadDone(o_.output_file);
     if (!read.ok()) return fail(read.status());
     done = std::move(*read);
-    out.reset(::open(o_.output_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
-    if (!out) return fail(Status::Errno(fmt::format("--output: open({})", o_.output_file)));
     out_fd_ = out.get();
   }
   total_ = CountJobs(o_.jobs_file);
@@ -479,18 +497,20 @@ int Batch::Run() {
         } else {
           job = ParseJobLine(text, line_number, o_.sandbox, o_.program);
         }
+        // An id is taken by the first line that names it, a bad one too. A later line of that id is refused, and
+        // its result is keyed by its line ("duplicate_of"): keyed by the id, a resume would take the first line's job
+        // as done when only the duplicate's refusal had been written.
+        if (!seen.insert(job.key).second) {
+          job.error = Status::Error(fmt::format("job on line {}: id {} is the id of the job on line {} already",
+                                                line_number, job.key, first_line[job.key]));
+          job.duplicate_of = first_line[job.key];
+          job.key = fmt::format("line:{}", line_number);
+        } else {
+          first_line.emplace(job.key, line_number);
+        }
         if (done.count(job.key) != 0) {
           ++skipped_;
           continue;
-        }
-        // An id is taken by the first line that names it, a bad one too: its result carries the id, and a resume
-        // would take a later job of that id as done.
-        if (!seen.insert(job.key).second) {
-          if (job.error.ok())
-            job.error = Status::Error(fmt::format("job on line {}: id {} is the id of the job on line {} already",
-                                                  line_number, job.key, first_line[job.key]));
-        } else {
-          first_line.emplace(job.key, line_number);
         }
         if (!job.error.ok()) {
           if (Status emitted = Emit(job, ShownResult(SetupError(job.error))); !emitted.ok()) write_error_ = emitted;

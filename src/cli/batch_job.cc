@@ -211,6 +211,9 @@ StatusOr<std::string> ResultLineKey(std::string_view text) {
   if (!object.is_object() || !object.contains("id") || !object.contains("result"))
     return Status::Error("not a batch result ({\"id\", \"line\", \"result\"})");
   const auto& id = object["id"];
+  // A duplicate id's refusal is the result of its line, not of the id (which the first line's job holds).
+  if (object.contains("duplicate_of") && object.contains("line") && object["line"].is_number_unsigned())
+    return fmt::format("line:{}", object["line"].get<uint64_t>());
   if (id.is_string() || id.is_number_integer()) return id.dump();
   if (id.is_null() && object.contains("line") && object["line"].is_number_unsigned())
     return fmt::format("line:{}", object["line"].get<uint64_t>());

@@ -26,7 +26,8 @@ struct JobCost {
 struct BatchJob {
   uint64_t line = 0;
   nlohmann::json id;  // a string or an integer; null when the line gave none that can be used
-  std::string key;    // the resume key: id.dump(), or "line:N" for a null id
+  std::string key;    // the resume key: id.dump(), or "line:N" for a null id or a duplicate
+  uint64_t duplicate_of = 0;  // a later line of an id already taken: the line that took it
   Status error;
   SandboxOptions sandbox;
   ProgramOptions program;
