@@ -1,15 +1,52 @@
 // LiveOutput: a queue of chunks and one writer thread that drains it into nsbox's stdout and stderr.
 #include "sandbox/live_output.h"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 
 #include <cerrno>
 
 #include "sandbox/base/fs.h"
 
 namespace nsbox {
+namespace {
 
-LiveOutput::LiveOutput(int stdout_fd, int stderr_fd) : fds_{-1, stdout_fd, stderr_fd} {}
+// Writes `data` whole to `fd`. To a pipe or a socket, without blocking (RWF_NOWAIT, MSG_DONTWAIT: the descriptor's
+// own flags are the caller's and stay as they are); while it takes nothing, `cancelled` is asked every 100 ms.
+// Anything else (a file, a terminal) is written as usual. 0, or an errno (ECANCELED when cancelled).
+int WriteCancellable(int fd, std::string_view data, const std::function<bool()>& cancelled) {
+  struct stat st {};
+  if (!cancelled || ::fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+    return WriteAll(fd, data);
+  while (!data.empty()) {
+    ssize_t n;
+    if (S_ISSOCK(st.st_mode)) {
+      n = ::send(fd, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0 && errno == ENOTSOCK) return WriteAll(fd, data);
+    } else {
+      struct iovec iov = {const_cast<char*>(data.data()), data.size()};
+      n = ::pwritev2(fd, &iov, 1, -1, RWF_NOWAIT);
+      if (n < 0 && errno == EOPNOTSUPP) return WriteAll(fd, data);
+    }
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EINTR) return errno;
+    if (cancelled()) return ECANCELED;
+    struct pollfd ready = {fd, POLLOUT, 0};
+    (void)::poll(&ready, 1, 100);
+  }
+  return 0;
+}
+
+}  // namespace
+
+LiveOutput::LiveOutput(int stdout_fd, int stderr_fd, std::function<bool()> cancelled)
+    : fds_{-1, stdout_fd, stderr_fd}, cancelled_(std::move(cancelled)) {}
 
 LiveOutput::LiveOutput(Sink sink) : fds_{-1, -1, -1}, sink_(std::move(sink)) {}
 
@@ -49,7 +86,7 @@ void LiveOutput::WriterLoop() {
     auto [stream, chunk] = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    int err = sink_ ? (sink_(stream, chunk) ? 0 : EPIPE) : WriteAll(fds_[stream], chunk);
+    int err = sink_ ? (sink_(stream, chunk) ? 0 : EPIPE) : WriteCancellable(fds_[stream], chunk, cancelled_);
     lock.lock();
     if (err != 0 && error_ == 0) {
       error_ = err;

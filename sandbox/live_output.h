@@ -16,7 +16,9 @@ namespace nsbox {
 // stopped (a paused terminal, a full pipe) never stalls the supervision loop, and so never the time limit.
 class LiveOutput {
  public:
-  LiveOutput(int stdout_fd, int stderr_fd);
+  // `cancelled` (may be empty) is asked while a pipe or socket takes nothing: true gives up on what is left, and
+  // Finish() returns ECANCELED (a reader that never reads must not hold the caller once it has asked to stop).
+  LiveOutput(int stdout_fd, int stderr_fd, std::function<bool()> cancelled = {});
   // Hands each chunk (stream 1 or 2) to `sink` instead, on the writer thread; a sink that returns false has failed
   // (EPIPE: its reader is gone).
   using Sink = std::function<bool(int stream, std::string_view data)>;
@@ -33,6 +35,7 @@ class LiveOutput {
   void WriterLoop();
 
   const int fds_[3];
+  std::function<bool()> cancelled_;
   Sink sink_;
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -123,7 +123,8 @@ Result Sandbox::Run() {
   // Supervise: drain output, watch the clock, pid 1's reports, kill requests and signals.
   Supervisor supervisor(executor_.output_limit_bytes);
   std::optional<LiveOutput> live;
-  if (live_stdout_fd_ >= 0 && live_stderr_fd_ >= 0) live.emplace(live_stdout_fd_, live_stderr_fd_);
+  if (live_stdout_fd_ >= 0 && live_stderr_fd_ >= 0)
+    live.emplace(live_stdout_fd_, live_stderr_fd_, [this] { return kill_requested_.load(); });
   supervisor.AddOutput(&run.out, &run.err, live ? &*live : nullptr);
   supervisor.AddStdin(&run.stdin_feeder);
   VerdictInputs in;

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <future>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -132,6 +135,36 @@ TEST_CASE("Kill during RunAsync ends the run as killed (not a time-out) and leav
   CHECK_FALSE(fs::exists("/proc/" + std::to_string(pid1)));
   CHECK_FALSE(fs::exists("/proc/" + std::to_string(program)));
   if (!group.empty()) CHECK_FALSE(fs::exists(group));
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+}
+
+// A reader that never reads held Run() after the sandbox had ended, past its own time-out and past a Kill(): the
+// copy of the output waited for the pipe. Kill() now gives up on what is left of the copy.
+TEST_CASE("a Kill ends the wait for a PassOutputOn pipe that nobody reads") {
+  int pipe_fds[2];
+  REQUIRE(::pipe2(pipe_fds, O_CLOEXEC) == 0);
+  nsbox::Executor executor = Command({"/bin/sh", "-c", "head -c 1000000 /dev/zero; exec sleep 600"});
+  executor.wall_timeout = std::chrono::milliseconds(1500);
+  nsbox::Sandbox sandbox(std::move(executor), TestPolicy());
+  sandbox.PassOutputOn(pipe_fds[1], pipe_fds[1]);
+  sandbox.RunAsync();
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // the time-out has ended the program; the copy waits
+  sandbox.Kill();
+  auto awaited = std::async(std::launch::async, [&] { return sandbox.AwaitResult(); });
+  bool returned = awaited.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!returned) {  // unblock it, so that the test fails rather than hangs
+    char buffer[65536];
+    ::fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
+    while (awaited.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready)
+      (void)!::read(pipe_fds[0], buffer, sizeof buffer);
+  }
+  CHECK(returned);
+  nsbox::Result result = awaited.get();
+  INFO(result.reason);
+  CHECK(result.status == nsbox::RunStatus::kTimeout);  // the verdict the program had earned stays
+  CHECK(result.stdout_data.size() > 0);
+  CHECK(result.output_write_errno == ECANCELED);
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
 }
