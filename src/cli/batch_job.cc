@@ -247,16 +247,39 @@ std::optional<uint64_t> MeminfoBytes(const std::string& proc, std::string_view f
   return std::nullopt;
 }
 
-// nsbox's own cgroup v2 directory and each of its parents up to the root, innermost first.
-std::vector<std::string> OwnCgroupChain(const BudgetRoots& roots) {
-  std::vector<std::string> chain;
+// A limit read from one of nsbox's own cgroups: the file names of its version.
+struct LimitFiles {
+  std::string dir;
+  bool v1 = false;
+};
+
+// nsbox's own cgroup directories and each of their parents below the root, innermost first, for `controller`
+// (cpu, memory, pids): the cgroup v2 one ("0::/PATH") and, on a v1 or hybrid host, the v1 hierarchy holding the
+// controller ("N:cpu,cpuacct:/PATH", mounted at ROOT/cpu,cpuacct), where Slurm and systemd put a job's limits.
+std::vector<LimitFiles> OwnCgroupChain(const BudgetRoots& roots, std::string_view controller) {
+  std::vector<LimitFiles> chain;
   std::ifstream in(roots.proc + "/self/cgroup");
   std::string line;
   while (std::getline(in, line)) {
-    if (!line.starts_with("0::/")) continue;
-    std::string path = line.substr(3);
-    while (!path.empty() && path != "/") {
-      chain.push_back(roots.cgroup + path);
+    auto first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1), path = line.substr(second + 1);
+    std::string root;
+    bool v1 = !controllers.empty();
+    if (!v1) {
+      root = roots.cgroup;
+    } else {
+      bool holds = false;
+      for (size_t at = 0; at <= controllers.size();) {
+        size_t comma = std::min(controllers.find(',', at), controllers.size());
+        holds |= std::string_view(controllers).substr(at, comma - at) == controller;
+        at = comma + 1;
+      }
+      if (!holds) continue;
+      root = roots.cgroup + "/" + controllers;
+    }
+    while (path.starts_with("/") && path != "/") {
+      chain.push_back({root + path, v1});
       path = path.substr(0, path.rfind('/'));
     }
   }
@@ -285,21 +308,34 @@ NodeBudget ComputeNodeBudget(const BudgetRoots& roots) {
   uint64_t pids = std::min(pid_max, threads_max);
   pids = pids > tasks ? pids - tasks : 0;
   std::string cgroup_note;
-  for (const std::string& dir : OwnCgroupChain(roots)) {
-    if (auto text = ReadFile(dir + "/cpu.max", 4096); text.ok() && !text->starts_with("max")) {
-      std::istringstream fields(*text);
-      double quota = 0, period = 0;
-      if (fields >> quota >> period && period > 0 && quota / period < cpus) {
-        cpus = quota / period;
-        cgroup_note = dir;
+  for (const auto& [dir, v1] : OwnCgroupChain(roots, "cpu")) {
+    double quota = 0, period = 0;
+    if (v1) {  // cpu.cfs_quota_us is -1 without a limit
+      auto q = ReadFile(dir + "/cpu.cfs_quota_us", 4096);
+      auto p = ReadFile(dir + "/cpu.cfs_period_us", 4096);
+      if (q.ok() && p.ok()) {
+        std::istringstream fields(*q + " " + *p);
+        fields >> quota >> period;
       }
+    } else if (auto text = ReadFile(dir + "/cpu.max", 4096); text.ok() && !text->starts_with("max")) {
+      std::istringstream fields(*text);
+      fields >> quota >> period;
     }
-    auto memory_max = ReadNumber(dir + "/memory.max");
-    auto memory_current = ReadNumber(dir + "/memory.current");
+    if (quota > 0 && period > 0 && quota / period < cpus) {
+      cpus = quota / period;
+      cgroup_note = dir;
+    }
+  }
+  for (const auto& [dir, v1] : OwnCgroupChain(roots, "memory")) {
+    // v1's memory.limit_in_bytes without a limit is a number near 2^63: it is above what is available anyway.
+    auto memory_max = ReadNumber(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max"));
+    auto memory_current = ReadNumber(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current"));
     if (memory_max) {
       uint64_t left = *memory_max > memory_current.value_or(0) ? *memory_max - memory_current.value_or(0) : 0;
       if (!memory || left < *memory) memory = left;
     }
+  }
+  for (const auto& [dir, v1] : OwnCgroupChain(roots, "pids")) {
     auto pids_max = ReadNumber(dir + "/pids.max");
     auto pids_current = ReadNumber(dir + "/pids.current");
     if (pids_max)

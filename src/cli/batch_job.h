@@ -67,8 +67,9 @@ struct BudgetRoots {
   std::string cgroup = "/sys/fs/cgroup";
 };
 
-// CPUs: the affinity mask, lowered by every cpu.max of nsbox's own cgroup and its parents, times kCpuOvercommit.
-// Memory: MemAvailable, lowered by memory.max - memory.current of those groups. Pids: pid_max and threads-max less
+// CPUs: the affinity mask, lowered by every cpu.max of nsbox's own cgroup and its parents (cpu.cfs_quota_us / period
+// in the v1 cpu hierarchy), times kCpuOvercommit. Memory: MemAvailable, lowered by memory.max - memory.current of
+// those groups (v1: memory.limit_in_bytes - memory.usage_in_bytes). Pids: pid_max and threads-max less
 // the tasks that exist, lowered by pids.max - pids.current; half of it. Jobs: by RLIMIT_NOFILE.
 NodeBudget ComputeNodeBudget(const BudgetRoots& roots);
 
