@@ -1,6 +1,7 @@
 // Sandbox: one run: launch (launcher.h), supervise (supervisor.h), verdict (verdict.h); the root's plan.
 #include "sandbox/sandbox.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -60,6 +61,22 @@ std::string CheckOutputLimit(uint64_t bytes) {
                      "instead", bytes, kMaxOutputLimitBytes);
 }
 
+std::string CheckExecutor(const Executor& executor) {
+  if (executor.argv.empty()) return "nothing to run: empty command";
+  for (size_t i = 0; i < executor.argv.size(); ++i)
+    if (executor.argv[i].find('\0') != std::string::npos)
+      return fmt::format("Executor::argv[{}] holds a NUL byte", i);
+  for (const auto& [name, value] : executor.env) {
+    if (name.empty() || name.find_first_of(std::string_view("=\0", 2)) != std::string::npos)
+      return fmt::format("Executor::env: the name '{}' is empty or holds '=' or a NUL byte", name.substr(0, 64));
+    if (value.find('\0') != std::string::npos)
+      return fmt::format("Executor::env: the value of {} holds a NUL byte", name);
+  }
+  if (executor.stdin_fd >= 0 && ::fcntl(executor.stdin_fd, F_GETFD) < 0)
+    return fmt::format("Executor::stdin_fd {} is not an open descriptor", executor.stdin_fd);
+  return CheckOutputLimit(executor.output_limit_bytes);
+}
+
 std::map<std::string, std::string> DefaultSandboxEnv() {
   return {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
           {"HOME", "/home/sandbox"},
@@ -81,8 +98,7 @@ void Sandbox::Kill() {
 
 Result Sandbox::Run() {
   const auto started = Clock::now();
-  if (executor_.argv.empty()) return SetupError("nothing to run: empty command");
-  if (std::string why = CheckOutputLimit(executor_.output_limit_bytes); !why.empty()) return SetupError(why);
+  if (std::string why = CheckExecutor(executor_); !why.empty()) return SetupError(why);
   if (executor_.wall_timeout <= std::chrono::milliseconds(0))
     return SetupError(fmt::format("a time limit of {} ms: it must be positive", executor_.wall_timeout.count()));
   if (executor_.memory_max_bytes > 0)

@@ -205,8 +205,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   const auto started = Clock::now();
   std::shared_lock call(calls_mutex_);
   if (terminating_) return SetupError("the session is ending");
-  if (ex.argv.empty()) return SetupError("nothing to run: empty command");
-  if (std::string why = CheckOutputLimit(ex.output_limit_bytes); !why.empty()) return SetupError(why);
+  if (std::string why = CheckExecutor(ex); !why.empty()) return SetupError(why);
   RequestWindow window(*this);
   const CgroupStats counters_before = cgroup_ ? cgroup_->ReadCounters() : CgroupStats{};
   // The program's stdin is a pipe the supervisor fills, never the descriptor the client sent (stdin_feeder.h).

@@ -38,6 +38,10 @@ struct Executor {
 constexpr uint64_t kMaxOutputLimitBytes = 64ull << 20;
 // "" when the executor's output limit is within kMaxOutputLimitBytes, else the one-line reason it is refused.
 std::string CheckOutputLimit(uint64_t bytes);
+// "" when the executor can be run as given, else the one-line reason Run() refuses it: an empty argv, a NUL byte in
+// an argument or in the environment (a C string ends there: the program would get less than was asked), an
+// environment name that is empty or holds '=', a stdin_fd that is not open, or CheckOutputLimit's reason.
+std::string CheckExecutor(const Executor& executor);
 
 // The small clean environment a sandbox starts from; callers add --env entries on top.
 std::map<std::string, std::string> DefaultSandboxEnv();

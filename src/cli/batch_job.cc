@@ -117,6 +117,8 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
       if (!value.is_object()) return Status::Error("\"env\" must be an object of strings, e.g. {\"K\": \"V\"}");
       for (const auto& [name, setting] : value.items()) {
         if (!setting.is_string()) return Status::Error(fmt::format("\"env.{}\" must be a string", name));
+        if (name.empty() || name.find('=') != std::string::npos)
+          return Status::Error(fmt::format("\"env\": the name '{}' is empty or holds '='", name));
         job.program.env.push_back(name + "=" + setting.get<std::string>());
       }
     } else if (key == "limits") {

@@ -219,6 +219,26 @@ TEST_CASE("an Executor's time limit must be positive; one beyond a year is no li
   CHECK(result.stdout_data == "finished\n");
 }
 
+// What a C string cannot carry, and a descriptor that is not there, were once cut or read as end of file in silence.
+TEST_CASE("Run refuses an executor it could not run as given, naming the field") {
+  auto refused = [](nsbox::Executor executor) {
+    nsbox::Sandbox sandbox(std::move(executor), TestPolicy());
+    nsbox::Result result = sandbox.Run();
+    CHECK(result.status == nsbox::RunStatus::kSetupError);
+    return result.reason;
+  };
+  CHECK_THAT(refused(Command({"/bin/echo", std::string("a\0b", 3)})), Catch::Contains("Executor::argv[1] holds a NUL"));
+  nsbox::Executor bad_name = Command({"/bin/true"});
+  bad_name.env["A=B"] = "c";
+  CHECK_THAT(refused(bad_name), Catch::Contains("the name 'A=B' is empty or holds '='"));
+  nsbox::Executor bad_value = Command({"/bin/true"});
+  bad_value.env["A"] = std::string("x\0y", 3);
+  CHECK_THAT(refused(bad_value), Catch::Contains("the value of A holds a NUL byte"));
+  nsbox::Executor closed_stdin = Command({"/bin/cat"});
+  closed_stdin.stdin_fd = 9999;
+  CHECK_THAT(refused(closed_stdin), Catch::Contains("Executor::stdin_fd 9999 is not an open descriptor"));
+}
+
 TEST_CASE("Run refuses Executor::memory_max_bytes, a session exec's own limit, rather than ignore it") {
   auto executor = Command({"/bin/true"});
   executor.memory_max_bytes = 32ull << 20;
