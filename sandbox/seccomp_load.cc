@@ -25,9 +25,12 @@ StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path,
   });
   const std::string path = fmt::format("{}/{}.json", profiles_dir, name_or_path);
   if (!plain_name || !PathExists(path)) {
-    // No profiles directory at all is missing data, not an unknown name: say where data comes from.
-    const std::string hint =
-        PathExists(profiles_dir) ? "" : fmt::format("; {} does not exist: {}", profiles_dir, DataDirHint());
+    // No profiles directory at all is missing data, not an unknown name: say which setting named it (the program's
+    // data directory is the program's business; nsbox's own CLI checks it before any policy is built).
+    const std::string hint = PathExists(profiles_dir) ? ""
+                                                      : fmt::format("; {}, the profiles directory given to "
+                                                                    "PolicyBuilder::SetSeccompProfile, does not exist",
+                                                                    profiles_dir);
     return Status::Error(fmt::format("unknown seccomp profile \"{}\": no file {} (give a path to use a profile file){}",
                                      name_or_path, path, hint));
   }

@@ -172,8 +172,14 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
     limits.cpus = o.cpus;
     builder.SetCgroupLimits(limits);
   }
-  auto seccomp = LoadSeccompProfile(o.profile, DefaultSeccompProfilesDir());
-  if (!seccomp.ok()) return seccomp.status().Wrap("--profile");
+  const std::string profiles_dir = DefaultSeccompProfilesDir();
+  auto seccomp = LoadSeccompProfile(o.profile, profiles_dir);
+  if (!seccomp.ok()) {
+    // No profiles directory at all is missing data, not an unknown name: say where the data comes from.
+    if (!PathExists(profiles_dir))
+      return Status::Error(fmt::format("--profile: {}: {}", seccomp.status().message(), DataDirHint()));
+    return seccomp.status().Wrap("--profile");
+  }
   builder.SetSeccompProgram(*seccomp);
   return builder.TryBuild();
 }
