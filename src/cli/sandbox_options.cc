@@ -175,9 +175,12 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
   const std::string profiles_dir = DefaultSeccompProfilesDir();
   auto seccomp = LoadSeccompProfile(o.profile, profiles_dir);
   if (!seccomp.ok()) {
-    // No profiles directory at all is missing data, not an unknown name: say where the data comes from.
-    if (!PathExists(profiles_dir))
-      return Status::Error(fmt::format("--profile: {}: {}", seccomp.status().message(), DataDirHint()));
+    // A profile named (not a path) with no profiles directory at all is missing data, not an unknown name: say where
+    // the data comes from.
+    const bool named = o.profile.find('/') == std::string::npos && !o.profile.ends_with(".json");
+    if (named && !PathExists(profiles_dir))
+      return Status::Error(fmt::format("--profile: unknown seccomp profile \"{}\": no file {}/{}.json; {} does not "
+                                       "exist: {}", o.profile, profiles_dir, o.profile, profiles_dir, DataDirHint()));
     return seccomp.status().Wrap("--profile");
   }
   builder.SetSeccompProgram(*seccomp);
