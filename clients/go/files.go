@@ -5,17 +5,20 @@ import (
 	"bytes"
 	"context"
 	"net/url"
+	"strings"
 )
 
 // Files reaches the sandbox's /workspace; paths are relative to it or absolute under it.
 type Files struct{ s *Sandbox }
 
-// Entry is one item of a directory listing.
+// Entry is one item of a directory listing. A name that is not UTF-8 is exact in Name and Path (Go strings hold
+// bytes): the server sends it as path_encoded, since JSON would show U+FFFD, which names no file.
 type Entry struct {
-	Name string `json:"name"`
-	Path string `json:"path"`
-	Type string `json:"type"` // file, dir, symlink, other
-	Size int64  `json:"size"`
+	Name        string `json:"name"`
+	Path        string `json:"path"`
+	PathEncoded string `json:"path_encoded,omitempty"` // the path's bytes percent-encoded; set only for such a name
+	Type        string `json:"type"`                   // file, dir, symlink, other
+	Size        int64  `json:"size"`
 }
 
 // Files returns the sandbox's file API.
@@ -59,6 +62,16 @@ func (f Files) List(ctx context.Context, dir string) ([]Entry, error) {
 		Entries []Entry `json:"entries"`
 	}
 	err := f.s.client.doJSON(ctx, "files.list", "GET", f.path(dir, true), nil, &out)
+	for i := range out.Entries {
+		e := &out.Entries[i]
+		if e.PathEncoded == "" {
+			continue
+		}
+		if exact, uerr := url.PathUnescape(e.PathEncoded); uerr == nil {
+			e.Path = exact
+			e.Name = exact[strings.LastIndex(exact, "/")+1:]
+		}
+	}
 	return out.Entries, err
 }
 

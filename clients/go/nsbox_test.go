@@ -196,6 +196,31 @@ func TestFilesAndStreamingExec(t *testing.T) {
 	}
 }
 
+func TestAFileNameThatIsNotUTF8IsListedExactlyAndCanBeRead(t *testing.T) {
+	ctx := context.Background()
+	s := smallSandbox(t, ctx)
+	if _, err := s.Exec(ctx, ExecRequest{Cmd: `printf hidden > "$(printf 'report\377.csv')"`}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := s.Files().List(ctx, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *Entry
+	for i := range entries {
+		if strings.HasPrefix(entries[i].Name, "report") {
+			found = &entries[i]
+		}
+	}
+	if found == nil || found.Name != "report\xff.csv" || found.Path != "/workspace/report\xff.csv" {
+		t.Fatalf("listed %+v; want the name's own bytes", entries)
+	}
+	data, err := s.Files().Read(ctx, found.Path)
+	if err != nil || string(data) != "hidden" {
+		t.Fatalf("read %q: %q, %v", found.Path, data, err)
+	}
+}
+
 func TestACompiledLanguagesCompileStepHasItsOwnLimits(t *testing.T) {
 	ctx := context.Background()
 	s := smallSandbox(t, ctx)

@@ -118,6 +118,8 @@ export declare class ExecResult {
 export interface FileEntry {
   name: string;
   path: string;
+  /** Only for a name that is not UTF-8 (shown with U+FFFD in name and path): the path's bytes, percent-encoded. */
+  path_encoded?: string;
   type: 'file' | 'dir' | 'symlink' | 'other';
   size: number;
 }

@@ -19,6 +19,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include "sandbox/result_json.h"
 
 namespace nsbox::session {
 namespace {
@@ -312,6 +313,18 @@ StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, 
   if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
     return Status::Error(ErrorKind::kRefused, fmt::format("{} is a directory; give a file", shown));
   return ReplaceFile(dir->get(), name, data, uid, gid, shown);
+}
+
+std::optional<std::string> PercentEncodedIfNotUtf8(std::string_view path) {
+  const std::string bytes(path);
+  if (SanitizeUtf8(bytes) == bytes) return std::nullopt;
+  std::string encoded;
+  for (unsigned char c : path) {
+    const bool alnum = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    if (alnum || c == '-' || c == '.' || c == '_' || c == '~' || c == '/') encoded += static_cast<char>(c);
+    else encoded += fmt::format("%{:02X}", c);
+  }
+  return encoded;
 }
 
 StatusOr<WorkspaceListing> ListWorkspaceDir(int workspace_fd, const std::string& rel, size_t max_entries) {

@@ -6,7 +6,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sandbox/base/status.h"
@@ -42,6 +44,11 @@ StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, 
 
 // How deep a file the service writes, and a directory it removes, may be: each level is a descriptor held open.
 inline constexpr size_t kMaxWorkspaceDepth = 256;
+
+// A file name need not be UTF-8, and JSON shows such a name with U+FFFD, which names no file. For a path that is not
+// UTF-8: its bytes percent-encoded (RFC 3986: every byte outside A-Z a-z 0-9 - . _ ~ / as %XX), which a client sends
+// back as ?path= unchanged, or decodes to the bytes. nullopt for a UTF-8 path.
+std::optional<std::string> PercentEncodedIfNotUtf8(std::string_view path);
 
 struct WorkspaceEntry {
   std::string name, path;  // path: /workspace/...

@@ -130,6 +130,22 @@ class LifecycleTest(RealServerCase):
         self.assertNothingLeft()
 
 
+    def test_a_file_name_that_is_not_utf8_is_listed_read_and_removed(self):
+        # Sandboxed code can name a file with bytes that are not UTF-8; shown with U+FFFD it would name no file.
+        with nsbox.Sandbox.create(url=self.url, network="none") as sbx:
+            r = sbx.exec("printf hidden > \"$(printf 'report\\377.csv')\"")
+            self.assertEqual(r.status, "ok", r)
+            self.assertEqual([f["path"] for f in r.changed_files], ["/workspace/report\udcff.csv"])
+            listed = [e for e in sbx.files.list(".") if e["name"].startswith("report")]
+            self.assertEqual([e["name"] for e in listed], ["report\udcff.csv"])
+            self.assertEqual(sbx.files.read(listed[0]["path"]), b"hidden")
+            sbx.files.write("new\udcfe", b"x")
+            self.assertEqual(sbx.exec("cat \"$(printf 'new\\376')\"").stdout, "x")
+            sbx.files.remove(listed[0]["name"])
+            self.assertEqual(sbx.exec("ls /workspace | grep -c report || true").stdout, "0\n")
+        self.assertNothingLeft()
+
+
 class StreamingTest(RealServerCase):
     def test_a_compiled_language_with_its_compile_limits(self):
         with nsbox.Sandbox.create(url=self.url, network="none", limits={"memory": "256M", "pids": 64}) as sbx:

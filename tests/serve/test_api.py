@@ -530,6 +530,23 @@ class Files(SharedCase):
         small = self.api.call("GET", files_path(self.sbx, ".", list="true"))
         self.assertNotIn("truncated", small)
 
+    def test_a_name_that_is_not_utf8_comes_with_its_bytes_percent_encoded(self):
+        r = self.run_in(self.sbx, {"cmd": "printf data > \"$(printf 'x\\377y')\""})
+        self.assertEqual(r["changed_files"], [{"path": "/workspace/x\ufffdy", "path_encoded": "/workspace/x%FFy",
+                                               "size": 4}])
+        listing = self.api.call("GET", files_path(self.sbx, ".", list="true"))["entries"]
+        entry = [e for e in listing if e["name"].startswith("x")]
+        self.assertEqual(entry, [{"name": "x\ufffdy", "path": "/workspace/x\ufffdy", "path_encoded": "/workspace/x%FFy",
+                                  "type": "file", "size": 4}])
+        # The encoded path goes back as ?path= as it is.
+        r = self.api.request("GET", "/v1/sandboxes/%s/files?path=%s" % (self.sbx, entry[0]["path_encoded"]))
+        self.assertEqual((r.status, r.body), (200, b"data"))
+        self.put("plain-é.txt", b"p")
+        plain = [e for e in self.api.call("GET", files_path(self.sbx, ".", list="true"))["entries"]
+                 if e["name"] == "plain-é.txt"]
+        self.assertEqual(len(plain), 1)
+        self.assertNotIn("path_encoded", plain[0])
+
     def test_a_path_the_server_writes_is_one_it_can_remove(self):
         deep = "a/" * 256 + "f"
         assert_error(self, self.api.request("PUT", files_path(self.sbx, deep), raw=b"x"), 400, "bad_request")

@@ -39,7 +39,7 @@ class ExecResult:
         self.peak_memory_bytes = raw.get("peak_memory_bytes") or 0
         self.denied_syscalls = raw.get("denied_syscalls") or []
         self.denied_hosts = raw.get("denied_hosts") or []
-        self.changed_files = raw.get("changed_files") or []
+        self.changed_files = [_exact_path(f) for f in raw.get("changed_files") or []]
         self.repl = raw.get("repl")
         self.compile = raw.get("compile")  # a compiled language's compile step: status, exit_code, wall_ms...
 
@@ -79,7 +79,7 @@ class Files:
     def list(self, path="."):
         """The entries of directory `path` (default the workspace): [{"name", "path", "type", "size"}]."""
         answer = self._sbx._call("GET", "/files", query={"path": path, "list": "true"})
-        return answer.get("entries", []) if isinstance(answer, dict) else []
+        return [_exact_path(e) for e in answer.get("entries", [])] if isinstance(answer, dict) else []
 
     def remove(self, path):
         """Removes `path` (a directory recursively)."""
@@ -282,6 +282,19 @@ class Sandbox:
 
     def __repr__(self):
         return "Sandbox(id=%r, url=%r)" % (self.id, self.url)
+
+
+def _exact_path(entry):
+    """A listed file whose name is not UTF-8 comes with "path_encoded" (its bytes, percent-encoded): its "path" and
+    "name" become str with those bytes as surrogates (os.fsdecode's way), which read/write/remove take back."""
+    encoded = entry.get("path_encoded")
+    if encoded is None:
+        return entry
+    path = urllib.parse.unquote_to_bytes(encoded).decode("utf-8", "surrogateescape")
+    exact = dict(entry, path=path)
+    if "name" in entry:
+        exact["name"] = path.rsplit("/", 1)[-1]
+    return exact
 
 
 def _quote(part):

@@ -110,7 +110,8 @@ class Transport:
         deadline = time.monotonic() + timeout
         target = path
         if query:
-            q = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+            # A str path may carry a file name's non-UTF-8 bytes as surrogates (os.fsdecode's way): sent as those bytes.
+            q = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None}, errors="surrogateescape")
             if q:
                 target += "?" + q
         headers = {"Connection": "close", "Accept": "application/x-ndjson" if on_line else "application/json"}
