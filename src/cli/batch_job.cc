@@ -63,6 +63,9 @@ Status ApplyLimits(const nlohmann::json& limits, BatchJob& job) {
         job.sandbox.memory_swap = *size;
       else if (key == "tmpfs_size")
         job.sandbox.tmpfs_size = *size;
+      else if (ParseSize(*size).value() > kMaxOutputLimitBytes)  // SizeField parsed it
+        return Status::Error(fmt::format("\"limits.output_limit\" must be at most 64M a stream (nsbox keeps the "
+                                         "output in its own memory): write large outputs to files"));
       else
         job.program.output_limit = *size;
     } else if (key == "pids") {
@@ -72,6 +75,8 @@ Status ApplyLimits(const nlohmann::json& limits, BatchJob& job) {
     } else if (key == "cpus") {
       if (!value.is_number() || !(value.get<double>() > 0) || !std::isfinite(value.get<double>()))
         return Status::Error("\"limits.cpus\" must be a positive number of CPUs, e.g. 0.5");
+      if (value.get<double>() < 0.01)  // the cgroup's quota would be below a millisecond a period
+        return Status::Error("\"limits.cpus\" must be at least 0.01");
       job.sandbox.cpus = value.get<double>();
     } else {
       return Status::Error(
