@@ -9,6 +9,8 @@
 #include <string_view>
 #include <thread>
 
+#include "sandbox/base/unique_fd.h"
+
 namespace nsbox {
 
 // Chunks are written in the order they were added, across both streams, so that stdout and stderr interleave as the
@@ -30,6 +32,8 @@ class LiveOutput {
   void Add(int stream, std::string_view data);
   // Waits until everything added is written. 0, or the errno of the first write that failed.
   int Finish();
+  // Readable (an eventfd) once a write has failed: the supervisor polls it to end a run whose reader is gone.
+  int failed_fd() const { return failed_.get(); }
 
  private:
   void WriterLoop();
@@ -42,6 +46,7 @@ class LiveOutput {
   std::deque<std::pair<int, std::string>> queue_;
   bool finishing_ = false;
   int error_ = 0;
+  UniqueFd failed_;
   std::thread writer_;  // started by the first Add
 };
 

@@ -138,9 +138,19 @@ Result Sandbox::Run() {
 
   // Supervise: drain output, watch the clock, pid 1's reports, kill requests and signals.
   Supervisor supervisor(executor_.output_limit_bytes);
+  std::atomic<bool> signal_forwarded{false};  // (declared before `live`, whose writer thread reads it)
   std::optional<LiveOutput> live;
-  if (live_stdout_fd_ >= 0 && live_stderr_fd_ >= 0)
-    live.emplace(live_stdout_fd_, live_stderr_fd_, [this] { return kill_requested_.load(); });
+  // Writes to a reader that takes nothing give up on a Kill(), and on a signal to stop (forwarded to the program; or,
+  // once the program is gone, pending, and nsbox dies of it when Run() unblocks it, as the caller asked).
+  auto stop_copying = [this, forwarded, &signal_forwarded] {
+    if (signal_forwarded) return true;
+    sigset_t pending;
+    if (forward_signals_ && ::sigpending(&pending) == 0)
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
+        if (sigismember(&forwarded, sig) && sigismember(&pending, sig)) return true;
+    return kill_requested_.load();
+  };
+  if (live_stdout_fd_ >= 0 && live_stderr_fd_ >= 0) live.emplace(live_stdout_fd_, live_stderr_fd_, stop_copying);
   supervisor.AddOutput(&run.out, &run.err, live ? &*live : nullptr);
   supervisor.AddStdin(&run.stdin_feeder);
   VerdictInputs in;
@@ -198,10 +208,22 @@ Result Sandbox::Run() {
       end_sandbox();
     }
   });
+  // The copy of the output failed (its reader is gone: EPIPE): the run ends, as a pipeline's writer does.
+  bool output_failed = false;
+  supervisor.AddSource([&] { return live && !output_failed ? live->failed_fd() : -1; }, POLLIN, [&](short revents) {
+    if (!(revents & POLLIN) || output_failed) return;
+    output_failed = true;
+    if (!in.cancelled && !in.timed_out && !in.program_status) {
+      in.cancelled = true;
+      end_sandbox();
+    }
+  });
   supervisor.AddSource([&] { return signal_fd.get(); }, POLLIN, [&](short) {
     struct signalfd_siginfo info;
-    while (signal_fd && ::read(signal_fd.get(), &info, sizeof info) == sizeof info)
+    while (signal_fd && ::read(signal_fd.get(), &info, sizeof info) == sizeof info) {
       ::kill(run.child, static_cast<int>(info.ssi_signo));
+      signal_forwarded = true;
+    }
   });
   struct rusage usage = {};
   int init_status = 0;
@@ -245,7 +267,11 @@ Result Sandbox::Run() {
     in.limits = LimitsReport{};
     in.limits->backend = "none";
   }
+  const bool ended_for_output = output_failed && in.cancelled && !kill_requested_;
   Result result = MakeVerdict(std::move(in));
+  if (ended_for_output)
+    result.reason = fmt::format("ended early: its output could not be passed on ({})",
+                                ErrnoName(passed_on.output_write_errno));
   result.output_passed_on = passed_on.output_passed_on;
   result.output_write_errno = passed_on.output_write_errno;
   if (hooks_) hooks_->OnFinished(result);

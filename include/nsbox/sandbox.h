@@ -55,7 +55,10 @@ class Sandbox {
   void SetHooks(SandboxHooks* hooks) { hooks_ = hooks; }
   // Passes the program's output on to these descriptors while it runs: each stream's head as it comes, the rest (the
   // cut marker and the tail, when cut) at the end, so what is written is exactly what the result keeps. The result
-  // still holds it all; its output_passed_on and output_write_errno say what happened to the copy.
+  // still holds it all; its output_passed_on and output_write_errno say what happened to the copy. A copy that fails
+  // (its reader gone: EPIPE) ends the run early, as SIGPIPE ends a pipeline's writer: status kKilled, reason "ended
+  // early: its output could not be passed on (EPIPE)". A reader that is there but takes nothing is waited for, until
+  // a Kill() or (with ForwardSignals) a stop signal: then the rest of the copy is dropped (ECANCELED).
   void PassOutputOn(int stdout_fd, int stderr_fd) {
     live_stdout_fd_ = stdout_fd;
     live_stderr_fd_ = stderr_fd;

@@ -89,6 +89,12 @@ int EmitResult(const Result& result, bool json) {
     what = "the program's output";
     if (result.output_passed_on) {
       err = result.output_write_errno;  // written while it ran
+      // Given up on a reader that took nothing, after a signal asked nsbox to stop: what the signal made of the run
+      // is the answer, not a failure of nsbox's.
+      if (err == ECANCELED) {
+        (void)WriteAll(2, "nsbox: the rest of the output was not written: stopped while its reader took nothing\n");
+        err = 0;
+      }
     } else {
       err = WriteAll(1, result.stdout_data);
       if (err == 0) err = WriteAll(2, result.stderr_data);

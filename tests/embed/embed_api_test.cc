@@ -220,6 +220,23 @@ TEST_CASE("an Executor's time limit must be positive; one beyond a year is no li
 }
 
 // What a C string cannot carry, and a descriptor that is not there, were once cut or read as end of file in silence.
+// As a pipeline's writer is ended by SIGPIPE: a copy of the output whose reader has gone ends the run.
+TEST_CASE("a PassOutputOn pipe whose reader has gone ends the run early, and says why") {
+  int pipe_fds[2];
+  REQUIRE(::pipe2(pipe_fds, O_CLOEXEC) == 0);
+  ::close(pipe_fds[0]);
+  nsbox::Sandbox sandbox(Command({"/bin/sh", "-c", "while :; do echo line; sleep 0.05; done"}), TestPolicy());
+  sandbox.PassOutputOn(pipe_fds[1], pipe_fds[1]);
+  nsbox::Result result = sandbox.Run();  // its time limit is 120 s
+  INFO(result.reason);
+  CHECK(result.status == nsbox::RunStatus::kKilled);
+  CHECK(result.reason == "ended early: its output could not be passed on (EPIPE)");
+  CHECK(result.output_write_errno == EPIPE);
+  CHECK(result.wall_ms < 60'000);
+  CHECK(result.stdout_data.starts_with("line\n"));
+  ::close(pipe_fds[1]);
+}
+
 TEST_CASE("Run refuses an executor it could not run as given, naming the field") {
   auto refused = [](nsbox::Executor executor) {
     nsbox::Sandbox sandbox(std::move(executor), TestPolicy());

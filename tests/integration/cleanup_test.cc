@@ -1,10 +1,12 @@
 // Integration: nothing is left behind after success, failure, setup error, time-out or SIGKILL of nsbox: no
 // process, no mount in the host's mount table, no temporary file, no cgroup.
+#include <fcntl.h>
 #include <seccomp.h>
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <poll.h>
 #include <unistd.h>
@@ -194,6 +196,54 @@ TEST_CASE("nothing is left behind after a setup error", "[integration][cleanup]"
 
 // On cgroup v1 the group is made while the child builds its root: a limit that fails then must still stop the run
 // before the program starts, and leave no child, cgroup or mount.
+// `nsbox run ... | head -n1`: once the reader has gone, the program is ended as a pipeline's writer would be, not
+// left running (with its cgroups and host uid) until its time-out.
+TEST_CASE("a run whose output reader has gone ends then, not at its time-out", "[integration][cleanup]") {
+  std::string marker = UniqueMarker("reader-gone");
+  const auto groups_before = NsboxGroups();
+  auto r = RunProcess({"/bin/sh", "-c",
+                       "\"$0\" run --timeout 60s -- /bin/sh -c 'while :; do echo line; sleep 0.05; done' \"$1\" | "
+                       "head -n1; echo \"nsbox=${PIPESTATUS:-}\"",
+                       NsboxBinary(), marker});
+  INFO(r.out << r.err);
+  CHECK(r.out.starts_with("line\n"));
+  CHECK(r.err.find("writing the program's output: Broken pipe (EPIPE)") != std::string::npos);
+  CHECK(r.elapsed < 30s);  // ended by the broken pipe, not by its 60 s time-out
+  CHECK(WaitForNoPidsWithMarker(marker, 3s));
+  CHECK(WaitForGroups(groups_before));
+}
+
+// A reader that is there but never reads: a SIGTERM to nsbox (forwarded, it ends the program) also gives up on the
+// copy, and nsbox exits by the signal's code with nothing left, rather than wait for the reader forever.
+TEST_CASE("a stop signal ends nsbox even while its output's reader takes nothing", "[integration][cleanup]") {
+  TempDir tmp;
+  std::string marker = UniqueMarker("reader-stalled");
+  const auto groups_before = NsboxGroups();
+  const std::string fifo = tmp.path() + "/out";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  int reader = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // there, and never reads
+  REQUIRE(reader >= 0);
+  auto bg = StartProcess(
+      {"/bin/sh", "-c", "exec \"$0\" run -- /bin/sh -c 'yes; :' \"$1\" > \"$2\"", NsboxBinary(), marker, fifo});
+  REQUIRE(WaitForProgramsWithMarker(marker, 1, 10s));
+  std::this_thread::sleep_for(500ms);  // the pipe fills; nsbox's copy of the output waits for room
+  ::kill(bg.pid, SIGTERM);
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 200 && !exited; ++i) {
+    exited = ::waitpid(bg.pid, &status, WNOHANG) == bg.pid;
+    if (!exited) std::this_thread::sleep_for(100ms);
+  }
+  ::close(reader);  // unblocks an nsbox that is still waiting, so that a failure is reported, not a hang
+  if (!exited) ::waitpid(bg.pid, &status, 0);
+  CHECK(exited);
+  const bool by_sigterm = (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) ||
+                          (WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM);
+  CHECK(by_sigterm);
+  CHECK(WaitForNoPidsWithMarker(marker, 3s));
+  CHECK(WaitForGroups(groups_before));
+}
+
 TEST_CASE("a cgroup limit that fails after the clone stops the run and leaves nothing behind",
           "[integration][cleanup]") {
   TempDir tmp;
