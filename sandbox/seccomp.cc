@@ -391,24 +391,28 @@ StatusOr<const SeccompProgram*> Pid1GuardProgram() {
     };
     constexpr uint64_t kPrioProcess = 0, kPrioPgrp = 1, kPrioUser = 2;               // <sys/resource.h>
     constexpr uint64_t kIoprioWhoProcess = 1, kIoprioWhoPgrp = 2, kIoprioWhoUser = 3;  // <linux/ioprio.h>
+    // The kernel reads these arguments as 32-bit ints and drops a register's upper half; seccomp sees all 64 bits. An
+    // equality on the whole register would let 1 | 1 << 32 pass as "not pid 1", and the kernel act on pid 1: every
+    // comparison is of the low 32 bits.
+    auto is = [](unsigned int arg, uint64_t value) {
+      return scmp_arg_cmp{arg, SCMP_CMP_MASKED_EQ, 0xffffffffULL, value};
+    };
     const Rule rules[] = {
-        // prlimit64(pid, resource, new_limit, old_limit): a new limit for pid 1.
-        {"prlimit64", "prlimit64(1, ..., new limit)", {SCMP_A0(SCMP_CMP_EQ, 1), SCMP_A2(SCMP_CMP_NE, 0)}},
+        // prlimit64(pid, resource, new_limit, old_limit): a new limit for pid 1 (new_limit is a pointer: 64 bits).
+        {"prlimit64", "prlimit64(1, ..., new limit)", {is(0, 1), SCMP_A2(SCMP_CMP_NE, 0)}},
         // setpriority(which, who, prio): pid 1, process group 1, or a whole user, pid 1's included (who 0 is the
         // caller's own uid, which is pid 1's).
-        {"setpriority", "setpriority(PRIO_PROCESS, 1)", {SCMP_A0(SCMP_CMP_EQ, kPrioProcess), SCMP_A1(SCMP_CMP_EQ, 1)}},
-        {"setpriority", "setpriority(PRIO_PGRP, 1)", {SCMP_A0(SCMP_CMP_EQ, kPrioPgrp), SCMP_A1(SCMP_CMP_EQ, 1)}},
-        {"setpriority", "setpriority(PRIO_USER)", {SCMP_A0(SCMP_CMP_EQ, kPrioUser)}},
-        {"sched_setscheduler", "sched_setscheduler(1)", {SCMP_A0(SCMP_CMP_EQ, 1)}},
-        {"sched_setparam", "sched_setparam(1)", {SCMP_A0(SCMP_CMP_EQ, 1)}},
-        {"sched_setattr", "sched_setattr(1)", {SCMP_A0(SCMP_CMP_EQ, 1)}},
-        {"sched_setaffinity", "sched_setaffinity(1)", {SCMP_A0(SCMP_CMP_EQ, 1)}},
+        {"setpriority", "setpriority(PRIO_PROCESS, 1)", {is(0, kPrioProcess), is(1, 1)}},
+        {"setpriority", "setpriority(PRIO_PGRP, 1)", {is(0, kPrioPgrp), is(1, 1)}},
+        {"setpriority", "setpriority(PRIO_USER)", {is(0, kPrioUser)}},
+        {"sched_setscheduler", "sched_setscheduler(1)", {is(0, 1)}},
+        {"sched_setparam", "sched_setparam(1)", {is(0, 1)}},
+        {"sched_setattr", "sched_setattr(1)", {is(0, 1)}},
+        {"sched_setaffinity", "sched_setaffinity(1)", {is(0, 1)}},
         // ioprio_set(which, who, ioprio): the same three scopes as setpriority.
-        {"ioprio_set", "ioprio_set(IOPRIO_WHO_PROCESS, 1)",
-         {SCMP_A0(SCMP_CMP_EQ, kIoprioWhoProcess), SCMP_A1(SCMP_CMP_EQ, 1)}},
-        {"ioprio_set", "ioprio_set(IOPRIO_WHO_PGRP, 1)",
-         {SCMP_A0(SCMP_CMP_EQ, kIoprioWhoPgrp), SCMP_A1(SCMP_CMP_EQ, 1)}},
-        {"ioprio_set", "ioprio_set(IOPRIO_WHO_USER)", {SCMP_A0(SCMP_CMP_EQ, kIoprioWhoUser)}},
+        {"ioprio_set", "ioprio_set(IOPRIO_WHO_PROCESS, 1)", {is(0, kIoprioWhoProcess), is(1, 1)}},
+        {"ioprio_set", "ioprio_set(IOPRIO_WHO_PGRP, 1)", {is(0, kIoprioWhoPgrp), is(1, 1)}},
+        {"ioprio_set", "ioprio_set(IOPRIO_WHO_USER)", {is(0, kIoprioWhoUser)}},
     };
     for (const Rule& rule : rules) {
       const int nr = seccomp_syscall_resolve_name(rule.syscall);

@@ -39,6 +39,7 @@ struct SessionHelper {
   UniqueFd pidfd, out, err;
   ControlChannel control;
   bool reaped = false;
+  bool start_timed_out = false;  // the start could not begin by its deadline: no payload (StartHelper)
   std::optional<SetupFailure> setup_failure;
   std::optional<int> exit_status;  // from wait4, once reaped
   int64_t cpu_us = 0, max_rss_kb = 0;
@@ -130,7 +131,8 @@ class SessionSandbox {
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
   // `join` (may be null): the cgroup descriptors the payload joins, instead of the session's (an exec's own group).
   // start_deadline: when the payload, if it has not reached its execve yet (a program of the session stopped it), is
-  // killed so that the call returns (VforkWatchdog).
+  // killed so that the call returns (VforkWatchdog). A start that cannot begin by then (another exec's payload holds
+  // the start, stopped) gives a helper with start_timed_out set and no payload.
   StatusOr<std::unique_ptr<SessionHelper>> StartHelper(
       const Executor& executor, int channel_fd, const CgroupSelfJoin* join = nullptr,
       VforkWatchdog::Clock::time_point start_deadline = VforkWatchdog::Clock::time_point::max());
@@ -177,7 +179,9 @@ class SessionSandbox {
   bool new_network_ = true;
   bool execs_worded_as_run_ = false;
   VforkWatchdog start_watchdog_;  // for payloads still starting at their exec's deadline
-  std::mutex payloads_mutex_;
+  // Timed: a start holds it until its payload has called execve, and a process of the session can stop a payload
+  // before that (SIGSTOP); another exec's start then waits only until its own deadline (StartHelper).
+  std::timed_mutex payloads_mutex_;
   std::set<pid_t> payloads_;  // the execs' live payloads (our children), killed and reaped by Terminate()
 
   // The resident process (a REPL's interpreter).

@@ -77,6 +77,11 @@ bool HasBytesWaiting(int fd) {
 
 }  // namespace
 
+// Why a start waited out its deadline (payloads_mutex_ held by another start whose payload a process stopped).
+constexpr const char* kStartHeldUp =
+    "another exec's start held the session's start lock until this one's deadline (a process of the session stopped "
+    "that exec's payload before its execve)";
+
 StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Executor& ex, int channel_fd,
                                                                       const CgroupSelfJoin* join,
                                                                       VforkWatchdog::Clock::time_point start_deadline) {
@@ -123,7 +128,12 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     // Registered under the lock so that Terminate() never misses an exec. The helper runs vfork-style: this thread
     // waits until the payload has called execve (or the helper failed), with every signal blocked meanwhile (the
     // helper and the payload share this thread's memory until then).
-    std::lock_guard lock(payloads_mutex_);
+    std::unique_lock lock(payloads_mutex_, std::defer_lock);
+    if (!lock.try_lock_until(start_deadline)) {
+      helper->start_timed_out = true;
+      helper->reaped = true;
+      return helper;
+    }
     // Until the helper is reaped: the payload stays unreaped, its pid its own, meanwhile.
     VforkWatch watch(start_watchdog_, &payload_started, start_deadline);
     sigset_t all, old;
@@ -230,6 +240,17 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
     return SetupError(started_helper.status().message());
   }
   std::unique_ptr<SessionHelper> helper = std::move(*started_helper);
+  if (helper->start_timed_out) {  // the exec's time ran out before it could start: its verdict is the time-out
+    KeepExecGroup(std::move(exec_group));
+    VerdictInputs in;
+    in.kind = execs_worded_as_run_ ? VerdictInputs::Kind::kRun : VerdictInputs::Kind::kSessionExec;
+    in.wall_timeout = ex.wall_timeout;
+    in.timed_out = true;
+    in.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+    Result result = MakeVerdict(std::move(in));
+    result.reason += fmt::format("; the program never started: {}", kStartHeldUp);
+    return result;
+  }
   stdin_feeder.ReleaseChildEnd();
   SessionHelper& h = *helper;
   Defer forget([&] {
@@ -358,8 +379,9 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
     ex.env = process.env;
     ex.umask = process.umask;
     auto helper = StartHelper(ex, theirs.get(), nullptr, started + options.wall_timeout);
-    if (!helper.ok()) {
-      turn.result = SetupError(helper.status().Wrap("starting the REPL interpreter").message());
+    if (!helper.ok() || (*helper)->start_timed_out) {
+      turn.result = SetupError(helper.ok() ? std::string(kStartHeldUp)
+                                           : helper.status().Wrap("starting the REPL interpreter").message());
       return turn;
     }
     resident_ = std::move(*helper);

@@ -382,6 +382,22 @@ TEST_CASE("the program cannot renice, reschedule, pin or idle pid 1's I/O, under
   }
 }
 
+TEST_CASE("the pid 1 guard holds when the upper halves of the arguments are set, under any profile",
+          "[escape][processes]") {
+  // The guard compared whole 64-bit registers: prlimit64(1 | 1 << 32, RLIMIT_CPU) passed it, the kernel read pid 1,
+  // and a signal flood then killed pid 1.
+  TempDir dir;
+  const std::string allow_all =
+      dir.Write("allow-all.json", R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})");
+  for (const std::vector<std::string>& profile : {std::vector<std::string>{}, {"--profile", allow_all}}) {
+    INFO((profile.empty() ? "default profile" : "allow-all profile"));
+    auto r = RunPython(kPid1HighBitLevers, profile);
+    INFO(r.Describe());
+    CHECK(r.status() == "ok");
+    CHECK(r.out() == "EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM\npid 1 unchanged\n");
+  }
+}
+
 TEST_CASE("a session exec cannot renice or reschedule the session's pid 1", "[escape][processes]") {
   TempDir state;
   SpawnOptions env;

@@ -283,6 +283,27 @@ print(err(os.setpriority, os.PRIO_PROCESS, 0, 15), err(os.setpriority, os.PRIO_P
       os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0) == os.SCHED_IDLE)
 )PY";
 
+const char* const kPid1HighBitLevers = R"PY(
+import struct
+HI = 1 << 32  # the kernel reads these arguments as 32-bit ints: 1 | HI is pid 1 to it
+IDLE_IO = 3 << 13
+libc.syscall.argtypes = None
+def ioprio_get(who):
+    return libc.syscall(ctypes.c_long(252), ctypes.c_long(1), ctypes.c_long(who))
+before = (os.getpriority(os.PRIO_PROCESS, 1), os.sched_getscheduler(1), os.sched_getaffinity(1), ioprio_get(1),
+          __import__("resource").prlimit(1, __import__("resource").RLIMIT_CPU))
+rl = ctypes.create_string_buffer(struct.pack("QQ", 1, 1))
+param = ctypes.create_string_buffer(struct.pack("i", 0))
+attr = ctypes.create_string_buffer(struct.pack("IIQiIQQQ", 48, os.SCHED_IDLE, 0, 19, 0, 0, 0, 0))
+mask = ctypes.create_string_buffer(struct.pack("Q", 1 << min(os.sched_getaffinity(0))))
+print(sc(302, 1 | HI, 0, rl, 0), sc(141, 0 | HI, 1 | HI, 19), sc(141, 1 | HI, 1, 19), sc(141, 2 | HI, 0, 19),
+      sc(144, 1 | HI, 5, param), sc(142, 1 | HI, param), sc(314, 1 | HI, attr, 0), sc(203, 1 | HI, 8, mask),
+      sc(251, 1 | HI, 1 | HI, IDLE_IO), sc(251, 2 | HI, 1, IDLE_IO), sc(251, 3 | HI, 0, IDLE_IO))
+after = (os.getpriority(os.PRIO_PROCESS, 1), os.sched_getscheduler(1), os.sched_getaffinity(1), ioprio_get(1),
+         __import__("resource").prlimit(1, __import__("resource").RLIMIT_CPU))
+print("pid 1 unchanged" if after == before else f"pid 1 changed: {before} -> {after}")
+)PY";
+
 std::vector<pid_t> PidsWithMarker(const std::string& marker) {
   std::vector<pid_t> pids;
   DIR* d = ::opendir("/proc");

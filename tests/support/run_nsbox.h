@@ -84,6 +84,9 @@ extern const char* const kPythonPrelude;
 // class), then the same on itself; prints the answers for pid 1, whether pid 1 is unchanged, and the answers for
 // itself with its nice and whether it is SCHED_IDLE.
 extern const char* const kPid1SchedulingLevers;
+// The same levers with the upper 32 bits of each int argument set (the kernel drops them; a filter that compares the
+// whole register would not): every one must be EPERM and pid 1 unchanged.
+extern const char* const kPid1HighBitLevers;
 
 // Host-side observations.
 std::vector<pid_t> PidsWithMarker(const std::string& marker);  // processes whose cmdline or environ holds marker
