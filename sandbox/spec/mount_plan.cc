@@ -161,7 +161,9 @@ StatusOr<std::vector<MountStep>> BuildMountPlan(const MountPlanInputs& in) {
   for (const char* dev : kDevices)
     plan.push_back({Kind::kBindDevice, fmt::format("/dev/{}", dev), fmt::format("/dev/{}", dev), "", false, 'f'});
   plan.push_back({Kind::kDir, "", "/dev/pts", ""});
-  plan.push_back({Kind::kDevpts, "", "/dev/pts", "newinstance,ptmxmode=0666,mode=0620"});
+  // max=: every devpts instance draws on the host's kernel.pty.max (4096, less the 1024 kept for the host's own
+  // instance), which one sandbox could otherwise take whole (docs/limits.md, kernel quotas).
+  plan.push_back({Kind::kDevpts, "", "/dev/pts", "newinstance,ptmxmode=0666,mode=0620,max=64"});
   plan.push_back({Kind::kSymlink, "", "/dev/ptmx", "pts/ptmx"});
   plan.push_back({Kind::kDir, "", "/dev/shm", ""});
   plan.push_back({Kind::kTmpfs, "", "/dev/shm", fmt::format("mode=1777,{}", size)});

@@ -265,3 +265,38 @@ TEST_CASE("a root-run session has a host uid of its own for its whole life, free
   }
   CHECK(after == "3500000");
 }
+
+// Before: devpts was mounted without max=, and one sandbox took every pty of the host's kernel.pty.max (3071 of them);
+// every other sandbox, and containers, then got ENOSPC from posix_openpt.
+TEST_CASE("a sandbox opens at most 64 ptys, and another sandbox still gets one meanwhile", "[escape][quotas]") {
+  TempDir dir;
+  ::chmod(dir.path().c_str(), 0777);
+  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "30s", "--workspace", dir.path(), "--lang",
+                          "python", "--code", R"(
+import errno, os, time
+held = []
+try:
+    while True:
+        held.append(os.openpty())
+except OSError as e:
+    why = errno.errorcode.get(e.errno, '?')
+open('/workspace/ready', 'w').close()
+for _ in range(500):
+    if os.path.exists('/workspace/done'):
+        break
+    time.sleep(0.05)
+print(len(held), why)
+)"});
+  const fs::path ready = fs::path(dir.path()) / "ready";
+  for (int i = 0; i < 600 && !fs::exists(ready); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto other = RunPython("print(len(os.openpty()))");  // while the first holds all it could get
+  std::ofstream(fs::path(dir.path()) / "done") << "";
+  int status = bg.Wait();
+  REQUIRE(WIFEXITED(status));
+  auto result = nlohmann::json::parse(bg.Out(), nullptr, false);
+  INFO(bg.Out());
+  REQUIRE(result.is_object());
+  CHECK(result["stdout"] == "64 ENOSPC\n");
+  INFO(other.Describe());
+  CHECK(other.out() == "2\n");
+}
