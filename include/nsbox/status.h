@@ -16,6 +16,7 @@ enum class ErrorKind {
   kNotFound,  // the named thing does not exist (ENOENT)
   kRefused,   // the request is not allowed: a path out of bounds, a link, the wrong file type, a bad name
   kTooLarge,  // over a size limit, or out of space (ENOSPC, EFBIG, EDQUOT)
+  kConflict,  // the thing is in a state that does not allow it now (ENOTEMPTY, EBUSY: it changed meanwhile)
 };
 
 class Status {

@@ -49,7 +49,12 @@ Status Status::Errno(std::string_view call, int err) {
     case EISDIR:
     case ELOOP:
     case EXDEV:
+    case EACCES:  // a file's own modes (EPERM stays kOther: nsbox's own operations fail with it)
       kind = ErrorKind::kRefused;
+      break;
+    case ENOTEMPTY:
+    case EBUSY:
+      kind = ErrorKind::kConflict;
       break;
     default:
       break;

@@ -16,6 +16,7 @@
 #include <charconv>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -255,6 +256,13 @@ int main(int argc, char** argv) {
     if (!tokens.ok()) Fail(kExitFailure, tokens.status().message());
     access.tokens = std::move(*tokens);
   }
+  // Several possible clients (uids on the socket, token names on TCP): each may commit only its share of the budgets,
+  // as of the sandbox count, so that one client cannot take a budget whole and refuse every other's create.
+  std::set<std::string> token_names;
+  for (const auto& [token, name] : access.tokens) token_names.insert(name);
+  if (access.allowed_uids.size() + token_names.size() > 1 && config.max_sandboxes > 0)
+    config.client_budget_share =
+        std::min(1.0, static_cast<double>(config.max_per_client) / static_cast<double>(config.max_sandboxes));
   auto openapi = nsbox::ReadFile(nsbox::DataDir() + "/docs/openapi.json", 4 << 20);
   if (openapi.ok()) access.openapi_document = std::move(*openapi);
 

@@ -216,7 +216,7 @@ SandboxSpec ParseSandboxSpec(const json& body, const ServeConfig& config, const 
     // The engine's own bounds (a memory limit of at least 4M, ...), judged now: a value it refuses is the client's
     // error, not the server's failure to start a session.
     uint64_t tmpfs_bytes = 0;
-    if (auto tmpfs = ParseSize(spec.tmpfs); tmpfs.ok()) tmpfs_bytes = *tmpfs;
+    if (auto tmpfs = ParseSize(spec.tmpfs); tmpfs.ok()) tmpfs_bytes = spec.tmpfs_bytes = *tmpfs;
     CgroupLimits limits;
     limits.memory_max_bytes = spec.memory_bytes;
     limits.pids_max = spec.pids;
@@ -432,15 +432,23 @@ bool Sandboxes::PoolCanServe(const SandboxSpec& spec) const {
   return config_.pool.count(spec.template_name) && !spec.limits_given && spec.network == json("none");
 }
 
-uint64_t Sandboxes::Committed(uint64_t SandboxSpec::*field) const {
+uint64_t MemoryFootprint(const SandboxSpec& spec) { return spec.memory_bytes + spec.tmpfs_bytes; }
+
+namespace {
+uint64_t Pids(const SandboxSpec& spec) { return spec.pids; }
+}  // namespace
+
+uint64_t Sandboxes::Committed(uint64_t (*measure)(const SandboxSpec&), const std::string* owner) const {
   uint64_t sum = 0;
-  for (const auto& [id, s] : sandboxes_) sum += s->spec.*field;
+  for (const auto& [id, s] : sandboxes_)
+    if (!owner || s->owner == *owner) sum += measure(s->spec);
+  if (owner) return sum;
   for (const auto& [name, entries] : pool_)
-    for (const auto& e : entries) sum += e.spec.*field;
+    for (const auto& e : entries) sum += measure(e.spec);
   // Those the pool is making count already: a create meanwhile must not take their room.
   for (const auto& [name, filling] : pool_filling_) {
     SandboxSpec pooled;  // a pool's sandboxes have the default spec
-    sum += static_cast<uint64_t>(filling) * (pooled.*field);
+    sum += static_cast<uint64_t>(filling) * measure(pooled);
   }
   return sum;
 }
@@ -454,7 +462,7 @@ json Sandboxes::CapacityLocked() const {
                   {"target", target},
                   {"filling", filling == pool_filling_.end() ? 0 : filling->second}};
   }
-  const uint64_t memory = Committed(&SandboxSpec::memory_bytes), pids = Committed(&SandboxSpec::pids);
+  const uint64_t memory = Committed(MemoryFootprint), pids = Committed(Pids);
   return {{"sandboxes",
            {{"running", sandboxes_.size()},
             {"max", config_.max_sandboxes},
@@ -493,20 +501,36 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
       throw full(fmt::format("the server runs its maximum of {} sandboxes", config_.max_sandboxes));
     if (mine >= config_.max_per_client)
       throw full(fmt::format("this client has its maximum of {} sandboxes", config_.max_per_client));
+    // A client's share of each budget, whether its sandbox comes from the pool or not.
+    const double share = config_.client_budget_share;
+    const auto client_memory = static_cast<uint64_t>(static_cast<double>(config_.memory_budget_bytes) * share);
+    const auto client_pids = static_cast<uint64_t>(static_cast<double>(config_.pids_budget) * share);
+    if (Committed(MemoryFootprint, &owner) + MemoryFootprint(spec) > client_memory)
+      throw full(fmt::format("this client's share of the memory budget ({} bytes) has no room for {} more",
+                             client_memory, MemoryFootprint(spec)));
+    if (Committed(Pids, &owner) + spec.pids > client_pids)
+      throw full(fmt::format("this client's share of the pids budget ({}) has no room for {} more", client_pids,
+                             spec.pids));
     if (PoolCanServe(spec) && !pool_[spec.template_name].empty()) {
       taken = std::move(pool_[spec.template_name].front());
       pool_[spec.template_name].pop_front();
       last_client_work_ = std::chrono::steady_clock::now();  // its first exec comes next: the refill waits for it
       pool_wake_.notify_one();                               // refill
     } else {
-      if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes)
+      if (Committed(MemoryFootprint) + MemoryFootprint(spec) > config_.memory_budget_bytes)
         throw full(fmt::format("the memory budget ({} bytes) has no room for {} more", config_.memory_budget_bytes,
-                               spec.memory_bytes));
-      if (Committed(&SandboxSpec::pids) + spec.pids > config_.pids_budget)
+                               MemoryFootprint(spec)));
+      if (Committed(Pids) + spec.pids > config_.pids_budget)
         throw full(fmt::format("the pids budget ({}) has no room for {} more", config_.pids_budget, spec.pids));
     }
     // Held in the count while it is made, so that concurrent creates cannot overshoot the maximum.
     sandboxes_[sandbox->id] = sandbox;
+  }
+  // A ready sandbox may have ended while it waited (its session's own idle backstop after hours of quiet, a kill from
+  // outside): such an entry is dropped, and a fresh one made in its room.
+  if (taken && !session::FindSession(config_.state_dir, taken->made.session_id).ok()) {
+    EndSession(taken->made.session_id, "it ended while it waited in the pool");
+    taken.reset();
   }
   Made made;
   try {
@@ -704,6 +728,8 @@ namespace {
       throw ApiError(413, "payload_too_large", status.message());
     case ErrorKind::kRefused:
       throw BadRequest(status.message());
+    case ErrorKind::kConflict:
+      throw ApiError(409, "conflict", status.message());
     case ErrorKind::kOther:
       break;
   }
@@ -818,8 +844,8 @@ void Sandboxes::PoolLoop() {
     SandboxSpec spec;
     spec.template_name = want;
     // The pool is held to the budgets as clients' sandboxes are (docs/service.md: "pool too").
-    if (Committed(&SandboxSpec::memory_bytes) + spec.memory_bytes > config_.memory_budget_bytes ||
-        Committed(&SandboxSpec::pids) + spec.pids > config_.pids_budget) {
+    if (Committed(MemoryFootprint) + MemoryFootprint(spec) > config_.memory_budget_bytes ||
+        Committed(Pids) + spec.pids > config_.pids_budget) {
       pool_wake_.wait_for(lock, std::chrono::seconds(1));
       continue;
     }

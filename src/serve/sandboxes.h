@@ -37,17 +37,25 @@ struct ServeConfig {
   uint64_t max_file_bytes = 64ull << 20;
   uint64_t memory_budget_bytes = 0;  // 0: the host's memory
   uint64_t pids_budget = 32768;
+  // The part of each budget one client's sandboxes may commit (1: all of it). With several possible clients the
+  // server sets max_per_client / max_sandboxes, so that one client cannot take a budget whole (docs/service.md).
+  double client_budget_share = 1.0;
   std::map<std::string, int> pool;  // template -> ready sandboxes to keep
   std::vector<std::string> restricted_hosts = {"pypi.org", "files.pythonhosted.org"};
   bool allow_network_host = false;
 };
 
 // What a create asks for, checked (docs/api.md, POST /v1/sandboxes).
+// The memory a sandbox may hold on the host: its memory limit, and its /workspace, which files written through the
+// API can fill without being charged to its memory group (the server's thread writes them).
+struct SandboxSpec;
+uint64_t MemoryFootprint(const SandboxSpec& spec);
+
 struct SandboxSpec {
   std::string template_name = "host";
   nlohmann::json network = "none";  // "none" | "host" | "restricted" | {"allow": [...]}
   std::string memory = "512M", tmpfs = "256M";
-  uint64_t memory_bytes = 512ull << 20, pids = 256;
+  uint64_t memory_bytes = 512ull << 20, tmpfs_bytes = 256ull << 20, pids = 256;
   double cpus = 1.0;
   bool limits_given = false;
   std::map<std::string, std::string> env;
@@ -149,7 +157,8 @@ class Sandboxes {
   void PreloadRepl(const Made& made);
   void ReaperLoop();
   // The sum of one limit (memory_bytes, pids) over the sandboxes and the pool, with mutex_ held.
-  uint64_t Committed(uint64_t SandboxSpec::*field) const;
+  // The sum of `measure` over the sandboxes (the pool's, and those it is making, too), or over `owner`'s alone.
+  uint64_t Committed(uint64_t (*measure)(const SandboxSpec&), const std::string* owner = nullptr) const;
   nlohmann::json CapacityLocked() const;
 
   ServeConfig config_;

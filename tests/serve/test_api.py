@@ -547,6 +547,12 @@ class Files(SharedCase):
         self.assertEqual(len(plain), 1)
         self.assertNotIn("path_encoded", plain[0])
 
+    def test_a_directory_the_sandbox_locked_is_400_not_a_server_failure(self):
+        self.run_in(self.sbx, {"cmd": "mkdir /workspace/locked && chmod 000 /workspace/locked"})
+        body = assert_error(self, self.api.request("PUT", files_path(self.sbx, "locked/x"), raw=b"x"), 400,
+                            "bad_request")
+        self.assertIn("EACCES", body["error"]["message"], body)
+
     def test_a_path_the_server_writes_is_one_it_can_remove(self):
         deep = "a/" * 256 + "f"
         assert_error(self, self.api.request("PUT", files_path(self.sbx, deep), raw=b"x"), 400, "bad_request")

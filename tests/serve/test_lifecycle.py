@@ -166,6 +166,60 @@ class CapacityFull(unittest.TestCase):
         assert_stopped_clean(self, server, during)
 
 
+class TenantBudgets(unittest.TestCase):
+    def test_a_clients_share_of_the_budgets_keeps_it_from_starving_another(self):
+        # Three possible clients (the socket's uid, tokens a and b), --max-per-client 2 of --max-sandboxes 4: each may
+        # commit half of each budget. Before, one create of pids 1000 - 256 - 20 took the whole pids budget.
+        tokens = {"a": "tok-a-" + secrets.token_hex(8), "b": "tok-b-" + secrets.token_hex(8)}
+        server = own_server(["--max-sandboxes", "4", "--max-per-client", "2", "--pids-budget", "1000"],
+                            tokens=tokens).start()
+        a, b = server.api(token=tokens["a"]), server.api(token=tokens["b"])
+        base = Footprint.of(server)
+        first = a.create({"limits": {"pids": 400}})["id"]
+        body = assert_error(self, a.request("POST", "/v1/sandboxes", {"limits": {"pids": 200}}), 429,
+                            "too_many_requests")
+        self.assertIn("this client's share of the pids budget (500)", body["error"]["message"], body)
+        theirs = b.create({"limits": {"pids": 400}})["id"]
+        self.assertEqual(b.exec(theirs, {"argv": ["echo", "b runs"]})["stdout"], "b runs\n")
+        during = Footprint.of(server)
+        for client, sandbox_id in ((a, first), (b, theirs)):
+            self.assertEqual(client.delete(sandbox_id).status, 204)
+        self.assertEqual(wait_clean(during, server, base=base), [])
+        assert_stopped_clean(self, server, during)
+
+    def test_the_workspace_counts_in_the_memory_budget(self):
+        # Files written through the API are held in the sandbox's /workspace but charged to the server, outside the
+        # sandbox's memory group: a sandbox commits its memory limit and its tmpfs size.
+        server = own_server(["--memory-budget", "1G"]).start()
+        api = server.api()
+        spec = {"limits": {"memory": "256M", "tmpfs": "256M"}}
+        made = [api.create(spec)["id"] for _ in range(2)]
+        capacity = api.call("GET", "/v1/capacity")
+        self.assertEqual(capacity["memory_bytes"]["committed"], 1 << 30, capacity)
+        body = assert_error(self, api.request("POST", "/v1/sandboxes", spec), 429, "too_many_requests")
+        self.assertIn("the memory budget (1073741824 bytes) has no room for 536870912 more", body["error"]["message"], body)
+        for sandbox_id in made:
+            self.assertEqual(api.delete(sandbox_id).status, 204)
+        assert_stopped_clean(self, server, Footprint.of(server))
+
+    def test_a_pool_sandbox_that_ended_while_it_waited_is_replaced(self):
+        # A ready sandbox's session can end while it waits (its own idle backstop after hours, a kill from outside):
+        # a create must not hand it out (it answered 201 from_pool, then 409 on the first exec).
+        server = own_server(["--pool", "host=1"]).start()
+        api = server.api()
+        self.assertTrue(wait_for(lambda: api.call("GET", "/v1/capacity")["pool"]["host"]["ready"] == 1, 30, 0.2))
+        env = dict(os.environ, NSBOX_STATE_DIR=server.state_dir)
+        pooled = [line.split()[0] for line in subprocess.run([NSBOX, "session", "ls"], env=env, capture_output=True,
+                                                             text=True).stdout.splitlines()[1:] if line.strip()]
+        self.assertEqual(len(pooled), 1, pooled)
+        subprocess.run([NSBOX, "session", "rm", pooled[0]], env=env, check=True, capture_output=True)
+        sbx = api.create({})
+        self.assertIs(sbx["from_pool"], False, sbx)
+        self.assertEqual(api.exec(sbx["id"], {"argv": ["echo", "alive"]})["stdout"], "alive\n")
+        self.assertEqual(api.delete(sbx["id"]).status, 204)
+        assert_stopped_clean(self, server, Footprint.of(server))
+
+
 class BodyCap(unittest.TestCase):
     def test_a_max_body_over_the_held_bodies_cap_still_lets_one_such_body_in(self):
         # The bodies held at once are capped at 256 MiB, or at --max-body when that is larger: a 300 MB body that
@@ -330,4 +384,4 @@ class Sigint(unittest.TestCase):
         assert_stopped_clean(self, server, before, signal.SIGINT)
 
 
-CLASSES = [CapacityFull, BodyCap, PoolAndSigterm, SigkillRestart, Sigint]
+CLASSES = [CapacityFull, TenantBudgets, BodyCap, PoolAndSigterm, SigkillRestart, Sigint]

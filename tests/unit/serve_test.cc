@@ -264,6 +264,9 @@ TEST_CASE("a Status's kind comes from errno and survives Wrap", "[serve]") {
   CHECK(nsbox::Status::Errno("write(x)", ENOSPC).kind() == nsbox::ErrorKind::kTooLarge);
   CHECK(nsbox::Status::Errno("open(x)", ELOOP).kind() == nsbox::ErrorKind::kRefused);
   CHECK(nsbox::Status::Errno("mount", EPERM).kind() == nsbox::ErrorKind::kOther);
+  // A directory the sandbox's code made unreadable, and one it filled while a remove ran: the client's to see.
+  CHECK(nsbox::Status::Errno("openat(x)", EACCES).kind() == nsbox::ErrorKind::kRefused);
+  CHECK(nsbox::Status::Errno("remove(x)", ENOTEMPTY).kind() == nsbox::ErrorKind::kConflict);
   CHECK(nsbox::Status::Error("plain").kind() == nsbox::ErrorKind::kOther);
   CHECK(nsbox::OkStatus().kind() == nsbox::ErrorKind::kOther);
 }
