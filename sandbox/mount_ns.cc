@@ -306,8 +306,9 @@ int ApplyChildMount(const ChildMount& m, uint32_t uid, uint32_t gid, const char*
         return static_cast<int>(::syscall(SYS_move_mount, tree.get(), "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH));
       }
       if (::mount("/oldroot/dev/null", target, nullptr, MS_BIND, nullptr) != 0) return -1;
-      // The null device must stay usable as a device (no nodev), but the mask is read-only, nosuid and noexec
-      // like every other mount: a write to a masked file fails instead of vanishing.
+      // The null device must stay usable as a device (no nodev), and the mask is read-only, nosuid and noexec like
+      // every other mount. (A read-only mount does not stop writes to a device node: a write to a masked file
+      // reaches the null device and vanishes, which is harmless.)
       *step = Step("mount_setattr(ro,nosuid,noexec)", target);
       return SetMountAttr(target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false);
     }
