@@ -33,13 +33,14 @@ std::string StateRoot() {
   return fmt::format("/tmp/nsbox-{}/sessions", ::geteuid());
 }
 
-Status CheckStateRoot(const std::string& root, uid_t uid) {
-  // Every directory on the way is one that only the user or root can change: else another user could swap a
-  // component (a pre-made /tmp/nsbox-UID) and serve the user's sessions, receiving their code, environment and files.
-  // A root-owned sticky directory (/tmp) lets others add entries but not replace the user's.
-  char resolved[PATH_MAX];
-  if (!::realpath(root.c_str(), resolved)) return Status::Errno(fmt::format("realpath({})", root));
-  const std::string path = resolved;
+namespace {
+
+// Every directory from / to `path` (resolved) is one that only the user or root can change. `root` names the state
+// directory in the messages.
+Status CheckComponents(const std::string& root, const std::string& path, uid_t uid) {
+  // Else another user could swap a component (a pre-made /tmp/nsbox-UID) and serve the user's sessions, receiving
+  // their code, environment and files. A root-owned sticky directory (/tmp) lets others add entries but not replace
+  // the user's.
   std::vector<std::string> parts{"/"};
   for (size_t i = 1; i <= path.size(); ++i)
     if (i == path.size() || path[i] == '/') parts.push_back(path.substr(0, i));
@@ -49,13 +50,24 @@ Status CheckStateRoot(const std::string& root, uid_t uid) {
     if (!S_ISDIR(st.st_mode))
       return Status::Error(fmt::format("state directory {}: {} is not a directory", root, part));
     if (st.st_uid != 0 && st.st_uid != uid)
-      return Status::Error(fmt::format("state directory {}: {} belongs to uid {}, not to uid {} or root", root, part,
-                                       st.st_uid, uid));
+      return Status::Error(fmt::format("state directory {}: {} belongs to uid {}, not to uid {} or root (another user "
+                                       "made it? set NSBOX_STATE_DIR or XDG_RUNTIME_DIR to a directory of your own)",
+                                       root, part, st.st_uid, uid));
     bool others_may_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
     if (others_may_write && !(st.st_uid == 0 && (st.st_mode & S_ISVTX)))
       return Status::Error(fmt::format("state directory {}: {} is writable by other users (mode {:04o})", root, part,
                                        st.st_mode & 07777));
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status CheckStateRoot(const std::string& root, uid_t uid) {
+  char resolved[PATH_MAX];
+  if (!::realpath(root.c_str(), resolved)) return Status::Errno(fmt::format("realpath({})", root));
+  const std::string path = resolved;
+  NSBOX_RETURN_IF_ERROR(CheckComponents(root, path, uid));
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", path));
   if (st.st_uid != uid || (st.st_mode & 077) != 0)
@@ -63,7 +75,28 @@ Status CheckStateRoot(const std::string& root, uid_t uid) {
   return OkStatus();
 }
 
+namespace {
+
+// `root`, or where it does not exist yet its nearest ancestor that does: a directory another user made on the way
+// (a pre-made /tmp/nsbox-UID) is named as such, not met later as a bare EACCES or an empty listing.
+Status CheckExistingPart(const std::string& root) {
+  std::string existing = root;
+  struct stat st;
+  while (::lstat(existing.c_str(), &st) != 0 && errno == ENOENT) {
+    auto slash = existing.rfind('/');
+    if (slash == std::string::npos || existing.size() <= 1) return OkStatus();
+    existing = slash == 0 ? "/" : existing.substr(0, slash);
+  }
+  if (existing == root) return CheckStateRoot(root, ::geteuid());
+  char resolved[PATH_MAX];
+  if (!::realpath(existing.c_str(), resolved)) return Status::Errno(fmt::format("realpath({})", existing));
+  return CheckComponents(root, resolved, ::geteuid());
+}
+
+}  // namespace
+
 Status EnsureStateRoot(const std::string& root) {
+  NSBOX_RETURN_IF_ERROR(CheckExistingPart(root));
   // mkdir -p; the directories nsbox makes are 0700 (sessions of one user are invisible to others).
   for (size_t i = 1; i <= root.size(); ++i) {
     if (i != root.size() && root[i] != '/') continue;
@@ -168,9 +201,8 @@ std::vector<SessionRecord> ListSessions(const std::string& root) {
 }
 
 Status CheckStateRootIfPresent(const std::string& root) {
-  struct stat st;
-  if (::lstat(root.c_str(), &st) != 0 && errno == ENOENT) return OkStatus();  // no session was ever made there
-  return CheckStateRoot(root, ::geteuid());
+  // No session was ever made there when it does not exist; its existing ancestors must still be the user's or root's.
+  return CheckExistingPart(root);
 }
 
 StatusOr<SessionRecord> FindSession(const std::string& root, const std::string& ref) {

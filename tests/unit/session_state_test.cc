@@ -226,6 +226,25 @@ TEST_CASE("a state directory is refused when another user could replace a direct
   }
 }
 
+// Another user made the user's /tmp/nsbox-UID (0711, theirs) before the user's first session: the create failed with
+// a bare EACCES from mkdir, and `session ls` printed an empty table.
+TEST_CASE("a state directory not made yet, under a directory of another user's, is refused naming it", "[session]") {
+  if (::geteuid() != 0) return;  // making a directory another uid's needs root
+  TempTree tree;
+  const std::string squatted = tree.path + "/nsbox-1004";
+  REQUIRE(::mkdir(squatted.c_str(), 0711) == 0);
+  REQUIRE(::chown(squatted.c_str(), 12345, 12345) == 0);
+  const std::string root = squatted + "/sessions";
+  for (const auto& s : {nsbox::session::EnsureStateRoot(root), nsbox::session::CheckStateRootIfPresent(root)}) {
+    REQUIRE(!s.ok());
+    CHECK_THAT(s.message(), Catch::Contains(squatted + " belongs to uid 12345"));
+    CHECK_THAT(s.message(), Catch::Contains("NSBOX_STATE_DIR"));
+  }
+  CHECK_FALSE(std::filesystem::exists(root));
+  // Where nothing on the way is another's, a state directory that does not exist yet is fine to look at.
+  CHECK(nsbox::session::CheckStateRootIfPresent(tree.path + "/mine/sessions").ok());
+}
+
 TEST_CASE("a session socket served by another uid is refused before anything is sent", "[session]") {
   if (::geteuid() != 0) {
     WARN("SKIP: needs root to serve a socket as another uid");
