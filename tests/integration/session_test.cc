@@ -909,6 +909,69 @@ TEST_CASE("a changed-files list of control-byte names is cut short; the exec's r
   CHECK(made["changed_files"].dump().size() <= 8u << 20);
 }
 
+// A process of the session that stops an exec's payload before its execve held the session's start lock until that
+// exec's own deadline: every other exec started meanwhile waited with it, past its own time-out, and its client gave
+// up (session_lost). An exec now waits for the lock only until its own deadline, and ends as a time-out.
+TEST_CASE("an exec held up behind another exec's stopped start ends at its own time-out", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  // Stops each new pid of the namespace as soon as it exists, and lets it go again unless it is a payload caught
+  // before its execve (not dumpable yet: its exe link is unreadable), which stays stopped.
+  const std::string stopper = R"(
+import os, signal, time
+def last(): return int(open("/proc/sys/kernel/ns_last_pid").read())
+target = last() + 1
+misses = 0
+end = time.time() + 240
+while time.time() < end:
+    try:
+        os.kill(target, signal.SIGSTOP)
+    except ProcessLookupError:
+        misses += 1
+        if misses % 20000 == 0 and last() >= target and not os.path.exists("/proc/%d" % target):
+            target += 1
+        continue
+    except PermissionError:
+        continue
+    try:
+        os.readlink("/proc/%d/exe" % target)
+        os.kill(target, signal.SIGCONT)
+    except OSError:
+        pass
+    target += 1
+    misses = 0
+)";
+  char file[] = "/tmp/nsbox-stopper-XXXXXX";
+  int fd = ::mkstemp(file);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, stopper.data(), stopper.size()) == static_cast<ssize_t>(stopper.size()));
+  ::close(fd);
+  Output copied = s.Nsbox({"cp", file, id + ":stopper.py"});
+  ::unlink(file);
+  INFO(copied.err);
+  REQUIRE(copied.code == 0);
+  REQUIRE(s.Sh(id, "setsid python3 /workspace/stopper.py </dev/null >/dev/null 2>&1 & sleep 0.5")["status"] == "ok");
+  bool held_up = false;
+  for (int round = 0; round < 30 && !held_up; ++round) {
+    Output a;
+    std::thread first([&] { a = s.Nsbox({"exec", id, "--json", "--timeout", "8s", "--", "/bin/echo", "A"}); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    const auto started = std::chrono::steady_clock::now();
+    Output b = s.Nsbox({"exec", id, "--json", "--timeout", "2s", "--", "/bin/echo", "B"});
+    const auto took = std::chrono::steady_clock::now() - started;
+    first.join();
+    // Only a round whose first exec was caught before its execve (it then ends as a time-out at 8 s) tells.
+    if (json::parse(a.out, nullptr, false).value("status", "") != "timeout") continue;
+    held_up = true;
+    INFO(b.out << b.err);
+    json result = json::parse(b.out, nullptr, false);
+    CHECK(result.value("status", "") == "timeout");
+    CHECK(result.value("reason", "").find("never started") != std::string::npos);
+    CHECK(took < std::chrono::seconds(6));  // its own 2 s, not the first exec's 8 s
+  }
+  CHECK(held_up);
+}
+
 TEST_CASE("an exec's code is a sealed descriptor, never a file in /workspace", "[session]") {
   Sessions s;
   std::string id = s.Create();
