@@ -138,17 +138,21 @@ Result Sandbox::Run() {
 
   // Supervise: drain output, watch the clock, pid 1's reports, kill requests and signals.
   Supervisor supervisor(executor_.output_limit_bytes);
-  std::atomic<bool> signal_forwarded{false};  // (declared before `live`, whose writer thread reads it)
+  // (Declared before `live`, whose writer thread reads them.)
+  std::atomic<bool> signal_forwarded{false}, sandbox_gone{false}, ended_by_signal{false};
   std::optional<LiveOutput> live;
-  // Writes to a reader that takes nothing give up on a Kill(), and on a signal to stop (forwarded to the program; or,
-  // once the program is gone, pending, and nsbox dies of it when Run() unblocks it, as the caller asked).
-  auto stop_copying = [this, forwarded, &signal_forwarded] {
-    if (signal_forwarded) return true;
+  // Writes to a reader that takes nothing give up on a Kill(), and, once nothing of the sandbox is left to write more,
+  // on a signal to stop: one forwarded to the program that ended it (a program that survived it, to shut down in its
+  // own time, keeps its output), or one that came after (pending: nsbox dies of it when Run() unblocks it).
+  auto stop_copying = [this, forwarded, &signal_forwarded, &sandbox_gone, &ended_by_signal] {
+    if (kill_requested_) return true;
+    if (!sandbox_gone) return false;
+    if (signal_forwarded && ended_by_signal) return true;
     sigset_t pending;
     if (forward_signals_ && ::sigpending(&pending) == 0)
       for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
         if (sigismember(&forwarded, sig) && sigismember(&pending, sig)) return true;
-    return kill_requested_.load();
+    return false;
   };
   if (live_stdout_fd_ >= 0 && live_stderr_fd_ >= 0) live.emplace(live_stdout_fd_, live_stderr_fd_, stop_copying);
   supervisor.AddOutput(&run.out, &run.err, live ? &*live : nullptr);
@@ -232,6 +236,8 @@ Result Sandbox::Run() {
   });
   if (Status s = supervisor.Run([&] { return run.reaped || gone; }); !s.ok()) return SetupError(s.message());
   const auto ended = Clock::now();
+  ended_by_signal = !in.program_status || WIFSIGNALED(*in.program_status);
+  sandbox_gone = true;
 
   // Every process of the sandbox is gone now; collect the output still in the pipes.
   supervisor.DrainOutput(/*wait_rounds=*/100);

@@ -179,9 +179,11 @@ class SessionSandbox {
   bool new_network_ = true;
   bool execs_worded_as_run_ = false;
   VforkWatchdog start_watchdog_;  // for payloads still starting at their exec's deadline
-  // Timed: a start holds it until its payload has called execve, and a process of the session can stop a payload
-  // before that (SIGSTOP); another exec's start then waits only until its own deadline (StartHelper).
-  std::timed_mutex payloads_mutex_;
+  // Starts one at a time: a start holds it until its payload has called execve. Timed: a process of the session can
+  // stop a payload before that (SIGSTOP), and another exec's start then waits only until its own deadline
+  // (StartHelper). Nothing else takes it: an exec that ends, and Terminate(), must never wait for a stopped start.
+  std::timed_mutex start_mutex_;
+  std::mutex payloads_mutex_;  // guards payloads_ alone
   std::set<pid_t> payloads_;  // the execs' live payloads (our children), killed and reaped by Terminate()
 
   // The resident process (a REPL's interpreter).

@@ -77,7 +77,7 @@ bool HasBytesWaiting(int fd) {
 
 }  // namespace
 
-// Why a start waited out its deadline (payloads_mutex_ held by another start whose payload a process stopped).
+// Why a start waited out its deadline (start_mutex_ held by another start whose payload a process stopped).
 constexpr const char* kStartHeldUp =
     "another exec's start held the session's start lock until this one's deadline (a process of the session stopped "
     "that exec's payload before its execve)";
@@ -125,11 +125,11 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
 
   auto helper = std::make_unique<SessionHelper>();
   {
-    // Registered under the lock so that Terminate() never misses an exec. The helper runs vfork-style: this thread
-    // waits until the payload has called execve (or the helper failed), with every signal blocked meanwhile (the
-    // helper and the payload share this thread's memory until then).
-    std::unique_lock lock(payloads_mutex_, std::defer_lock);
-    if (!lock.try_lock_until(start_deadline)) {
+    // One start at a time. The helper runs vfork-style: this thread waits until the payload has called execve (or the
+    // helper failed), with every signal blocked meanwhile (the helper and the payload share this thread's memory
+    // until then). A Terminate() meanwhile kills pid 1, which takes the payload with it, and reaps what it finds.
+    std::unique_lock start(start_mutex_, std::defer_lock);
+    if (!start.try_lock_until(start_deadline)) {
       helper->start_timed_out = true;
       helper->reaped = true;
       return helper;
@@ -155,6 +155,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
     while (::waitpid(helper_pid, nullptr, __WALL) < 0 && errno == EINTR) {
     }
     helper->pid = payload;
+    std::lock_guard lock(payloads_mutex_);
     if (payload > 0) payloads_.insert(payload);
   }
   helper->out = std::move(out->read);

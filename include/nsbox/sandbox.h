@@ -58,7 +58,8 @@ class Sandbox {
   // still holds it all; its output_passed_on and output_write_errno say what happened to the copy. A copy that fails
   // (its reader gone: EPIPE) ends the run early, as SIGPIPE ends a pipeline's writer: status kKilled, reason "ended
   // early: its output could not be passed on (EPIPE)". A reader that is there but takes nothing is waited for, until
-  // a Kill() or (with ForwardSignals) a stop signal: then the rest of the copy is dropped (ECANCELED).
+  // a Kill(), or (with ForwardSignals) a stop signal that ended the program or came after it ended: then the rest of
+  // the copy is dropped (ECANCELED). A program that survives a forwarded signal keeps its output.
   void PassOutputOn(int stdout_fd, int stderr_fd) {
     live_stdout_fd_ = stdout_fd;
     live_stderr_fd_ = stderr_fd;

@@ -45,12 +45,12 @@ struct ServeConfig {
   bool allow_network_host = false;
 };
 
-// What a create asks for, checked (docs/api.md, POST /v1/sandboxes).
 // The memory a sandbox may hold on the host: its memory limit, and its /workspace, which files written through the
 // API can fill without being charged to its memory group (the server's thread writes them).
 struct SandboxSpec;
 uint64_t MemoryFootprint(const SandboxSpec& spec);
 
+// What a create asks for, checked (docs/api.md, POST /v1/sandboxes).
 struct SandboxSpec {
   std::string template_name = "host";
   nlohmann::json network = "none";  // "none" | "host" | "restricted" | {"allow": [...]}
@@ -156,8 +156,8 @@ class Sandboxes {
   void MarkClientWork(int running_delta);  // locks mutex_
   void PreloadRepl(const Made& made);
   void ReaperLoop();
-  // The sum of one limit (memory_bytes, pids) over the sandboxes and the pool, with mutex_ held.
-  // The sum of `measure` over the sandboxes (the pool's, and those it is making, too), or over `owner`'s alone.
+  // The sum of `measure` over the sandboxes (the pool's, and those it is making, too), or over `owner`'s alone; with
+  // mutex_ held.
   uint64_t Committed(uint64_t (*measure)(const SandboxSpec&), const std::string* owner = nullptr) const;
   nlohmann::json CapacityLocked() const;
 
@@ -180,13 +180,14 @@ class Sandboxes {
   std::thread pool_thread_, reaper_thread_;
 };
 
+// A directory listing's answer at most, as JSON; past it (or 20000 entries) the answer says "truncated": true.
+inline constexpr size_t kMaxListingBytes = 8 << 20;
+
 // A refill is a whole sandbox start (a process tree, namespaces, a root, cgroups): on a small host, run beside a
 // client's exec it takes CPU from it, and a create from the pool is usually followed at once by its first exec. So
 // while the pool still holds at least half its target, a due refill yields to the clients' work: it starts once no
 // exec runs and none started or ended, and nothing was taken from the pool, for kRefillQuiet; but at most
 // kRefillMaxDelay after it fell due. Below half, under a steady stream of creates, it starts at once.
-// A directory listing's answer at most, as JSON; past it (or 20000 entries) the answer says "truncated": true.
-inline constexpr size_t kMaxListingBytes = 8 << 20;
 inline constexpr std::chrono::milliseconds kRefillQuiet{20};
 inline constexpr std::chrono::milliseconds kRefillMaxDelay{500};
 struct RefillState {

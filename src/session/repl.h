@@ -33,11 +33,11 @@ int FrameReplReply(std::string_view bytes, uint64_t id, std::string* why);
 Result RunCell(SessionSandbox& session, const std::string& code, const ResidentOptions& driver,
                const ResidentTurnOptions& limits, int cancel_fd);
 
-// Snapshots /workspace before a call and reports, after it, the files it created or changed as
-// extra["changed_files"] ([{path, size}], paths as the sandbox sees them).
 // The most of an answer the changed-files list takes, as JSON (the exec answer's allowance is 64 MiB beside output).
 inline constexpr size_t kMaxChangedFilesBytes = 8 << 20;
 
+// Snapshots /workspace before a call and reports, after it, the files it created or changed as
+// extra["changed_files"] ([{path, size}], paths as the sandbox sees them).
 class ChangedFilesReport {
  public:
   explicit ChangedFilesReport(const SessionSandbox& session);

@@ -7,13 +7,13 @@
 
 #include <atomic>
 #include <cerrno>
-#include <future>
-#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <nsbox/executor.h>
 #include <nsbox/policy.h>
@@ -219,7 +219,6 @@ TEST_CASE("an Executor's time limit must be positive; one beyond a year is no li
   CHECK(result.stdout_data == "finished\n");
 }
 
-// What a C string cannot carry, and a descriptor that is not there, were once cut or read as end of file in silence.
 // As a pipeline's writer is ended by SIGPIPE: a copy of the output whose reader has gone ends the run.
 TEST_CASE("a PassOutputOn pipe whose reader has gone ends the run early, and says why") {
   int pipe_fds[2];
@@ -237,6 +236,7 @@ TEST_CASE("a PassOutputOn pipe whose reader has gone ends the run early, and say
   ::close(pipe_fds[1]);
 }
 
+// What a C string cannot carry, and a descriptor that is not there, were once cut or read as end of file in silence.
 TEST_CASE("Run refuses an executor it could not run as given, naming the field") {
   auto refused = [](nsbox::Executor executor) {
     nsbox::Sandbox sandbox(std::move(executor), TestPolicy());

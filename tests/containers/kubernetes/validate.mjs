@@ -174,7 +174,8 @@ function consistencyChecks(docs, problems) {
     // Sizing: requests and limits from the pool size, the sandbox count and the sandbox memory.
     const a = meta.annotations || {};
     const pool = Number(a["nsbox.dev/pool-size"]), max = Number(a["nsbox.dev/max-sandboxes"]);
-    const each = quantity(a["nsbox.dev/sandbox-memory"] || "x");
+    // A sandbox's memory limit and its /workspace (files written through the API are charged to serve).
+    const each = quantity(a["nsbox.dev/sandbox-memory"] || "x") + quantity(a["nsbox.dev/sandbox-tmpfs"] || "x");
     const want = { reqMem: 64 * 2 ** 20 + pool * 16 * 2 ** 20, limMem: 64 * 2 ** 20 + max * each, budget: max * each,
                    reqCpu: 0.25 + pool * 0.1 };
     const r = c.resources || {};
@@ -234,8 +235,9 @@ function selfTest(dir) {
     ["service.yaml", "    targetPort: api\n    protocol: TCP\n---", "    protocol: TCP\n---", null],
     ["sandboxtemplate.yaml", "  service: true", "  service: true\n  replicas: 2", /replicas/],
     ["sandboxtemplate.yaml", "    spec:\n      automountServiceAccountToken", "    specs:\n      automountServiceAccountToken", /spec/],
-    ["deployment.yaml", "            memory: 4160Mi", "            memory: 4Gi", /limMem/],
-    ["daemonset.yaml", "--memory-budget=4G", "--memory-budget=4Gi", /nsbox size/],
+    ["deployment.yaml", "            memory: 6208Mi", "            memory: 4160Mi", /limMem/],
+    ["daemonset.yaml", "--memory-budget=6G", "--memory-budget=6Gi", /nsbox size/],
+    ["daemonset.yaml", "--memory-budget=6G", "--memory-budget=4G", /budget/],
     ["daemonset.yaml", "            path: /v1/healthz\n", "            path: /healthz\n", /probe/],
   ];
   const failures = [];
