@@ -432,10 +432,15 @@ int Batch::Run() {
       return fail(Status::Error(fmt::format("--output {}: not a regular file", o_.output_file)));
     // Two batches on one FILE would each run every job the other has not written yet (a requeued Slurm task
     // beside the old one): the second is refused. The lock goes with nsbox's descriptor, even when it is killed.
-    if (::flock(out.get(), LOCK_EX | LOCK_NB) != 0)
-      return fail(errno == EWOULDBLOCK
-                      ? Status::Error(fmt::format("--output {}: another nsbox batch is writing to it", o_.output_file))
-                      : Status::Errno(fmt::format("--output: flock({})", o_.output_file)));
+    if (::flock(out.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK)
+        return fail(Status::Error(fmt::format("--output {}: another nsbox batch is writing to it", o_.output_file)));
+      // A file system without locks (NFS without its lock daemon, Lustre without -o flock): said, and carried on.
+      if (errno != ENOLCK && errno != ENOSYS && errno != EOPNOTSUPP)
+        return fail(Status::Errno(fmt::format("--output: flock({})", o_.output_file)));
+      (void)WriteAll(2, fmt::format("nsbox batch: --output {}: its file system takes no lock ({}); a second batch on "
+                                    "it would not be refused\n", o_.output_file, ErrnoName(errno)));
+    }
     auto read = ReadDone(o_.output_file);
     if (!read.ok()) return fail(read.status());
     done = std::move(*read);
