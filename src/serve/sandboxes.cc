@@ -772,14 +772,10 @@ json Sandboxes::ListFiles(const std::shared_ptr<Sandbox>& sandbox, const std::st
   size_t answer_bytes = 0;
   for (const auto& e : listing->entries) {
     json entry = {{"name", e.name}, {"path", e.path}, {"type", e.type}, {"size", e.size}};
-    if (auto encoded = session::PercentEncodedIfNotUtf8(e.path)) entry["path_encoded"] = *encoded;
-    // As JSON, a name of control bytes is six times its length: the answer is capped as it will be sent.
-    answer_bytes += entry.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
-    if (answer_bytes > kMaxListingBytes) {
+    if (!session::AppendListedFile(out, std::move(entry), kMaxListingBytes, &answer_bytes)) {
       truncated = true;
       break;
     }
-    out.push_back(std::move(entry));
   }
   json answer = {{"entries", out}};
   if (truncated) answer["truncated"] = true;

@@ -137,15 +137,10 @@ void ChangedFilesReport::AddTo(Result& result) const {
       size_t listed_bytes = 0;
       for (const auto& file : ChangedFiles(*before_, *after)) {
         nlohmann::json entry = {{"path", "/workspace/" + file.path}, {"size", file.size}};
-        if (auto encoded = PercentEncodedIfNotUtf8(entry["path"].get_ref<const std::string&>()))
-          entry["path_encoded"] = *encoded;
-        // As JSON, a name of control bytes is six times its length: the list is capped as it will be sent.
-        listed_bytes += entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size() + 1;
-        if (listed_bytes > kMaxChangedFilesBytes) {
+        if (!AppendListedFile(list, std::move(entry), kMaxChangedFilesBytes, &listed_bytes)) {
           truncated = true;
           break;
         }
-        list.push_back(std::move(entry));
       }
     }
   }

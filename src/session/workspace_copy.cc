@@ -327,6 +327,15 @@ std::optional<std::string> PercentEncodedIfNotUtf8(std::string_view path) {
   return encoded;
 }
 
+bool AppendListedFile(nlohmann::json& list, nlohmann::json entry, size_t max_bytes, size_t* bytes) {
+  if (auto encoded = PercentEncodedIfNotUtf8(entry["path"].get_ref<const std::string&>()))
+    entry["path_encoded"] = *encoded;
+  *bytes += entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size() + 1;
+  if (*bytes > max_bytes) return false;
+  list.push_back(std::move(entry));
+  return true;
+}
+
 StatusOr<WorkspaceListing> ListWorkspaceDir(int workspace_fd, const std::string& rel, size_t max_entries) {
   std::string shown = "/workspace" + (rel.empty() ? "" : "/" + rel);
   auto dir = OpenBeneath(workspace_fd, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, shown);

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sandbox/base/status.h"
 
 namespace nsbox::session {
@@ -49,6 +51,11 @@ inline constexpr size_t kMaxWorkspaceDepth = 256;
 // UTF-8: its bytes percent-encoded (RFC 3986: every byte outside A-Z a-z 0-9 - . _ ~ / as %XX), which a client sends
 // back as ?path= unchanged, or decodes to the bytes. nullopt for a UTF-8 path.
 std::optional<std::string> PercentEncodedIfNotUtf8(std::string_view path);
+
+// Appends a listed file (`entry`, its "path" set) to `list`, with "path_encoded" when the path is not UTF-8. The
+// sandbox names its files, and as JSON a name of control bytes is six times its length: `*bytes` counts the list as
+// it will be sent, and an entry that would take it past max_bytes is left out (false: the list is cut there).
+bool AppendListedFile(nlohmann::json& list, nlohmann::json entry, size_t max_bytes, size_t* bytes);
 
 struct WorkspaceEntry {
   std::string name, path;  // path: /workspace/...
