@@ -57,8 +57,7 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
 std::string CheckOutputLimit(uint64_t bytes) {
   if (bytes <= kMaxOutputLimitBytes) return "";
   return fmt::format("an output limit of {} bytes per stream is more than nsbox keeps in its memory ({} bytes, 64M): "
-                     "write large outputs to files in the workspace directory (PolicyBuilder::SetWorkspaceDir) "
-                     "instead", bytes, kMaxOutputLimitBytes);
+                     "write large outputs to files instead", bytes, kMaxOutputLimitBytes);
 }
 
 std::string CheckExecutor(const Executor& executor) {

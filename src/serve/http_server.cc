@@ -30,6 +30,7 @@ struct HttpServer::Connection {
   bool answered = false;        // a response was queued before the body was read (refused at admission)
   uint64_t counted = 0;         // bytes of server->buffered_ this request holds
   std::atomic<uint64_t>* buffered = nullptr;
+  std::function<void()> undelivered;  // the response's, until it is known to be sent whole
   ~Connection() { Release(); }
   void Release() {
     if (buffered) *buffered -= counted;
@@ -279,7 +280,16 @@ struct HttpServerCallbacks {
     // The body has been dealt with; what is counted is the bodies requests are still sending or being served on.
     request.body = std::string();
     state->Release();
-    if (!response.stream) return Queue(connection, response);
+    if (!response.stream) {
+      if (response.undelivered) {
+        if (PeerGone(fd)) {
+          response.undelivered();  // on TCP the write would still succeed: the peer's FIN says it will not be read
+        } else {
+          state->undelivered = std::move(response.undelivered);
+        }
+      }
+      return Queue(connection, response);
+    }
 
     auto stream = std::make_shared<StreamState>();
     stream->client_fd = fd;
@@ -321,8 +331,10 @@ struct HttpServerCallbacks {
     return queued;
   }
 
-  static void Completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
-    delete static_cast<HttpServer::Connection*>(*con_cls);
+  static void Completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode code) {
+    auto* state = static_cast<HttpServer::Connection*>(*con_cls);
+    if (state && state->undelivered && code != MHD_REQUEST_TERMINATED_COMPLETED_OK) state->undelivered();
+    delete state;
     *con_cls = nullptr;
   }
 

@@ -180,7 +180,14 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
   if (parts.size() == 2) {
     if (method == "POST") {
       auto sandbox = sandboxes_.Create(owner, ParseSandboxSpec(ParseBody(request), sandboxes_.config()));
-      return Json(201, sandbox->ToJson());
+      HttpResponse created = Json(201, sandbox->ToJson());
+      // A client that gave up on its create never learns the id: the sandbox would hold its share until idle.
+      created.undelivered = [this, sandbox] {
+        const std::string why = "its creator went away before the answer";
+        fmt::print(stderr, "nsbox serve: {} removed: {}\n", sandbox->id, why);
+        sandboxes_.Remove(sandbox, why);
+      };
+      return created;
     }
     if (method == "GET") {
       json list = json::array();

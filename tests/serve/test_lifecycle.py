@@ -1,4 +1,5 @@
 # tests/serve/test_lifecycle.py: servers of their own: start-up refusals, capacity full, the pool, SIGTERM, SIGKILL.
+import json
 import os
 import secrets
 import signal
@@ -220,6 +221,43 @@ class TenantBudgets(unittest.TestCase):
         assert_stopped_clean(self, server, Footprint.of(server))
 
 
+class AbandonedCreate(unittest.TestCase):
+    def test_a_create_whose_client_went_away_leaves_no_sandbox(self):
+        # A client that gives up on its create (a time-out, Ctrl-C) never learns the id: a sandbox made for it would
+        # hold its share of the server until its idle time-out. Over TCP the 201 would still be written after the
+        # client's FIN; over the socket the write fails.
+        token = "tok-" + secrets.token_hex(8)
+        server = own_server([], tokens={"a": token}).start()
+        api, a = server.api(), server.api(token=token)
+        base = Footprint.of(server)
+        body = json.dumps(SMALL).encode()
+        for tcp in (False, True):
+            if tcp:
+                s = socket.create_connection(("127.0.0.1", server.port))
+                auth = f"Authorization: Bearer {token}\r\n"
+            else:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(server.socket_path)
+                auth = ""
+            s.sendall(f"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+                      f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            time.sleep(0.003)  # the create has begun (it takes some 10 ms)
+            s.close()
+
+        def made_and_gone():
+            # Over TCP libmicrohttpd may drop the request unread when the FIN comes first: then nothing was made.
+            with open(server.log_path, errors="replace") as f:
+                log = f.read()
+            made, removed = log.count("POST /v1/sandboxes 201"), log.count("its creator went away before the answer")
+            return made >= 1 and removed == made and not api.call("GET", "/v1/sandboxes")["sandboxes"] and \
+                not a.call("GET", "/v1/sandboxes")["sandboxes"]
+
+        self.assertTrue(wait_for(made_and_gone, 30, 0.2), server.log_tail())
+        self.assertEqual(api.call("GET", "/v1/capacity")["sandboxes"]["running"], 0)
+        self.assertEqual(wait_clean(Footprint.of(server), server, base=base), [])
+        assert_stopped_clean(self, server, Footprint.of(server))
+
+
 class BodyCap(unittest.TestCase):
     def test_a_max_body_over_the_held_bodies_cap_still_lets_one_such_body_in(self):
         # The bodies held at once are capped at 256 MiB, or at --max-body when that is larger: a 300 MB body that
@@ -384,4 +422,4 @@ class Sigint(unittest.TestCase):
         assert_stopped_clean(self, server, before, signal.SIGINT)
 
 
-CLASSES = [CapacityFull, TenantBudgets, BodyCap, PoolAndSigterm, SigkillRestart, Sigint]
+CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, BodyCap, PoolAndSigterm, SigkillRestart, Sigint]
