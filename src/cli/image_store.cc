@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -32,6 +34,11 @@ using nlohmann::json;
 bool IsDirectory(const std::string& path) {
   struct stat st;
   return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// An image is a directory of the store (not a symlink to one) with a rootfs/ directory in it.
+bool IsImage(const std::string& store, const std::string& name) {
+  return IsDirectory(store + "/" + name) && IsDirectory(store + "/" + name + "/rootfs");
 }
 
 // Entry names of a directory, without "." and "..".
@@ -59,17 +66,8 @@ std::string JoinNames(const std::vector<std::string>& names) {
 }
 
 // nftw(3) has no user pointer; these hold one walk's state (the CLI is single-threaded).
-Status g_walk_status;
 uint64_t g_walk_bytes = 0;
 std::set<std::pair<dev_t, ino_t>> g_walk_seen;
-
-int RemoveEntry(const char* path, const struct stat*, int type, struct FTW*) {
-  // FTW_MOUNT skips whatever lies on another filesystem; its parent then fails with ENOTEMPTY, which is what we want.
-  int rc = (type == FTW_DP || type == FTW_D) ? ::rmdir(path) : ::unlink(path);
-  if (rc != 0 && errno != ENOENT && g_walk_status.ok())
-    g_walk_status = Status::Errno(fmt::format("{}({})", (type == FTW_DP || type == FTW_D) ? "rmdir" : "unlink", path));
-  return 0;
-}
 
 int CountEntry(const char*, const struct stat* st, int type, struct FTW*) {
   if (type == FTW_NS) return 0;
@@ -136,8 +134,7 @@ StatusOr<std::string> ResolveImage(const std::string& name) { return ResolveImag
 
 StatusOr<std::string> ResolveImageIn(const std::string& store, const std::string& name) {
   NSBOX_RETURN_IF_ERROR(ValidateImageName(name));
-  std::string rootfs = store + "/" + name + "/rootfs";
-  if (IsDirectory(rootfs)) return rootfs;
+  if (IsImage(store, name)) return store + "/" + name + "/rootfs";
   std::vector<std::string> known;
   if (auto images = ListImages(store); images.ok())
     for (const auto& image : *images) known.push_back(image.name);
@@ -151,7 +148,7 @@ StatusOr<std::vector<ImageInfo>> ListImages(const std::string& store) {
   auto names = ListDirectory(store);
   if (!names.ok()) return names.status().Wrap("reading the image store");
   for (const auto& name : *names) {
-    if (name.front() == '.' || !IsDirectory(store + "/" + name + "/rootfs")) continue;
+    if (name.front() == '.' || !IsImage(store, name)) continue;
     auto info = ReadImageInfo(store, name);
     if (info.ok()) {
       images.push_back(std::move(*info));
@@ -235,21 +232,51 @@ bool MountedAnywhere(const std::string& given) {
   return false;
 }
 
+// Whether `fd` is the file `path` names now (not one renamed away or removed since it was opened).
+bool SameFile(int fd, const std::string& path) {
+  struct stat held, named;
+  return ::fstat(fd, &held) == 0 && ::lstat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+         held.st_ino == named.st_ino;
+}
+
 }  // namespace
+
+Status RefuseForeignStore(const std::string& store) {
+  struct stat st;
+  if (::stat(store.c_str(), &st) != 0) return OkStatus();  // nothing there to harm
+  if ((st.st_mode & 07777) == kImageStoreMode) return OkStatus();
+  auto foreign = ForeignEntry(store);
+  if (!foreign.ok()) return foreign.status();
+  if (foreign->empty()) return OkStatus();
+  return Status::Error(fmt::format("image store {} (mode {:o}) holds '{}', which is not an image: name a directory of "
+                                   "nsbox's own (NSBOX_IMAGE_STORE)",
+                                   store, st.st_mode & 07777, *foreign));
+}
 
 Status RemoveImage(const std::string& store, const std::string& name) {
   NSBOX_RETURN_IF_ERROR(ValidateImageName(name));
+  // A mistyped NSBOX_IMAGE_STORE must not make `rm serve` delete another program's directory.
+  NSBOX_RETURN_IF_ERROR(RefuseForeignStore(store));
   std::string path = store + "/" + name;
-  if (!IsDirectory(path)) {
+  auto no_image = [&] {
     std::vector<std::string> known;
     if (auto images = ListImages(store); images.ok())
       for (const auto& image : *images) known.push_back(image.name);
     return Status::Error(fmt::format("no image '{}' (known images: {})", name, JoinNames(known)));
-  }
+  };
+  if (!IsImage(store, name)) return no_image();
   // Locked before the rename and while the tree goes, as a build's directory is: a sweep by another nsbox image call
-  // takes only .rm-* entries nobody holds (a removal that was killed).
+  // takes only .rm-* entries nobody holds (a removal that was killed). A sandbox being set up on the image holds a
+  // shared lock (UseImage): then the image is in use though nothing of it is mounted yet.
   UniqueFd lock(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!lock || ::flock(lock.get(), LOCK_EX) != 0) return Status::Errno(fmt::format("locking {}", path));
+  if (!lock) return errno == ENOENT ? no_image() : Status::Errno(fmt::format("open({})", path));
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return Status::Errno(fmt::format("locking {}", path));
+    return Status::Error(fmt::format("image '{}' is in use by a sandbox or session being started or running on it, or "
+                                     "by another nsbox image rm; try again once it has ended",
+                                     name));
+  }
+  if (!SameFile(lock.get(), path)) return no_image();  // removed between the open and the lock
   // A running sandbox or session has the image's entries bound into its root: removing them would empty its /usr
   // under the running program.
   if (MountedAnywhere(path + "/rootfs"))
@@ -260,6 +287,32 @@ Status RemoveImage(const std::string& store, const std::string& name) {
   std::string doomed = fmt::format("{}/.rm-{}-{}", store, name, ::getpid());
   if (::rename(path.c_str(), doomed.c_str()) != 0) return Status::Errno(fmt::format("rename({}, {})", path, doomed));
   return RemoveTree(doomed);
+}
+
+StatusOr<std::string> UseImage(const std::string& name) {
+  const std::string store = ImageStoreRoot();
+  auto rootfs = ResolveImageIn(store, name);
+  if (!rootfs.ok()) return rootfs;
+  static std::mutex mutex;
+  static std::map<std::string, UniqueFd> held;  // one lock per image, for the rest of the process's life
+  std::lock_guard guard(mutex);
+  const std::string path = store + "/" + name;
+  if (held.count(path)) return rootfs;
+  UniqueFd lock(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!lock) {
+    // An image directory others cannot read: the sandbox reaches its root all the same (the store lets others pass),
+    // only rm cannot see this user's runs until their mounts exist.
+    if (errno == EACCES) return rootfs;
+    return Status::Errno(fmt::format("open({})", path));
+  }
+  if (::flock(lock.get(), LOCK_SH | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return Status::Errno(fmt::format("locking {}", path));
+    return Status::Error(fmt::format("image '{}' is being removed", name));
+  }
+  if (!SameFile(lock.get(), path) || !IsImage(store, name))
+    return Status::Error(fmt::format("image '{}' was removed while this sandbox was being set up", name));
+  held.emplace(path, std::move(lock));
+  return rootfs;
 }
 
 StatusOr<std::string> ForeignEntry(const std::string& store) {
@@ -301,15 +354,8 @@ Status EnsureStore(const std::string& store) {
                       parent, parent_st.st_mode & 07777, store));
   }
   if (st.st_uid != 0) return Status::Error(fmt::format("image store {} is not owned by root", store));
-  if ((st.st_mode & 07777) != kImageStoreMode) {
-    // A mistyped NSBOX_IMAGE_STORE=/tmp must not make /tmp 0711: only a directory that is nsbox's is set to the mode.
-    auto foreign = ForeignEntry(store);
-    if (!foreign.ok()) return foreign.status();
-    if (!foreign->empty())
-      return Status::Error(fmt::format("image store {} (mode {:o}) holds '{}', which is not an image: name a "
-                                       "directory of nsbox's own (NSBOX_IMAGE_STORE)",
-                                       store, st.st_mode & 07777, *foreign));
-  }
+  // A mistyped NSBOX_IMAGE_STORE=/tmp must not make /tmp 0711: only a directory that is nsbox's is set to the mode.
+  NSBOX_RETURN_IF_ERROR(RefuseForeignStore(store));
   if ((st.st_mode & 07777) != kImageStoreMode && ::chmod(store.c_str(), kImageStoreMode) != 0)
     return Status::Errno(fmt::format("chmod({}, {:o})", store, kImageStoreMode));
   return OkStatus();
@@ -318,11 +364,7 @@ Status EnsureStore(const std::string& store) {
 StatusOr<int> SweepStaleEntries(const std::string& store) {
   if (!PathExists(store)) return 0;
   // Leftovers are swept only from a store that is nsbox's: its mode, or nothing in it but images and leftovers.
-  struct stat st;
-  if (::stat(store.c_str(), &st) != 0 || (st.st_mode & 07777) != kImageStoreMode) {
-    auto foreign = ForeignEntry(store);
-    if (!foreign.ok() || !foreign->empty()) return 0;
-  }
+  if (!RefuseForeignStore(store).ok()) return 0;
   auto names = ListDirectory(store);
   if (!names.ok()) return names.status().Wrap("sweeping the image store");
   int removed = 0;
@@ -340,12 +382,87 @@ StatusOr<int> SweepStaleEntries(const std::string& store) {
   return removed;
 }
 
+namespace {
+
+// One directory of a removal in progress: its name in its parent and the subdirectories still to remove.
+struct RemovalLevel {
+  std::string name;
+  std::vector<std::string> subdirs;
+};
+
+// Unlinks the entries of `dir` that are not directories and returns the names of those that are (on `device`; a
+// directory of another file system is left, so that its parent's rmdir fails).
+StatusOr<std::vector<std::string>> UnlinkFilesIn(int dir, dev_t device, const std::string& shown) {
+  int copy = ::fcntl(dir, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return Status::Errno("dup");
+  DIR* stream = ::fdopendir(copy);
+  if (!stream) {
+    ::close(copy);
+    return Status::Errno(fmt::format("opendir({})", shown));
+  }
+  std::vector<std::string> names, subdirs;
+  while (struct dirent* e = ::readdir(stream))
+    if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") names.emplace_back(e->d_name);
+  ::closedir(stream);
+  for (const auto& name : names) {
+    struct stat st;
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      return Status::Errno(fmt::format("stat({}/{})", shown, name));
+    }
+    if (S_ISDIR(st.st_mode)) {
+      if (st.st_dev == device) subdirs.push_back(name);
+    } else if (::unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
+      return Status::Errno(fmt::format("unlink({}/{})", shown, name));
+    }
+  }
+  return subdirs;
+}
+
+}  // namespace
+
 Status RemoveTree(const std::string& path) {
-  if (!PathExists(path)) return OkStatus();
-  g_walk_status = OkStatus();
-  if (::nftw(path.c_str(), RemoveEntry, 64, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0 && g_walk_status.ok())
-    g_walk_status = Status::Errno(fmt::format("nftw({})", path));
-  return std::exchange(g_walk_status, OkStatus());
+  struct stat top;
+  if (::lstat(path.c_str(), &top) != 0) return errno == ENOENT ? OkStatus() : Status::Errno(fmt::format("stat({})", path));
+  if (!S_ISDIR(top.st_mode))
+    return ::unlink(path.c_str()) == 0 || errno == ENOENT ? OkStatus() : Status::Errno(fmt::format("unlink({})", path));
+  // By descriptor, one directory open at a time: an image's tree may be deeper than PATH_MAX allows a path to name,
+  // or than the descriptors allow open at once. Going back up through ".." is safe: the tree is root's and held by
+  // its remover's lock.
+  UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) return Status::Errno(fmt::format("open({})", path));
+  auto shown = [&](size_t depth) { return depth == 0 ? path : fmt::format("{}/... ({} levels down)", path, depth); };
+  std::vector<RemovalLevel> levels(1);
+  auto subdirs = UnlinkFilesIn(dir.get(), top.st_dev, path);
+  if (!subdirs.ok()) return subdirs.status();
+  levels.back().subdirs = std::move(*subdirs);
+  while (true) {
+    RemovalLevel& level = levels.back();
+    if (!level.subdirs.empty()) {
+      std::string name = std::move(level.subdirs.back());
+      level.subdirs.pop_back();
+      UniqueFd sub(::openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub) {
+        if (errno == ENOENT) continue;
+        return Status::Errno(fmt::format("open({}/{})", shown(levels.size() - 1), name));
+      }
+      subdirs = UnlinkFilesIn(sub.get(), top.st_dev, shown(levels.size()));
+      if (!subdirs.ok()) return subdirs.status();
+      levels.push_back({std::move(name), std::move(*subdirs)});
+      dir = std::move(sub);
+      continue;
+    }
+    if (levels.size() == 1) break;
+    UniqueFd parent(::openat(dir.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!parent) return Status::Errno(fmt::format("open({}/..)", shown(levels.size() - 1)));
+    if (::unlinkat(parent.get(), level.name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+      return Status::Errno(fmt::format("rmdir({}/{})", shown(levels.size() - 2), level.name));
+    levels.pop_back();
+    dir = std::move(parent);
+  }
+  dir.reset();
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return Status::Errno(fmt::format("rmdir({})", path));
+  return OkStatus();
 }
 
 StatusOr<uint64_t> DiskUsage(const std::string& path) {

@@ -48,8 +48,16 @@ struct ImageInfo {
 
 // The published images, sorted by name. A store that does not exist yet holds no images.
 StatusOr<std::vector<ImageInfo>> ListImages(const std::string& store);
-// Makes the image vanish (one rename), then deletes its files.
+// Makes the image vanish (one rename), then deletes its files. Refused while the image is in use: a process holds it
+// (UseImage) or a sandbox has it mounted.
 Status RemoveImage(const std::string& store, const std::string& name);
+// As ResolveImage, for a sandbox about to be set up on the image: it also takes a shared lock on the image, held until
+// this process exits, so that `nsbox image rm` refuses it before its mounts exist rather than empty them under the
+// program.
+StatusOr<std::string> UseImage(const std::string& name);
+// An error when `store` is not nsbox's: its mode is not kImageStoreMode and it holds something other than images and
+// leftovers (a mistyped NSBOX_IMAGE_STORE).
+Status RefuseForeignStore(const std::string& store);
 
 inline constexpr unsigned kImageStoreMode = 0711;
 

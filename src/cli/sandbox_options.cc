@@ -125,7 +125,7 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
   PolicyBuilder builder;
   if (o.rootfs != "host" && o.rootfs.find('/') == std::string::npos) {
     // A bare name is an image from `nsbox image build`; a directory is given as a path (./dir, /srv/root).
-    auto image_root = ResolveImage(o.rootfs);
+    auto image_root = UseImage(o.rootfs);
     if (!image_root.ok()) return image_root.status().Wrap("--rootfs");
     builder.SetRootfsDir(*image_root);
   } else if (o.rootfs != "host") {

@@ -214,6 +214,77 @@ TEST_CASE("rm removes an image entirely and refuses unknown names") {
   CHECK_THAT(nsbox::cli::RemoveImage(store.path(), "gone").message(), Catch::Contains("no image 'gone'"));
 }
 
+TEST_CASE("rm removes only images: not another directory of the store, not a symlink, nothing in a foreign store") {
+  TempStore store;
+  store.AddImage("kept", "{}");
+  REQUIRE(::chmod(store.path().c_str(), nsbox::cli::kImageStoreMode) == 0);
+  // A directory without rootfs/ (another program's state, say) and a symlink to an image are not images.
+  REQUIRE(::mkdir((store.path() + "/serve").c_str(), 0755) == 0);
+  REQUIRE(nsbox::WriteFile(store.path() + "/serve/state.json", "{}").ok());
+  REQUIRE(::symlink((store.path() + "/kept").c_str(), (store.path() + "/alias").c_str()) == 0);
+  CHECK_THAT(nsbox::cli::RemoveImage(store.path(), "serve").message(),
+             Catch::StartsWith("no image 'serve' (known images: kept)"));
+  CHECK(nsbox::PathExists(store.path() + "/serve/state.json"));
+  CHECK_THAT(nsbox::cli::RemoveImage(store.path(), "alias").message(), Catch::StartsWith("no image 'alias'"));
+  CHECK_FALSE(nsbox::cli::ResolveImageIn(store.path(), "alias").ok());
+  CHECK(nsbox::cli::ListImages(store.path())->size() == 1);
+  // NSBOX_IMAGE_STORE naming a directory that is not nsbox's: nothing in it is removed, not even an image-like one.
+  REQUIRE(::chmod(store.path().c_str(), 0755) == 0);
+  CHECK(nsbox::cli::RemoveImage(store.path(), "kept").message() ==
+        fmt::format("image store {} (mode 755) holds 'alias', which is not an image: name a directory of nsbox's own "
+                    "(NSBOX_IMAGE_STORE)",
+                    store.path()));
+  CHECK(nsbox::PathExists(store.path() + "/kept/rootfs"));
+}
+
+TEST_CASE("rm removes a tree deeper than a path can name and than the descriptors allow open at once") {
+  TempStore store;
+  store.AddImage("deep", "{}");
+  nsbox::UniqueFd dir(::open((store.path() + "/deep/rootfs").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  for (int level = 0; level < 1100; ++level) {  // 1100 * 5 bytes: past PATH_MAX (4096)
+    REQUIRE(::mkdirat(dir.get(), "dddd", 0755) == 0);
+    REQUIRE(::symlinkat("/etc", dir.get(), "link") == 0);
+    dir = nsbox::UniqueFd(::openat(dir.get(), "dddd", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    REQUIRE(dir);
+  }
+  REQUIRE(nsbox::WriteFile(store.path() + "/deep/rootfs/usr/file", "x").ok());
+  dir.reset();
+  auto removed = nsbox::cli::RemoveImage(store.path(), "deep");
+  INFO(removed.message());
+  CHECK(removed.ok());
+  CHECK(nsbox::PathExists("/etc/passwd"));  // the links were removed, not followed
+  auto left = nsbox::cli::ForeignEntry(store.path());
+  REQUIRE(left.ok());
+  CHECK(left->empty());  // no .rm-* directory stays behind
+  CHECK(nsbox::cli::SweepStaleEntries(store.path()).ok());
+}
+
+TEST_CASE("an image held by a sandbox being set up (UseImage) is not removed") {
+  // The race this closes: rm looked for the image's mounts before a starting sandbox had made them, then emptied the
+  // image under the running program.
+  TempStore store;
+  store.AddImage("held", "{}");
+  ::setenv("NSBOX_IMAGE_STORE", store.path().c_str(), 1);
+  auto root = nsbox::cli::UseImage("held");
+  auto again = nsbox::cli::UseImage("held");  // one lock per image and process
+  ::unsetenv("NSBOX_IMAGE_STORE");
+  REQUIRE(root.ok());
+  CHECK(*root == store.path() + "/held/rootfs");
+  CHECK(again.ok());
+  CHECK_THAT(nsbox::cli::RemoveImage(store.path(), "held").message(),
+             Catch::StartsWith("image 'held' is in use by a sandbox or session being started or running on it"));
+  CHECK(nsbox::PathExists(store.path() + "/held/rootfs/usr"));
+  // While rm holds the image, a sandbox cannot take it.
+  store.AddImage("going", "{}");
+  nsbox::UniqueFd removing(::open((store.path() + "/going").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  REQUIRE(::flock(removing.get(), LOCK_EX) == 0);
+  ::setenv("NSBOX_IMAGE_STORE", store.path().c_str(), 1);
+  auto refused = nsbox::cli::UseImage("going");
+  ::unsetenv("NSBOX_IMAGE_STORE");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message() == "image 'going' is being removed");
+}
+
 TEST_CASE("the sweep removes leftovers of dead builds but not a build whose lock is held") {
   TempStore store;
   const std::string live = store.path() + "/.build-live-aaaaaa";
