@@ -319,7 +319,9 @@ Status BuildImage(const BuildOptions& options) {
   if (!bootstrap.ok()) return bootstrap.status().Wrap("bootstrap");
   if (g_image_interrupted) return InterruptedStatus();
   if (bootstrap->wait_status != 0) {
-    std::string why = bootstrap->last_error_line.substr(std::string_view("mkrootfs: error:").size());
+    // mkrootfs's own "mkrootfs: error: ..." line when it wrote one (a command it ran may have ended it first).
+    std::string why = bootstrap->last_error_line;
+    if (why.starts_with("mkrootfs: error:")) why.erase(0, std::string_view("mkrootfs: error:").size());
     why.erase(0, why.find_first_not_of(' '));
     if (!why.empty()) why = ": " + why;
     return Status::Error(fmt::format("bootstrap failed ({}){}", DescribeWaitStatus(bootstrap->wait_status), why));

@@ -379,6 +379,36 @@ TEST_CASE("an image whose smoke test fails is never published", "[build]") {
   CHECK_THAT(run.err, Catch::Contains("no image 'smokefail'"));
 }
 
+TEST_CASE("a build's clean-up stays inside the image when customize made its directories symlinks; rm takes a deep "
+          "tree", "[build]") {
+  if (!RequireRootOrSkip("symlinked image directories")) return;
+  // `ln -s /tmp /var/tmp` is a common way to save space. The clean-up after mmdebstrap empties /var/log, /var/tmp and
+  // /tmp and sets their modes: from the host side it followed such links and emptied the build host's directories.
+  const std::string host_dir = Store().substr(0, Store().rfind('/')) + "/host-side";
+  REQUIRE(::mkdir(host_dir.c_str(), 0700) == 0);
+  REQUIRE(nsbox::WriteFile(host_dir + "/keep", "host data\n").ok());
+  const std::string t = TemplateFile("linked", fmt::format(R"({{"packages": [], "customize": [
+      "rm -rf /var/log && ln -s {0} /var/log", "rm -rf /var/tmp && ln -s {0} /var/tmp",
+      "mkdir -p /opt/t && cd /opt/t && i=0 && while [ $i -lt 1100 ]; do mkdir dddd && cd -P dddd; i=$((i+1)); done"],
+      "smoke_test": ["/bin/sh", "-c", "test -d /opt/t/dddd && echo linked ok"]}})",
+                                                           host_dir));
+  Outcome o = Nsbox({"image", "build", t, "--name", "linked"});
+  INFO(o.err);
+  CHECK(o.exit_code == 0);
+  CHECK(Slurp(host_dir + "/keep") == "host data\n");
+  struct stat st;
+  REQUIRE(::stat(host_dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0700);
+  // 1100 levels: deeper than PATH_MAX lets a path name. rm removed the image from the list but left its files, and
+  // every later build failed on the leftover.
+  Outcome rm = Nsbox({"image", "rm", "linked"});
+  INFO(rm.err);
+  CHECK(rm.exit_code == 0);
+  CHECK(Leftovers().empty());
+  CHECK_FALSE(nsbox::PathExists(Store() + "/linked"));
+  CHECK(Slurp(host_dir + "/keep") == "host data\n");
+}
+
 TEST_CASE("a build interrupted by SIGTERM or SIGINT removes its half image and leaves no process or mount",
           "[build][interrupt]") {
   if (!RequireRootOrSkip("interrupted build")) return;
