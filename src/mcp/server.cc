@@ -29,6 +29,9 @@ constexpr int kInvalidRequest = -32600;
 constexpr int kMethodNotFound = -32601;
 constexpr int kInvalidParams = -32602;
 constexpr int kInternalError = -32603;
+// A batch's messages are answered in one array held until its last call ends: an error answer is some 500 bytes of
+// memory for each byte of a "[1,1,...]" line, so a batch is kept small (batches are gone from MCP since 2025-06-18).
+constexpr size_t kMaxBatchMessages = 128;
 
 json TextContent(const std::string& text) { return json::array({{{"type", "text"}, {"text", text}}}); }
 
@@ -171,6 +174,13 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
     if (Status s = CheckWorkspacePath(path); !s.ok()) throw bad(s.message());
     if (name == "write_file" && !get_string("content", content))
       throw bad("'content' must be a string, the file's full text");
+    // The content goes into the sandbox base64-encoded inside a program, which may have kMaxCodeBytes.
+    constexpr size_t kMaxContentBytes = cli::kMaxCodeBytes / 4 * 3 - (64 << 10);
+    if (content.size() > kMaxContentBytes)
+      throw bad(
+          fmt::format("'content' is {} bytes, more than write_file takes ({} bytes): generate large data in "
+                      "code instead",
+                      content.size(), kMaxContentBytes));
     language = "python";
     // File tools run inside the sandbox too: the sandbox user, its own root, nothing of the host.
     code = FileToolCode(name, path, content);
@@ -378,6 +388,10 @@ std::optional<json> McpServer::HandleMessage(const json& msg, bool inline_tools,
 
 std::optional<json> McpServer::HandleBatch(const json& batch, bool inline_tools) {
   if (batch.empty()) return ErrorResponse(nullptr, kInvalidRequest, "invalid request: empty batch");
+  if (batch.size() > kMaxBatchMessages)
+    return ErrorResponse(nullptr, kInvalidRequest,
+                         fmt::format("invalid request: a batch of {} messages (at most {}; send them one by one)",
+                                     batch.size(), kMaxBatchMessages));
   // One array answers the whole batch, in order, once its last call is done. Everything but tool calls is answered
   // here; the tool calls run one after another on a worker, so that the reader goes on meanwhile: a ping is
   // answered and a notifications/cancelled reaches a batch's call (a cancelled call has no place in the array).

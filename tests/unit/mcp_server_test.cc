@@ -216,6 +216,14 @@ TEST_CASE("mcp refuses code over the program size limit as the model's error, na
         "invalid arguments for run_python: 'code' is 16777217 bytes, more than the 16777216 a program may have: "
         "write large data to a file with write_file, or generate it in the code");
   CHECK(f.script.calls.empty());  // nothing ran
+  // write_file's content travels base64-encoded in such a program: past 12M less 64K it was refused naming a CLI
+  // flag (--file) the model never used.
+  result = f.One(Call(2, "write_file", {{"path", "big.txt"}, {"content", std::string(13'000'000, 'a')}}))["result"];
+  CHECK(result["isError"] == true);
+  CHECK(result["content"][0]["text"] ==
+        "invalid arguments for write_file: 'content' is 13000000 bytes, more than write_file takes (12517376 bytes): "
+        "generate large data in code instead");
+  CHECK(f.script.calls.empty());
 }
 
 TEST_CASE("mcp run_python runs python and a clean exit is not an error", "[mcp]") {
@@ -306,6 +314,18 @@ TEST_CASE("mcp answers a batch with one array, in order, without notifications",
   json empty = f.OneLine("[]");
   CHECK(empty.is_object());
   CHECK(empty["error"]["code"] == -32600);
+
+  // One error for a batch too large, not an answer for each of its messages (gigabytes for a "[1,1,...]" line).
+  std::string huge = "[1";
+  for (int i = 0; i < 200000; ++i) huge += ",1";
+  json refused = f.OneLine(huge + "]");
+  REQUIRE(refused.is_object());
+  CHECK(refused["error"]["code"] == -32600);
+  CHECK(refused["error"]["message"] ==
+        "invalid request: a batch of 200001 messages (at most 128; send them one by one)");
+  json pings = json::array();
+  for (int i = 0; i < 128; ++i) pings.push_back(Ping(i));
+  CHECK(f.One(pings).size() == 128);
 
   json mixed = f.OneLine(R"([1, [], {"jsonrpc":"2.0","id":7,"method":"ping"}])");
   REQUIRE(mixed.size() == 3);
