@@ -32,6 +32,14 @@ std::string Lower(std::string s) {
   return s;
 }
 
+// `text` with every occurrence of each secret replaced by "[redacted]".
+std::string Redacted(std::string text, const std::vector<std::string>& secrets) {
+  for (const auto& secret : secrets)
+    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at))
+      text.replace(at, secret.size(), "[redacted]");
+  return text;
+}
+
 // One JSON object per line: every request, response, tool call and tool result of the run. The first failed write is
 // kept: the run then ends saying so (a transcript asked for and silently lost would read as complete).
 class Transcript {
@@ -43,12 +51,14 @@ class Transcript {
     if (!fd_) return Status::Errno(fmt::format("open({}) for the transcript", path));
     return OkStatus();
   }
+  // What is never written: the credentials, which a provider's error body may echo.
+  void SetSecrets(std::vector<std::string> secrets) { secrets_ = std::move(secrets); }
   void Write(nlohmann::json entry) {
     if (!fd_ || !error_.empty()) return;
     entry["time_ms"] =
         std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    if (int err = WriteAll(fd_.get(), entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-        err != 0)
+    std::string line = Redacted(entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), secrets_);
+    if (int err = WriteAll(fd_.get(), line + "\n"); err != 0)
       error_ = fmt::format("writing the transcript {}: {} ({})", path_, std::strerror(err), ErrnoName(err));
   }
   // Empty while every write succeeded.
@@ -58,6 +68,7 @@ class Transcript {
   std::string path_;
   UniqueFd fd_;
   std::string error_;
+  std::vector<std::string> secrets_;
 };
 
 struct ModelReply {
@@ -71,6 +82,20 @@ class Loop {
   Loop(Provider& provider, runtime::SandboxRuntime& runtime, const AgentConfig& config)
       : provider_(provider), runtime_(runtime), config_(config) {
     transport_ = config.transport ? config.transport : HttpPost;
+    // The credential headers' values ("Bearer KEY" and KEY): a server may echo them in an error message. Short
+    // values are left alone, so that a test key such as "k" does not blank every k.
+    auto secret_names = provider_.secret_headers();
+    for (const auto& h : provider_.headers()) {
+      const size_t colon = h.find(':');
+      if (colon == std::string::npos ||
+          std::find(secret_names.begin(), secret_names.end(), Lower(h.substr(0, colon))) == secret_names.end())
+        continue;
+      std::string value = h.substr(colon + 1);
+      value.erase(0, value.find_first_not_of(' '));
+      for (std::string secret : {value, value.starts_with("Bearer ") ? value.substr(7) : std::string()})
+        if (secret.size() >= 8) secrets_.push_back(std::move(secret));
+    }
+    transcript_.SetSecrets(secrets_);
   }
 
   AgentOutcome Run(const std::string& prompt) {
@@ -119,7 +144,7 @@ class Loop {
  private:
   bool Cancelled() const { return config_.cancel && config_.cancel->load(); }
   void Log(const std::string& line) const {
-    if (config_.log) config_.log(line);
+    if (config_.log) config_.log(Redacted(line, secrets_));
   }
   static std::string FirstLines(const std::string& text, int lines) {
     size_t pos = 0;
@@ -132,7 +157,7 @@ class Loop {
   }
   AgentOutcome End(AgentEnd end, const std::string& error) {
     outcome_.end = end;
-    outcome_.error = error;
+    outcome_.error = Redacted(error, secrets_);
     transcript_.Write({{"kind", "end"}, {"outcome", AgentEndName(end)}, {"error", error}, {"answer", outcome_.answer},
                        {"model_calls", outcome_.model_calls}, {"tool_calls", outcome_.tool_calls},
                        {"elapsed_ms", std::chrono::duration_cast<milliseconds>(Clock::now() - start_).count()}});
@@ -309,28 +334,34 @@ class Loop {
   std::map<std::string, ToolResult> executed_;
   int consecutive_runtime_failures_ = 0;
   std::string last_runtime_error_;
+  std::vector<std::string> secrets_;
 };
 
 }  // namespace
 
 int64_t RetryAfterMs(const std::map<std::string, std::string>& headers) {
+  // A server's number is clamped to a day, more than any run waits: 9e15 ms added to the clock overflowed it, and the
+  // retry came at once.
+  constexpr double kMaxMs = 24.0 * 3600 * 1000;
   if (auto it = headers.find("retry-after-ms"); it != headers.end()) {
     char* end = nullptr;
     double ms = std::strtod(it->second.c_str(), &end);
-    if (end != it->second.c_str() && ms >= 0) return static_cast<int64_t>(ms);
+    if (end != it->second.c_str() && ms >= 0) return static_cast<int64_t>(std::min(ms, kMaxMs));
   }
   auto it = headers.find("retry-after");
   if (it == headers.end()) return -1;
   char* end = nullptr;
   double seconds = std::strtod(it->second.c_str(), &end);
-  if (end != it->second.c_str() && *end == '\0' && seconds >= 0) return static_cast<int64_t>(seconds * 1000);
+  if (end != it->second.c_str() && *end == '\0' && seconds >= 0)
+    return static_cast<int64_t>(std::min(seconds * 1000, kMaxMs));
   // An HTTP-date (RFC 9110 5.6.7): the preferred IMF-fixdate, then the two obsolete forms; always GMT.
   for (const char* format : {"%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT", "%a %b %e %H:%M:%S %Y"}) {
     struct tm parts = {};
     const char* rest = strptime(it->second.c_str(), format, &parts);
     if (!rest || *rest != '\0') continue;
     time_t when = timegm(&parts);
-    int64_t ahead_ms = (static_cast<int64_t>(when) - static_cast<int64_t>(std::time(nullptr))) * 1000;
+    const int64_t ahead_s = static_cast<int64_t>(when) - static_cast<int64_t>(std::time(nullptr));
+    const int64_t ahead_ms = std::min<int64_t>(ahead_s, static_cast<int64_t>(kMaxMs / 1000)) * 1000;
     // A date already past (a skewed clock, a stale cache) says nothing about when to retry: the normal backoff does,
     // not an immediate retry that would spend every attempt in a moment.
     if (when < 0 || ahead_ms <= 0) return -1;

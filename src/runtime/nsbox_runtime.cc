@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/result_json.h"
+#include "src/cli/languages.h"
 #include "src/runtime/subprocess.h"
 
 namespace nsbox::runtime {
@@ -221,7 +222,10 @@ StatusOr<ExecutionResult> NsboxRuntime::ExecuteOnce(const std::string& language,
   spec.stdin_data = code;
   // The JSON result holds both streams, escaped: leave room for it.
   spec.output_limit_bytes = 8 * options.output_limit_bytes + (4 << 20);
-  spec.deadline = now + sandbox_timeout + options_.setup_grace;
+  // A compiled language builds first, under the table's compile time-out: nsbox may take that as well.
+  milliseconds compile_timeout{0};
+  if (auto lang = cli::LookupLanguage(language); lang.ok() && lang->compile) compile_timeout = lang->compile->timeout;
+  spec.deadline = now + compile_timeout + sandbox_timeout + options_.setup_grace;
   spec.cancel = options.cancel;
   spec.term_grace = milliseconds(2000);
   auto outcome = RunSubprocess(spec);

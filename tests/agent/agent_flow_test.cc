@@ -196,9 +196,22 @@ TEST_CASE("a rejected API key (401) ends the run saying so, without retries") {
   runtime::LocalRuntime rt;
   for (std::string provider : {"anthropic", "openai"}) {
     DYNAMIC_SECTION(provider) {
-      FlowRun run = RunFlow(server, provider, rt, kPrimePrompt, {}, "wrong-key");
+      char path[] = "/tmp/nsbox-transcript-XXXXXX";
+      int fd = mkstemp(path);
+      REQUIRE(fd >= 0);
+      close(fd);
+      FlowRun run = RunFlow(
+          server, provider, rt, kPrimePrompt, [&](AgentConfig& c) { c.transcript_path = path; }, "wrong-key-sk-0123");
+      std::ifstream in(path);
+      std::string transcript((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      unlink(path);
       CHECK(run.outcome.end == AgentEnd::kAuthError);
       CHECK(run.outcome.error.rfind("API key rejected by " + provider + " (HTTP 401)", 0) == 0);
+      // The server's message echoes the key (OpenAI's does): it is redacted in the error and the transcript.
+      CHECK(run.outcome.error.find("wrong-key-sk-0123") == std::string::npos);
+      CHECK(transcript.find("wrong-key-sk-0123") == std::string::npos);
+      if (provider == "openai")
+        CHECK(run.outcome.error.find("Incorrect API key provided: [redacted]") != std::string::npos);
       CHECK(run.outcome.error.find(provider == "anthropic" ? "Check ANTHROPIC_API_KEY" : "Check OPENAI_API_KEY") !=
             std::string::npos);
       CHECK(run.outcome.http_requests == 1);

@@ -341,6 +341,10 @@ TEST_CASE("retry-after is read as seconds, milliseconds or an HTTP date") {
   CHECK(RetryAfterMs({{"retry-after", "0.5"}}) == 500);
   CHECK(RetryAfterMs({{"retry-after-ms", "250"}, {"retry-after", "9"}}) == 250);
   CHECK(RetryAfterMs({}) == -1);
+  // Clamped to a day: added to the clock, 9e15 ms overflowed it and the retry came at once.
+  CHECK(RetryAfterMs({{"retry-after-ms", "9e15"}}) == 86'400'000);
+  CHECK(RetryAfterMs({{"retry-after", "inf"}}) == 86'400'000);
+  CHECK(RetryAfterMs({{"retry-after", "Fri, 01 Jan 9999 00:00:00 GMT"}}) == 86'400'000);
   // A date in the past, or one not understood, leaves the wait to the normal backoff.
   CHECK(RetryAfterMs({{"retry-after", "Wed, 21 Oct 2015 07:28:00 GMT"}}) == -1);
   CHECK(RetryAfterMs({{"retry-after", "Wed, 32 Foo 2015 07:28:00 GMT"}}) == -1);

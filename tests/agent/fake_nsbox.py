@@ -5,6 +5,8 @@ FAKE_NSBOX_LOG    file that gets one line per invocation ("create", "exec ID", "
 FAKE_NSBOX_MODE   "sessions" (default): create/exec/rm work; "no-sessions": `session` is an
                   unknown subcommand, as CLI11 reports it, and only `run` works; "broken": create
                   fails with a different error.
+FAKE_NSBOX_COMPILE_SECONDS  for --lang c: how long its "compile step" takes before the code runs
+                  (as sh), within the language's compile time-out rather than --timeout.
 Code arrives on stdin (--file -) and runs with the host's python3/bash/sh; the result is printed
 as nsbox's JSON result object.
 """
@@ -31,6 +33,9 @@ def run_code(args):
     lang = option(args, "--lang")
     timeout = option(args, "--timeout", "30s")
     seconds = float(timeout[:-2]) / 1000 if timeout.endswith("ms") else float(timeout.rstrip("s"))
+    if lang == "c":
+        time.sleep(float(os.environ.get("FAKE_NSBOX_COMPILE_SECONDS", "0")))
+        lang = "sh"
     interp = {"python": ["/usr/bin/python3", "-"], "bash": ["/bin/bash", "-s"], "sh": ["/bin/sh", "-s"]}.get(lang)
     if interp is None:
         print("nsbox: unknown language %s" % lang, file=sys.stderr)

@@ -243,7 +243,8 @@ def check_anthropic(headers, body, key):
 
 def check_openai(headers, body, key):
     if headers.get("authorization") != "Bearer " + key:
-        raise PermissionError("Incorrect API key provided")
+        # As OpenAI's own answer does, the key sent is named in the message.
+        raise PermissionError("Incorrect API key provided: %s" % headers.get("authorization", "")[len("Bearer "):])
     require(headers.get("content-type", "").startswith("application/json"), "Content-Type must be application/json")
     require(isinstance(body.get("model"), str) and body["model"], "model missing")
     check_tools(body.get("tools"), "openai")

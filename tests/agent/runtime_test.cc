@@ -279,6 +279,22 @@ TEST_CASE("nsbox runtime makes one session per conversation, execs in it, and re
   CHECK(lines[3] == "rm " + sid);
 }
 
+TEST_CASE("nsbox runtime waits for a compiled language's build as well as for the program") {
+  // The call's timeout is the program's; the build before it has the language's own compile time-out. nsbox was
+  // killed at timeout + setup grace, in the middle of a long compile, and the result was lost.
+  ScopedEnv compile("FAKE_NSBOX_COMPILE_SECONDS", "2.5");
+  NsboxRuntimeOptions options;
+  options.nsbox_bin = testing::SourcePath("tests/agent/fake_nsbox.py");
+  options.setup_grace = 1s;
+  NsboxRuntime rt(options);
+  ExecuteOptions o;
+  o.timeout = 1s;
+  auto r = rt.execute("c", "echo built and ran", o);
+  REQUIRE(r.ok());
+  CHECK(r->status == RunStatus::kOk);
+  CHECK(r->stdout_data == "built and ran\n");
+}
+
 TEST_CASE("nsbox runtime falls back to one-shot nsbox run when this nsbox has no sessions") {
   TempPath log;
   ScopedEnv mode("FAKE_NSBOX_MODE", "no-sessions");
