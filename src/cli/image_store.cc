@@ -248,9 +248,10 @@ Status RefuseForeignStore(const std::string& store) {
   auto foreign = ForeignEntry(store);
   if (!foreign.ok()) return foreign.status();
   if (foreign->empty()) return OkStatus();
-  return Status::Error(fmt::format("image store {} (mode {:o}) holds '{}', which is not an image: name a directory of "
-                                   "nsbox's own (NSBOX_IMAGE_STORE)",
-                                   store, st.st_mode & 07777, *foreign));
+  return Status::Error(
+      fmt::format("image store {} (mode {:o}) holds '{}', which is not an image: name a directory of "
+                  "nsbox's own (NSBOX_IMAGE_STORE)",
+                  store, st.st_mode & 07777, *foreign));
 }
 
 Status RemoveImage(const std::string& store, const std::string& name) {
@@ -272,9 +273,10 @@ Status RemoveImage(const std::string& store, const std::string& name) {
   if (!lock) return errno == ENOENT ? no_image() : Status::Errno(fmt::format("open({})", path));
   if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return Status::Errno(fmt::format("locking {}", path));
-    return Status::Error(fmt::format("image '{}' is in use by a sandbox or session being started or running on it, or "
-                                     "by another nsbox image rm; try again once it has ended",
-                                     name));
+    return Status::Error(
+        fmt::format("image '{}' is in use by a sandbox or session being started or running on it, or "
+                    "by another nsbox image rm; try again once it has ended",
+                    name));
   }
   if (!SameFile(lock.get(), path)) return no_image();  // removed between the open and the lock
   // A running sandbox or session has the image's entries bound into its root: removing them would empty its /usr
@@ -423,7 +425,8 @@ StatusOr<std::vector<std::string>> UnlinkFilesIn(int dir, dev_t device, const st
 
 Status RemoveTree(const std::string& path) {
   struct stat top;
-  if (::lstat(path.c_str(), &top) != 0) return errno == ENOENT ? OkStatus() : Status::Errno(fmt::format("stat({})", path));
+  if (::lstat(path.c_str(), &top) != 0)
+    return errno == ENOENT ? OkStatus() : Status::Errno(fmt::format("stat({})", path));
   if (!S_ISDIR(top.st_mode))
     return ::unlink(path.c_str()) == 0 || errno == ENOENT ? OkStatus() : Status::Errno(fmt::format("unlink({})", path));
   // By descriptor, one directory open at a time: an image's tree may be deeper than PATH_MAX allows a path to name,

@@ -379,8 +379,10 @@ TEST_CASE("an image whose smoke test fails is never published", "[build]") {
   CHECK_THAT(run.err, Catch::Contains("no image 'smokefail'"));
 }
 
-TEST_CASE("a build's clean-up stays inside the image when customize made its directories symlinks; rm takes a deep "
-          "tree", "[build]") {
+TEST_CASE(
+    "a build's clean-up stays inside the image when customize made its directories symlinks; rm takes a deep "
+    "tree",
+    "[build]") {
   if (!RequireRootOrSkip("symlinked image directories")) return;
   // `ln -s /tmp /var/tmp` is a common way to save space. The clean-up after mmdebstrap empties /var/log, /var/tmp and
   // /tmp and sets their modes: from the host side it followed such links and emptied the build host's directories.
