@@ -30,7 +30,6 @@ struct HttpServer::Connection {
   bool answered = false;        // a response was queued before the body was read (refused at admission)
   uint64_t counted = 0;         // bytes of server->buffered_ this request holds
   std::atomic<uint64_t>* buffered = nullptr;
-  std::function<void()> undelivered;  // the response's, until it is known to be sent whole
   ~Connection() { Release(); }
   void Release() {
     if (buffered) *buffered -= counted;
@@ -281,13 +280,9 @@ struct HttpServerCallbacks {
     request.body = std::string();
     state->Release();
     if (!response.stream) {
-      if (response.undelivered) {
-        if (PeerGone(fd)) {
-          response.undelivered();  // on TCP the write would still succeed: the peer's FIN says it will not be read
-        } else {
-          state->undelivered = std::move(response.undelivered);
-        }
-      }
+      // On TCP the write would still succeed: the peer's FIN says it will not be read. (libmicrohttpd's completion
+      // code cannot tell the rest: it reports an error for some responses the client did read.)
+      if (response.undelivered && PeerGone(fd)) response.undelivered();
       return Queue(connection, response);
     }
 
@@ -331,10 +326,8 @@ struct HttpServerCallbacks {
     return queued;
   }
 
-  static void Completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode code) {
-    auto* state = static_cast<HttpServer::Connection*>(*con_cls);
-    if (state && state->undelivered && code != MHD_REQUEST_TERMINATED_COMPLETED_OK) state->undelivered();
-    delete state;
+  static void Completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
+    delete static_cast<HttpServer::Connection*>(*con_cls);
     *con_cls = nullptr;
   }
 

@@ -49,9 +49,8 @@ struct HttpResponse {
   // When set, the body is produced by this function on a thread of its own, chunk by chunk (chunked encoding); the
   // response ends when it returns.
   std::function<void(StreamSink&)> stream;
-  // When set (whole responses only), called if the response was not sent whole: the client had gone when it was ready,
-  // or the connection failed while it was written. It undoes what the request made for a client that never learnt of
-  // it (a sandbox it cannot name).
+  // When set (whole responses only), called when the client has gone (closed its connection) by the time the response
+  // is ready. It undoes what the request made for a client that never learns of it (a sandbox it cannot name).
   std::function<void()> undelivered;
 };
 
