@@ -120,6 +120,13 @@ StatusOr<std::vector<MountStep>> BuildMountPlan(const MountPlanInputs& in) {
       if (kReservedTopLevel.count(name)) continue;
       AddRootEntry(plan, root + "/" + name, "/" + name);
     }
+    // The root's /etc entries are bound one by one from the sandbox's side, where no path through a link in the
+    // root is followed: a /etc that is a link would fail each bind with a message about the link's owner.
+    struct stat etc_st;
+    if (::lstat((root + "/etc").c_str(), &etc_st) == 0 && S_ISLNK(etc_st.st_mode))
+      return Status::Error(fmt::format("rootfs '{}': its /etc is a symbolic link; a prepared root needs /etc to be a "
+                                       "directory (make it one, or move the files it points to there)",
+                                       root));
     for (const auto& name : ListDir(root + "/etc"))
       if (!kGeneratedEtc.count(name)) etc_entries.push_back({"/etc/" + name, /*optional=*/true});
   }

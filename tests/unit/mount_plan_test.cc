@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "sandbox/child.h"
 #include "sandbox/spec/mount_plan.h"
 
@@ -181,6 +183,22 @@ TEST_CASE("a prepared root's entries are bound, reserved mount points are not") 
   CHECK_FALSE(Find(*plan, Kind::kBindReadOnly, "/etc/shadow"));
   CHECK_FALSE(Find(*plan, Kind::kBindReadOnly, "/proc"));
   CHECK_FALSE(Find(*plan, Kind::kBindReadOnly, "/tmp"));
+}
+
+TEST_CASE("a prepared root whose /etc is a symbolic link is refused, saying so") {
+  // Its entries are bound one by one from inside, where no link in the root is followed: each bind failed with a
+  // message that blamed the link's owner.
+  FakeHost host;
+  fs::rename(host.root / "etc", host.root / "usr/etc");
+  fs::create_directory_symlink("usr/etc", host.root / "etc");
+  auto policy = PolicyBuilder().SetRootfsDir(host.root.string()).TryBuild();
+  REQUIRE(policy.ok());
+  auto plan = BuildMountPlan(Inputs(&*policy, nullptr, "/"));
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.status().message() ==
+        fmt::format("rootfs '{}': its /etc is a symbolic link; a prepared root needs /etc to be a directory (make it "
+                    "one, or move the files it points to there)",
+                    host.root.string()));
 }
 
 TEST_CASE("policy builder reports its first error once") {
