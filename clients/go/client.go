@@ -16,10 +16,14 @@ import (
 	"time"
 )
 
-// Client speaks the nsbox serve API v1. Make one with NewClient or FromEnv; it is safe for concurrent use.
+// Client speaks the nsbox serve API v1. Make one with NewClient or FromEnv; it is safe for concurrent use. Printed
+// (fmt's %v, %+v, %#v, ...), it shows its URL and never its token.
 type Client struct {
-	base  string // "http://nsbox" for a Unix socket, else the URL given
-	token string
+	url  string // the URL given (or the default socket's)
+	base string // "http://nsbox" for a Unix socket, else the URL given
+	// The bearer token, nil for none; behind a pointer so that fmt, printing by reflection a struct that holds the
+	// client (a Sandbox with %s, say), shows an address and never the token.
+	token *string
 	http  *http.Client
 	// RequestTimeout bounds a call whose context has no deadline; an exec adds its own time-out (60 s when not set),
 	// a compiled language's compile time-out (CompileTimeout, else 60 s) and 30 s.
@@ -45,35 +49,50 @@ func NewClient(rawURL, token string) (*Client, error) {
 		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: several nodes are not supported by the Go client; give one URL",
 			rawURL)
 	}
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: %v", rawURL, err)
-	}
 	// One connection per request: a refused connection then always means nothing was sent.
 	transport := &http.Transport{DisableKeepAlives: true}
-	c := &Client{token: token, RequestTimeout: 60 * time.Second}
-	switch u.Scheme {
-	case "unix":
-		if u.Path == "" {
-			return nil, fmt.Errorf("nsbox: NSBOX_URL %q: a unix URL needs a socket path", rawURL)
-		}
-		if u.Host != "" { // unix://tmp/api.sock: "tmp" would be taken as a host and dropped
+	c := &Client{url: rawURL, RequestTimeout: 60 * time.Second}
+	if token != "" {
+		c.token = &token
+	}
+	if len(rawURL) >= len("unix://") && strings.EqualFold(rawURL[:len("unix://")], "unix://") {
+		// The socket path is what follows unix:// as it is: a file name may hold %, # or ?, which a URL parser
+		// would decode or cut off.
+		socket := rawURL[len("unix://"):]
+		if !strings.HasPrefix(socket, "/") { // unix://tmp/api.sock
 			return nil, fmt.Errorf("nsbox: NSBOX_URL %q: a unix:// URL needs an absolute path (unix:///path)", rawURL)
 		}
-		socket := u.Path
 		transport.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
 		}
 		c.base = "http://nsbox"
-	case "http", "https":
-		c.base = strings.TrimRight(rawURL, "/")
-	default:
-		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: scheme must be unix or http", rawURL)
+		c.http = &http.Client{Transport: transport}
+		return c, nil
 	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: %v", rawURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: the scheme must be unix, http or https", rawURL)
+	}
+	c.base = strings.TrimRight(rawURL, "/")
 	c.http = &http.Client{Transport: transport}
 	return c, nil
 }
+
+// String describes the client by its URL; the token never shows.
+func (c Client) String() string {
+	token := "none"
+	if c.token != nil {
+		token = "set"
+	}
+	return fmt.Sprintf("nsbox.Client{url: %s, token: %s, RequestTimeout: %s}", c.url, token, c.RequestTimeout)
+}
+
+// Format prints String for every verb (%v, %+v, %#v, %s, %d, ...): fmt would otherwise print the token field.
+func (c Client) Format(f fmt.State, verb rune) { _, _ = io.WriteString(f, c.String()) }
 
 // apiError is the body of every non-2xx answer.
 type apiError struct {
@@ -100,8 +119,8 @@ func (c *Client) request(ctx context.Context, op, method, path string, body io.R
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.token != nil {
+		req.Header.Set("Authorization", "Bearer "+*c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

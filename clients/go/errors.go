@@ -16,6 +16,7 @@ var (
 	ErrNotFound       = errors.New("not found")                     // 404: unknown sandbox, file or route
 	ErrConflict       = errors.New("sandbox ended")                 // 409
 	ErrSetupFailed    = errors.New("sandbox set-up failed")         // 500 setup_failed, or a setup_error result
+	ErrInternal       = errors.New("internal server error")         // 500 internal (any 500 but setup_failed)
 	ErrServerGone     = errors.New("server gone")                   // connection refused or cut, 503 shutting down
 	ErrRequestTimeout = errors.New("no answer in time")             // no answer within the client's own deadline
 	ErrProtocol       = errors.New("unexpected answer from server") // breaks the API contract
@@ -70,6 +71,8 @@ func kindOfStatus(status int, code string) error {
 		return ErrServerGone
 	case code == "setup_failed":
 		return ErrSetupFailed
+	case status == 500:
+		return ErrInternal
 	case status >= 400 && status < 500:
 		return ErrRefused
 	}

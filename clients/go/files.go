@@ -56,11 +56,22 @@ func (f Files) Read(ctx context.Context, path string) ([]byte, error) {
 	return readAll(ctx, resp, "files.read")
 }
 
-// List returns the entries of a directory.
+// Listing is a directory's entries as the server listed them.
+type Listing struct {
+	Entries []Entry `json:"entries"`
+	// Truncated is true when the server cut the listing short at its cap (20000 entries or 8 MiB): some are missing.
+	Truncated bool `json:"truncated"`
+}
+
+// List returns the entries of a directory; Listing also says whether the server listed only some of them.
 func (f Files) List(ctx context.Context, dir string) ([]Entry, error) {
-	var out struct {
-		Entries []Entry `json:"entries"`
-	}
+	l, err := f.Listing(ctx, dir)
+	return l.Entries, err
+}
+
+// Listing returns the entries of a directory and whether the server cut the listing short.
+func (f Files) Listing(ctx context.Context, dir string) (Listing, error) {
+	var out Listing
 	err := f.s.client.doJSON(ctx, "files.list", "GET", f.path(dir, true), nil, &out)
 	for i := range out.Entries {
 		e := &out.Entries[i]
@@ -72,7 +83,7 @@ func (f Files) List(ctx context.Context, dir string) ([]Entry, error) {
 			e.Name = exact[strings.LastIndex(exact, "/")+1:]
 		}
 	}
-	return out.Entries, err
+	return out, err
 }
 
 // Remove deletes a file, or a directory recursively.

@@ -3,7 +3,9 @@ package nsbox
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,9 +30,9 @@ const primeCode = `def nth_prime(n):
 print(nth_prime(1000))
 `
 
-// startServe runs `nsbox serve` on a private socket and state dir; it skips (with the reason) when this
-// nsbox has no serve command.
-func startServe(t *testing.T) *Client {
+// startServe runs `nsbox serve` on a private socket and state dir, with extra arguments; it skips (with the reason)
+// when this nsbox has no serve command.
+func startServe(t *testing.T, extra ...string) *Client {
 	t.Helper()
 	bin := os.Getenv("NSBOX_BIN")
 	if bin == "" {
@@ -41,7 +43,8 @@ func startServe(t *testing.T) *Client {
 	}
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "api.sock")
-	cmd := exec.Command(bin, "serve", "--socket", socket, "--state-dir", filepath.Join(dir, "state"))
+	args := append([]string{"serve", "--socket", socket, "--state-dir", filepath.Join(dir, "state")}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start nsbox serve: %v", err)
@@ -259,18 +262,24 @@ func TestURLsTheClientCannotServeAreRefusedWhenItIsMade(t *testing.T) {
 
 func TestAStreamedErrorLineIsTypedByItsCode(t *testing.T) {
 	for code, want := range map[string]error{"conflict": ErrConflict, "not_found": ErrNotFound,
-		"bad_request": ErrRefused, "too_many_requests": ErrCapacityFull, "setup_failed": ErrSetupFailed} {
+		"bad_request": ErrRefused, "too_many_requests": ErrCapacityFull, "setup_failed": ErrSetupFailed,
+		"internal": ErrInternal} {
 		if got := kindOfStatus(0, code); got != want {
 			t.Fatalf("kindOfStatus(0, %q) = %v; want %v", code, got, want)
 		}
 	}
 }
 
-// scriptedServer answers every request on a private socket with the raw HTTP answer answer(r) gives, then closes
-// the connection: for answers no real server gives on demand (cut short, oddly streamed).
+// scriptedServer answers every request on a private socket with the raw HTTP answer answer(r) gives (r's body can
+// be read), then closes the connection: for answers no real server gives on demand (cut short, oddly streamed).
 func scriptedServer(t *testing.T, answer func(r *http.Request) string) *Client {
 	t.Helper()
-	socket := filepath.Join(t.TempDir(), "api.sock")
+	return scriptedServerAt(t, filepath.Join(t.TempDir(), "api.sock"), answer)
+}
+
+// scriptedServerAt is scriptedServer on the given socket path.
+func scriptedServerAt(t *testing.T, socket string, answer func(r *http.Request) string) *Client {
+	t.Helper()
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +297,8 @@ func scriptedServer(t *testing.T, answer func(r *http.Request) string) *Client {
 				if err != nil {
 					return
 				}
-				_, _ = io.Copy(io.Discard, r.Body)
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
 				_, _ = io.WriteString(conn, answer(r))
 			}()
 		}
@@ -411,5 +421,148 @@ func TestAnExecWaitsForACompiledLanguagesCompileStep(t *testing.T) {
 		if deadline.Before(start.Add(want)) || deadline.After(end.Add(want)) {
 			t.Errorf("%s: the request's deadline came %v after the call began; want %v", name, deadline.Sub(start), want)
 		}
+	}
+}
+
+func TestAnExecWithoutATimeoutSendsTheClientsDefault(t *testing.T) {
+	// The server's own default (5 s here) is not the client's: the client sends DefaultExecTimeout (60 s, capped at
+	// the server's 10 s), the time-out it waits for.
+	c := startServe(t, "--default-timeout", "5", "--max-timeout", "10")
+	ctx := context.Background()
+	s, err := c.Create(ctx, SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Terminate(ctx)
+	res, err := s.Exec(ctx, ExecRequest{Cmd: "sleep 6; echo done"})
+	if err != nil || res.Status != "ok" || res.Stdout != "done\n" {
+		t.Fatalf("got %+v, %v; want ok and done after 6 s", res, err)
+	}
+}
+
+func TestAnExecSendsTheTimeOutItWaitsFor(t *testing.T) {
+	var mu sync.Mutex
+	var sent []interface{}
+	result := `{"status": "ok", "exit_code": 0}`
+	c := scriptedServer(t, func(r *http.Request) string {
+		var body map[string]interface{}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		sent = append(sent, body["timeout"])
+		mu.Unlock()
+		return rawAnswer("200 OK", "application/json", len(result), result)
+	})
+	ctx := context.Background()
+	for _, req := range []ExecRequest{{Cmd: "x"}, {Cmd: "x", Timeout: 7 * time.Second}} {
+		if _, err := c.Run(ctx, SandboxOptions{}, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(sent) != "[60 7]" {
+		t.Fatalf("sent the time-outs %v; want [60 7]", sent)
+	}
+}
+
+func TestADeadlineEndsTheProgramInTimeForItsTimeOutResultAndOutput(t *testing.T) {
+	// The program's time-out is set short of the context's deadline: the server's timeout result, with the output
+	// so far, arrives before the deadline cancels the request.
+	ctx := context.Background()
+	s := smallSandbox(t, ctx)
+	short, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	defer cancel()
+	res, err := s.Exec(short, ExecRequest{Cmd: "echo before; sleep 30"})
+	if err != nil || res.Status != "timeout" || res.Stdout != "before\n" {
+		t.Fatalf("got %+v, %v; want the timeout result with its output", res, err)
+	}
+	rt, _ := NewRuntime(RuntimeOptions{Client: s.client})
+	defer rt.Close(ctx)
+	short, cancel = context.WithTimeout(ctx, 2500*time.Millisecond)
+	defer cancel()
+	_, err = rt.Execute(short, "python", "print('before', flush=True)\nimport time\ntime.sleep(30)\n")
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != ErrTimeout || e.Result == nil || e.Result.Stdout != "before\n" {
+		t.Fatalf("got %v (%+v); want ErrTimeout carrying the server's result with its output", err, e)
+	}
+}
+
+func TestAListingCutShortByTheServerSaysSo(t *testing.T) {
+	ctx := context.Background()
+	s := smallSandbox(t, ctx)
+	if res, err := s.Exec(ctx, ExecRequest{Cmd: "mkdir many && cd many && seq 20005 | xargs touch"}); err != nil ||
+		res.Status != "ok" {
+		t.Fatalf("got %+v, %v", res, err)
+	}
+	many, err := s.Files().Listing(ctx, "many")
+	if err != nil || len(many.Entries) != 20000 || !many.Truncated {
+		t.Fatalf("listed %d entries, truncated %v, %v; want 20000, truncated", len(many.Entries), many.Truncated, err)
+	}
+	whole, err := s.Files().Listing(ctx, ".")
+	if err != nil || len(whole.Entries) != 1 || whole.Truncated {
+		t.Fatalf("listed %+v, %v; want many alone, whole", whole, err)
+	}
+	if entries, err := s.Files().List(ctx, "many"); err != nil || len(entries) != 20000 {
+		t.Fatalf("List: %d entries, %v", len(entries), err)
+	}
+}
+
+func TestAPrintedClientNeverShowsItsToken(t *testing.T) {
+	c, err := NewClient("http://127.0.0.1:1", "tok-hidden-123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Sandbox{ID: "sb-x", client: c}
+	rt, _ := NewRuntime(RuntimeOptions{Client: c})
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%d", "%x", "%q"} {
+		for _, value := range []interface{}{c, *c, s, *s, rt, []*Client{c}} {
+			if printed := fmt.Sprintf(verb, value); strings.Contains(printed, "tok-hidden-123") ||
+				strings.Contains(printed, fmt.Sprintf("%x", "tok-hidden-123")) {
+				t.Fatalf("Sprintf(%q, %T) = %s shows the token", verb, value, printed)
+			}
+		}
+	}
+	if printed := fmt.Sprint(c); !strings.Contains(printed, "http://127.0.0.1:1") {
+		t.Fatalf("Sprint(client) = %s; want its URL", printed)
+	}
+}
+
+func TestAUnixSocketPathIsTakenLiterally(t *testing.T) {
+	// A URL parser would read %41 as "A" and cut the path at # or ?.
+	dir := filepath.Join(t.TempDir(), "a%41#b?c")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	health := `{"status": "ok"}`
+	c := scriptedServerAt(t, filepath.Join(dir, "api.sock"), func(r *http.Request) string {
+		return rawAnswer("200 OK", "application/json", len(health), health)
+	})
+	if err := c.Healthz(context.Background()); err != nil {
+		t.Fatalf("healthz over %s: %v", dir, err)
+	}
+	if _, err := NewClient("ftp://host/x", ""); err == nil || !strings.Contains(err.Error(), "unix, http or https") {
+		t.Fatalf("NewClient(ftp://...): %v; want the schemes it takes named", err)
+	}
+}
+
+func TestTheServersInternalFaultIsErrInternalAnsweredOrStreamed(t *testing.T) {
+	internal := `{"error": {"code": "internal", "message": "engine fault"}}`
+	line := `{"type": "error", "error": {"code": "internal", "message": "engine fault"}}` + "\n"
+	c := scriptedServer(t, func(r *http.Request) string {
+		if r.URL.Query().Get("stream") == "true" {
+			return rawAnswer("200 OK", "application/x-ndjson", len(line), line)
+		}
+		return rawAnswer("500 Internal Server Error", "application/json", len(internal), internal)
+	})
+	ctx := context.Background()
+	_, err := c.Create(ctx, SandboxOptions{})
+	var e *Error
+	if !errors.Is(err, ErrInternal) || !errors.As(err, &e) || e.Status != 500 || e.Code != "internal" {
+		t.Fatalf("create: %v; want ErrInternal with status 500, code internal", err)
+	}
+	_, err = c.Run(ctx, SandboxOptions{}, ExecRequest{Cmd: "x", OnStdout: func(string) {}})
+	if !errors.Is(err, ErrInternal) || !strings.Contains(err.Error(), "engine fault") {
+		t.Fatalf("a streamed internal error: %v; want ErrInternal", err)
+	}
+	if kindOfStatus(500, "setup_failed") != ErrSetupFailed || kindOfStatus(500, "") != ErrInternal {
+		t.Fatal("a 500 is ErrSetupFailed only with the code setup_failed, else ErrInternal")
 	}
 }

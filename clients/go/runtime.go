@@ -70,9 +70,10 @@ func (r *Runtime) Close(ctx context.Context) error {
 	return s.Terminate(ctx)
 }
 
-// Execute runs code in the given language. The context's deadline is the program's time-out and its
-// cancellation ends the program. A time-out, a cancellation or any API failure is an *Error (ErrTimeout,
-// ErrCanceled, ErrRefused, ErrServerGone ...), never a made-up result; a non-zero exit is a result.
+// Execute runs code in the given language. The context's deadline, less a margin (see Sandbox.Exec), is the
+// program's time-out and its cancellation ends the program. A time-out, a cancellation or any API failure is an
+// *Error (ErrTimeout, ErrCanceled, ErrRefused, ErrServerGone ...), never a made-up result; the time-out's Result is
+// what the server reported, its output so far included. A non-zero exit is a result.
 func (r *Runtime) Execute(ctx context.Context, language, code string) (ExecutionResult, error) {
 	var mu sync.Mutex
 	var out strings.Builder

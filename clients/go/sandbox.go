@@ -140,7 +140,7 @@ type ExecRequest struct {
 	Language    string
 	Code        string
 	Stdin       string
-	Timeout     time.Duration // 0: the server's default (60 s); a context deadline lowers it
+	Timeout     time.Duration // 0: DefaultExecTimeout; a context deadline lowers it (less a margin, see Exec)
 	Env         map[string]string
 	Cwd         string
 	Repl        bool
@@ -172,6 +172,28 @@ type Result struct {
 	Raw             map[string]interface{} `json:"-"`
 }
 
+// DefaultExecTimeout is an exec's time-out when neither ExecRequest.Timeout nor the context's deadline sets one. It
+// is sent to the server, so that the program runs under what the client waits for, whatever the server's own
+// default (its --default-timeout).
+const DefaultExecTimeout = 60 * time.Second
+
+// deadlineMargin is the part of the time left on the context that the program's time-out leaves to the server, to
+// end the program and send its timeout result (with the output so far) before the context ends the request: a
+// tenth of it, at least 1 s and at most 5 s, and never more than half of it.
+func deadlineMargin(left time.Duration) time.Duration {
+	margin := left / 10
+	if margin < time.Second {
+		margin = time.Second
+	}
+	if margin > 5*time.Second {
+		margin = 5 * time.Second
+	}
+	if margin > left/2 {
+		margin = left / 2
+	}
+	return margin
+}
+
 func (r ExecRequest) body(ctx context.Context) map[string]interface{} {
 	m := map[string]interface{}{}
 	switch {
@@ -184,13 +206,16 @@ func (r ExecRequest) body(ctx context.Context) map[string]interface{} {
 	}
 	timeout := r.Timeout
 	if deadline, ok := ctx.Deadline(); ok {
-		if left := time.Until(deadline); timeout == 0 || left < timeout {
+		// The program's time-out ends a margin before the context: the server's timeout result then arrives in time.
+		left := time.Until(deadline)
+		if left -= deadlineMargin(left); timeout == 0 || left < timeout {
 			timeout = left
 		}
 	}
-	if timeout > 0 {
-		m["timeout"] = math.Max(0.001, timeout.Seconds())
+	if timeout == 0 {
+		timeout = DefaultExecTimeout
 	}
+	m["timeout"] = math.Max(0.001, timeout.Seconds())
 	if r.Stdin != "" {
 		m["stdin"] = r.Stdin
 	}
@@ -223,14 +248,15 @@ const defaultCompileTimeout = 60 * time.Second
 var interpretedLanguages = map[string]bool{"python": true, "python3": true, "bash": true, "sh": true, "node": true,
 	"javascript": true}
 
-// wait is how much longer than Client.RequestTimeout an exec's answer may take: its program's time-out (the
-// server's default, 60 s, when none is set), a compiled language's compile step before it, and a grace of 30 s.
+// wait is how much longer than Client.RequestTimeout an exec's answer may take when the context has no deadline:
+// its program's time-out (DefaultExecTimeout, which is sent, when none is set), a compiled language's compile step
+// before it, and a grace of 30 s.
 func (r ExecRequest) wait() time.Duration {
 	wait := 30 * time.Second
 	if r.Timeout > 0 {
 		wait += r.Timeout
 	} else {
-		wait += 60 * time.Second
+		wait += DefaultExecTimeout
 	}
 	compiled := r.Argv == nil && r.Cmd == "" && !interpretedLanguages[strings.ToLower(r.Language)]
 	if r.CompileTimeout > 0 {
@@ -251,8 +277,9 @@ func decodeResult(data []byte) (*Result, error) {
 }
 
 // Exec runs one command in the sandbox and returns its verdict. The program's own failure (non-zero exit,
-// time-out, oom) is a Result, not an error; the context's deadline lowers the exec's time-out and its
-// cancellation ends the request, which ends the exec.
+// time-out, oom) is a Result, not an error. The context's deadline lowers the exec's time-out, less a margin
+// (deadlineMargin: a tenth of the time left, 1 s to 5 s), so that the server's timeout result, with the output so
+// far, arrives before the deadline; the context's cancellation ends the request, which ends the exec.
 func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) (*Result, error) {
 	return s.client.exec(ctx, "/v1/sandboxes/"+url.PathEscape(s.ID)+"/exec", req.body(ctx), req)
 }

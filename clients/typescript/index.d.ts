@@ -27,7 +27,7 @@ export interface CreateOptions extends ConnectOptions {
   idleTimeout?: number;
   /** Seconds the sandbox may live. */
   maxLifetime?: number;
-  /** The same as maxLifetime. */
+  /** The same as maxLifetime: give one of them, not both (a TypeError). */
   timeout?: number;
   labels?: Record<string, string>;
 }
@@ -47,7 +47,7 @@ export interface SandboxInfo {
 }
 
 export interface ExecOptions {
-  /** Program time-out in seconds (server default 60). */
+  /** Program time-out in seconds; when not given, 60 is sent (the server's own default is never relied on). */
   timeout?: number;
   stdin?: string;
   env?: Record<string, string>;
@@ -110,7 +110,7 @@ export declare class ExecResult {
   readonly wallMs: number;
   readonly cpuMs: number;
   readonly peakMemoryBytes: number;
-  readonly changedFiles: { path: string; size: number }[];
+  readonly changedFiles: { path: string; path_encoded?: string; size: number }[];
   readonly repl: Record<string, unknown> | null;
   readonly ok: boolean;
 }
@@ -124,13 +124,24 @@ export interface FileEntry {
   size: number;
 }
 
+/**
+ * A file: a path (relative to /workspace or absolute under it), or an entry of list() or of a result's changedFiles,
+ * whose path_encoded (a name that is not UTF-8) is sent back unchanged.
+ */
+export type FilePath = string | { path?: string; path_encoded?: string };
+
+/** The entries of a directory; `truncated` (not enumerable) is true when the server listed only some of them. */
+export interface FileListing extends Array<FileEntry> {
+  readonly truncated: boolean;
+}
+
 export declare class Files {
-  write(path: string, data: string | ArrayBufferView | ArrayBuffer,
+  write(path: FilePath, data: string | ArrayBufferView | ArrayBuffer,
     opts?: { signal?: AbortSignal }): Promise<{ path: string; size: number }>;
-  read(path: string, opts?: { signal?: AbortSignal }): Promise<Buffer>;
-  readText(path: string, opts?: { signal?: AbortSignal }): Promise<string>;
-  list(path?: string, opts?: { signal?: AbortSignal }): Promise<FileEntry[]>;
-  remove(path: string, opts?: { signal?: AbortSignal }): Promise<void>;
+  read(path: FilePath, opts?: { signal?: AbortSignal }): Promise<Buffer>;
+  readText(path: FilePath, opts?: { signal?: AbortSignal }): Promise<string>;
+  list(path?: FilePath, opts?: { signal?: AbortSignal }): Promise<FileListing>;
+  remove(path: FilePath, opts?: { signal?: AbortSignal }): Promise<void>;
 }
 
 export declare class Sandbox {
@@ -172,6 +183,8 @@ export declare class CapacityFullError extends RefusedError {
 }
 export declare class ConflictError extends NsboxError {}
 export declare class SetupFailedError extends NsboxError {}
+/** 500 internal (or any 500 but setup_failed): a fault of the server itself. */
+export declare class InternalError extends NsboxError {}
 export declare class ServerGoneError extends NsboxError {}
 export declare class RequestTimeoutError extends NsboxError {}
 

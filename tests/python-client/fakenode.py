@@ -1,9 +1,10 @@
 # tests/python-client/fakenode.py: a scripted nsbox serve for the client's unit tests (http.server on a Unix socket).
 """FakeNode answers the docs/api.md routes from memory and runs exec requests for real (sh -c, argv or
 python3 -c) in a private workspace directory, so README examples and agent loops get true output. Tests
-script it: `capacity`, `create_status`, `token`, `exec_mode` ("run", "reset", "silent"), `stream_script`
-(a function writing NDJSON lines), `ignore_stream`, `cut_answers`, and read back `seen` (every request). As
-nsbox serve does, a streamed REPL cell ("repl": true) is answered with its result line alone."""
+script it: `capacity`, `create_status` (with `create_error_code`), `token`, `exec_mode` ("run", "reset",
+"silent"), `stream_script` (a function writing NDJSON lines), `ignore_stream`, `cut_answers`, and read back
+`seen` (every request). As nsbox serve does, a streamed REPL cell ("repl": true) is answered with its result
+line alone."""
 
 import json
 import os
@@ -61,6 +62,7 @@ class FakeNode:
                          "pool": {}, "memory_bytes": {"budget": 1 << 33, "committed": 0, "free": 1 << 33},
                          "pids": {"budget": 4096, "committed": 0, "free": 4096}}
         self.create_status = 201
+        self.create_error_code = "setup_failed"  # the code of a create_status other than 201 and 429
         self.token = None
         self.exec_mode = "run"
         self.stream_script = None
@@ -186,7 +188,7 @@ class FakeNode:
         if self.create_status == 429:
             return self._error(h, 429, "too_many_requests", "%s is full" % self.name, capacity=self.capacity)
         if self.create_status != 201:
-            return self._error(h, self.create_status, "setup_failed", "%s cannot make sandboxes" % self.name)
+            return self._error(h, self.create_status, self.create_error_code, "%s cannot make sandboxes" % self.name)
         try:
             spec = req.json() if req.body else {}
         except ValueError:

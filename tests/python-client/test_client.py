@@ -78,6 +78,21 @@ class SandboxTest(NodeCase):
         self.assertEqual(self.create().info["template"], "host")
         self.assertEqual(self.node.requests("POST", "/v1/sandboxes")[1].json(), {})
 
+    def test_create_refuses_both_max_lifetime_and_its_other_name_timeout(self):
+        with self.assertRaisesRegex(TypeError, "max_lifetime or as timeout .its other name., not both"):
+            nsbox.Sandbox.create(url=self.node.url, max_lifetime=60, timeout=120)
+        self.assertEqual(self.node.requests("POST", "/v1/sandboxes"), [])
+        self.create(max_lifetime=60)
+        self.assertEqual(self.node.requests("POST", "/v1/sandboxes")[0].json(), {"max_lifetime": 60})
+
+    def test_the_printed_forms_never_show_the_token(self):
+        node = FakeNode("p", tcp=True)
+        self.addCleanup(node.stop)
+        sbx = nsbox.Sandbox.create(url=node.url, token="tok-hidden-123")
+        self.addCleanup(sbx.terminate)
+        for printed in (repr(sbx), str(sbx), repr(sbx._transport), str(sbx.files)):
+            self.assertNotIn("tok-hidden-123", printed)
+
     def test_connect_list_refresh_and_terminate(self):
         sbx = self.create()
         again = nsbox.Sandbox.connect(sbx.id, url=self.node.url)
@@ -133,6 +148,20 @@ class SandboxTest(NodeCase):
         self.assertTrue(cm.exception.request_sent)
         self.assertIn("no answer within 0.3 s", str(cm.exception))
 
+    def test_an_exec_without_a_timeout_sends_the_default_and_waits_for_it_alone(self):
+        # The server's own default (its --default-timeout) may be anything: the client sends the time-out it waits
+        # for, and never counts on a guess of the server's.
+        sbx = self.create()
+        sbx.exec("true")
+        nsbox.Sandbox.run(cmd="true", url=self.node.url)
+        self.assertEqual(self.node.requests("POST", "/exec")[0].json(), {"cmd": "true", "timeout": 60})
+        self.assertEqual(self.node.requests("POST", "/v1/run")[0].json(), {"cmd": "true", "timeout": 60})
+        self.node.exec_mode = "silent"
+        with mock.patch.object(sandbox, "EXEC_GRACE_S", 0.2), mock.patch.object(sandbox, "DEFAULT_EXEC_TIMEOUT_S", 0.1):
+            with self.assertRaises(nsbox.RequestTimeout) as cm:
+                sbx.exec("sleep 100")
+        self.assertIn("no answer within 0.3 s", str(cm.exception))
+
     def test_the_client_deadline_includes_a_compiled_languages_compile_step(self):
         # The compile runs before the program, under its own time-out: a deadline of the program's time-out alone
         # would give up while the server is still compiling.
@@ -156,7 +185,7 @@ class SandboxTest(NodeCase):
         self.assertEqual(r.stdout, "1024\n")
         sbx.run_code("x = 1", repl=True, timeout=9)
         bodies = [q.json() for q in self.node.requests("POST", "/exec")]
-        self.assertEqual(bodies, [{"language": "python", "code": "print(2 ** 10)"},
+        self.assertEqual(bodies, [{"language": "python", "code": "print(2 ** 10)", "timeout": 60},
                                   {"language": "python", "code": "x = 1", "timeout": 9, "repl": True}])
 
     def test_run_code_sends_a_compiled_languages_compile_limits(self):
@@ -164,10 +193,10 @@ class SandboxTest(NodeCase):
         sbx.run_code("int main(void) { return 0; }", language="c", compile_timeout=20, compile_memory="256M")
         nsbox.Sandbox.run(code="int main(){}", language="cpp", compile_memory=1 << 28, url=self.node.url)
         self.assertEqual(self.node.requests("POST", "/exec")[0].json(),
-                         {"language": "c", "code": "int main(void) { return 0; }", "compile_timeout": 20,
-                          "compile_memory": "256M"})
+                         {"language": "c", "code": "int main(void) { return 0; }", "timeout": 60,
+                          "compile_timeout": 20, "compile_memory": "256M"})
         self.assertEqual(self.node.requests("POST", "/v1/run")[0].json(),
-                         {"language": "cpp", "code": "int main(){}", "compile_memory": 1 << 28})
+                         {"language": "cpp", "code": "int main(){}", "timeout": 60, "compile_memory": 1 << 28})
 
     def test_one_shot_run(self):
         r = nsbox.Sandbox.run(code="print('once')", timeout=10, network="none", url=self.node.url)
@@ -330,7 +359,7 @@ class StreamingTest(NodeCase):
 class ErrorMappingTest(unittest.TestCase):
     def test_each_status_maps_to_its_class_with_the_server_message(self):
         table = {400: nsbox.Refused, 401: nsbox.Refused, 403: nsbox.Refused, 404: nsbox.NotFound,
-                 409: nsbox.Conflict, 413: nsbox.Refused, 429: nsbox.CapacityFull, 500: nsbox.SetupFailed,
+                 409: nsbox.Conflict, 413: nsbox.Refused, 429: nsbox.CapacityFull, 500: nsbox.InternalError,
                  503: nsbox.ServerGone, 418: nsbox.NsboxError}
         for status, cls in table.items():
             e = errors.from_response(status, b'{"error": {"code": "c", "message": "one line"}, "capacity": {"x": 1}}',
@@ -339,6 +368,27 @@ class ErrorMappingTest(unittest.TestCase):
             self.assertEqual((str(e), e.status, e.code, e.url), ("one line", status, "c", "unix:///s"))
         self.assertEqual(errors.from_response(429, b'{"error": {}, "capacity": {"x": 1}}', "u").capacity, {"x": 1})
         self.assertTrue(issubclass(nsbox.CapacityFull, nsbox.Refused))
+        for code, cls in (("setup_failed", nsbox.SetupFailed), ("internal", nsbox.InternalError)):
+            self.assertIs(type(errors.from_response(500, b'{"error": {"code": "%s", "message": "m"}}' % code.encode(),
+                                                    "u")), cls)
+            self.assertIs(type(errors.from_stream_error({"code": code, "message": "m"}, "u")), cls)
+
+    def test_the_servers_internal_fault_is_one_kind_answered_or_streamed(self):
+        node = FakeNode("i")
+        self.addCleanup(node.stop)
+        node.create_status, node.create_error_code = 500, "internal"
+        with self.assertRaises(nsbox.InternalError) as cm:
+            nsbox.Sandbox.create(url=node.url)
+        self.assertEqual((cm.exception.status, cm.exception.code, str(cm.exception)),
+                         (500, "internal", "i cannot make sandboxes"))
+        node.create_status = 201
+        sbx = nsbox.Sandbox.create(url=node.url)
+        self.addCleanup(sbx.terminate)
+        node.stream_script = lambda write, spec: write({"type": "error", "error": {"code": "internal",
+                                                                                   "message": "engine fault"}})
+        with self.assertRaises(nsbox.InternalError) as cm:
+            sbx.exec("true", on_stdout=lambda chunk: None)
+        self.assertEqual((cm.exception.code, str(cm.exception)), ("internal", "engine fault"))
 
     def test_a_body_that_is_not_the_error_shape_still_says_what_came(self):
         e = errors.from_response(502, b"<html>Bad Gateway</html>\nmore", "http://h:1")

@@ -16,6 +16,7 @@ import support
 from scripted_model import PERSIST_PROMPT, PRIME_PROMPT, ScriptedModel
 
 import nsbox
+from nsbox import sandbox
 
 sys.path.insert(0, os.path.join(support.CLIENT, "examples"))
 import agent_loops  # noqa: E402
@@ -146,6 +147,18 @@ class LifecycleTest(RealServerCase):
         self.assertNothingLeft()
 
 
+    def test_a_listing_cut_short_by_the_server_says_so(self):
+        # The server lists 20000 entries at most, then adds "truncated": true.
+        with nsbox.Sandbox.create(url=self.url, network="none") as sbx:
+            r = sbx.exec("mkdir many && cd many && seq 20005 | xargs touch")
+            self.assertEqual(r.status, "ok", r)
+            listed = sbx.files.list("many")
+            self.assertEqual((len(listed), listed.truncated), (20000, True))
+            whole = sbx.files.list(".")
+            self.assertEqual(([e["name"] for e in whole], whole.truncated), (["many"], False))
+        self.assertNothingLeft()
+
+
 class StreamingTest(RealServerCase):
     def test_a_compiled_language_with_its_compile_limits(self):
         with nsbox.Sandbox.create(url=self.url, network="none", limits={"memory": "256M", "pids": 64}) as sbx:
@@ -228,6 +241,22 @@ class TypedErrorsTest(RealServerCase):
             sbx.exec("true")
         with self.assertRaises(nsbox.Refused):
             nsbox.Sandbox.create(url=self.url, network="everything")
+
+
+class ServerDefaultTimeoutTest(RealServerCase):
+    def test_an_exec_without_a_timeout_runs_under_the_clients_default_not_the_servers(self):
+        # The server's own default (5 s here) is not the client's (60 s): the client sends its default, so that what
+        # it waits for is what the program runs under.
+        node = support.RealServer("--default-timeout", "5", "--max-timeout", "10")
+        self.addCleanup(node.stop)
+        with nsbox.Sandbox.create(url=node.url) as sbx:
+            r = sbx.exec("sleep 6; echo done")  # 60 s sent, capped at the server's 10 s
+            self.assertEqual((r.status, r.stdout), ("ok", "done\n"))
+            # A client whose default is 2 s and grace 1 s waits 3 s: the server must run the program for 2 s (its
+            # time-out result comes in time), not for its own 5 s, past the client's wait.
+            with mock.patch.object(sandbox, "DEFAULT_EXEC_TIMEOUT_S", 2), mock.patch.object(sandbox, "EXEC_GRACE_S", 1):
+                r = sbx.exec("sleep 4; echo done")
+            self.assertEqual((r.status, r.stdout), ("timeout", ""))
 
 
 class ConcurrencyTest(RealServerCase):

@@ -50,6 +50,39 @@ test('files round trip is binary-safe, lists and removes', async () => {
     (err) => err instanceof RefusedError && err.status === 413);
 });
 
+test('a listing cut short by the server says so in its truncated', async () => {
+  const sbx = await create({ network: 'none' });
+  const r = await sbx.exec('mkdir many && cd many && seq 20005 | xargs touch');
+  assert.equal(r.status, 'ok', r.stderr);
+  const many = await sbx.files.list('many');
+  assert.deepEqual([many.length, many.truncated], [20000, true]);
+  const whole = await sbx.files.list('.');
+  assert.deepEqual([whole.map((e) => e.name), whole.truncated, Object.keys(whole)], [['many'], false, ['0']]);
+});
+
+test('a file name that is not UTF-8 is read, written and removed through its listing entry', async () => {
+  const sbx = await create({ network: 'none' });
+  const wrote = await sbx.exec(['python3', '-c', 'open(b"/workspace/bad\\xffname & x+y", "wb").write(b"hidden")']);
+  assert.equal(wrote.status, 'ok', wrote.stderr);
+  const [entry] = (await sbx.files.list('.')).filter((e) => e.name.startsWith('bad'));
+  assert.equal(entry.path_encoded, '/workspace/bad%FFname%20%26%20x%2By');
+  assert.equal((await sbx.files.read(entry)).toString(), 'hidden');
+  assert.equal(await sbx.files.readText(wrote.changedFiles[0]), 'hidden');
+  await sbx.files.write(entry, 'rewritten');
+  assert.equal((await sbx.exec('cat /workspace/bad*')).stdout, 'rewritten');
+  await sbx.files.remove(entry);
+  assert.deepEqual(await sbx.files.list('.'), []);
+  await assert.rejects(sbx.files.read({ path_encoded: '/workspace/x&list=true' }), TypeError);
+});
+
+const shortDefault = process.env.NSBOX_DEFAULT_TIMEOUT_5_URL;
+test('an exec without a timeout runs under the client\'s 60 s, not the server\'s own default (5 s)',
+  { skip: !shortDefault && 'NSBOX_DEFAULT_TIMEOUT_5_URL names no server (run-suite starts it)' }, async () => {
+    const sbx = await create({ url: shortDefault });
+    const r = await sbx.exec('sleep 6; echo done'); // 60 s sent, capped at the server's --max-timeout 10
+    assert.deepEqual([r.status, r.stdout], ['ok', 'done\n']);
+  });
+
 test('exec of a failing program is a result with its exit code, not an error', async () => {
   const sbx = await create();
   const r = await sbx.exec(['sh', '-c', 'echo out; echo err >&2; exit 3']);

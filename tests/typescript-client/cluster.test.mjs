@@ -1,29 +1,37 @@
-// tests/typescript-client/cluster.test.mjs: multi-node placement against three scripted nodes on Unix sockets.
+// tests/typescript-client/cluster.test.mjs: the client against scripted nodes on Unix sockets: placement, odd answers.
 // The nodes answer /v1/capacity, create and exec from a script, so each placement rule is forced and checked:
 // the freest node gets the sandbox, a full (429) or vanished node passes the create on, an exec is never retried.
-// Scripted answers also check what no real server does on demand: answers cut short, huge lines, deadlines.
+// Scripted answers also check what no real server does on demand: answers cut short, huge lines, deadlines, 500s,
+// and what the client sends (bodies, headers).
 import { test, after, mock } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import util from 'node:util';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Sandbox, CapacityFullError, ConflictError, ServerGoneError, RequestTimeoutError } from 'nsbox';
+import {
+  Sandbox, CapacityFullError, ConflictError, ServerGoneError, RequestTimeoutError, InternalError, SetupFailedError,
+} from 'nsbox';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nsbox-ts-cluster-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 // A scripted node. `exec(req, res)` answers the execs when given; `ctl.cut` (set on the answer) makes every answer a
-// 200 that ends half-way through the Content-Length it promised.
+// 200 that ends half-way through the Content-Length it promised; `ctl.requests` has each request's method, url,
+// headers and body.
 function node(name, { running, max, createStatus = 201, execReset = false, execSilent = false, streamError = null,
   exec = null }) {
   const sock = path.join(dir, `${name}.sock`);
   const seen = [];
-  const ctl = { seen, cut: false };
+  const ctl = { seen, cut: false, requests: [] };
   const server = http.createServer((req, res) => {
     seen.push(`${req.method} ${req.url.split('?')[0]}`);
-    req.resume();
+    const chunks = [];
+    req.on('data', (chunk) => chunks.push(chunk));
     req.on('end', () => {
+      ctl.requests.push({ method: req.method, url: req.url, headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8') });
       if (ctl.cut) {
         const data = Buffer.from(JSON.stringify({ id: `sb-${name}`, sandboxes: [], entries: [], status: 'ok',
           padding: 'x'.repeat(4096) }));
@@ -209,5 +217,77 @@ test('an exec waits for a compiled language\'s compile step as well as for its p
   } finally {
     mock.timers.reset();
     silent.server.close();
+  }
+});
+
+test('an exec without a timeout sends 60 s and waits for that, not for the server\'s default', async () => {
+  const silent = await node('defaults', { running: 0, max: 10, execSilent: true });
+  const sbx = await Sandbox.create({ url: silent.url });
+  mock.timers.enable({ apis: ['setTimeout'] });
+  try {
+    const waited = [];
+    const runs = [() => sbx.exec('sleep 100'), () => sbx.runCode('x'), () => sbx.exec('x', { onStdout() {} })];
+    for (const [i, run] of runs.entries()) {
+      const pending = run().catch((e) => e);
+      while (silent.requests.length < i + 2) await new Promise((resolve) => setImmediate(resolve)); // the body came
+      mock.timers.tick(2 ** 31);
+      const err = await pending;
+      assert.ok(err instanceof RequestTimeoutError, String(err));
+      waited.push(Number(/no answer within (\d+) ms/.exec(err.message)[1]));
+    }
+    assert.deepEqual(waited, [90_000, 90_000, 90_000]);
+    const sent = silent.requests.filter((r) => r.url.includes('/exec')).map((r) => JSON.parse(r.body).timeout);
+    assert.deepEqual(sent, [60, 60, 60]);
+  } finally {
+    mock.timers.reset();
+    silent.server.close();
+  }
+});
+
+test('the token never shows when a sandbox or its transport is printed, and is still sent', async () => {
+  const n = await node('printed', { running: 0, max: 10 });
+  try {
+    const sbx = await Sandbox.create({ url: n.url, token: 'tok-hidden-123' });
+    await sbx.exec('true');
+    for (const printed of [util.inspect(sbx, { depth: Infinity, showHidden: true }), util.format('%o', sbx),
+      util.format('%j', sbx._transport), util.inspect(sbx._transport, { depth: Infinity })]) {
+      assert.ok(!printed.includes('tok-hidden-123'), printed.slice(0, 400));
+    }
+    assert.deepEqual(n.requests.map((r) => r.headers.authorization), Array(2).fill('Bearer tok-hidden-123'));
+  } finally {
+    n.server.close();
+  }
+});
+
+test('the server\'s internal fault is InternalError, answered or as a stream\'s error line', async () => {
+  let error = { code: 'internal', message: 'engine fault' };
+  const n = await node('faulty', { running: 0, max: 10, exec: (req, res) => {
+    if (req.url.includes('stream=true')) return ndjson(res, [{ type: 'error', error }]);
+    res.writeHead(500, { 'Content-Type': 'application/json' });
+    res.end(JSON.stringify({ error }));
+  } });
+  try {
+    const sbx = await Sandbox.create({ url: n.url });
+    const is = (Cls, code) => (err) => err instanceof Cls && err.status === 500 && err.code === code;
+    await assert.rejects(sbx.exec('true'), is(InternalError, 'internal'));
+    await assert.rejects(sbx.exec('true', { onStdout() {} }), is(InternalError, 'internal'));
+    error = { code: 'setup_failed', message: 'no room for the sandbox' };
+    await assert.rejects(sbx.exec('true'), is(SetupFailedError, 'setup_failed'));
+    await assert.rejects(sbx.exec('true', { onStdout() {} }), is(SetupFailedError, 'setup_failed'));
+  } finally {
+    n.server.close();
+  }
+});
+
+test('create refuses both maxLifetime and its other name timeout, and sends nothing', async () => {
+  const n = await node('lifetime', { running: 0, max: 10 });
+  try {
+    await assert.rejects(Sandbox.create({ url: n.url, maxLifetime: 60, timeout: 120 }),
+      (err) => err instanceof TypeError && /maxLifetime or as timeout .its other name., not both/.test(err.message));
+    assert.deepEqual(n.requests, []);
+    await Sandbox.create({ url: n.url, timeout: 120 });
+    assert.deepEqual(JSON.parse(n.requests[0].body), { max_lifetime: 120 });
+  } finally {
+    n.server.close();
   }
 });

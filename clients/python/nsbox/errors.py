@@ -44,6 +44,11 @@ class SetupFailed(NsboxError):
     """500: the sandbox could not be made; the message is the engine's reason."""
 
 
+class InternalError(NsboxError):
+    """500 (code "internal", or a 500 that is not setup_failed): a fault of the server itself, also as a stream's
+    error line."""
+
+
 class ServerGone(NsboxError):
     """No server: connection refused or reset, the answer cut short, or 503 (shutting down)."""
 
@@ -52,11 +57,12 @@ class RequestTimeout(NsboxError):
     """No answer within the client's deadline. For an exec, the program may have run."""
 
 
+# A 500 is SetupFailed with the code setup_failed, else InternalError (from_response).
 _BY_STATUS = {400: Refused, 401: Refused, 403: Refused, 404: NotFound, 409: Conflict, 413: Refused,
-              429: CapacityFull, 500: SetupFailed, 503: ServerGone}
+              429: CapacityFull, 503: ServerGone}
 _BY_CODE = {"bad_request": Refused, "unauthorized": Refused, "forbidden": Refused, "not_found": NotFound,
             "conflict": Conflict, "payload_too_large": Refused, "too_many_requests": CapacityFull,
-            "setup_failed": SetupFailed, "unavailable": ServerGone}
+            "setup_failed": SetupFailed, "internal": InternalError, "unavailable": ServerGone}
 
 
 def from_response(status, data, url):
@@ -73,7 +79,10 @@ def from_response(status, data, url):
     if not isinstance(message, str) or not message:
         first = data.decode("utf-8", "replace").strip().split("\n")[0][:200] if data else ""
         message = "HTTP %d from %s%s" % (status, url or "the server", ": " + first if first else "")
-    cls = _BY_STATUS.get(status, NsboxError)
+    if status == 500:
+        cls = SetupFailed if code == "setup_failed" else InternalError
+    else:
+        cls = _BY_STATUS.get(status, NsboxError)
     return cls(message, status=status, code=code, body=decoded if isinstance(decoded, dict) else None, url=url)
 
 

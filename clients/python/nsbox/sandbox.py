@@ -56,6 +56,15 @@ class ExecResult:
             self.status, self.exit_code, self.stdout[:80], self.stderr[:80])
 
 
+class Listing(list):
+    """A directory's entries (a list of dicts), with `truncated`: True when the server cut the listing short at its
+    cap (20000 entries or 8 MiB), so some entries are missing."""
+
+    def __init__(self, entries=(), truncated=False):
+        super().__init__(entries)
+        self.truncated = truncated
+
+
 class Files:
     """Files under the sandbox's /workspace (paths relative to it, or absolute under it)."""
 
@@ -77,9 +86,12 @@ class Files:
         return self.read(path).decode(encoding)
 
     def list(self, path="."):
-        """The entries of directory `path` (default the workspace): [{"name", "path", "type", "size"}]."""
+        """The entries of directory `path` (default the workspace): a Listing of {"name", "path", "type", "size"};
+        its `truncated` is True when the server listed only some of them."""
         answer = self._sbx._call("GET", "/files", query={"path": path, "list": "true"})
-        return [_exact_path(e) for e in answer.get("entries", [])] if isinstance(answer, dict) else []
+        if not isinstance(answer, dict):
+            return Listing()
+        return Listing((_exact_path(e) for e in answer.get("entries", [])), truncated=bool(answer.get("truncated")))
 
     def remove(self, path):
         """Removes `path` (a directory recursively)."""
@@ -103,6 +115,8 @@ def _exec_body(cmd=None, language=None, code=None, stdin=None, timeout=None, env
         body = {"argv": [str(a) for a in cmd]}
     else:
         raise TypeError("a command is a str (run by /bin/sh -c) or a non-empty argv list")
+    if timeout is None:
+        timeout = DEFAULT_EXEC_TIMEOUT_S  # sent, so that the server runs under what the client waits for
     if isinstance(stdin, (bytes, bytearray)):
         try:
             stdin = bytes(stdin).decode("utf-8")
@@ -125,8 +139,9 @@ def _seconds(value, default):
 
 
 def _deadline(body):
-    """How long to wait for an exec's answer: the program's time-out, a compiled language's compile step before it
-    (compile_timeout, else DEFAULT_COMPILE_TIMEOUT_S for any language not known to be interpreted), and the grace."""
+    """How long to wait for an exec's answer: the program's time-out (_exec_body always sends one), a compiled
+    language's compile step before it (compile_timeout, else DEFAULT_COMPILE_TIMEOUT_S for any language not known
+    to be interpreted), and the grace."""
     wait = _seconds(body.get("timeout"), DEFAULT_EXEC_TIMEOUT_S) + EXEC_GRACE_S
     language = body.get("language")
     if "compile_timeout" in body or (isinstance(language, str) and language.lower() not in INTERPRETED_LANGUAGES):
@@ -194,9 +209,11 @@ class Sandbox:
     def create(cls, template=None, network=None, timeout=None, limits=None, env=None, labels=None,
                idle_timeout=None, max_lifetime=None, url=None, token=None,
                request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
-        """Makes a sandbox. `timeout` is its lifetime in seconds (max_lifetime). With several endpoints (`url`
-        a list or comma-separated, or NSBOX_URL so), on the node with the most free capacity, passing on to
-        the next when one is full or gone."""
+        """Makes a sandbox. `timeout` is its lifetime in seconds, another name of max_lifetime: give one of them,
+        not both (TypeError). With several endpoints (`url` a list or comma-separated, or NSBOX_URL so), on the
+        node with the most free capacity, passing on to the next when one is full or gone."""
+        if max_lifetime is not None and timeout is not None:
+            raise TypeError("give the sandbox's lifetime as max_lifetime or as timeout (its other name), not both")
         body = _create_body(template, network, limits, env, labels, idle_timeout,
                             max_lifetime if max_lifetime is not None else timeout)
         transport, info = try_each(_transports(url, token, request_timeout), body.get("template"),
@@ -250,8 +267,9 @@ class Sandbox:
 
     def exec(self, cmd, timeout=None, stdin=None, env=None, cwd=None, output_limit=None, on_stdout=None,
              on_stderr=None):
-        """Runs `cmd` (a str for /bin/sh -c, or an argv list); `timeout` is the program's, in seconds. With
-        on_stdout/on_stderr the answer is streamed and each chunk reaches its callback as it comes."""
+        """Runs `cmd` (a str for /bin/sh -c, or an argv list); `timeout` is the program's, in seconds: None sends
+        DEFAULT_EXEC_TIMEOUT_S (60), whatever the server's own default. With on_stdout/on_stderr the answer is
+        streamed and each chunk reaches its callback as it comes."""
         body = _exec_body(cmd, stdin=stdin, timeout=timeout, env=env, cwd=cwd, output_limit=output_limit)
         return _run_on(self._transport, "/v1/sandboxes/%s/exec" % _quote(self.id), body, on_stdout, on_stderr)
 

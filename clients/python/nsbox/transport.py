@@ -15,7 +15,9 @@ from .errors import NsboxError, RequestTimeout, ServerGone, from_response
 
 DEFAULT_REQUEST_TIMEOUT_S = 60.0  # a call that runs no program
 EXEC_GRACE_S = 30.0  # an exec's answer may take this long beyond the program's own time-out
-DEFAULT_EXEC_TIMEOUT_S = 60.0  # the server's default program time-out
+# An exec's time-out when the caller gives none: sent to the server explicitly, so that the client's wait and the
+# program's time-out never rest on a guess of the server's own default (its --default-timeout).
+DEFAULT_EXEC_TIMEOUT_S = 60
 
 
 def default_socket():

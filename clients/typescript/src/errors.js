@@ -25,8 +25,10 @@ export class CapacityFullError extends RefusedError {
 }
 /** 409: the sandbox has ended. */
 export class ConflictError extends NsboxError {}
-/** 500: the sandbox could not be made; the message is the engine's reason. */
+/** 500 setup_failed: the sandbox could not be made; the message is the engine's reason. */
 export class SetupFailedError extends NsboxError {}
+/** 500 internal (or any 500 but setup_failed), also as a stream's error line: a fault of the server itself. */
+export class InternalError extends NsboxError {}
 /** No server: connection refused or reset, the answer cut short, or 503 (shutting down). */
 export class ServerGoneError extends NsboxError {}
 /** No answer within the client's deadline. For an exec, the program may have run. */
@@ -34,8 +36,14 @@ export class RequestTimeoutError extends NsboxError {}
 
 const BY_STATUS = {
   400: RefusedError, 401: RefusedError, 403: RefusedError, 404: NotFoundError, 409: ConflictError,
-  413: RefusedError, 429: CapacityFullError, 500: SetupFailedError, 503: ServerGoneError,
+  413: RefusedError, 429: CapacityFullError, 503: ServerGoneError,
 };
+
+/** The class of an error answer: by its status; a 500 is SetupFailedError only with the code setup_failed. */
+function classOf(status, code) {
+  if (status === 500) return code === 'setup_failed' ? SetupFailedError : InternalError;
+  return BY_STATUS[status] ?? NsboxError;
+}
 
 // The status each error code of the server goes with: a streamed answer carries only the code (its 200 is sent).
 const STATUS_OF_CODE = {
@@ -47,7 +55,7 @@ const STATUS_OF_CODE = {
 export function fromStreamError(error, url) {
   const code = error?.code ?? null;
   const status = STATUS_OF_CODE[code] ?? null;
-  const Cls = (status && BY_STATUS[status]) ?? NsboxError;
+  const Cls = status ? classOf(status, code) : NsboxError;
   return new Cls(error?.message ?? 'the server reported an error mid-stream', { status, code, body: { error }, url });
 }
 
@@ -65,6 +73,6 @@ export function fromResponse(status, body, url) {
     const first = body ? body.toString('utf8').trim().split('\n')[0].slice(0, 200) : '';
     message = `HTTP ${status} from ${url || 'the server'}${first ? ': ' + first : ''}`;
   }
-  const Cls = BY_STATUS[status] ?? NsboxError;
+  const Cls = classOf(status, code);
   return new Cls(message, { status, code, body: decoded && typeof decoded === 'object' ? decoded : null, url });
 }

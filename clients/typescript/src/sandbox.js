@@ -37,20 +37,38 @@ export class ExecResult {
   }
 }
 
-/** Files under the sandbox's /workspace. */
+/**
+ * The query naming a file: `path` is a string, or an entry of a listing or of a result's changedFiles. Such an entry
+ * for a name that is not UTF-8 has path_encoded, the name's bytes percent-encoded, sent back unchanged (its `path`
+ * shows U+FFFD, which names no file; a string would be encoded again).
+ */
+function pathQuery(path, extra = {}) {
+  if (path === null || typeof path !== 'object') return { query: { path, ...extra } };
+  const encoded = path.path_encoded;
+  if (encoded === undefined) return { query: { path: path.path, ...extra } };
+  if (typeof encoded !== 'string' || /[&#\s]/.test(encoded)) {
+    throw new TypeError(`path_encoded ${JSON.stringify(encoded)} is not a percent-encoded path`);
+  }
+  return { encodedQuery: `path=${encoded}`, query: extra };
+}
+
+/**
+ * Files under the sandbox's /workspace. Every path is a string (relative to /workspace or absolute under it) or an
+ * entry of list() (or of a result's changedFiles), which also reaches a name that is not UTF-8.
+ */
 export class Files {
   constructor(sandbox) {
     this._sbx = sandbox;
   }
 
   /** Writes `data` (a string as UTF-8, or bytes) to `path`, creating parents. Answers {path, size}. */
-  write(path, data, { signal } = {}) {
-    return this._sbx._call('PUT', '/files', { query: { path }, body: data ?? '', signal });
+  async write(path, data, { signal } = {}) {
+    return this._sbx._call('PUT', '/files', { ...pathQuery(path), body: data ?? '', signal });
   }
 
   /** The bytes of `path`. */
-  read(path, { signal } = {}) {
-    return this._sbx._call('GET', '/files', { query: { path }, raw: true, signal });
+  async read(path, { signal } = {}) {
+    return this._sbx._call('GET', '/files', { ...pathQuery(path), raw: true, signal });
   }
 
   /** The text of `path`, decoded as UTF-8. */
@@ -58,18 +76,27 @@ export class Files {
     return (await this.read(path, opts)).toString('utf8');
   }
 
-  /** The entries of directory `path` (default the workspace): [{name, path, type, size}]. */
+  /**
+   * The entries of directory `path` (default the workspace): [{name, path, type, size}, with path_encoded for a name
+   * that is not UTF-8]. The array's `truncated` (not enumerable) is true when the server listed only some of them.
+   */
   async list(path = '.', { signal } = {}) {
-    return (await this._sbx._call('GET', '/files', { query: { path, list: 'true' }, signal })).entries;
+    const answer = await this._sbx._call('GET', '/files', { ...pathQuery(path, { list: 'true' }), signal });
+    const entries = answer.entries ?? [];
+    Object.defineProperty(entries, 'truncated', { value: answer.truncated === true });
+    return entries;
   }
 
   /** Removes `path` (a directory recursively). */
   async remove(path, { signal } = {}) {
-    await this._sbx._call('DELETE', '/files', { query: { path }, signal });
+    await this._sbx._call('DELETE', '/files', { ...pathQuery(path), signal });
   }
 }
 
 function createBody(opts, { timeoutIsLifetime = true } = {}) {
+  if (timeoutIsLifetime && opts.maxLifetime != null && opts.timeout != null) {
+    throw new TypeError("give the sandbox's lifetime as maxLifetime or as timeout (its other name), not both");
+  }
   const body = {};
   for (const [from, to] of [['template', 'template'], ['network', 'network'], ['limits', 'limits'], ['env', 'env'],
     ['idleTimeout', 'idle_timeout'], ['maxLifetime', 'max_lifetime'], ['timeout', 'max_lifetime'],
@@ -81,8 +108,10 @@ function createBody(opts, { timeoutIsLifetime = true } = {}) {
 }
 
 function execBody(opts) {
-  const body = {};
-  for (const [from, to] of [['stdin', 'stdin'], ['timeout', 'timeout'], ['env', 'env'], ['cwd', 'cwd'],
+  // The time-out is always sent (DEFAULT_EXEC_TIMEOUT_S when not given): the program then runs under what the client
+  // waits for, whatever the server's own default.
+  const body = { timeout: opts.timeout ?? DEFAULT_EXEC_TIMEOUT_S };
+  for (const [from, to] of [['stdin', 'stdin'], ['env', 'env'], ['cwd', 'cwd'],
     ['repl', 'repl'], ['outputLimit', 'output_limit'], ['compileTimeout', 'compile_timeout'],
     ['compileMemory', 'compile_memory']]) {
     if (opts[from] !== undefined) body[to] = opts[from];
@@ -102,9 +131,9 @@ const seconds = (value, fallback) => {
 };
 
 /**
- * How long to wait for an exec's answer: its own time-out (the server caps it; a value it refuses is its 400), a
- * compiled language's compile step before it, and the grace; no more than a timer holds (2^31 - 1 ms; larger, Node
- * fires it at once).
+ * How long to wait for an exec's answer: its own time-out (always in the body; the server caps it, and a value it
+ * refuses is its 400), a compiled language's compile step before it, and the grace; no more than a timer holds
+ * (2^31 - 1 ms; larger, Node fires it at once).
  */
 function execWaitMs(body) {
   let wait = seconds(body.timeout, DEFAULT_EXEC_TIMEOUT_S);

@@ -9,7 +9,9 @@ import { fromResponse, NsboxError, RequestTimeoutError, ServerGoneError } from '
 export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000; // a call that runs no program
 export const EXEC_GRACE_MS = 30_000; // an exec's answer may take this long beyond the program's own time-out
 const EXPECT_CONTINUE_BYTES = 1 << 20; // bodies larger than this are sent after the server's 100 Continue
-export const DEFAULT_EXEC_TIMEOUT_S = 60; // the server's default program time-out
+// An exec's time-out when the caller gives none: sent to the server explicitly, so that the client's wait and the
+// program's time-out never rest on a guess of the server's own default (its --default-timeout).
+export const DEFAULT_EXEC_TIMEOUT_S = 60;
 
 /** The socket `nsbox serve` listens on by default: /run/nsbox/api.sock for root, else under XDG_RUNTIME_DIR. */
 export function defaultSocket() {
@@ -30,10 +32,13 @@ const GONE_CODES = new Set(['ECONNREFUSED', 'ENOENT', 'ECONNRESET', 'EPIPE', 'EC
   'ENETUNREACH', 'ENOTSOCK', 'EACCES', 'ENOTCONN', 'EAI_AGAIN', 'ENOTFOUND']);
 
 export class Transport {
+  // Private: a printed (console.log, util.inspect) or JSON-encoded transport, or a sandbox holding one, never shows it.
+  #token;
+
   /** url: `unix:///path/to/api.sock`, `http://host:port` or `https://host:port`. */
   constructor(url, { token, requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS } = {}) {
     this.url = url;
-    this.token = token ?? process.env.NSBOX_TOKEN ?? null;
+    this.#token = token ?? process.env.NSBOX_TOKEN ?? null;
     this.requestTimeoutMs = requestTimeoutMs;
     if (url.startsWith('unix://')) {
       const socketPath = url.slice('unix://'.length);
@@ -56,18 +61,20 @@ export class Transport {
   }
 
   /**
-   * One request. Options: query (object), json (a body to send as JSON), body (raw bytes), timeoutMs, signal,
-   * raw (answer the bytes), onLine (NDJSON: called with each decoded line; the answer is then undefined).
+   * One request. Options: query (object), encodedQuery (a query string already percent-encoded, sent as it is),
+   * json (a body to send as JSON), body (raw bytes), timeoutMs, signal, raw (answer the bytes), onLine (NDJSON:
+   * called with each decoded line; the answer is then undefined).
    */
   async request(method, urlPath, opts = {}) {
-    const { query, json, body, timeoutMs = this.requestTimeoutMs, signal, raw = false, onLine } = opts;
-    let target = urlPath;
+    const { query, encodedQuery, json, body, timeoutMs = this.requestTimeoutMs, signal, raw = false, onLine } = opts;
+    const params = encodedQuery ? [encodedQuery] : [];
     if (query) {
       const q = new URLSearchParams();
       for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null) q.set(k, String(v));
       const s = q.toString();
-      if (s) target += '?' + s;
+      if (s) params.push(s);
     }
+    const target = params.length ? `${urlPath}?${params.join('&')}` : urlPath;
     const headers = { Connection: 'close', Accept: onLine ? 'application/x-ndjson' : 'application/json' };
     let payload = null;
     if (json !== undefined) {
@@ -85,7 +92,7 @@ export class Transport {
     // where writing it all would end in EPIPE once the server has answered and closed.
     const waitForContinue = payload !== null && payload.length > EXPECT_CONTINUE_BYTES;
     if (waitForContinue) headers.Expect = '100-continue';
-    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    if (this.#token) headers.Authorization = `Bearer ${this.#token}`;
     const where = `${method} ${urlPath} at ${this.url}`;
 
     return new Promise((resolve, reject) => {
