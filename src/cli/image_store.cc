@@ -36,6 +36,10 @@ bool IsDirectory(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The names of the store's images for a message: "none", or why they cannot be listed (a user who may pass through
+// the store, 0711, but not read it).
+std::string KnownImages(const std::string& store);
+
 // An image is a directory of the store (not a symlink to one) with a rootfs/ directory in it.
 bool IsImage(const std::string& store, const std::string& name) {
   return IsDirectory(store + "/" + name) && IsDirectory(store + "/" + name + "/rootfs");
@@ -135,12 +139,19 @@ StatusOr<std::string> ResolveImage(const std::string& name) { return ResolveImag
 StatusOr<std::string> ResolveImageIn(const std::string& store, const std::string& name) {
   NSBOX_RETURN_IF_ERROR(ValidateImageName(name));
   if (IsImage(store, name)) return store + "/" + name + "/rootfs";
-  std::vector<std::string> known;
-  if (auto images = ListImages(store); images.ok())
-    for (const auto& image : *images) known.push_back(image.name);
   return Status::Error(fmt::format("no image '{}' in {} (known images: {}; build one with: nsbox image build TEMPLATE)",
-                                   name, store, JoinNames(known)));
+                                   name, store, KnownImages(store)));
 }
+
+namespace {
+std::string KnownImages(const std::string& store) {
+  auto images = ListImages(store);
+  if (!images.ok()) return fmt::format("not listed, {}", images.status().message());
+  std::vector<std::string> names;
+  for (const auto& image : *images) names.push_back(image.name);
+  return JoinNames(names);
+}
+}  // namespace
 
 StatusOr<std::vector<ImageInfo>> ListImages(const std::string& store) {
   std::vector<ImageInfo> images;
@@ -260,10 +271,7 @@ Status RemoveImage(const std::string& store, const std::string& name) {
   NSBOX_RETURN_IF_ERROR(RefuseForeignStore(store));
   std::string path = store + "/" + name;
   auto no_image = [&] {
-    std::vector<std::string> known;
-    if (auto images = ListImages(store); images.ok())
-      for (const auto& image : *images) known.push_back(image.name);
-    return Status::Error(fmt::format("no image '{}' (known images: {})", name, JoinNames(known)));
+    return Status::Error(fmt::format("no image '{}' (known images: {})", name, KnownImages(store)));
   };
   if (!IsImage(store, name)) return no_image();
   // Locked before the rename and while the tree goes, as a build's directory is: a sweep by another nsbox image call

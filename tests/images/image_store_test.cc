@@ -189,6 +189,13 @@ TEST_CASE("an image name resolves to its rootfs; an unknown one names the known 
   REQUIRE_FALSE(missing.ok());
   CHECK_THAT(missing.status().message(), Catch::Contains("no image 'datasci'") && Catch::Contains("minimal, py"));
   CHECK_FALSE(nsbox::cli::ResolveImageIn(store.path(), "../py").ok());
+  // A store this user cannot list (0711, not root) is not said to hold no images.
+  REQUIRE(nsbox::WriteFile(store.path() + "/not-a-store", "").ok());
+  auto unlisted = nsbox::cli::ResolveImageIn(store.path() + "/not-a-store", "py");
+  REQUIRE_FALSE(unlisted.ok());
+  CHECK_THAT(unlisted.status().message(), Catch::Contains("(known images: not listed, reading the image store: "
+                                                          "opendir(") &&
+                                              Catch::Contains("Not a directory (ENOTDIR)"));
 }
 
 TEST_CASE("ResolveImage reads the store from NSBOX_IMAGE_STORE") {
