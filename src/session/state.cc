@@ -61,9 +61,28 @@ Status CheckComponents(const std::string& root, const std::string& path, uid_t u
   return OkStatus();
 }
 
+// Each symbolic link on the way to `root` as given, before it is resolved: only the user or root may have made it.
+// The resolved path's check alone took another user's link (a /tmp/nsbox-UID of theirs pointing at the user's home),
+// which they could later point at a directory of their own, between a check and a use.
+Status CheckLinksOnTheWay(const std::string& root, uid_t uid) {
+  for (size_t i = 1; i <= root.size(); ++i) {
+    if (i != root.size() && root[i] != '/') continue;
+    const std::string part = root.substr(0, i);
+    struct stat st;
+    if (::lstat(part.c_str(), &st) != 0) return OkStatus();  // what does not exist is looked at when it is made
+    if (S_ISLNK(st.st_mode) && st.st_uid != 0 && st.st_uid != uid)
+      return Status::Error(fmt::format("state directory {}: {} is a symbolic link made by uid {}, not by uid {} or "
+                                       "root (another user made it? set NSBOX_STATE_DIR or XDG_RUNTIME_DIR to a "
+                                       "directory of your own)",
+                                       root, part, st.st_uid, uid));
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Status CheckStateRoot(const std::string& root, uid_t uid) {
+  NSBOX_RETURN_IF_ERROR(CheckLinksOnTheWay(root, uid));
   char resolved[PATH_MAX];
   if (!::realpath(root.c_str(), resolved)) return Status::Errno(fmt::format("realpath({})", root));
   const std::string path = resolved;
@@ -80,9 +99,11 @@ namespace {
 // `root`, or where it does not exist yet its nearest ancestor that does: a directory another user made on the way
 // (a pre-made /tmp/nsbox-UID) is named as such, not met later as a bare EACCES or an empty listing.
 Status CheckExistingPart(const std::string& root) {
+  NSBOX_RETURN_IF_ERROR(CheckLinksOnTheWay(root, ::geteuid()));
   std::string existing = root;
   struct stat st;
-  while (::lstat(existing.c_str(), &st) != 0 && errno == ENOENT) {
+  // EACCES too: below another user's 0700 /tmp/nsbox-UID nothing can be looked at; that directory is then named.
+  while (::lstat(existing.c_str(), &st) != 0 && (errno == ENOENT || errno == EACCES)) {
     auto slash = existing.rfind('/');
     if (slash == std::string::npos || existing.size() <= 1) return OkStatus();
     existing = slash == 0 ? "/" : existing.substr(0, slash);
@@ -171,6 +192,13 @@ std::optional<SessionRecord> ReadLiveSession(const std::string& path) {
     if (::stat(path.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime > 60) RemoveSessionDir(path);
     return std::nullopt;
   };
+  // The record names processes to kill when its supervisor is dead: only one the user wrote is believed.
+  struct stat dir_st, record_st;
+  if (::lstat(path.c_str(), &dir_st) != 0 || !S_ISDIR(dir_st.st_mode) || dir_st.st_uid != ::geteuid())
+    return std::nullopt;
+  if (::lstat((path + "/session.json").c_str(), &record_st) == 0 &&
+      (!S_ISREG(record_st.st_mode) || record_st.st_uid != ::geteuid()))
+    return std::nullopt;
   auto text = ReadFile(path + "/session.json", 1 << 20);
   if (!text.ok()) return remove_if_old();
   auto record = nlohmann::json::parse(*text, nullptr, false);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
@@ -243,6 +244,83 @@ TEST_CASE("a state directory not made yet, under a directory of another user's, 
   CHECK_FALSE(std::filesystem::exists(root));
   // Where nothing on the way is another's, a state directory that does not exist yet is fine to look at.
   CHECK(nsbox::session::CheckStateRootIfPresent(tree.path + "/mine/sessions").ok());
+}
+
+// Another user's link at /tmp/nsbox-UID was taken, its target being the user's own: they could later point it at a
+// directory of theirs, and the user's nsbox would list (and kill) what records there named.
+TEST_CASE("a state directory reached through another user's symbolic link is refused naming it", "[session]") {
+  if (::geteuid() != 0) return;  // a link of another uid's needs root
+  TempTree tree;
+  const std::string mine = tree.path + "/mine";
+  REQUIRE(::mkdir(mine.c_str(), 0700) == 0);
+  const std::string link = tree.path + "/nsbox-1004";
+  REQUIRE(::symlink(mine.c_str(), link.c_str()) == 0);
+  REQUIRE(::lchown(link.c_str(), 12345, 12345) == 0);
+  for (const auto& s : {nsbox::session::EnsureStateRoot(link + "/sessions"),
+                        nsbox::session::CheckStateRootIfPresent(link + "/sessions")}) {
+    REQUIRE(!s.ok());
+    CHECK_THAT(s.message(), Catch::Contains(link + " is a symbolic link made by uid 12345"));
+  }
+  CHECK_FALSE(std::filesystem::exists(mine + "/sessions"));
+}
+
+// Below another user's 0700 /tmp/nsbox-UID nothing can be looked at: the user got a bare EACCES from realpath.
+TEST_CASE("a state directory under another user's unreadable directory names that directory", "[session]") {
+  if (::geteuid() != 0) return;  // acting as two other uids needs root
+  TempTree tree;
+  ::chmod(tree.path.c_str(), 0755);
+  const std::string squatted = tree.path + "/nsbox-12346";
+  REQUIRE(::mkdir(squatted.c_str(), 0700) == 0);
+  REQUIRE(::chown(squatted.c_str(), 12345, 12345) == 0);
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(out[0]);
+    if (::setresgid(12346, 12346, 12346) != 0 || ::setresuid(12346, 12346, 12346) != 0) ::_exit(2);
+    const std::string message = nsbox::session::CheckStateRootIfPresent(squatted + "/sessions").message();
+    (void)!::write(out[1], message.data(), message.size());
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_THAT(message, Catch::Contains(squatted + " belongs to uid 12345, not to uid 12346 or root"));
+}
+
+// A record in a directory the user did not make names processes of someone else's choosing: listing the sessions
+// killed the "pid 1" of a forged record whose supervisor was dead, any process of the user's.
+TEST_CASE("a session record the user did not write is neither listed nor acted on", "[session]") {
+  if (::geteuid() != 0) return;  // files of another uid's need root
+  TempTree tree;
+  const std::string root = tree.path + "/sessions";
+  REQUIRE(::mkdir(root.c_str(), 0700) == 0);
+  pid_t victim = ::fork();
+  if (victim == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  const std::string forged = root + "/saaaaaaaaaaaa";
+  REQUIRE(::mkdir(forged.c_str(), 0700) == 0);
+  REQUIRE(nsbox::WriteFile(forged + "/session.json",
+                           fmt::format(R"({{"id": "saaaaaaaaaaaa", "supervisor_pid": 999999, "supervisor_start_time": 1,
+                                          "pid1": {}, "pid1_start_time": {}}})",
+                                       victim, nsbox::session::ProcessStartTime(victim)))
+              .ok());
+  for (const std::string& path : {forged + "/session.json", forged}) REQUIRE(::chown(path.c_str(), 12345, 12345) == 0);
+  CHECK(nsbox::session::ListSessions(root).empty());
+  CHECK_FALSE(nsbox::session::FindSession(root, "saaaaaaaaaaaa").ok());
+  int status = 0;
+  CHECK(::waitpid(victim, &status, WNOHANG) == 0);  // still running
+  CHECK(std::filesystem::exists(forged + "/session.json"));
+  ::kill(victim, SIGKILL);
+  ::waitpid(victim, &status, 0);
 }
 
 TEST_CASE("a session socket served by another uid is refused before anything is sent", "[session]") {
