@@ -330,7 +330,7 @@ void CloseUnplannedDescriptors(const ChildPlan& plan, int also_keep) {
   int keep[10 + CgroupSelfJoin::kMax];
   int count = 0;
   for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.control_fd, plan.sync_fd, plan.seccomp_socket,
-                 plan.channel_fd, plan.cgroup_join_socket, also_keep})
+                 plan.channel_fd, plan.cgroup_join_socket, plan.memory_leave_fd, also_keep})
     if (fd > 2) keep[count++] = fd;
   for (int i = 0; i < plan.cgroup_join.count; ++i)
     if (plan.cgroup_join.fds[i] > 2) keep[count++] = plan.cgroup_join.fds[i];
@@ -390,6 +390,14 @@ void ChildMain(const ChildPlan& plan) {
   ::close(plan.sync_fd);
   // A cgroup namespace rooted at the sandbox's own cgroup, once we are in it (now, unless it comes later).
   if (plan.cgroup_join_socket < 0 && ::unshare(CLONE_NEWCGROUP) != 0) Fail(plan, "unshare(CLONE_NEWCGROUP)", errno);
+  //    A session's pid 1 then leaves the memory group (v1), as a run's does at step 7: its files (/workspace, /tmp)
+  //    count for no process, so the OOM killer's choice of the largest process was pid 1, and the session ended.
+  //    Each exec's processes join the group instead.
+  if (plan.memory_leave_fd >= 0) {
+    if (::write(plan.memory_leave_fd, "0", 1) != 1)
+      Fail(plan, "write(cgroup tasks, \"0\"): pid 1 leaving the session's memory group", errno);
+    ::close(plan.memory_leave_fd);
+  }
   // Files we create (/etc) belong to the sandbox user, a uid mapped in our namespace.
   ::setfsuid(plan.uid);
   ::setfsgid(plan.gid);

@@ -72,6 +72,9 @@ struct ChildPlan {
   int seccomp_socket = -1; // where the payload sends its seccomp listener fd, -1 when unused
   // v1: the cgroup the child moves itself into first thing (JoinCgroupSelf); count 0 when nsbox places it otherwise.
   CgroupSelfJoin cgroup_join;
+  // v1, a session's pid 1: the memory hierarchy's group above the session's, which pid 1 moves back into once its
+  // cgroup namespace is made (a run's pid 1 does so at step 7, through cgroup_join_socket). -1 when unused.
+  int memory_leave_fd = -1;
   // v1, made while the child builds its root: a socket on which nsbox sends two bytes, N and the memory index plus
   // one (CgroupSelfJoin::memory_index), then N descriptors (SendFd) for JoinCgroupSelf, before the payload is forked;
   // then the same for the descriptors through which pid 1 moves itself out again at its end (Cgroup::leave_join).

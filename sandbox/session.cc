@@ -146,6 +146,10 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
     if (!made.ok()) return made.status().Wrap("setting up the session's cgroup limits");
     session->cgroup_ = std::move(*made);
     if (session->cgroup_->clone_into_fd() < 0) plan.cgroup_join = session->cgroup_->self_join();
+    // v1: pid 1 leaves the memory group again (ChildMain, step 2); the OOM killer then picks among the execs'.
+    const CgroupSelfJoin leave = session->cgroup_->leave_join();
+    if (plan.cgroup_join.memory_index >= 0 && leave.memory_index >= 0)
+      plan.memory_leave_fd = leave.fds[leave.memory_index];
   }
 
   // 3. pid 1, in fresh namespaces. It stays until Terminate() or until this thread ends (PR_SET_PDEATHSIG).

@@ -494,6 +494,23 @@ TEST_CASE("an exec's limits report what happened during that exec, not the sessi
   CHECK(quiet["reason"] == "exited with code 0");
 }
 
+TEST_CASE("a session whose memory is full of its files loses an exec to the OOM killer, not its pid 1",
+          "[session][cgroup]") {
+  // tmpfs pages count for no process: the OOM killer took pid 1, the group's largest, and the session was gone with
+  // its /workspace.
+  Sessions s;
+  std::string id = s.Create({"--memory", "64M"});
+  REQUIRE(s.Sh(id, "echo keep > /workspace/state.txt")["status"] == "ok");
+  json filled = s.Sh(id, "exec cat /dev/zero > /tmp/blob");  // cat, smaller than pid 1, is the one to go
+  INFO(filled.dump());
+  CHECK(filled["status"] == "oom");
+  CHECK(s.Exec(id, {"rm", "/tmp/blob"})["status"] == "ok");
+  json after = s.Exec(id, {"cat", "/workspace/state.txt"});
+  INFO(after.dump());
+  CHECK(after["status"] == "ok");
+  CHECK(after["stdout"] == "keep\n");
+}
+
 TEST_CASE("REPL names persist between calls and the final expression's value is returned", "[session][repl]") {
   Sessions s;
   std::string id = s.Create();
