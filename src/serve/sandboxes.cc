@@ -619,9 +619,14 @@ cli::Program Sandboxes::PlanExec(const Sandbox& sandbox, const ExecSpec& exec) c
   program.run.code = exec.code;
   program.run.wall_timeout = exec.timeout;
   program.run.output_limit_bytes = exec.output_limit;
-  return cli::FinishProgram(lang, std::move(program.run),
-                            {.timeout = exec.compile_timeout, .memory_bytes = exec.compile_memory},
-                            sandbox.spec.memory_bytes);
+  cli::Program planned = cli::FinishProgram(lang, std::move(program.run),
+                                            {.timeout = exec.compile_timeout, .memory_bytes = exec.compile_memory},
+                                            sandbox.spec.memory_bytes);
+  // --max-timeout caps the compile step's time-out too, the table's default (up to 60 s) as much as one asked for.
+  if (planned.compile)
+    planned.compile->wall_timeout =
+        std::min<std::chrono::milliseconds>(planned.compile->wall_timeout, config_.max_timeout);
+  return planned;
 }
 
 json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const cli::Program& program,

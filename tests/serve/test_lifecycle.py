@@ -276,6 +276,22 @@ class AbandonedCreate(unittest.TestCase):
         assert_stopped_clean(self, server, Footprint.of(server))
 
 
+class CompileTimeoutCap(unittest.TestCase):
+    def test_max_timeout_caps_the_tables_default_compile_timeout_too(self):
+        # An explicit compile_timeout was capped by --max-timeout, the table's default (30 or 60 s) was not: asking
+        # for nothing gave more than asking for a lot.
+        server = own_server(["--max-timeout", "1"]).start()
+        api = server.api()
+        sbx = api.create({})["id"]
+        slow = "#include <regex>\n#include <iostream>\nint main() { std::regex r(\"a+\"); std::cout << " \
+               "std::regex_match(\"aa\", r); }"
+        r = api.exec(sbx, {"language": "cpp", "code": slow})
+        self.assertEqual((r["status"], r["compile"]["status"]), ("compile_error", "timeout"), r)
+        self.assertIn("1000 ms", r["reason"], r)
+        self.assertEqual(api.delete(sbx).status, 204)
+        assert_stopped_clean(self, server, Footprint.of(server))
+
+
 class BodyCap(unittest.TestCase):
     def test_a_max_body_over_the_held_bodies_cap_still_lets_one_such_body_in(self):
         # The bodies held at once are capped at 256 MiB, or at --max-body when that is larger: a 300 MB body that
@@ -440,4 +456,4 @@ class Sigint(unittest.TestCase):
         assert_stopped_clean(self, server, before, signal.SIGINT)
 
 
-CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, BodyCap, PoolAndSigterm, SigkillRestart, Sigint]
+CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, CompileTimeoutCap, BodyCap, PoolAndSigterm, SigkillRestart, Sigint]
