@@ -598,6 +598,9 @@ void RegisterBatch(CLI::App& app, ExitCode& exit_code) {
   batch->add_option("--compile-timeout", options.program.compile_timeout,
                     "a compiled language's compile step, unless the job gives \"compile_timeout\" (default: the "
                     "language's)");
+  batch->add_option("--compile-memory", options.program.compile_memory,
+                    "a compiled language's compile step's memory limit, unless the job gives \"compile_memory\" "
+                    "(default: the language's, 1G for the shipped compilers)");
   batch->callback([&exit_code] { exit_code.value = batch_internal::Batch(options).Run(); });
 }
 

@@ -118,6 +118,10 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
       auto timeout = DurationField(value, key);
       if (!timeout.ok()) return timeout.status();
       (key == "timeout" ? job.program.timeout : job.program.compile_timeout) = *timeout;
+    } else if (key == "compile_memory") {
+      auto size = SizeField(value, key);
+      if (!size.ok()) return size.status();
+      job.program.compile_memory = *size;
     } else if (key == "env") {
       if (!value.is_object()) return Status::Error("\"env\" must be an object of strings, e.g. {\"K\": \"V\"}");
       for (const auto& [name, setting] : value.items()) {
@@ -135,7 +139,7 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
     } else {
       return Status::Error(
           fmt::format("unknown field \"{}\" (fields: id, language, code, argv, stdin, timeout, "
-                      "compile_timeout, env, limits, cases)",
+                      "compile_timeout, compile_memory, env, limits, cases)",
                       key));
     }
   }
@@ -195,11 +199,11 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
   job.key = id->dump();
   Status fields = ApplyFields(object, job);
   if (!fields.ok()) return fail(fields);
-  // The batch's --compile-timeout is for its compiled languages' jobs only.
-  if (!object.contains("compile_timeout")) {
-    auto lang = LookupLanguage(job.program.lang);
-    if (job.program.lang.empty() || !lang.ok() || !lang->compile) job.program.compile_timeout.clear();
-  }
+  // The batch's --compile-timeout and --compile-memory are for its compiled languages' jobs only.
+  auto lang = LookupLanguage(job.program.lang);
+  const bool compiled = !job.program.lang.empty() && lang.ok() && lang->compile;
+  if (!object.contains("compile_timeout") && !compiled) job.program.compile_timeout.clear();
+  if (!object.contains("compile_memory") && !compiled) job.program.compile_memory.clear();
   // A compiled language's steps each get their own memory limit; the sandbox's is the larger.
   auto program_memory = ApplyCompileMemory(job.program, job.sandbox);
   if (!program_memory.ok()) return fail(program_memory.status());
