@@ -157,6 +157,8 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
 void ComputeCost(BatchJob& job) {
   auto output = ParseSize(job.program.output_limit);
   job.cost.memory_bytes = 2 * (output.ok() ? *output : 0) + (4 << 20);
+  // A job with cases holds its report until the last case: the output it keeps, and each case's figures.
+  if (!job.cases.empty()) job.cost.memory_bytes += kMaxCasesReportOutputBytes + job.cases.size() * (4 << 10);
   job.cost.pids = 4;
   if (job.sandbox.no_limits) return;
   auto memory = ParseSize(job.sandbox.memory);

@@ -242,6 +242,22 @@ CompileOutcome RunCompileStep(Program& program, const StepRunner& run_step) {
   return outcome;
 }
 
+bool CompiledProgramWouldNotStart(const Result& result, const std::string& made, const std::string& build_dir) {
+  const int err = result.exec_errno;
+  return result.status == RunStatus::kSetupError && (err == EACCES || err == ENOEXEC || err == ENOENT) &&
+         !build_dir.empty() && made.starts_with(build_dir + "/");
+}
+
+Result MadeNoProgram(Result result, const std::string& made) {
+  result.status = RunStatus::kCompileError;
+  result.reason = fmt::format(
+      "compile step made no program: the compiler succeeded, but {} cannot be run ({}); "
+      "is the code a program (package main, a main function)?",
+      made, ErrnoName(result.exec_errno));
+  result.exec_errno = 0;
+  return result;
+}
+
 Result RunProgram(Program program, const StepRunner& run_step, bool remove_build_dir) {
   if (!program.compile) return run_step(std::move(program.run), Step::kProgram);
   Executor remove;
@@ -259,15 +275,7 @@ Result RunProgram(Program program, const StepRunner& run_step, bool remove_build
     result = run_step(std::move(program.run), Step::kProgram);
     // The compiler succeeded but made nothing that runs (a Go package other than main, a Rust library crate): the
     // code's fault, not nsbox's, so a compile error rather than a setup error.
-    const int err = result.exec_errno;
-    if (result.status == RunStatus::kSetupError && (err == EACCES || err == ENOEXEC || err == ENOENT) &&
-        made.starts_with(program.build_dir + "/")) {
-      result.status = RunStatus::kCompileError;
-      result.reason = fmt::format("compile step made no program: the compiler succeeded, but {} cannot be run ({}); "
-                                  "is the code a program (package main, a main function)?",
-                                  made, ErrnoName(result.exec_errno));
-      result.exec_errno = 0;
-    }
+    if (CompiledProgramWouldNotStart(result, made, program.build_dir)) result = MadeNoProgram(std::move(result), made);
     SetExtra(result, "compile", compiled.figures);
   } else {
     result = std::move(*compiled.failed);

@@ -81,6 +81,13 @@ using StepRunner = std::function<Result(Executor, Step)>;
 // remove_build_dir: after the program, a last step removes the build directory (a session's /tmp outlives the exec).
 Result RunProgram(Program program, const StepRunner& run_step, bool remove_build_dir);
 
+// Whether `result`, a step that could not start, is the compiled program `made` (its argv[0]) failing to execve in
+// `build_dir`: gone, not executable, no program format. The code's doing (a package that is not main, or a program
+// that removed itself in an earlier case), not nsbox's.
+bool CompiledProgramWouldNotStart(const Result& result, const std::string& made, const std::string& build_dir);
+// Such a result at the program's first start, as the compile error it is: "compile step made no program".
+Result MadeNoProgram(Result result, const std::string& made);
+
 // The compile step alone (for a program run several times, e.g. on test cases): runs program.compile through
 // run_step. `figures` is the "compile" object; `failed` holds RunProgram's kCompileError (or setup_error) result when
 // the step did not succeed. A program without a compile step gives neither.

@@ -117,6 +117,25 @@ bool OutputMatches(std::string_view actual, std::string_view expected) {
   return JudgedLines(actual) == JudgedLines(expected);
 }
 
+namespace {
+
+// Clips `result`'s output for the report once `kept` (what earlier cases kept) is past the cap; true if it did.
+bool ClipForReport(Result& result, uint64_t& kept) {
+  bool clipped = false;
+  for (auto [data, truncated] : {std::pair{&result.stdout_data, &result.stdout_truncated},
+                                 std::pair{&result.stderr_data, &result.stderr_truncated}}) {
+    if (kept + data->size() > kMaxCasesReportOutputBytes && data->size() > kClippedCaseOutputBytes) {
+      data->resize(kClippedCaseOutputBytes);
+      data->shrink_to_fit();
+      *truncated = clipped = true;
+    }
+    kept += data->size();
+  }
+  return clipped;
+}
+
+}  // namespace
+
 CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const StepRunner& run_step) {
   CasesReport report;
   nlohmann::json& out = report.json;
@@ -124,7 +143,17 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
   const bool compiled = program.compile.has_value();
   CompileOutcome compile = RunCompileStep(program, run_step);
   if (compiled) out["compile"] = compile.figures;
+  // The first case is run here: a compiled program that will not start then is a compile that made no program, as
+  // RunProgram says for one run, and every case is that compile error.
+  const std::string made = program.run.argv.empty() ? "" : program.run.argv[0];
+  std::optional<Result> first;
+  if (!compile.failed && !cases.empty()) {
+    first = WithStdin(program.run, cases.front(), run_step);
+    if (CompiledProgramWouldNotStart(*first, made, program.build_dir)) compile.failed = MadeNoProgram(*first, made);
+  }
   uint64_t passed = 0;
+  uint64_t kept_output = 0;   // bytes of the cases' output the report holds
+  uint64_t clipped = 0;       // cases whose output the report cut short (kMaxCasesReportOutputBytes)
   int stopped_exit_code = 0;  // a case that stopped the others: its exit code is the report's
   if (compile.failed) {
     const Result& failed = *compile.failed;
@@ -142,7 +171,16 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
     out["status"] = "ok";
     out["reason"] = "";
     for (const TestCase& c : cases) {
-      Result result = WithStdin(program.run, c, run_step);
+      Result result = &c == &cases.front() ? std::move(*first) : WithStdin(program.run, c, run_step);
+      // A compiled program that no longer starts removed or changed its own file in an earlier case: the code's
+      // doing, which fails each case from then on, not nsbox's setup error that would end the cases unjudged.
+      if (CompiledProgramWouldNotStart(result, made, program.build_dir)) {
+        result.status = RunStatus::kExit;
+        result.exit_code = result.exec_errno == ENOENT ? 127 : 126;
+        result.reason = fmt::format("{} could not be started ({}): an earlier case's run removed or changed it", made,
+                                    ErrnoName(result.exec_errno));
+        result.exec_errno = 0;
+      }
       // The caller stopped the run, or the program could not be started (not found, not executable): no verdict of
       // the program, and the cases after it would end the same way.
       if (result.status == RunStatus::kKilled || result.status == RunStatus::kSetupError) {
@@ -153,6 +191,7 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
       }
       const bool ok = result.status == RunStatus::kOk && !result.stdout_truncated &&
                       OutputMatches(result.stdout_data, c.expected_stdout);
+      clipped += ClipForReport(result, kept_output) ? 1 : 0;
       nlohmann::json shown = ResultToJson(result);
       shown["name"] = c.name;
       if (c.line != 0) shown["line"] = c.line;
@@ -161,6 +200,11 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
       passed += ok ? 1 : 0;
     }
     report.exit_code = stopped_exit_code != 0 ? stopped_exit_code : passed == cases.size() ? 0 : 1;
+    if (clipped > 0)
+      out["note"] = fmt::format(
+          "the output of {} case(s) is cut to {} bytes a stream here: the report keeps {} bytes "
+          "of output in all (each verdict was made on the whole output)",
+          clipped, kClippedCaseOutputBytes, kMaxCasesReportOutputBytes);
   }
   out["summary"] = {{"passed", passed}, {"failed", cases.size() - passed}, {"total", cases.size()}};
   return report;

@@ -16,6 +16,11 @@ namespace nsbox::cli {
 
 inline constexpr size_t kMaxCasesFileBytes = 16 << 20;
 inline constexpr size_t kMaxCases = 10000;
+// The program decides how much it prints: 500 cases of 2 MiB took nsbox to 1 GB. A report keeps the cases' output up
+// to kMaxCasesReportOutputBytes in all; past it, each later case keeps the first kClippedCaseOutputBytes of each
+// stream (marked truncated; its verdict was made on the whole output).
+inline constexpr uint64_t kMaxCasesReportOutputBytes = 32 << 20;
+inline constexpr size_t kClippedCaseOutputBytes = 1024;
 
 struct TestCase {
   uint64_t line = 0;  // the line of the cases file; 0 for a case of a batch job's "cases" array

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/run_nsbox.h"
+#include "tests/support/skip.h"
 
 using namespace nsbox::testing;
 
@@ -149,6 +150,72 @@ TEST_CASE("--cases: a malformed cases file is one line naming the line, exit 2, 
   auto both = RunNsboxRaw({"run", "--lang", "python", "--file", "-", "--cases", "-"}, cases_on_stdin);
   CHECK(both.exit_code == 2);
   CHECK(both.err == "nsbox run: --file - and --cases - both want nsbox's standard input\n");
+}
+
+TEST_CASE("--cases: a program that removes its own file fails the later cases, it is not nsbox's setup error",
+          "[integration][cases]") {
+  // It made every case after the first a setup_error, unjudged: a farm that retries or excludes infrastructure
+  // errors could be steered that way.
+  constexpr const char* kSelfRemoving =
+      "#include <stdio.h>\n#include <unistd.h>\nint main(void){ long x; if (scanf(\"%ld\", &x) != 1) return 2;"
+      " char p[512]; ssize_t n = readlink(\"/proc/self/exe\", p, sizeof p - 1); if (n > 0) { p[n] = 0; unlink(p); }"
+      " printf(\"%ld\\n\", x * 2); return 0; }\n";
+  auto report = RunCasesJson(kSelfRemoving,
+                             "{\"stdin\": \"1\", \"expected_stdout\": \"2\"}\n"
+                             "{\"stdin\": \"2\", \"expected_stdout\": \"4\"}\n"
+                             "{\"stdin\": \"3\", \"expected_stdout\": \"6\"}\n",
+                             1);
+  INFO(report.dump());
+  CHECK(report["status"] == "ok");
+  CHECK(report["summary"]["passed"] == 1);
+  CHECK(report["summary"]["total"] == 3);
+  REQUIRE(report["cases"].size() == 3);
+  CHECK(report["cases"][0]["passed"] == true);
+  for (int i : {1, 2}) {
+    CHECK(report["cases"][i]["status"] == "exit");
+    CHECK(report["cases"][i]["exit_code"] == 127);
+    CHECK_THAT(report["cases"][i]["reason"].get<std::string>(),
+               Catch::EndsWith("could not be started (ENOENT): an earlier case's run removed or changed it"));
+  }
+}
+
+TEST_CASE("--cases: a compile that made no program is compile_error for every case, as without --cases",
+          "[integration][cases]") {
+  if (::access("/usr/bin/go", X_OK) != 0) {
+    RecordSkip("integration", "Go library --cases", "the host has no /usr/bin/go (tools/setup --tests installs it)");
+    return;
+  }
+  std::string file = WriteTemp("go-lib.jsonl",
+                               "{\"stdin\": \"1\", \"expected_stdout\": \"2\"}\n"
+                               "{\"stdin\": \"2\", \"expected_stdout\": \"4\"}\n");
+  auto raw = RunNsboxRaw({"run", "--json", "--lang", "go", "--code", "package foo\nfunc F() {}\n", "--cases", file});
+  ::unlink(file.c_str());
+  INFO(raw.out << raw.err);
+  CHECK(raw.exit_code == 123);
+  auto report = nlohmann::json::parse(raw.out);
+  CHECK(report["status"] == "compile_error");
+  CHECK_THAT(report["reason"].get<std::string>(), Catch::StartsWith("compile step made no program"));
+  CHECK(report["cases"][1]["status"] == "compile_error");
+}
+
+TEST_CASE("--cases: the report keeps 32M of the cases' output in all, then a short head of each",
+          "[integration][cases]") {
+  // The program decides how much it prints: 500 cases of 2 MiB took nsbox to 1 GB, outside every limit.
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "{\"stdin\": \"x\", \"expected_stdout\": \"x\"}\n";
+  std::string file = WriteTemp("big-output.jsonl", text);
+  auto raw = RunNsboxRaw({"run", "--json", "--output-limit", "1M", "--cases", file, "--", "/bin/sh", "-c",
+                          "head -c 1048576 /dev/zero | tr '\\0' a; head -c 1048576 /dev/zero | tr '\\0' b >&2"});
+  ::unlink(file.c_str());
+  REQUIRE(raw.exit_code == 1);  // every case fails: its output is not "x"
+  CHECK(raw.out.size() < (36u << 20));
+  auto report = nlohmann::json::parse(raw.out);
+  CHECK(report["summary"]["total"] == 40);
+  CHECK(report["cases"][0]["stdout"].get<std::string>().size() == 1u << 20);
+  CHECK(report["cases"][39]["stdout"].get<std::string>().size() == 1024);
+  CHECK(report["cases"][39]["stdout_truncated"] == true);
+  CHECK(report["cases"][39]["stdout_bytes"] == 1u << 20);  // what the program wrote, as counted
+  CHECK(report["note"].get<std::string>().find("the output of 24 case(s) is cut to 1024 bytes") == 0);
 }
 
 TEST_CASE("--cases: a program that cannot start stops the cases with its exit code and says why",
