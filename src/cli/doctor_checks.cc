@@ -28,9 +28,10 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/base/data_dir.h"
-#include "sandbox/cgroup.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/seccomp.h"
 #include "sandbox/spec/mount_plan.h"
 
 namespace nsbox::doctor {
@@ -745,6 +746,29 @@ Check HostRootfsCheck(const HostPaths& paths) {
               true);
 }
 
+Check SeccompProfilesCheck(const HostPaths& paths) {
+  const char* title = "seccomp profiles (default, strict)";
+  auto resolved = paths.data_dir.empty() ? ResolveDataDir() : StatusOr<std::string>(paths.data_dir);
+  if (!resolved.ok())
+    return Make("seccomp.profiles", title, Verdict::kFail, resolved.status().message(), "fix rootfs.host first", true);
+  // As nsbox run finds them: $NSBOX_PROFILES_DIR, else the data directory's (DefaultSeccompProfilesDir, which would
+  // end the process on a directory others may change, where doctor reports).
+  const char* env = std::getenv("NSBOX_PROFILES_DIR");
+  const std::string dir = paths.data_dir.empty() && env && *env ? env : *resolved + "/seccomp-profiles";
+  for (const char* name : {"default", "strict"}) {
+    auto program = LoadSeccompProfile(name, dir);
+    if (!program.ok())
+      return Make("seccomp.profiles", title, Verdict::kFail,
+                  fmt::format("profile '{}': {}", name, program.status().message()),
+                  fmt::format("reinstall nsbox (the profiles belong in {}/seccomp-profiles), or point NSBOX_DATADIR or "
+                              "NSBOX_PROFILES_DIR at a directory holding them",
+                              NSBOX_DATADIR),
+                  true);
+  }
+  return Make("seccomp.profiles", title, Verdict::kPass,
+              fmt::format("{}: default and strict load and compile for this kernel", dir), "", true);
+}
+
 Check LanguagesCheck(const HostPaths& paths) {
   const char* title = "language interpreters and compilers (--lang) in the host view";
   auto resolved = paths.data_dir.empty() ? ResolveDataDir() : StatusOr<std::string>(paths.data_dir);
@@ -864,6 +888,7 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
                                       ReadTrimmed(paths.proc + "/sys/kernel/seccomp/actions_avail")));
   checks.push_back(OverlayCheck(ReadTrimmed(paths.proc + "/filesystems")));
   checks.push_back(HostRootfsCheck(paths));
+  checks.push_back(SeccompProfilesCheck(paths));
   checks.push_back(LanguagesCheck(paths));
   checks.push_back(ImageStoreCheck(paths, caller));
   return checks;

@@ -136,6 +136,8 @@ Check SeccompFilterCheck(const ProbeResult& probe);
 Check SeccompNotifyCheck(const ProbeResult& sizes, const ProbeResult& listener, const std::string& actions_avail);
 Check OverlayCheck(const std::string& proc_filesystems);
 Check HostRootfsCheck(const HostPaths& paths);
+// The default and strict profiles load and compile (a run without them refuses to start).
+Check SeccompProfilesCheck(const HostPaths& paths);
 Check LanguagesCheck(const HostPaths& paths);
 Check ImageStoreCheck(const HostPaths& paths, const Caller& caller);
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "nsbox_config.h"
 #include "src/cli/doctor_checks.h"
 
 using namespace nsbox::doctor;
@@ -307,6 +308,25 @@ TEST_CASE("the host view passes when its required paths exist and fails naming t
   CHECK(HostRootfsCheck(paths).verdict == Verdict::kPass);
   paths.data_dir = data.Path("nowhere");
   CHECK_THAT(HostRootfsCheck(paths).fix, Catch::Contains("NSBOX_DATADIR"));
+}
+
+TEST_CASE("the seccomp profiles check fails naming a missing or broken profile; the shipped ones pass") {
+  // nsbox run refuses to start without them: doctor said ok.
+  Fixture data;
+  HostPaths paths;
+  paths.data_dir = data.Path();
+  Check missing = SeccompProfilesCheck(paths);
+  CHECK(missing.verdict == Verdict::kFail);
+  CHECK(missing.required);
+  CHECK_THAT(missing.detail, Catch::StartsWith("profile 'default': "));
+  CHECK_THAT(missing.fix, Catch::Contains("NSBOX_DATADIR"));
+  std::filesystem::create_directories(data.root / "seccomp-profiles");
+  std::filesystem::copy_file(std::string(NSBOX_SOURCE_DIR) + "/seccomp-profiles/default.json",
+                             data.root / "seccomp-profiles/default.json");
+  data.Write("seccomp-profiles/strict.json", "{ not json");
+  CHECK_THAT(SeccompProfilesCheck(paths).detail, Catch::StartsWith("profile 'strict': "));
+  paths.data_dir = NSBOX_SOURCE_DIR;
+  CHECK(SeccompProfilesCheck(paths).verdict == Verdict::kPass);
 }
 
 TEST_CASE("languages: present interpreters and compilers are listed, missing ones warn with how to install them") {
