@@ -24,6 +24,9 @@ StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path,
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
   });
   const std::string path = fmt::format("{}/{}.json", profiles_dir, name_or_path);
+  struct stat st;
+  if (plain_name && ::stat(path.c_str(), &st) != 0 && errno != ENOENT)  // there, perhaps, but not for this user
+    return Status::Errno(fmt::format("seccomp profile \"{}\": stat({})", name_or_path, path));
   if (!plain_name || !PathExists(path)) {
     // No profiles directory at all is missing data, not an unknown name: say which setting named it (the program's
     // data directory is the program's business; nsbox's own CLI checks it before any policy is built).

@@ -178,7 +178,8 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
     // A profile named (not a path) with no profiles directory at all is missing data, not an unknown name: say where
     // the data comes from.
     const bool named = o.profile.find('/') == std::string::npos && !o.profile.ends_with(".json");
-    if (named && !PathExists(profiles_dir))
+    struct stat st;
+    if (named && ::stat(profiles_dir.c_str(), &st) != 0 && errno == ENOENT)
       return Status::Error(fmt::format("--profile: unknown seccomp profile \"{}\": no file {}/{}.json; {} does not "
                                        "exist: {}", o.profile, profiles_dir, o.profile, profiles_dir, DataDirHint()));
     return seccomp.status().Wrap("--profile");
