@@ -20,8 +20,13 @@ namespace {
 // The compile step's shell: makes the build directory, writes the sealed code ($2, /dev/fd/N) there as the source
 // file ($3) and execs the compiler in it. Compilers want a named file (gcc picks the language by its suffix, javac the
 // class by the file name, go build a .go file); the sealed memfd keeps the code unchanged until it is copied.
-constexpr const char* kCompileScript = "set -e; mkdir -p -- \"$1\"; cd -- \"$1\"; cat -- \"$2\" > \"$3\"; shift 3; "
-                                       "exec \"$@\"";
+// The compile step's shell: the build directory and the source in it, then the compiler. Its own failure (a full
+// /tmp, a file in the way) exits kCompileSetupExit, which no compiler uses, so that it is not taken for the code's.
+constexpr int kCompileSetupExit = 223;
+std::string CompileScript() {
+  return fmt::format("mkdir -p -- \"$1\" && cd -- \"$1\" && cat -- \"$2\" > \"$3\" || exit {}; shift 3; exec \"$@\"",
+                     kCompileSetupExit);
+}
 
 std::string Fill(std::string text, const std::string& build_dir, const std::string& output) {
   auto replace = [&text](std::string_view key, const std::string& value) {
@@ -87,6 +92,13 @@ Result CompileVerdict(Result compiled, const std::string& compiler) {
       verdict.reason = "compile step: " + verdict.reason;
       break;
     case RunStatus::kExit:
+      if (verdict.exit_code == kCompileSetupExit) {
+        std::string why = verdict.stderr_data.substr(0, verdict.stderr_data.find('\n'));
+        verdict.reason = fmt::format("compile step: the source could not be written to the build directory: {}",
+                                     why.empty() ? "the shell failed" : SanitizeUtf8(why));
+        verdict.status = RunStatus::kSetupError;
+        break;
+      }
       verdict.reason =
           CompilerHitMemoryLimit(verdict)
               ? fmt::format(
@@ -167,7 +179,7 @@ Program PlanCompiledProgram(const Language& lang, Executor program, const std::s
   Executor compile = program;
   // The code's token in argv: the engine replaces it by /dev/fd/N of the sealed code.
   compile.code_path = build_dir + "/.nsbox-code";
-  compile.argv = {"/bin/sh", "-c", kCompileScript, "nsbox-compile", build_dir, compile.code_path, spec.source};
+  compile.argv = {"/bin/sh", "-c", CompileScript(), "nsbox-compile", build_dir, compile.code_path, spec.source};
   for (const auto& arg : spec.argv) compile.argv.push_back(Fill(arg, build_dir, spec.output));
   // The compiler's own temporary files (gcc's cc*.o, rustc's, go's) go below the build directory too, which is
   // removed after the run, also when the compile was cut short.

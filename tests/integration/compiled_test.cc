@@ -211,6 +211,23 @@ TEST_CASE("Go: a package that is not main compiles to nothing runnable: compile_
   CHECK(r.json["compile"]["status"] == "ok");
 }
 
+TEST_CASE("a source that cannot be written to the build directory is setup_error, not the compiler's error",
+          "[integration][compiled]") {
+  // A /tmp too small for it: cat's "No space left on device" was reported as "gcc exited with 1", gcc never having run.
+  std::string code = "int main(void) { return 0; }\n";
+  while (code.size() < (3u << 20)) code += "/* padding padding padding padding padding padding padding padding */\n";
+  const std::string file = "/tmp/nsbox-compiled-test-" + std::to_string(::getpid()) + "-big.c";
+  std::ofstream(file) << code;
+  auto r = RunNsboxJson({"--tmpfs-size", "1M", "--lang", "c", "--file", file});
+  ::unlink(file.c_str());
+  INFO(r.Describe());
+  CHECK(r.process.exit_code == 125);
+  CHECK(r.status() == "setup_error");
+  CHECK_THAT(r.json["reason"].get<std::string>(),
+             Catch::StartsWith("compile step: the source could not be written to the build directory: ") &&
+                 Catch::Contains("No space left on device"));
+}
+
 TEST_CASE("a compiler stopped by the pids limit is compile_error whose reason names that limit",
           "[integration][compiled]") {
   // g++ forks cc1plus, as, collect2 and ld: three processes are not enough. Which fork fails first (the compile
