@@ -32,6 +32,8 @@ constexpr int kInternalError = -32603;
 // A batch's messages are answered in one array held until its last call ends: an error answer is some 500 bytes of
 // memory for each byte of a "[1,1,...]" line, so a batch is kept small (batches are gone from MCP since 2025-06-18).
 constexpr size_t kMaxBatchMessages = 128;
+// Tool calls (or batches of them) running at once on one connection.
+constexpr size_t kMaxCallsAtOnce = 16;
 
 json TextContent(const std::string& text) { return json::array({{{"type", "text"}, {"text", text}}}); }
 
@@ -329,13 +331,20 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools,
           &error)) {
     std::lock_guard lock(calls_mutex_);
     calls_.erase(key);
-    return ErrorResponse(id, kInternalError, fmt::format("cannot start a thread for the call: {}", error));
+    return ErrorResponse(id, kInternalError, error);
   }
   return std::nullopt;
 }
 
 bool McpServer::StartWorker(std::function<void()> work, std::string* error) {
   JoinWorkers(true);
+  // Each running call is a thread here and an nsbox exec on the host: a client pipelining a thousand calls made a
+  // thousand of each.
+  if (workers_.size() >= kMaxCallsAtOnce) {
+    *error = fmt::format("{} tool calls are running already, the most at once: send this one when one has ended",
+                         workers_.size());
+    return false;
+  }
   try {
     auto done = std::make_shared<std::atomic<bool>>(false);
     workers_.push_back({std::thread([work = std::move(work), done] {
@@ -344,7 +353,7 @@ bool McpServer::StartWorker(std::function<void()> work, std::string* error) {
                         }),
                         done});
   } catch (const std::system_error& e) {
-    *error = e.what();
+    *error = fmt::format("cannot start a thread for the call: {}", e.what());
     return false;
   }
   return true;
@@ -430,8 +439,7 @@ std::optional<json> McpServer::HandleBatch(const json& batch, bool inline_tools)
         std::lock_guard lock(calls_mutex_);
         calls_.erase(id.dump());
       }
-      (*answers)[index] =
-          ErrorResponse(id, kInternalError, fmt::format("cannot start a thread for the call: {}", error));
+      (*answers)[index] = ErrorResponse(id, kInternalError, error);
     }
     return collect();
   }

@@ -362,6 +362,26 @@ TEST_CASE("mcp keeps a batch's array to its own responses while other calls answ
   CHECK(single["result"]["isError"] == false);
 }
 
+TEST_CASE("mcp runs at most 16 tool calls at once; the 17th is refused, saying so", "[mcp]") {
+  // Each call is a thread and an nsbox exec on the host: a thousand pipelined calls made a thousand of each.
+  Fixture f;
+  f.script.answer.status = RunStatus::kOk;
+  f.script.run_time = milliseconds(1'000);
+  std::vector<json> calls;
+  for (int i = 1; i <= 17; ++i) calls.push_back(Call(i, "run_python", {{"code", "x"}}));
+  auto out = ServeOverPipes(f.server, Lines(calls));
+  REQUIRE(out.size() == 17);
+  int refused = 0;
+  for (const auto& answer : out) {
+    if (!answer.contains("error")) continue;
+    ++refused;
+    CHECK(answer["id"] == 17);
+    CHECK(answer["error"]["message"] ==
+          "16 tool calls are running already, the most at once: send this one when one has ended");
+  }
+  CHECK(refused == 1);
+}
+
 TEST_CASE("mcp reads on while a batch's calls run: a later ping is answered first, a cancelled call is left out",
           "[mcp]") {
   Fixture f;
