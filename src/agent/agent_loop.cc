@@ -143,8 +143,19 @@ class Loop {
 
  private:
   bool Cancelled() const { return config_.cancel && config_.cancel->load(); }
+  // Log lines go to the operator's terminal and carry the model's words: its control characters (an escape sequence
+  // retitling the window or clearing the screen) are shown as \xNN, not acted on.
   void Log(const std::string& line) const {
-    if (config_.log) config_.log(Redacted(line, secrets_));
+    if (!config_.log) return;
+    std::string shown;
+    for (char c : Redacted(line, secrets_)) {
+      const auto byte = static_cast<unsigned char>(c);
+      if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f)
+        shown += fmt::format("\\x{:02x}", byte);
+      else
+        shown += c;
+    }
+    config_.log(shown);
   }
   static std::string FirstLines(const std::string& text, int lines) {
     size_t pos = 0;

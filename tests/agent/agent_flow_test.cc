@@ -191,6 +191,20 @@ TEST_CASE("a 429 is retried after its retry-after and the run then succeeds") {
   }
 }
 
+TEST_CASE("the model's control characters reach the log as \\xNN, not as terminal escape sequences") {
+  testing::FakeProviderServer server;
+  runtime::LocalRuntime rt;
+  std::vector<std::string> lines;
+  FlowRun run = RunFlow(server, "anthropic", rt, "x [scenario:escape]",
+                        [&](AgentConfig& c) { c.log = [&](const std::string& line) { lines.push_back(line); }; });
+  CHECK(run.outcome.end == AgentEnd::kAnswered);
+  std::string all;
+  for (const auto& line : lines) all += line + "\n";
+  INFO(all);
+  CHECK(all.find("model: look \\x1b]0;pwned\\x07 here") != std::string::npos);
+  CHECK(all.find('\x1b') == std::string::npos);
+}
+
 TEST_CASE("a rejected API key (401) ends the run saying so, without retries") {
   testing::FakeProviderServer server;
   runtime::LocalRuntime rt;

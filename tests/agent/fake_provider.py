@@ -64,7 +64,8 @@ def new_id(prefix):
 
 
 # ---- the conversations: (prompt, turn index, tool results of the last turn) -> next move ----
-# A move is ("tools", [(tool, input), ...]) or ("text", answer).
+# A move is ("tools", [(tool, input), ...]), optionally with the text before the calls as a third element, or
+# ("text", answer).
 
 def python_call(fmt, code):
     # Anthropic conversations use run_python, OpenAI ones execute_code, so both tools are exercised.
@@ -134,6 +135,10 @@ def next_move(fmt, prompt, turn, results):
         return ("text", "the workspace says: " + stdout_of(results[0]).strip())
     if "[scenario:forever]" in prompt:
         return ("tools", [python_call(fmt, "print('again')")])
+    if "[scenario:escape]" in prompt:  # a terminal escape sequence in the model's words before its call
+        if turn == 0:
+            return ("tools", [python_call(fmt, "print(1)")], "look \x1b]0;pwned\x07 here")
+        return ("text", "done")
     if "[scenario:badargs]" in prompt:
         if turn == 0:
             return ("tools", [("execute_code", {"code": "print(1)"})])  # no language
@@ -145,11 +150,11 @@ def next_move(fmt, prompt, turn, results):
 # ---- wire formats ----
 
 def anthropic_response(model, move, reuse_id=None):
-    kind, payload = move
+    kind, payload = move[:2]
     if kind == "text":
         content, stop = [{"type": "text", "text": payload}], "end_turn"
     else:
-        content = [{"type": "text", "text": "I will run code to find out."}]
+        content = [{"type": "text", "text": move[2] if len(move) > 2 else "I will run code to find out."}]
         for tool, tool_input in payload:
             content.append({"type": "tool_use", "id": reuse_id or new_id("toolu_"), "name": tool, "input": tool_input})
         stop = "tool_use"
@@ -159,7 +164,7 @@ def anthropic_response(model, move, reuse_id=None):
 
 
 def openai_response(model, move, reuse_id=None):
-    kind, payload = move
+    kind, payload = move[:2]
     message = {"role": "assistant", "content": None}
     if kind == "text":
         message["content"], finish = payload, "stop"
