@@ -157,7 +157,10 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     if (checked->network) config.network_allow = std::make_shared<const NetworkAllowSpec>(std::move(*checked->network));
     config.max_lifetime = checked->max_lifetime;
     auto driver = ReadFile(DataDir() + "/rootfs/repl/driver.py", 1 << 20);
-    if (driver.ok()) config.repl_driver_source = std::move(*driver);
+    if (driver.ok())
+      config.repl_driver_source = std::move(*driver);
+    else
+      config.repl_driver_error = driver.status().message();  // an unreadable one is not "not found"
     const SandboxOptions& o = create_options.sandbox;
     config.record = {
         {"owner_uid", ::geteuid()},

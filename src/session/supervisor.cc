@@ -292,7 +292,10 @@ class Server {
     if (request.value("repl", false) && program->compile) {
       return Error("malformed exec request: a REPL cell has no compile step");
     } else if (request.value("repl", false)) {
-      if (config_.repl_driver_source.empty()) return Error("the REPL driver (rootfs/repl/driver.py) was not found");
+      if (config_.repl_driver_source.empty())
+        return Error(config_.repl_driver_error.empty()
+                         ? "the REPL driver (rootfs/repl/driver.py) is empty"
+                         : fmt::format("the REPL driver could not be read: {}", config_.repl_driver_error));
       ResidentOptions driver;
       driver.argv = {ex.argv.at(0), "-u", "-c", config_.repl_driver_source};
       driver.env = ex.env;

@@ -31,6 +31,7 @@ struct SupervisorConfig {
   // --network allow=: the egress proxy the supervisor runs for the session's whole life.
   std::shared_ptr<const cli::NetworkAllowSpec> network_allow;
   std::string repl_driver_source;  // rootfs/repl/driver.py; empty: REPL calls fail with a setup error
+  std::string repl_driver_error;   // why it could not be read, for that error
   nlohmann::json record;           // what session.json says besides the pids (options, limits, owner)
 };
 

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "nsbox_config.h"
 #include "tests/support/run_nsbox.h"
 
 namespace {
@@ -509,6 +510,30 @@ TEST_CASE("a session whose memory is full of its files loses an exec to the OOM 
   INFO(after.dump());
   CHECK(after["status"] == "ok");
   CHECK(after["stdout"] == "keep\n");
+}
+
+TEST_CASE("a REPL driver that cannot be read is named with the reason, not called missing", "[session][repl]") {
+  // A data directory without rootfs/repl/driver.py (or one this user cannot read): the cell said "not found".
+  char data[] = "/tmp/nsbox-data-test-XXXXXX";
+  REQUIRE(::mkdtemp(data) != nullptr);
+  ::chmod(data, 0755);
+  std::filesystem::copy(std::string(NSBOX_SOURCE_DIR) + "/seccomp-profiles", std::string(data) + "/seccomp-profiles");
+  std::filesystem::create_directories(std::string(data) + "/rootfs");
+  for (const char* file : {"host.json", "languages.json"})
+    std::filesystem::copy_file(std::string(NSBOX_SOURCE_DIR) + "/rootfs/" + file,
+                               std::string(data) + "/rootfs/" + file);
+  ::setenv("NSBOX_DATADIR", data, 1);
+  {
+    Sessions s;
+    std::string id = s.Create();
+    Output o = s.Nsbox({"exec", id, "--json", "--lang", "python", "--repl", "--code", "1"});
+    INFO(o.out << o.err);
+    CHECK(o.code == 125);
+    CHECK_THAT(o.out + o.err, Catch::Contains("the REPL driver could not be read: ") &&
+                                  Catch::Contains("/rootfs/repl/driver.py") && Catch::Contains("ENOENT"));
+  }
+  ::unsetenv("NSBOX_DATADIR");
+  std::filesystem::remove_all(data);
 }
 
 TEST_CASE("REPL names persist between calls and the final expression's value is returned", "[session][repl]") {
