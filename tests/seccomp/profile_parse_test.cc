@@ -20,6 +20,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/seccomp_profile.h"
+#include "tests/support/as_user.h"
 #include "tests/support/skip.h"
 
 using namespace nsbox;
@@ -243,26 +244,12 @@ TEST_CASE("a profiles directory this user cannot read is said so, not that the p
   char dir[] = "/tmp/nsbox-profiles-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);  // 0700, root's
   REQUIRE(nsbox::WriteFile(std::string(dir) + "/default.json", "{}").ok());
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
-  pid_t child = ::fork();
-  if (child == 0) {
-    ::close(out[0]);
-    if (::setresuid(65534, 65534, 65534) != 0) ::_exit(2);
-    const std::string message = ResolveSeccompProfilePath("default", dir).status().message();
-    (void)!::write(out[1], message.data(), message.size());
-    ::_exit(0);
-  }
-  ::close(out[1]);
-  std::string message;
-  char buf[512];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
-  ::close(out[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
+  auto message = nsbox::testing::AsUser(65534, 65534,
+                                        [&] { return ResolveSeccompProfilePath("default", dir).status().message(); });
   std::remove((std::string(dir) + "/default.json").c_str());
   ::rmdir(dir);
-  CHECK(message == fmt::format("seccomp profile \"default\": stat({}/default.json): Permission denied (EACCES)", dir));
+  REQUIRE(message);
+  CHECK(*message == fmt::format("seccomp profile \"default\": stat({}/default.json): Permission denied (EACCES)", dir));
 }
 
 TEST_CASE("a conditional rule that an unconditional rule would silently override is an error") {

@@ -20,6 +20,7 @@
 #include "sandbox/workspace_snapshot.h"
 #include "src/session/state.h"
 #include "src/session/workspace_copy.h"
+#include "tests/support/as_user.h"
 
 using nsbox::Status;
 using nsbox::UniqueFd;
@@ -272,26 +273,10 @@ TEST_CASE("a state directory under another user's unreadable directory names tha
   const std::string squatted = tree.path + "/nsbox-12346";
   REQUIRE(::mkdir(squatted.c_str(), 0700) == 0);
   REQUIRE(::chown(squatted.c_str(), 12345, 12345) == 0);
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
-  pid_t child = ::fork();
-  if (child == 0) {
-    ::close(out[0]);
-    if (::setresgid(12346, 12346, 12346) != 0 || ::setresuid(12346, 12346, 12346) != 0) ::_exit(2);
-    const std::string message = nsbox::session::CheckStateRootIfPresent(squatted + "/sessions").message();
-    (void)!::write(out[1], message.data(), message.size());
-    ::_exit(0);
-  }
-  ::close(out[1]);
-  std::string message;
-  char buf[512];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
-  ::close(out[0]);
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
-  CHECK_THAT(message, Catch::Contains(squatted + " belongs to uid 12345, not to uid 12346 or root"));
+  auto message = nsbox::testing::AsUser(
+      12346, 12346, [&] { return nsbox::session::CheckStateRootIfPresent(squatted + "/sessions").message(); });
+  REQUIRE(message);
+  CHECK_THAT(*message, Catch::Contains(squatted + " belongs to uid 12345, not to uid 12346 or root"));
 }
 
 // A record in a directory the user did not make names processes of someone else's choosing: listing the sessions
