@@ -32,11 +32,13 @@ std::string Lower(std::string s) {
   return s;
 }
 
-// `text` with every occurrence of each secret replaced by "[redacted]".
+// `text` with every occurrence of each secret replaced by "[redacted]" (the search goes on after the replacement: a
+// secret found in "[redacted]" itself is not replaced for ever).
 std::string Redacted(std::string text, const std::vector<std::string>& secrets) {
+  static const std::string kRedacted = "[redacted]";
   for (const auto& secret : secrets)
-    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at))
-      text.replace(at, secret.size(), "[redacted]");
+    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at + kRedacted.size()))
+      text.replace(at, secret.size(), kRedacted);
   return text;
 }
 

@@ -226,6 +226,8 @@ StatusOr<ExecutionResult> NsboxRuntime::ExecuteOnce(const std::string& language,
   milliseconds compile_timeout{0};
   if (auto lang = cli::LookupLanguage(language); lang.ok() && lang->compile) compile_timeout = lang->compile->timeout;
   spec.deadline = now + compile_timeout + sandbox_timeout + options_.setup_grace;
+  // The caller's own deadline (the agent's --timeout) holds over the compile step too.
+  if (options.deadline) spec.deadline = std::min(*spec.deadline, *options.deadline + options_.setup_grace);
   spec.cancel = options.cancel;
   spec.term_grace = milliseconds(2000);
   auto outcome = RunSubprocess(spec);

@@ -226,6 +226,9 @@ TEST_CASE("a rejected API key (401) ends the run saying so, without retries") {
       CHECK(transcript.find("wrong-key-sk-0123") == std::string::npos);
       if (provider == "openai")
         CHECK(run.outcome.error.find("Incorrect API key provided: [redacted]") != std::string::npos);
+      // A key found in "[redacted]" itself: the replacement went on for ever.
+      FlowRun odd = RunFlow(server, provider, rt, kPrimePrompt, {}, "redacted");
+      CHECK(odd.outcome.end == AgentEnd::kAuthError);
       CHECK(run.outcome.error.find(provider == "anthropic" ? "Check ANTHROPIC_API_KEY" : "Check OPENAI_API_KEY") !=
             std::string::npos);
       CHECK(run.outcome.http_requests == 1);

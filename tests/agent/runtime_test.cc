@@ -295,6 +295,22 @@ TEST_CASE("nsbox runtime waits for a compiled language's build as well as for th
   CHECK(r->stdout_data == "built and ran\n");
 }
 
+TEST_CASE("nsbox runtime keeps the caller's deadline over a compiled language's build") {
+  ScopedEnv compile("FAKE_NSBOX_COMPILE_SECONDS", "6");
+  NsboxRuntimeOptions options;
+  options.nsbox_bin = testing::SourcePath("tests/agent/fake_nsbox.py");
+  options.setup_grace = 1s;
+  NsboxRuntime rt(options);
+  ExecuteOptions o;
+  o.timeout = 1s;
+  o.deadline = std::chrono::steady_clock::now() + 1s;
+  auto started = std::chrono::steady_clock::now();
+  auto r = rt.execute("c", "echo built and ran", o);
+  REQUIRE(r.ok());
+  CHECK(r->status == RunStatus::kTimeout);
+  CHECK(std::chrono::steady_clock::now() - started < 4s);
+}
+
 TEST_CASE("nsbox runtime falls back to one-shot nsbox run when this nsbox has no sessions") {
   TempPath log;
   ScopedEnv mode("FAKE_NSBOX_MODE", "no-sessions");
