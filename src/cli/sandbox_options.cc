@@ -121,11 +121,11 @@ std::vector<std::string> GivenSandboxArgs(const CLI::App& app) {
   return args;
 }
 
-StatusOr<Policy> BuildPolicy(const SandboxOptions& o) {
+StatusOr<Policy> BuildPolicy(const SandboxOptions& o, bool hold_image) {
   PolicyBuilder builder;
   if (o.rootfs != "host" && o.rootfs.find('/') == std::string::npos) {
     // A bare name is an image from `nsbox image build`; a directory is given as a path (./dir, /srv/root).
-    auto image_root = UseImage(o.rootfs);
+    auto image_root = hold_image ? UseImage(o.rootfs) : ResolveImage(o.rootfs);
     if (!image_root.ok()) return image_root.status().Wrap("--rootfs");
     builder.SetRootfsDir(*image_root);
   } else if (o.rootfs != "host") {

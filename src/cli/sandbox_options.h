@@ -36,7 +36,9 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& options);
 // The sandbox options given on `app` (declared there by AddSandboxOptions), back as arguments in the order of their
 // declaration: for a verb that parses them itself and hands them to `nsbox session create` (agent).
 std::vector<std::string> GivenSandboxArgs(const CLI::App& app);
-StatusOr<Policy> BuildPolicy(const SandboxOptions& options);
+// hold_image: an image named by --rootfs is held (UseImage) for this process's life, for a sandbox it sets up; a check
+// of the options alone (nsbox mcp's, nsbox agent's at start) resolves it without holding it.
+StatusOr<Policy> BuildPolicy(const SandboxOptions& options, bool hold_image = true);
 // An engine message in the CLI's words: the policy settings it names (CgroupLimits::cpus,
 // PolicyBuilder::DangerDisableCgroupLimits …) become the options that set them (--cpus,
 // --dangerously-run-without-limits).

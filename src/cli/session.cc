@@ -74,8 +74,8 @@ struct CheckedCreate {
 };
 
 // Everything create checks before it makes anything.
-StatusOr<CheckedCreate> CheckCreate(const CreateOptions& o) {
-  auto policy = BuildPolicy(o.sandbox);
+StatusOr<CheckedCreate> CheckCreate(const CreateOptions& o, bool hold_image) {
+  auto policy = BuildPolicy(o.sandbox, hold_image);
   if (!policy.ok()) return policy.status();
   auto network = BuildNetworkSpec(o.sandbox);
   if (!network.ok()) return network.status();
@@ -100,7 +100,7 @@ Status CheckSessionCreateArgs(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     return Status::Error(e.what());
   }
-  return CheckCreate(options).status();
+  return CheckCreate(options, /*hold_image=*/false).status();  // the session itself is made later, by another call
 }
 
 std::string SessionCreateOptionsHelp() {
@@ -132,7 +132,7 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
       fmt::print(stderr, "nsbox session create: {}\n", InCliTerms(status.message()));
       exit_code.value = kExitNsboxFailure;
     };
-    auto checked = CheckCreate(create_options);
+    auto checked = CheckCreate(create_options, /*hold_image=*/true);
     if (!checked.ok()) return fail(checked.status());
     const std::string& name = create_options.name;
     std::string root = session::StateRoot();
