@@ -327,10 +327,12 @@ namespace {
 // Closes every descriptor inherited from nsbox except stdio and the ones the plan names: pid 1 must hold nothing
 // of nsbox's (its end of the sync pipe above all, so that EOF there means nsbox is gone).
 void CloseUnplannedDescriptors(const ChildPlan& plan, int also_keep) {
-  int keep[10 + CgroupSelfJoin::kMax];
+  const int named[] = {
+      plan.stdin_fd,       plan.stdout_fd,  plan.stderr_fd,          plan.control_fd,      plan.sync_fd,
+      plan.seccomp_socket, plan.channel_fd, plan.cgroup_join_socket, plan.memory_leave_fd, also_keep};
+  int keep[std::size(named) + CgroupSelfJoin::kMax];
   int count = 0;
-  for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.control_fd, plan.sync_fd, plan.seccomp_socket,
-                 plan.channel_fd, plan.cgroup_join_socket, plan.memory_leave_fd, also_keep})
+  for (int fd : named)
     if (fd > 2) keep[count++] = fd;
   for (int i = 0; i < plan.cgroup_join.count; ++i)
     if (plan.cgroup_join.fds[i] > 2) keep[count++] = plan.cgroup_join.fds[i];
