@@ -754,7 +754,15 @@ Check SeccompProfilesCheck(const HostPaths& paths) {
   // As nsbox run finds them: $NSBOX_PROFILES_DIR, else the data directory's (DefaultSeccompProfilesDir, which would
   // end the process on a directory others may change, where doctor reports).
   const char* env = std::getenv("NSBOX_PROFILES_DIR");
-  const std::string dir = paths.data_dir.empty() && env && *env ? env : *resolved + "/seccomp-profiles";
+  std::string dir = *resolved + "/seccomp-profiles";
+  if (paths.data_dir.empty() && env && *env) {
+    auto trusted = CheckTrustedPath(env, ::geteuid());  // as nsbox run checks it, reported rather than fatal
+    if (!trusted.ok())
+      return Make("seccomp.profiles", title, Verdict::kFail,
+                  fmt::format("$NSBOX_PROFILES_DIR: {}", trusted.status().message()),
+                  "point NSBOX_PROFILES_DIR at a directory only you or root can change, or unset it", true);
+    dir = *trusted;
+  }
   for (const char* name : {"default", "strict"}) {
     auto program = LoadSeccompProfile(name, dir);
     if (!program.ok())

@@ -327,6 +327,14 @@ TEST_CASE("the seccomp profiles check fails naming a missing or broken profile; 
   CHECK_THAT(SeccompProfilesCheck(paths).detail, Catch::StartsWith("profile 'strict': "));
   paths.data_dir = NSBOX_SOURCE_DIR;
   CHECK(SeccompProfilesCheck(paths).verdict == Verdict::kPass);
+  // $NSBOX_PROFILES_DIR that others may change: nsbox run refuses it, so doctor fails it (it passed).
+  std::filesystem::create_directories(data.root / "open");
+  ::chmod((data.root / "open").c_str(), 0777);
+  ::setenv("NSBOX_PROFILES_DIR", (data.root / "open").c_str(), 1);
+  Check open = SeccompProfilesCheck(HostPaths{});
+  ::unsetenv("NSBOX_PROFILES_DIR");
+  CHECK(open.verdict == Verdict::kFail);
+  CHECK_THAT(open.detail, Catch::Contains("writable by others"));
 }
 
 TEST_CASE("languages: present interpreters and compilers are listed, missing ones warn with how to install them") {
