@@ -279,33 +279,33 @@ TEST_CASE("nsbox runtime makes one session per conversation, execs in it, and re
   CHECK(lines[3] == "rm " + sid);
 }
 
-TEST_CASE("nsbox runtime waits for a compiled language's build as well as for the program") {
-  // The call's timeout is the program's; the build before it has the language's own compile time-out. nsbox was
-  // killed at timeout + setup grace, in the middle of a long compile, and the result was lost.
-  ScopedEnv compile("FAKE_NSBOX_COMPILE_SECONDS", "2.5");
+// `echo built and ran` as language c through the fake nsbox, whose compile step takes `compile_seconds`, with a 1 s
+// program time-out and a 1 s set-up grace.
+auto RunCompiledThroughFake(const char* compile_seconds,
+                            std::optional<std::chrono::steady_clock::time_point> deadline) {
+  ScopedEnv compile("FAKE_NSBOX_COMPILE_SECONDS", compile_seconds);
   NsboxRuntimeOptions options;
   options.nsbox_bin = testing::SourcePath("tests/agent/fake_nsbox.py");
   options.setup_grace = 1s;
   NsboxRuntime rt(options);
   ExecuteOptions o;
   o.timeout = 1s;
-  auto r = rt.execute("c", "echo built and ran", o);
+  o.deadline = deadline;
+  return rt.execute("c", "echo built and ran", o);
+}
+
+TEST_CASE("nsbox runtime waits for a compiled language's build as well as for the program") {
+  // The call's timeout is the program's; the build before it has the language's own compile time-out. nsbox was
+  // killed at timeout + setup grace, in the middle of a long compile, and the result was lost.
+  auto r = RunCompiledThroughFake("2.5", std::nullopt);
   REQUIRE(r.ok());
   CHECK(r->status == RunStatus::kOk);
   CHECK(r->stdout_data == "built and ran\n");
 }
 
 TEST_CASE("nsbox runtime keeps the caller's deadline over a compiled language's build") {
-  ScopedEnv compile("FAKE_NSBOX_COMPILE_SECONDS", "6");
-  NsboxRuntimeOptions options;
-  options.nsbox_bin = testing::SourcePath("tests/agent/fake_nsbox.py");
-  options.setup_grace = 1s;
-  NsboxRuntime rt(options);
-  ExecuteOptions o;
-  o.timeout = 1s;
-  o.deadline = std::chrono::steady_clock::now() + 1s;
   auto started = std::chrono::steady_clock::now();
-  auto r = rt.execute("c", "echo built and ran", o);
+  auto r = RunCompiledThroughFake("6", started + 1s);
   REQUIRE(r.ok());
   CHECK(r->status == RunStatus::kTimeout);
   CHECK(std::chrono::steady_clock::now() - started < 4s);
