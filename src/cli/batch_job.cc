@@ -189,7 +189,7 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
     std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     if (auto end = what.find("] "); what.starts_with("[json.") && end != std::string::npos) what.erase(0, end + 2);
     return fail(Status::Error(fmt::format("not a JSON object: {}", what)));
-  } catch (const JsonTooDeep& e) {
+  } catch (const JsonRefused& e) {
     return fail(Status::Error(e.what()));
   }
   if (!object.is_object()) return fail(Status::Error(fmt::format("not a JSON object but {}", object.type_name())));

@@ -1,12 +1,16 @@
 // JSON from peers nsbox does not trust (API and MCP clients, model providers, job files, a sandbox's REPL channel),
-// parsed with its nesting bounded. nlohmann parses iteratively but copies and compares recursively: a value nested
-// 100k deep (200 KB of text) overflows the stack of the first code that copies it, so such text is refused up front.
+// parsed with its nesting bounded and a key given twice in one object refused. nlohmann parses iteratively but copies
+// and compares recursively: a value nested 100k deep (200 KB of text) overflows the stack of the first code that copies
+// it, so such text is refused up front. nlohmann keeps the last of two equal keys; a proxy or a log that read the first
+// would see another request than nsbox runs ({"timeout": 5, "timeout": 3600}), so nsbox takes neither.
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -15,9 +19,23 @@ namespace nsbox {
 // Deeper than any message nsbox takes or sends (its deepest, a tool schema, nests under ten).
 inline constexpr int kMaxJsonDepth = 128;
 
-class JsonTooDeep : public std::runtime_error {
+// JSON that parses but that nsbox does not take: too deep, or a key twice in one object.
+class JsonRefused : public std::runtime_error {
  public:
-  JsonTooDeep() : std::runtime_error("the JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels") {}
+  using std::runtime_error::runtime_error;
+};
+
+class JsonTooDeep : public JsonRefused {
+ public:
+  JsonTooDeep() : JsonRefused("the JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels") {}
+};
+
+class JsonDuplicateKey : public JsonRefused {
+ public:
+  explicit JsonDuplicateKey(const std::string& key)
+      : JsonRefused("the JSON has the key " +
+                    nlohmann::json(key).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) +
+                    " twice in one object") {}
 };
 
 // The deepest nesting of arrays and objects in `text`, brackets inside strings not counted. For text that is JSON this
@@ -42,12 +60,85 @@ inline int JsonNestingDepth(std::string_view text) {
   return deepest;
 }
 
+namespace json_internal {
+
+// nlohmann's SAX events built into a value as its own DOM parser does, but with each key checked against the keys its
+// object already has (a map lookup: no pass over the parent, unlike the parser callback above).
+class StrictDomBuilder {
+ public:
+  using json = nlohmann::json;
+  explicit StrictDomBuilder(json* root) : root_(root) {}
+
+  bool null() { return Put(nullptr) != nullptr; }
+  bool boolean(bool value) { return Put(value) != nullptr; }
+  bool number_integer(json::number_integer_t value) { return Put(value) != nullptr; }
+  bool number_unsigned(json::number_unsigned_t value) { return Put(value) != nullptr; }
+  bool number_float(json::number_float_t value, const json::string_t& /*text*/) { return Put(value) != nullptr; }
+  bool string(json::string_t& value) { return Put(std::move(value)) != nullptr; }
+  bool binary(json::binary_t& value) { return Put(json::binary(std::move(value))) != nullptr; }
+  bool start_object(std::size_t /*size*/) {
+    open_.push_back(Put(json::object()));
+    return true;
+  }
+  bool key(json::string_t& key) {
+    json& object = *open_.back();
+    if (object.contains(key)) throw JsonDuplicateKey(key);
+    slot_ = &object[key];
+    return true;
+  }
+  bool end_object() {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t /*size*/) {
+    open_.push_back(Put(json::array()));
+    return true;
+  }
+  bool end_array() {
+    open_.pop_back();
+    return true;
+  }
+  // nlohmann passes its own exception (parse_error, or out_of_range for a number too large): thrown as
+  // json::parse(text) throws it.
+  template <class Exception>
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/, const Exception& error) {
+    throw error;
+  }
+
+ private:
+  // The value's place: the root, the end of the open array, or the slot of the open object's last key. An open
+  // container's address stays put: only its own elements move when it grows.
+  json* Put(json value) {
+    if (open_.empty()) {
+      *root_ = std::move(value);
+      return root_;
+    }
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(value));
+      return &parent.back();
+    }
+    *slot_ = std::move(value);
+    return slot_;
+  }
+
+  json* root_;
+  std::vector<json*> open_;
+  json* slot_ = nullptr;
+};
+
+}  // namespace json_internal
+
 // As nlohmann::json::parse(text): throws nlohmann::json::exception for text that is not JSON, JsonTooDeep for text
-// nested deeper than kMaxJsonDepth. The depth is found by a scan first, not by nlohmann's parser callback: with a
-// callback, closing each object looks through its parent, so an array of n objects took time in n squared.
+// nested deeper than kMaxJsonDepth, JsonDuplicateKey for an object with a key twice. The depth is found by a scan
+// first, not by nlohmann's parser callback: with a callback, closing each object looks through its parent, so an
+// array of n objects took time in n squared.
 inline nlohmann::json ParseBoundedJson(std::string_view text) {
   if (JsonNestingDepth(text) > kMaxJsonDepth) throw JsonTooDeep();
-  return nlohmann::json::parse(text);
+  nlohmann::json value;
+  json_internal::StrictDomBuilder builder(&value);
+  nlohmann::json::sax_parse(text, &builder);
+  return value;
 }
 
 // As nlohmann::json::parse(text, nullptr, false): a discarded value (is_discarded()) for either.

@@ -39,6 +39,8 @@ StatusOr<TestCase> ParseCase(std::string_view text) {
   nlohmann::json object;
   try {
     object = ParseBoundedJson(text);
+  } catch (const JsonRefused& e) {
+    return Status::Error(e.what());
   } catch (const std::exception&) {
     return Status::Error("not a JSON object");
   }

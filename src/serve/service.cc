@@ -27,7 +27,7 @@ json ParseBody(const HttpRequest& request) {
     return ParseBoundedJson(request.body);
   } catch (const json::parse_error& e) {
     throw BadRequest(fmt::format("malformed JSON: {}", e.what()));
-  } catch (const JsonTooDeep& e) {
+  } catch (const JsonRefused& e) {
     throw BadRequest(e.what());
   }
 }

@@ -339,6 +339,8 @@ await test("mcp: malformed JSON, invalid requests and unknown methods get JSON-R
   send(JSON.stringify({ jsonrpc: "2.0", id: 4, method: "tools/call", params: "nope" }));
   send(JSON.stringify({ jsonrpc: "2.0", id: 5, method: "ping" }));
   send(JSON.stringify({ jsonrpc: "2.0", id: 6, method: "initialize", params: { protocolVersion: "1999-01-01", capabilities: {}, clientInfo: { name: "raw", version: "0" } } }));
+  // A key twice: which "name" would run? Neither: a parse error.
+  send('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "run_python", "name": "x"}}');
   await new Promise((r) => setTimeout(r, 1500));
   child.stdin.end();
   const code = await new Promise((r) => child.on("exit", r));
@@ -351,6 +353,8 @@ await test("mcp: malformed JSON, invalid requests and unknown methods get JSON-R
   assert.equal(byId(4).error.code, -32602);
   assert.deepEqual(byId(5).result, {});
   assert.equal(byId(6).result.protocolVersion, "2025-11-25");
+  const twice = lines.find((l) => l.error && /the key "name" twice/.test(l.error.message));
+  assert.ok(twice && twice.error.code === -32700 && twice.id === null, JSON.stringify(lines));
   assert.equal(code, 0);
 });
 

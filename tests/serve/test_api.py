@@ -602,6 +602,10 @@ class BadInput(SharedCase):
                 deep = b'{"labels": {"x": ' + b"[" * 100000 + b"]" * 100000 + b"}}"
                 r = self.api.request("POST", path, raw=deep, headers={"Content-Type": "application/json"})
                 self.assertIn("nests deeper than", assert_error(self, r, 400, "bad_request")["error"]["message"])
+                # Two values for one key: a proxy that read the first would see another request than the server ran.
+                twice = b'{"cmd": "true", "timeout": 5, "limits": {"pids": 8, "pids": 4096}, "timeout": 3600}'
+                r = self.api.request("POST", path, raw=twice, headers={"Content-Type": "application/json"})
+                self.assertIn('the key "pids" twice', assert_error(self, r, 400, "bad_request")["error"]["message"])
 
     def test_an_unknown_field_is_400(self):
         sbx = self.make()["id"]

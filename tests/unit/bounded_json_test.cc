@@ -43,3 +43,25 @@ TEST_CASE("json: a long array of objects (an MCP batch of many pings) parses who
   REQUIRE(batch.size() == 200'000);
   CHECK(batch[199'999]["id"] == 199'999);
 }
+
+TEST_CASE("json with a key twice in one object is refused, at any depth; equal keys in different objects are not",
+          "[json]") {
+  CHECK_THROWS_WITH(ParseBoundedJson(R"({"timeout": 5, "timeout": 3600})"),
+                    "the JSON has the key \"timeout\" twice in one object");
+  CHECK_THROWS_AS(ParseBoundedJson(R"({"limits": {"memory": "1G", "pids": 4, "memory": "64G"}})"),
+                  nsbox::JsonDuplicateKey);
+  CHECK_THROWS_AS(ParseBoundedJson(R"([{"a": 1}, {"b": 2, "b": 2}])"), nsbox::JsonRefused);
+  // The same key once the escapes are read.
+  CHECK_THROWS_AS(ParseBoundedJson(R"({"argv": [], "\u0061rgv": ["sh"]})"), nsbox::JsonDuplicateKey);
+  const nlohmann::json fine = ParseBoundedJson(R"({"a": {"a": [{"a": 1}, {"a": 2}]}, "b": null, "c": [1, -2, 3.5]})");
+  CHECK(fine == nlohmann::json::parse(R"({"a": {"a": [{"a": 1}, {"a": 2}]}, "b": null, "c": [1, -2, 3.5]})"));
+  CHECK(fine["c"][1].is_number_integer());
+  CHECK(ParseBoundedJson("18446744073709551615").is_number_unsigned());
+}
+
+TEST_CASE("json errors are nlohmann's own: a number too large is out_of_range, trailing text a parse error", "[json]") {
+  CHECK_THROWS_AS(ParseBoundedJson("[1e400]"), nlohmann::json::out_of_range);
+  CHECK_THROWS_AS(ParseBoundedJson("{} {}"), nlohmann::json::parse_error);
+  CHECK_THROWS_AS(ParseBoundedJson(""), nlohmann::json::parse_error);
+  CHECK(nsbox::ParseBoundedJsonOrDiscarded(R"({"a": 1, "a": 1})").is_discarded());
+}
