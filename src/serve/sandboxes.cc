@@ -436,6 +436,10 @@ uint64_t MemoryFootprint(const SandboxSpec& spec) { return spec.memory_bytes + s
 
 namespace {
 uint64_t Pids(const SandboxSpec& spec) { return spec.pids; }
+// A client's part of a budget (ServeConfig::client_budget_share).
+uint64_t ClientShare(uint64_t budget, double share) {
+  return static_cast<uint64_t>(static_cast<double>(budget) * share);
+}
 }  // namespace
 
 uint64_t Sandboxes::Committed(uint64_t (*measure)(const SandboxSpec&), const std::string* owner) const {
@@ -453,7 +457,7 @@ uint64_t Sandboxes::Committed(uint64_t (*measure)(const SandboxSpec&), const std
   return sum;
 }
 
-json Sandboxes::CapacityLocked() const {
+json Sandboxes::CapacityLocked(const std::string& owner) const {
   json pool = json::object();
   for (const auto& [name, target] : config_.pool) {
     auto it = pool_.find(name);
@@ -462,25 +466,27 @@ json Sandboxes::CapacityLocked() const {
                   {"target", target},
                   {"filling", filling == pool_filling_.end() ? 0 : filling->second}};
   }
-  const uint64_t memory = Committed(MemoryFootprint), pids = Committed(Pids);
-  return {{"sandboxes",
-           {{"running", sandboxes_.size()},
-            {"max", config_.max_sandboxes},
-            {"per_client_max", config_.max_per_client}}},
-          {"pool", pool},
-          {"memory_bytes",
-           {{"budget", config_.memory_budget_bytes},
-            {"committed", memory},
-            {"free", memory > config_.memory_budget_bytes ? 0 : config_.memory_budget_bytes - memory}}},
-          {"pids",
-           {{"budget", config_.pids_budget},
-            {"committed", pids},
-            {"free", pids > config_.pids_budget ? 0 : config_.pids_budget - pids}}}};
+  auto room = [](uint64_t budget, uint64_t committed) {
+    return json{{"budget", budget}, {"committed", committed}, {"free", committed > budget ? 0 : budget - committed}};
+  };
+  size_t mine = 0;
+  for (const auto& [id, s] : sandboxes_) mine += s->owner == owner;
+  const double share = config_.client_budget_share;
+  return {
+      {"sandboxes",
+       {{"running", sandboxes_.size()}, {"max", config_.max_sandboxes}, {"per_client_max", config_.max_per_client}}},
+      {"pool", pool},
+      {"memory_bytes", room(config_.memory_budget_bytes, Committed(MemoryFootprint))},
+      {"pids", room(config_.pids_budget, Committed(Pids))},
+      {"client",
+       {{"sandboxes", {{"running", mine}, {"max", config_.max_per_client}}},
+        {"memory_bytes", room(ClientShare(config_.memory_budget_bytes, share), Committed(MemoryFootprint, &owner))},
+        {"pids", room(ClientShare(config_.pids_budget, share), Committed(Pids, &owner))}}}};
 }
 
-json Sandboxes::Capacity() {
+json Sandboxes::Capacity(const std::string& owner) {
   std::lock_guard lock(mutex_);
-  return CapacityLocked();
+  return CapacityLocked(owner);
 }
 
 std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const SandboxSpec& spec) {
@@ -495,7 +501,7 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
     size_t mine = 0;
     for (const auto& [id, s] : sandboxes_) mine += s->owner == owner;
     auto full = [&](const std::string& why) {
-      return ApiError(429, "too_many_requests", why, {{"capacity", CapacityLocked()}});
+      return ApiError(429, "too_many_requests", why, {{"capacity", CapacityLocked(owner)}});
     };
     if (sandboxes_.size() >= config_.max_sandboxes)
       throw full(fmt::format("the server runs its maximum of {} sandboxes", config_.max_sandboxes));
@@ -503,8 +509,8 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
       throw full(fmt::format("this client has its maximum of {} sandboxes", config_.max_per_client));
     // A client's share of each budget, whether its sandbox comes from the pool or not.
     const double share = config_.client_budget_share;
-    const auto client_memory = static_cast<uint64_t>(static_cast<double>(config_.memory_budget_bytes) * share);
-    const auto client_pids = static_cast<uint64_t>(static_cast<double>(config_.pids_budget) * share);
+    const uint64_t client_memory = ClientShare(config_.memory_budget_bytes, share);
+    const uint64_t client_pids = ClientShare(config_.pids_budget, share);
     if (Committed(MemoryFootprint, &owner) + MemoryFootprint(spec) > client_memory)
       throw full(fmt::format("this client's share of the memory budget ({} bytes) has no room for {} more",
                              client_memory, MemoryFootprint(spec)));

@@ -134,7 +134,8 @@ class Sandboxes {
   nlohmann::json ListFiles(const std::shared_ptr<Sandbox>& sandbox, const std::string& path);
   void RemoveFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path);
 
-  nlohmann::json Capacity();
+  // The server's totals, and under "client" the caller's own share of them (what its next create is judged by).
+  nlohmann::json Capacity(const std::string& owner);
   const ServeConfig& config() const { return config_; }
 
  private:
@@ -159,7 +160,7 @@ class Sandboxes {
   // The sum of `measure` over the sandboxes (the pool's, and those it is making, too), or over `owner`'s alone; with
   // mutex_ held.
   uint64_t Committed(uint64_t (*measure)(const SandboxSpec&), const std::string* owner = nullptr) const;
-  nlohmann::json CapacityLocked() const;
+  nlohmann::json CapacityLocked(const std::string& owner) const;
 
   ServeConfig config_;
   mutable std::mutex mutex_;

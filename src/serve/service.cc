@@ -149,7 +149,7 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
     r.body = access_.openapi_document;
     return r;
   }
-  if (parts.size() == 2 && resource == "capacity" && method == "GET") return Json(200, sandboxes_.Capacity());
+  if (parts.size() == 2 && resource == "capacity" && method == "GET") return Json(200, sandboxes_.Capacity(owner));
   if (shutting_down_ && method != "GET") throw ApiError(503, "unavailable", "the server is shutting down");
 
   if (parts.size() == 2 && resource == "run" && method == "POST") {

@@ -48,6 +48,10 @@ class PlacementTest(unittest.TestCase):
         self.assertEqual(cluster.score({"sandboxes": {"running": 1, "max": 4}, "pids": {"free": 0}}),
                          (0, 3, 0, 0))
         self.assertIsNone(cluster.score(None))
+        # The caller's own share counts too: a node with room whose share for this client is full has none for it.
+        own_full = {"sandboxes": {"running": 1, "max": 4}, "memory_bytes": {"free": 1 << 30},
+                    "client": {"sandboxes": {"running": 2, "max": 2}, "memory_bytes": {"free": 1 << 20}}}
+        self.assertEqual(cluster.score(own_full), (0, 0, 1 << 20, 0))
 
     def test_a_node_without_room_is_tried_after_one_with_room(self):
         full, roomy = self.node("f", 0), self.node("r", 8)

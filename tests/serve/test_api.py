@@ -161,10 +161,13 @@ class Endpoints(SharedCase):
             b = before[budget]
             self.assertTrue(all(isinstance(b[k], int) for k in ("budget", "committed", "free")), b)
             self.assertLessEqual(b["free"], b["budget"])
+        self.assertEqual(before["client"]["sandboxes"]["max"], 40)
         self.make()
         after = self.api.call("GET", "/v1/capacity")
         self.assertEqual(after["sandboxes"]["running"], before["sandboxes"]["running"] + 1)
         self.assertGreater(after["memory_bytes"]["committed"], before["memory_bytes"]["committed"])
+        self.assertEqual(after["client"]["sandboxes"]["running"], before["client"]["sandboxes"]["running"] + 1)
+        self.assertGreater(after["client"]["memory_bytes"]["committed"], before["client"]["memory_bytes"]["committed"])
 
     def test_create_answers_201_with_the_sandbox(self):
         now_ms = time.time() * 1000

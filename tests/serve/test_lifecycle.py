@@ -180,6 +180,17 @@ class TenantBudgets(unittest.TestCase):
         body = assert_error(self, a.request("POST", "/v1/sandboxes", {"limits": {"pids": 200}}), 429,
                             "too_many_requests")
         self.assertIn("this client's share of the pids budget (500)", body["error"]["message"], body)
+        # Each client's "client" part is its own share and what it alone committed: a's, in the 429 and in a GET, is
+        # full; b's is untouched by a's sandbox.
+        self.assertEqual(body["capacity"]["client"]["pids"], {"budget": 500, "committed": 400, "free": 100}, body)
+        own = a.call("GET", "/v1/capacity")["client"]
+        self.assertEqual(own["sandboxes"], {"running": 1, "max": 2}, own)
+        self.assertEqual(own["pids"], {"budget": 500, "committed": 400, "free": 100}, own)
+        other = b.call("GET", "/v1/capacity")
+        self.assertEqual(other["client"]["sandboxes"], {"running": 0, "max": 2}, other)
+        self.assertEqual(other["client"]["pids"], {"budget": 500, "committed": 0, "free": 500}, other)
+        self.assertEqual(other["client"]["memory_bytes"]["committed"], 0, other)
+        self.assertGreaterEqual(other["pids"]["committed"], 400, other)  # the server's totals count a's
         theirs = b.create({"limits": {"pids": 400}})["id"]
         self.assertEqual(b.exec(theirs, {"argv": ["echo", "b runs"]})["stdout"], "b runs\n")
         during = Footprint.of(server)

@@ -21,7 +21,7 @@ after(() => fs.rmSync(dir, { recursive: true, force: true }));
 // 200 that ends half-way through the Content-Length it promised; `ctl.requests` has each request's method, url,
 // headers and body.
 function node(name, { running, max, createStatus = 201, execReset = false, execSilent = false, streamError = null,
-  exec = null }) {
+  exec = null, client = undefined }) {
   const sock = path.join(dir, `${name}.sock`);
   const seen = [];
   const ctl = { seen, cut: false, requests: [] };
@@ -38,7 +38,7 @@ function node(name, { running, max, createStatus = 201, execReset = false, execS
         res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': data.length });
         return res.write(data.subarray(0, data.length >> 1), () => res.socket.destroy());
       }
-      const capacity = { sandboxes: { running, max, per_client_max: max }, pool: {} };
+      const capacity = { sandboxes: { running, max, per_client_max: max }, pool: {}, client };
       if (req.url === '/v1/capacity') return res.end(JSON.stringify(capacity));
       if (req.method === 'POST' && req.url === '/v1/sandboxes') {
         if (createStatus === 0) return undefined; // never answers
@@ -82,6 +82,17 @@ test('create goes to the node with the most free sandbox slots, and its calls st
   assert.equal((await sbx.exec('true')).stdout, 'b');
   assert.ok(!nodes[0].seen.some((s) => s.startsWith('POST')) && !nodes[2].seen.some((s) => s.startsWith('POST')));
   for (const n of nodes) n.server.close();
+});
+
+test('a node whose share for this client is full is tried after one with room for it', async () => {
+  const roomyButNotForMe = await node('share', { running: 0, max: 10,
+    client: { sandboxes: { running: 2, max: 2 }, memory_bytes: { free: 0 } } });
+  const busier = await node('busy', { running: 7, max: 10, client: { sandboxes: { running: 0, max: 2 } } });
+  const sbx = await Sandbox.create({ url: [roomyButNotForMe.url, busier.url] });
+  assert.equal(sbx.id, 'sb-busy');
+  assert.ok(!roomyButNotForMe.seen.includes('POST /v1/sandboxes'), 'the node with no room for this client was asked');
+  roomyButNotForMe.server.close();
+  busier.server.close();
 });
 
 test('a full node (429) and a vanished node pass the create on to the next', async () => {

@@ -15,16 +15,32 @@ def _num(v):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _dict(v):
+    return v if isinstance(v, dict) else {}
+
+
+def _least(a, b):
+    """The smaller of two figures a node may or may not give."""
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _slots(boxes):
+    top = _num(boxes.get("max"))
+    return None if top is None else top - (_num(boxes.get("running")) or 0)
+
+
 def score(capacity, template=None):
     """How attractive a node is, compared element by element, largest first; None for a node that did not
-    answer: (has room, free sandbox slots, free memory, ready pool sandboxes of the template)."""
+    answer: (has room, free sandbox slots, free memory, ready pool sandboxes of the template). Each figure is
+    the smaller of the server's and this client's own share of it ("client"), which a create must fit too."""
     if not isinstance(capacity, dict):
         return None
-    boxes = capacity.get("sandboxes") if isinstance(capacity.get("sandboxes"), dict) else {}
-    top = _num(boxes.get("max"))
-    slots = float("inf") if top is None else top - (_num(boxes.get("running")) or 0)
-    memory = _num((capacity.get("memory_bytes") or {}).get("free"))
-    pids = _num((capacity.get("pids") or {}).get("free"))
+    own = _dict(capacity.get("client"))
+    slots = _least(_slots(_dict(capacity.get("sandboxes"))), _slots(_dict(own.get("sandboxes"))))
+    slots = float("inf") if slots is None else slots
+    memory = _least(_num(_dict(capacity.get("memory_bytes")).get("free")),
+                    _num(_dict(own.get("memory_bytes")).get("free")))
+    pids = _least(_num(_dict(capacity.get("pids")).get("free")), _num(_dict(own.get("pids")).get("free")))
     pool = capacity.get("pool") if isinstance(capacity.get("pool"), dict) else {}
     entry = pool.get(template or "host")
     ready = _num(entry.get("ready")) if isinstance(entry, dict) else None

@@ -8,14 +8,22 @@ export const CAPACITY_TIMEOUT_MS = 5_000;
 
 const num = (v) => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
-/** How attractive a node is, compared element by element, largest first; null for a node that did not answer. */
+// The smaller of two figures a node may or may not give.
+const least = (a, b) => (a === null ? b : b === null ? a : Math.min(a, b));
+const freeSlots = (boxes) => {
+  const max = num(boxes?.max);
+  return max === null ? null : max - (num(boxes?.running) ?? 0);
+};
+
+/** How attractive a node is, compared element by element, largest first; null for a node that did not answer.
+ *  Each figure is the smaller of the server's and this client's own share of it ("client"), which a create must
+ *  fit too. */
 export function score(capacity, template) {
   if (!capacity || typeof capacity !== 'object') return null;
-  const boxes = capacity.sandboxes ?? {};
-  const max = num(boxes.max);
-  const slots = max === null ? Infinity : max - (num(boxes.running) ?? 0);
-  const memory = num(capacity.memory_bytes?.free);
-  const pids = num(capacity.pids?.free);
+  const own = capacity.client ?? {};
+  const slots = least(freeSlots(capacity.sandboxes), freeSlots(own.sandboxes)) ?? Infinity;
+  const memory = least(num(capacity.memory_bytes?.free), num(own.memory_bytes?.free));
+  const pids = least(num(capacity.pids?.free), num(own.pids?.free));
   const ready = num(capacity.pool?.[template ?? 'host']?.ready) ?? 0;
   const room = slots > 0 && (memory === null || memory > 0) && (pids === null || pids > 0);
   return [room ? 1 : 0, slots, memory ?? 0, ready];
