@@ -2,11 +2,12 @@
 // dynamic way (nsbox itself is a static PIE); `nsbox serve` execs it. Options, the listening sockets, the signals
 // that end it, and the order of its ending.
 #include <arpa/inet.h>
-#include <netdb.h>
-#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -171,6 +172,14 @@ Status MakePrivateDir(const std::string& dir, mode_t mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Each connection holds a descriptor and each exec another (its session's connection): the soft limit's usual 1024
+  // ran out under a few hundred execs, and a server out of descriptors cannot look its sandboxes up. It goes up to the
+  // hard limit, as `nsbox batch` does.
+  struct rlimit nofile {};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   CLI::App app("nsbox serve: the sandbox service (HTTP/1.1 + JSON, docs/api.md) on a Unix socket and, with a token, TCP",
                "nsbox serve");
   std::string socket_path, state_dir, listen, token_file, nsbox_bin, max_body = "16M", max_file = "64M";

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -419,9 +420,31 @@ Sandboxes::Made Sandboxes::MakeSession(const SandboxSpec& spec) {
   return made;
 }
 
+namespace {
+
+// A lookup that failed for another reason than "no such session" (the record or /proc unreadable now: the server out
+// of descriptors or memory) says nothing of the session: it is not taken for ended.
+bool SessionEnded(const Status& lookup) { return lookup.kind() == ErrorKind::kNotFound; }
+
+ApiError LookupFailed(const Status& lookup) {
+  return ApiError(503, "unavailable", lookup.Wrap("the server could not look up the sandbox's session now").message());
+}
+
+}  // namespace
+
 void Sandboxes::EndSession(const std::string& session_id, const std::string& why) {
   auto found = session::FindSession(config_.state_dir, session_id);
-  if (!found.ok()) return;  // already gone
+  // A session that cannot be looked up now is looked up again for a while before it is given up (and logged): left
+  // alone it would run on, no longer the server's, until the server exits.
+  for (int tries = 0; !found.ok() && !SessionEnded(found.status()) && tries < 100; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    found = session::FindSession(config_.state_dir, session_id);
+  }
+  if (!found.ok()) {
+    if (!SessionEnded(found.status()))
+      fmt::print(stderr, "nsbox serve: could not end session {}: {}\n", session_id, found.status().message());
+    return;  // already gone
+  }
   session::RequestOutcome outcome;
   auto removed = session::Request(*found, {{"op", "rm"}, {"reason", why}},
                                   {.deadline = session::kRemoveDeadline, .outcome = &outcome});
@@ -534,7 +557,10 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
   }
   // A ready sandbox may have ended while it waited (its session's own idle backstop after hours of quiet, a kill from
   // outside): such an entry is dropped, and a fresh one made in its room.
-  if (taken && !session::FindSession(config_.state_dir, taken->made.session_id).ok()) {
+  if (taken && [&] {
+        auto lookup = session::FindSession(config_.state_dir, taken->made.session_id);
+        return !lookup.ok() && SessionEnded(lookup.status());
+      }()) {
     EndSession(taken->made.session_id, "it ended while it waited in the pool");
     taken.reset();
   }
@@ -661,10 +687,12 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   auto conn = session::ConnectSession(record, deadline, &timed_out);
   if (!conn.ok()) {
     // A session that ended (its supervisor gone: `session rm` from outside, a kill) is a conflict, not our failure.
-    if (!session::FindSession(config_.state_dir, sandbox->session_id).ok()) {
+    auto lookup = session::FindSession(config_.state_dir, sandbox->session_id);
+    if (!lookup.ok() && SessionEnded(lookup.status())) {
       Remove(sandbox);
       throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
     }
+    if (!lookup.ok()) throw LookupFailed(lookup.status());
     throw ApiError(500, "setup_failed", conn.status().message());
   }
   UniqueFd stdin_fd;
@@ -715,6 +743,7 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
 
 UniqueFd Sandboxes::OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t* uid, gid_t* gid) {
   auto found = session::FindSession(config_.state_dir, sandbox->session_id);
+  if (!found.ok() && !SessionEnded(found.status())) throw LookupFailed(found.status());
   if (!found.ok()) {
     Remove(sandbox);
     throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));

@@ -127,29 +127,59 @@ Status EnsureStateRoot(const std::string& root) {
   return CheckStateRoot(root, ::geteuid());
 }
 
-uint64_t ProcessStartTime(pid_t pid) {
-  if (pid <= 0) return 0;
-  auto stat = ReadFile(fmt::format("/proc/{}/stat", pid), 4096);
-  if (!stat.ok()) return 0;
-  // The command name may hold spaces and parentheses: fields are counted after the last ')'.
-  auto paren = stat->rfind(')');
-  if (paren == std::string::npos) return 0;
-  const char* p = stat->c_str() + paren + 2;  // field 3
+namespace {
+
+// The state (field 3) and start time (field 22) of a /proc/PID/stat text; {0, 0} for one that does not parse. The
+// command name may hold spaces and parentheses: fields are counted after the last ')'.
+struct StatFields {
+  char state = 0;
+  uint64_t start_time = 0;
+};
+StatFields ParseStat(const std::string& stat) {
+  auto paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return {};
+  const char* p = stat.c_str() + paren + 2;  // field 3
+  StatFields fields{.state = *p};
   for (int field = 3; field < 22 && *p; ++field) {
     p = strchr(p, ' ');
-    if (!p) return 0;
+    if (!p) return {};
     ++p;
   }
-  return std::strtoull(p, nullptr, 10);
+  fields.start_time = std::strtoull(p, nullptr, 10);
+  return fields;
+}
+
+// /proc/PID/stat; nullopt when the process is gone (ENOENT, or ESRCH as it exits), an error for any other failure.
+StatusOr<std::optional<std::string>> ReadProcStat(pid_t pid) {
+  const std::string path = fmt::format("/proc/{}/stat", pid);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT || errno == ESRCH) return std::optional<std::string>();
+    return Status::Errno(fmt::format("open({})", path));
+  }
+  char buffer[4096];
+  ssize_t n;
+  while ((n = ::read(fd.get(), buffer, sizeof buffer)) < 0 && errno == EINTR) {
+  }
+  if (n < 0) {
+    if (errno == ESRCH) return std::optional<std::string>();
+    return Status::Errno(fmt::format("read({})", path));
+  }
+  return std::optional<std::string>(std::string(buffer, static_cast<size_t>(n)));
+}
+
+}  // namespace
+
+uint64_t ProcessStartTime(pid_t pid) {
+  if (pid <= 0) return 0;
+  auto stat = ReadProcStat(pid);
+  return stat.ok() && *stat ? ParseStat(**stat).start_time : 0;
 }
 
 char ProcessState(pid_t pid) {
   if (pid <= 0) return 0;
-  auto stat = ReadFile(fmt::format("/proc/{}/stat", pid), 4096);
-  if (!stat.ok()) return 0;
-  auto paren = stat->rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat->size()) return 0;
-  return (*stat)[paren + 2];
+  auto stat = ReadProcStat(pid);
+  return stat.ok() && *stat ? ParseStat(**stat).state : 0;
 }
 
 std::string DescribeSession(const SessionRecord& session) {
@@ -167,10 +197,20 @@ namespace {
 // A zombie (or a dying process, X) is dead: a killed supervisor stays a zombie until init reaps it.
 bool Exited(char state) { return state == 0 || state == 'Z' || state == 'X'; }
 
-bool SupervisorAlive(const nlohmann::json& record) {
-  pid_t pid = record.value("supervisor_pid", 0);
-  uint64_t start = record.value("supervisor_start_time", uint64_t{0});
-  return pid > 0 && start != 0 && ProcessStartTime(pid) == start && !Exited(ProcessState(pid));
+// Whether the process a record names (pid and start time) still runs: false when it is gone, a zombie, or another
+// process now has its pid; an error when its /proc entry could not be read for another reason (nsbox out of
+// descriptors or memory). Not knowing is not dead: a session is never cleaned up on a guess.
+StatusOr<bool> RecordedProcessRuns(pid_t pid, uint64_t start) {
+  if (pid <= 0 || start == 0) return false;
+  auto stat = ReadProcStat(pid);
+  if (!stat.ok()) return stat.status();
+  if (!*stat) return false;
+  const StatFields fields = ParseStat(**stat);
+  return fields.start_time == start && !Exited(fields.state);
+}
+
+StatusOr<bool> SupervisorAlive(const nlohmann::json& record) {
+  return RecordedProcessRuns(record.value("supervisor_pid", 0), record.value("supervisor_start_time", uint64_t{0}));
 }
 
 // The supervisor is gone: its pid 1 died with it (PR_SET_PDEATHSIG); make sure, then remove what is left.
@@ -183,31 +223,37 @@ void CleanUpDead(const std::string& dir, const nlohmann::json& record) {
 
 bool LooksLikeSessionId(const std::string& name) { return !name.empty() && name[0] == 's' && name.size() == 13; }
 
-// The live session whose directory this is; nullopt (after cleaning up a dead one) otherwise.
-std::optional<SessionRecord> ReadLiveSession(const std::string& path) {
+// The live session whose directory this is; nullopt (after cleaning up a dead one) otherwise; an error, with nothing
+// removed, when what tells could not be read (EMFILE, ENOMEM: a busy server must not take a live session for dead).
+StatusOr<std::optional<SessionRecord>> ReadLiveSession(const std::string& path) {
   // A session still being created has no record yet; one older than a minute never will. A record that is not
   // JSON (written whole, by rename) names no supervisor to end: its directory goes by the same rule.
   auto remove_if_old = [&] {
     struct stat st;
     if (::stat(path.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime > 60) RemoveSessionDir(path);
-    return std::nullopt;
+    return std::optional<SessionRecord>();
   };
   // The record names processes to kill when its supervisor is dead: only one the user wrote is believed.
   struct stat dir_st, record_st;
   if (::lstat(path.c_str(), &dir_st) != 0 || !S_ISDIR(dir_st.st_mode) || dir_st.st_uid != ::geteuid())
-    return std::nullopt;
+    return std::optional<SessionRecord>();
   if (::lstat((path + "/session.json").c_str(), &record_st) == 0 &&
       (!S_ISREG(record_st.st_mode) || record_st.st_uid != ::geteuid()))
-    return std::nullopt;
+    return std::optional<SessionRecord>();
   auto text = ReadFile(path + "/session.json", 1 << 20);
-  if (!text.ok()) return remove_if_old();
-  auto record = nlohmann::json::parse(*text, nullptr, false);
-  if (record.is_discarded() || !record.is_object()) return remove_if_old();
-  if (!SupervisorAlive(record)) {
-    CleanUpDead(path, record);
-    return std::nullopt;
+  if (!text.ok()) {
+    if (text.status().kind() != ErrorKind::kNotFound) return text.status();
+    return StatusOr<std::optional<SessionRecord>>(remove_if_old());
   }
-  return SessionRecord{record, path};
+  auto record = nlohmann::json::parse(*text, nullptr, false);
+  if (record.is_discarded() || !record.is_object()) return StatusOr<std::optional<SessionRecord>>(remove_if_old());
+  auto alive = SupervisorAlive(record);
+  if (!alive.ok()) return alive.status().Wrap("reading the session's supervisor");
+  if (!*alive) {
+    CleanUpDead(path, record);
+    return std::optional<SessionRecord>();
+  }
+  return std::optional<SessionRecord>(SessionRecord{record, path});
 }
 
 }  // namespace
@@ -219,7 +265,8 @@ std::vector<SessionRecord> ListSessions(const std::string& root) {
   while (struct dirent* entry = ::readdir(dir)) {
     std::string name = entry->d_name;
     if (!LooksLikeSessionId(name)) continue;
-    if (auto live = ReadLiveSession(root + "/" + name)) sessions.push_back(std::move(*live));
+    // One that cannot be read now is left out, and left as it is.
+    if (auto live = ReadLiveSession(root + "/" + name); live.ok() && *live) sessions.push_back(std::move(**live));
   }
   ::closedir(dir);
   std::sort(sessions.begin(), sessions.end(), [](const SessionRecord& a, const SessionRecord& b) {
@@ -238,7 +285,9 @@ StatusOr<SessionRecord> FindSession(const std::string& root, const std::string& 
   if (Status safe = CheckStateRootIfPresent(root); !safe.ok()) return safe;
   // An id names its directory: that record alone, not every session's (each exec's client looks one up).
   if (LooksLikeSessionId(ref) && ref.find('/') == std::string::npos) {
-    if (auto live = ReadLiveSession(root + "/" + ref); live && live->id() == ref) return std::move(*live);
+    auto live = ReadLiveSession(root + "/" + ref);
+    if (!live.ok()) return live.status().Wrap(fmt::format("reading session {}", ref));
+    if (*live && (*live)->id() == ref) return std::move(**live);
   }
   for (auto& s : ListSessions(root))
     if (s.id() == ref || s.name() == ref) return s;

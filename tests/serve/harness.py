@@ -12,6 +12,7 @@ compares two footprints: whatever the earlier one held must be gone.
 import http.client
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -158,7 +159,7 @@ def files_path(sandbox_id, path, **query):
 class Server:
     """A private `nsbox serve`. root holds api.sock, state/, tokens and serve.log."""
 
-    def __init__(self, args=(), tokens=None, tcp=False, root=None):
+    def __init__(self, args=(), tokens=None, tcp=False, root=None, nofile=None):
         self.root = root or tempfile.mkdtemp(prefix="nsbox-serve-test.")
         os.chmod(self.root, 0o755)  # another uid must reach the socket (the wrong-uid test)
         self.socket_path = os.path.join(self.root, "api.sock")
@@ -166,6 +167,7 @@ class Server:
         self.log_path = os.path.join(self.root, "serve.log")
         self.token_file = os.path.join(self.root, "tokens")
         self.extra_args = list(args)
+        self.nofile = nofile  # (soft, hard) RLIMIT_NOFILE to start the server with
         self.port = free_port() if (tcp or tokens is not None) else None
         if tokens is not None:
             with open(self.token_file, "w") as f:
@@ -183,8 +185,11 @@ class Server:
 
     def start(self):
         log = open(self.log_path, "ab")
+        nofile = self.nofile
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                     start_new_session=True)
+                                     start_new_session=True,
+                                     preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
+                                     if nofile else None)
         log.close()
 
         def up():

@@ -199,6 +199,19 @@ class TenantBudgets(unittest.TestCase):
         self.assertEqual(wait_clean(during, server, base=base), [])
         assert_stopped_clean(self, server, during)
 
+    def test_the_server_raises_its_descriptor_limit_to_the_hard_one(self):
+        # Each exec holds two descriptors (its client's connection and its session's): at the usual soft limit of 1024
+        # a few hundred execs ran the server out, and then it could not look its sandboxes up.
+        server = own_server([], nofile=(256, 8192)).start()
+        with open(f"/proc/{server.proc.pid}/limits") as f:
+            line = next(l for l in f if l.startswith("Max open files"))
+        self.assertEqual(line.split()[3:5], ["8192", "8192"], line)
+        api = server.api()
+        sandbox_id = api.create({})["id"]
+        self.assertEqual(api.exec(sandbox_id, {"argv": ["echo", "ok"]})["stdout"], "ok\n")
+        self.assertEqual(api.delete(sandbox_id).status, 204)
+        assert_stopped_clean(self, server, Footprint.of(server))
+
     def test_the_workspace_counts_in_the_memory_budget(self):
         # Files written through the API are held in the sandbox's /workspace but charged to the server, outside the
         # sandbox's memory group: a sandbox commits its memory limit and its tmpfs size.

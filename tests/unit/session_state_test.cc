@@ -1,5 +1,6 @@
 // Sessions without a sandbox: workspace path rules, session names, and the changed-file diff over a temp directory.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -174,6 +175,47 @@ TEST_CASE("sessions are found by id or by name; only live ones", "[session]") {
   CHECK(nsbox::session::ListSessions(root).size() == 2);  // the two live ones
   CHECK(fs::exists(root + "/s00000000000e"));
   CHECK(!fs::exists(root + "/s00000000000f"));
+  fs::remove_all(root);
+}
+
+// A process out of descriptors cannot read a record or /proc: that says nothing of the session, which a busy server
+// (hundreds of execs in flight) once took for ended, removing a live session's directory and leaving it running.
+TEST_CASE("a session that cannot be read for want of descriptors is neither found nor taken for ended", "[session]") {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/nsbox-session-state-test-XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  const std::string dir = root + "/s0123456789ab";
+  fs::create_directories(dir);
+  nlohmann::json record = {{"id", "s0123456789ab"},
+                           {"name", "busy"},
+                           {"supervisor_pid", ::getpid()},
+                           {"supervisor_start_time", nsbox::session::ProcessStartTime(::getpid())}};
+  std::ofstream(dir + "/session.json") << record.dump();
+  const struct timespec old_times[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, dir.c_str(), old_times, 0) == 0);  // past the minute a record may take to appear
+
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // Every descriptor from here on fails with EMFILE: the limit is the lowest free one.
+    int lowest = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    struct rlimit nofile = {static_cast<rlim_t>(lowest), static_cast<rlim_t>(lowest)};
+    if (lowest < 0 || ::close(lowest) != 0 || ::setrlimit(RLIMIT_NOFILE, &nofile) != 0) ::_exit(3);
+    auto found = nsbox::session::FindSession(root, "s0123456789ab");
+    if (found.ok()) ::_exit(4);
+    if (found.status().kind() == nsbox::ErrorKind::kNotFound) ::_exit(5);  // taken for ended
+    if (found.status().message().find("EMFILE") == std::string::npos) ::_exit(6);
+    ::_exit(nsbox::session::ListSessions(root).empty() ? 0 : 7);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // Left as it was, and found again once descriptors are there.
+  CHECK(fs::exists(dir + "/session.json"));
+  auto found = nsbox::session::FindSession(root, "s0123456789ab");
+  REQUIRE(found.ok());
+  CHECK(found->name() == "busy");
   fs::remove_all(root);
 }
 
