@@ -35,8 +35,8 @@ struct HttpServer::Connection {
     if (buffered) *buffered -= counted;
     counted = 0;
   }
-  // Counts a body of `bytes` against the server's cap on the bodies it holds at once; false when that would pass
-  // `cap`.
+  // Counts a body of `bytes` (as its bytes come, in doublings) against the server's cap on the bodies it holds at
+  // once; false when that would pass `cap`.
   bool Reserve(uint64_t bytes, uint64_t cap) {
     if (bytes <= counted) return true;
     const uint64_t more = bytes - counted;
@@ -221,7 +221,7 @@ struct HttpServerCallbacks {
       if (server->options_.admit) {
         if (std::optional<HttpResponse> refused = server->options_.admit(head())) {
           state->answered = true;
-          return Queue(connection, *refused);
+          return Queue(server, connection, *refused);
         }
       }
       // A declared length over the cap is refused before any of the body is read.
@@ -230,12 +230,10 @@ struct HttpServerCallbacks {
       if (declared > server->options_.max_body_bytes) {
         state->too_large = true;
         state->answered = true;
-        return Queue(connection, server->options_.too_large(server->options_.max_body_bytes));
+        return Queue(server, connection, server->options_.too_large(server->options_.max_body_bytes));
       }
-      if (declared > 0 && !state->Reserve(declared, server->options_.max_buffered_bytes)) {
-        state->answered = true;
-        return Queue(connection, Busy(server));
-      }
+      // Nothing is counted (or allocated) for a declared length until its bytes come: a client that declares 16 MB
+      // and sends nothing holds nothing of the cap that other clients' bodies share.
       return MHD_YES;
     }
     if (state->answered) {
@@ -255,7 +253,7 @@ struct HttpServerCallbacks {
                                    server->options_.max_buffered_bytes)) {
           state->answered = true;
           *upload_data_size = 0;
-          return Queue(connection, Busy(server));
+          return Queue(server, connection, Busy(server));
         } else {
           state->body.append(upload_data, *upload_data_size);
         }
@@ -263,7 +261,7 @@ struct HttpServerCallbacks {
       *upload_data_size = 0;
       return MHD_YES;
     }
-    if (state->too_large) return Queue(connection, server->options_.too_large(server->options_.max_body_bytes));
+    if (state->too_large) return Queue(server, connection, server->options_.too_large(server->options_.max_body_bytes));
 
     HttpRequest request = head();
     request.body = std::move(state->body);
@@ -283,7 +281,7 @@ struct HttpServerCallbacks {
       // On TCP the write would still succeed: the peer's FIN says it will not be read. (libmicrohttpd's completion
       // code cannot tell the rest: it reports an error for some responses the client did read.)
       if (response.undelivered && PeerGone(fd)) response.undelivered();
-      return Queue(connection, response);
+      return Queue(server, connection, std::move(response));
     }
 
     auto stream = std::make_shared<StreamState>();
@@ -315,10 +313,59 @@ struct HttpServerCallbacks {
     return r;
   }
 
-  static MHD_Result Queue(MHD_Connection* connection, const HttpResponse& response) {
-    MHD_Response* mhd = MHD_create_response_from_buffer(response.body.size(), const_cast<char*>(response.body.data()),
-                                                        MHD_RESPMEM_MUST_COPY);
-    if (!mhd) return MHD_NO;
+  // An answer's body while libmicrohttpd sends it, counted in answers_held_ until it is freed (sent, or the client
+  // gone). Bodies are built whole (a file, an exec's result): a client that does not read would otherwise let the
+  // server hold any number of them.
+  struct HeldAnswer {
+    std::string body;
+    uint64_t counted = 0;
+    std::atomic<uint64_t>* held = nullptr;
+  };
+  static void FreeAnswer(void* cls) {
+    auto* answer = static_cast<HeldAnswer*>(cls);
+    *answer->held -= answer->counted;
+    delete answer;
+  }
+
+  // Counts `bytes` of answers against the cap, waiting up to kAnswerRoomWait for room while the client is still
+  // there. An answer always fits when no other is held.
+  static bool ReserveAnswer(HttpServer* server, uint64_t bytes, int fd) {
+    constexpr auto kAnswerRoomWait = std::chrono::seconds(10);
+    constexpr uint64_t kSmallAnswer = 64 << 10;  // an error, a sandbox, a listing: never held up
+    if (bytes <= kSmallAnswer) {
+      server->answers_held_ += bytes;
+      return true;
+    }
+    const auto give_up = std::chrono::steady_clock::now() + kAnswerRoomWait;
+    for (;;) {
+      uint64_t now = server->answers_held_.load();
+      if (now == 0 || now + bytes <= server->options_.max_answer_bytes) {
+        if (server->answers_held_.compare_exchange_weak(now, now + bytes)) return true;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() >= give_up || PeerGone(fd)) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  static MHD_Result Queue(HttpServer* server, MHD_Connection* connection, HttpResponse response) {
+    auto* answer = new HeldAnswer{.body = {}, .counted = 0, .held = &server->answers_held_};
+    if (ReserveAnswer(server, response.body.size(), ConnectionFd(connection))) {
+      answer->counted = response.body.size();
+    } else {
+      const uint64_t size = response.body.size();
+      response = HttpResponse{};
+      response.status = 503;
+      response.body = server->options_.answers_busy ? server->options_.answers_busy(size).body
+                                                    : R"({"error": {"code": "unavailable", "message": "busy"}})";
+    }
+    answer->body = std::move(response.body);
+    MHD_Response* mhd = MHD_create_response_from_buffer_with_free_callback_cls(answer->body.size(), answer->body.data(),
+                                                                               &FreeAnswer, answer);
+    if (!mhd) {
+      FreeAnswer(answer);
+      return MHD_NO;
+    }
     if (!response.content_type.empty())
       MHD_add_response_header(mhd, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
     MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);

@@ -65,6 +65,10 @@ struct HttpServerOptions {
   // The bodies held at once, by all connections: past this a request is answered `busy` (503) unread.
   uint64_t max_buffered_bytes = 256 << 20;
   std::function<HttpResponse(uint64_t limit)> busy;
+  // The answers' bodies held at once, by all connections, until their clients have read them: past this an answer
+  // waits (up to 10 s) for room, then is replaced by `answers_busy` (503). One answer alone always fits.
+  uint64_t max_answer_bytes = 512 << 20;
+  std::function<HttpResponse(uint64_t size)> answers_busy;
   // Called once a request's head is read, before its body: a response refuses the request there and then (nothing
   // of its body is read or kept), nullopt lets it through. The request has no body and no query yet.
   std::function<std::optional<HttpResponse>(const HttpRequest& head)> admit;
@@ -97,7 +101,8 @@ class HttpServer {
   std::mutex producers_mutex_;
   std::condition_variable producers_done_;
   int producers_ = 0;
-  std::atomic<uint64_t> buffered_{0};  // request bodies' bytes held (reserved) by all connections
+  std::atomic<uint64_t> buffered_{0};      // request bodies' bytes held (reserved) by all connections
+  std::atomic<uint64_t> answers_held_{0};  // answers' bytes queued and not yet sent (HttpServerOptions)
 
   friend struct HttpServerCallbacks;
 };

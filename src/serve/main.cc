@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   CLI::App app("nsbox serve: the sandbox service (HTTP/1.1 + JSON, docs/api.md) on a Unix socket and, with a token, TCP",
                "nsbox serve");
   std::string socket_path, state_dir, listen, token_file, nsbox_bin, max_body = "16M", max_file = "64M";
-  std::string memory_budget;
+  std::string memory_budget, max_answers = "512M";
   std::vector<std::string> pools, restricted;
   std::vector<uid_t> allow_uids;
   nsbox::serve::ServeConfig config;
@@ -203,6 +203,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-sandboxes", config.max_sandboxes, "sandboxes at most, all clients")->capture_default_str();
   app.add_option("--max-per-client", config.max_per_client, "sandboxes at most per client")->capture_default_str();
   app.add_option("--max-body", max_body, "largest request body")->capture_default_str();
+  app.add_option("--max-held-answers", max_answers,
+                 "answers held at once until their clients read them (past it an answer waits up to 10 s, then 503)")
+      ->capture_default_str();
   app.add_option("--max-file-size", max_file, "largest file written or read through the files API")
       ->capture_default_str();
   app.add_option("--max-timeout", max_timeout, "seconds: the cap of every exec's timeout")->capture_default_str();
@@ -244,6 +247,8 @@ int main(int argc, char** argv) {
   }
   auto body_cap = nsbox::ParseSize(max_body);
   if (!body_cap.ok()) Fail(kExitFailure, "--max-body: " + body_cap.status().message());
+  auto answers_cap = nsbox::ParseSize(max_answers);
+  if (!answers_cap.ok()) Fail(kExitFailure, "--max-held-answers: " + answers_cap.status().message());
   auto file_cap = nsbox::ParseSize(max_file);
   if (!file_cap.ok()) Fail(kExitFailure, "--max-file-size: " + file_cap.status().message());
   config.max_file_bytes = *file_cap;
@@ -328,6 +333,13 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "nsbox serve: the request bodies held at once would pass {} bytes 503\n", limit);
     return nsbox::serve::Service::ErrorResponse(
         503, "unavailable", fmt::format("the server holds {} bytes of request bodies already; try again", limit));
+  };
+  http.max_answer_bytes = *answers_cap;
+  http.answers_busy = [max = http.max_answer_bytes](uint64_t size) {
+    fmt::print(stderr, "nsbox serve: an answer of {} bytes found no room among the answers not yet read 503\n", size);
+    return nsbox::serve::Service::ErrorResponse(
+        503, "unavailable",
+        fmt::format("the server holds {} bytes of answers that their clients have not read yet; try again", max));
   };
   // One line a request: its status and time; a streamed answer's when its 200 is sent (the stream goes on). The
   // method and path are the client's: shown with control bytes escaped, so that no client writes a line of its own.

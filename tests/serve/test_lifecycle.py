@@ -347,6 +347,72 @@ class BodyCap(unittest.TestCase):
         assert_stopped_clean(self, server, Footprint.of(server))
 
 
+class HeldBytes(unittest.TestCase):
+    """What one client's connections make the server hold: declared bodies not sent, answers not read."""
+
+    def test_declared_bodies_that_never_come_hold_nothing_of_the_shared_cap(self):
+        # 17 heads declaring 16 MB each, and no body byte: before, they reserved the 256 MiB every client's bodies
+        # share, and every exec, run and upload got 503 for as long as the connections stayed open.
+        server = own_server([]).start()
+        api = server.api()
+        sandbox_id = api.create({})["id"]
+        silent = []
+        try:
+            for _ in range(17):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(server.socket_path)
+                s.sendall(b"PUT /v1/sandboxes/sb-000000000000000000000000/files?path=x HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: %d\r\n\r\n" % (16 << 20))
+                silent.append(s)
+            time.sleep(0.3)
+            result = api.exec(sandbox_id, {"argv": ["echo", "still served"]})
+            self.assertEqual(result["stdout"], "still served\n", result)
+        finally:
+            for s in silent:
+                s.close()
+        self.assertEqual(api.delete(sandbox_id).status, 204)
+        assert_stopped_clean(self, server, Footprint.of(server))
+
+    def test_answers_not_read_are_capped_and_a_later_one_waits_then_503(self):
+        # Answers are built whole; a client that asks for a large file on many connections and reads none held them
+        # all (40 such made the server 2.5 GB). Past --max-held-answers an answer waits for room, then is a 503.
+        server = own_server(["--max-held-answers", "24M"]).start()
+        api = server.api()
+        sandbox_id = api.create({})["id"]
+        r = api.request("PUT", files_path(sandbox_id, "big"), raw=os.urandom(16 << 20))
+        self.assertIn(r.status, (200, 201, 204), r.body[:200])
+        request = f"GET {files_path(sandbox_id, 'big')} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+
+        def unread():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(server.socket_path)
+            s.sendall(request)
+            return s
+
+        first = unread()
+        try:
+            time.sleep(1)  # its 16 MiB answer is queued and held: the client reads none of it
+            started = time.monotonic()
+            second = api.request("GET", files_path(sandbox_id, "big"))
+            waited = time.monotonic() - started
+            self.assertEqual(second.status, 503, second.body[:300])
+            self.assertIn("answers that their clients have not read yet", second.body.decode(), second.body[:300])
+            self.assertGreater(waited, 5, "the answer did not wait for room")
+        finally:
+            first.close()
+        # The unread answer is freed with its connection: the same request is served again.
+        def served():
+            r = api.request("GET", files_path(sandbox_id, "big"))
+            return r if r.status == 200 else None
+
+        third = wait_for(served, 10)
+        self.assertIsNotNone(third)
+        self.assertEqual(len(third.body), 16 << 20)
+        self.assertEqual(api.delete(sandbox_id).status, 204)
+        assert_stopped_clean(self, server, Footprint.of(server))
+
+
 class PoolAndSigterm(unittest.TestCase):
     """--pool host=2 python=1: ready sandboxes taken by a create, refilled, never reused; SIGTERM ends them."""
 
@@ -494,4 +560,5 @@ class Sigint(unittest.TestCase):
         assert_stopped_clean(self, server, before, signal.SIGINT)
 
 
-CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, CompileTimeoutCap, BodyCap, PoolAndSigterm, SigkillRestart, Sigint]
+CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, CompileTimeoutCap, BodyCap, HeldBytes, PoolAndSigterm,
+           SigkillRestart, Sigint]
