@@ -29,9 +29,9 @@ int ExecServe(int argc, char** argv) {
     return kExitNsboxFailure;
   }
   std::string self_path(self, static_cast<size_t>(n));
-  std::vector<std::string> args = {*helper};
+  // Ahead of the user's options: after them, an option left without its value (`--pool` last) took it as its own.
+  std::vector<std::string> args = {*helper, "--nsbox-binary=" + self_path};
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
-  args.push_back("--nsbox-binary=" + self_path);
   std::vector<char*> c_args;
   for (auto& a : args) c_args.push_back(a.data());
   c_args.push_back(nullptr);

@@ -29,6 +29,8 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/spec/units.h"
+#include "src/cli/image_store.h"
+#include "src/netproxy/allow_list.h"
 #include "src/serve/service.h"
 #include "src/session/state.h"
 
@@ -243,8 +245,16 @@ int main(int argc, char** argv) {
       if (error != std::errc() || end != count.data() + count.size()) n = -1;  // "5abc" is not 5
     }
     if (n < 0 || n > 256) Fail(kExitFailure, fmt::format("--pool '{}': expected TEMPLATE=N (0 to 256)", pool));
-    config.pool[pool.substr(0, eq)] = n;
+    // A template that names no image would only fail in the background, again and again, while the server ran.
+    const std::string name = pool.substr(0, eq);
+    if (name != "host" && name != "python") {
+      if (auto image = nsbox::cli::ResolveImage(name); !image.ok())
+        Fail(kExitFailure, fmt::format("--pool '{}': {}", pool, image.status().message()));
+    }
+    config.pool[name] = n;
   }
+  if (config.max_sandboxes == 0 || config.max_per_client == 0)
+    Fail(kExitFailure, "--max-sandboxes and --max-per-client must be at least 1");
   auto body_cap = nsbox::ParseSize(max_body);
   if (!body_cap.ok()) Fail(kExitFailure, "--max-body: " + body_cap.status().message());
   auto answers_cap = nsbox::ParseSize(max_answers);
@@ -258,8 +268,16 @@ int main(int argc, char** argv) {
     config.memory_budget_bytes = *budget;
   }
   if (max_timeout == 0 || default_timeout == 0) Fail(kExitFailure, "--max-timeout and --default-timeout must be > 0");
+  // The default default (60 s) goes down with a lower --max-timeout; a default given over it is a mistake.
+  if (app.count("--default-timeout") > 0 && default_timeout > max_timeout)
+    Fail(kExitFailure, fmt::format("--default-timeout {} is over --max-timeout {}", default_timeout, max_timeout));
   config.max_timeout = std::chrono::seconds(max_timeout);
   config.default_timeout = std::chrono::seconds(std::min(default_timeout, max_timeout));
+  for (const auto& host : restricted) {
+    if (host.empty()) Fail(kExitFailure, "--restricted-hosts: an empty host name (leave it out for the default list)");
+    if (std::string problem = nsbox::netproxy::AllowEntryProblem(host); !problem.empty())
+      Fail(kExitFailure, nsbox::Status::Error(fmt::format("--restricted-hosts '{}': {}", host, problem)).message());
+  }
   if (!restricted.empty()) config.restricted_hosts = restricted;
 
   nsbox::serve::AccessConfig access;

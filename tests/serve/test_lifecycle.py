@@ -67,7 +67,15 @@ class CommandLine(unittest.TestCase):
         for args, words in [(["--bogus"], "--bogus"), (["--allow-uid", "-1"], "--allow-uid"),
                             (["--pool", "host=5abc"], "--pool"),
                             # getaddrinfo would keep the low 16 bits of 99999 and bind port 34463
-                            (["--listen", "127.0.0.1:99999", "--token-file", token], "from 1 to 65535")]:
+                            (["--listen", "127.0.0.1:99999", "--token-file", token], "from 1 to 65535"),
+                            # An option left without its value names itself (it took nsbox's own argument before).
+                            (["--pool"], "--pool"), (["--allow-uid"], "--allow-uid"),
+                            (["--restricted-hosts", ""], "an empty host name"),
+                            (["--restricted-hosts", "bad host"], "'bad host': not a valid domain name"),
+                            (["--max-sandboxes", "0"], "at least 1"), (["--max-per-client", "0"], "at least 1"),
+                            (["--default-timeout", "700"], "--default-timeout 700 is over --max-timeout 600"),
+                            (["--pool", "nosuch-image=1"], "--pool 'nosuch-image=1': no image 'nosuch-image'"),
+                            (["--max-held-answers", "12Q"], "--max-held-answers")]:
             rc, lines = self.refused(args)
             self.assertEqual((rc, len(lines)), (125, 1), (args, lines))
             self.assertIn(words, lines[0])
