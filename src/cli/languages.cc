@@ -1,8 +1,12 @@
 // Languages for --lang: the data file, aliases resolved, unknown names answered with the list of known ones.
 #include "src/cli/languages.h"
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -58,10 +62,19 @@ bool IsPlainName(const std::string& name) {
 
 StatusOr<CompileSpec> ParseCompile(const std::string& name, const nlohmann::json& entry) {
   CompileSpec spec;
-  spec.argv = entry.at("argv").get<std::vector<std::string>>();
-  spec.source = entry.at("source").get<std::string>();
-  spec.output = entry.at("output").get<std::string>();
-  if (entry.contains("env")) spec.env = entry["env"].get<std::map<std::string, std::string>>();
+  try {
+    spec.argv = entry.at("argv").get<std::vector<std::string>>();
+    spec.source = entry.at("source").get<std::string>();
+    spec.output = entry.at("output").get<std::string>();
+    if (entry.contains("env")) spec.env = entry["env"].get<std::map<std::string, std::string>>();
+    if (entry.contains("timeout") && !entry["timeout"].is_string()) throw std::invalid_argument("timeout");
+    if (entry.contains("memory") && !entry["memory"].is_string()) throw std::invalid_argument("memory");
+  } catch (const std::exception&) {
+    return Status::Error(fmt::format(
+        "language '{}': \"compile\" needs \"argv\" (an array of strings), \"source\" and \"output\" (strings), "
+        "and may have \"env\" (an object of strings), \"timeout\" and \"memory\" (strings)",
+        name));
+  }
   if (spec.argv.empty() || spec.argv[0].empty() || spec.argv[0][0] != '/')
     return Status::Error(fmt::format("language '{}': compile.argv[0] must be an absolute path", name));
   if (!IsPlainName(spec.source) || !IsPlainName(spec.output))
@@ -92,39 +105,78 @@ std::vector<std::string> CanonicalLanguageNames() {
   return names;
 }
 
+namespace {
+
+template <class T>
+constexpr const char* KindName() {
+  if constexpr (std::is_same_v<T, std::string>)
+    return "a string";
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+    return "an array of strings";
+  else
+    return "an object of strings";
+}
+
+// entry[key] as T; an error naming the language and the key when it is missing or of another type.
+template <class T>
+StatusOr<T> Field(const nlohmann::json& entry, const std::string& language, const char* key) {
+  auto it = entry.find(key);
+  if (it == entry.end()) return Status::Error(fmt::format("language '{}': no \"{}\"", language, key));
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return Status::Error(fmt::format("language '{}': \"{}\" must be {}", language, key, KindName<T>()));
+  }
+}
+
+}  // namespace
+
 StatusOr<Language> ParseLanguage(const nlohmann::json& table, const std::string& requested) {
+  if (!table.is_object()) return Status::Error("the language table is not a JSON object");
   std::string name = requested;
   for (int hops = 0; hops < 4; ++hops) {
     if (!table.contains(name) || !table[name].is_object())
-      return Status::Error(
-          fmt::format("unknown language '{}' (known: {})", requested, fmt::join(NamesOf(table), ", ")));
+      return Status::Error(ErrorKind::kNotFound, fmt::format("unknown language '{}' (known: {})", requested,
+                                                             fmt::join(NamesOf(table), ", ")));
     const auto& entry = table[name];
     if (entry.contains("alias")) {
-      name = entry["alias"].get<std::string>();
+      auto alias = Field<std::string>(entry, name, "alias");
+      if (!alias.ok()) return alias.status();
+      name = std::move(*alias);
       continue;
     }
-    try {
-      Language lang;
-      lang.name = name;
-      lang.argv = entry.at("argv").get<std::vector<std::string>>();
-      if (entry.contains("env")) lang.env = entry["env"].get<std::map<std::string, std::string>>();
-      lang.image_template = entry.value("template", "");
-      if (entry.contains("compile")) {
-        auto compile = ParseCompile(name, entry["compile"]);
-        if (!compile.ok()) return compile.status();
-        lang.compile = std::move(*compile);
-        // The program is the compiler's output ({output}) or an absolute path (a VM given the output: java).
-        if (lang.argv.empty() || (lang.argv[0] != "{output}" && (lang.argv[0].empty() || lang.argv[0][0] != '/')))
-          return Status::Error(fmt::format("language '{}': argv[0] must be {{output}} or an absolute path", name));
-        return lang;
-      }
-      lang.file = entry.at("file").get<std::string>();
-      if (lang.argv.empty() || lang.argv[0].empty() || lang.argv[0][0] != '/')
-        return Status::Error(fmt::format("language '{}': argv[0] must be an absolute path", name));
-      return lang;
-    } catch (const nlohmann::json::exception& e) {
-      return Status::Error(fmt::format("language '{}': malformed entry: {}", name, e.what()));
+    Language lang;
+    lang.name = name;
+    auto argv = Field<std::vector<std::string>>(entry, name, "argv");
+    if (!argv.ok()) return argv.status();
+    lang.argv = std::move(*argv);
+    if (entry.contains("env")) {
+      auto env = Field<std::map<std::string, std::string>>(entry, name, "env");
+      if (!env.ok()) return env.status();
+      lang.env = std::move(*env);
     }
+    if (entry.contains("template")) {
+      auto image_template = Field<std::string>(entry, name, "template");
+      if (!image_template.ok()) return image_template.status();
+      lang.image_template = std::move(*image_template);
+    }
+    if (entry.contains("compile")) {
+      if (!entry["compile"].is_object())
+        return Status::Error(fmt::format("language '{}': \"compile\" must be an object", name));
+      auto compile = ParseCompile(name, entry["compile"]);
+      if (!compile.ok()) return compile.status();
+      lang.compile = std::move(*compile);
+      // The program is the compiler's output ({output}) or an absolute path (a VM given the output: java).
+      if (lang.argv.empty() || (lang.argv[0] != "{output}" && (lang.argv[0].empty() || lang.argv[0][0] != '/')))
+        return Status::Error(fmt::format("language '{}': argv[0] must be {{output}} or an absolute path", name));
+      return lang;
+    }
+    auto file = Field<std::string>(entry, name, "file");
+    if (!file.ok()) return file.status();
+    lang.file = std::move(*file);
+    if (lang.argv.empty() || lang.argv[0].empty() || lang.argv[0][0] != '/')
+      return Status::Error(fmt::format("language '{}': argv[0] must be an absolute path", name));
+    return lang;
   }
   return Status::Error(fmt::format("language '{}': alias loop", requested));
 }
@@ -132,7 +184,11 @@ StatusOr<Language> ParseLanguage(const nlohmann::json& table, const std::string&
 StatusOr<Language> LookupLanguage(const std::string& requested) {
   auto table = LoadTable();
   if (!table.ok()) return table.status();
-  return ParseLanguage(**table, requested);
+  auto lang = ParseLanguage(**table, requested);
+  // A fault of the table itself is named with its file: it is nsbox's data, not the caller's request.
+  if (!lang.ok() && lang.status().kind() != ErrorKind::kNotFound)
+    return lang.status().Wrap(DataDir() + "/rootfs/languages.json");
+  return lang;
 }
 
 }  // namespace nsbox::cli

@@ -633,6 +633,8 @@ cli::Program Sandboxes::PlanExec(const Sandbox& sandbox, const ExecSpec& exec) c
   std::optional<cli::Language> lang;
   if (!exec.language.empty()) {
     auto found_lang = cli::LookupLanguage(exec.language);
+    if (!found_lang.ok() && found_lang.status().kind() != ErrorKind::kNotFound)  // the server's table, not the request
+      throw ApiError(500, "internal", found_lang.status().message());
     if (!found_lang.ok()) throw BadRequest(fmt::format("'language': {}", found_lang.status().message()));
     lang = std::move(*found_lang);
     std::string rootfs_dir = record.json.value("rootfs_dir", "");

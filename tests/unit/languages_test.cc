@@ -105,7 +105,31 @@ TEST_CASE("bad compile entries are refused with the language and the field named
                        "argv": ["{output}"]})"),
              Catch::StartsWith("language 'x': compile.timeout: "));
   CHECK_THAT(parse(R"({"compile": {"argv": ["/cc"], "output": "a"}, "argv": ["{output}"]})"),
-             Catch::StartsWith("language 'x': malformed entry: "));
+             Catch::StartsWith("language 'x': \"compile\" needs \"argv\" (an array of strings), \"source\""));
+}
+
+// Each of these escaped as nlohmann's own exception: `nsbox batch` ended with no result at all, and the API blamed the
+// client ("bad value: [json.exception.type_error.302] ...").
+TEST_CASE("a malformed language entry is an error naming the language and the field, not an exception", "[languages]") {
+  auto parse = [](const char* table_text, const char* name = "x") {
+    auto lang = ParseLanguage(json::parse(table_text), name);
+    REQUIRE_FALSE(lang.ok());
+    CHECK(lang.status().kind() != nsbox::ErrorKind::kNotFound);
+    return lang.status().message();
+  };
+  CHECK(parse(R"({"x": {"alias": 5}})") == "language 'x': \"alias\" must be a string");
+  CHECK(parse(R"({"y": {"alias": "x"}, "x": {"alias": ["z"]}})", "y") == "language 'x': \"alias\" must be a string");
+  CHECK(parse(R"({"x": {"argv": "/bin/sh", "file": "a"}})") == "language 'x': \"argv\" must be an array of strings");
+  CHECK(parse(R"({"x": {"argv": ["/bin/sh"]}})") == "language 'x': no \"file\"");
+  CHECK(parse(R"({"x": {"argv": ["/bin/sh"], "file": "a", "env": {"A": 1}}})") ==
+        "language 'x': \"env\" must be an object of strings");
+  CHECK(parse(R"({"x": {"argv": ["/bin/sh"], "file": "a", "template": 3}})") ==
+        "language 'x': \"template\" must be a string");
+  CHECK(parse(R"({"x": {"argv": ["{output}"], "compile": "gcc"}})") == "language 'x': \"compile\" must be an object");
+  CHECK(parse(R"([1])") == "the language table is not a JSON object");
+  auto unknown = ParseLanguage(json::parse(R"({"x": {"alias": "y"}})"), "cobol");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.status().kind() == nsbox::ErrorKind::kNotFound);
 }
 
 TEST_CASE("the plan: the compiler gets the code in the build directory, the program its input", "[languages]") {
