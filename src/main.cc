@@ -40,9 +40,15 @@ std::optional<std::string> CommandMistake(CLI::App& app, int argc, char** argv) 
   std::string path = "nsbox";
   for (int i = 1;; ++i) {
     std::vector<CLI::App*> commands = command->get_subcommands([](CLI::App*) { return true; });
-    if (commands.empty() || (i < argc && argv[i][0] == '-')) return std::nullopt;
     std::string names;
     for (const CLI::App* c : commands) names += (names.empty() ? "" : ", ") + c->get_name();
+    // An option before any command that nsbox itself does not have (`nsbox --bogus`): CLI11 would say only that a
+    // command is required.
+    if (command == &app && i < argc && argv[i][0] == '-' &&
+        app.get_option_no_throw(std::string(argv[i]).substr(0, std::string_view(argv[i]).find('='))) == nullptr)
+      return fmt::format("nsbox: unknown option '{}' (options come after the command: {}; see nsbox --help)", argv[i],
+                         names);
+    if (commands.empty() || (i < argc && argv[i][0] == '-')) return std::nullopt;
     if (i >= argc) {
       if (command->get_require_subcommand_min() == 0) return std::nullopt;
       return fmt::format("{}: a command is required (commands: {}; see {} --help)", path, names, path);
@@ -188,7 +194,7 @@ int main(int argc, char** argv) {
     }
   }
   if (auto mistake = CommandMistake(app, argc, argv)) {
-    fmt::print(stderr, "{}\n", *mistake);
+    fmt::print(stderr, "{}\n", nsbox::Status::Error(*mistake).message());  // argv's control bytes escaped
     return nsbox::cli::kExitNsboxFailure;
   }
   try {
@@ -205,7 +211,7 @@ int main(int argc, char** argv) {
       return nsbox::cli::FailBeforeRun("", *unknown, nsbox::cli::WantsJsonResult(argc, argv));
     return nsbox::cli::FailBeforeRun("", e.what(), nsbox::cli::WantsJsonResult(argc, argv));
   } catch (const std::exception& e) {
-    fmt::print(stderr, "nsbox: {}\n", e.what());
+    fmt::print(stderr, "nsbox: {}\n", nsbox::Status::Error(e.what()).message());
     return nsbox::cli::kExitNsboxFailure;
   }
   // What a verb printed through stdio (profile check, image ls, doctor ...) and could not write (a full disk, a

@@ -44,7 +44,7 @@ using nsbox::UniqueFd;
 constexpr int kExitFailure = 125;
 
 [[noreturn]] void Fail(int code, const std::string& message) {
-  fmt::print(stderr, "nsbox serve: {}\n", message);
+  fmt::print(stderr, "nsbox serve: {}\n", nsbox::Status::Error(message).message());  // control bytes escaped
   std::exit(code);
 }
 

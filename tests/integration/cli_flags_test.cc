@@ -207,3 +207,27 @@ TEST_CASE("--pids takes decimal digits only: 010 is not octal 8, 0x10 not 16", "
     CHECK(r.err.find("is not a number of processes") != std::string::npos);
   }
 }
+
+TEST_CASE("command-line mistakes are one line naming the word with its control bytes escaped",
+          "[integration][options]") {
+  auto bogus = RunNsboxRaw({"--bogus"});
+  CHECK(bogus.exit_code == 125);
+  CHECK(bogus.err.starts_with("nsbox: unknown option '--bogus' (options come after the command: run, "));
+  // CLI11's own conversion errors quote the value as given; a terminal must not get its escape sequences.
+  auto cpus = RunNsboxRaw({"run", "--cpus", "1\x1b[31m", "--", "/bin/true"});
+  CHECK(cpus.exit_code == 125);
+  CHECK(cpus.err == "nsbox: Could not convert: --cpus = 1\\x1b[31m\n");
+  auto command = RunNsboxRaw({"ru\x1b[2Jn"});
+  CHECK(command.exit_code == 125);
+  CHECK(command.err.starts_with("nsbox: unknown command 'ru\\x1b[2Jn' (commands: "));
+  // A case's name comes from the cases file: the text report shows it escaped too.
+  char path[] = "/tmp/nsbox-cases-name-XXXXXX";
+  int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  const std::string line = "{\"expected_stdout\": \"x\", \"name\": \"\\u001b]0;title\\u0007\"}\n";
+  REQUIRE(::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
+  ::close(fd);
+  auto cases = RunNsboxRaw({"run", "--cases", path, "--", "/bin/cat"});
+  ::unlink(path);
+  CHECK(cases.out == "\\x1b]0;title\\x07: FAILED (ok)\n0/1 passed\n");
+}
