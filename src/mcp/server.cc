@@ -121,6 +121,17 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   auto bad = [&name](const std::string& what) {
     return ToolArgumentError(fmt::format("invalid arguments for {}: {}", name, what));
   };
+  // An argument the tool does not have is refused, naming it: a misspelt "timeout" must not run with the default.
+  for (const auto& tool : ToolList({})) {
+    if (tool["name"] != name) continue;
+    const json& known = tool["inputSchema"]["properties"];
+    for (const auto& [key, value] : args.items()) {
+      if (known.contains(key)) continue;
+      std::vector<std::string> takes;
+      for (const auto& [k, v] : known.items()) takes.push_back(k);
+      throw bad(fmt::format("unknown argument '{}' (it takes: {})", key, fmt::join(takes, ", ")));
+    }
+  }
   auto get_string = [&](const char* key, std::string& out) -> bool {
     if (!args.contains(key) || !args[key].is_string()) return false;
     out = args[key].get<std::string>();

@@ -226,6 +226,21 @@ TEST_CASE("mcp refuses code over the program size limit as the model's error, na
   CHECK(f.script.calls.empty());
 }
 
+// A misspelt limit ("timeout" for "timeout_seconds") ran with the default, silently: the API and batch refuse theirs.
+TEST_CASE("mcp refuses an argument the tool does not have, naming it and those it takes", "[mcp]") {
+  Fixture f;
+  json result = f.One(Call(1, "run_python", {{"code", "print(1)"}, {"timeout", 1}}))["result"];
+  CHECK(result["isError"] == true);
+  CHECK(result["content"][0]["text"] ==
+        "invalid arguments for run_python: unknown argument 'timeout' (it takes: code, timeout_seconds)");
+  result = f.One(Call(2, "read_file", {{"path", "a"}, {"encoding", "base64"}}))["result"];
+  CHECK(result["content"][0]["text"] ==
+        "invalid arguments for read_file: unknown argument 'encoding' (it takes: path)");
+  CHECK(f.script.calls.empty());  // nothing ran
+  result = f.One(Call(3, "execute_code", {{"language", "python"}, {"code", "1"}, {"timeout_seconds", 3}}))["result"];
+  CHECK(f.script.calls.size() == 1);
+}
+
 TEST_CASE("mcp run_python runs python and a clean exit is not an error", "[mcp]") {
   Fixture f;
   f.script.answer.status = RunStatus::kOk;
