@@ -126,8 +126,12 @@ Status ApplyFields(const nlohmann::json& object, BatchJob& job) {
       if (!value.is_object()) return Status::Error("\"env\" must be an object of strings, e.g. {\"K\": \"V\"}");
       for (const auto& [name, setting] : value.items()) {
         if (!setting.is_string()) return Status::Error(fmt::format("\"env.{}\" must be a string", name));
-        if (name.empty() || name.find('=') != std::string::npos)
-          return Status::Error(fmt::format("\"env\": the name '{}' is empty or holds '='", name));
+        const bool odd_byte = std::any_of(name.begin(), name.end(), [](char c) {
+          return c == '=' || static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) == 0x7f;
+        });
+        if (name.empty() || odd_byte)
+          return Status::Error(
+              fmt::format("\"env\": the name '{}' is empty or holds '=', a space or a control character", name));
         job.program.env.push_back(name + "=" + setting.get<std::string>());
       }
     } else if (key == "limits") {

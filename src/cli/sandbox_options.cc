@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "sandbox/base/data_dir.h"
@@ -404,8 +406,13 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
       return Status::Error(fmt::format("{}: '{}' holds a NUL byte", where, kv.substr(0, kv.find('\0'))));
     const auto eq = kv.find('=');
     const std::string key = kv.substr(0, eq);
-    if (key.empty() || key.find_first_of(" \t") != std::string::npos)
-      return Status::Error(fmt::format("{} '{}': expected KEY=VALUE or KEY", where, kv));
+    // A name with a newline would print as two variables in `env`; no space or control byte is part of a name.
+    const bool odd_byte = std::any_of(key.begin(), key.end(), [](char c) {
+      return static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) == 0x7f;
+    });
+    if (key.empty() || odd_byte)
+      return Status::Error(
+          fmt::format("{} '{}': expected KEY=VALUE or KEY (a name without spaces or control characters)", where, kv));
     if (eq != std::string::npos) {
       ex.env[key] = kv.substr(eq + 1);
     } else if (const char* host = getenv(key.c_str())) {

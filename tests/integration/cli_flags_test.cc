@@ -56,7 +56,8 @@ TEST_CASE("--env KEY passes the host's value, --env-file sets lines, and --env w
   std::ofstream(file) << "GOOD=1\n=bad\n";
   auto bad = RunNsboxRaw({"run", "--env-file", file, "--", "/bin/true"});
   CHECK(bad.exit_code == 125);
-  CHECK(bad.err == "nsbox run: --env-file " + file + " line 2 '=bad': expected KEY=VALUE or KEY\n");
+  CHECK(bad.err == "nsbox run: --env-file " + file + " line 2 '=bad': expected KEY=VALUE or KEY (a name without " +
+                       "spaces or control characters)\n");
   auto missing = RunNsboxRaw({"run", "--env-file", dir + "/none", "--", "/bin/true"});
   CHECK(missing.exit_code == 125);
   CHECK(missing.err.find("--env-file: open(" + dir + "/none)") != std::string::npos);

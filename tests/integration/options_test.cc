@@ -110,6 +110,9 @@ TEST_CASE("contradictory or missing program options are one-line errors, exit 12
   CheckOneLineError({"run", "--lang", "python", "--code", "1", "--", "/bin/true"}, "not both");
   // A bare KEY is the host's value (Docker's -e KEY); an empty key is an error.
   CheckOneLineError({"run", "--env", "=VALUE", "--", "/bin/true"}, "expected KEY=VALUE or KEY");
+  // A name with a newline would show in `env` as a variable of its own ("B=1").
+  CheckOneLineError({"run", "--env", "A\nB=1", "--", "/usr/bin/env"}, "'A\\nB=1': expected KEY=VALUE or KEY");
+  CheckOneLineError({"run", "--env", "A\x1b[2J=1", "--", "/usr/bin/env"}, "a name without spaces or control");
   CheckOneLineError({"run", "--network", "bridge", "--", "/bin/true"}, "--network");
   CheckOneLineError({"run", "--bind", "/tmp:relative/dst", "--", "/bin/true"}, "absolute");
   CheckOneLineError({"run", "--ro-bind", "/tmp:/", "--", "/bin/true"}, "would replace the sandbox's whole root");
