@@ -136,8 +136,16 @@ int OpenHostPath(int root_fd, const char* path, char* bad_link, size_t bad_link_
     }
     if (S_ISLNK(st.st_mode)) {
       struct stat dir_st;
-      if (::fstat(dir, &dir_st) != 0 || !MadeByRoot(st, dir_st) || ++links > kMaxLinks) {
+      if (::fstat(dir, &dir_st) != 0) {
+        ::close(next);
+        return WalkFail(dir, errno);
+      }
+      if (!MadeByRoot(st, dir_st)) {  // the link named in bad_link: the caller says why it is refused
         CopyLinkName(bad_link, bad_link_size, name);
+        ::close(next);
+        return WalkFail(dir, ELOOP);
+      }
+      if (++links > kMaxLinks) {  // a loop (or a chain too long): ELOOP alone, no link to blame
         ::close(next);
         return WalkFail(dir, ELOOP);
       }

@@ -10,8 +10,8 @@ namespace nsbox {
 // Opens the absolute `path` beneath root_fd (O_PATH, close-on-exec); ".." never climbs above root_fd, and an absolute
 // link starts again at root_fd. A symbolic link is followed only where only root could have made it: the link is
 // owned by root and sits in a root-owned directory that neither group nor others may write. Any other link (one a
-// sandbox may have planted in a workspace or writable bind) fails with ELOOP, its name copied into bad_link.
-// Returns the descriptor, or -1 with errno set.
+// sandbox may have planted in a workspace or writable bind) fails with ELOOP, its name copied into bad_link; a loop
+// of root's links fails with ELOOP and bad_link left as it was. Returns the descriptor, or -1 with errno set.
 int OpenHostPath(int root_fd, const char* path, char* bad_link, size_t bad_link_size);
 
 // Opens the mount point `path` beneath root_fd (O_PATH), creating missing directories (0755) and the last component

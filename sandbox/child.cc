@@ -293,8 +293,13 @@ void PreparePayload(const ChildPlan& plan, bool inherited, int memory_join_fd = 
   cwd_how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
   cwd_how.resolve = RESOLVE_NO_MAGICLINKS;
   const int cwd_fd = static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, plan.cwd.c_str(), &cwd_how, sizeof cwd_how));
-  if (cwd_fd < 0) Fail(plan, "openat2(working directory, RESOLVE_NO_MAGICLINKS)", errno);
-  if (::fchdir(cwd_fd) != 0) Fail(plan, "fchdir(working directory)", errno);
+  if (cwd_fd < 0 || ::fchdir(cwd_fd) != 0) {  // named: a --workdir or an API cwd that is not there
+    const int err = errno;
+    char step_text[300];
+    snprintf(step_text, sizeof step_text, "%s(working directory %s)", cwd_fd < 0 ? "openat2" : "fchdir",
+             plan.cwd.c_str());
+    Fail(plan, step_text, err);
+  }
   ::close(cwd_fd);
   ::umask(plan.umask);  // this process's own: a vfork-style child does not share the file-system context
 

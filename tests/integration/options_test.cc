@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -110,6 +111,21 @@ TEST_CASE("contradictory or missing program options are one-line errors, exit 12
   CheckOneLineError({"run", "--lang", "python", "--code", "1", "--", "/bin/true"}, "not both");
   // A bare KEY is the host's value (Docker's -e KEY); an empty key is an error.
   CheckOneLineError({"run", "--env", "=VALUE", "--", "/bin/true"}, "expected KEY=VALUE or KEY");
+  // The working directory is named when it is not there (or not a directory), as every other path is.
+  CheckOneLineError({"run", "--workdir", "/nonexistent-dir", "--", "/bin/true"},
+                    "openat2(working directory /nonexistent-dir): No such file or directory (ENOENT)");
+  CheckOneLineError({"run", "--workdir", "/etc/passwd", "--", "/bin/true"}, "(working directory /etc/passwd)");
+  // A loop of root's links is a loop, not a link "not made by root".
+  char loops[] = "/tmp/nsbox-link-loop-XXXXXX";
+  REQUIRE(::mkdtemp(loops) != nullptr);
+  const std::string loop = std::string(loops) + "/loop1";
+  REQUIRE(::symlink("loop2", loop.c_str()) == 0);
+  REQUIRE(::symlink("loop1", (std::string(loops) + "/loop2").c_str()) == 0);
+  if (::geteuid() == 0) {
+    CheckOneLineError({"run", "--workspace", loop, "--", "/bin/true"}, "Too many levels of symbolic links (ELOOP)");
+    CheckOneLineError({"run", "--bind", loop + ":/x", "--", "/bin/true"}, "Too many levels of symbolic links (ELOOP)");
+  }
+  std::filesystem::remove_all(loops);
   // A name with a newline would show in `env` as a variable of its own ("B=1").
   CheckOneLineError({"run", "--env", "A\nB=1", "--", "/usr/bin/env"}, "'A\\nB=1': expected KEY=VALUE or KEY");
   CheckOneLineError({"run", "--env", "A\x1b[2J=1", "--", "/usr/bin/env"}, "a name without spaces or control");
