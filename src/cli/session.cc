@@ -127,7 +127,7 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
   static pid_t end_with_pid = 0;
   create->add_option("--end-with-pid", end_with_pid,
                      "end the session as soon as this process ends (for a program that owns the session)");
-  create->callback([&exit_code] {
+  create->callback([&exit_code, create] {
     auto fail = [&](const Status& status) {
       fmt::print(stderr, "nsbox session create: {}\n", InCliTerms(status.message()));
       exit_code.value = kExitNsboxFailure;
@@ -142,7 +142,9 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
       if (!name.empty() && (s.name() == name || s.id() == name))
         return fail(Status::Error(fmt::format("--name '{}': a live session already has it ({})", name, s.id())));
 
-    if (end_with_pid < 0) return fail(Status::Error("--end-with-pid must be a process id"));
+    // 0 is no process: given, it would tie the session to nothing (the option's unset value).
+    if (end_with_pid < 0 || (end_with_pid == 0 && create->count("--end-with-pid") > 0))
+      return fail(Status::Error("--end-with-pid must be a process id"));
     // A process that is gone already would end the session as soon as it started: refused, not an id that is dead.
     if (end_with_pid > 0 && ::kill(end_with_pid, 0) != 0 && errno == ESRCH)
       return fail(Status::Error(fmt::format("--end-with-pid {}: no such process", end_with_pid)));

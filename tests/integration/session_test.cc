@@ -1223,6 +1223,10 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
   Output orphan = s.Nsbox({"session", "create", "--end-with-pid", std::to_string(ended)});
   CHECK(orphan.code == 125);
   CHECK(orphan.err == fmt::format("nsbox session create: --end-with-pid {}: no such process\n", ended));
+  // 0 is no process: it tied the session to nothing.
+  Output zero = s.Nsbox({"session", "create", "--end-with-pid", "0"});
+  CHECK(zero.code == 125);
+  CHECK(zero.err == "nsbox session create: --end-with-pid must be a process id\n");
   Output ls = s.Nsbox({"session", "ls", "--json"});
   REQUIRE(ls.code == 0);
   json rows = ls.Json();
