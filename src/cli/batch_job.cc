@@ -190,9 +190,7 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
   try {
     object = ParseBoundedJson(text);
   } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    if (auto end = what.find("] "); what.starts_with("[json.") && end != std::string::npos) what.erase(0, end + 2);
-    return fail(Status::Error(fmt::format("not a JSON object: {}", what)));
+    return fail(Status::Error(fmt::format("not a JSON object: {}", JsonErrorText(e))));
   } catch (const JsonRefused& e) {
     return fail(Status::Error(e.what()));
   }

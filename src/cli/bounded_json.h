@@ -141,6 +141,13 @@ inline nlohmann::json ParseBoundedJson(std::string_view text) {
   return value;
 }
 
+// An exception's text for a message, without nlohmann's "[json.exception.parse_error.101] " in front of it.
+inline std::string JsonErrorText(const std::exception& e) {
+  std::string what = e.what();
+  if (auto end = what.find("] "); what.starts_with("[json.") && end != std::string::npos) what.erase(0, end + 2);
+  return what;
+}
+
 // As nlohmann::json::parse(text, nullptr, false): a discarded value (is_discarded()) for either.
 inline nlohmann::json ParseBoundedJsonOrDiscarded(std::string_view text) {
   try {

@@ -464,7 +464,7 @@ std::optional<json> McpServer::HandleLine(const std::string& line, bool inline_t
     msg = ParseBoundedJson(line);
   } catch (const std::exception& e) {
     // Not only parse_error: a number too large for a double (1e400) is an out_of_range; too deep a nesting JsonTooDeep.
-    return ErrorResponse(nullptr, kParseError, fmt::format("parse error: {}", e.what()));
+    return ErrorResponse(nullptr, kParseError, fmt::format("parse error: {}", JsonErrorText(e)));
   }
   if (msg.is_array()) return HandleBatch(msg, inline_tools);
   return HandleMessage(msg, inline_tools);

@@ -534,6 +534,18 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
     const double share = config_.client_budget_share;
     const uint64_t client_memory = ClientShare(config_.memory_budget_bytes, share);
     const uint64_t client_pids = ClientShare(config_.pids_budget, share);
+    // Limits that this client's whole share could never hold are the request's fault, not a wait for room (429
+    // tells a client to try again).
+    if (MemoryFootprint(spec) > client_memory)
+      throw BadRequest(
+          fmt::format("'limits': memory and tmpfs come to {} bytes, more than this client may commit in "
+                      "all ({} bytes of the server's memory budget)",
+                      MemoryFootprint(spec), client_memory));
+    if (spec.pids > client_pids)
+      throw BadRequest(
+          fmt::format("'limits': pids {} is more than this client may commit in all ({} of the server's "
+                      "pids budget)",
+                      spec.pids, client_pids));
     if (Committed(MemoryFootprint, &owner) + MemoryFootprint(spec) > client_memory)
       throw full(fmt::format("this client's share of the memory budget ({} bytes) has no room for {} more",
                              client_memory, MemoryFootprint(spec)));

@@ -26,7 +26,7 @@ json ParseBody(const HttpRequest& request) {
   try {
     return ParseBoundedJson(request.body);
   } catch (const json::parse_error& e) {
-    throw BadRequest(fmt::format("malformed JSON: {}", e.what()));
+    throw BadRequest(fmt::format("malformed JSON: {}", JsonErrorText(e)));
   } catch (const JsonRefused& e) {
     throw BadRequest(e.what());
   }
@@ -127,7 +127,7 @@ HttpResponse Service::Handle(const HttpRequest& request) {
     }
     return r;
   } catch (const json::exception& e) {
-    return ErrorResponse(400, "bad_request", fmt::format("bad value: {}", e.what()));
+    return ErrorResponse(400, "bad_request", fmt::format("bad value: {}", JsonErrorText(e)));
   }
 }
 

@@ -199,6 +199,10 @@ class TenantBudgets(unittest.TestCase):
         self.assertEqual(other["client"]["pids"], {"budget": 500, "committed": 0, "free": 500}, other)
         self.assertEqual(other["client"]["memory_bytes"]["committed"], 0, other)
         self.assertGreaterEqual(other["pids"]["committed"], 400, other)  # the server's totals count a's
+        # Limits a client's whole share could never hold are the request's fault: 400, not a 429 to try again.
+        refused = assert_error(self, b.request("POST", "/v1/sandboxes", {"limits": {"pids": 600}}), 400,
+                               "bad_request")
+        self.assertIn("pids 600 is more than this client may commit in all (500", refused["error"]["message"])
         theirs = b.create({"limits": {"pids": 400}})["id"]
         self.assertEqual(b.exec(theirs, {"argv": ["echo", "b runs"]})["stdout"], "b runs\n")
         during = Footprint.of(server)
@@ -231,6 +235,10 @@ class TenantBudgets(unittest.TestCase):
         self.assertEqual(capacity["memory_bytes"]["committed"], 1 << 30, capacity)
         body = assert_error(self, api.request("POST", "/v1/sandboxes", spec), 429, "too_many_requests")
         self.assertIn("the memory budget (1073741824 bytes) has no room for 536870912 more", body["error"]["message"], body)
+        # Limits the whole budget could never hold are the request's fault: 400, not a 429 to try again.
+        body = assert_error(self, api.request("POST", "/v1/sandboxes", {"limits": {"memory": "99999T"}}), 400,
+                            "bad_request")
+        self.assertIn("more than this client may commit in all (1073741824 bytes", body["error"]["message"], body)
         for sandbox_id in made:
             self.assertEqual(api.delete(sandbox_id).status, 204)
         assert_stopped_clean(self, server, Footprint.of(server))
