@@ -4,6 +4,7 @@
 #include "src/serve/http_server.h"
 
 #include <poll.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -139,6 +141,31 @@ MHD_Result AddToMap(void* cls, MHD_ValueKind, const char* key, const char* value
   return MHD_YES;
 }
 
+// The values of the framing headers, each as often as it was sent.
+struct Framing {
+  std::vector<std::string> content_length;
+  int transfer_encoding = 0;
+};
+MHD_Result CountFraming(void* cls, MHD_ValueKind, const char* key, const char* value) {
+  auto& framing = *static_cast<Framing*>(cls);
+  if (key && strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) framing.content_length.push_back(value ? value : "");
+  if (key && strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) ++framing.transfer_encoding;
+  return MHD_YES;
+}
+
+// Why the request's length is ambiguous, or nullptr. libmicrohttpd frames a body by the first Content-Length and
+// ignores a second; a proxy in front that took the other would read another request boundary than the server
+// (RFC 9112 6.3: such a message is refused).
+const char* AmbiguousFraming(MHD_Connection* connection) {
+  Framing framing;
+  MHD_get_connection_values(connection, MHD_HEADER_KIND, &CountFraming, &framing);
+  for (const auto& value : framing.content_length)
+    if (value != framing.content_length.front()) return "two Content-Length headers that differ";
+  if (!framing.content_length.empty() && framing.transfer_encoding > 0)
+    return "both Content-Length and Transfer-Encoding";
+  return nullptr;
+}
+
 // With their sizes: a value decoded from "%00" keeps its NUL and the bytes after it, for the handler to refuse.
 MHD_Result AddQuery(void* cls, MHD_ValueKind, const char* key, size_t key_size, const char* value,
                     size_t value_size) {
@@ -223,6 +250,13 @@ struct HttpServerCallbacks {
           state->answered = true;
           return Queue(server, connection, *refused);
         }
+      }
+      if (const char* why = AmbiguousFraming(connection)) {
+        state->answered = true;
+        HttpResponse refused;
+        refused.status = 400;
+        refused.body = fmt::format(R"({{"error": {{"code": "bad_request", "message": "the request has {}"}}}})", why);
+        return Queue(server, connection, std::move(refused));
       }
       // A declared length over the cap is refused before any of the body is read.
       const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);

@@ -612,6 +612,34 @@ class BadInput(SharedCase):
                 r = self.api.request("POST", path, raw=twice, headers={"Content-Type": "application/json"})
                 self.assertIn('the key "pids" twice', assert_error(self, r, 400, "bad_request")["error"]["message"])
 
+    def test_an_ambiguous_body_length_is_400_and_the_connection_closes(self):
+        # libmicrohttpd frames by the first Content-Length and ignores a second: a proxy that took the other would see
+        # the pipelined request below as part of the body (request smuggling). Such a request is refused, and nothing
+        # after it on the connection is read.
+        smuggled = b"GET /v1/healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        for framing in (b"Content-Length: 16\r\nContent-Length: 72\r\n",
+                        b"Content-Length: 16\r\nTransfer-Encoding: chunked\r\n"):
+            with self.subTest(framing=framing), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(self.server.socket_path)
+                s.settimeout(10)
+                s.sendall(b"POST /v1/run HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + b'{"cmd":"echo 1"}' + smuggled)
+                answer = b""
+                while chunk := s.recv(65536):
+                    answer += chunk
+                self.assertTrue(answer.startswith(b"HTTP/1.1 400 "), answer[:200])
+                self.assertEqual(answer.count(b"HTTP/1.1 "), 1, answer)
+                self.assertIn(b"the request has ", answer)
+        # The same length twice is no ambiguity.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(self.server.socket_path)
+            s.settimeout(30)
+            s.sendall(b"POST /v1/run HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 16\r\n"
+                      b"Content-Length: 16\r\n\r\n" + b'{"cmd":"echo 1"}')
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+            self.assertTrue(answer.startswith(b"HTTP/1.1 200 "), answer[:200])
+
     def test_an_unknown_field_is_400(self):
         sbx = self.make()["id"]
         for path, body in [("/v1/sandboxes", {"templat": "host"}), ("/v1/sandboxes", {"limits": {"memroy": "1G"}}),
