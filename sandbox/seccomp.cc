@@ -208,6 +208,11 @@ Status AddRule(void* ctx, const SeccompRule& rule, const std::string& name, int 
   for (const auto& conditions : ConditionSets(rule.args)) {
     int rc = seccomp_rule_add_array(ctx, action, nr, static_cast<unsigned>(conditions.size()),
                                     conditions.empty() ? nullptr : conditions.data());
+    if (rc == -EEXIST)  // libseccomp's word for a rule that contradicts one the profile gave before
+      return Status::Error(
+          fmt::format("{}: a rule for {} with these conditions conflicts with an earlier rule for it "
+                      "(another action for the same call and arguments); merge or remove one",
+                      rule.json_path, name));
     if (rc < 0) {
       return Status::Errno(fmt::format("seccomp_rule_add({}, {} condition(s))", name, conditions.size()), -rc)
           .Wrap(rule.json_path);

@@ -293,6 +293,21 @@ TEST_CASE("two unconditional rules giving one call different actions are an erro
   CHECK(CompileSeccompProfile(*repeated, "test", NativeSeccompHost()).ok());
 }
 
+TEST_CASE("two conditional rules giving one call and argument different actions are named as a conflict") {
+  // libseccomp answers EEXIST ("File exists"), which said nothing of the profile.
+  auto profile = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+    {"names": ["execve", "exit_group"], "action": "SCMP_ACT_ALLOW"},
+    {"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 2, "op": "SCMP_CMP_EQ"}]},
+    {"names": ["socket"], "action": "SCMP_ACT_KILL_PROCESS", )"
+                                     R"("args": [{"index": 0, "value": 2, "op": "SCMP_CMP_EQ"}]}]})");
+  REQUIRE(profile.ok());
+  auto program = CompileSeccompProfile(*profile, "test", NativeSeccompHost());
+  REQUIRE_FALSE(program.ok());
+  CHECK(program.status().message() ==
+        "syscalls[2]: a rule for socket with these conditions conflicts with an earlier rule for it (another action "
+        "for the same call and arguments); merge or remove one");
+}
+
 TEST_CASE("a profile that denies execve or exit_group is refused: nothing could start or end under it") {
   auto none = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": []})");
   REQUIRE(none.ok());
