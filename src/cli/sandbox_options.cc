@@ -94,6 +94,15 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
       ->each(given("--pids"));
   app->add_option("--cpus", o.cpus, "CPU quota in CPUs, e.g. 0.5")
       ->default_str(fmt::format("{}", o.cpus))
+      ->check([](const std::string& value) {
+        // A plain decimal: CLI11 would take "0x10" as 16 CPUs, "0x1p-8" as 1/256, and " 2" as 2.
+        const size_t dot = value.find('.');
+        const std::string whole = value.substr(0, dot), part = dot == std::string::npos ? "" : value.substr(dot + 1);
+        const bool digits = whole.find_first_not_of("0123456789") == std::string::npos &&
+                            part.find_first_not_of("0123456789") == std::string::npos;
+        const bool decimal = digits && !(whole.empty() && part.empty()) && (dot == std::string::npos || !part.empty());
+        return decimal ? std::string() : fmt::format("'{}' is not a number of CPUs (a decimal such as 1.5)", value);
+      })
       ->each(given("--cpus"));
   app->add_option("--tmpfs-size", o.tmpfs_size, "size cap of /tmp, /workspace and the home directory")
       ->capture_default_str();

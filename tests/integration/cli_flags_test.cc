@@ -215,9 +215,19 @@ TEST_CASE("command-line mistakes are one line naming the word with its control b
   CHECK(bogus.exit_code == 125);
   CHECK(bogus.err.starts_with("nsbox: unknown option '--bogus' (options come after the command: run, "));
   // CLI11's own conversion errors quote the value as given; a terminal must not get its escape sequences.
+  auto owner = RunNsboxRaw({"session", "create", "--end-with-pid", "\x1b]0;x\x07"});
+  CHECK(owner.exit_code == 125);
+  CHECK(owner.err == "nsbox: Could not convert: --end-with-pid = \\x1b]0;x\\x07\n");
   auto cpus = RunNsboxRaw({"run", "--cpus", "1\x1b[31m", "--", "/bin/true"});
   CHECK(cpus.exit_code == 125);
-  CHECK(cpus.err == "nsbox: Could not convert: --cpus = 1\\x1b[31m\n");
+  CHECK(cpus.err == "nsbox: --cpus: '1\\x1b[31m' is not a number of CPUs (a decimal such as 1.5)\n");
+  // A plain decimal only: CLI11 took hexadecimal (0x10 CPUs), exponents and a leading blank.
+  for (const char* odd : {"0x10", "0x1p-8", " 2", "1e3", "5.", "inf"}) {
+    auto r = RunNsboxRaw({"run", "--cpus", odd, "--", "/bin/true"});
+    INFO(odd << ": " << r.err);
+    CHECK(r.exit_code == 125);
+    CHECK(r.err.find("is not a number of CPUs (a decimal such as 1.5)") != std::string::npos);
+  }
   auto command = RunNsboxRaw({"ru\x1b[2Jn"});
   CHECK(command.exit_code == 125);
   CHECK(command.err.starts_with("nsbox: unknown command 'ru\\x1b[2Jn' (commands: "));
