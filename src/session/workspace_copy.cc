@@ -284,7 +284,7 @@ StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, 
   while (trimmed.ends_with("/")) trimmed.pop_back();
   std::string shown = "/workspace/" + trimmed;
   if (trimmed.empty() || rel.ends_with("/"))
-    return Status::Error(ErrorKind::kRefused, fmt::format("'{}' names a directory; give a file", rel));
+    return Status::Error(ErrorKind::kRefused, fmt::format("'{}' names a directory; give a file", shown));
   std::vector<std::string_view> parts;
   if (!SplitPathComponents(trimmed, &parts) || parts.empty())
     return Status::Error(ErrorKind::kRefused, fmt::format("'{}': '.' and '..' are not allowed", rel));

@@ -588,6 +588,9 @@ class BadInput(SharedCase):
                 assert_error(self, r, 400, "bad_request")
                 r = self.api.request(method, files_path(sbx, ""), raw=b"x" if method == "PUT" else None)
                 assert_error(self, r, 400, "bad_request")
+        # The workspace itself is a directory: the message names it (it quoted an empty path).
+        r = self.api.request("PUT", files_path(sbx, "/workspace"), raw=b"x")
+        self.assertIn("'/workspace/' names a directory", assert_error(self, r, 400, "bad_request")["error"]["message"])
 
     def test_an_unknown_route_is_404(self):
         assert_error(self, self.api.request("GET", "/v1/nothing-here"), 404, "not_found")
