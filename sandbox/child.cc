@@ -296,8 +296,8 @@ void PreparePayload(const ChildPlan& plan, bool inherited, int memory_join_fd = 
   if (cwd_fd < 0 || ::fchdir(cwd_fd) != 0) {  // named: a --workdir or an API cwd that is not there
     const int err = errno;
     char step_text[300];
-    snprintf(step_text, sizeof step_text, "%s(working directory %s)", cwd_fd < 0 ? "openat2" : "fchdir",
-             plan.cwd.c_str());
+    snprintf(step_text, sizeof step_text, "%s(working directory %s%s)", cwd_fd < 0 ? "openat2" : "fchdir",
+             plan.cwd.c_str(), cwd_fd < 0 ? ", RESOLVE_NO_MAGICLINKS" : "");
     Fail(plan, step_text, err);
   }
   ::close(cwd_fd);

@@ -152,7 +152,6 @@ void RegisterSession(CLI::App& app, ExitCode& exit_code) {
     config.id = session::NewSessionId();
     config.name = name;
     config.dir = root + "/" + config.id;
-    if (::mkdir(config.dir.c_str(), 0700) != 0) return fail(Status::Errno(fmt::format("mkdir({})", config.dir)));
     config.policy = std::move(checked->policy);
     config.idle_timeout = checked->idle_timeout;
     config.owner_pid = end_with_pid;

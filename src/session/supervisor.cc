@@ -452,8 +452,25 @@ StatusOr<LaunchedSupervisor> LaunchSupervisor(SupervisorConfig config) {
   int ready[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ready) != 0) return Status::Errno("socketpair(ready)");
   UniqueFd ready_read(ready[0]), ready_write(ready[1]);
+  // The directory is made here, with the signals that end a command held until the supervisor exists: a create killed
+  // between the two left an empty directory that nothing removed for a minute. Once the supervisor exists it owns the
+  // directory (an unclaimed session ends itself and removes it).
+  sigset_t ending, before;
+  sigemptyset(&ending);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&ending, sig);
+  ::pthread_sigmask(SIG_BLOCK, &ending, &before);
+  if (::mkdir(config.dir.c_str(), 0700) != 0) {
+    Status made = Status::Errno(fmt::format("mkdir({})", config.dir));
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    return made;
+  }
   pid_t first = ::fork();
-  if (first < 0) return Status::Errno("fork(supervisor)");
+  if (first != 0) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (first < 0) {
+    Status forked = Status::Errno("fork(supervisor)");
+    RemoveSessionDir(config.dir);
+    return forked;
+  }
   if (first == 0) {
     // Detach: a new session without a terminal, then a grandchild that init adopts, with stdio on /dev/null.
     ready_read.reset();

@@ -22,7 +22,7 @@ namespace nsbox::session {
 
 struct SupervisorConfig {
   std::string id, name;
-  std::string dir;  // the session's state directory, already created (0700)
+  std::string dir;  // the session's state directory, made by LaunchSupervisor (0700)
   Policy policy;
   std::chrono::milliseconds idle_timeout{15 * 60 * 1000};
   std::chrono::milliseconds max_lifetime{2 * 60 * 60 * 1000};

@@ -112,9 +112,10 @@ TEST_CASE("contradictory or missing program options are one-line errors, exit 12
   // A bare KEY is the host's value (Docker's -e KEY); an empty key is an error.
   CheckOneLineError({"run", "--env", "=VALUE", "--", "/bin/true"}, "expected KEY=VALUE or KEY");
   // The working directory is named when it is not there (or not a directory), as every other path is.
-  CheckOneLineError({"run", "--workdir", "/nonexistent-dir", "--", "/bin/true"},
-                    "openat2(working directory /nonexistent-dir): No such file or directory (ENOENT)");
-  CheckOneLineError({"run", "--workdir", "/etc/passwd", "--", "/bin/true"}, "(working directory /etc/passwd)");
+  CheckOneLineError(
+      {"run", "--workdir", "/nonexistent-dir", "--", "/bin/true"},
+      "openat2(working directory /nonexistent-dir, RESOLVE_NO_MAGICLINKS): No such file or directory (ENOENT)");
+  CheckOneLineError({"run", "--workdir", "/etc/passwd", "--", "/bin/true"}, "(working directory /etc/passwd, ");
   // A loop of root's links is a loop, not a link "not made by root".
   char loops[] = "/tmp/nsbox-link-loop-XXXXXX";
   REQUIRE(::mkdtemp(loops) != nullptr);
