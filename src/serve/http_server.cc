@@ -315,7 +315,8 @@ struct HttpServerCallbacks {
       // On TCP the write would still succeed: the peer's FIN says it will not be read. (libmicrohttpd's completion
       // code cannot tell the rest: it reports an error for some responses the client did read.)
       if (response.undelivered && PeerGone(fd)) response.undelivered();
-      return Queue(server, connection, std::move(response));
+      const bool replaceable = request.method == "GET" || request.method == "HEAD";
+      return Queue(server, connection, std::move(response), replaceable);
     }
 
     auto stream = std::make_shared<StreamState>();
@@ -361,37 +362,48 @@ struct HttpServerCallbacks {
     delete answer;
   }
 
-  // Counts `bytes` of answers against the cap, waiting up to kAnswerRoomWait for room while the client is still
-  // there. An answer always fits when no other is held.
-  static bool ReserveAnswer(HttpServer* server, uint64_t bytes, int fd) {
+  // Counts `bytes` of answers against the cap, waiting for room while the client is still there: up to
+  // kAnswerRoomWait for an answer that may be replaced (false: it is not counted), as long as the connection's idle
+  // time-out for one that may not (then it is counted over the cap: a result is never lost).
+  static bool ReserveAnswer(HttpServer* server, uint64_t bytes, int fd, bool replaceable) {
     constexpr auto kAnswerRoomWait = std::chrono::seconds(10);
     constexpr uint64_t kSmallAnswer = 64 << 10;  // an error, a sandbox, a listing: never held up
     if (bytes <= kSmallAnswer) {
       server->answers_held_ += bytes;
       return true;
     }
-    const auto give_up = std::chrono::steady_clock::now() + kAnswerRoomWait;
+    const auto give_up = std::chrono::steady_clock::now() +
+                         (replaceable ? kAnswerRoomWait : std::chrono::seconds(server->options_.idle_timeout_seconds));
     for (;;) {
       uint64_t now = server->answers_held_.load();
       if (now == 0 || now + bytes <= server->options_.max_answer_bytes) {
         if (server->answers_held_.compare_exchange_weak(now, now + bytes)) return true;
         continue;
       }
-      if (std::chrono::steady_clock::now() >= give_up || PeerGone(fd)) return false;
+      if (std::chrono::steady_clock::now() >= give_up || PeerGone(fd)) {
+        if (replaceable) return false;
+        server->answers_held_ += bytes;
+        return true;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
 
-  static MHD_Result Queue(HttpServer* server, MHD_Connection* connection, HttpResponse response) {
+  // Queues `response`. `replaceable`: the request changed nothing (a GET), so that its answer may become a 503 when
+  // the answers held leave no room; an exec's or a run's result never is (its program ran: a client that took the
+  // 503 at its word would run it again).
+  static MHD_Result Queue(HttpServer* server, MHD_Connection* connection, HttpResponse response,
+                          bool replaceable = false) {
     auto* answer = new HeldAnswer{.body = {}, .counted = 0, .held = &server->answers_held_};
-    if (ReserveAnswer(server, response.body.size(), ConnectionFd(connection))) {
+    if (ReserveAnswer(server, response.body.size(), ConnectionFd(connection), replaceable)) {
       answer->counted = response.body.size();
     } else {
       const uint64_t size = response.body.size();
       response = HttpResponse{};
       response.status = 503;
-      response.body = server->options_.answers_busy ? server->options_.answers_busy(size).body
-                                                    : R"({"error": {"code": "unavailable", "message": "busy"}})";
+      response.body = server->options_.answers_busy
+                          ? server->options_.answers_busy(size, server->answers_held_.load()).body
+                          : R"({"error": {"code": "unavailable", "message": "busy"}})";
     }
     answer->body = std::move(response.body);
     MHD_Response* mhd = MHD_create_response_from_buffer_with_free_callback_cls(answer->body.size(), answer->body.data(),

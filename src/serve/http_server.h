@@ -66,9 +66,10 @@ struct HttpServerOptions {
   uint64_t max_buffered_bytes = 256 << 20;
   std::function<HttpResponse(uint64_t limit)> busy;
   // The answers' bodies held at once, by all connections, until their clients have read them: past this an answer
-  // waits (up to 10 s) for room, then is replaced by `answers_busy` (503). One answer alone always fits.
+  // waits for room; a GET's, after 10 s, is replaced by `answers_busy` (503: nothing was done, try again); any
+  // other's (an exec's result) is sent all the same after the idle time-out. One answer alone always fits.
   uint64_t max_answer_bytes = 512 << 20;
-  std::function<HttpResponse(uint64_t size)> answers_busy;
+  std::function<HttpResponse(uint64_t size, uint64_t held)> answers_busy;
   // Called once a request's head is read, before its body: a response refuses the request there and then (nothing
   // of its body is read or kept), nullopt lets it through. The request has no body and no query yet.
   std::function<std::optional<HttpResponse>(const HttpRequest& head)> admit;

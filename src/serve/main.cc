@@ -295,6 +295,22 @@ int main(int argc, char** argv) {
   if (access.allowed_uids.size() + token_names.size() > 1 && config.max_sandboxes > 0)
     config.client_budget_share =
         std::min(1.0, static_cast<double>(config.max_per_client) / static_cast<double>(config.max_sandboxes));
+  // A budget whose client share cannot hold one sandbox of the default limits would refuse every create that gives
+  // none, each time blaming limits the client never sent.
+  {
+    const nsbox::serve::SandboxSpec defaults;
+    const double share = config.client_budget_share;
+    const auto memory_share = static_cast<uint64_t>(static_cast<double>(config.memory_budget_bytes) * share);
+    const auto pids_share = static_cast<uint64_t>(static_cast<double>(config.pids_budget) * share);
+    if (config.memory_budget_bytes > 0 && memory_share < nsbox::serve::MemoryFootprint(defaults))
+      Fail(kExitFailure, fmt::format("--memory-budget: a client's share of it ({} bytes) cannot hold one sandbox of "
+                                     "the default limits ({} bytes of memory and tmpfs)",
+                                     memory_share, nsbox::serve::MemoryFootprint(defaults)));
+    if (pids_share < defaults.pids)
+      Fail(kExitFailure, fmt::format("--pids-budget: a client's share of it ({}) cannot hold one sandbox of the "
+                                     "default limits ({} pids)",
+                                     pids_share, defaults.pids));
+  }
   auto openapi = nsbox::ReadFile(nsbox::DataDir() + "/docs/openapi.json", 4 << 20);
   if (openapi.ok()) access.openapi_document = std::move(*openapi);
 
@@ -353,11 +369,16 @@ int main(int argc, char** argv) {
         503, "unavailable", fmt::format("the server holds {} bytes of request bodies already; try again", limit));
   };
   http.max_answer_bytes = *answers_cap;
-  http.answers_busy = [max = http.max_answer_bytes](uint64_t size) {
-    fmt::print(stderr, "nsbox serve: an answer of {} bytes found no room among the answers not yet read 503\n", size);
+  http.answers_busy = [max = http.max_answer_bytes](uint64_t size, uint64_t held) {
+    fmt::print(stderr,
+               "nsbox serve: a GET's answer of {} bytes found no room among the answers not yet read ({} of "
+               "{} bytes held) 503\n",
+               size, held, max);
     return nsbox::serve::Service::ErrorResponse(
         503, "unavailable",
-        fmt::format("the server holds {} bytes of answers that their clients have not read yet; try again", max));
+        fmt::format("the server holds {} bytes of answers that their clients have not read yet (--max-held-answers "
+                    "{}); try again",
+                    held, max));
   };
   // One line a request: its status and time; a streamed answer's when its 200 is sent (the stream goes on). The
   // method and path are the client's: shown with control bytes escaped, so that no client writes a line of its own.

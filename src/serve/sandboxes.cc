@@ -378,6 +378,18 @@ std::string Sandboxes::ResolveTemplate(const std::string& name) {
   throw BadRequest(fmt::format("'template': {}", images.status().message()));
 }
 
+namespace {
+
+// A lookup that failed for another reason than "no such session" (the record or /proc unreadable now: the server out
+// of descriptors or memory) says nothing of the session: it is not taken for ended.
+bool SessionEnded(const Status& lookup) { return lookup.kind() == ErrorKind::kNotFound; }
+
+ApiError LookupFailed(const Status& lookup) {
+  return ApiError(503, "unavailable", lookup.Wrap("the server could not look up the sandbox's session now").message());
+}
+
+}  // namespace
+
 Sandboxes::Made Sandboxes::MakeSession(const SandboxSpec& spec) {
   Made made;
   made.rootfs = ResolveTemplate(spec.template_name);
@@ -415,22 +427,14 @@ Sandboxes::Made Sandboxes::MakeSession(const SandboxSpec& spec) {
     throw ApiError(500, "setup_failed", fmt::format("nsbox session create answered no id: {}", e.what()));
   }
   auto found = session::FindSession(config_.state_dir, made.session_id);
-  if (!found.ok()) throw ApiError(500, "setup_failed", found.status().Wrap("the session just made").message());
+  if (!found.ok()) {
+    // Made, but not readable now (out of descriptors): ended rather than left running, uncounted.
+    if (!SessionEnded(found.status())) EndSession(made.session_id, "the server could not read it back");
+    throw ApiError(500, "setup_failed", found.status().Wrap("the session just made").message());
+  }
   made.record = std::make_shared<const session::SessionRecord>(std::move(*found));
   return made;
 }
-
-namespace {
-
-// A lookup that failed for another reason than "no such session" (the record or /proc unreadable now: the server out
-// of descriptors or memory) says nothing of the session: it is not taken for ended.
-bool SessionEnded(const Status& lookup) { return lookup.kind() == ErrorKind::kNotFound; }
-
-ApiError LookupFailed(const Status& lookup) {
-  return ApiError(503, "unavailable", lookup.Wrap("the server could not look up the sandbox's session now").message());
-}
-
-}  // namespace
 
 void Sandboxes::EndSession(const std::string& session_id, const std::string& why) {
   auto found = session::FindSession(config_.state_dir, session_id);
@@ -526,16 +530,12 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
     auto full = [&](const std::string& why) {
       return ApiError(429, "too_many_requests", why, {{"capacity", CapacityLocked(owner)}});
     };
-    if (sandboxes_.size() >= config_.max_sandboxes)
-      throw full(fmt::format("the server runs its maximum of {} sandboxes", config_.max_sandboxes));
-    if (mine >= config_.max_per_client)
-      throw full(fmt::format("this client has its maximum of {} sandboxes", config_.max_per_client));
     // A client's share of each budget, whether its sandbox comes from the pool or not.
     const double share = config_.client_budget_share;
     const uint64_t client_memory = ClientShare(config_.memory_budget_bytes, share);
     const uint64_t client_pids = ClientShare(config_.pids_budget, share);
     // Limits that this client's whole share could never hold are the request's fault, not a wait for room (429
-    // tells a client to try again).
+    // tells a client to try again): judged before the counts.
     if (MemoryFootprint(spec) > client_memory)
       throw BadRequest(
           fmt::format("'limits': memory and tmpfs come to {} bytes, more than this client may commit in "
@@ -546,6 +546,10 @@ std::shared_ptr<Sandbox> Sandboxes::Create(const std::string& owner, const Sandb
           fmt::format("'limits': pids {} is more than this client may commit in all ({} of the server's "
                       "pids budget)",
                       spec.pids, client_pids));
+    if (sandboxes_.size() >= config_.max_sandboxes)
+      throw full(fmt::format("the server runs its maximum of {} sandboxes", config_.max_sandboxes));
+    if (mine >= config_.max_per_client)
+      throw full(fmt::format("this client has its maximum of {} sandboxes", config_.max_per_client));
     if (Committed(MemoryFootprint, &owner) + MemoryFootprint(spec) > client_memory)
       throw full(fmt::format("this client's share of the memory budget ({} bytes) has no room for {} more",
                              client_memory, MemoryFootprint(spec)));

@@ -75,7 +75,10 @@ class CommandLine(unittest.TestCase):
                             (["--max-sandboxes", "0"], "at least 1"), (["--max-per-client", "0"], "at least 1"),
                             (["--default-timeout", "700"], "--default-timeout 700 is over --max-timeout 600"),
                             (["--pool", "nosuch-image=1"], "--pool 'nosuch-image=1': no image 'nosuch-image'"),
-                            (["--max-held-answers", "12Q"], "--max-held-answers")]:
+                            (["--max-held-answers", "12Q"], "--max-held-answers"),
+                            # A budget that cannot hold one sandbox of the default limits would refuse every create.
+                            (["--memory-budget", "100M"], "cannot hold one sandbox of the default limits"),
+                            (["--pids-budget", "100"], "--pids-budget: a client's share of it (100)")]:
             rc, lines = self.refused(args)
             self.assertEqual((rc, len(lines)), (125, 1), (args, lines))
             self.assertIn(words, lines[0])
@@ -415,8 +418,20 @@ class HeldBytes(unittest.TestCase):
             self.assertEqual(second.status, 503, second.body[:300])
             self.assertIn("answers that their clients have not read yet", second.body.decode(), second.body[:300])
             self.assertGreater(waited, 5, "the answer did not wait for room")
+            # An exec's result is never replaced (its program ran: a client that took a 503 at its word would run it
+            # again); it waits for room instead, and goes once the unread answer does.
+            answers = []
+            execute = threading.Thread(target=lambda: answers.append(api.exec(sandbox_id, {
+                "cmd": "head -c 12000000 /dev/zero | tr '\\0' a; echo ran >> /workspace/log", "output_limit": 16000000})))
+            execute.start()
+            time.sleep(3)
+            self.assertEqual(answers, [], "the exec's result was sent past the cap while the first answer was unread")
         finally:
             first.close()
+        execute.join(60)
+        self.assertEqual(len(answers), 1)
+        self.assertEqual(answers[0]["status"], "ok", {k: v for k, v in answers[0].items() if k != "stdout"})
+        self.assertEqual(len(answers[0]["stdout"]), 12000000)
         # The unread answer is freed with its connection: the same request is served again.
         def served():
             r = api.request("GET", files_path(sandbox_id, "big"))
