@@ -200,10 +200,11 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
         (void)FailBeforeRun("run", status.message(), program_options.json);
         exit_code.value = 2;
       };
+      // Options that cannot go together are a bad command line (125), as every other.
       if (!program_options.stdin_source.empty())
-        return bad(Status::Error("--cases gives each case its stdin: no --stdin"));
+        return fail(Status::Error("--cases gives each case its stdin: no --stdin"));
       if (cases_file == "-" && program_options.file_given && program_options.file == "-")
-        return bad(Status::Error("--file - and --cases - both want nsbox's standard input"));
+        return fail(Status::Error("--file - and --cases - both want nsbox's standard input"));
       auto text = ReadInput(cases_file, kMaxCasesFileBytes, "--cases");
       if (!text.ok()) return bad(text.status());
       auto parsed = ParseCases(*text, "--cases " + cases_file);

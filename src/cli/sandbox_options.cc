@@ -104,7 +104,7 @@ void AddSandboxOptions(CLI::App* app, SandboxOptions& o) {
         return decimal ? std::string() : fmt::format("'{}' is not a number of CPUs (a decimal such as 1.5)", value);
       })
       ->each(given("--cpus"));
-  app->add_option("--tmpfs-size", o.tmpfs_size, "size cap of /tmp, /workspace and the home directory")
+  app->add_option("--tmpfs-size", o.tmpfs_size, "size cap of /tmp, /workspace, the home directory and /dev/shm (each)")
       ->capture_default_str();
   app->add_option("--profile", o.profile,
                   "seccomp profile: default, strict (no sockets but AF_UNIX), or a Docker/OCI JSON profile file")

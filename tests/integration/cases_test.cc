@@ -148,8 +148,12 @@ TEST_CASE("--cases: a malformed cases file is one line naming the line, exit 2, 
   SpawnOptions cases_on_stdin;
   cases_on_stdin.stdin_data = "{\"stdin\": \"1\", \"expected_stdout\": \"1\"}\n";
   auto both = RunNsboxRaw({"run", "--lang", "python", "--file", "-", "--cases", "-"}, cases_on_stdin);
-  CHECK(both.exit_code == 2);
+  // Options that cannot go together: a bad command line (125), not a bad cases file (2).
+  CHECK(both.exit_code == 125);
   CHECK(both.err == "nsbox run: --file - and --cases - both want nsbox's standard input\n");
+  auto with_stdin = RunNsboxRaw({"run", "--stdin", "/dev/null", "--cases", "-", "--", "/bin/cat"}, cases_on_stdin);
+  CHECK(with_stdin.exit_code == 125);
+  CHECK(with_stdin.err == "nsbox run: --cases gives each case its stdin: no --stdin\n");
 }
 
 TEST_CASE("--cases: a program that removes its own file fails the later cases, it is not nsbox's setup error",
