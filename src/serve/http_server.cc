@@ -29,6 +29,7 @@ struct HttpServer::Connection {
   std::string raw_uri;  // as the client sent it, before libmicrohttpd's percent-decoding
   std::string body;
   bool too_large = false;
+  bool busy = false;  // the bodies held at once left no room for this one: its bytes are dropped, a 503 at the end
   bool answered = false;        // a response was queued before the body was read (refused at admission)
   uint64_t counted = 0;         // bytes of server->buffered_ this request holds
   std::atomic<uint64_t>* buffered = nullptr;
@@ -274,28 +275,32 @@ struct HttpServerCallbacks {
       *upload_data_size = 0;  // what still comes of a refused request's body is dropped
       return MHD_YES;
     }
+    // libmicrohttpd takes no answer while a body is still coming: a refusal found in the middle of one drops the
+    // rest of its bytes and is answered once they are in.
     if (*upload_data_size > 0) {
-      if (!state->too_large) {
+      if (!state->too_large && !state->busy) {
         if (state->body.size() + *upload_data_size > server->options_.max_body_bytes) {
           state->too_large = true;
-          state->body.clear();
-          state->body.shrink_to_fit();
         } else if (state->body.size() + *upload_data_size > state->counted &&
                    !state->Reserve(std::min<uint64_t>(server->options_.max_body_bytes,
                                                       std::max<uint64_t>(2 * state->counted,
                                                                          state->body.size() + *upload_data_size)),
                                    server->options_.max_buffered_bytes)) {
-          state->answered = true;
-          *upload_data_size = 0;
-          return Queue(server, connection, Busy(server));
+          state->busy = true;
         } else {
           state->body.append(upload_data, *upload_data_size);
+        }
+        if (state->too_large || state->busy) {
+          state->body.clear();
+          state->body.shrink_to_fit();
+          state->Release();
         }
       }
       *upload_data_size = 0;
       return MHD_YES;
     }
     if (state->too_large) return Queue(server, connection, server->options_.too_large(server->options_.max_body_bytes));
+    if (state->busy) return Queue(server, connection, Busy(server));
 
     HttpRequest request = head();
     request.body = std::move(state->body);
