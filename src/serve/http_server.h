@@ -62,7 +62,8 @@ struct HttpServerOptions {
   unsigned idle_timeout_seconds = 120;  // a client that sends nothing for this long is dropped
   // The answer to a body over max_body_bytes (413), so that it has the service's error format.
   std::function<HttpResponse(uint64_t limit)> too_large;
-  // The bodies held at once, by all connections: past this a request is answered `busy` (503) unread.
+  // The bodies held at once, by all connections, counted as they arrive: a body past this has the rest of its bytes
+  // dropped and is answered `busy` (503).
   uint64_t max_buffered_bytes = 256 << 20;
   std::function<HttpResponse(uint64_t limit)> busy;
   // The answers' bodies held at once, by all connections, until their clients have read them: past this an answer

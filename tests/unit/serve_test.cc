@@ -296,7 +296,8 @@ struct RawClient {
 
 }  // namespace
 
-TEST_CASE("request bodies held at once are capped: past the cap a request is answered 503 unread", "[serve]") {
+TEST_CASE("request bodies held at once are capped as their bytes come: past the cap a request is answered 503",
+          "[serve]") {
   UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
