@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
     }
   }
   if (auto mistake = CommandMistake(app, argc, argv)) {
-    fmt::print(stderr, "{}\n", nsbox::Status::Error(*mistake).message());  // argv's control bytes escaped
+    fmt::print(stderr, "{}\n", nsbox::PrintableLine(*mistake));  // argv's control bytes escaped
     return nsbox::cli::kExitNsboxFailure;
   }
   try {
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
       return nsbox::cli::FailBeforeRun("", *unknown, nsbox::cli::WantsJsonResult(argc, argv));
     return nsbox::cli::FailBeforeRun("", e.what(), nsbox::cli::WantsJsonResult(argc, argv));
   } catch (const std::exception& e) {
-    fmt::print(stderr, "nsbox: {}\n", nsbox::Status::Error(e.what()).message());
+    fmt::print(stderr, "nsbox: {}\n", nsbox::PrintableLine(e.what()));
     return nsbox::cli::kExitNsboxFailure;
   }
   // What a verb printed through stdio (profile check, image ls, doctor ...) and could not write (a full disk, a

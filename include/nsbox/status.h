@@ -65,6 +65,10 @@ class StatusOr {
   std::variant<T, Status> value_;
 };
 
+// `text` as one printable line, as every Status message is: control characters escaped (\n, \t, \xNN), cut after
+// 4 KiB. For words from outside (argv, a file, a library's message) printed to a terminal or a log.
+std::string PrintableLine(std::string text);
+
 // Name of an errno value ("ENOENT"), for messages that a user can search for.
 std::string_view ErrnoName(int err);
 

@@ -34,6 +34,8 @@ std::string Status::OneLine(std::string message) {
   return out;
 }
 
+std::string PrintableLine(std::string text) { return Status::Error(std::move(text)).message(); }
+
 Status Status::Errno(std::string_view call, int err) {
   ErrorKind kind = ErrorKind::kOther;
   switch (err) {

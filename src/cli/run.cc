@@ -111,7 +111,7 @@ int EmitResult(const Result& result, bool json) {
 
 int FailBeforeRun(std::string_view verb, std::string_view engine_message, bool json, const nlohmann::json& extras) {
   // One line with its control bytes escaped: CLI11's own messages quote the value as given (--cpus $'1\e[31m').
-  const std::string message = Status::Error(InCliTerms(std::string(engine_message))).message();
+  const std::string message = PrintableLine(InCliTerms(std::string(engine_message)));
   (void)WriteAll(2, fmt::format("nsbox{}{}: {}\n", verb.empty() ? "" : " ", verb, message));
   if (json) {
     Result result;

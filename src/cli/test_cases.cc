@@ -215,8 +215,8 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
 std::string CasesText(const nlohmann::json& report) {
   std::string text;
   for (const auto& c : report["cases"])
-    // The name is the cases file's: its control bytes are shown escaped, not sent to the terminal (Status's one line).
-    text += fmt::format("{}: {} ({})\n", Status::Error(c["name"].get<std::string>()).message(),
+    // The name is the cases file's: its control bytes are shown escaped, not sent to the terminal (PrintableLine).
+    text += fmt::format("{}: {} ({})\n", PrintableLine(c["name"].get<std::string>()),
                         c["passed"].get<bool>() ? "passed" : "FAILED", c["status"].get<std::string>());
   const auto& s = report["summary"];
   text += fmt::format("{}/{} passed\n", s["passed"].get<uint64_t>(), s["total"].get<uint64_t>());

@@ -44,7 +44,7 @@ using nsbox::UniqueFd;
 constexpr int kExitFailure = 125;
 
 [[noreturn]] void Fail(int code, const std::string& message) {
-  fmt::print(stderr, "nsbox serve: {}\n", nsbox::Status::Error(message).message());  // control bytes escaped
+  fmt::print(stderr, "nsbox serve: {}\n", nsbox::PrintableLine(message));  // control bytes escaped
   std::exit(code);
 }
 
@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
   for (const auto& host : restricted) {
     if (host.empty()) Fail(kExitFailure, "--restricted-hosts: an empty host name (leave it out for the default list)");
     if (std::string problem = nsbox::netproxy::AllowEntryProblem(host); !problem.empty())
-      Fail(kExitFailure, nsbox::Status::Error(fmt::format("--restricted-hosts '{}': {}", host, problem)).message());
+      Fail(kExitFailure, fmt::format("--restricted-hosts '{}': {}", host, problem));  // Fail escapes it
   }
   if (!restricted.empty()) config.restricted_hosts = restricted;
 
