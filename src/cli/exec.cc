@@ -10,6 +10,7 @@
 #include "sandbox/spec/units.h"
 #include "src/cli/commands.h"
 #include "src/cli/sandbox_options.h"
+#include "src/cli/stop_signals.h"
 #include "src/session/state.h"
 
 namespace nsbox::cli {
@@ -82,12 +83,16 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
       }
       return true;
     };
+    // SIGINT and the other ending signals cancel the exec in the session, whose answer is then this exec's result
+    // (the session lives on); without this, nsbox would die and print none.
+    StopSignals stop;
     auto answer = session::Request(*found, request,
                                    {.deadline = ProgramTimeout(*program) + session::kExecGrace,
                                     .send_fd = program->run.stdin_fd,
                                     .outcome = &outcome,
                                     .on_stream = stream ? std::function(on_stream) : nullptr,
-                                    .max_answer_bytes = session::MaxExecAnswerBytes(program->run.output_limit_bytes)});
+                                    .max_answer_bytes = session::MaxExecAnswerBytes(program->run.output_limit_bytes),
+                                    .cancel_fd = stop.fd()});
     if (!answer.ok() && outcome.delivered && !outcome.answered) {
       // The supervisor had the request: the program may have run, and its effects may be in the session. Not a
       // setup error, which says that nothing ran. (A supervisor that resumes sees this client gone and kills the
@@ -102,6 +107,14 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
     }
     if (!answer.ok()) return fail(answer.status());
     Result result = ResultFromJson(answer->value("result", nlohmann::json::object()));
+    // The supervisor answers a cancel as a time-out named "cancelled"; an exec that ended first keeps its result.
+    if (int sig = outcome.cancelled ? stop.Received() : 0;
+        sig != 0 && result.status == RunStatus::kTimeout && result.reason == "cancelled") {
+      result.status = RunStatus::kKilled;
+      result.signal = sig;  // the exit status is 128 + the signal, as for nsbox run's steps stopped by one
+      result.reason = fmt::format("nsbox exec was stopped by SIG{}: the exec was killed{} (the session lives on)",
+                                  sigabbrev_np(sig), repl ? ", and the interpreter with it: its state is lost" : "");
+    }
     if (stream && !program_options.json) {
       result.output_passed_on = true;  // written as it came
       result.output_write_errno = stream_errno;

@@ -1,7 +1,6 @@
 // `nsbox run`: one program in one fresh sandbox; output passed through, or one JSON result.
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +20,7 @@
 #include "sandbox/session.h"
 #include "src/cli/commands.h"
 #include "src/cli/sandbox_options.h"
+#include "src/cli/stop_signals.h"
 #include "src/cli/test_cases.h"
 
 namespace nsbox::cli {
@@ -124,35 +124,6 @@ int FailBeforeRun(std::string_view verb, std::string_view engine_message, bool j
 }
 
 namespace {
-
-// SIGINT, SIGTERM, SIGHUP and SIGQUIT while a run's steps are execs of one sandbox (a compiled language, --cases):
-// taken from a signalfd that cancels the running step (RunSteps' cancel_fd), where a plain run forwards them to its
-// program; no later step starts. Blocked from here to the end of the run, as Sandbox::ForwardSignals blocks them.
-class StopSignals {
- public:
-  StopSignals() {
-    sigemptyset(&signals_);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&signals_, sig);
-    ::sigprocmask(SIG_BLOCK, &signals_, &previous_);
-    fd_.reset(::signalfd(-1, &signals_, SFD_CLOEXEC | SFD_NONBLOCK));
-  }
-  ~StopSignals() { ::sigprocmask(SIG_SETMASK, &previous_, nullptr); }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
-  int fd() const { return fd_.get(); }
-  // The signal that stopped the run; 0 when none came.
-  int Received() const {
-    struct signalfd_siginfo info {};
-    if (fd_ && ::read(fd_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info))
-      return static_cast<int>(info.ssi_signo);
-    return 0;
-  }
-
- private:
-  sigset_t signals_, previous_;
-  UniqueFd fd_;
-};
 
 std::string StoppedReason(int sig) {
   return fmt::format("nsbox was stopped by SIG{}: the running step was killed and no later one ran", sigabbrev_np(sig));

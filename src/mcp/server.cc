@@ -140,6 +140,7 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
   std::string language, code;
   runtime::ExecuteOptions exec;
   exec.timeout = options_.default_timeout;
+  exec.compile_timeout_cap = options_.max_timeout;  // "the most time any tool call gets": its compile step's too
   exec.output_limit_bytes = options_.output_limit_bytes;
   exec.cancel = cancel;
   std::vector<std::string> notes;  // said to the model before the result

@@ -45,7 +45,8 @@ NsboxRuntime::NsboxRuntime(NsboxRuntimeOptions options) : options_(std::move(opt
 std::vector<std::string> NsboxRuntime::ExecArgv(const std::string& nsbox_bin, const std::string& session_id,
                                                 const std::vector<std::string>& sandbox_args,
                                                 const std::string& language, milliseconds timeout,
-                                                uint64_t output_limit_bytes, bool repl, bool stream) {
+                                                uint64_t output_limit_bytes, bool repl, bool stream,
+                                                std::optional<milliseconds> compile_timeout) {
   std::vector<std::string> argv{nsbox_bin};
   if (!session_id.empty()) {
     argv.insert(argv.end(), {"exec", session_id});
@@ -57,6 +58,8 @@ std::vector<std::string> NsboxRuntime::ExecArgv(const std::string& nsbox_bin, co
                            "--output-limit", std::to_string(output_limit_bytes), "--lang", language, "--file", "-"});
   if (repl && !session_id.empty()) argv.push_back("--repl");
   if (stream && !repl && !session_id.empty()) argv.push_back("--stream");
+  if (compile_timeout)
+    argv.insert(argv.end(), {"--compile-timeout", fmt::format("{}ms", std::max<int64_t>(compile_timeout->count(), 1))});
   return argv;
 }
 
@@ -201,10 +204,19 @@ StatusOr<ExecutionResult> NsboxRuntime::ExecuteOnce(const std::string& language,
       caller_deadline_tighter = true;
     }
   }
+  // A compiled language builds first, under the table's compile time-out or the caller's cap if that is shorter:
+  // nsbox may take that as well.
+  milliseconds compile_timeout{0};
+  std::optional<milliseconds> capped_compile;
+  if (auto lang = cli::LookupLanguage(language); lang.ok() && lang->compile) {
+    compile_timeout = lang->compile->timeout;
+    if (options.compile_timeout_cap && *options.compile_timeout_cap < compile_timeout)
+      capped_compile = compile_timeout = *options.compile_timeout_cap;
+  }
   SubprocessSpec spec;
   const bool stream = options.on_output && mode == Mode::kSession && !options.repl;
   spec.argv = ExecArgv(options_.nsbox_bin, mode == Mode::kSession ? session_id : "", options_.sandbox_args, language,
-                       sandbox_timeout, options.output_limit_bytes, options.repl, stream);
+                       sandbox_timeout, options.output_limit_bytes, options.repl, stream, capped_compile);
   if (stream) {
     // exec --json --stream: {"type":"stdout"|"stderr","data":…} lines (type first) before the result line.
     spec.on_stdout_line = [&options](std::string_view line) {
@@ -222,9 +234,6 @@ StatusOr<ExecutionResult> NsboxRuntime::ExecuteOnce(const std::string& language,
   spec.stdin_data = code;
   // The JSON result holds both streams, escaped: leave room for it.
   spec.output_limit_bytes = 8 * options.output_limit_bytes + (4 << 20);
-  // A compiled language builds first, under the table's compile time-out: nsbox may take that as well.
-  milliseconds compile_timeout{0};
-  if (auto lang = cli::LookupLanguage(language); lang.ok() && lang->compile) compile_timeout = lang->compile->timeout;
   spec.deadline = now + compile_timeout + sandbox_timeout + options_.setup_grace;
   // The caller's own deadline (the agent's --timeout) holds over the compile step too.
   if (options.deadline) spec.deadline = std::min(*spec.deadline, *options.deadline + options_.setup_grace);

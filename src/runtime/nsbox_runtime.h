@@ -57,11 +57,13 @@ class NsboxRuntime : public SandboxRuntime {
   }
 
   // The argv of one execution (pure, for tests): session exec when session_id is non-empty, else run. `stream`
-  // (session exec only): output chunks as JSON lines before the result (exec --stream).
+  // (session exec only): output chunks as JSON lines before the result (exec --stream). `compile_timeout`: the
+  // compile step's time-out, when it is not the language table's.
   static std::vector<std::string> ExecArgv(const std::string& nsbox_bin, const std::string& session_id,
                                            const std::vector<std::string>& sandbox_args, const std::string& language,
                                            std::chrono::milliseconds timeout, uint64_t output_limit_bytes, bool repl,
-                                           bool stream = false);
+                                           bool stream = false,
+                                           std::optional<std::chrono::milliseconds> compile_timeout = std::nullopt);
   // Whether `session create`'s error output says that this nsbox has no such subcommand.
   static bool LooksLikeUnknownSubcommand(const std::string& stderr_text);
 

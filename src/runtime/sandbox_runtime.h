@@ -17,6 +17,8 @@ namespace nsbox::runtime {
 
 struct ExecuteOptions {
   std::chrono::milliseconds timeout{30'000};   // the sandbox's own wall limit for this call
+  // The most a compiled language's compile step may take (an operator's cap); unset: the language table's time-out.
+  std::optional<std::chrono::milliseconds> compile_timeout_cap;
   uint64_t output_limit_bytes = 1 << 20;
   // The caller's deadline: execution is cut short (and reported as a time-out) when it passes.
   std::optional<std::chrono::steady_clock::time_point> deadline;

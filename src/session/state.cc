@@ -388,6 +388,13 @@ StatusOr<nlohmann::json> Request(const SessionRecord& session, const nlohmann::j
   Status sent = SendMessage(sock->get(), request, options.send_fd, deadline, &timed_out);
   outcome.delivered = sent.ok();
   MessageReader reader(sock->get(), options.max_answer_bytes, deadline);
+  if (options.cancel_fd >= 0 && sent.ok()) {
+    reader.SetInterrupt(options.cancel_fd, [&]() -> Deadline {
+      outcome.cancelled = true;
+      (void)::shutdown(sock->get(), SHUT_WR);
+      return std::min(*deadline, std::chrono::steady_clock::now() + kExecGrace);
+    });
+  }
   // A refusal (another user's session) may arrive, and the socket close, before the request is sent whole.
   auto answer = reader.Next();
   while (answer.ok() && answer->contains("type")) {

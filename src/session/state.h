@@ -75,6 +75,7 @@ struct RequestOutcome {
   bool delivered = false;  // the whole request is in the supervisor's socket: it may have acted on it
   bool answered = false;   // an answer came (possibly a refusal, {"ok": false})
   bool timed_out = false;  // the call ended at its deadline: the supervisor did not take or answer it in time
+  bool cancelled = false;  // options.cancel_fd became readable and the supervisor was asked to cancel
 };
 
 struct RequestOptions {
@@ -86,6 +87,10 @@ struct RequestOptions {
   // go here as they come; without it they are skipped. One that returns false stops the wait (the call fails).
   std::function<bool(const nlohmann::json& message)> on_stream = nullptr;
   size_t max_answer_bytes = 64 << 20;  // a larger answer fails the call (an exec's: MaxExecAnswerBytes)
+  // Readable (a signalfd): the caller is stopping. Its end of the connection is shut for writing, which a supervisor
+  // running an exec takes as a cancel (the exec is killed and answered), and the answer is waited for up to
+  // kExecGrace more (never past the deadline). The descriptor is not read.
+  int cancel_fd = -1;
 };
 
 // Connects to a session's supervisor, refused unless the peer (SO_PEERCRED) runs as the caller's uid. A listener

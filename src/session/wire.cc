@@ -12,13 +12,21 @@
 
 namespace nsbox::session {
 
+namespace {
+
+// poll's time-out for a deadline, rounded up: a deadline 0.4 ms away is still waited for, not polled past.
+int PollTimeout(std::chrono::steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 1 << 30));
+}
+
+}  // namespace
+
 int WaitUntilReady(int socket, short events, Deadline deadline) {
   if (!deadline) return 1;
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
     struct pollfd fd = {socket, events, 0};
-    // Rounded up: a deadline 0.4 ms away is still waited for, not polled past.
-    int rc = ::poll(&fd, 1, static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 1 << 30)));
+    int rc = ::poll(&fd, 1, PollTimeout(*deadline));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return -1;
     if (rc > 0) return 1;
@@ -62,6 +70,23 @@ Status SendMessage(int socket, const nlohmann::json& message, int fd, Deadline d
   return OkStatus();
 }
 
+int MessageReader::WaitForData() {
+  if (interrupt_fd_ < 0 || !deadline_) return WaitUntilReady(socket_, POLLIN, deadline_);
+  for (;;) {
+    struct pollfd fds[2] = {{socket_, POLLIN, 0}, {interrupt_fd_, POLLIN, 0}};
+    int rc = ::poll(fds, 2, PollTimeout(*deadline_));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return -1;
+    if (fds[1].revents) {
+      interrupt_fd_ = -1;
+      deadline_ = on_interrupt_();
+      return WaitUntilReady(socket_, POLLIN, deadline_);
+    }
+    if (rc > 0) return 1;
+    if (std::chrono::steady_clock::now() >= *deadline_) return 0;
+  }
+}
+
 StatusOr<nlohmann::json> MessageReader::Next() {
   for (;;) {
     // Only what came since the last look is searched: an answer of hundreds of MB arrives in 64 KiB reads.
@@ -80,7 +105,7 @@ StatusOr<nlohmann::json> MessageReader::Next() {
       return Status::Error(fmt::format("a message on the session socket is larger than {} MiB", max_bytes_ >> 20));
     }
     if (stop_ && stop_()) return Status::Error("stopped waiting for the session's answer");
-    int ready = WaitUntilReady(socket_, POLLIN, deadline_);
+    int ready = WaitForData();
     if (ready < 0) return Status::Errno("poll(session socket, POLLIN)");
     if (ready == 0) {
       timed_out_ = true;

@@ -38,17 +38,27 @@ class MessageReader {
   bool too_large() const { return too_large_; }  // the last error: a message longer than max_bytes
   // Asked between reads of a message: true gives up on it (a client that has gone away, for one).
   void SetStop(std::function<bool()> stop) { stop_ = std::move(stop); }
+  // A descriptor watched beside the socket while a reader with a deadline waits (a signalfd: the caller was asked
+  // to stop). Once it is readable, `on_ready` runs, once, and its answer is the deadline from then on.
+  void SetInterrupt(int fd, std::function<Deadline()> on_ready) {
+    interrupt_fd_ = fd;
+    on_interrupt_ = std::move(on_ready);
+  }
 
  private:
   int socket_;
   size_t max_bytes_;
   size_t scanned_ = 0;  // buffer_'s first bytes, known to hold no newline
   std::function<bool()> stop_;
+  int interrupt_fd_ = -1;
+  std::function<Deadline()> on_interrupt_;
   Deadline deadline_;
   bool timed_out_ = false;
   bool too_large_ = false;
   std::string buffer_;
   std::vector<UniqueFd> fds_;
+
+  int WaitForData();  // WaitUntilReady(socket_, POLLIN, deadline_), watching the interrupt too
 };
 
 // Waits until `socket` is ready for `events` (POLLIN, POLLOUT) or the deadline passes: 1 ready (or hung up: the

@@ -237,6 +237,9 @@ TEST_CASE("nsbox runtime argv follows the CLI contract of sessions and of run") 
                                          "4096", "--lang", "python", "--file", "-", "--repl"});
   auto streamed = NsboxRuntime::ExecArgv("/bin/nsbox", "s1", {}, "sh", 1500ms, 4096, false, true);
   CHECK(streamed.back() == "--stream");
+  auto capped = NsboxRuntime::ExecArgv("/bin/nsbox", "", {}, "c", 1500ms, 4096, false, false, 2000ms);
+  CHECK(std::vector<std::string>(capped.end() - 2, capped.end()) ==
+        std::vector<std::string>{"--compile-timeout", "2000ms"});
   auto run = NsboxRuntime::ExecArgv("/bin/nsbox", "", {"--network", "none"}, "bash", 2000ms, 100, true);
   CHECK(run == std::vector<std::string>{"/bin/nsbox", "run", "--network", "none", "--json", "--timeout", "2000ms",
                                         "--output-limit", "100", "--lang", "bash", "--file", "-"});

@@ -374,6 +374,51 @@ TEST_CASE("exec --stream passes output on as it comes: chunk lines before the re
 }
 
 // As with run (io_test.cc): the exec's program reads a pipe the supervisor fills, never the client's descriptor.
+TEST_CASE("SIGINT, SIGTERM or SIGHUP to nsbox exec kills the exec and still prints its result; the session lives on",
+          "[session]") {
+  Sessions s;
+  nsbox::testing::TempDir ready;  // where a REPL cell says it has started
+  REQUIRE(::chmod(ready.path().c_str(), 0777) == 0);
+  std::string id = s.Create({"--bind", ready.path() + ":/ready"});
+  s.Cell(id, "kept = 1");
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    INFO("signal " << sig);
+    // The chunk line says the program is running; the result line comes after the signal.
+    auto bg = nsbox::testing::StartProcess({NsboxBin(), "exec", id, "--json", "--stream", "--timeout", "60s", "--",
+                                            "/bin/sh", "-c", "echo hi; exec sleep 77"});
+    REQUIRE(WaitFor([&] { return bg.Out().find("\"hi\\n\"") != std::string::npos; }, 20s));
+    const auto sent = std::chrono::steady_clock::now();
+    REQUIRE(::kill(bg.pid, sig) == 0);
+    int status = bg.Wait();
+    CHECK(std::chrono::steady_clock::now() - sent < 5s);  // not the 60 s time-out
+    std::string out = bg.Out();
+    INFO(out);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 128 + sig);
+    json result = json::parse(out.substr(out.rfind('\n', out.size() - 2) + 1));
+    CHECK(result["status"] == "killed");
+    CHECK(result["signal"] == sig);
+    CHECK(result["stdout"] == "hi\n");
+    CHECK_THAT(
+        result["reason"].get<std::string>(),
+        Catch::StartsWith(fmt::format("nsbox exec was stopped by SIG{}: the exec was killed", sigabbrev_np(sig))));
+    CHECK(s.Sh(id, "pgrep -x sleep || echo none")["stdout"] == "none\n");
+  }
+  // A REPL cell stopped so takes its interpreter with it, and says so; the session and its files stay.
+  auto bg = nsbox::testing::StartProcess({NsboxBin(), "exec", id, "--json", "--lang", "python", "--repl", "--code",
+                                          "import time\nopen('/ready/cell-started', 'w').close()\ntime.sleep(77)"});
+  REQUIRE(WaitFor([&] { return std::filesystem::exists(ready.path() + "/cell-started"); }, 20s));
+  REQUIRE(::kill(bg.pid, SIGINT) == 0);
+  int status = bg.Wait();
+  CHECK(WEXITSTATUS(status) == 130);
+  json cell = json::parse(bg.Out());
+  CHECK(cell["status"] == "killed");
+  CHECK_THAT(cell["reason"].get<std::string>(), Catch::Contains("the interpreter with it: its state is lost"));
+  json next = s.Cell(id, "'kept' in globals()");
+  CHECK(next["repl"]["state_lost"] == true);
+  CHECK(s.Sh(id, "ls /ready")["stdout"] == "cell-started\n");
+}
+
 TEST_CASE("exec --stdin FILE reaches the program through a pipe, not the host file", "[session]") {
   Sessions s;
   std::string id = s.Create();

@@ -209,6 +209,20 @@ await test("mcp: the operator's --max-timeout caps a model's timeout_seconds of 
   await client.close();
 });
 
+await test("mcp: --max-timeout caps a compile step too, not only the program's run", async () => {
+  // The C++ compile step has 60 s in the language table; a g++ with <iostream> takes far more than 200 ms here.
+  const { client } = await connect(["--timeout", "200ms", "--max-timeout", "200ms"]);
+  const started = Date.now();
+  const r = await client.callTool({
+    name: "execute_code",
+    arguments: { language: "cpp", code: `#include <iostream>\n// ${started}\nint main() { std::cout << 1; }` },
+  });
+  assert.equal(r.structuredContent.status, "compile_error", text(r));
+  assert.match(text(r), /compile step timeout: wall-clock time limit of 200 ms exceeded/);
+  assert.ok(Date.now() - started < 20000, "ended by the cap");
+  await client.close();
+});
+
 await test("mcp: --timeout is the default limit and --output-limit the bytes kept; bad caps are refused", async () => {
   const { client } = await connect(["--timeout", "1s", "--output-limit", "1K"]);
   let r = await client.callTool({ name: "execute_code", arguments: { language: "bash", code: "sleep 20" } });
