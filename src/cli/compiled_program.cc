@@ -9,10 +9,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/session.h"
+#include "src/cli/java_class.h"
 
 namespace nsbox::cli {
 namespace {
@@ -28,13 +31,20 @@ std::string CompileScript() {
                      kCompileSetupExit);
 }
 
-std::string Fill(std::string text, const std::string& build_dir, const std::string& output) {
+// The placeholders of a compiled language's entry: {output} and {build} in argv and env; {java_class}, the program's
+// own class (JavaMainClass), in those and in the source and output names.
+struct Placeholders {
+  std::string build_dir, output, java_class;
+};
+
+std::string Fill(std::string text, const Placeholders& values) {
   auto replace = [&text](std::string_view key, const std::string& value) {
     for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
       text.replace(at, key.size(), value);
   };
-  replace("{output}", build_dir + "/" + output);
-  replace("{build}", build_dir);
+  replace("{java_class}", values.java_class);
+  replace("{output}", values.build_dir + "/" + values.output);
+  replace("{build}", values.build_dir);
   return text;
 }
 
@@ -143,6 +153,13 @@ bool ExecutableInRoot(const std::string& rootfs_dir, const std::string& path) {
   return file.get() >= 0 && ::fstat(file.get(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0;
 }
 
+bool UsesJavaClass(const Language& lang) {
+  auto has = [](const std::string& text) { return text.find("{java_class}") != std::string::npos; };
+  const CompileSpec& spec = *lang.compile;
+  return has(spec.source) || has(spec.output) || std::ranges::any_of(spec.argv, has) ||
+         std::ranges::any_of(lang.argv, has);
+}
+
 }  // namespace
 
 Status CheckToolchain(const Language& lang, const std::string& rootfs_dir) {
@@ -176,15 +193,19 @@ std::string NewBuildDir() {
 Program PlanCompiledProgram(const Language& lang, Executor program, const std::string& build_dir,
                             std::chrono::milliseconds compile_timeout) {
   const CompileSpec& spec = *lang.compile;
+  Placeholders values{.build_dir = build_dir, .output = "", .java_class = ""};
+  if (UsesJavaClass(lang)) values.java_class = JavaMainClass(program.code);
+  values.output = Fill(spec.output, values);
   Executor compile = program;
   // The code's token in argv: the engine replaces it by /dev/fd/N of the sealed code.
   compile.code_path = build_dir + "/.nsbox-code";
-  compile.argv = {"/bin/sh", "-c", CompileScript(), "nsbox-compile", build_dir, compile.code_path, spec.source};
-  for (const auto& arg : spec.argv) compile.argv.push_back(Fill(arg, build_dir, spec.output));
+  compile.argv = {
+      "/bin/sh", "-c", CompileScript(), "nsbox-compile", build_dir, compile.code_path, Fill(spec.source, values)};
+  for (const auto& arg : spec.argv) compile.argv.push_back(Fill(arg, values));
   // The compiler's own temporary files (gcc's cc*.o, rustc's, go's) go below the build directory too, which is
   // removed after the run, also when the compile was cut short.
   compile.env["TMPDIR"] = build_dir;
-  for (const auto& [key, value] : spec.env) compile.env[key] = Fill(value, build_dir, spec.output);
+  for (const auto& [key, value] : spec.env) compile.env[key] = Fill(value, values);
   compile.stdin_fd = -1;  // the program's input is the program's
   compile.wall_timeout = compile_timeout;
   compile.memory_max_bytes = spec.memory_bytes;  // its own group's limit; --compile-memory overrides (BuildProgram)
@@ -192,7 +213,7 @@ Program PlanCompiledProgram(const Language& lang, Executor program, const std::s
   program.code.clear();
   program.code_path.clear();
   program.argv.clear();
-  for (const auto& arg : lang.argv) program.argv.push_back(Fill(arg, build_dir, spec.output));
+  for (const auto& arg : lang.argv) program.argv.push_back(Fill(arg, values));
   return {.run = std::move(program), .compile = std::move(compile), .build_dir = build_dir};
 }
 

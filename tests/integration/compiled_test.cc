@@ -242,6 +242,33 @@ TEST_CASE("a compiler stopped by the pids limit is compile_error whose reason na
   CHECK(r.json["limits"]["pids_limit_hit"] == true);
 }
 
+TEST_CASE("a Java program whose class is not Main runs: its file takes the public class's name",
+          "[integration][compiled]") {
+  if (!HostHas("/usr/bin/javac")) {
+    RecordSkip("integration", "Java class names",
+               "the host has no /usr/bin/javac (tools/setup --tests installs default-jdk-headless)");
+    return;
+  }
+  SpawnOptions input;
+  input.stdin_data = "21\n";
+  auto solution = RunNsboxJson({"--lang", "java", "--stdin", "-", "--code",
+                                "import java.util.Scanner;\npublic class Solution {\n"
+                                "  public static void main(String[] args) {\n"
+                                "    System.out.println(new Scanner(System.in).nextInt() * 2); } }\n"},
+                               input);
+  INFO(solution.Describe());
+  CHECK(solution.status() == "ok");
+  CHECK(solution.out() == "42\n");
+  // No public class: the one with main runs, beside a helper class.
+  auto plain =
+      RunNsboxJson({"--lang", "java", "--code",
+                    "class Helper { static int f() { return 7; } }\n"
+                    "class Program { public static void main(String[] a) { System.out.println(Helper.f()); } }\n"});
+  INFO(plain.Describe());
+  CHECK(plain.status() == "ok");
+  CHECK(plain.out() == "7\n");
+}
+
 TEST_CASE("Java and Node collect garbage within --memory: heaps sized from it and not from the host's RAM",
           "[integration][compiled]") {
   // 100 MB kept and gigabytes of garbage: a heap sized from the host's RAM grows past 256M before it collects.

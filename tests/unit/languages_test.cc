@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "src/cli/compiled_program.h"
+#include "src/cli/java_class.h"
 #include "src/cli/languages.h"
 
 using nlohmann::json;
@@ -23,8 +24,9 @@ const json kTable = json::parse(R"({
   "c": {"compile": {"argv": ["/usr/bin/gcc", "-o", "main", "main.c"], "source": "main.c", "output": "main",
                     "env": {"CACHE": "{build}/cache"}, "timeout": "20s", "memory": "1G"},
         "argv": ["{output}", "--flag"], "template": "gcc"},
-  "java": {"compile": {"argv": ["/usr/bin/javac", "Main.java"], "source": "Main.java", "output": "Main.class"},
-           "argv": ["/usr/bin/java", "-cp", "{build}", "Main"]},
+  "java": {"compile": {"argv": ["/usr/bin/javac", "{java_class}.java"], "source": "{java_class}.java",
+                       "output": "{java_class}.class"},
+           "argv": ["/usr/bin/java", "-cp", "{build}", "{java_class}"]},
   "c99": {"alias": "c"}
 })");
 
@@ -159,6 +161,36 @@ TEST_CASE("the plan: the compiler gets the code in the build directory, the prog
   CHECK(ProgramTimeout(p) == 22s);
   CHECK(NewBuildDir().starts_with(std::string(kBuildRoot) + "/"));
   CHECK(NewBuildDir() != NewBuildDir());
+}
+
+TEST_CASE("{java_class}: a Java program's file and class are named after its public class, or its main's",
+          "[languages]") {
+  auto java = ParseLanguage(kTable, "java");
+  REQUIRE(java.ok());
+  Executor program;
+  program.code = "import java.util.*;\npublic final class Solution {\n  public static void main(String[] a) {}\n}\n";
+  Program p = PlanCompiledProgram(*java, program, std::string(kBuildRoot) + "/j", 20s);
+  REQUIRE(p.compile.has_value());
+  CHECK(std::vector<std::string>(p.compile->argv.begin() + 6, p.compile->argv.end()) ==
+        std::vector<std::string>{"Solution.java", "/usr/bin/javac", "Solution.java"});
+  CHECK(p.run.argv.back() == "Solution");
+
+  // The public top-level type wins; comments, strings, text blocks, char literals and nested types do not count.
+  CHECK(JavaMainClass("// public class Fake\n/* public class Fake2 */ class Helper {}\n"
+                      "public class Answer { static String s = \"public class Nope {\"; char c = '{';\n"
+                      "  static String t = \"\"\"\n public class Block { \"\"\";\n"
+                      "  public static class Inner { public static void main(String[] a) {} } }") == "Answer");
+  // Without one: the first top-level type with a static main (an instance main() or a nested one is not it).
+  CHECK(JavaMainClass("class A { void main() {} static class N { public static void main(String[] a) {} } }\n"
+                      "interface I {}\nclass Runner { public static void main(String... args) {} }") == "Runner");
+  CHECK(JavaMainClass("class Main { public static void main(String[] a) {} }") == "Main");
+  // Nothing to go by, a class literal, a name outside ASCII: Main, and javac says what it wants.
+  CHECK(JavaMainClass("") == "Main");
+  CHECK(JavaMainClass("class A { Object o = String.class; }") == "Main");
+  CHECK(JavaMainClass("public class Clas\xc3\xa9 { public static void main(String[] a) {} }") == "Main");
+  // Unterminated comments and strings end the scan without reading past the text.
+  CHECK(JavaMainClass("public class Open { /* never closed") == "Open");
+  CHECK(JavaMainClass("class X { String s = \"never closed") == "Main");
 }
 
 TEST_CASE("{heap_mib} in the language's arguments becomes three quarters of the memory limit or goes",
