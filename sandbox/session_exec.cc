@@ -22,6 +22,7 @@
 #include "sandbox/launch.h"
 #include "sandbox/launcher.h"
 #include "sandbox/stdin_feeder.h"
+#include "sandbox/user_ns.h"
 
 namespace nsbox {
 namespace {
@@ -97,9 +98,11 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   auto out = MakePipe(), err = MakePipe(), control = MakePipe();
   for (auto* p : {&out, &err, &control})
     if (!p->ok()) return p->status().Wrap("creating pipes");
-  plan.stdin_fd = ex.stdin_fd;
+  plan.stdin_fd = ex.stdin_fd;  // the supervisor's StdinFeeder pipe (Exec), or none
   plan.stdout_fd = out->write.get();
   plan.stderr_fd = err->write.get();
+  for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd})
+    NSBOX_RETURN_IF_ERROR(GiveToSandboxUser(fd, policy_).Wrap("creating pipes"));
   plan.control_fd = control->write.get();
   plan.channel_fd = channel_fd;
   // The payload hands its seccomp listener over this socket when the profile asks for denial reports.

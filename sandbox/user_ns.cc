@@ -23,6 +23,14 @@ Status WriteIdMaps(pid_t pid, const Policy& policy, bool privileged) {
   return OkStatus();
 }
 
+Status GiveToSandboxUser(int fd, const Policy& policy) {
+  if (fd < 0 || ::geteuid() != 0) return OkStatus();
+  if (::fchown(fd, policy.host_uid(), policy.host_gid()) != 0)
+    return Status::Errno(
+        fmt::format("fchown(pipe, {}, {}) for the sandbox user", policy.host_uid(), policy.host_gid()));
+  return OkStatus();
+}
+
 std::string NamespaceFailureHint(int err) {
   const char* why = "";
   switch (err) {

@@ -59,6 +59,30 @@ TEST_CASE("--stdin FILE feeds the file, --stdin - feeds nsbox's stdin", "[integr
   CHECK(piped.out() == "from a pipe\n");
 }
 
+// Made by root, a pipe is root's with mode 0600: the sandbox user could read and write its descriptors but not open
+// them again by name, as node's readFileSync('/dev/stdin') and `echo x > /dev/stderr` do.
+TEST_CASE("the program opens its stdio again by name: /dev/stdin, /dev/stdout, /dev/stderr", "[integration][io]") {
+  TempDir dir;
+  std::string file = dir.Write("input", "3\n1 2 3\n");
+  auto r =
+      RunNsboxJson({"--stdin", file, "--", "/bin/sh", "-c",
+                    "cat /dev/stdin > /dev/stdout && echo to-stderr > /dev/stderr && echo done > /proc/self/fd/1"});
+  INFO(r.Describe());
+  CHECK(r.status() == "ok");
+  CHECK(r.out() == "3\n1 2 3\ndone\n");
+  CHECK(r.err() == "to-stderr\n");
+  // A compiled language's steps run as execs of one sandbox: the same for them.
+  auto c =
+      RunNsboxJson({"--stdin", file, "--lang", "c", "--code",
+                    "#include <stdio.h>\nint main(void) { FILE *in = fopen(\"/dev/stdin\", \"r\");\n"
+                    "  int n = 0; if (!in || fscanf(in, \"%d\", &n) != 1) { perror(\"/dev/stdin\"); return 1; }\n"
+                    "  FILE *err = fopen(\"/dev/stderr\", \"w\"); if (!err) { perror(\"/dev/stderr\"); return 1; }\n"
+                    "  fprintf(err, \"n=%d\\n\", n); return 0; }\n"});
+  INFO(c.Describe());
+  CHECK(c.status() == "ok");
+  CHECK(c.err() == "n=3\n");
+}
+
 // The program reads a pipe that nsbox fills, not the source's descriptor: that one would name the file's host path in
 // /proc/self/fd/0 and could be opened again through it, for writing where the file's mode allows (0666 here).
 TEST_CASE("--stdin FILE and - reach the program through a pipe: no host path, no way back to the file",

@@ -419,6 +419,19 @@ TEST_CASE("SIGINT, SIGTERM or SIGHUP to nsbox exec kills the exec and still prin
   CHECK(s.Sh(id, "ls /ready")["stdout"] == "cell-started\n");
 }
 
+TEST_CASE("an exec's program and a REPL cell open their stdio again by name (/dev/stdin, /dev/stderr)", "[session]") {
+  Sessions s;
+  std::string id = s.Create();
+  std::ofstream(s.state_dir + "/input") << "from the file\n";
+  json exec = s.Sh(id, "cat /dev/stdin; echo to-stderr > /dev/stderr", {"--stdin", s.state_dir + "/input"});
+  CHECK(exec["status"] == "ok");
+  CHECK(exec["stdout"] == "from the file\n");
+  CHECK(exec["stderr"] == "to-stderr\n");
+  json cell = s.Cell(id, "open('/dev/stdout', 'w').write('by name\\n')");
+  CHECK(cell["status"] == "ok");
+  CHECK(cell["stdout"] == "by name\n");
+}
+
 TEST_CASE("exec --stdin FILE reaches the program through a pipe, not the host file", "[session]") {
   Sessions s;
   std::string id = s.Create();
