@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -21,14 +22,16 @@ namespace nsbox::cli {
 namespace {
 
 // The compile step's shell: makes the build directory, writes the sealed code ($2, /dev/fd/N) there as the source
-// file ($3) and execs the compiler in it. Compilers want a named file (gcc picks the language by its suffix, javac the
-// class by the file name, go build a .go file); the sealed memfd keeps the code unchanged until it is copied.
-// The compile step's shell: the build directory and the source in it, then the compiler. Its own failure (a full
-// /tmp, a file in the way) exits kCompileSetupExit, which no compiler uses, so that it is not taken for the code's.
+// file ($3), then the language's files ($4 of them, each a name and its text), and execs the compiler in it.
+// Compilers want a named file (gcc picks the language by its suffix, javac the class by the file name, go build a
+// .go file); the sealed memfd keeps the code unchanged until it is copied. The script's own failure (a full /tmp, a
+// file in the way) exits kCompileSetupExit, which no compiler uses, so that it is not taken for the code's.
 constexpr int kCompileSetupExit = 223;
 std::string CompileScript() {
-  return fmt::format("mkdir -p -- \"$1\" && cd -- \"$1\" && cat -- \"$2\" > \"$3\" || exit {}; shift 3; exec \"$@\"",
-                     kCompileSetupExit);
+  return fmt::format(
+      "mkdir -p -- \"$1\" && cd -- \"$1\" && cat -- \"$2\" > \"$3\" || exit {0}; n=$4; shift 4; "
+      "while [ \"$n\" -gt 0 ]; do printf '%s' \"$2\" > \"$1\" || exit {0}; shift 2; n=$((n - 1)); done; exec \"$@\"",
+      kCompileSetupExit);
 }
 
 // The placeholders of a compiled language's entry: {output} and {build} in argv and env; {java_class}, the program's
@@ -199,8 +202,15 @@ Program PlanCompiledProgram(const Language& lang, Executor program, const std::s
   Executor compile = program;
   // The code's token in argv: the engine replaces it by /dev/fd/N of the sealed code.
   compile.code_path = build_dir + "/.nsbox-code";
-  compile.argv = {
-      "/bin/sh", "-c", CompileScript(), "nsbox-compile", build_dir, compile.code_path, Fill(spec.source, values)};
+  compile.argv = {"/bin/sh",
+                  "-c",
+                  CompileScript(),
+                  "nsbox-compile",
+                  build_dir,
+                  compile.code_path,
+                  Fill(spec.source, values),
+                  std::to_string(spec.files.size())};
+  for (const auto& [file, text] : spec.files) compile.argv.insert(compile.argv.end(), {file, text});
   for (const auto& arg : spec.argv) compile.argv.push_back(Fill(arg, values));
   // The compiler's own temporary files (gcc's cc*.o, rustc's, go's) go below the build directory too, which is
   // removed after the run, also when the compile was cut short.
@@ -260,7 +270,12 @@ Program FinishProgram(const std::optional<Language>& lang, Executor ex, const Co
 namespace {
 
 // The compiler's name for the reason: the first argument after the shell's own (see PlanCompiledProgram).
-std::string CompilerName(const Executor& compile) { return compile.argv.size() > 7 ? compile.argv[7] : "the compiler"; }
+std::string CompilerName(const Executor& compile) {
+  // After the shell's arguments (PlanCompiledProgram): the count of the language's files, their names and texts.
+  if (compile.argv.size() < 8) return "the compiler";
+  const size_t at = 8 + 2 * std::strtoul(compile.argv[7].c_str(), nullptr, 10);
+  return at < compile.argv.size() ? compile.argv[at] : "the compiler";
+}
 
 }  // namespace
 

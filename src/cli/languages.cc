@@ -67,18 +67,24 @@ StatusOr<CompileSpec> ParseCompile(const std::string& name, const nlohmann::json
     spec.source = entry.at("source").get<std::string>();
     spec.output = entry.at("output").get<std::string>();
     if (entry.contains("env")) spec.env = entry["env"].get<std::map<std::string, std::string>>();
+    if (entry.contains("files")) spec.files = entry["files"].get<std::map<std::string, std::string>>();
     if (entry.contains("timeout") && !entry["timeout"].is_string()) throw std::invalid_argument("timeout");
     if (entry.contains("memory") && !entry["memory"].is_string()) throw std::invalid_argument("memory");
   } catch (const std::exception&) {
     return Status::Error(fmt::format(
         "language '{}': \"compile\" needs \"argv\" (an array of strings), \"source\" and \"output\" (strings), "
-        "and may have \"env\" (an object of strings), \"timeout\" and \"memory\" (strings)",
+        "and may have \"env\" and \"files\" (objects of strings), \"timeout\" and \"memory\" (strings)",
         name));
   }
   if (spec.argv.empty() || spec.argv[0].empty() || spec.argv[0][0] != '/')
     return Status::Error(fmt::format("language '{}': compile.argv[0] must be an absolute path", name));
   if (!IsPlainName(spec.source) || !IsPlainName(spec.output))
     return Status::Error(fmt::format("language '{}': compile.source and compile.output must be plain file names", name));
+  for (const auto& [file, text] : spec.files)
+    if (!IsPlainName(file) || file == spec.source || file == spec.output || file.starts_with(".nsbox-"))
+      return Status::Error(fmt::format(
+          "language '{}': compile.files: '{}' must be a plain file name other than the source's and the output's", name,
+          file));
   auto timeout = ParseDuration(entry.value("timeout", "30s"));
   if (!timeout.ok()) return timeout.status().Wrap(fmt::format("language '{}': compile.timeout", name));
   spec.timeout = *timeout;

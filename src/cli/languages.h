@@ -25,6 +25,9 @@ struct CompileSpec {
   std::string source;             // the code's file name in the build directory ("main.c", "Main.java")
   std::string output;             // what the compiler makes there ("main"), {output} in the run argv
   std::map<std::string, std::string> env;  // added to the program's environment for the compiler only
+  // Files written beside the source before the compiler runs, name -> text (TypeScript's declarations of Node's
+  // globals, which Debian's tsc lacks).
+  std::map<std::string, std::string> files;
   std::chrono::milliseconds timeout{30'000};
   uint64_t memory_bytes = 0;  // what the compiler needs: the compile step's own memory limit (--compile-memory)
 };

@@ -242,6 +242,44 @@ TEST_CASE("a compiler stopped by the pids limit is compile_error whose reason na
   CHECK(r.json["limits"]["pids_limit_hit"] == true);
 }
 
+// Debian's tsc has no @types/node: without nsbox's declarations, require, process and "fs" were compile errors, and a
+// file without import or export was a global script whose `const name` clashed with the DOM lib's own.
+TEST_CASE("TypeScript reads its input as Node programs do, and common top-level names compile",
+          "[integration][compiled]") {
+  if (!HostHas("/usr/bin/tsc")) {
+    RecordSkip("integration", "TypeScript input",
+               "the host has no /usr/bin/tsc (tools/setup --tests installs node-typescript)");
+    return;
+  }
+  SpawnOptions input;
+  input.stdin_data = "3\n1 2 3\n";
+  const std::vector<std::pair<std::string, std::string>> programs = {
+      {"import * as fs from 'fs';\nconst data: string = fs.readFileSync(0, 'utf8');\n"
+       "const [n, ...xs] = data.trim().split(/\\s+/).map(Number);\nconsole.log(n, xs.reduce((a, b) => a + b, 0));\n",
+       "3 6\n"},
+      {"import fs from 'fs';\nconst name = 'lines';\nlet status = fs.readFileSync('/dev/stdin', 'utf8').split('\\n');\n"
+       "console.log(name, status.length);\n",
+       "lines 3\n"},
+      {"const rl = require('readline').createInterface({ input: process.stdin });\nconst lines: string[] = [];\n"
+       "rl.on('line', (line) => lines.push(line));\nrl.on('close', () => console.log(lines.length));\n",
+       "2\n"},
+      {"let input = '';\nprocess.stdin.on('data', (chunk: Buffer) => (input += chunk));\n"
+       "process.stdin.on('end', () => console.log(Number(input.split('\\n')[0]) * 2));\n",
+       "6\n"},
+  };
+  for (const auto& [code, expected] : programs) {
+    auto r = RunNsboxJson({"--lang", "typescript", "--stdin", "-", "--code", code}, input);
+    INFO(code << "\n" << r.Describe());
+    CHECK(r.status() == "ok");
+    CHECK(r.out() == expected);
+  }
+  // Types are still checked.
+  auto wrong = RunNsboxJson(
+      {"--lang", "typescript", "--code", "const n: number = process.argv.length;\nconst s: string = n;\n"});
+  CHECK(wrong.status() == "compile_error");
+  CHECK_THAT(wrong.out(), Catch::Contains("error TS2322"));
+}
+
 TEST_CASE("a Java program whose class is not Main runs: its file takes the public class's name",
           "[integration][compiled]") {
   if (!HostHas("/usr/bin/javac")) {

@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "src/cli/compiled_program.h"
@@ -17,6 +20,12 @@ using namespace nsbox::cli;
 using namespace std::chrono_literals;
 
 namespace {
+
+std::string ReplaceAll(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
 
 const json kTable = json::parse(R"({
   "comment": "x",
@@ -108,6 +117,53 @@ TEST_CASE("bad compile entries are refused with the language and the field named
              Catch::StartsWith("language 'x': compile.timeout: "));
   CHECK_THAT(parse(R"({"compile": {"argv": ["/cc"], "output": "a"}, "argv": ["{output}"]})"),
              Catch::StartsWith("language 'x': \"compile\" needs \"argv\" (an array of strings), \"source\""));
+  for (const char* file : {"../d.ts", "a.c", ".nsbox-code", ""})
+    CHECK(parse(fmt::format(R"({{"compile": {{"argv": ["/cc"], "source": "a.c", "output": "a", "files": {{"{}": "x"}}}},
+                                 "argv": ["{{output}}"]}})",
+                            file)
+                    .c_str()) ==
+          fmt::format("language 'x': compile.files: '{}' must be a plain file name other than the source's and the "
+                      "output's",
+                      file));
+  CHECK_THAT(parse(R"({"compile": {"argv": ["/cc"], "source": "a.c", "output": "a", "files": {"d.ts": 1}},
+                       "argv": ["{output}"]})"),
+             Catch::Contains("\"files\" (objects of strings)"));
+}
+
+TEST_CASE("a language's files are written beside the source, before the compiler runs", "[languages]") {
+  json table = {{"ts", json::parse(R"({"compile": {"argv": ["/usr/bin/tsc", "main.ts", "g.d.ts"], "source": "main.ts",
+                                                   "output": "main.js", "files": {"g.d.ts": "declare var x: any;\n",
+                                                                                  "h.d.ts": "it's \"quoted\" $HOME"}},
+                                       "argv": ["/usr/bin/node", "{output}"]})")}};
+  auto ts = ParseLanguage(table, "ts");
+  REQUIRE(ts.ok());
+  Executor program;
+  program.code = "console.log(x);";
+  Program p = PlanCompiledProgram(*ts, program, std::string(kBuildRoot) + "/t", 20s);
+  REQUIRE(p.compile.has_value());
+  CHECK(std::vector<std::string>(p.compile->argv.begin() + 6, p.compile->argv.end()) ==
+        std::vector<std::string>{"main.ts", "2", "g.d.ts", "declare var x: any;\n", "h.d.ts", "it's \"quoted\" $HOME",
+                                 "/usr/bin/tsc", "main.ts", "g.d.ts"});
+  // The shell writes them as they are (run here outside any sandbox, in a directory of the test's own).
+  char dir[] = "/tmp/nsbox-lang-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string build = std::string(dir) + "/build", code = std::string(dir) + "/code";
+  { std::ofstream(code) << "console.log(x);"; }
+  std::vector<std::string> argv = p.compile->argv;
+  argv[4] = build;
+  argv[5] = code;
+  argv.resize(argv.size() - 3);
+  argv.insert(argv.end(), {"/bin/sh", "-c", "cat main.ts g.d.ts h.d.ts"});
+  std::string command;
+  for (const auto& arg : argv) command += "'" + ReplaceAll(arg, "'", "'\\''") + "' ";
+  FILE* out = ::popen(command.c_str(), "r");
+  REQUIRE(out != nullptr);
+  std::string seen;
+  char buf[256];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, out)) > 0;) seen.append(buf, n);
+  CHECK(::pclose(out) == 0);
+  CHECK(seen == "console.log(x);declare var x: any;\nit's \"quoted\" $HOME");
+  std::filesystem::remove_all(dir);
 }
 
 // Each of these escaped as nlohmann's own exception: `nsbox batch` ended with no result at all, and the API blamed the
@@ -141,10 +197,10 @@ TEST_CASE("the plan: the compiler gets the code in the build directory, the prog
   REQUIRE(p.compile.has_value());
   const Executor& compile = *p.compile;
   // The sealed code is argv's code_path entry; the shell writes it to the source file and execs the compiler.
-  REQUIRE(compile.argv.size() == 11);
+  REQUIRE(compile.argv.size() == 12);
   CHECK(compile.argv[0] == "/bin/sh");
   CHECK(std::vector<std::string>(compile.argv.begin() + 4, compile.argv.end()) ==
-        std::vector<std::string>{dir, compile.code_path, "main.c", "/usr/bin/gcc", "-o", "main", "main.c"});
+        std::vector<std::string>{dir, compile.code_path, "main.c", "0", "/usr/bin/gcc", "-o", "main", "main.c"});
   CHECK(compile.code == "int main() {}");
   CHECK(compile.env.at("CACHE") == dir + "/cache");
   CHECK(compile.env.at("PATH") == "/usr/bin");
@@ -172,7 +228,7 @@ TEST_CASE("{java_class}: a Java program's file and class are named after its pub
   Program p = PlanCompiledProgram(*java, program, std::string(kBuildRoot) + "/j", 20s);
   REQUIRE(p.compile.has_value());
   CHECK(std::vector<std::string>(p.compile->argv.begin() + 6, p.compile->argv.end()) ==
-        std::vector<std::string>{"Solution.java", "/usr/bin/javac", "Solution.java"});
+        std::vector<std::string>{"Solution.java", "0", "/usr/bin/javac", "Solution.java"});
   CHECK(p.run.argv.back() == "Solution");
 
   // The public top-level type wins; comments, strings, text blocks, char literals and nested types do not count.
