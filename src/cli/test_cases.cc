@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "nsbox/result.h"
@@ -73,7 +75,18 @@ Result WithStdin(const Executor& program, const TestCase& c, const StepRunner& r
     return failed;
   }
   step.stdin_fd = fd.get();
-  return run_step(std::move(step), Step::kProgram);
+  // The verdict compares the whole stdout: a correct answer longer than --output-limit is kept whole (up to twice the
+  // expected output and 64 KiB more, for the trailing spaces and blank lines the comparison drops).
+  const uint64_t limit = std::min(
+      kMaxOutputLimitBytes, std::max<uint64_t>(step.output_limit_bytes, 2 * c.expected_stdout.size() + (64 << 10)));
+  step.output_limit_bytes = limit;
+  Result result = run_step(std::move(step), Step::kProgram);
+  if (result.stdout_truncated)
+    result.reason += fmt::format(
+        "; its stdout ({} bytes) was cut at the case's output limit of {} bytes, so it does "
+        "not match (--output-limit, or twice expected_stdout and 64 KiB when that is more)",
+        result.stdout_bytes, limit);
+  return result;
 }
 
 }  // namespace

@@ -98,6 +98,29 @@ TEST_CASE("--cases: a wrong answer and a time-out fail alone, the others pass", 
   CHECK(r["summary"]["total"] == 4);
 }
 
+TEST_CASE("--cases: a correct answer longer than --output-limit passes; a longer wrong one says it was cut",
+          "[integration][cases]") {
+  std::string expected;
+  for (int i = 0; i < 30000; ++i) expected += std::to_string(i) + "\n";  // 168890 bytes
+  const std::string cases =
+      nlohmann::json({{"name", "long"}, {"stdin", "30000"}, {"expected_stdout", expected}}).dump() + "\n" +
+      nlohmann::json({{"name", "longer"}, {"stdin", "90000"}, {"expected_stdout", "0"}}).dump() + "\n";
+  std::string file = WriteTemp("long-cases.jsonl", cases);
+  auto raw = RunNsboxRaw({"run", "--json", "--output-limit", "64K", "--lang", "python", "--code",
+                          "print('\\n'.join(map(str, range(int(input())))))", "--cases", file});
+  ::unlink(file.c_str());
+  INFO(raw.out << raw.err);
+  auto r = nlohmann::json::parse(raw.out);
+  REQUIRE(r["cases"].size() == 2);
+  CHECK(r["cases"][0]["passed"] == true);
+  CHECK(r["cases"][0]["stdout_truncated"] == false);
+  CHECK(r["cases"][1]["passed"] == false);
+  CHECK(r["cases"][1]["stdout_truncated"] == true);
+  CHECK_THAT(r["cases"][1]["reason"].get<std::string>(),
+             Catch::EndsWith("; its stdout (528890 bytes) was cut at the case's output limit of 65538 bytes, so it "
+                             "does not match (--output-limit, or twice expected_stdout and 64 KiB when that is more)"));
+}
+
 TEST_CASE("--cases: a compile error makes every case compile_error, exit 123", "[integration][cases]") {
   auto r = RunCasesJson(
       "int main(void) { return nope; }",
