@@ -288,6 +288,15 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
     supervisor.MarkEnding();
     kill_exec();
   });
+  // The copy of the output failed (its reader is gone: EPIPE): the exec ends, as a pipeline's writer does.
+  bool output_failed = false;
+  supervisor.AddSource([&] { return live && !output_failed && !supervisor.ending() ? live->failed_fd() : -1; }, POLLIN,
+                       [&](short revents) {
+                         if (!(revents & POLLIN)) return;
+                         output_failed = in.cancelled = true;
+                         supervisor.MarkEnding();
+                         kill_exec();
+                       });
   supervisor.AddSource([&] { return h.pidfd.get(); }, POLLIN, [&](short revents) {
     if (revents & POLLIN) Reap(h);
   });
@@ -296,7 +305,8 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   supervisor.DrainOutput();
   h.control.ReadSetupFailure(&h.setup_failure);
 
-  supervisor.TakeOutput(&in);
+  Result passed_on;
+  supervisor.TakeOutput(&in, &passed_on.output_passed_on, &passed_on.output_write_errno);
   GatherVerdict(h, &counters_before, &in);
   uint64_t own_oom_kills = 0;  // in the exec's own group: this exec's, whatever else ran beside it
   if (in.limits && exec_group && ex.memory_max_bytes > 0) {  // the exec's own memory limit: it is what held
@@ -308,7 +318,13 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   if (terminating_) in.session_ended = SessionEndedReason("exec");
   in.counters_shared = window.Shared() && own_oom_kills == 0;
   in.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  const bool ended_for_output = output_failed && !in.timed_out && !in.program_status;
   Result result = MakeVerdict(std::move(in));
+  if (ended_for_output)
+    result.reason =
+        fmt::format("ended early: its output could not be passed on ({})", ErrnoName(passed_on.output_write_errno));
+  result.output_passed_on = passed_on.output_passed_on;
+  result.output_write_errno = passed_on.output_write_errno;
   if (on_ran) on_ran(result);
   return result;
 }

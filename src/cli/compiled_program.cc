@@ -333,24 +333,29 @@ Result RunProgram(Program program, const StepRunner& run_step, bool remove_build
   return result;
 }
 
-Status RunSteps(Policy policy, SandboxHooks* hooks, int cancel_fd,
-                const std::function<void(const StepRunner&)>& steps) {
+Status RunSteps(Policy policy, SandboxHooks* hooks, int cancel_fd, const std::function<void(const StepRunner&)>& steps,
+                LiveOutput* live) {
   // Each exec's payload is handed to this process by a helper that exits (SessionSandbox::Start needs it).
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
     return Status::Errno("prctl(PR_SET_CHILD_SUBREAPER)").Wrap("starting the sandbox for the compile step");
   auto session = SessionSandbox::Start(std::move(policy), hooks);
   if (!session.ok()) return session.status().Wrap("starting the sandbox for the compile step");
   (*session)->WordExecVerdictsAsRun();
-  steps([&](Executor step, Step) { return (*session)->Exec(std::move(step), cancel_fd); });
+  steps([&](Executor step, Step kind) {
+    return (*session)->Exec(std::move(step), cancel_fd, {}, kind == Step::kProgram ? live : nullptr);
+  });
   (*session)->Terminate("the run ended");
   return OkStatus();
 }
 
-Result RunCompiledProgram(Program program, Policy policy, SandboxHooks* hooks, int cancel_fd) {
+Result RunCompiledProgram(Program program, Policy policy, SandboxHooks* hooks, int cancel_fd, LiveOutput* live) {
   Result result;
-  Status started = RunSteps(std::move(policy), hooks, cancel_fd, [&](const StepRunner& run_step) {
-    result = RunProgram(std::move(program), run_step, /*remove_build_dir=*/false);  // the sandbox's /tmp goes with it
-  });
+  Status started = RunSteps(
+      std::move(policy), hooks, cancel_fd,
+      [&](const StepRunner& run_step) {
+        result = RunProgram(std::move(program), run_step, /*remove_build_dir=*/false);  // the sandbox's /tmp goes too
+      },
+      live);
   if (!started.ok()) {
     result = Result{};
     result.status = RunStatus::kSetupError;

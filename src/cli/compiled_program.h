@@ -11,6 +11,7 @@
 
 #include "sandbox/base/status.h"
 #include "sandbox/executor.h"
+#include "sandbox/live_output.h"
 #include "sandbox/policy.h"
 #include "sandbox/result.h"
 #include "src/cli/languages.h"
@@ -100,10 +101,14 @@ CompileOutcome RunCompileStep(Program& program, const StepRunner& run_step);
 // Starts a sandbox for the steps of one run (a SessionSandbox that lives for `steps`), hands `steps` a runner of
 // execs in it, then ends it. `cancel_fd` (-1: none) readable kills the running step; `hooks` may be null. Makes the
 // calling process a child subreaper (each exec's payload becomes its child). An error when the sandbox did not start.
-Status RunSteps(Policy policy, SandboxHooks* hooks, int cancel_fd, const std::function<void(const StepRunner&)>& steps);
+// `live` (may be null) passes the program step's output on while it runs (not the compiler's: its diagnostics are
+// the result's), and a reader that goes away ends the step.
+Status RunSteps(Policy policy, SandboxHooks* hooks, int cancel_fd, const std::function<void(const StepRunner&)>& steps,
+                LiveOutput* live = nullptr);
 
 // RunProgram in a sandbox of its own (RunSteps): nsbox run's and nsbox batch's compiled languages.
-Result RunCompiledProgram(Program program, Policy policy, SandboxHooks* hooks, int cancel_fd);
+Result RunCompiledProgram(Program program, Policy policy, SandboxHooks* hooks, int cancel_fd,
+                          LiveOutput* live = nullptr);
 
 // The session exec request for a program (nsbox exec, and any front end that speaks to a session's supervisor), and
 // the program back from one (the supervisor). `repl` asks for the session's Python REPL.

@@ -233,7 +233,20 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
     }
     if (program->compile) {
       StopSignals stop;
-      Result result = RunCompiledProgram(std::move(*program), std::move(*policy), proxy.get(), stop.fd());
+      // Without --json the program's output is passed on as it comes, as a plain run's is (the compiler's
+      // diagnostics, of a compile that failed, are printed from the result).
+      // A reader that takes nothing is given up on once a stop signal is pending (StopSignals holds it blocked).
+      std::optional<LiveOutput> live;
+      if (!program_options.json)
+        live.emplace(1, 2, [] {
+          sigset_t pending;
+          if (::sigpending(&pending) != 0) return false;
+          for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
+            if (sigismember(&pending, sig)) return true;
+          return false;
+        });
+      Result result =
+          RunCompiledProgram(std::move(*program), std::move(*policy), proxy.get(), stop.fd(), live ? &*live : nullptr);
       if (int sig = stop.Received(); sig != 0 && result.status == RunStatus::kKilled) {
         result.signal = sig;  // the exit code is 128 + the signal, as for a plain run's program killed by it
         result.reason = StoppedReason(sig);

@@ -412,6 +412,40 @@ TEST_CASE("without --json, the program's output is passed on while it runs, and 
   CHECK(text.out.find("[nsbox: 272 bytes cut]") != std::string::npos);
 }
 
+// A compiled language's program runs as an exec after its compile step: its output went out only at the end, stdout
+// whole and then stderr, and a reader that went away left it running to its time-out.
+TEST_CASE("without --json, a compiled program's output too is passed on as it runs, in the order written",
+          "[integration][io][compiled]") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
+  auto bg =
+      StartProcess({NsboxBinary(), "run", "--timeout", "30s", "--bind", dir.path() + ":/w", "--lang", "c", "--code",
+                    "#include <stdio.h>\n#include <unistd.h>\nint main(void) {\n"
+                    "  printf(\"first\\n\"); fflush(stdout); fprintf(stderr, \"err\\n\");\n"
+                    "  while (access(\"/w/go\", F_OK) != 0) usleep(50000);\n"
+                    "  printf(\"second\\n\"); return 0; }\n"});
+  bool seen = false;
+  for (int i = 0; i < 1500 && !seen; ++i) {  // the compile step comes first
+    seen = bg.Out() == "first\n";
+    if (!seen) std::this_thread::sleep_for(20ms);
+  }
+  std::ofstream(dir.path() + "/go") << "";
+  int status = bg.Wait();
+  CHECK(seen);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(bg.Out() == "first\nsecond\n");
+  // A reader that goes away ends the program (exit 125, said), not its time-out.
+  auto r = RunProcess({"/bin/bash", "-c",
+                       "\"$0\" run --timeout 20s --lang c --code '#include <stdio.h>\nint main(void) { for (;;) "
+                       "puts(\"y\"); }' | head -c1 >/dev/null; echo \"rc=${PIPESTATUS[0]}\"",
+                       NsboxBinary()});
+  INFO(r.err);
+  CHECK(r.out == "rc=125\n");
+  CHECK(r.err == "nsbox: writing the program's output: Broken pipe (EPIPE)\n");
+  CHECK(r.elapsed < 15s);
+}
+
 TEST_CASE("a large JSON result is streamed out, not built whole in nsbox's memory", "[integration][io]") {
   // 16 MiB of NUL bytes kept: as JSON text that is 96 MiB of \u0000, which nsbox used to hold twice over.
   auto r = RunProcess({NsboxBinary(), "run", "--json", "--output-limit", "16M", "--", "/bin/sh", "-c",
