@@ -340,6 +340,10 @@ struct HttpServerCallbacks {
       // server that stops (Stop) does not cut a stream's last lines off; bounded for a client that stops reading.
       stream->changed.wait_for(lock, std::chrono::seconds(5), [&] { return stream->gone; });
     });
+    // A streamed answer may be silent for as long as its exec runs (which the exec's time-out bounds, and ReadStream
+    // notices a client that goes away): the idle time-out would cut a quiet program's result off. It comes back when
+    // the answer is done (Completed).
+    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
     MHD_destroy_response(mhd);
     return queued;
@@ -419,14 +423,21 @@ struct HttpServerCallbacks {
     }
     if (!response.content_type.empty())
       MHD_add_response_header(mhd, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
+    // A streamed answer may be silent for as long as its exec runs (which the exec's time-out bounds, and ReadStream
+    // notices a client that goes away): the idle time-out would cut a quiet program's result off. It comes back when
+    // the answer is done (Completed).
+    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
     MHD_destroy_response(mhd);
     return queued;
   }
 
-  static void Completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
+  static void Completed(void* cls, MHD_Connection* connection, void** con_cls, MHD_RequestTerminationCode) {
     delete static_cast<HttpServer::Connection*>(*con_cls);
     *con_cls = nullptr;
+    // The idle time-out again for the next request on this connection (a streamed answer lifted it).
+    auto* server = static_cast<HttpServer*>(cls);
+    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, server->options_.idle_timeout_seconds);
   }
 
   static std::string nlohmann_free_error(const std::string& what) {
@@ -447,7 +458,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(int listen_fd, bool unix
   server->daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &HttpServerCallbacks::Access, server.get(), MHD_OPTION_LISTEN_SOCKET, listen_fd,
       MHD_OPTION_CONNECTION_LIMIT, server->options_.connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
-      server->options_.idle_timeout_seconds, MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, nullptr,
+      server->options_.idle_timeout_seconds, MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, server.get(),
       MHD_OPTION_URI_LOG_CALLBACK, &KeepRawUri, nullptr, MHD_OPTION_END);
   if (!server->daemon_) {
     ::close(listen_fd);

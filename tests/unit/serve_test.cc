@@ -335,6 +335,48 @@ TEST_CASE("request bodies held at once are capped as their bytes come: past the 
   (*server)->Stop();
 }
 
+// A streamed answer (an exec's output as it comes) was cut off by the idle time-out when its program printed nothing
+// for that long: the clients, whose runtimes always stream, lost the result of a quiet program.
+TEST_CASE("a streamed answer may be silent longer than the idle time-out; an idle connection still is not",
+          "[serve]") {
+  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener.get(), 16) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int port = ntohs(addr.sin_port);
+  nsbox::serve::HttpServerOptions options;
+  options.idle_timeout_seconds = 1;
+  auto server = nsbox::serve::HttpServer::Start(listener.release(), false, options, [](const auto&) {
+    nsbox::serve::HttpResponse r;
+    r.content_type = "application/x-ndjson";
+    r.stream = [](nsbox::serve::StreamSink& sink) {
+      sink.Write("{\"type\": \"stdout\"}\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      sink.Write("{\"result\": 1}\n");
+    };
+    return r;
+  });
+  REQUIRE(server.ok());
+  RawClient client(port);
+  client.Send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string answer;
+  for (int i = 0; i < 20 && answer.find("{\"result\": 1}") == std::string::npos; ++i) answer += client.Answer(500);
+  INFO(answer);
+  CHECK_THAT(answer, Catch::StartsWith("HTTP/1.1 200") && Catch::Contains("{\"result\": 1}"));
+  // The answer done, the same connection left idle is closed after the idle time-out again.
+  std::string rest;
+  for (int i = 0; i < 10 && rest.find("0\r\n\r\n") == std::string::npos; ++i) rest += client.Answer(200);
+  pollfd p = {client.fd.get(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 4000) == 1);
+  char byte;
+  CHECK(::read(client.fd.get(), &byte, 1) == 0);  // end of file: the server closed it
+  (*server)->Stop();
+}
+
 TEST_CASE("the session wire reader: a long line in small pieces, lines sharing a read, and a stop", "[serve]") {
   int pair[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
