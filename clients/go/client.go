@@ -36,13 +36,24 @@ func FromEnv() (*Client, error) {
 	return NewClient(os.Getenv("NSBOX_URL"), os.Getenv("NSBOX_TOKEN"))
 }
 
+// DefaultSocket is the socket nsbox serve listens on by default, by the server's own rule: /run/nsbox/api.sock for
+// root, else $XDG_RUNTIME_DIR/nsbox/api.sock, or /tmp/nsbox-UID/api.sock without XDG_RUNTIME_DIR.
+func DefaultSocket() string { return defaultSocketFor(os.Geteuid(), os.Getenv("XDG_RUNTIME_DIR")) }
+
+func defaultSocketFor(uid int, runtimeDir string) string {
+	if uid == 0 {
+		return "/run/nsbox/api.sock"
+	}
+	if runtimeDir != "" {
+		return runtimeDir + "/nsbox/api.sock"
+	}
+	return fmt.Sprintf("/tmp/nsbox-%d/api.sock", uid)
+}
+
 // NewClient makes a client for rawURL (unix:///path or http://host:port; empty for the default socket).
 func NewClient(rawURL, token string) (*Client, error) {
 	if rawURL == "" {
-		rawURL = "unix:///run/nsbox/api.sock"
-		if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" && os.Geteuid() != 0 {
-			rawURL = "unix://" + dir + "/nsbox/api.sock"
-		}
+		rawURL = "unix://" + DefaultSocket()
 	}
 	if strings.Contains(rawURL, ",") {
 		// The Python and TypeScript clients place sandboxes over several nodes; this one talks to one.

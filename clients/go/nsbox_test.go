@@ -64,6 +64,22 @@ func startServe(t *testing.T, extra ...string) *Client {
 	return nil
 }
 
+func TestDefaultSocketIsWhereTheServerPutsIt(t *testing.T) {
+	for _, c := range []struct {
+		uid  int
+		xdg  string
+		want string
+	}{
+		{0, "/run/u", "/run/nsbox/api.sock"},
+		{1000, "/run/u", "/run/u/nsbox/api.sock"},
+		{1000, "", "/tmp/nsbox-1000/api.sock"}, // cron, ssh without logind: not root's socket
+	} {
+		if got := defaultSocketFor(c.uid, c.xdg); got != c.want {
+			t.Errorf("uid %d, XDG_RUNTIME_DIR %q: %s, want %s", c.uid, c.xdg, got, c.want)
+		}
+	}
+}
+
 func TestExecuteComputesThe1000thPrime(t *testing.T) {
 	rt, _ := NewRuntime(RuntimeOptions{Client: startServe(t), FreshSandboxPerCall: true})
 	res, err := rt.Execute(context.Background(), "python", primeCode)

@@ -29,6 +29,9 @@ class TransportTest(unittest.TestCase):
             self.assertEqual(transport.default_socket(), "/run/nsbox/api.sock")
         with mock.patch("os.geteuid", return_value=1000), mock.patch.dict(os.environ, {"XDG_RUNTIME_DIR": "/run/u"}):
             self.assertEqual(transport.default_socket(), "/run/u/nsbox/api.sock")
+        # Without XDG_RUNTIME_DIR (cron, ssh without logind): where the server puts it, not root's socket.
+        with mock.patch("os.geteuid", return_value=1000), mock.patch.dict(os.environ, {}, clear=True):
+            self.assertEqual(transport.default_socket(), "/tmp/nsbox-1000/api.sock")
         with mock.patch.dict(os.environ, {}, clear=True):
             self.assertEqual(transport.endpoint_urls(), ["unix://" + transport.default_socket()])
 

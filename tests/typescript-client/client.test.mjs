@@ -6,7 +6,7 @@ import { MockLanguageModelV3 } from 'ai/test';
 import OpenAI from 'openai';
 import {
   Sandbox, NotFoundError, ServerGoneError, RefusedError, NsboxError, clip, formatToolOutput, runPythonTool,
-  RUN_PYTHON_JSON_SCHEMA,
+  RUN_PYTHON_JSON_SCHEMA, defaultSocket,
 } from 'nsbox';
 import { runPython } from 'nsbox/ai';
 import { startScriptedOpenAI, PRIME_PROGRAM } from './scripted-openai.mjs';
@@ -22,6 +22,24 @@ async function create(opts) {
 }
 after(async () => {
   for (const s of made) await s.terminate().catch(() => {});
+});
+
+test('the default socket is where nsbox serve puts it: /run for root, XDG_RUNTIME_DIR, else /tmp/nsbox-UID', () => {
+  const geteuid = process.geteuid;
+  const xdg = process.env.XDG_RUNTIME_DIR;
+  try {
+    process.geteuid = () => 0;
+    assert.equal(defaultSocket(), '/run/nsbox/api.sock');
+    process.geteuid = () => 1000;
+    process.env.XDG_RUNTIME_DIR = '/run/u';
+    assert.equal(defaultSocket(), '/run/u/nsbox/api.sock');
+    delete process.env.XDG_RUNTIME_DIR;  // cron, ssh without logind: not root's socket
+    assert.equal(defaultSocket(), '/tmp/nsbox-1000/api.sock');
+  } finally {
+    process.geteuid = geteuid;
+    if (xdg === undefined) delete process.env.XDG_RUNTIME_DIR;
+    else process.env.XDG_RUNTIME_DIR = xdg;
+  }
 });
 
 test('files round trip is binary-safe, lists and removes', async () => {

@@ -21,11 +21,15 @@ DEFAULT_EXEC_TIMEOUT_S = 60
 
 
 def default_socket():
-    """The socket `nsbox serve` listens on by default: /run/nsbox/api.sock for root, else under XDG_RUNTIME_DIR."""
+    """The socket `nsbox serve` listens on by default, by the server's own rule: /run/nsbox/api.sock for root, else
+    $XDG_RUNTIME_DIR/nsbox/api.sock, or /tmp/nsbox-UID/api.sock without XDG_RUNTIME_DIR."""
+    uid = os.geteuid()
+    if uid == 0:
+        return "/run/nsbox/api.sock"
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    if os.geteuid() != 0 and runtime_dir:
+    if runtime_dir:
         return os.path.join(runtime_dir, "nsbox", "api.sock")
-    return "/run/nsbox/api.sock"
+    return f"/tmp/nsbox-{uid}/api.sock"
 
 
 def endpoint_urls(url=None):

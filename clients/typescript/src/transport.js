@@ -13,11 +13,15 @@ const EXPECT_CONTINUE_BYTES = 1 << 20; // bodies larger than this are sent after
 // program's time-out never rest on a guess of the server's own default (its --default-timeout).
 export const DEFAULT_EXEC_TIMEOUT_S = 60;
 
-/** The socket `nsbox serve` listens on by default: /run/nsbox/api.sock for root, else under XDG_RUNTIME_DIR. */
+/**
+ * The socket `nsbox serve` listens on by default, by the server's own rule: /run/nsbox/api.sock for root, else
+ * $XDG_RUNTIME_DIR/nsbox/api.sock, or /tmp/nsbox-UID/api.sock without XDG_RUNTIME_DIR.
+ */
 export function defaultSocket() {
   const uid = typeof process.geteuid === 'function' ? process.geteuid() : 0;
-  if (uid !== 0 && process.env.XDG_RUNTIME_DIR) return path.join(process.env.XDG_RUNTIME_DIR, 'nsbox', 'api.sock');
-  return '/run/nsbox/api.sock';
+  if (uid === 0) return '/run/nsbox/api.sock';
+  if (process.env.XDG_RUNTIME_DIR) return path.join(process.env.XDG_RUNTIME_DIR, 'nsbox', 'api.sock');
+  return `/tmp/nsbox-${uid}/api.sock`;
 }
 
 /** The endpoints: `url` (a string, possibly comma-separated, or an array), else NSBOX_URL, else the default socket. */
