@@ -60,8 +60,9 @@ func NewClient(rawURL, token string) (*Client, error) {
 		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: several nodes are not supported by the Go client; give one URL",
 			rawURL)
 	}
-	// One connection per request: a refused connection then always means nothing was sent.
-	transport := &http.Transport{DisableKeepAlives: true}
+	// One connection per request: a refused connection then always means nothing was sent. A large body waits for
+	// the server's 100 Continue (request): a refusal (413, 401) then comes before the body, not as a broken pipe.
+	transport := &http.Transport{DisableKeepAlives: true, ExpectContinueTimeout: expectContinueTimeout}
 	c := &Client{url: rawURL, RequestTimeout: 60 * time.Second}
 	if token != "" {
 		c.token = &token
@@ -113,6 +114,14 @@ type apiError struct {
 	} `json:"error"`
 }
 
+// Bodies larger than expectContinueBytes are sent after the server's 100 Continue (or after expectContinueTimeout
+// without one), as the TypeScript client does: a server that refuses the request answers before the body, where a
+// body written into a connection the server has answered and closed fails with a broken pipe that races the answer.
+const (
+	expectContinueBytes   = 1 << 20
+	expectContinueTimeout = 10 * time.Second
+)
+
 // request sends one call and returns the answer with a 2xx status; any other outcome is an *Error.
 func (c *Client) request(ctx context.Context, op, method, path string, body io.Reader, contentType string,
 	extra time.Duration) (*http.Response, context.CancelFunc, error) {
@@ -129,6 +138,9 @@ func (c *Client) request(ctx context.Context, op, method, path string, body io.R
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	if req.ContentLength > expectContinueBytes {
+		req.Header.Set("Expect", "100-continue")
 	}
 	if c.token != nil {
 		req.Header.Set("Authorization", "Bearer "+*c.token)

@@ -260,6 +260,60 @@ func TestACompiledLanguagesCompileStepHasItsOwnLimits(t *testing.T) {
 	}
 }
 
+func TestABodyOverTheServersCapIsRefusedEveryTimeNotServerGone(t *testing.T) {
+	c := startServe(t, "--max-body", "1M")
+	ctx := context.Background()
+	s, err := c.Create(ctx, SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Terminate(ctx)
+	data := bytes.Repeat([]byte("x"), 2_000_000)
+	for i := 0; i < 10; i++ {
+		err := s.Files().Write(ctx, "big", data)
+		var e *Error
+		if !errors.Is(err, ErrRefused) || !errors.As(err, &e) || e.Status != 413 {
+			t.Fatalf("write %d: got %v; want ErrRefused with status 413", i, err)
+		}
+	}
+}
+
+func TestAContextDeadlineLowersTheDefaultTimeOutButNeverRaisesIt(t *testing.T) {
+	long, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if got := (ExecRequest{Cmd: "true"}).body(long)["timeout"]; got != DefaultExecTimeout.Seconds() {
+		t.Errorf("10 min deadline, no Timeout: timeout %v; want the default %v", got, DefaultExecTimeout.Seconds())
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel2()
+	if got := (ExecRequest{Cmd: "true"}).body(short)["timeout"].(float64); got >= 20 || got < 10 {
+		t.Errorf("20 s deadline: timeout %v; want it a margin under 20 s", got)
+	}
+	if got := (ExecRequest{Cmd: "true", Timeout: 5 * time.Second}).body(long)["timeout"]; got != 5.0 {
+		t.Errorf("Timeout 5 s, long deadline: timeout %v; want 5", got)
+	}
+}
+
+func TestRunMergesTheSandboxesAndTheExecsEnvironment(t *testing.T) {
+	c := startServe(t)
+	res, err := c.Run(context.Background(), SandboxOptions{Env: map[string]string{"A": "1", "C": "sandbox"}},
+		ExecRequest{Cmd: "echo A=$A B=$B C=$C", Env: map[string]string{"B": "2", "C": "exec"}})
+	if err != nil || res.Stdout != "A=1 B=2 C=exec\n" {
+		t.Fatalf("got %+v, %v; want A=1 B=2 C=exec", res, err)
+	}
+}
+
+func TestAStreamedAnswerWithACharsetIsStillAStream(t *testing.T) {
+	for _, ct := range []string{"application/x-ndjson", "application/x-ndjson; charset=utf-8", "Application/X-NDJSON"} {
+		if !isNDJSON(ct) {
+			t.Errorf("%q not taken for NDJSON", ct)
+		}
+	}
+	if isNDJSON("application/json") {
+		t.Error("application/json taken for NDJSON")
+	}
+}
+
 func TestServerGoneIsTyped(t *testing.T) {
 	c, _ := NewClient("unix://"+filepath.Join(t.TempDir(), "none.sock"), "")
 	_, err := c.Create(context.Background(), SandboxOptions{})

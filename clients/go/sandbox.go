@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"mime"
 	"net/url"
 	"strings"
 	"time"
@@ -205,15 +206,16 @@ func (r ExecRequest) body(ctx context.Context) map[string]interface{} {
 		m["language"], m["code"] = r.Language, r.Code
 	}
 	timeout := r.Timeout
-	if deadline, ok := ctx.Deadline(); ok {
-		// The program's time-out ends a margin before the context: the server's timeout result then arrives in time.
-		left := time.Until(deadline)
-		if left -= deadlineMargin(left); timeout == 0 || left < timeout {
-			timeout = left
-		}
-	}
 	if timeout == 0 {
 		timeout = DefaultExecTimeout
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		// The program's time-out ends a margin before the context: the server's timeout result then arrives in time.
+		// A deadline only lowers it: a long one does not lift the default.
+		left := time.Until(deadline)
+		if left -= deadlineMargin(left); left < timeout {
+			timeout = left
+		}
 	}
 	m["timeout"] = math.Max(0.001, timeout.Seconds())
 	if r.Stdin != "" {
@@ -288,6 +290,17 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) (*Result, error) {
 func (c *Client) Run(ctx context.Context, opts SandboxOptions, req ExecRequest) (*Result, error) {
 	body := opts.body()
 	for k, v := range req.body(ctx) {
+		if k == "env" && body["env"] != nil {
+			// The sandbox's environment and the exec's, as Create then Exec would give them (the exec's wins).
+			env := map[string]string{}
+			for name, value := range opts.Env {
+				env[name] = value
+			}
+			for name, value := range req.Env {
+				env[name] = value
+			}
+			v = env
+		}
 		body[k] = v
 	}
 	return c.exec(ctx, "/v1/run", body, req)
@@ -305,7 +318,7 @@ func (c *Client) exec(ctx context.Context, path string, body map[string]interfac
 	}
 	defer cancel()
 	defer resp.Body.Close()
-	if !stream || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+	if !stream || !isNDJSON(resp.Header.Get("Content-Type")) {
 		all, err := readAll(ctx, resp, "exec")
 		if err != nil {
 			return nil, err
@@ -378,4 +391,10 @@ func (r ExecRequest) handOver(res *Result, gotStdout, gotStderr bool) {
 	if r.OnStderr != nil && res.Stderr != "" && !gotStderr {
 		r.OnStderr(res.Stderr)
 	}
+}
+
+// isNDJSON says whether a Content-Type is newline-delimited JSON, parameters (charset) allowed.
+func isNDJSON(contentType string) bool {
+	mediaType, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mediaType == "application/x-ndjson"
 }
