@@ -157,6 +157,9 @@ export declare class Sandbox {
   exec(cmd: string | string[], opts?: ExecOptions): Promise<ExecResult>;
   runCode(code: string, opts?: RunCodeOptions): Promise<ExecResult>;
   terminate(opts?: { signal?: AbortSignal }): Promise<void>;
+  /** terminate(), for `await using sbx = await Sandbox.create()` (needs Symbol.asyncDispose: @types/node 20 or
+   * lib esnext.disposable). */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 export interface ErrorInit {

@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import {
   Sandbox, CapacityFullError, ConflictError, ServerGoneError, RequestTimeoutError, InternalError, SetupFailedError,
+  NotFoundError, NsboxError,
 } from 'nsbox';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nsbox-ts-cluster-'));
@@ -145,6 +146,36 @@ test('an error line in a streamed answer is the typed error its code stands for'
       err instanceof ConflictError && err.status === 409 && err.code === 'conflict' && /has ended/.test(err.message));
   } finally {
     ended.server.close();
+  }
+});
+
+test('connect: a sandbox unknown to one node while another is gone is ServerGoneError, in either order', async () => {
+  const live = await node('live', { running: 0, max: 10 });  // 404s the GET: it does not have the sandbox
+  const dead = `unix://${path.join(dir, 'dead.sock')}`;
+  try {
+    for (const url of [[dead, live.url], [live.url, dead]]) {
+      await assert.rejects(Sandbox.connect('sb-x', { url }), ServerGoneError, url.join(','));
+    }
+    await assert.rejects(Sandbox.connect('sb-x', { url: [live.url] }), NotFoundError);
+  } finally {
+    live.server.close();
+  }
+});
+
+test('a stream that ends without its result is ServerGoneError; an empty answer is an NsboxError', async () => {
+  const n = await node('odd', { running: 0, max: 10, exec: (req, res) => {
+    if (req.url.includes('stream=true')) return ndjson(res, [{ type: 'stdout', data: 'x' }]);
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    return res.end('null');
+  } });
+  try {
+    const sbx = await Sandbox.create({ url: n.url });
+    await assert.rejects(sbx.exec('true', { onStdout: () => {} }), (err) =>
+      err instanceof ServerGoneError && /ended without a result/.test(err.message));
+    await assert.rejects(sbx.exec('true'), (err) =>
+      err instanceof NsboxError && !(err instanceof TypeError) && /not a result object/.test(err.message));
+  } finally {
+    n.server.close();
   }
 });
 

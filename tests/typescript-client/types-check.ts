@@ -23,3 +23,9 @@ export async function use(): Promise<string> {
     await sbx.terminate();
   }
 }
+
+// `await using`, as the README offers it: the sandbox is terminated when the block ends, thrown out of or not.
+export async function disposed(): Promise<string> {
+  await using sbx = await Sandbox.create();
+  return (await sbx.exec('true')).status;
+}

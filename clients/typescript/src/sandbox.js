@@ -1,5 +1,5 @@
 // clients/typescript/src/sandbox.js: Sandbox (create, connect, list, exec, runCode, terminate), its files, results.
-import { NsboxError, fromStreamError } from './errors.js';
+import { NsboxError, NotFoundError, ServerGoneError, fromStreamError } from './errors.js';
 import { endpointUrls, Transport, DEFAULT_EXEC_TIMEOUT_S, EXEC_GRACE_MS } from './transport.js';
 import { tryEach } from './cluster.js';
 
@@ -147,7 +147,11 @@ async function runOn(transport, urlPath, body, opts) {
   const timeoutMs = execWaitMs(body);
   const { onStdout, onStderr, signal } = opts;
   if (!onStdout && !onStderr) {
-    return new ExecResult(await transport.request('POST', urlPath, { json: body, timeoutMs, signal }));
+    const answer = await transport.request('POST', urlPath, { json: body, timeoutMs, signal });
+    if (!answer || typeof answer !== 'object' || Array.isArray(answer)) {
+      throw new NsboxError(`${urlPath} at ${transport.url}: the answer is not a result object`, { url: transport.url });
+    }
+    return new ExecResult(answer);
   }
   let result = null;
   let failure = null;
@@ -165,7 +169,8 @@ async function runOn(transport, urlPath, body, opts) {
   if (failure) throw fromStreamError(failure, transport.url);
   // A server that answered the whole result at once.
   if (!result && answer && typeof answer === 'object' && 'status' in answer) result = answer;
-  if (!result) throw new NsboxError(`${urlPath} at ${transport.url}: the stream ended without a result`,
+  // The connection ended cleanly before the result line: the server went away (as Python's and Go's clients say).
+  if (!result) throw new ServerGoneError(`${urlPath} at ${transport.url}: the stream ended without a result`,
     { url: transport.url });
   // Each stream none of whose chunks came gets the result's output once, in one piece: a REPL cell is answered with
   // its result alone, and no output is lost.
@@ -201,15 +206,18 @@ export class Sandbox {
 
   /** A handle on an existing sandbox; looks for it on each endpoint. */
   static async connect(id, opts = {}) {
-    let lastErr = null;
+    let notFound = null;
+    let other = null;
     for (const t of transportsFor(opts)) {
       try {
         return new Sandbox(t, await t.request('GET', `/v1/sandboxes/${enc(id)}`, { signal: opts.signal }));
       } catch (err) {
-        lastErr = err;
+        if (err instanceof NotFoundError) notFound ??= err;
+        else other ??= err;
       }
     }
-    throw lastErr;
+    // Unknown to the nodes that answered is not gone when a node did not answer: it may live there.
+    throw other ?? notFound;
   }
 
   /** The caller's sandboxes on every endpoint. */
