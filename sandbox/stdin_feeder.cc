@@ -4,10 +4,13 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <ctime>
+
+#include <fmt/format.h>
 
 namespace nsbox {
 namespace {
@@ -38,7 +41,43 @@ ssize_t WriteNoSigpipe(int fd, const char* data, size_t size) {
 
 }  // namespace
 
+namespace {
+
+constexpr int kStdinSeals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+
+// Whether `fd` is a file nobody can change any more: a memfd with all of SealedStdin's seals.
+bool IsSealedFile(int fd) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & kStdinSeals) == kStdinSeals;
+}
+
+}  // namespace
+
+StatusOr<UniqueFd> SealedStdin(std::string_view data) {
+  UniqueFd fd(::memfd_create("nsbox-stdin", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) return Status::Errno("memfd_create(nsbox-stdin)");
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::Errno("write(nsbox-stdin memfd)");
+    done += static_cast<size_t>(n);
+  }
+  if (::fcntl(fd.get(), F_ADD_SEALS, kStdinSeals) != 0) return Status::Errno("fcntl(nsbox-stdin memfd, F_ADD_SEALS)");
+  if (::lseek(fd.get(), 0, SEEK_SET) != 0) return Status::Errno("lseek(nsbox-stdin memfd)");
+  return fd;
+}
+
 Status StdinFeeder::Start(int source) {
+  if (source >= 0 && IsSealedFile(source)) {
+    // A descriptor of the file itself, read from its start: nothing of the host, and nothing to copy.
+    read_.reset(::fcntl(source, F_DUPFD_CLOEXEC, 3));
+    if (!read_) return Status::Errno("fcntl(stdin file, F_DUPFD_CLOEXEC)");
+    if (::lseek(read_.get(), 0, SEEK_SET) != 0) return Status::Errno("lseek(stdin file)");
+    source_ = -1;
+    source_done_ = true;
+    return OkStatus();
+  }
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Errno("pipe2(stdin)");
   read_.reset(fds[0]);

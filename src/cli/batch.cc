@@ -27,6 +27,7 @@
 #include "sandbox/host_id_lease.h"
 #include "sandbox/result_json.h"
 #include "sandbox/spec/units.h"
+#include "sandbox/stdin_feeder.h"
 #include "src/cli/batch_job.h"
 #include "src/cli/commands.h"
 #include "src/cli/network.h"
@@ -201,11 +202,9 @@ Status Prepare(Running& run) {
   run.job.program.code.clear();  // the program has it now
   Executor* executor = &program->run;
   if (run.job.stdin_data) {
-    run.stdin_fd.reset(::memfd_create("nsbox-batch-stdin", MFD_CLOEXEC));
-    if (!run.stdin_fd) return Status::Errno("memfd_create(stdin)");
-    if (int err = WriteAll(run.stdin_fd.get(), *run.job.stdin_data); err != 0)
-      return Status::Errno("write(stdin memfd)", err);
-    if (::lseek(run.stdin_fd.get(), 0, SEEK_SET) != 0) return Status::Errno("lseek(stdin memfd)");
+    auto sealed = SealedStdin(*run.job.stdin_data);  // a file, as a judge gives it: seekable, with its size
+    if (!sealed.ok()) return sealed.status();
+    run.stdin_fd = std::move(*sealed);
     run.job.stdin_data.reset();
     executor->stdin_fd = run.stdin_fd.get();
   }

@@ -18,6 +18,7 @@
 #include "sandbox/executor.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/units.h"
+#include "sandbox/stdin_feeder.h"
 #include "src/cli/image_store.h"
 #include "src/cli/languages.h"
 #include "src/netproxy/allow_list.h"
@@ -451,6 +452,32 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
     if (::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode))
       return Status::Error(fmt::format("--stdin: {} is a directory", o.stdin_source));
     ex.stdin_fd = fd.release();  // the Executor does not own it: it lives until nsbox exits
+  }
+  // A regular file (--stdin FILE, or nsbox's stdin redirected from one) reaches the program as a file, as
+  // `prog < input` would: a sealed copy (SealedStdin), seekable and with its size. A larger one, a FIFO, a pipe or a
+  // terminal is fed through a pipe as it comes.
+  if (ex.stdin_fd >= 0) {
+    struct stat st;
+    if (::fstat(ex.stdin_fd, &st) == 0 && S_ISREG(st.st_mode)) {
+      const off_t at = ::lseek(ex.stdin_fd, 0, SEEK_CUR);
+      if (at >= 0 && static_cast<uint64_t>(st.st_size - std::min(at, st.st_size)) <= kMaxSealedStdinBytes) {
+        std::string data;
+        data.resize(static_cast<size_t>(st.st_size - std::min(at, st.st_size)));
+        size_t done = 0;
+        while (done < data.size()) {
+          ssize_t n = ::read(ex.stdin_fd, data.data() + done, data.size() - done);
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0) return Status::Errno(fmt::format("--stdin: read({})", o.stdin_source));
+          if (n == 0) break;  // shorter than it was
+          done += static_cast<size_t>(n);
+        }
+        data.resize(done);
+        auto sealed = SealedStdin(data);
+        if (!sealed.ok()) return sealed.status().Wrap("--stdin");
+        if (ex.stdin_fd != 0) ::close(ex.stdin_fd);
+        ex.stdin_fd = sealed->release();  // as the file's descriptor was: it lives until nsbox exits
+      }
+    }
   }
   CompileOverrides overrides;
   if (lang && lang->compile) {

@@ -12,6 +12,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/result_json.h"
+#include "sandbox/stdin_feeder.h"
 #include "src/cli/bounded_json.h"
 
 namespace nsbox::cli {
@@ -67,14 +68,14 @@ std::vector<std::string_view> JudgedLines(std::string_view text) {
 
 Result WithStdin(const Executor& program, const TestCase& c, const StepRunner& run_step) {
   Executor step = program;
-  UniqueFd fd(::memfd_create("nsbox-case-stdin", MFD_CLOEXEC));
-  if (!fd || WriteAll(fd.get(), c.stdin_data) != 0 || ::lseek(fd.get(), 0, SEEK_SET) != 0) {
+  auto fd = SealedStdin(c.stdin_data);  // a file, as a judge gives it: seekable, with its size
+  if (!fd.ok()) {
     Result failed;
     failed.status = RunStatus::kSetupError;
-    failed.reason = Status::Errno("memfd_create(case stdin)").message();
+    failed.reason = fd.status().Wrap("the case's stdin").message();
     return failed;
   }
-  step.stdin_fd = fd.get();
+  step.stdin_fd = fd->get();
   // The verdict compares the whole stdout: a correct answer longer than --output-limit is kept whole (up to twice the
   // expected output and 64 KiB more, for the trailing spaces and blank lines the comparison drops).
   const uint64_t limit = std::min(

@@ -20,8 +20,9 @@
 #include "nsbox/executor.h"
 #include "nsbox/policy.h"
 #include "sandbox/spec/units.h"
-#include "src/cli/image_store.h"
+#include "sandbox/stdin_feeder.h"
 #include "src/cli/compiled_program.h"
+#include "src/cli/image_store.h"
 #include "src/cli/languages.h"
 #include "src/netproxy/allow_list.h"
 #include "src/runtime/subprocess.h"
@@ -108,19 +109,11 @@ std::string NetworkArg(const json& network, const ServeConfig& config) {
 
 std::string Seconds(double s) { return fmt::format("{}ms", static_cast<int64_t>(std::llround(s * 1000))); }
 
-// A memfd holding `text`, read from its start: an exec's stdin.
+// An exec's stdin: a sealed file of `text`, which the program gets as it is (SealedStdin).
 UniqueFd StdinFile(const std::string& text) {
-  UniqueFd fd(::memfd_create("nsbox-serve-stdin", MFD_CLOEXEC));
-  if (!fd) throw ApiError(500, "setup_failed", "memfd_create for the exec's stdin failed");
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw ApiError(500, "setup_failed", "writing the exec's stdin failed");
-    done += static_cast<size_t>(n);
-  }
-  ::lseek(fd.get(), 0, SEEK_SET);
-  return fd;
+  auto fd = SealedStdin(text);
+  if (!fd.ok()) throw ApiError(500, "setup_failed", fd.status().Wrap("the exec's stdin").message());
+  return std::move(*fd);
 }
 
 uint64_t HostMemoryBytes() {

@@ -121,6 +121,21 @@ TEST_CASE("--cases: a correct answer longer than --output-limit passes; a longer
                              "does not match (--output-limit, or twice expected_stdout and 64 KiB when that is more)"));
 }
 
+TEST_CASE("--cases and batch: a case's stdin is a file with its size, as a judge gives it", "[integration][cases]") {
+  // PyRival-style fast input reads os.fstat(0).st_size bytes: from a pipe that is 0, and the answer was wrong.
+  const std::string code =
+      "import os, io\ninput = io.BytesIO(os.read(0, os.fstat(0).st_size)).readline\n"
+      "print(int(input()) * 2)\n";
+  std::string file = WriteTemp("fast-input.jsonl", "{\"stdin\": \"21\\n\", \"expected_stdout\": \"42\"}\n");
+  auto raw = RunNsboxRaw({"run", "--json", "--lang", "python", "--code", code, "--cases", file});
+  ::unlink(file.c_str());
+  INFO(raw.out << raw.err);
+  auto r = nlohmann::json::parse(raw.out);
+  CHECK(r["summary"]["passed"] == 1);
+  auto results = RunBatch({{{"id", "fast"}, {"language", "python"}, {"code", code}, {"stdin", "5\n"}}});
+  CHECK(results["fast"]["stdout"] == "10\n");
+}
+
 TEST_CASE("--cases: a compile error makes every case compile_error, exit 123", "[integration][cases]") {
   auto r = RunCasesJson(
       "int main(void) { return nope; }",

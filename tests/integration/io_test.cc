@@ -85,7 +85,10 @@ TEST_CASE("the program opens its stdio again by name: /dev/stdin, /dev/stdout, /
 
 // The program reads a pipe that nsbox fills, not the source's descriptor: that one would name the file's host path in
 // /proc/self/fd/0 and could be opened again through it, for writing where the file's mode allows (0666 here).
-TEST_CASE("--stdin FILE and - reach the program through a pipe: no host path, no way back to the file",
+// A regular file reaches the program as a sealed copy, a file as `prog < input` gives one (seekable, with its size:
+// os.fstat(0).st_size is how fast-input Python reads it); anything else through a pipe. Neither names the host file
+// or leads back to it.
+TEST_CASE("--stdin FILE and - reach the program as a sealed file or a pipe: no host path, no way back to the file",
           "[integration][io]") {
   TempDir dir;
   std::string payload;
@@ -93,7 +96,7 @@ TEST_CASE("--stdin FILE and - reach the program through a pipe: no host path, no
     for (int b = 0; b < 256; ++b) payload += static_cast<char>(b);  // 300 KiB, NUL bytes included: several pipefuls
   std::string file = dir.Write("input-host-secret-name", payload);
   REQUIRE(::chmod(file.c_str(), 0666) == 0);
-  const std::string probe = R"(
+  const std::string probe = R"py(
 import os, sys
 link = os.readlink("/proc/self/fd/0")
 data = sys.stdin.buffer.read()
@@ -102,23 +105,32 @@ try:
         again.write(b"overwritten")
 except OSError as e:
     pass
-print(link.startswith("pipe:["), "host-secret" in link, len(data), data == bytes(range(256)) * 1200)
-)";
+size = os.fstat(0).st_size
+kind = "file" if link == "/memfd:nsbox-stdin (deleted)" else "pipe" if link.startswith("pipe:[") else link
+print(kind, "host-secret" in link, size, len(data), data == bytes(range(256)) * 1200)
+)py";
   auto r = RunPython(probe, {"--stdin", file});
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
-  CHECK(r.out() == "True False 307200 True\n");
+  CHECK(r.out() == "file False 307200 307200 True\n");
   CHECK(Slurp(file) == payload);
 
-  SpawnOptions spawn;
+  SpawnOptions spawn;  // nsbox's stdin redirected from the file: the same
   spawn.stdin_fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(spawn.stdin_fd >= 0);
-  auto piped = RunPython(probe, {"--stdin", "-"}, spawn);
+  auto redirected = RunPython(probe, {"--stdin", "-"}, spawn);
   ::close(spawn.stdin_fd);
+  INFO(redirected.Describe());
+  REQUIRE(redirected.status() == "ok");
+  CHECK(redirected.out() == "file False 307200 307200 True\n");
+  CHECK(Slurp(file) == payload);
+
+  SpawnOptions through_pipe;  // a pipe stays a pipe, fed as it comes
+  through_pipe.stdin_data = payload;
+  auto piped = RunPython(probe, {"--stdin", "-"}, through_pipe);
   INFO(piped.Describe());
   REQUIRE(piped.status() == "ok");
-  CHECK(piped.out() == "True False 307200 True\n");
-  CHECK(Slurp(file) == payload);
+  CHECK(piped.out() == "pipe False 0 307200 True\n");
 }
 
 TEST_CASE("a program that never reads a large --stdin ends normally", "[integration][io]") {
