@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "sandbox/base/status.h"
@@ -115,6 +116,10 @@ class CgroupChild {
   // own, whose oom_kill count stays there); 0 without a memory limit of its own, and on v2 (memory.events counts
   // the subtree).
   virtual uint64_t OomKillsApart() const { return 0; }
+  // The most memory the group used, for one with a memory limit of its own (v1 memory.max_usage_in_bytes of its
+  // memory group, v2 memory.peak): what the exec's processes held at once, page cache included, as a run's
+  // peak_memory_bytes is its cgroup's. nullopt without a limit of its own, or when the file cannot be read.
+  virtual std::optional<uint64_t> PeakMemoryBytes() const { return std::nullopt; }
 
  protected:
   CgroupChild() = default;

@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -37,6 +40,15 @@ class CgroupChildGroup final : public CgroupChild {
     oom_control_ = ControlFile(memory_dir_ + "/memory.oom_control");
   }
   uint64_t OomKillsApart() const override { return memory_dir_.empty() ? 0 : oom_control_.Keyed("oom_kill"); }
+  // v2: the limit is in the child's own directory, which has its own memory.peak.
+  void SetOwnMemoryV2() { peak_file_ = dir_ + "/memory.peak"; }
+  std::optional<uint64_t> PeakMemoryBytes() const override {
+    const std::string file = !memory_dir_.empty() ? memory_dir_ + "/memory.max_usage_in_bytes" : peak_file_;
+    if (file.empty()) return std::nullopt;
+    auto text = ReadFile(file, 64);
+    if (!text.ok() || text->empty() || !std::isdigit(static_cast<unsigned char>((*text)[0]))) return std::nullopt;
+    return std::strtoull(text->c_str(), nullptr, 10);
+  }
 
   CgroupSelfJoin self_join() const override { return join_; }
   std::string path() const override { return dir_; }
@@ -64,6 +76,7 @@ class CgroupChildGroup final : public CgroupChild {
   std::string dir_;
   UniqueFd own_fd_;
   std::string memory_dir_;
+  std::string peak_file_;
   UniqueFd memory_fd_;
   ControlFile oom_control_;
   CgroupSelfJoin join_;
@@ -106,6 +119,7 @@ StatusOr<std::unique_ptr<CgroupChild>> MakeCgroupChild(const ChildGroupOptions& 
     if (PathExists(limit_dir + "/memory.swap.max"))
       NSBOX_RETURN_IF_ERROR(
           WriteCgroupFile(limit_dir + "/memory.swap.max", "0").Wrap("setting the exec's memory limit"));
+    child->SetOwnMemoryV2();
     return std::unique_ptr<CgroupChild>(std::move(child));
   }
   // v1: a group in the memory hierarchy, set up before the child owns it so that a failure removes it here.

@@ -311,6 +311,9 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   uint64_t own_oom_kills = 0;  // in the exec's own group: this exec's, whatever else ran beside it
   if (in.limits && exec_group && ex.memory_max_bytes > 0) {  // the exec's own memory limit: it is what held
     own_oom_kills = exec_group->OomKillsApart();
+    // Its group's peak, as a run's is its cgroup's, rather than the largest process's resident size (which for a
+    // payload forked from the supervisor starts at the supervisor's own).
+    if (auto peak = exec_group->PeakMemoryBytes(); peak && in.program_status) in.peak_memory_bytes = *peak;
     in.limits->oom_kills += own_oom_kills;
     in.own_memory_limit = ex.memory_max_bytes < in.limits->memory_max_bytes;
     in.limits->memory_max_bytes = std::min(in.limits->memory_max_bytes, ex.memory_max_bytes);

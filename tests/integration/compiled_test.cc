@@ -244,6 +244,23 @@ TEST_CASE("a compiler stopped by the pids limit is compile_error whose reason na
 
 // Debian's tsc has no @types/node: without nsbox's declarations, require, process and "fs" were compile errors, and a
 // file without import or export was a global script whose `const name` clashed with the DOM lib's own.
+// The program step's figure was the largest process's resident size, which for a payload forked from the supervisor
+// starts at the supervisor's own: every small C program reported the same 4 MiB, and three children were one.
+TEST_CASE("a compiled program's peak_memory_bytes is its group's peak, children included, as a run's is",
+          "[integration][compiled]") {
+  auto r = RunNsboxJson({"--lang", "c", "--code",
+                         "#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n#include <sys/wait.h>\n"
+                         "int main(void) {\n  for (int i = 0; i < 3; i++)\n    if (fork() == 0) {\n"
+                         "      volatile char *p = malloc(100 << 20);\n      memset((char *)p, 1, 100 << 20);\n"
+                         "      long s = 0;\n      for (long j = 0; j < (100 << 20); j += 4096) s += p[j];\n"
+                         "      sleep(1);\n      _exit(s == 0);\n    }\n  while (wait(0) > 0) {}\n  return 0;\n}\n"});
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  const uint64_t peak = r.json.value("peak_memory_bytes", uint64_t{0});
+  CHECK(peak >= 300ull << 20);
+  CHECK(peak < 400ull << 20);
+}
+
 TEST_CASE("TypeScript reads its input as Node programs do, and common top-level names compile",
           "[integration][compiled]") {
   if (!HostHas("/usr/bin/tsc")) {
