@@ -41,8 +41,9 @@ int Result::ShellExitCode() const {
       return exec_errno != 0 ? 126 : 125;
     case RunStatus::kSessionLost: return 125;
     case RunStatus::kCompileError: return kCompileExitCode;
-    case RunStatus::kSignal:
     case RunStatus::kOom:
+      return 137;  // as for an OOM kill, also when a runtime's full heap ended the program
+    case RunStatus::kSignal:
     case RunStatus::kViolation:
     case RunStatus::kKilled: return 128 + (signal > 0 ? signal : 9);
   }

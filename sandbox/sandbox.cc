@@ -159,6 +159,7 @@ Result Sandbox::Run() {
   VerdictInputs in;
   in.kind = VerdictInputs::Kind::kRun;
   in.wall_timeout = executor_.wall_timeout;
+  in.heap_exhausted_text = executor_.heap_exhausted_text;
   bool gone = false;
   InitMessage gone_message{};
   // Ending the sandbox early (time-out, cancel): pid 1 is asked to kill and reap everything, so the CPU time spent

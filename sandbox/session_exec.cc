@@ -267,6 +267,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
 
   VerdictInputs in;
   in.wall_timeout = ex.wall_timeout;
+  in.heap_exhausted_text = ex.heap_exhausted_text;
   auto kill_exec = [&] {
     KillExec(h);
     if (exec_group) (void)exec_group->KillAll();

@@ -54,6 +54,14 @@ void FromProgramStatus(const VerdictInputs& in, int ws, Result* result) {
     const char* whose = in.kind != Kind::kSessionExec ? "" : in.own_memory_limit ? "exec's own " : "session's ";
     result->reason =
         fmt::format("killed by the OOM killer: the {}memory limit of {} bytes was reached", whose, MemoryMax(in));
+  } else if ((result->status == RunStatus::kExit || result->status == RunStatus::kSignal) &&
+             !in.heap_exhausted_text.empty() &&
+             in.stderr_stream.data.find(in.heap_exhausted_text) != std::string::npos) {
+    result->status = RunStatus::kOom;
+    result->reason = fmt::format(
+        "the runtime's heap, sized from the memory limit of {} bytes, was full (\"{}\" in "
+        "stderr): {}",
+        MemoryMax(in), in.heap_exhausted_text, result->reason);
   }
 }
 

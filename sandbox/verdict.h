@@ -54,6 +54,7 @@ struct VerdictInputs {
   // Non-empty: the session ended while this exec ran ("the session ended while the exec ran (removed …)").
   std::string session_ended;
   CapturedStream stdout_stream, stderr_stream;
+  std::string heap_exhausted_text;  // the executor's: a failure with it in stderr is an oom
   int64_t wall_ms = 0, cpu_ms = 0;
   uint64_t peak_memory_bytes = 0;
   std::map<std::string, uint64_t> denied_syscalls;

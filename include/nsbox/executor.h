@@ -30,6 +30,11 @@ struct Executor {
   // which the interpreter reads it.
   std::string code_path;
   std::string code;
+  // Non-empty: the words by which the program's runtime says, on stderr, that it stopped at the heap limit it was given
+  // (V8's "JavaScript heap out of memory" under --max-old-space-size, Java's "java.lang.OutOfMemoryError: Java heap
+  // space" under -Xmx), where the caller sized that heap from the memory limit: a program that fails with them in
+  // its stderr ran out of memory, and its verdict is oom, as if the OOM killer had ended it.
+  std::string heap_exhausted_text;
 };
 
 // The largest output_limit_bytes: nsbox holds what it keeps of both streams in its own memory, outside every cgroup

@@ -60,7 +60,8 @@ nlohmann::json ExecutorToJson(const Executor& ex) {
           {"code", ex.code},
           {"timeout_ms", ex.wall_timeout.count()},
           {"output_limit", ex.output_limit_bytes},
-          {"memory_max_bytes", ex.memory_max_bytes}};
+          {"memory_max_bytes", ex.memory_max_bytes},
+          {"heap_exhausted_text", ex.heap_exhausted_text}};
 }
 
 Executor ExecutorFromJson(const nlohmann::json& request) {  // throws nlohmann::json::exception
@@ -74,6 +75,7 @@ Executor ExecutorFromJson(const nlohmann::json& request) {  // throws nlohmann::
   ex.wall_timeout = std::chrono::milliseconds(request.at("timeout_ms").get<int64_t>());
   ex.output_limit_bytes = request.at("output_limit").get<uint64_t>();
   ex.memory_max_bytes = request.value("memory_max_bytes", uint64_t{0});  // 0 or absent: the session's limit alone
+  ex.heap_exhausted_text = request.value("heap_exhausted_text", "");
   return ex;
 }
 
@@ -264,6 +266,8 @@ Program FinishProgram(const std::optional<Language>& lang, Executor ex, const Co
   }
   // The language's own arguments lead argv (ApplyLanguage, PlanCompiledProgram); the user's are left as written.
   if (lang) SizeHeap(program.run, program_memory_bytes, lang->argv.size());
+  // A heap sized from the memory limit that fills up is the program running out of memory (an oom verdict).
+  if (lang && program_memory_bytes) program.run.heap_exhausted_text = lang->heap_exhausted;
   return program;
 }
 

@@ -166,6 +166,11 @@ StatusOr<Language> ParseLanguage(const nlohmann::json& table, const std::string&
       if (!image_template.ok()) return image_template.status();
       lang.image_template = std::move(*image_template);
     }
+    if (entry.contains("heap_exhausted")) {
+      auto heap_exhausted = Field<std::string>(entry, name, "heap_exhausted");
+      if (!heap_exhausted.ok()) return heap_exhausted.status();
+      lang.heap_exhausted = std::move(*heap_exhausted);
+    }
     if (entry.contains("compile")) {
       if (!entry["compile"].is_object())
         return Status::Error(fmt::format("language '{}': \"compile\" must be an object", name));

@@ -41,6 +41,8 @@ struct Language {
   std::map<std::string, std::string> env;
   std::optional<CompileSpec> compile;
   std::string image_template;  // the image template (rootfs/templates/) whose root has the toolchain
+  // What the runtime writes to stderr when the heap nsbox sized ({heap_mib}) is full: Executor::heap_exhausted_text.
+  std::string heap_exhausted;
 };
 
 // The entry `requested` of a parsed table, aliases followed (pure: the unit tests give their own tables).

@@ -1,8 +1,8 @@
 // Integration: the per-language matrix of issue 29, for every language of rootfs/languages.json on the host view:
 // hello world (with no denied system call under the default seccomp profile), a compile error with its diagnostics,
-// a runtime error with its exit code, an infinite loop ending as timeout, a memory bomb as oom (Java: its
-// OutOfMemoryError), and for the compiled languages the compile step's own time-out. A toolchain missing from the host fails its cases: tools/setup --tests
-// installs every one.
+// a runtime error with its exit code, an infinite loop ending as timeout, a memory bomb as oom (Java: from its
+// OutOfMemoryError), and for the compiled languages the compile step's own time-out. A toolchain missing from the
+// host fails its cases: tools/setup --tests installs every one.
 #include <unistd.h>
 
 #include <string>
@@ -46,8 +46,8 @@ struct MatrixLanguage {
   // memory limit the sandbox's one limit is both steps', so it must hold the compile (rustc's about 170M, tsc's
   // 160M, javac's 65M measured here) with room to spare, and the bomb still ends as oom above it.
   uint64_t bomb_memory_mib = 64;
-  // A runtime whose heap nsbox holds under --memory ({heap_mib}) ends the bomb itself, with this in stderr and exit
-  // code 1, before the OOM killer would; empty: the OOM killer ends it.
+  // A runtime whose heap nsbox holds under --memory ({heap_mib}) ends the bomb itself, with this in stderr, before the
+  // OOM killer would, and the verdict is oom all the same; empty: the OOM killer ends it.
   std::string bomb_heap_error;
 };
 
@@ -361,11 +361,15 @@ void MatrixMemoryBomb(const MatrixLanguage& lang) {
   INFO(r.Describe());
   const uint64_t limit = lang.bomb_memory_mib << 20;
   if (!lang.bomb_heap_error.empty()) {
-    CHECK(r.status() == "exit");
-    CHECK(r.exit_code() == 1);
+    CHECK(r.status() == "oom");
+    CHECK(r.exit_code() == 1);  // the runtime's own
+    CHECK(r.process.exit_code == 137);
     CHECK(r.err().find(lang.bomb_heap_error) != std::string::npos);
     CHECK(r.json["limits"]["memory_max_bytes"] == limit);
     CHECK(r.json["limits"]["oom_kills"] == 0);
+    CHECK_THAT(r.json.value("reason", ""),
+               Catch::StartsWith("the runtime's heap, sized from the memory limit of " + std::to_string(limit) +
+                                 " bytes, was full (\"" + lang.bomb_heap_error + "\" in stderr)"));
     CheckCompiledOk(lang, r);
     return;
   }

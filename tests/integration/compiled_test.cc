@@ -324,6 +324,24 @@ TEST_CASE("a Java program whose class is not Main runs: its file takes the publi
   CHECK(plain.out() == "7\n");
 }
 
+// V8 stops at the heap nsbox gave it (--max-old-space-size) with its own message and SIGABRT, before the OOM killer:
+// that was a "signal" verdict, while the same program's bigger arrays were "oom".
+TEST_CASE("node that fills the heap sized from --memory is oom, with the runtime's words in the reason",
+          "[integration][compiled]") {
+  auto r = RunNsboxJson({"--memory", "256M", "--lang", "node", "--code",
+                         "const m = new Map();\nfor (let i = 0; ; i++) m.set(i, [i, i + 1, i + 2]);\n"});
+  INFO(r.Describe());
+  CHECK(r.status() == "oom");
+  CHECK(r.process.exit_code == 137);
+  CHECK_THAT(r.json.value("reason", ""),
+             Catch::StartsWith("the runtime's heap, sized from the memory limit of 268435456 bytes, was full "
+                               "(\"JavaScript heap out of memory\" in stderr)"));
+  // Without a memory limit no heap is sized, and the words are the program's own.
+  auto words = RunNsboxJson({"--dangerously-run-without-limits", "--lang", "node", "--code",
+                             "console.error('JavaScript heap out of memory'); process.exit(3);\n"});
+  CHECK(words.status() == "exit");
+}
+
 TEST_CASE("Java and Node collect garbage within --memory: heaps sized from it and not from the host's RAM",
           "[integration][compiled]") {
   // 100 MB kept and gigabytes of garbage: a heap sized from the host's RAM grows past 256M before it collects.

@@ -112,6 +112,36 @@ TEST_CASE("SIGKILL while the OOM killer counted a kill is an OOM at the limit", 
   CHECK(MakeVerdict(Ran(VerdictKind::kRun, Signaled(SIGKILL))).status == RunStatus::kSignal);
 }
 
+TEST_CASE("a runtime that stops at the heap nsbox sized, saying so in stderr, is an OOM; its words alone are not",
+          "[verdict]") {
+  const std::string v8 = "JavaScript heap out of memory";
+  auto aborted = Ran(VerdictKind::kRun, Signaled(SIGABRT));
+  aborted.heap_exhausted_text = v8;
+  aborted.stderr_stream.data =
+      "<--- Last few GCs --->\nFATAL ERROR: Reached heap limit Allocation failed - " + v8 + "\n";
+  auto result = MakeVerdict(aborted);
+  CHECK(result.status == RunStatus::kOom);
+  CHECK(result.signal == SIGABRT);
+  CHECK(result.reason == "the runtime's heap, sized from the memory limit of 67108864 bytes, was full (\"" + v8 +
+                             "\" in stderr): killed by signal 6 (SIGABRT)");
+  CHECK(result.ShellExitCode() == 137);
+  auto java = Ran(VerdictKind::kSessionExec, Exited(1));
+  java.heap_exhausted_text = "java.lang.OutOfMemoryError: Java heap space";
+  java.stderr_stream.data = "Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space\n";
+  CHECK(MakeVerdict(java).status == RunStatus::kOom);
+  CHECK(MakeVerdict(java).exit_code == 1);
+  // Without the words, or with them and a clean exit, or with no heap sized: the program's own end.
+  java.stderr_stream.data = "Exception in thread \"main\" java.lang.IllegalStateException\n";
+  CHECK(MakeVerdict(java).status == RunStatus::kExit);
+  auto fine = Ran(VerdictKind::kRun, Exited(0));
+  fine.heap_exhausted_text = v8;
+  fine.stderr_stream.data = v8;
+  CHECK(MakeVerdict(fine).status == RunStatus::kOk);
+  auto unsized = Ran(VerdictKind::kRun, Exited(3));
+  unsized.stderr_stream.data = v8;
+  CHECK(MakeVerdict(unsized).status == RunStatus::kExit);
+}
+
 TEST_CASE("a session exec that ran beside others is not taken for the OOM kill the session's counter saw",
           "[verdict]") {
   // The counter is the session's: the OOM kill may have been another exec's, and this SIGKILL its own doing.
