@@ -1,6 +1,7 @@
 // The user namespace from the parent side: one inside uid/gid mapped to one host uid/gid, never to host root.
 #include "sandbox/user_ns.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +26,10 @@ Status WriteIdMaps(pid_t pid, const Policy& policy, bool privileged) {
 
 Status GiveToSandboxUser(int fd, const Policy& policy) {
   if (fd < 0 || ::geteuid() != 0) return OkStatus();
+  // Pipes only: a sealed stdin file (SealedStdin) may be a caller's own, and any user may read it again already.
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Status::Errno("fstat(stdio descriptor)");
+  if (!S_ISFIFO(st.st_mode)) return OkStatus();
   if (::fchown(fd, policy.host_uid(), policy.host_gid()) != 0)
     return Status::Errno(
         fmt::format("fchown(pipe, {}, {}) for the sandbox user", policy.host_uid(), policy.host_gid()));
