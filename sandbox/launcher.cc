@@ -160,7 +160,7 @@ Status LaunchRun(const Executor& executor, const Policy& policy, SandboxHooks* h
   plan.stdout_fd = out->write.get();
   plan.stderr_fd = err->write.get();
   for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd})
-    NSBOX_RETURN_IF_ERROR(GiveToSandboxUser(fd, policy).Wrap("creating pipes"));
+    NSBOX_RETURN_IF_ERROR(LetSandboxReopen(fd).Wrap("creating pipes"));
   plan.control_fd = control->write.get();
   plan.sync_fd = sync->read.get();
   UniqueFd seccomp_child;

@@ -102,7 +102,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   plan.stdout_fd = out->write.get();
   plan.stderr_fd = err->write.get();
   for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd})
-    NSBOX_RETURN_IF_ERROR(GiveToSandboxUser(fd, policy_).Wrap("creating pipes"));
+    NSBOX_RETURN_IF_ERROR(LetSandboxReopen(fd).Wrap("creating pipes"));
   plan.control_fd = control->write.get();
   plan.channel_fd = channel_fd;
   // The payload hands its seccomp listener over this socket when the profile asks for denial reports.
