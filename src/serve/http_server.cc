@@ -2,6 +2,7 @@
 // runs on the connection's thread; a streamed answer is produced on a thread of its own and handed to libmicrohttpd
 // chunk by chunk.
 #include "src/serve/http_server.h"
+#include "sandbox/base/defer.h"
 
 #include <poll.h>
 #include <strings.h>
@@ -72,6 +73,11 @@ struct StreamState : StreamSink {
   bool done = false;
   bool gone = false;  // the response was destroyed (sent, or the connection closed)
   int client_fd = -1;
+  // While ReadStream waits for the producer (a program that prints nothing for a while), the connection's idle
+  // time-out is lifted: it would cut a quiet program's result off. It is set again, afresh, as soon as there is
+  // something to send, so that a client that stops reading is still dropped.
+  MHD_Connection* connection = nullptr;
+  unsigned idle_timeout_seconds = 0;
 
   bool Write(std::string chunk) override {
     std::unique_lock lock(mutex);
@@ -98,6 +104,11 @@ struct StreamHandle {
 ssize_t ReadStream(void* cls, uint64_t, char* buffer, size_t max) {
   auto& state = *static_cast<StreamHandle*>(cls)->state;
   std::unique_lock lock(state.mutex);
+  const bool lift = state.chunks.empty() && !state.done && state.connection;
+  if (lift) MHD_set_connection_option(state.connection, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  Defer restore([&] {
+    if (lift) MHD_set_connection_option(state.connection, MHD_CONNECTION_OPTION_TIMEOUT, state.idle_timeout_seconds);
+  });
   // Waits in slices, so that a client that goes away while nothing is written is noticed.
   while (state.chunks.empty() && !state.done) {
     if (state.changed.wait_for(lock, std::chrono::milliseconds(200)) == std::cv_status::timeout) {
@@ -326,6 +337,8 @@ struct HttpServerCallbacks {
 
     auto stream = std::make_shared<StreamState>();
     stream->client_fd = fd;
+    stream->connection = connection;
+    stream->idle_timeout_seconds = server->options_.idle_timeout_seconds;
     MHD_Response* mhd = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, &ReadStream,
                                                           new StreamHandle{stream}, &FreeStream);
     if (!mhd) return MHD_NO;
@@ -340,10 +353,6 @@ struct HttpServerCallbacks {
       // server that stops (Stop) does not cut a stream's last lines off; bounded for a client that stops reading.
       stream->changed.wait_for(lock, std::chrono::seconds(5), [&] { return stream->gone; });
     });
-    // A streamed answer may be silent for as long as its exec runs (which the exec's time-out bounds, and ReadStream
-    // notices a client that goes away): the idle time-out would cut a quiet program's result off. It comes back when
-    // the answer is done (Completed).
-    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
     MHD_destroy_response(mhd);
     return queued;
@@ -423,21 +432,14 @@ struct HttpServerCallbacks {
     }
     if (!response.content_type.empty())
       MHD_add_response_header(mhd, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
-    // A streamed answer may be silent for as long as its exec runs (which the exec's time-out bounds, and ReadStream
-    // notices a client that goes away): the idle time-out would cut a quiet program's result off. It comes back when
-    // the answer is done (Completed).
-    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
     MHD_destroy_response(mhd);
     return queued;
   }
 
-  static void Completed(void* cls, MHD_Connection* connection, void** con_cls, MHD_RequestTerminationCode) {
+  static void Completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
     delete static_cast<HttpServer::Connection*>(*con_cls);
     *con_cls = nullptr;
-    // The idle time-out again for the next request on this connection (a streamed answer lifted it).
-    auto* server = static_cast<HttpServer*>(cls);
-    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, server->options_.idle_timeout_seconds);
   }
 
   static std::string nlohmann_free_error(const std::string& what) {
@@ -458,7 +460,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(int listen_fd, bool unix
   server->daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &HttpServerCallbacks::Access, server.get(), MHD_OPTION_LISTEN_SOCKET, listen_fd,
       MHD_OPTION_CONNECTION_LIMIT, server->options_.connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
-      server->options_.idle_timeout_seconds, MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, server.get(),
+      server->options_.idle_timeout_seconds, MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, nullptr,
       MHD_OPTION_URI_LOG_CALLBACK, &KeepRawUri, nullptr, MHD_OPTION_END);
   if (!server->daemon_) {
     ::close(listen_fd);
