@@ -154,7 +154,8 @@ Status LaunchRun(const Executor& executor, const Policy& policy, SandboxHooks* h
     if (!p->ok()) return p->status().Wrap("creating pipes");
   // The program's stdin is a pipe nsbox fills, never the source's own descriptor (stdin_feeder.h says why).
   if (executor.stdin_fd >= 0) {
-    NSBOX_RETURN_IF_ERROR(run->stdin_feeder.Start(executor.stdin_fd).Wrap("creating pipes"));
+    // A run's processes all end with it: a sealed stdin file goes to the program as it is.
+    NSBOX_RETURN_IF_ERROR(run->stdin_feeder.Start(executor.stdin_fd, /*pass_sealed_file=*/true).Wrap("creating pipes"));
     plan.stdin_fd = run->stdin_feeder.child_end();
   }
   plan.stdout_fd = out->write.get();

@@ -126,6 +126,11 @@ class SessionSandbox {
   // execs' verdicts are worded as a run's ("every process of the sandbox was killed", "the memory limit"), not as
   // an exec's of a session that lives on. Before the first Exec.
   void WordExecVerdictsAsRun() { execs_worded_as_run_ = true; }
+  // For a session that lives for one run (RunSteps: a compiled run, --cases, a batch job): an exec's sealed stdin
+  // file (SealedStdin) is handed to its program as it is, a file with its size. In a session that lives on, a process
+  // an exec leaves behind could keep such files, and their memory, which no limit of the sandbox counts: there they
+  // are copied into a pipe.
+  void PassSealedStdin() { pass_sealed_stdin_ = true; }
 
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
@@ -178,6 +183,7 @@ class SessionSandbox {
   uint64_t exec_group_counter_ = 0;
   bool new_network_ = true;
   bool execs_worded_as_run_ = false;
+  bool pass_sealed_stdin_ = false;
   VforkWatchdog start_watchdog_;  // for payloads still starting at their exec's deadline
   // Starts one at a time: a start holds it until its payload has called execve. Timed: a process of the session can
   // stop a payload before that (SIGSTOP), and another exec's start then waits only until its own deadline

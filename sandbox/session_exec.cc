@@ -225,7 +225,8 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   // The program's stdin is a pipe the supervisor fills, never the descriptor the client sent (stdin_feeder.h).
   StdinFeeder stdin_feeder;
   if (ex.stdin_fd >= 0) {
-    if (Status s = stdin_feeder.Start(ex.stdin_fd); !s.ok()) return SetupError(s.Wrap("creating pipes").message());
+    if (Status s = stdin_feeder.Start(ex.stdin_fd, pass_sealed_stdin_); !s.ok())
+      return SetupError(s.Wrap("creating pipes").message());
     ex.stdin_fd = stdin_feeder.child_end();
   }
 

@@ -68,8 +68,8 @@ StatusOr<UniqueFd> SealedStdin(std::string_view data) {
   return fd;
 }
 
-Status StdinFeeder::Start(int source) {
-  if (source >= 0 && IsSealedFile(source)) {
+Status StdinFeeder::Start(int source, bool pass_sealed_file) {
+  if (source >= 0 && pass_sealed_file && IsSealedFile(source)) {
     // A descriptor of the file itself, read from its start: nothing of the host, and nothing to copy.
     read_.reset(::fcntl(source, F_DUPFD_CLOEXEC, 3));
     if (!read_) return Status::Errno("fcntl(stdin file, F_DUPFD_CLOEXEC)");

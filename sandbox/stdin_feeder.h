@@ -24,7 +24,9 @@ namespace nsbox {
 // shrinking, which the feeder hands the program as it is. Seekable and with its size, as a judge's `prog < input`
 // is (os.fstat(0).st_size, mmap, fseek), and naming no host path (/proc/self/fd/0 is "/memfd:nsbox-stdin").
 // The bytes live in memory while the program runs: for the inputs nsbox holds anyway (a test case's, a batch
-// job's, an API exec's), and a --stdin file of at most kMaxSealedStdinBytes (a larger one, or a pipe, is fed).
+// job's, an API exec's), and a --stdin file of at most kMaxSealedStdinBytes (a larger one, or a pipe, is fed). Handed
+// over as it is only to a sandbox whose processes all end with the run (StdinFeeder::Start); a session's exec gets it
+// through a pipe.
 StatusOr<UniqueFd> SealedStdin(std::string_view data);
 inline constexpr uint64_t kMaxSealedStdinBytes = 64ull << 20;
 
@@ -34,9 +36,11 @@ class StdinFeeder {
   StdinFeeder(const StdinFeeder&) = delete;
   StdinFeeder& operator=(const StdinFeeder&) = delete;
 
-  // source: the descriptor to copy from, not owned; it must stay open while the feeder runs. A SealedStdin file is
-  // not copied: the payload gets a descriptor of it (child_end), and the feeder has nothing to do.
-  Status Start(int source);
+  // source: the descriptor to copy from, not owned; it must stay open while the feeder runs. With pass_sealed_file, a
+  // SealedStdin file is not copied: the payload gets a descriptor of it (child_end), and the feeder has nothing to
+  // do. Only where every process of the sandbox ends with the run: a process left behind holding the file would keep
+  // memory (nsbox's, or its caller's) that no limit of the sandbox counts.
+  Status Start(int source, bool pass_sealed_file = false);
   // The pipe's read end, for the payload's fd 0 (close-on-exec: the payload dup2s it); -1 before Start.
   int child_end() const { return read_.get(); }
   // Closes nsbox's copy of the read end once the payload's process exists.

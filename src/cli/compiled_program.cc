@@ -345,6 +345,7 @@ Status RunSteps(Policy policy, SandboxHooks* hooks, int cancel_fd, const std::fu
   auto session = SessionSandbox::Start(std::move(policy), hooks);
   if (!session.ok()) return session.status().Wrap("starting the sandbox for the compile step");
   (*session)->WordExecVerdictsAsRun();
+  (*session)->PassSealedStdin();  // the session ends with this run, and every process in it
   steps([&](Executor step, Step kind) {
     return (*session)->Exec(std::move(step), cancel_fd, {}, kind == Step::kProgram ? live : nullptr);
   });

@@ -432,7 +432,9 @@ TEST_CASE("an exec's program and a REPL cell open their stdio again by name (/de
   CHECK(cell["stdout"] == "by name\n");
 }
 
-TEST_CASE("exec --stdin FILE reaches the program as a sealed copy, not the host file", "[session]") {
+// Not a sealed copy, as a run's is: a process an exec leaves running could keep it, and its memory, which no limit of
+// the session counts.
+TEST_CASE("exec --stdin FILE reaches the program through a pipe, not the host file", "[session]") {
   Sessions s;
   std::string id = s.Create();
   std::string file = s.state_dir + "/stdin-host-secret-name";
@@ -443,11 +445,9 @@ TEST_CASE("exec --stdin FILE reaches the program as a sealed copy, not the host 
   Output r = s.Nsbox({"exec", id, "--stdin", file, "--", "/bin/sh", "-c", "readlink /proc/self/fd/0; cat"});
   INFO(r.err);
   CHECK(r.code == 0);
-  CHECK(r.out == "/memfd:nsbox-stdin (deleted)\nline one\nline two\n");
-  Output again = s.Nsbox({"exec", id, "--stdin", file, "--", "/bin/sh", "-c", "echo x > /proc/self/fd/0; cat"});
-  CHECK(again.out == "line one\nline two\n");  // the copy cannot be written
-  std::ifstream in(file);
-  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "line one\nline two\n");
+  CHECK(r.out.starts_with("pipe:["));
+  CHECK(r.out.find("host-secret") == std::string::npos);
+  CHECK(r.out.ends_with("]\nline one\nline two\n"));
 }
 
 TEST_CASE("a package installed with pip --user from a local source tree is importable in later execs", "[session]") {
