@@ -3,15 +3,9 @@
 
 #include <cctype>
 #include <string>
-#include <vector>
 
 namespace nsbox::cli {
 namespace {
-
-struct Token {
-  std::string text;  // an identifier or keyword, or one punctuation character
-  int depth;         // braces open before it
-};
 
 // Bytes of UTF-8 sequences count as letters: Java identifiers may have any Unicode letter.
 bool IdentifierStart(char c) {
@@ -19,85 +13,106 @@ bool IdentifierStart(char c) {
 }
 bool IdentifierPart(char c) { return IdentifierStart(c) || std::isdigit(static_cast<unsigned char>(c)); }
 
-// Identifiers and punctuation with their brace depth; comments, string, text-block and character literals and
-// numbers are skipped.
-std::vector<Token> Tokenize(std::string_view s) {
-  std::vector<Token> tokens;
-  int depth = 0;
-  size_t i = 0;
-  auto skip_quoted = [&](char quote) {  // i at the opening quote
-    for (++i; i < s.size() && s[i] != quote && s[i] != '\n'; ++i)
-      if (s[i] == '\\') ++i;
-    ++i;
-  };
-  while (i < s.size()) {
-    const char c = s[i];
-    if (s.substr(i, 2) == "//") {
-      i = s.find('\n', i);
-      if (i == std::string_view::npos) break;
-    } else if (s.substr(i, 2) == "/*") {
-      i = s.find("*/", i + 2);
-      if (i == std::string_view::npos) break;
-      i += 2;
-    } else if (s.substr(i, 3) == "\"\"\"") {
-      // A text block: to the next """ that is not escaped.
-      for (i += 3; i < s.size() && s.substr(i, 3) != "\"\"\""; ++i)
-        if (s[i] == '\\') ++i;
-      i += 3;
-    } else if (c == '"' || c == '\'') {
-      skip_quoted(c);
-    } else if (IdentifierStart(c)) {
-      size_t end = i;
-      while (end < s.size() && IdentifierPart(s[end])) ++end;
-      tokens.push_back({std::string(s.substr(i, end - i)), depth});
-      i = end;
-    } else if (std::isdigit(static_cast<unsigned char>(c))) {
-      while (i < s.size() && (IdentifierPart(s[i]) || s[i] == '.')) ++i;
-    } else {
-      if (c == '}') depth = depth > 0 ? depth - 1 : 0;
-      if (!std::isspace(static_cast<unsigned char>(c))) tokens.push_back({std::string(1, c), depth});
-      if (c == '{') ++depth;
-      ++i;
+// The source's identifiers and punctuation, one at a time, each with its brace depth; comments, string, text-block
+// and character literals and numbers are skipped. Nothing is kept but the token at hand: the scan of a 16 MiB source
+// holds no more memory than its longest identifier.
+class Lexer {
+ public:
+  explicit Lexer(std::string_view source) : s_(source) {}
+  // The next token into text and depth; false at the end.
+  bool Next(std::string& text, int& depth) {
+    while (i_ < s_.size()) {
+      const char c = s_[i_];
+      if (s_.substr(i_, 2) == "//") {
+        i_ = s_.find('\n', i_);
+        if (i_ == std::string_view::npos) i_ = s_.size();
+      } else if (s_.substr(i_, 2) == "/*") {
+        i_ = s_.find("*/", i_ + 2);
+        i_ = i_ == std::string_view::npos ? s_.size() : i_ + 2;
+      } else if (s_.substr(i_, 3) == "\"\"\"") {
+        // A text block: to the next """ that is not escaped.
+        for (i_ += 3; i_ < s_.size() && s_.substr(i_, 3) != "\"\"\""; ++i_)
+          if (s_[i_] == '\\') ++i_;
+        i_ += 3;
+      } else if (c == '"' || c == '\'') {
+        for (++i_; i_ < s_.size() && s_[i_] != c && s_[i_] != '\n'; ++i_)
+          if (s_[i_] == '\\') ++i_;
+        ++i_;
+      } else if (IdentifierStart(c)) {
+        size_t end = i_;
+        while (end < s_.size() && IdentifierPart(s_[end])) ++end;
+        text.assign(s_.substr(i_, end - i_));
+        depth = depth_;
+        i_ = end;
+        return true;
+      } else if (std::isdigit(static_cast<unsigned char>(c))) {
+        while (i_ < s_.size() && (IdentifierPart(s_[i_]) || s_[i_] == '.')) ++i_;
+      } else {
+        ++i_;
+        if (c == '}') depth_ = depth_ > 0 ? depth_ - 1 : 0;
+        if (std::isspace(static_cast<unsigned char>(c))) continue;
+        text.assign(1, c);
+        depth = depth_;
+        if (c == '{') ++depth_;
+        return true;
+      }
     }
+    return false;
   }
-  return tokens;
-}
+
+ private:
+  std::string_view s_;
+  size_t i_ = 0;
+  int depth_ = 0;
+};
 
 bool IsTypeKeyword(const std::string& word) {
   return word == "class" || word == "interface" || word == "enum" || word == "record";
 }
 
+// A class name that is a file name too: javac writes NAME.class beside NAME.java, and a file name has 255 bytes.
+constexpr size_t kMaxClassName = 200;
+
 }  // namespace
 
 std::string JavaMainClass(std::string_view source) {
-  const std::vector<Token> tokens = Tokenize(source);
+  Lexer lexer(source);
   std::string public_type, first_with_main, current_type;
   bool saw_public = false;        // in the top-level declaration being read
   bool member_is_static = false;  // in the member of a top-level type being read
-  for (size_t k = 0; k < tokens.size(); ++k) {
-    const Token& t = tokens[k];
-    if (t.depth == 0) {
-      if (t.text == ";" || t.text == "}" || t.text == "{") saw_public = false;
-      if (t.text == "public") saw_public = true;
-      // "class X" (not "X.class", a class literal, which has a '.' before it)
-      if (IsTypeKeyword(t.text) && k + 1 < tokens.size() && IdentifierStart(tokens[k + 1].text[0]) &&
-          !(k > 0 && tokens[k - 1].text == ".")) {
-        current_type = tokens[k + 1].text;
+  bool type_name_next = false;    // the last token was "class" (or another type keyword) at depth 0
+  bool main_named = false;        // the last tokens were "void main" in a static member
+  std::string previous, text;
+  int previous_depth = 0, depth = 0;
+  while (lexer.Next(text, depth)) {
+    if (type_name_next) {
+      type_name_next = false;
+      if (IdentifierStart(text[0])) {
+        current_type = text;
         if (saw_public && public_type.empty()) public_type = current_type;
       }
-      member_is_static = false;
-    } else if (t.depth == 1 && !current_type.empty()) {
-      if (t.text == ";" || t.text == "}" || t.text == "{") member_is_static = false;
-      if (t.text == "static") member_is_static = true;
-      if (member_is_static && t.text == "main" && k > 0 && tokens[k - 1].text == "void" && k + 1 < tokens.size() &&
-          tokens[k + 1].text == "(" && first_with_main.empty())
-        first_with_main = current_type;
     }
+    if (main_named && text == "(" && first_with_main.empty()) first_with_main = current_type;
+    main_named = false;
+    if (depth == 0) {
+      if (text == ";" || text == "}" || text == "{") saw_public = false;
+      if (text == "public") saw_public = true;
+      // "class X" (not "X.class", a class literal, which has a '.' before it)
+      if (IsTypeKeyword(text) && !(previous == "." && previous_depth == 0)) type_name_next = true;
+      member_is_static = false;
+    } else if (depth == 1 && !current_type.empty()) {
+      if (text == ";" || text == "}" || text == "{") member_is_static = false;
+      if (text == "static") member_is_static = true;
+      if (member_is_static && text == "main" && previous == "void") main_named = true;
+    }
+    previous.swap(text);
+    previous_depth = depth;
   }
   // javac wants a public top-level type in a file of its name; without one, the type that has main runs.
   std::string chosen = !public_type.empty() ? public_type : !first_with_main.empty() ? first_with_main : "Main";
-  // The name becomes a file name and an argument: ASCII identifiers only. Any other keeps Main.java, and javac's
-  // own error then names the class and the file it wants.
+  // The name becomes a file name and an argument: ASCII identifiers of a file name's length only. Any other keeps
+  // Main.java, and javac's own error then names the class and the file it wants.
+  if (chosen.size() > kMaxClassName) return "Main";
   for (char c : chosen)
     if (static_cast<unsigned char>(c) & 0x80) return "Main";
   return chosen;

@@ -247,6 +247,9 @@ TEST_CASE("{java_class}: a Java program's file and class are named after its pub
   // Unterminated comments and strings end the scan without reading past the text.
   CHECK(JavaMainClass("public class Open { /* never closed") == "Open");
   CHECK(JavaMainClass("class X { String s = \"never closed") == "Main");
+  // A name longer than a file name may be keeps Main (javac then names the file it wants).
+  CHECK(JavaMainClass("public class " + std::string(251, 'A') + " {}") == "Main");
+  CHECK(JavaMainClass("public class " + std::string(200, 'A') + " {}") == std::string(200, 'A'));
 }
 
 TEST_CASE("{heap_mib} in the language's arguments becomes three quarters of the memory limit or goes",
