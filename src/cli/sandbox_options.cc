@@ -454,28 +454,31 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
     ex.stdin_fd = fd.release();  // the Executor does not own it: it lives until nsbox exits
   }
   // A regular file (--stdin FILE, or nsbox's stdin redirected from one) reaches the program as a file, as
-  // `prog < input` would: a sealed copy (SealedStdin), seekable and with its size. A larger one, a FIFO, a pipe or a
-  // terminal is fed through a pipe as it comes.
+  // `prog < input` would: a sealed copy (SealedStdin), seekable and with its size. A larger one, one whose size says
+  // nothing (procfs, sysfs: 0) or that grows while read, a FIFO, a pipe or a terminal is fed through a pipe as it
+  // comes, from where it was.
   if (ex.stdin_fd >= 0) {
     struct stat st;
-    if (::fstat(ex.stdin_fd, &st) == 0 && S_ISREG(st.st_mode)) {
-      const off_t at = ::lseek(ex.stdin_fd, 0, SEEK_CUR);
-      if (at >= 0 && static_cast<uint64_t>(st.st_size - std::min(at, st.st_size)) <= kMaxSealedStdinBytes) {
-        std::string data;
-        data.resize(static_cast<size_t>(st.st_size - std::min(at, st.st_size)));
-        size_t done = 0;
-        while (done < data.size()) {
-          ssize_t n = ::read(ex.stdin_fd, data.data() + done, data.size() - done);
-          if (n < 0 && errno == EINTR) continue;
-          if (n < 0) return Status::Errno(fmt::format("--stdin: read({})", o.stdin_source));
-          if (n == 0) break;  // shorter than it was
-          done += static_cast<size_t>(n);
-        }
+    const off_t at = ::lseek(ex.stdin_fd, 0, SEEK_CUR);
+    if (::fstat(ex.stdin_fd, &st) == 0 && S_ISREG(st.st_mode) && at >= 0 && st.st_size > at &&
+        static_cast<uint64_t>(st.st_size - at) <= kMaxSealedStdinBytes) {
+      std::string data(static_cast<size_t>(st.st_size - at) + 1, '\0');  // one byte more: end of file where it said
+      size_t done = 0;
+      while (done < data.size()) {
+        ssize_t n = ::read(ex.stdin_fd, data.data() + done, data.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return Status::Errno(fmt::format("--stdin: read({})", o.stdin_source));
+        if (n == 0) break;
+        done += static_cast<size_t>(n);
+      }
+      if (done < data.size()) {
         data.resize(done);
         auto sealed = SealedStdin(data);
         if (!sealed.ok()) return sealed.status().Wrap("--stdin");
         if (ex.stdin_fd != 0) ::close(ex.stdin_fd);
         ex.stdin_fd = sealed->release();  // as the file's descriptor was: it lives until nsbox exits
+      } else if (::lseek(ex.stdin_fd, at, SEEK_SET) != at) {  // it grew: fed from where it was, as it comes
+        return Status::Errno(fmt::format("--stdin: lseek({})", o.stdin_source));
       }
     }
   }

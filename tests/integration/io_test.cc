@@ -131,6 +131,14 @@ print(kind, "host-secret" in link, size, len(data), data == bytes(range(256)) * 
   INFO(piped.Describe());
   REQUIRE(piped.status() == "ok");
   CHECK(piped.out() == "pipe False 0 307200 True\n");
+
+  // A file whose size says nothing (procfs: 0) is fed whole through a pipe; a file read partly before, from there.
+  auto proc = RunNsboxJson({"--stdin", "/proc/self/status", "--", "/bin/sh", "-c", "grep -c '^Name:'"});
+  CHECK(proc.out() == "1\n");
+  std::string lines = dir.Write("lines", "first\nsecond\n");
+  auto rest = RunProcess(
+      {"/bin/sh", "-c", "{ read -r skipped; \"$0\" run --stdin - -- /bin/cat; } < \"$1\"", NsboxBinary(), lines});
+  CHECK(rest.out == "second\n");
 }
 
 TEST_CASE("a program that never reads a large --stdin ends normally", "[integration][io]") {
