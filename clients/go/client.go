@@ -12,7 +12,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -40,6 +42,34 @@ func FromEnv() (*Client, error) {
 // root, else $XDG_RUNTIME_DIR/nsbox/api.sock, or /tmp/nsbox-UID/api.sock without XDG_RUNTIME_DIR.
 func DefaultSocket() string { return defaultSocketFor(os.Geteuid(), os.Getenv("XDG_RUNTIME_DIR")) }
 
+// checkOwnDirectory refuses a default socket under /tmp in a directory another user made: /tmp is everyone's, and
+// such a directory's owner could listen there for the user's code and secrets. The server refuses such a directory
+// too. A missing one passes (no server to talk to yet).
+func checkOwnDirectory(socket string, uid int) error {
+	dir := filepath.Dir(socket)
+	if !strings.HasPrefix(dir, "/tmp/") {
+		return nil
+	}
+	info, err := os.Lstat(dir)
+	if err != nil {
+		return nil
+	}
+	problem := ""
+	st, ok := info.Sys().(*syscall.Stat_t)
+	switch {
+	case !info.IsDir():
+		problem = "is not a directory"
+	case ok && int(st.Uid) != uid && st.Uid != 0:
+		problem = fmt.Sprintf("belongs to uid %d, not to uid %d (another user made it?)", st.Uid, uid)
+	case info.Mode().Perm()&0o022 != 0:
+		problem = fmt.Sprintf("is writable by other users (mode %04o)", info.Mode().Perm())
+	}
+	if problem != "" {
+		return fmt.Errorf("nsbox: the default socket's directory %s %s: set NSBOX_URL or XDG_RUNTIME_DIR", dir, problem)
+	}
+	return nil
+}
+
 func defaultSocketFor(uid int, runtimeDir string) string {
 	if uid == 0 {
 		return "/run/nsbox/api.sock"
@@ -53,7 +83,11 @@ func defaultSocketFor(uid int, runtimeDir string) string {
 // NewClient makes a client for rawURL (unix:///path or http://host:port; empty for the default socket).
 func NewClient(rawURL, token string) (*Client, error) {
 	if rawURL == "" {
-		rawURL = "unix://" + DefaultSocket()
+		socket := DefaultSocket()
+		if err := checkOwnDirectory(socket, os.Geteuid()); err != nil {
+			return nil, err
+		}
+		rawURL = "unix://" + socket
 	}
 	if strings.Contains(rawURL, ",") {
 		// The Python and TypeScript clients place sandboxes over several nodes; this one talks to one.

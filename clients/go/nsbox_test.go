@@ -80,6 +80,31 @@ func TestDefaultSocketIsWhereTheServerPutsIt(t *testing.T) {
 	}
 }
 
+func TestADefaultSocketDirectoryAnotherUserMadeInTmpIsRefused(t *testing.T) {
+	dir := "/tmp/nsbox-4242"
+	_ = os.RemoveAll(dir)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	socket := dir + "/api.sock"
+	if err := os.Chown(dir, 4243, 4243); err != nil {
+		t.Skipf("cannot chown (not root?): %v", err)
+	}
+	if err := checkOwnDirectory(socket, 4242); err == nil || !strings.Contains(err.Error(), "belongs to uid 4243") {
+		t.Errorf("another user's directory: %v", err)
+	}
+	_ = os.Chown(dir, 4242, 4242)
+	_ = os.Chmod(dir, 0o777)
+	if err := checkOwnDirectory(socket, 4242); err == nil || !strings.Contains(err.Error(), "writable by other users") {
+		t.Errorf("a directory others may write: %v", err)
+	}
+	_ = os.Chmod(dir, 0o700)
+	if err := checkOwnDirectory(socket, 4242); err != nil {
+		t.Errorf("the user's own directory: %v", err)
+	}
+}
+
 func TestExecuteComputesThe1000thPrime(t *testing.T) {
 	rt, _ := NewRuntime(RuntimeOptions{Client: startServe(t), FreshSandboxPerCall: true})
 	res, err := rt.Execute(context.Background(), "python", primeCode)

@@ -1,6 +1,7 @@
 # tests/python-client/test_client.py: every client method against a scripted node: bodies sent, answers, errors.
 import json
 import os
+import shutil
 import threading
 import unittest
 from unittest import mock
@@ -32,6 +33,24 @@ class TransportTest(unittest.TestCase):
         # Without XDG_RUNTIME_DIR (cron, ssh without logind): where the server puts it, not root's socket.
         with mock.patch("os.geteuid", return_value=1000), mock.patch.dict(os.environ, {}, clear=True):
             self.assertEqual(transport.default_socket(), "/tmp/nsbox-1000/api.sock")
+
+    def test_a_default_socket_directory_another_user_made_in_tmp_is_refused(self):
+        uid = 4242
+        directory = "/tmp/nsbox-%d" % uid
+        shutil.rmtree(directory, ignore_errors=True)
+        os.mkdir(directory)
+        self.addCleanup(shutil.rmtree, directory, True)
+        with mock.patch("os.geteuid", return_value=uid), mock.patch.dict(os.environ, {}, clear=True):
+            for owner, mode, problem in ((uid + 1, 0o700, "belongs to uid 4243"), (uid, 0o777, "writable by other")):
+                os.chown(directory, owner, owner)
+                os.chmod(directory, mode)
+                with self.assertRaises(nsbox.NsboxError) as cm:
+                    transport.default_socket()
+                self.assertIn(problem, str(cm.exception))
+                self.assertFalse(cm.exception.request_sent)
+            os.chown(directory, uid, uid)
+            os.chmod(directory, 0o700)
+            self.assertEqual(transport.default_socket(), directory + "/api.sock")
         with mock.patch.dict(os.environ, {}, clear=True):
             self.assertEqual(transport.endpoint_urls(), ["unix://" + transport.default_socket()])
 

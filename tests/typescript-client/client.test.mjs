@@ -1,6 +1,7 @@
 // tests/typescript-client/client.test.mjs: the TypeScript client against a real `nsbox serve` (NSBOX_URL).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { generateText, stepCountIs } from 'ai';
 import { MockLanguageModelV3 } from 'ai/test';
 import OpenAI from 'openai';
@@ -35,6 +36,22 @@ test('the default socket is where nsbox serve puts it: /run for root, XDG_RUNTIM
     assert.equal(defaultSocket(), '/run/u/nsbox/api.sock');
     delete process.env.XDG_RUNTIME_DIR;  // cron, ssh without logind: not root's socket
     assert.equal(defaultSocket(), '/tmp/nsbox-1000/api.sock');
+    // A directory another user made there first is refused: its owner could listen for the user's code.
+    const dir = '/tmp/nsbox-4242';
+    fs.rmSync(dir, { recursive: true, force: true });
+    fs.mkdirSync(dir, { mode: 0o700 });
+    try {
+      process.geteuid = () => 4242;
+      fs.chownSync(dir, 4243, 4243);
+      assert.throws(() => defaultSocket(), (e) => e instanceof NsboxError && /belongs to uid 4243/.test(e.message));
+      fs.chownSync(dir, 4242, 4242);
+      fs.chmodSync(dir, 0o777);
+      assert.throws(() => defaultSocket(), /writable by other users \(mode 0777\)/);
+      fs.chmodSync(dir, 0o700);
+      assert.equal(defaultSocket(), `${dir}/api.sock`);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   } finally {
     process.geteuid = geteuid;
     if (xdg === undefined) delete process.env.XDG_RUNTIME_DIR;

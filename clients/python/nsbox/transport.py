@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import ssl
+import stat
 import time
 import urllib.parse
 
@@ -29,7 +30,28 @@ def default_socket():
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir:
         return os.path.join(runtime_dir, "nsbox", "api.sock")
-    return f"/tmp/nsbox-{uid}/api.sock"
+    directory = f"/tmp/nsbox-{uid}"
+    _check_own_directory(directory, uid)
+    return directory + "/api.sock"
+
+
+def _check_own_directory(directory, uid):
+    """/tmp is everyone's: another user may have made /tmp/nsbox-UID first and listen there for the user's code and
+    secrets. The server refuses such a directory; so does the client (a missing one: no server to talk to yet)."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return
+    problem = None
+    if not stat.S_ISDIR(st.st_mode):
+        problem = "is not a directory"
+    elif st.st_uid not in (uid, 0):
+        problem = "belongs to uid %d, not to uid %d (another user made it?)" % (st.st_uid, uid)
+    elif st.st_mode & 0o022:
+        problem = "is writable by other users (mode %04o)" % (st.st_mode & 0o7777)
+    if problem:
+        raise NsboxError("the default socket's directory %s %s: set NSBOX_URL or XDG_RUNTIME_DIR" % (directory, problem),
+                         url="unix://" + directory + "/api.sock", request_sent=False)
 
 
 def endpoint_urls(url=None):

@@ -2,6 +2,7 @@
 // Each request has its own connection (agent: false, Connection: close): a refused connection then always means
 // nothing was sent, and a stale kept-alive socket can never turn into an ambiguous failure.
 import http from 'node:http';
+import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { fromResponse, NsboxError, RequestTimeoutError, ServerGoneError } from './errors.js';
@@ -21,7 +22,28 @@ export function defaultSocket() {
   const uid = typeof process.geteuid === 'function' ? process.geteuid() : 0;
   if (uid === 0) return '/run/nsbox/api.sock';
   if (process.env.XDG_RUNTIME_DIR) return path.join(process.env.XDG_RUNTIME_DIR, 'nsbox', 'api.sock');
-  return `/tmp/nsbox-${uid}/api.sock`;
+  const dir = `/tmp/nsbox-${uid}`;
+  checkOwnDirectory(dir, uid);
+  return `${dir}/api.sock`;
+}
+
+// /tmp is everyone's: another user may have made /tmp/nsbox-UID first and listen there for the user's code and
+// secrets. The server refuses such a directory; so does the client (a missing one: no server to talk to yet).
+function checkOwnDirectory(dir, uid) {
+  let st;
+  try {
+    st = fs.lstatSync(dir);
+  } catch {
+    return;
+  }
+  let problem = null;
+  if (!st.isDirectory()) problem = 'is not a directory';
+  else if (st.uid !== uid && st.uid !== 0) problem = `belongs to uid ${st.uid}, not to uid ${uid} (another user made it?)`;
+  else if (st.mode & 0o022) problem = `is writable by other users (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`;
+  if (problem) {
+    throw new NsboxError(`the default socket's directory ${dir} ${problem}: set NSBOX_URL or XDG_RUNTIME_DIR`,
+      { url: `unix://${dir}/api.sock`, requestSent: false });
+  }
 }
 
 /** The endpoints: `url` (a string, possibly comma-separated, or an array), else NSBOX_URL, else the default socket. */
