@@ -1,7 +1,14 @@
 // `nsbox exec`: one program (or one REPL cell) in a live session; the same result object and exit codes as run.
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <functional>
+#include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -17,6 +24,40 @@ namespace nsbox::cli {
 
 int EmitResult(const Result& result, bool json);  // run.cc
 int WriteJsonResultLine(const Result& result);    // run.cc
+
+namespace {
+
+// A stop signal (StopSignals holds them blocked) is waiting to be taken.
+bool StopSignalPending() {
+  sigset_t pending;
+  if (::sigpending(&pending) != 0) return false;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
+    if (sigismember(&pending, sig)) return true;
+  return false;
+}
+
+// As WriteAll, for output passed on while the exec runs, with the stop signals blocked: in pieces of at most PIPE_BUF
+// bytes, each once poll says there is room, so that a reader that takes nothing cannot hold nsbox past a stop signal.
+// Once one is pending the rest is dropped (ECANCELED), and the exec is cancelled.
+int WriteUnlessStopped(int fd, std::string_view data) {
+  while (!data.empty()) {
+    struct pollfd out = {fd, POLLOUT, 0};
+    int ready = ::poll(&out, 1, 100);
+    if (ready < 0 && errno != EINTR) return errno;
+    if (ready <= 0) {
+      if (StopSignalPending()) return ECANCELED;
+      continue;
+    }
+    if (out.revents & (POLLERR | POLLNVAL)) return EPIPE;
+    ssize_t n = ::write(fd, data.data(), std::min<size_t>(data.size(), PIPE_BUF));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) return errno;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return 0;
+}
+
+}  // namespace
 
 void RegisterExec(CLI::App& app, ExitCode& exit_code) {
   auto* exec = app.add_subcommand("exec", "run a program, or a Python REPL cell (--repl), in a live session");
@@ -77,22 +118,23 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
       if (program_options.json) {
         // A reader that went away gets the rest of the exec as if nothing were printed (as without --stream).
         nlohmann::ordered_json line = {{"type", type}, {"data", message.value("data", "")}};
-        (void)WriteAll(1, line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+        (void)WriteUnlessStopped(1, line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
       } else if (stream_errno == 0) {
-        stream_errno = WriteAll(type == "stderr" ? 2 : 1, message.value("data", ""));
+        stream_errno = WriteUnlessStopped(type == "stderr" ? 2 : 1, message.value("data", ""));
       }
       return true;
     };
     // SIGINT and the other ending signals cancel the exec in the session, whose answer is then this exec's result
     // (the session lives on); without this, nsbox would die and print none.
-    StopSignals stop;
+    std::optional<StopSignals> stop;
+    stop.emplace();
     auto answer = session::Request(*found, request,
                                    {.deadline = ProgramTimeout(*program) + session::kExecGrace,
                                     .send_fd = program->run.stdin_fd,
                                     .outcome = &outcome,
                                     .on_stream = stream ? std::function(on_stream) : nullptr,
                                     .max_answer_bytes = session::MaxExecAnswerBytes(program->run.output_limit_bytes),
-                                    .cancel_fd = stop.fd()});
+                                    .cancel_fd = stop->fd()});
     if (!answer.ok() && outcome.delivered && !outcome.answered) {
       // The supervisor had the request: the program may have run, and its effects may be in the session. Not a
       // setup error, which says that nothing ran. (A supervisor that resumes sees this client gone and kills the
@@ -107,9 +149,15 @@ void RegisterExec(CLI::App& app, ExitCode& exit_code) {
     }
     if (!answer.ok()) return fail(answer.status());
     Result result = ResultFromJson(answer->value("result", nlohmann::json::object()));
-    // The supervisor answers a cancel as a time-out named "cancelled"; an exec that ended first keeps its result.
-    if (int sig = outcome.cancelled ? stop.Received() : 0;
-        sig != 0 && result.status == RunStatus::kTimeout && result.reason == "cancelled") {
+    // The supervisor answers a cancel as a time-out named "cancelled" (a compile step's as a compile error of its
+    // time-out); an exec that ended first keeps its result.
+    const int sig = outcome.cancelled ? stop->Received() : 0;
+    // The signals are nsbox's again: one more (a reader that takes nothing holds the result's write) ends it.
+    stop.reset();
+    const bool cancelled =
+        (result.status == RunStatus::kTimeout && result.reason == "cancelled") ||
+        (result.status == RunStatus::kCompileError && result.reason == "compile step timeout: cancelled");
+    if (sig != 0 && cancelled) {
       result.status = RunStatus::kKilled;
       result.signal = sig;  // the exit status is 128 + the signal, as for nsbox run's steps stopped by one
       result.reason = fmt::format("nsbox exec was stopped by SIG{}: the exec was killed{} (the session lives on)",

@@ -404,6 +404,17 @@ TEST_CASE("SIGINT, SIGTERM or SIGHUP to nsbox exec kills the exec and still prin
         Catch::StartsWith(fmt::format("nsbox exec was stopped by SIG{}: the exec was killed", sigabbrev_np(sig))));
     CHECK(s.Sh(id, "pgrep -x sleep || echo none")["stdout"] == "none\n");
   }
+  // A reader that takes nothing does not hold nsbox exec past the signal: the rest of the output is dropped.
+  const std::string fifo = s.state_dir + "/reader";
+  Output stuck = Run({"/bin/bash", "-c",
+                      "mkfifo \"$1\"; (sleep 60 < \"$1\" &); \"$0\" exec \"$2\" --stream -- /bin/sh -c "
+                      "'head -c 3000000 /dev/zero | tr \"\\0\" x; sleep 30' > \"$1\" & pid=$!; sleep 2; "
+                      "kill -TERM $pid; start=$SECONDS; wait $pid; echo \"rc=$? after $((SECONDS - start))s\"; "
+                      "pkill -f 'sleep 60' || true",
+                      NsboxBin(), fifo, id});
+  INFO(stuck.err);
+  CHECK_THAT(stuck.out, Catch::StartsWith("rc=143 after ") && !Catch::Contains("after 3"));
+  CHECK_THAT(stuck.err, Catch::Contains("the rest of the output was not written"));
   // A REPL cell stopped so takes its interpreter with it, and says so; the session and its files stay.
   auto bg = nsbox::testing::StartProcess({NsboxBin(), "exec", id, "--json", "--lang", "python", "--repl", "--code",
                                           "import time\nopen('/ready/cell-started', 'w').close()\ntime.sleep(77)"});
