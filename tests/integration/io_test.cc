@@ -28,6 +28,15 @@ std::string Slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// Whether a background program's stdout is `text` within `limit` (checked every 20 ms).
+bool OutBecomes(const BackgroundProcess& bg, const std::string& text, std::chrono::milliseconds limit) {
+  for (auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+    if (bg.Out() == text) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return bg.Out() == text;
+}
+
 // The names in a directory (not recursive).
 std::set<std::string> Entries(const std::string& dir) {
   std::set<std::string> names;
@@ -410,11 +419,7 @@ TEST_CASE("without --json, the program's output is passed on while it runs, and 
   // The program goes on only once the test has seen its first line on nsbox's stdout.
   auto bg = StartProcess({NsboxBinary(), "run", "--timeout", "30s", "--bind", dir.path() + ":/w", "--", "/bin/sh", "-c",
                           "echo first; while [ ! -e /w/go ]; do sleep 0.05; done; echo second"});
-  bool seen = false;
-  for (int i = 0; i < 500 && !seen; ++i) {
-    seen = bg.Out() == "first\n";
-    if (!seen) std::this_thread::sleep_for(20ms);
-  }
+  const bool seen = OutBecomes(bg, "first\n", 10s);
   std::ofstream(dir.path() + "/go") << "";
   int status = bg.Wait();
   CHECK(seen);
@@ -444,11 +449,7 @@ TEST_CASE("without --json, a compiled program's output too is passed on as it ru
                     "  printf(\"first\\n\"); fflush(stdout); fprintf(stderr, \"err\\n\");\n"
                     "  while (access(\"/w/go\", F_OK) != 0) usleep(50000);\n"
                     "  printf(\"second\\n\"); return 0; }\n"});
-  bool seen = false;
-  for (int i = 0; i < 1500 && !seen; ++i) {  // the compile step comes first
-    seen = bg.Out() == "first\n";
-    if (!seen) std::this_thread::sleep_for(20ms);
-  }
+  const bool seen = OutBecomes(bg, "first\n", 30s);  // the compile step comes first
   std::ofstream(dir.path() + "/go") << "";
   int status = bg.Wait();
   CHECK(seen);

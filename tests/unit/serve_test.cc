@@ -294,11 +294,9 @@ struct RawClient {
   }
 };
 
-}  // namespace
-
-TEST_CASE("request bodies held at once are capped as their bytes come: past the cap a request is answered 503",
-          "[serve]") {
-  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+// A listening socket on 127.0.0.1 at a port of the kernel's choosing, into `listener`; returns the port.
+int ListenOnLoopback(UniqueFd& listener) {
+  listener.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -306,7 +304,15 @@ TEST_CASE("request bodies held at once are capped as their bytes come: past the 
   REQUIRE(::listen(listener.get(), 16) == 0);
   socklen_t len = sizeof addr;
   REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  const int port = ntohs(addr.sin_port);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("request bodies held at once are capped as their bytes come: past the cap a request is answered 503",
+          "[serve]") {
+  UniqueFd listener;
+  const int port = ListenOnLoopback(listener);
   nsbox::serve::HttpServerOptions options;
   options.max_body_bytes = 100'000;
   options.max_buffered_bytes = 150'000;
@@ -339,15 +345,8 @@ TEST_CASE("request bodies held at once are capped as their bytes come: past the 
 // for that long: the clients, whose runtimes always stream, lost the result of a quiet program.
 TEST_CASE("a streamed answer may be silent longer than the idle time-out; an idle connection still is not",
           "[serve]") {
-  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(listener.get(), 16) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  const int port = ntohs(addr.sin_port);
+  UniqueFd listener;
+  const int port = ListenOnLoopback(listener);
   nsbox::serve::HttpServerOptions options;
   options.idle_timeout_seconds = 1;
   auto server = nsbox::serve::HttpServer::Start(listener.release(), false, options, [](const auto& request) {
