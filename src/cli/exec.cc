@@ -27,15 +27,6 @@ int WriteJsonResultLine(const Result& result);    // run.cc
 
 namespace {
 
-// A stop signal (StopSignals holds them blocked) is waiting to be taken.
-bool StopSignalPending() {
-  sigset_t pending;
-  if (::sigpending(&pending) != 0) return false;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
-    if (sigismember(&pending, sig)) return true;
-  return false;
-}
-
 // As WriteAll, for output passed on while the exec runs, with the stop signals blocked: in pieces of at most PIPE_BUF
 // bytes, each once poll says there is room, so that a reader that takes nothing cannot hold nsbox past a stop signal.
 // Once one is pending the rest is dropped (ECANCELED), and the exec is cancelled.
@@ -45,7 +36,7 @@ int WriteUnlessStopped(int fd, std::string_view data) {
     int ready = ::poll(&out, 1, 100);
     if (ready < 0 && errno != EINTR) return errno;
     if (ready <= 0) {
-      if (StopSignalPending()) return ECANCELED;
+      if (StopSignals::Pending()) return ECANCELED;
       continue;
     }
     if (out.revents & (POLLERR | POLLNVAL)) return EPIPE;

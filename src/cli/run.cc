@@ -237,14 +237,7 @@ void RegisterRun(CLI::App& app, ExitCode& exit_code) {
       // diagnostics, of a compile that failed, are printed from the result).
       // A reader that takes nothing is given up on once a stop signal is pending (StopSignals holds it blocked).
       std::optional<LiveOutput> live;
-      if (!program_options.json)
-        live.emplace(1, 2, [] {
-          sigset_t pending;
-          if (::sigpending(&pending) != 0) return false;
-          for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
-            if (sigismember(&pending, sig)) return true;
-          return false;
-        });
+      if (!program_options.json) live.emplace(1, 2, [] { return StopSignals::Pending(); });
       Result result =
           RunCompiledProgram(std::move(*program), std::move(*policy), proxy.get(), stop.fd(), live ? &*live : nullptr);
       if (int sig = stop.Received(); sig != 0 && result.status == RunStatus::kKilled) {

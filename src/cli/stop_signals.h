@@ -26,6 +26,14 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
   int fd() const { return fd_.get(); }
+  // One of the signals is waiting to be taken (blocked, not yet read from fd()).
+  static bool Pending() {
+    sigset_t pending;
+    if (::sigpending(&pending) != 0) return false;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
+      if (sigismember(&pending, sig)) return true;
+    return false;
+  }
   // The signal that stopped the run; 0 when none came.
   int Received() const {
     struct signalfd_siginfo info {};
