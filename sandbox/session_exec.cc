@@ -98,7 +98,7 @@ StatusOr<std::unique_ptr<SessionHelper>> SessionSandbox::StartHelper(const Execu
   auto out = MakePipe(), err = MakePipe(), control = MakePipe();
   for (auto* p : {&out, &err, &control})
     if (!p->ok()) return p->status().Wrap("creating pipes");
-  plan.stdin_fd = ex.stdin_fd;  // the supervisor's StdinFeeder pipe (Exec), or none
+  plan.stdin_fd = ex.stdin_fd;  // Exec's StdinFeeder: its pipe, or a sealed stdin file; or none
   plan.stdout_fd = out->write.get();
   plan.stderr_fd = err->write.get();
   for (int fd : {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd})

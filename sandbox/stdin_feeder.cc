@@ -10,8 +10,6 @@
 #include <cerrno>
 #include <ctime>
 
-#include <fmt/format.h>
-
 namespace nsbox {
 namespace {
 
@@ -38,10 +36,6 @@ ssize_t WriteNoSigpipe(int fd, const char* data, size_t size) {
   errno = err;
   return n;
 }
-
-}  // namespace
-
-namespace {
 
 constexpr int kStdinSeals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 
