@@ -349,6 +349,41 @@ StatusOr<Executor> BuildExecutor(const ProgramOptions& o, const std::string& roo
   return std::move(program->run);
 }
 
+namespace {
+
+// A regular file (--stdin FILE, or nsbox's stdin redirected from one) reaches the program as a file, as
+// `prog < input` would: *stdin_fd becomes a sealed copy (SealedStdin), seekable and with its size. A larger one, one
+// whose size says nothing (procfs, sysfs: 0) or that grows while read, a FIFO, a pipe or a terminal stays, to be fed
+// through a pipe as it comes, from where it was.
+Status SealRegularStdin(int* stdin_fd, const std::string& source) {
+  struct stat st;
+  const off_t at = ::lseek(*stdin_fd, 0, SEEK_CUR);
+  if (::fstat(*stdin_fd, &st) != 0 || !S_ISREG(st.st_mode) || at < 0 || st.st_size <= at ||
+      static_cast<uint64_t>(st.st_size - at) > kMaxSealedStdinBytes)
+    return OkStatus();
+  std::string data(static_cast<size_t>(st.st_size - at) + 1, '\0');  // one byte more: end of file where it said
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::read(*stdin_fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Errno(fmt::format("--stdin: read({})", source));
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (done == data.size()) {  // it grew: fed from where it was, as it comes
+    if (::lseek(*stdin_fd, at, SEEK_SET) != at) return Status::Errno(fmt::format("--stdin: lseek({})", source));
+    return OkStatus();
+  }
+  data.resize(done);
+  auto sealed = SealedStdin(data);
+  if (!sealed.ok()) return sealed.status().Wrap("--stdin");
+  if (*stdin_fd != 0) ::close(*stdin_fd);
+  *stdin_fd = sealed->release();  // as the file's descriptor was: it lives until nsbox exits
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootfs_dir,
                                std::optional<uint64_t> program_memory_bytes) {
   Executor ex;
@@ -453,35 +488,7 @@ StatusOr<Program> BuildProgram(const ProgramOptions& o, const std::string& rootf
       return Status::Error(fmt::format("--stdin: {} is a directory", o.stdin_source));
     ex.stdin_fd = fd.release();  // the Executor does not own it: it lives until nsbox exits
   }
-  // A regular file (--stdin FILE, or nsbox's stdin redirected from one) reaches the program as a file, as
-  // `prog < input` would: a sealed copy (SealedStdin), seekable and with its size. A larger one, one whose size says
-  // nothing (procfs, sysfs: 0) or that grows while read, a FIFO, a pipe or a terminal is fed through a pipe as it
-  // comes, from where it was.
-  if (ex.stdin_fd >= 0) {
-    struct stat st;
-    const off_t at = ::lseek(ex.stdin_fd, 0, SEEK_CUR);
-    if (::fstat(ex.stdin_fd, &st) == 0 && S_ISREG(st.st_mode) && at >= 0 && st.st_size > at &&
-        static_cast<uint64_t>(st.st_size - at) <= kMaxSealedStdinBytes) {
-      std::string data(static_cast<size_t>(st.st_size - at) + 1, '\0');  // one byte more: end of file where it said
-      size_t done = 0;
-      while (done < data.size()) {
-        ssize_t n = ::read(ex.stdin_fd, data.data() + done, data.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return Status::Errno(fmt::format("--stdin: read({})", o.stdin_source));
-        if (n == 0) break;
-        done += static_cast<size_t>(n);
-      }
-      if (done < data.size()) {
-        data.resize(done);
-        auto sealed = SealedStdin(data);
-        if (!sealed.ok()) return sealed.status().Wrap("--stdin");
-        if (ex.stdin_fd != 0) ::close(ex.stdin_fd);
-        ex.stdin_fd = sealed->release();  // as the file's descriptor was: it lives until nsbox exits
-      } else if (::lseek(ex.stdin_fd, at, SEEK_SET) != at) {  // it grew: fed from where it was, as it comes
-        return Status::Errno(fmt::format("--stdin: lseek({})", o.stdin_source));
-      }
-    }
-  }
+  if (ex.stdin_fd >= 0) NSBOX_RETURN_IF_ERROR(SealRegularStdin(&ex.stdin_fd, o.stdin_source));
   CompileOverrides overrides;
   if (lang && lang->compile) {
     if (!o.compile_timeout.empty()) {
