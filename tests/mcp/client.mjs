@@ -210,13 +210,13 @@ await test("mcp: the operator's --max-timeout caps a model's timeout_seconds of 
 });
 
 await test("mcp: --max-timeout caps a compile step too, not only the program's run", async () => {
-  // The C++ compile step has 60 s in the language table; a g++ with <iostream> takes far more than 200 ms here.
+  // The C++ compile step has 60 s in the language table; g++ instantiating std::regex takes seconds (hello world
+  // with <iostream> alone took 200 ms on a quiet machine: too close to the cap).
   const { client } = await connect(["--timeout", "200ms", "--max-timeout", "200ms"]);
   const started = Date.now();
-  const r = await client.callTool({
-    name: "execute_code",
-    arguments: { language: "cpp", code: `#include <iostream>\n// ${started}\nint main() { std::cout << 1; }` },
-  });
+  const code = `#include <iostream>\n#include <regex>\n// ${started}\n` +
+    `int main() { std::regex r("a+b*"); std::cout << std::regex_match("aab", r); }`;
+  const r = await client.callTool({ name: "execute_code", arguments: { language: "cpp", code } });
   assert.equal(r.structuredContent.status, "compile_error", text(r));
   assert.match(text(r), /compile step timeout: wall-clock time limit of 200 ms exceeded/);
   assert.ok(Date.now() - started < 20000, "ended by the cap");
