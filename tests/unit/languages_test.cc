@@ -79,6 +79,21 @@ Program PlannedC() {
   return PlanCompiledProgram(C(), program, std::string(kBuildRoot) + "/abc", 20s);
 }
 
+// The plan of `code` in `lang`, in a build directory of the tests'.
+Program PlanCode(const Language& lang, const std::string& code) {
+  Executor program;
+  program.code = code;
+  Program p = PlanCompiledProgram(lang, program, std::string(kBuildRoot) + "/t", 20s);
+  REQUIRE(p.compile.has_value());
+  return p;
+}
+
+// The compile step's argv after the shell's own arguments, the build directory and the code's path: the source's
+// name, the language's files (a count, then names and texts), the compiler.
+std::vector<std::string> AfterBuildDir(const Program& p) {
+  return std::vector<std::string>(p.compile->argv.begin() + 6, p.compile->argv.end());
+}
+
 }  // namespace
 
 TEST_CASE("a compiled entry parses with its compile step; aliases resolve to it", "[languages]") {
@@ -137,13 +152,9 @@ TEST_CASE("a language's files are written beside the source, before the compiler
                                        "argv": ["/usr/bin/node", "{output}"]})")}};
   auto ts = ParseLanguage(table, "ts");
   REQUIRE(ts.ok());
-  Executor program;
-  program.code = "console.log(x);";
-  Program p = PlanCompiledProgram(*ts, program, std::string(kBuildRoot) + "/t", 20s);
-  REQUIRE(p.compile.has_value());
-  CHECK(std::vector<std::string>(p.compile->argv.begin() + 6, p.compile->argv.end()) ==
-        std::vector<std::string>{"main.ts", "2", "g.d.ts", "declare var x: any;\n", "h.d.ts", "it's \"quoted\" $HOME",
-                                 "/usr/bin/tsc", "main.ts", "g.d.ts"});
+  Program p = PlanCode(*ts, "console.log(x);");
+  CHECK(AfterBuildDir(p) == std::vector<std::string>{"main.ts", "2", "g.d.ts", "declare var x: any;\n", "h.d.ts",
+                                                     "it's \"quoted\" $HOME", "/usr/bin/tsc", "main.ts", "g.d.ts"});
   // The shell writes them as they are (run here outside any sandbox, in a directory of the test's own).
   char dir[] = "/tmp/nsbox-lang-test-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
@@ -223,12 +234,9 @@ TEST_CASE("{java_class}: a Java program's file and class are named after its pub
           "[languages]") {
   auto java = ParseLanguage(kTable, "java");
   REQUIRE(java.ok());
-  Executor program;
-  program.code = "import java.util.*;\npublic final class Solution {\n  public static void main(String[] a) {}\n}\n";
-  Program p = PlanCompiledProgram(*java, program, std::string(kBuildRoot) + "/j", 20s);
-  REQUIRE(p.compile.has_value());
-  CHECK(std::vector<std::string>(p.compile->argv.begin() + 6, p.compile->argv.end()) ==
-        std::vector<std::string>{"Solution.java", "0", "/usr/bin/javac", "Solution.java"});
+  Program p = PlanCode(
+      *java, "import java.util.*;\npublic final class Solution {\n  public static void main(String[] a) {}\n}\n");
+  CHECK(AfterBuildDir(p) == std::vector<std::string>{"Solution.java", "0", "/usr/bin/javac", "Solution.java"});
   CHECK(p.run.argv.back() == "Solution");
 
   // The public top-level type wins; comments, strings, text blocks, char literals and nested types do not count.
