@@ -41,11 +41,12 @@ Status WalkDir(Walk& walk, int dir_fd, const std::string& prefix, size_t depth) 
   while (struct dirent* entry = ::readdir(dir)) {
     std::string name = entry->d_name;
     if (name == "." || name == "..") continue;
-    if (prefix.empty() && name.starts_with(walk.ignored_prefix)) continue;
+    // Counted before it is left out: the sandbox could otherwise make the walk read a million hidden names.
     if (++walk.seen > walk.max_entries) {
       walk.out->truncated = true;
       break;
     }
+    if (prefix.empty() && name.starts_with(walk.ignored_prefix)) continue;
     struct stat st;
     if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
     if (st.st_dev != walk.device) continue;  // another mount: not the workspace's

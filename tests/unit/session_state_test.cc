@@ -97,6 +97,12 @@ TEST_CASE("the changed-file list has new and modified regular files, not links, 
   auto capped = nsbox::SnapshotWorkspace(dir.get(), 2);
   REQUIRE(capped.ok());
   CHECK(capped->truncated);
+  // Names left out still count: a tree of hidden names is not a way round the cap.
+  for (int i = 0; i < 5; ++i) std::ofstream(root / fmt::format(".nsbox-hidden-{}", i));
+  std::filesystem::remove_all(root / "sub");
+  capped = nsbox::SnapshotWorkspace(dir.get(), 5);
+  REQUIRE(capped.ok());
+  CHECK(capped->truncated);
   std::filesystem::remove_all(root);
 }
 
