@@ -367,8 +367,20 @@ StatusOr<WorkspaceListing> ListWorkspaceDir(int workspace_fd, const std::string&
 
 namespace {
 
-// Removes what `dir` holds, depth first, without following a link (a link is removed, not its target).
-Status RemoveContents(int dir, const std::string& shown, int depth) {
+// Whether the directory open as `fd` is on `device`: a removal stays on the workspace's own file system, so a mount
+// below it (a bind) is refused, not emptied.
+Status SameMount(int fd, dev_t device, const std::string& shown) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Status::Errno(fmt::format("fstat({})", shown));
+  if (st.st_dev != device)
+    return Status::Error(ErrorKind::kRefused, fmt::format("refusing to remove {}: a mount point is in it", shown));
+  return OkStatus();
+}
+
+// Removes what `dir` holds, depth first, without following a link (a link is removed, not its target) or entering
+// another mount.
+Status RemoveContents(int dir, dev_t device, const std::string& shown, int depth) {
+  NSBOX_RETURN_IF_ERROR(SameMount(dir, device, shown));
   if (depth > static_cast<int>(kMaxWorkspaceDepth))
     return Status::Error(ErrorKind::kRefused,
                          fmt::format("refusing to remove {}: more than {} directories deep (remove it with an exec)",
@@ -393,7 +405,7 @@ Status RemoveContents(int dir, const std::string& shown, int depth) {
     if (is_dir) {
       UniqueFd sub(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!sub) return Status::Errno(fmt::format("open({}/{})", shown, name));
-      NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), shown + "/" + name, depth + 1));
+      NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), device, shown + "/" + name, depth + 1));
     }
     if (::unlinkat(dir, name.c_str(), is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT)
       return Status::Errno(fmt::format("remove({}/{})", shown, name));
@@ -419,7 +431,9 @@ Status RemoveWorkspacePath(int workspace_fd, const std::string& rel) {
   if (S_ISDIR(st.st_mode)) {
     UniqueFd sub(::openat(dir->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!sub) return Status::Errno(fmt::format("open({})", shown));
-    NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), shown, 0));
+    struct stat workspace;
+    if (::fstat(workspace_fd, &workspace) != 0) return Status::Errno("fstat(/workspace)");
+    NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), workspace.st_dev, shown, 0));
   }
   if (::unlinkat(dir->get(), name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
     return Status::Errno(fmt::format("remove({})", shown));

@@ -4,8 +4,11 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -22,6 +25,7 @@
 #include "src/serve/service.h"
 #include "src/session/wire.h"
 #include "src/session/workspace_copy.h"
+#include "tests/support/skip.h"
 
 using nlohmann::json;
 using nsbox::UniqueFd;
@@ -257,6 +261,35 @@ TEST_CASE("workspace files: parents made, links never followed, directories remo
   CHECK_FALSE(nsbox::PathExists(dir.path + "/a"));
   CHECK_FALSE(RemoveWorkspacePath(ws.get(), "").ok());
   CHECK(RemoveWorkspacePath(ws.get(), "missing").kind() == nsbox::ErrorKind::kNotFound);
+}
+
+TEST_CASE("removing a workspace directory leaves a mount below it alone", "[serve]") {
+  if (::geteuid() != 0) {
+    nsbox::testing::RecordSkip("unit", "removing a workspace directory leaves a mount below it alone",
+                               "mounting a tmpfs needs root");
+    return;
+  }
+  TempDir dir;
+  REQUIRE(::mkdir((dir.path + "/d").c_str(), 0755) == 0);
+  REQUIRE(::mkdir((dir.path + "/d/m").c_str(), 0755) == 0);
+  // In a child with a mount namespace of its own: the tmpfs ends with it, whatever the test does.
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", (dir.path + "/d/m").c_str(), "tmpfs", 0, nullptr) != 0)
+      ::_exit(2);
+    std::ofstream(dir.path + "/d/m/kept") << "x";
+    UniqueFd ws(::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    nsbox::Status removed = nsbox::session::RemoveWorkspacePath(ws.get(), "d");
+    bool refused = removed.kind() == nsbox::ErrorKind::kRefused &&
+                   removed.message().find("a mount point is in it") != std::string::npos;
+    ::_exit(refused && nsbox::PathExists(dir.path + "/d/m/kept") ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("a Status's kind comes from errno and survives Wrap", "[serve]") {
