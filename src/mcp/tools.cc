@@ -172,7 +172,9 @@ json ToolList(const ToolListOptions& o) {
        {"annotations", Annotations("Read a workspace file", true, true, false)}});
   tools.push_back(
       {{"name", "list_files"},
-       {"description", "List the files in the sandbox workspace (/workspace) with their sizes."},
+       {"description",
+        "List the files in the sandbox workspace (/workspace) with their sizes: a line `PATH<tab>SIZE` each; "
+        "a path with a control character, or starting with a double quote, is written as a JSON string."},
        {"inputSchema",
         {{"type", "object"},
          {"properties", {{"path", path_schema("Directory relative to /workspace (default: all of it).")}}}}},
@@ -203,18 +205,23 @@ std::string FileToolCode(const std::string& tool, const std::string& path, const
                           "sys.stdout.write(data.decode('utf-8', 'replace'))\n");
   } else {
     // Symlinks below are listed with their own size (lstat) and not descended into (os.walk's default).
-    return FileToolScript(path,
-                          "if not os.path.exists(p): sys.exit(f'no such directory: {p}')\n"
-                          "if not os.path.isdir(p): sys.exit(f'{p} is {kind(p)}, not a directory')\n"
-                          "for d, dirs, files in os.walk(p):\n"
-                          "    dirs[:] = sorted(x for x in dirs if not x.startswith('.nsbox'))\n"
-                          "    # A link to a directory is among dirs; os.walk does not enter it: listed as a file.\n"
-                          "    links = [x for x in dirs if os.path.islink(os.path.join(d, x))]\n"
-                          "    dirs[:] = [x for x in dirs if x not in links]\n"
-                          "    for f in sorted(files + links):\n"
-                          "        if f.startswith('.nsbox'): continue\n"
-                          "        q = os.path.join(d, f)\n"
-                          "        print(f'{os.path.relpath(q, \"/workspace\")}\\t{os.lstat(q).st_size}')\n");
+    return FileToolScript(
+        path,
+        "import json\n"
+        "if not os.path.exists(p): sys.exit(f'no such directory: {p}')\n"
+        "if not os.path.isdir(p): sys.exit(f'{p} is {kind(p)}, not a directory')\n"
+        "for d, dirs, files in os.walk(p):\n"
+        "    dirs[:] = sorted(x for x in dirs if not x.startswith('.nsbox'))\n"
+        "    # A link to a directory is among dirs; os.walk does not enter it: listed as a file.\n"
+        "    links = [x for x in dirs if os.path.islink(os.path.join(d, x))]\n"
+        "    dirs[:] = [x for x in dirs if x not in links]\n"
+        "    for f in sorted(files + links):\n"
+        "        if f.startswith('.nsbox'): continue\n"
+        "        q = os.path.join(d, f)\n"
+        "        r = os.path.relpath(q, '/workspace')\n"
+        "        # A name with a tab or newline would forge lines: such names are JSON strings.\n"
+        "        if r.startswith('\"') or any(c < ' ' or c == '\\x7f' for c in r): r = json.dumps(r)\n"
+        "        print(f'{r}\\t{os.lstat(q).st_size}')\n");
   }
 }
 
