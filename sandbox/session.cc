@@ -15,8 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -322,6 +324,19 @@ StatusOr<UniqueFd> SessionSandbox::OpenWorkspace() const {
 }
 
 uint64_t SessionSandbox::MemoryInUseBytes() const {
+  // What the memory limit counts, where the session has one: its processes, its tmpfs files and the kernel's memory
+  // for them (inodes, dentries: a tree of a million hard links is seen here and nowhere else).
+  if (cgroup_) {
+    for (const char* file : {"/memory.current", "/memory.usage_in_bytes"}) {
+      auto text = ReadFile(cgroup_->path() + file, 64);
+      if (!text.ok()) continue;
+      char* end = nullptr;
+      errno = 0;
+      unsigned long long value = std::strtoull(text->c_str(), &end, 10);
+      if (errno == 0 && end != text->c_str()) return value;
+    }
+  }
+  // Without a memory group: the processes' resident memory and what the tmpfs mounts hold.
   uint64_t total = 0;
   // Resident memory of every process in the session's pid namespace.
   char link[64];

@@ -217,6 +217,10 @@ TEST_CASE("exec returns run's result object and exit codes", "[session]") {
   CHECK(code.out == "py\n");
   Output with_stdin = s.Nsbox({"exec", id, "--stdin", "-", "--", "/bin/cat"}, "from stdin\n");
   CHECK(with_stdin.out == "from stdin\n");
+  // Without --, the program's first word (after the session) ends nsbox's options.
+  Output words = s.Nsbox({"exec", id, "--workdir", "/tmp", "/bin/echo", "--json", "--workdir", "/"});
+  CHECK(words.code == 0);
+  CHECK(words.out == "--json --workdir /\n");
 }
 
 TEST_CASE("an exec's working directory cannot be a descriptor of the supervisor's (/proc/self/fd/N)", "[session]") {
@@ -1315,6 +1319,11 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
     CHECK(full.err == "nsbox session ls: writing the list: No space left on device (ENOSPC)\n");
   }
   CHECK(s.Sh("listed", "echo by-name")["stdout"] == "by-name\n");
+  // memory_bytes is what the memory limit counts, the kernel's memory for the session's files too: 20000 empty files
+  // hold no page and no process memory, but about 18 MiB of inodes and dentries.
+  CHECK(s.Exec(id, {"/usr/bin/python3", "-c", "[open('/tmp/f%d' % i, 'w').close() for i in range(20000)]"})["status"] ==
+        "ok");
+  CHECK(s.Nsbox({"session", "ls", "--json"}).Json()[0]["memory_bytes"].get<uint64_t>() >= (12u << 20));
   pid_t pid1 = s.Record(id)["pid1"];
   CHECK(s.Nsbox({"session", "rm", "listed"}).code == 0);
   CHECK(!std::filesystem::exists(s.state_dir + "/" + id));
