@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <optional>
 #include <string>
@@ -120,6 +121,60 @@ std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
   return std::nullopt;
 }
 
+// Docker's rule for a command that runs a program (run, exec): the program's first word ends nsbox's options, so
+// `nsbox run echo --json` prints "--json" and `nsbox run ls -la` lists. CLI11 alone would take every later word that
+// names an option of nsbox's, silently (`nsbox run echo --memory 64M` set the limit). Returns argv with "--" put
+// before that word, or argv as it is.
+std::vector<char*> EndOptionsAtCommand(CLI::App& app, int argc, char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  CLI::App* command = &app;
+  int i = 1;
+  for (; i < argc && argv[i][0] != '-'; ++i) {
+    CLI::App* sub = nullptr;
+    for (CLI::App* c : command->get_subcommands([](CLI::App*) { return true; }))
+      if (c->check_name(argv[i])) sub = c;
+    if (sub == nullptr) break;
+    command = sub;
+  }
+  CLI::Option* words = command == &app ? nullptr : command->get_option_no_throw("command");
+  if (words == nullptr) return args;
+  // CLI11 reads a word in brackets as a list ("[1, 2]" became "1" and " 2": `nsbox run -- python3 -c "[f(x) for x in
+  // y]"` ran a broken program). Such words get a \x1f before them, which the option's transform takes off again (a
+  // word that starts with \x1f gets one more).
+  static std::deque<std::string> escaped;  // a deque: args point into its strings
+  words->transform([](std::string word) { return word.starts_with('\x1f') ? word.substr(1) : word; });
+  auto escape_from = [&](size_t first) {
+    for (size_t k = first; k < args.size(); ++k) {
+      std::string_view word = args[k];
+      if (!word.starts_with('\x1f') && !(word.starts_with('[') && word.ends_with(']'))) continue;
+      escaped.push_back("\x1f" + std::string(word));
+      args[k] = escaped.back().data();
+    }
+    return args;
+  };
+  // The positionals before the program's words (exec's session).
+  int before = 0;
+  for (const CLI::Option* option : command->get_options())
+    if (option->get_positional() && option->get_name() != "command") before += option->get_expected_min();
+  static char end_of_options[] = "--";
+  for (; i < argc; ++i) {
+    std::string_view word = argv[i];
+    if (word == "--") return escape_from(i + 1);
+    if (word.size() >= 2 && word[0] == '-') {
+      std::string name(word.substr(0, word.find('=')));
+      const CLI::Option* option = command->get_option_no_throw(name);
+      if (option == nullptr && name.size() == 2) option = command->get_option_no_throw(name.substr(1));
+      // Its value is the next word (unless written --name=value), even when that looks like a positional.
+      if (option != nullptr && option->get_expected_min() > 0 && word.find('=') == std::string_view::npos) ++i;
+      continue;
+    }
+    if (before-- > 0) continue;
+    args.insert(args.begin() + i, end_of_options);
+    return escape_from(i + 1);
+  }
+  return args;
+}
+
 }  // namespace
 
 // An empty value is refused for every option that takes one (`--workspace "$UNSET"` must not quietly mean no
@@ -135,6 +190,14 @@ void RefuseEmptyValues(CLI::App* app) {
         "", "non-empty"));
   }
   for (CLI::App* sub : app->get_subcommands({})) RefuseEmptyValues(sub);
+}
+
+// A positional word is taken as it is: CLI11 reads one in brackets as a list ("[1, 2]" became "1" and " 2", so
+// `nsbox run -- python3 -c "[print(x) for x in 'ab']"` ran a broken program).
+void TakePositionalsLiterally(CLI::App* app) {
+  for (CLI::Option* option : app->get_options())
+    if (option->get_positional()) option->allow_extra_args(false);
+  for (CLI::App* sub : app->get_subcommands({})) TakePositionalsLiterally(sub);
 }
 
 int main(int argc, char** argv) {
@@ -181,6 +244,9 @@ int main(int argc, char** argv) {
   if (!registered)
     for (const auto& [name, reg] : kVerbs) reg(app, exit_code);
   RefuseEmptyValues(&app);
+  std::vector<char*> args = EndOptionsAtCommand(app, argc, argv);
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   // "--workspace=" with nothing after the '=': CLI11 would take the next argument as its value ("--workspace= -- x"
   // binds "--"). Refused as an empty value, before the parse; only --code= may be empty.
   for (int i = 2; i < argc; ++i) {

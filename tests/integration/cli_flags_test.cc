@@ -76,6 +76,30 @@ TEST_CASE("an unknown option before -- is named, with the nearest known one", "[
   CHECK(command.out() == "--memroy\n");
 }
 
+TEST_CASE("the program's first word ends nsbox's options: later words that name one are the program's",
+          "[integration][options]") {
+  // Without --, CLI11 took every word naming an option of nsbox's, wherever it stood: `echo --json` printed nsbox's
+  // result, `echo --memory 64M` set a limit and printed an empty line.
+  auto json = RunNsboxRaw({"run", "/bin/echo", "hi", "--json"});
+  CHECK(json.exit_code == 0);
+  CHECK(json.out == "hi --json\n");
+  auto memory = RunNsboxRaw({"run", "--timeout", "10s", "/bin/echo", "--memory", "64M", "--workdir", "/tmp"});
+  CHECK(memory.exit_code == 0);
+  CHECK(memory.out == "--memory 64M --workdir /tmp\n");
+  auto short_options = RunNsboxRaw({"run", "/bin/sh", "-c", "echo $0", "-x"});
+  CHECK(short_options.exit_code == 0);
+  CHECK(short_options.out == "-x\n");
+  // nsbox's options before the program are nsbox's, their values too (even one that looks like a word).
+  auto before = RunNsboxRaw({"run", "--json", "--workdir", "/tmp", "/bin/pwd"});
+  CHECK(before.exit_code == 0);
+  CHECK(nlohmann::json::parse(before.out)["stdout"] == "/tmp\n");
+  // A word in brackets is a word: CLI11 read "[a, b]" as a list of two.
+  auto brackets = RunNsboxRaw({"run", "--", "/usr/bin/python3", "-c", "[print(x) for x in 'ab']"});
+  CHECK(brackets.out == "a\nb\n");
+  auto words = RunNsboxRaw({"run", "/bin/echo", "[a, b]", "[c]", "\x1fz"});
+  CHECK(words.out == "[a, b] [c] \x1fz\n");
+}
+
 TEST_CASE("a refused data directory still gives run --json its one setup_error result", "[integration][options]") {
   const std::string dir = MakeTempDir();
   REQUIRE(::chmod(dir.c_str(), 0777) == 0);  // anyone could change what nsbox would read from it
