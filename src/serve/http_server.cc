@@ -317,6 +317,7 @@ struct HttpServerCallbacks {
     request.body = std::move(state->body);
     MHD_get_connection_values_n(connection, MHD_GET_ARGUMENT_KIND, &AddQuery, &request.query);
     request.client_gone = [fd] { return PeerGone(fd); };
+    request.body_taken = [state] { state->Release(); };
     HttpResponse response;
     try {
       response = server->handler_(request);

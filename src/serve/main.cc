@@ -204,9 +204,13 @@ int main(int argc, char** argv) {
   app.add_option("--pool", pools, "keep N ready sandboxes of TEMPLATE (TEMPLATE=N, repeatable)");
   app.add_option("--max-sandboxes", config.max_sandboxes, "sandboxes at most, all clients")->capture_default_str();
   app.add_option("--max-per-client", config.max_per_client, "sandboxes at most per client")->capture_default_str();
+  app.add_option("--max-execs-per-sandbox", config.max_execs_per_sandbox,
+                 "execs in flight at once in one sandbox (beyond, 429)")
+      ->capture_default_str();
   app.add_option("--max-body", max_body, "largest request body")->capture_default_str();
   app.add_option("--max-held-answers", max_answers,
-                 "answers held at once until their clients read them (past it an answer waits up to 10 s, then 503)")
+                 "answers held at once until their clients read them (past it an answer waits up to 10 s, then 503); "
+                 "and the room for the answers execs are building, reserved before they run")
       ->capture_default_str();
   app.add_option("--max-file-size", max_file, "largest file written or read through the files API")
       ->capture_default_str();
@@ -253,12 +257,17 @@ int main(int argc, char** argv) {
     }
     config.pool[name] = n;
   }
-  if (config.max_sandboxes == 0 || config.max_per_client == 0)
-    Fail(kExitFailure, "--max-sandboxes and --max-per-client must be at least 1");
+  if (config.max_sandboxes == 0 || config.max_per_client == 0 || config.max_execs_per_sandbox == 0)
+    Fail(kExitFailure, "--max-sandboxes, --max-per-client and --max-execs-per-sandbox must be at least 1");
+  // Given and empty is a mistake, never "left out" (the default would be a different socket and state).
+  for (const char* name : {"--socket", "--state-dir", "--listen", "--token-file", "--nsbox-binary"})
+    if (app.count(name) > 0 && app.get_option(name)->as<std::string>().empty())
+      Fail(kExitFailure, fmt::format("{}: an empty value (leave the option out instead)", name));
   auto body_cap = nsbox::ParseSize(max_body);
   if (!body_cap.ok()) Fail(kExitFailure, "--max-body: " + body_cap.status().message());
   auto answers_cap = nsbox::ParseSize(max_answers);
   if (!answers_cap.ok()) Fail(kExitFailure, "--max-held-answers: " + answers_cap.status().message());
+  config.exec_answer_room_bytes = *answers_cap;
   auto file_cap = nsbox::ParseSize(max_file);
   if (!file_cap.ok()) Fail(kExitFailure, "--max-file-size: " + file_cap.status().message());
   config.max_file_bytes = *file_cap;

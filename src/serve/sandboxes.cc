@@ -53,9 +53,18 @@ void CheckKnownFields(const json& body, const std::vector<std::string>& known, c
 
 std::map<std::string, std::string> StringMap(const json& value, const std::string& what, bool env_keys) {
   if (!value.is_object()) throw BadRequest(fmt::format("'{}' must be an object of strings", what));
+  // The server keeps both for the sandbox's life, outside every budget: labels are a few words to find a sandbox by;
+  // an environment must fit in execve's argument space (2 MiB) anyway.
+  const size_t max_entries = env_keys ? 4096 : 64, max_bytes = env_keys ? (1 << 20) : (16 << 10);
+  if (value.size() > max_entries)
+    throw BadRequest(fmt::format("'{}' has {} entries; at most {}", what, value.size(), max_entries));
+  size_t bytes = 0;
   std::map<std::string, std::string> out;
   for (const auto& [key, v] : value.items()) {
     if (!v.is_string()) throw BadRequest(fmt::format("'{}.{}' must be a string", what, key));
+    bytes += key.size() + v.get_ref<const std::string&>().size();
+    if (bytes > max_bytes)
+      throw BadRequest(fmt::format("'{}' holds more than {} bytes of names and values", what, max_bytes));
     if (env_keys) {
       bool ok = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0]));
       for (char c : key) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
@@ -672,14 +681,62 @@ cli::Program Sandboxes::PlanExec(const Sandbox& sandbox, const ExecSpec& exec) c
   return planned;
 }
 
+uint64_t ExecAnswerRoom(const ExecSpec& exec, bool compiled) {
+  return exec.stdin_text.size() + (compiled ? 2 : 1) * 2 * 6 * exec.output_limit + (1 << 20);
+}
+
+class Sandboxes::AnswerRoomTicket {
+ public:
+  AnswerRoomTicket(Sandboxes* owner, uint64_t bytes) : owner_(owner), bytes_(bytes) {}
+  ~AnswerRoomTicket() {
+    std::lock_guard lock(owner_->room_mutex_);
+    owner_->room_used_ -= bytes_;
+    owner_->room_freed_.notify_all();
+  }
+  AnswerRoomTicket(const AnswerRoomTicket&) = delete;
+  AnswerRoomTicket& operator=(const AnswerRoomTicket&) = delete;
+
+ private:
+  Sandboxes* owner_;
+  uint64_t bytes_;
+};
+
+std::unique_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64_t bytes,
+                                                                          const std::function<bool()>& client_gone) {
+  constexpr auto kRoomWait = std::chrono::seconds(10);
+  const auto give_up = std::chrono::steady_clock::now() + kRoomWait;
+  std::unique_lock lock(room_mutex_);
+  // One exec alone always has room, whatever its size: the cap bounds how many run beside each other.
+  while (room_used_ != 0 && room_used_ + bytes > config_.exec_answer_room_bytes) {
+    if (std::chrono::steady_clock::now() >= give_up || (client_gone && client_gone()))
+      throw ApiError(503, "unavailable",
+                     fmt::format("the server is running execs whose answers may come to {} bytes (the room is {} "
+                                 "bytes; this one needs {}: its stdin and 12 times its output_limit); the program "
+                                 "has not run; try again",
+                                 room_used_, config_.exec_answer_room_bytes, bytes));
+    room_freed_.wait_for(lock, std::chrono::milliseconds(200));
+  }
+  room_used_ += bytes;
+  return std::make_unique<AnswerRoomTicket>(this, bytes);
+}
+
 json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const cli::Program& program,
                      const OutputSink& sink, const std::function<bool()>& client_gone) {
   const session::SessionRecord& record = *sandbox->record;
   json request = cli::ExecRequest(program, exec.repl);
   request["stream"] = static_cast<bool>(sink);
 
-  ++sandbox->busy;
   const bool client_work = !exec.pool_preload;
+  // Each exec's answer is built whole, here and in the session's supervisor (both outside every sandbox's limits):
+  // their number in one sandbox and the room their answers take in all are bounded before the program runs.
+  if (client_work && sandbox->busy.load() >= static_cast<int>(config_.max_execs_per_sandbox))
+    throw ApiError(429, "too_many_requests",
+                   fmt::format("sandbox {} runs its maximum of {} execs at once; try again when one has ended",
+                               sandbox->id, config_.max_execs_per_sandbox),
+                   {{"capacity", Capacity(sandbox->owner)}});
+  std::unique_ptr<AnswerRoomTicket> room;
+  if (client_work) room = ReserveAnswerRoom(ExecAnswerRoom(exec, program.compile.has_value()), client_gone);
+  ++sandbox->busy;
   if (client_work) MarkClientWork(+1);
   struct Done {
     Sandboxes* self;

@@ -43,6 +43,10 @@ struct ServeConfig {
   std::map<std::string, int> pool;  // template -> ready sandboxes to keep
   std::vector<std::string> restricted_hosts = {"pypi.org", "files.pythonhosted.org"};
   bool allow_network_host = false;
+  // Execs in flight in one sandbox; beyond, an exec answers 429.
+  size_t max_execs_per_sandbox = 8;
+  // The answers execs may be building at once (their worst case, ExecAnswerRoom): past it an exec waits, then 503.
+  uint64_t exec_answer_room_bytes = 512ull << 20;
 };
 
 // The memory a sandbox may hold on the host: its memory limit, and its /workspace, which files written through the
@@ -82,6 +86,9 @@ struct ExecSpec {
   // Not from a client: the pool's own REPL start (PreloadRepl), which is no client's work for the refill's wait.
   bool pool_preload = false;
 };
+// What an exec's answer may come to in the server's memory, reserved before it runs: its stdin, and its output
+// streams (the compile step's too) with every byte escaped as \u00XX (six bytes) at worst, and 1 MiB for the rest.
+uint64_t ExecAnswerRoom(const ExecSpec& exec, bool compiled);
 // The fields of an exec body (POST /v1/sandboxes/{id}/exec; POST /v1/run takes them beside a create's).
 extern const std::vector<std::string> kExecFields;
 ExecSpec ParseExecSpec(const nlohmann::json& body, const ServeConfig& config,
@@ -155,6 +162,10 @@ class Sandboxes {
   bool AwaitRefillTurn(std::unique_lock<std::mutex>& lock, const std::string& template_name,
                        std::chrono::steady_clock::time_point wanted_since);
   void MarkClientWork(int running_delta);  // locks mutex_
+  // Reserves `bytes` of the exec answer room, waiting while the client is there, up to 10 s (then 503); released
+  // when the returned object goes.
+  class AnswerRoomTicket;
+  std::unique_ptr<AnswerRoomTicket> ReserveAnswerRoom(uint64_t bytes, const std::function<bool()>& client_gone);
   void PreloadRepl(const Made& made);
   void ReaperLoop();
   // The sum of `measure` over the sandboxes (the pool's, and those it is making, too), or over `owner`'s alone; with
@@ -178,6 +189,9 @@ class Sandboxes {
   int client_execs_ = 0;
   std::chrono::steady_clock::time_point last_client_work_;
   bool ending_ = false;
+  std::mutex room_mutex_;
+  std::condition_variable room_freed_;
+  uint64_t room_used_ = 0;  // of config_.exec_answer_room_bytes, with room_mutex_
   std::thread pool_thread_, reaper_thread_;
 };
 

@@ -64,6 +64,7 @@ StatusOr<std::map<std::string, std::string>> ReadTokenFile(const std::string& pa
   auto text = ReadFile(path, 1 << 20);
   if (!text.ok()) return text.status().Wrap("--token-file");
   std::map<std::string, std::string> tokens;
+  std::map<std::string, size_t> token_lines;
   for (const auto& [line_number, text_line] : MeaningfulLines(*text)) {
     std::string line = text_line;
     while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
@@ -75,7 +76,18 @@ StatusOr<std::map<std::string, std::string>> ReadTokenFile(const std::string& pa
     if (name.empty() || token.size() < 16)
       return Status::Error(fmt::format("--token-file {} line {}: expected NAME:TOKEN or TOKEN, a token of at least 16 "
                                        "characters", path, line_number));
+    // Two clients with one token would be one client (the later name silently winning), and a bare token is the
+    // client "default": a line naming "default" would share its sandboxes.
+    if (tokens.count(token))
+      return Status::Error(fmt::format("--token-file {} line {}: this token is on line {} already", path, line_number,
+                                       token_lines[token]));
+    if (name == "default" && line.find(':') != std::string::npos)
+      return Status::Error(
+          fmt::format("--token-file {} line {}: the name 'default' is the bare tokens' (give "
+                      "another name)",
+                      path, line_number));
     tokens[token] = name;
+    token_lines[token] = line_number;
   }
   if (tokens.empty()) return Status::Error(fmt::format("--token-file {}: no token in it", path));
   return tokens;
@@ -167,6 +179,7 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
     }
     SandboxSpec spec = ParseSandboxSpec(create, sandboxes_.config());
     ExecSpec exec_spec = ParseExecSpec(exec, sandboxes_.config());
+    if (request.body_taken) request.body_taken();
     auto sandbox = sandboxes_.Create(owner, spec);
     try {
       return Exec(request, sandbox, exec_spec, [this, sandbox] { sandboxes_.Remove(sandbox); });
@@ -208,8 +221,11 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
     }
     throw no_route();
   }
-  if (parts.size() == 4 && parts[3] == "exec" && method == "POST")
-    return Exec(request, sandbox, ParseExecSpec(ParseBody(request), sandboxes_.config()));
+  if (parts.size() == 4 && parts[3] == "exec" && method == "POST") {
+    ExecSpec exec = ParseExecSpec(ParseBody(request), sandboxes_.config());
+    if (request.body_taken) request.body_taken();
+    return Exec(request, sandbox, exec);
+  }
   if (parts.size() == 4 && parts[3] == "files") {
     auto path_it = request.query.find("path");
     std::string path = path_it == request.query.end() ? "" : path_it->second;

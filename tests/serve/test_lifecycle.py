@@ -73,6 +73,7 @@ class CommandLine(unittest.TestCase):
                             (["--restricted-hosts", ""], "an empty host name"),
                             (["--restricted-hosts", "bad host"], "'bad host': not a valid domain name"),
                             (["--max-sandboxes", "0"], "at least 1"), (["--max-per-client", "0"], "at least 1"),
+                            (["--max-execs-per-sandbox", "0"], "at least 1"),
                             (["--default-timeout", "700"], "--default-timeout 700 is over --max-timeout 600"),
                             (["--pool", "nosuch-image=1"], "--pool 'nosuch-image=1': no image 'nosuch-image'"),
                             (["--max-held-answers", "12Q"], "--max-held-answers"),
@@ -83,6 +84,18 @@ class CommandLine(unittest.TestCase):
             self.assertEqual((rc, len(lines)), (125, 1), (args, lines))
             self.assertIn(words, lines[0])
             self.assertTrue(lines[0].startswith("nsbox serve: "), lines)
+
+    def test_an_empty_socket_or_state_dir_is_refused_not_taken_as_left_out(self):
+        # The defaults (/run/nsbox/...) would be used instead: another server's socket and sessions.
+        root = Server().root
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", root]))
+        for args, words in [(["--socket", "", "--state-dir", os.path.join(root, "state")], "--socket: an empty value"),
+                            (["--socket", os.path.join(root, "api.sock"), "--state-dir", ""],
+                             "--state-dir: an empty value")]:
+            run = subprocess.run([NSBOX, "serve"] + args, capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+            lines = run.stderr.decode(errors="replace").splitlines()
+            self.assertEqual((run.returncode, len(lines)), (125, 1), (args, lines))
+            self.assertIn(words, lines[0])
 
     def test_a_missing_token_file_refuses_to_start_naming_it(self):
         missing = f"/nonexistent/nsbox-tokens-{secrets.token_hex(4)}"
@@ -444,6 +457,51 @@ class HeldBytes(unittest.TestCase):
         assert_stopped_clean(self, server, Footprint.of(server))
 
 
+class ExecBounds(unittest.TestCase):
+    def test_execs_in_one_sandbox_are_capped_and_answers_being_built_wait_for_room(self):
+        # Each exec's answer is built whole, in the server and the session's supervisor (root, outside every limit):
+        # 16 execs of 64M output made them 2.8 GB. Execs in flight in one sandbox are capped (429), and an exec
+        # reserves what its answer may come to (12 x output_limit and its stdin) before it runs.
+        server = own_server(["--max-execs-per-sandbox", "2", "--max-held-answers", "30M"]).start()
+        api = server.api()
+        one, two = api.create({})["id"], api.create({})["id"]
+        answers, lock = [], threading.Lock()
+
+        def run(sandbox_id, body):
+            started = time.monotonic()
+            r = server.api().request("POST", f"/v1/sandboxes/{sandbox_id}/exec", body=body)
+            with lock:
+                answers.append((r.status, json.loads(r.body), time.monotonic() - started))
+
+        threads = [threading.Thread(target=run, args=(one, {"cmd": "sleep 1.5"})) for _ in range(3)]
+        for t in threads:
+            t.start()
+            time.sleep(0.2)
+        for t in threads:
+            t.join(30)
+        self.assertEqual(sorted(a[0] for a in answers), [200, 200, 429], answers)
+        refused = next(a[1] for a in answers if a[0] == 429)
+        self.assertIn("runs its maximum of 2 execs at once", refused["error"]["message"])
+        self.assertIn("capacity", refused)
+
+        answers.clear()
+        big = {"output_limit": 2 << 20}  # 25 MiB of room each: two do not fit in 30M
+        first = threading.Thread(target=run, args=(one, dict(big, cmd="sleep 1.5; echo first")))
+        first.start()
+        time.sleep(0.3)
+        run(two, dict(big, cmd="echo second"))
+        first.join(30)
+        by_output = {a[1].get("stdout"): a for a in answers}
+        self.assertEqual(set(by_output), {"first\n", "second\n"}, answers)
+        self.assertGreater(by_output["second\n"][2], 0.9, "the second exec ran beside the first without room")
+        # One exec alone always has room, however large its output_limit.
+        alone = api.exec(two, {"cmd": "echo alone", "output_limit": 64 << 20})
+        self.assertEqual(alone["stdout"], "alone\n")
+        for sandbox_id in (one, two):
+            self.assertEqual(api.delete(sandbox_id).status, 204)
+        assert_stopped_clean(self, server, Footprint.of(server))
+
+
 class PoolAndSigterm(unittest.TestCase):
     """--pool host=2 python=1: ready sandboxes taken by a create, refilled, never reused; SIGTERM ends them."""
 
@@ -591,5 +649,5 @@ class Sigint(unittest.TestCase):
         assert_stopped_clean(self, server, before, signal.SIGINT)
 
 
-CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, CompileTimeoutCap, BodyCap, HeldBytes, PoolAndSigterm,
-           SigkillRestart, Sigint]
+CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, CompileTimeoutCap, BodyCap, HeldBytes, ExecBounds,
+           PoolAndSigterm, SigkillRestart, Sigint]

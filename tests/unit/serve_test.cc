@@ -11,10 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "sandbox/base/fs.h"
@@ -88,6 +91,17 @@ TEST_CASE("a create body: defaults, the operator's caps, and each bad field name
   CHECK(bad(R"({"network": "host"})").first == 403);
   config.allow_network_host = true;
   CHECK(ParseSandboxSpec(json::parse(R"({"network": "host"})"), config).network == json("host"));
+  // The server keeps labels and env for the sandbox's life, outside every budget: both are bounded.
+  json labels = json::object();
+  for (int i = 0; i < 65; ++i) labels[fmt::format("k{}", i)] = "v";
+  CHECK(Refusal([&] {
+          ParseSandboxSpec({{"labels", labels}}, config);
+        }).second == "'labels' has 65 entries; at most 64");
+  CHECK(Refusal([&] {
+          ParseSandboxSpec({{"labels", {{"k", std::string(20000, 'v')}}}}, config);
+        }).second == "'labels' holds more than 16384 bytes of names and values");
+  CHECK(Refusal([&] { ParseSandboxSpec({{"env", {{"K", std::string(2 << 20, 'v')}}}}, config); }).first == 400);
+  CHECK(ParseSandboxSpec({{"labels", {{"team", "eval"}}}}, config).labels.at("team") == "eval");
 }
 
 TEST_CASE("an exec body: exactly one program form, the timeout capped, repl only for python", "[serve]") {
@@ -212,6 +226,16 @@ TEST_CASE("a token file: NAME:TOKEN or a bare token, short tokens refused with t
   CHECK(refused.status().message().find("line 1") != std::string::npos);
   std::ofstream(path) << "# nothing\n";
   CHECK_FALSE(nsbox::serve::ReadTokenFile(path).ok());
+  // One token for two names would make them one client (the later name silently winning); a line naming "default"
+  // would share the bare tokens' sandboxes.
+  std::ofstream(path) << "alice:0123456789abcdef0123\nmallory:0123456789abcdef0123\n";
+  auto twice = nsbox::serve::ReadTokenFile(path);
+  REQUIRE_FALSE(twice.ok());
+  CHECK(twice.status().message().find("line 2: this token is on line 1 already") != std::string::npos);
+  std::ofstream(path) << "fedcba9876543210fedc\ndefault:0123456789abcdef0123\n";
+  auto named_default = nsbox::serve::ReadTokenFile(path);
+  REQUIRE_FALSE(named_default.ok());
+  CHECK(named_default.status().message().find("line 2: the name 'default'") != std::string::npos);
 }
 
 TEST_CASE("workspace files: parents made, links never followed, directories removed whole", "[serve]") {
@@ -349,9 +373,14 @@ TEST_CASE("request bodies held at once are capped as their bytes come: past the 
   nsbox::serve::HttpServerOptions options;
   options.max_body_bytes = 100'000;
   options.max_buffered_bytes = 150'000;
-  auto server = nsbox::serve::HttpServer::Start(listener.release(), false, options, [](const auto& request) {
+  std::atomic<bool> release{false};
+  auto server = nsbox::serve::HttpServer::Start(listener.release(), false, options, [&](const auto& request) {
     nsbox::serve::HttpResponse r;
     r.body = std::to_string(request.body.size());
+    if (request.path == "/taken") {  // a handler that has its body's worth and then runs long (an exec)
+      request.body_taken();
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     return r;
   });
   REQUIRE(server.ok());
@@ -371,6 +400,15 @@ TEST_CASE("request bodies held at once are capped as their bytes come: past the 
   RawClient third(port);  // the first's reservation is given back with its answer
   third.Send(head + std::string(80'000, 'y'));
   CHECK_THAT(third.Answer(5000), Catch::StartsWith("HTTP/1.1 200"));
+  // A handler that says it has taken its body no longer holds it against the others while it runs.
+  RawClient running(port);
+  running.Send("POST /taken HTTP/1.1\r\nHost: x\r\nContent-Length: 80000\r\n\r\n" + std::string(80'000, 'z'));
+  CHECK(running.Answer(300).empty());
+  RawClient beside(port);
+  beside.Send(head + std::string(80'000, 'w'));
+  CHECK_THAT(beside.Answer(5000), Catch::StartsWith("HTTP/1.1 200"));
+  release = true;
+  CHECK_THAT(running.Answer(5000), Catch::StartsWith("HTTP/1.1 200"));
   (*server)->Stop();
 }
 
