@@ -334,8 +334,10 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
   for (const char* needed : {"execve", "exit_group"}) {
     const int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, needed);
     auto it = unconditional.find(nr);
-    const bool allowed = it != unconditional.end() ? it->second.action == SCMP_ACT_ALLOW
-                                                   : default_action == SCMP_ACT_ALLOW || conditional.count(nr) > 0;
+    // SCMP_ACT_LOG allows the call too (and logs it).
+    auto allows = [](uint32_t action) { return action == SCMP_ACT_ALLOW || action == SCMP_ACT_LOG; };
+    const bool allowed =
+        it != unconditional.end() ? allows(it->second.action) : allows(default_action) || conditional.count(nr) > 0;
     if (!allowed)
       return Status::Error(fmt::format("the profile denies \"{}\": no program could {} under it", needed,
                                        std::string_view(needed) == "execve" ? "start" : "end"));

@@ -320,6 +320,14 @@ TEST_CASE("a profile that denies execve or exit_group is refused: nothing could 
   program = CompileSeccompProfile(*no_exit, "test", NativeSeccompHost());
   REQUIRE_FALSE(program.ok());
   CHECK(program.status().message() == R"(the profile denies "exit_group": no program could end under it)");
+  // SCMP_ACT_LOG allows the call (and logs it): as a default or as execve's own rule, it is not a denial.
+  for (const char* text : {R"({"defaultAction": "SCMP_ACT_LOG"})",
+                           R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+                                {"names": ["execve", "exit_group"], "action": "SCMP_ACT_LOG"}]})"}) {
+    auto logged = ParseSeccompProfile(text);
+    REQUIRE(logged.ok());
+    CHECK(CompileSeccompProfile(*logged, "test", NativeSeccompHost()).ok());
+  }
 }
 
 TEST_CASE("a profile with more rules than any filter could hold is refused before libseccomp's slow work") {
