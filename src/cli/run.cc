@@ -100,7 +100,7 @@ int EmitResult(const Result& result, bool json) {
       if (err == 0) err = WriteAll(2, result.stderr_data);
     }
     if (err == 0 && result.status != RunStatus::kOk && result.status != RunStatus::kExit)
-      err = WriteAll(2, fmt::format("nsbox: {}: {}\n", RunStatusName(result.status), reason));
+      err = WriteAll(2, fmt::format("nsbox: {}: {}\n", RunStatusName(result.status), PrintableLine(reason)));
   }
   if (err != 0) {
     (void)WriteAll(2, fmt::format("nsbox: writing {}: {} ({})\n", what, std::strerror(err), ErrnoName(err)));

@@ -235,6 +235,12 @@ TEST_CASE("--pids takes decimal digits only: 010 is not octal 8, 0x10 not 16", "
 
 TEST_CASE("command-line mistakes are one line naming the word with its control bytes escaped",
           "[integration][options]") {
+  // A failure of the run itself names the program as given, escaped: a newline in argv forged a second line.
+  auto missing = RunNsboxRaw({"run", "--", "/no/such\nnsbox: ok: forged"});
+  CHECK(missing.exit_code == 127);
+  CHECK(missing.err ==
+        "nsbox: setup_error: sandbox setup failed at execve(/no/such\\nnsbox: ok: forged): No such file "
+        "or directory (ENOENT)\n");
   auto bogus = RunNsboxRaw({"--bogus"});
   CHECK(bogus.exit_code == 125);
   CHECK(bogus.err.starts_with("nsbox: unknown option '--bogus' (options come after the command: run, "));
