@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,8 +72,16 @@ std::string CheckExecutor(const Executor& executor) {
     if (value.find('\0') != std::string::npos)
       return fmt::format("Executor::env: the value of {} holds a NUL byte", name);
   }
-  if (executor.stdin_fd >= 0 && ::fcntl(executor.stdin_fd, F_GETFD) < 0)
-    return fmt::format("Executor::stdin_fd {} is not an open descriptor", executor.stdin_fd);
+  if (executor.stdin_fd >= 0) {
+    // A descriptor the program's input cannot be read from would read as an empty input: an "ok" run on nothing.
+    const int flags = ::fcntl(executor.stdin_fd, F_GETFL);
+    if (flags < 0) return fmt::format("Executor::stdin_fd {} is not an open descriptor", executor.stdin_fd);
+    if ((flags & O_ACCMODE) == O_WRONLY)
+      return fmt::format("Executor::stdin_fd {} is open for writing only", executor.stdin_fd);
+    struct stat st;
+    if (::fstat(executor.stdin_fd, &st) == 0 && S_ISDIR(st.st_mode))
+      return fmt::format("Executor::stdin_fd {} is a directory", executor.stdin_fd);
+  }
   return CheckOutputLimit(executor.output_limit_bytes);
 }
 
@@ -97,6 +106,7 @@ void Sandbox::Kill() {
 
 Result Sandbox::Run() {
   const auto started = Clock::now();
+  if (ran_.exchange(true)) return SetupError("this Sandbox has run already (once per Sandbox: make another)");
   if (std::string why = CheckExecutor(executor_); !why.empty()) return SetupError(why);
   if (executor_.wall_timeout <= std::chrono::milliseconds(0))
     return SetupError(fmt::format("a time limit of {} ms: it must be positive", executor_.wall_timeout.count()));

@@ -36,7 +36,8 @@ class Sandbox {
   Sandbox(const Sandbox&) = delete;
   Sandbox& operator=(const Sandbox&) = delete;
 
-  // Runs to completion. Never throws; every failure is a Result with status kSetupError. Once per Sandbox.
+  // Runs to completion. Never throws; every failure is a Result with status kSetupError. Once per Sandbox: a second
+  // Run() (or RunAsync()) is a setup error and runs nothing.
   Result Run();
   // Starts Run() on a thread of its own and returns at once; AwaitResult() waits for it and returns its result
   // (a setup error when RunAsync was not called, or the result was taken already).
@@ -49,7 +50,8 @@ class Sandbox {
   void Kill();
   // When set, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process are passed on to the program instead: Run()
   // blocks them in the calling thread and reads them from a signalfd (an effect on signal delivery the embedder
-  // opts into).
+  // opts into). The kernel gives a process's signal to any thread that does not block it: in a program with other
+  // threads (RunAsync's own is one), every other thread must block them too, or one of those takes the signal.
   void ForwardSignals(bool forward) { forward_signals_ = forward; }
   // Not owned; must outlive Run().
   void SetHooks(SandboxHooks* hooks) { hooks_ = hooks; }
@@ -72,6 +74,7 @@ class Sandbox {
   SandboxHooks* hooks_ = nullptr;
   int live_stdout_fd_ = -1, live_stderr_fd_ = -1;
   std::atomic<bool> kill_requested_{false};
+  std::atomic<bool> ran_{false};  // Run() was called: a second call is refused
   const int kill_eventfd_;  // made with the Sandbox, closed with it
   const int kill_eventfd_errno_;
   std::thread async_run_;

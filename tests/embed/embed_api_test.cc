@@ -254,6 +254,39 @@ TEST_CASE("Run refuses an executor it could not run as given, naming the field")
   nsbox::Executor closed_stdin = Command({"/bin/cat"});
   closed_stdin.stdin_fd = 9999;
   CHECK_THAT(refused(closed_stdin), Catch::Contains("Executor::stdin_fd 9999 is not an open descriptor"));
+  // A descriptor input cannot be read from read as an empty input: the program ran "ok" on nothing.
+  int pipe_ends[2];
+  REQUIRE(::pipe2(pipe_ends, O_CLOEXEC) == 0);
+  nsbox::Executor write_end = Command({"/bin/cat"});
+  write_end.stdin_fd = pipe_ends[1];
+  CHECK_THAT(refused(write_end), Catch::Contains("is open for writing only"));
+  ::close(pipe_ends[0]);
+  ::close(pipe_ends[1]);
+  const int dir = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(dir >= 0);
+  nsbox::Executor directory = Command({"/bin/cat"});
+  directory.stdin_fd = dir;
+  CHECK_THAT(refused(directory), Catch::Contains("is a directory"));
+  ::close(dir);
+}
+
+TEST_CASE("a Sandbox runs once: a second Run or RunAsync is a setup error and runs nothing") {
+  nsbox::PolicyBuilder builder;
+  builder.SetHostViewFile(NSBOX_TEST_DATADIR "/rootfs/host.json")
+      .SetSeccompProfile("default", NSBOX_TEST_DATADIR "/seccomp-profiles")
+      .DangerDisableCgroupLimits();
+  auto policy = builder.TryBuild();
+  REQUIRE(policy.ok());
+  nsbox::Sandbox sandbox(Command({"/bin/echo", "once"}), *policy);
+  CHECK(sandbox.Run().stdout_data == "once\n");
+  nsbox::Result again = sandbox.Run();
+  CHECK(again.status == nsbox::RunStatus::kSetupError);
+  CHECK(again.reason == "this Sandbox has run already (once per Sandbox: make another)");
+  CHECK(again.stdout_data.empty());
+  sandbox.RunAsync();
+  nsbox::Result async_again = sandbox.AwaitResult();
+  CHECK(async_again.status == nsbox::RunStatus::kSetupError);
+  CHECK(async_again.stdout_data.empty());
 }
 
 TEST_CASE("Run refuses Executor::memory_max_bytes, a session exec's own limit, rather than ignore it") {
