@@ -95,8 +95,12 @@ nlohmann::json Error(const std::string& message) { return {{"ok", false}, {"erro
 class Server {
  public:
   Server(SupervisorConfig config, std::unique_ptr<SessionSandbox> session, UniqueFd listener,
-         cli::EgressProxyHooks* proxy)
-      : config_(std::move(config)), session_(std::move(session)), listener_(std::move(listener)), proxy_(proxy) {
+         cli::EgressProxyHooks* proxy, UniqueFd terminate)
+      : config_(std::move(config)),
+        session_(std::move(session)),
+        listener_(std::move(listener)),
+        proxy_(proxy),
+        terminate_(std::move(terminate)) {
     last_activity_ = Clock::now();
   }
 
@@ -130,11 +134,13 @@ class Server {
         }
       }
       if (shutting_down_) return Shutdown(fmt::format("idle for {} ms", config_.idle_timeout.count()), 0);
-      struct pollfd fds[2] = {{session_->pid1_pidfd(), POLLIN, 0}, {owner_.get(), POLLIN, 0}};
+      struct pollfd fds[3] = {
+          {session_->pid1_pidfd(), POLLIN, 0}, {terminate_.get(), POLLIN, 0}, {owner_.get(), POLLIN, 0}};
       struct pollfd& pid1 = fds[0];
-      int rc = ::poll(fds, owner_ ? 2 : 1, static_cast<int>(std::max<int64_t>(wait_ms, 0)) + 1);
+      int rc = ::poll(fds, owner_ ? 3 : 2, static_cast<int>(std::max<int64_t>(wait_ms, 0)) + 1);
       if (rc < 0 && errno != EINTR) return Shutdown("its supervisor's poll failed", 0);
-      if (owner_ && (fds[1].revents & POLLIN)) return Shutdown("its --end-with-pid process ended", 0);
+      if (fds[1].revents & POLLIN) return Shutdown("its supervisor was sent SIGTERM", 0);
+      if (owner_ && (fds[2].revents & POLLIN)) return Shutdown("its --end-with-pid process ended", 0);
       if (pid1.revents & POLLIN) {
         // An rm in progress killed pid 1: its thread answers the client and ends the process.
         if (removing_) std::this_thread::sleep_for(std::chrono::seconds(10));  // rm waits up to 5 s for answers
@@ -343,10 +349,22 @@ class Server {
   std::atomic<bool> removing_{false};
   bool shutting_down_ = false;  // under activity_mutex_ (read unlocked only by the main thread that sets it)
   std::atomic<int> idle_workers_{0};
-  UniqueFd owner_;  // pidfd of config_.owner_pid
+  UniqueFd owner_;      // pidfd of config_.owner_pid
+  UniqueFd terminate_;  // readable once SIGTERM came (OnTerminate)
   std::mutex shutdown_mutex_;
   bool shut_down_ = false;
 };
+
+// SIGTERM (a plain `kill`, a system's shutdown) ends the session as `rm` does, its state removed: the handler writes a
+// byte that the main loop's poll sees. Any thread may run it; a write to a pipe is safe in a handler.
+int g_terminate_write = -1;
+void OnTerminate(int) {
+  const int saved = errno;
+  const char byte = 'T';
+  ssize_t ignored = ::write(g_terminate_write, &byte, 1);
+  (void)ignored;
+  errno = saved;
+}
 
 StatusOr<UniqueFd> Listen(const std::string& path) {
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -376,6 +394,15 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
   // One arena for all threads: a worker's first request would otherwise make an arena of its own (a 64 MiB reservation
   // and its first page faults), in the first exec of every session. The few threads seldom allocate at once.
   ::mallopt(M_ARENA_MAX, 1);
+  int terminate_pipe[2];
+  if (::pipe2(terminate_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return fail(Status::Errno("pipe2(SIGTERM)"));
+  UniqueFd terminate_read(terminate_pipe[0]);
+  g_terminate_write = terminate_pipe[1];
+  struct sigaction on_terminate = {};
+  on_terminate.sa_handler = OnTerminate;
+  on_terminate.sa_flags = SA_RESTART;
+  sigemptyset(&on_terminate.sa_mask);
+  ::sigaction(SIGTERM, &on_terminate, nullptr);
   // The proxy's threads start here, in the supervisor itself (after its forks): it lives as long as the session.
   std::unique_ptr<cli::EgressProxyHooks> proxy;
   if (config.network_allow) proxy = std::make_unique<cli::EgressProxyHooks>(*config.network_allow);
@@ -408,7 +435,7 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
   if (::rename(tmp.c_str(), (config.dir + "/session.json").c_str()) != 0)
     return fail(Status::Errno("rename(session.json.tmp, session.json)"));
 
-  Server server(config, std::move(*session), std::move(*listener), proxy.get());
+  Server server(config, std::move(*session), std::move(*listener), proxy.get(), std::move(terminate_read));
   (void)WriteAll(ready_fd, "ok " + record.dump() + "\n");
   // The session is the creator's once it has passed the id on and says so with one byte. A creator that ended first
   // (a signal, SIGKILL included, or a failed write) closes its end: a session whose id no one got ends at once, not

@@ -1432,6 +1432,17 @@ TEST_CASE("a session survives the command that created it and ends by its idle t
   CHECK(s.Nsbox({"exec", id, "--", "/bin/true"}).code == 125);
 }
 
+TEST_CASE("SIGTERM to a session's supervisor ends the session as rm does, leaving nothing", "[session][lifecycle]") {
+  // Its default action killed the supervisor on the spot: the state stayed until the next nsbox call cleaned it.
+  Sessions s;
+  std::string id = s.Create();
+  json record = s.Record(id);
+  pid_t supervisor = record["supervisor_pid"], pid1 = record["pid1"];
+  REQUIRE(::kill(supervisor, SIGTERM) == 0);
+  CHECK(WaitFor([&] { return !std::filesystem::exists(s.state_dir + "/" + id); }, 5s));
+  CHECK(WaitFor([&] { return !ProcessExists(supervisor) && !ProcessExists(pid1); }, 5s));
+}
+
 TEST_CASE("a session ends at its maximum lifetime even while it is used", "[session][lifecycle]") {
   Sessions s;
   std::string id = s.Create({"--max-lifetime", "1500ms"});
