@@ -122,10 +122,11 @@ std::vector<pid_t> ReadPids(const std::string& path) {
 
 namespace {
 
-// The start time of a process in clock ticks since boot; 0 when the process is gone.
+// The start time of a process in clock ticks since boot; 0 when the process is gone, or ended and not yet reaped (a
+// creator killed with its reaper, whose parent has not waited for it, must not keep its groups from the sweep).
 uint64_t ProcessStartTime(pid_t pid) {
   auto stat = ReadFile(fmt::format("/proc/{}/stat", pid));
-  return stat.ok() ? ParseStartTime(*stat) : 0;
+  return stat.ok() && !IsEndedProcess(*stat) ? ParseStartTime(*stat) : 0;
 }
 
 }  // namespace

@@ -107,4 +107,13 @@ uint64_t ParseStartTime(std::string_view stat) {
   return std::strtoull(std::string(fields[22 - 3]).c_str(), nullptr, 10);
 }
 
+bool IsEndedProcess(std::string_view stat) {
+  size_t paren = stat.rfind(')');
+  if (paren == std::string_view::npos) return false;
+  std::vector<std::string_view> fields = Words(stat.substr(std::min(paren + 2, stat.size())));
+  if (fields.size() < 20 - 2) return false;  // fields 3 (state) to 20 (num_threads)
+  if (fields[0] != "Z" && fields[0] != "X") return false;
+  return std::strtoull(std::string(fields[20 - 3]).c_str(), nullptr, 10) <= 1;
+}
+
 }  // namespace nsbox::cgroup_internal

@@ -29,5 +29,8 @@ uint64_t KeyedValue(std::string_view content, std::string_view key);
 std::vector<pid_t> ParsePids(std::string_view content);
 // Field 22 of a /proc/<pid>/stat text, the start time in clock ticks since boot; 0 when it cannot be read.
 uint64_t ParseStartTime(std::string_view stat);
+// Whether a /proc/<pid>/stat text is of a process that has ended and waits to be reaped: a zombie (or dead) whose
+// threads are all gone. (A thread-group leader that ended before its other threads is a zombie too, but alive.)
+bool IsEndedProcess(std::string_view stat);
 
 }  // namespace nsbox::cgroup_internal

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
@@ -451,10 +452,24 @@ TEST_CASE(
   CHECK_FALSE(IsStaleGroupName(mine));
   pid_t child = ::fork();
   if (child == 0) ::_exit(0);
+  // Ended and not yet reaped (a zombie): its groups are stale already, whenever its parent waits for it.
+  std::string stat;
+  for (int i = 0; i < 500 && stat.find(") Z ") == std::string::npos; ++i) {
+    std::ifstream in("/proc/" + std::to_string(child) + "/stat");
+    std::getline(in, stat);
+    if (stat.find(") Z ") == std::string::npos) ::usleep(2000);
+  }
+  REQUIRE(stat.find(") Z ") != std::string::npos);
+  const std::string zombie_name = fmt::format("{}-{}-0", child, cgroup_internal::ParseStartTime(stat));
+  CHECK(IsStaleGroupName(zombie_name));
   ::waitpid(child, nullptr, 0);
   CHECK(IsStaleGroupName(std::to_string(child) + "-12345-0"));
   std::string reused = mine.substr(0, mine.find('-')) + "-1-0";  // our pid, another start time
   CHECK(IsStaleGroupName(reused));
+  // A leader that ended before its threads is a zombie too, but its process lives on.
+  CHECK(cgroup_internal::IsEndedProcess("7 (a b) Z 1 7 7 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 999"));
+  CHECK_FALSE(cgroup_internal::IsEndedProcess("7 (a b) Z 1 7 7 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 3 0 999"));
+  CHECK_FALSE(cgroup_internal::IsEndedProcess("7 (a) Z) S 1 7 7 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 999"));
   CHECK_FALSE(IsStaleGroupName("supervisor"));
   CHECK_FALSE(IsStaleGroupName("1234-5-6-extra"));
 }
