@@ -374,6 +374,7 @@ struct HttpServerCallbacks {
     std::string body;
     uint64_t counted = 0;
     std::atomic<uint64_t>* held = nullptr;
+    std::shared_ptr<void> hold;  // the handler's reservation for it (HttpResponse::hold)
   };
   static void FreeAnswer(void* cls) {
     auto* answer = static_cast<HeldAnswer*>(cls);
@@ -413,7 +414,7 @@ struct HttpServerCallbacks {
   // 503 at its word would run it again).
   static MHD_Result Queue(HttpServer* server, MHD_Connection* connection, HttpResponse response,
                           bool replaceable = false) {
-    auto* answer = new HeldAnswer{.body = {}, .counted = 0, .held = &server->answers_held_};
+    auto* answer = new HeldAnswer{.body = {}, .counted = 0, .held = &server->answers_held_, .hold = {}};
     if (ReserveAnswer(server, response.body.size(), ConnectionFd(connection), replaceable)) {
       answer->counted = response.body.size();
     } else {
@@ -425,6 +426,7 @@ struct HttpServerCallbacks {
                           : R"({"error": {"code": "unavailable", "message": "busy"}})";
     }
     answer->body = std::move(response.body);
+    answer->hold = std::move(response.hold);  // a 503 in its place holds nothing
     MHD_Response* mhd = MHD_create_response_from_buffer_with_free_callback_cls(answer->body.size(), answer->body.data(),
                                                                                &FreeAnswer, answer);
     if (!mhd) {

@@ -55,6 +55,8 @@ struct HttpResponse {
   // When set (whole responses only), called when the client has gone (closed its connection) by the time the response
   // is ready. It undoes what the request made for a client that never learns of it (a sandbox it cannot name).
   std::function<void()> undelivered;
+  // Kept until the answer is freed (sent, or its client gone): what the handler reserved for it (the answer room).
+  std::shared_ptr<void> hold;
 };
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;

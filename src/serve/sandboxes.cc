@@ -710,9 +710,9 @@ std::unique_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64
   while (room_used_ != 0 && room_used_ + bytes > config_.exec_answer_room_bytes) {
     if (std::chrono::steady_clock::now() >= give_up || (client_gone && client_gone()))
       throw ApiError(503, "unavailable",
-                     fmt::format("the server is running execs whose answers may come to {} bytes (the room is {} "
-                                 "bytes; this one needs {}: its stdin and 12 times its output_limit); the program "
-                                 "has not run; try again",
+                     fmt::format("the server holds {} bytes of answers being built or not yet read by their clients "
+                                 "(--max-held-answers {}); this one needs {} (an exec's: its stdin and 12 times its "
+                                 "output_limit); nothing was done; try again",
                                  room_used_, config_.exec_answer_room_bytes, bytes));
     room_freed_.wait_for(lock, std::chrono::milliseconds(200));
   }
@@ -721,7 +721,8 @@ std::unique_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64
 }
 
 json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const cli::Program& program,
-                     const OutputSink& sink, const std::function<bool()>& client_gone) {
+                     const OutputSink& sink, const std::function<bool()>& client_gone,
+                     std::shared_ptr<void>* room_out) {
   const session::SessionRecord& record = *sandbox->record;
   json request = cli::ExecRequest(program, exec.repl);
   request["stream"] = static_cast<bool>(sink);
@@ -734,8 +735,9 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
                    fmt::format("sandbox {} runs its maximum of {} execs at once; try again when one has ended",
                                sandbox->id, config_.max_execs_per_sandbox),
                    {{"capacity", Capacity(sandbox->owner)}});
-  std::unique_ptr<AnswerRoomTicket> room;
+  std::shared_ptr<AnswerRoomTicket> room;
   if (client_work) room = ReserveAnswerRoom(ExecAnswerRoom(exec, program.compile.has_value()), client_gone);
+  if (room_out) *room_out = room;
   ++sandbox->busy;
   if (client_work) MarkClientWork(+1);
   struct Done {
@@ -857,12 +859,16 @@ uint64_t Sandboxes::WriteFile(const std::shared_ptr<Sandbox>& sandbox, const std
   return *written;
 }
 
-std::string Sandboxes::ReadFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path) {
+std::string Sandboxes::ReadFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path,
+                                std::shared_ptr<void>* room) {
   std::string rel = WorkspacePath(path);
   uid_t uid;
   gid_t gid;
   UniqueFd workspace = OpenWorkspace(sandbox, &uid, &gid);
-  auto data = session::ReadWorkspaceFile(workspace.get(), rel, config_.max_file_bytes);
+  // Room for the bytes before they are read: 16 clients reading a 64 MiB file each and reading no answer held a GiB.
+  auto data = session::ReadWorkspaceFile(workspace.get(), rel, config_.max_file_bytes, [&](uint64_t size) {
+    *room = std::shared_ptr<AnswerRoomTicket>(ReserveAnswerRoom(size, {}));
+  });
   if (!data.ok()) ThrowFileError(data.status());
   return std::move(*data);
 }

@@ -45,7 +45,8 @@ struct ServeConfig {
   bool allow_network_host = false;
   // Execs in flight in one sandbox; beyond, an exec answers 429.
   size_t max_execs_per_sandbox = 8;
-  // The answers execs may be building at once (their worst case, ExecAnswerRoom): past it an exec waits, then 503.
+  // The answers being built or sent at once (an exec's worst case, ExecAnswerRoom; a file read's size): past it an
+  // exec or a file read waits, then 503.
   uint64_t exec_answer_room_bytes = 512ull << 20;
 };
 
@@ -132,12 +133,17 @@ class Sandboxes {
   cli::Program PlanExec(const Sandbox& sandbox, const ExecSpec& exec) const;
   // Runs the planned exec: its result object (nsbox exec --json's). `sink` (may be empty) gets output as it comes;
   // `client_gone` ends the exec early when it says so.
+  // `room` (may be null): takes the answer's reservation, to be kept until the answer has been sent (else it ends
+  // with the call).
   nlohmann::json Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const cli::Program& program,
-                      const OutputSink& sink, const std::function<bool()>& client_gone);
+                      const OutputSink& sink, const std::function<bool()>& client_gone,
+                      std::shared_ptr<void>* room = nullptr);
 
   // Files under the sandbox's /workspace (paths as the API takes them).
   uint64_t WriteFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path, const std::string& data);
-  std::string ReadFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path);
+  // The file's bytes, whose room in the answer room is reserved (waiting up to 10 s, then 503) before they are read
+  // and passed out in `room`.
+  std::string ReadFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path, std::shared_ptr<void>* room);
   nlohmann::json ListFiles(const std::shared_ptr<Sandbox>& sandbox, const std::string& path);
   void RemoveFile(const std::shared_ptr<Sandbox>& sandbox, const std::string& path);
 

@@ -237,7 +237,7 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
     if (method == "GET") {
       HttpResponse r;
       r.content_type = "application/octet-stream";
-      r.body = sandboxes_.ReadFile(sandbox, path);
+      r.body = sandboxes_.ReadFile(sandbox, path, &r.hold);
       return r;
     }
     if (method == "DELETE") {
@@ -256,9 +256,12 @@ HttpResponse Service::Exec(const HttpRequest& request, const std::shared_ptr<San
   const bool stream = Flag(request, "stream") || request.header("accept").find("application/x-ndjson") != std::string::npos;
   cli::Program program = sandboxes_.PlanExec(*sandbox, exec);  // a bad request is a 400, streamed or not
   if (!stream) {
-    json result = sandboxes_.Exec(sandbox, exec, program, {}, request.client_gone);
+    std::shared_ptr<void> room;
+    json result = sandboxes_.Exec(sandbox, exec, program, {}, request.client_gone, &room);
     if (after) after();
-    return Json(200, result);
+    HttpResponse r = Json(200, result);
+    r.hold = std::move(room);  // the answer's room is given back once it has been sent
+    return r;
   }
   HttpResponse r;
   r.content_type = "application/x-ndjson";

@@ -106,7 +106,8 @@ StatusOr<std::string> WorkspaceRelativePath(const std::string& path) {
   return clean;
 }
 
-StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel, uint64_t max_bytes) {
+StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel, uint64_t max_bytes,
+                                        const std::function<void(uint64_t size)>& before_read) {
   std::string shown = "/workspace/" + rel;
   if (rel.empty() || rel.ends_with("/"))
     return Status::Error(ErrorKind::kRefused, fmt::format("{} is a directory; give a file", shown));
@@ -126,7 +127,13 @@ StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel
   if (::fstat(file->get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", shown));
   if (!S_ISREG(st.st_mode) || st.st_ino != seen.st_ino || st.st_dev != seen.st_dev)
     return Status::Error(ErrorKind::kRefused, fmt::format("refusing {}: it was replaced while being copied", shown));
-  return ReadCapped(file->get(), max_bytes, shown);
+  if (!before_read) return ReadCapped(file->get(), max_bytes, shown);
+  // Its size as looked at is what the caller made room for: a file that grows meanwhile is not read past it.
+  before_read(static_cast<uint64_t>(st.st_size));
+  auto data = ReadCapped(file->get(), static_cast<uint64_t>(st.st_size), shown);
+  if (!data.ok() && data.status().kind() == ErrorKind::kTooLarge)
+    return Status::Error(ErrorKind::kConflict, fmt::format("refusing {}: it grew while being read", shown));
+  return data;
 }
 
 StatusOr<uint64_t> CopyOut(int workspace_fd, const std::string& rel, const std::string& host_path, uint64_t max_bytes) {

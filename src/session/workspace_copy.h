@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,7 +40,10 @@ StatusOr<uint64_t> CopyIn(const std::string& host_path, int workspace_fd, const 
                           uid_t uid, gid_t gid);
 
 // The regular file `rel` under `workspace_fd`, whole, refused when larger than max_bytes.
-StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel, uint64_t max_bytes);
+// `before_read` (may be empty) is told the file's size before its bytes are read (the service makes room for them;
+// it may throw); then no more than that is read, and a file that grew meanwhile is a conflict.
+StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel, uint64_t max_bytes,
+                                        const std::function<void(uint64_t size)>& before_read = {});
 // Writes `data` to the file `rel` (parents made as needed), owned by the sandbox user, replaced atomically.
 StatusOr<uint64_t> WriteWorkspaceFile(int workspace_fd, const std::string& rel, const std::string& data, uid_t uid,
                                       gid_t gid);

@@ -429,7 +429,8 @@ class HeldBytes(unittest.TestCase):
             second = api.request("GET", files_path(sandbox_id, "big"))
             waited = time.monotonic() - started
             self.assertEqual(second.status, 503, second.body[:300])
-            self.assertIn("answers that their clients have not read yet", second.body.decode(), second.body[:300])
+            self.assertIn("answers being built or not yet read by their clients", second.body.decode(),
+                          second.body[:300])
             self.assertGreater(waited, 5, "the answer did not wait for room")
             # An exec's result is never replaced (its program ran: a client that took a 503 at its word would run it
             # again); it waits for room instead, and goes once the unread answer does.

@@ -255,6 +255,16 @@ TEST_CASE("workspace files: parents made, links never followed, directories remo
   CHECK(*read == std::string("\0\xff\x01", 3));
   // Each refusal carries its kind, which the service maps to an HTTP status without reading the message.
   CHECK(ReadWorkspaceFile(ws.get(), "a/b/c.bin", 2).status().kind() == nsbox::ErrorKind::kTooLarge);  // over the cap
+  // The caller learns the size before the bytes are read (the service makes room for them); a file that grows past
+  // it meanwhile is not read on.
+  uint64_t announced = 0;
+  CHECK(ReadWorkspaceFile(ws.get(), "a/b/c.bin", 1 << 20, [&](uint64_t size) { announced = size; }).ok());
+  CHECK(announced == 3);
+  auto grown = ReadWorkspaceFile(ws.get(), "a/b/c.bin", 1 << 20, [&](uint64_t) {
+    std::ofstream(dir.path + "/a/b/c.bin", std::ios::app) << "more";
+  });
+  CHECK(grown.status().kind() == nsbox::ErrorKind::kConflict);
+  CHECK(grown.status().message() == "refusing /workspace/a/b/c.bin: it grew while being read");
   // A directory is not replaced by a file.
   CHECK(WriteWorkspaceFile(ws.get(), "a/b", "x", uid, gid).status().kind() == nsbox::ErrorKind::kRefused);
   CHECK(ReadWorkspaceFile(ws.get(), "a/none", 1 << 20).status().kind() == nsbox::ErrorKind::kNotFound);
