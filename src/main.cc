@@ -175,6 +175,16 @@ std::vector<char*> EndOptionsAtCommand(CLI::App& app, int argc, char** argv) {
   return args;
 }
 
+// What a verb printed through stdio (help, profile check, image ls, doctor ...) and could not write (a full disk, a
+// closed pipe) is an nsbox failure, said, not a silent success: `exit_code`, or 125.
+int Written(int exit_code) {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "nsbox: writing the output: {}\n", std::strerror(errno != 0 ? errno : EIO));
+    return nsbox::cli::kExitNsboxFailure;
+  }
+  return exit_code;
+}
+
 }  // namespace
 
 // An empty value is refused for every option that takes one (`--workspace "$UNSET"` must not quietly mean no
@@ -266,11 +276,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return Written(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return Written(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return Written(app.exit(e));
   } catch (const CLI::ParseError& e) {
     // One line naming the problem, and the exit code of an nsbox failure (and the JSON result --json promises).
     if (auto unknown = UnknownOption(app, argc, argv))
@@ -280,11 +290,5 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "nsbox: {}\n", nsbox::PrintableLine(e.what()));
     return nsbox::cli::kExitNsboxFailure;
   }
-  // What a verb printed through stdio (profile check, image ls, doctor ...) and could not write (a full disk, a
-  // closed pipe) is an nsbox failure, said, not a silent success.
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    fmt::print(stderr, "nsbox: writing the output: {}\n", std::strerror(errno != 0 ? errno : EIO));
-    return nsbox::cli::kExitNsboxFailure;
-  }
-  return exit_code.value;
+  return Written(exit_code.value);
 }

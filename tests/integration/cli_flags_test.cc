@@ -216,7 +216,8 @@ TEST_CASE("--file from a FIFO: read once a writer comes; one that never comes is
 
 TEST_CASE("output a verb could not write (a full disk) is an error, exit 125, not a silent success",
           "[integration][options]") {
-  for (const char* verb : {"profile check strict", "image ls --json", "doctor --json"}) {
+  for (const char* verb :
+       {"profile check strict", "image ls --json", "doctor --json", "--help", "run --help", "--version"}) {
     auto r = RunProcess({"/bin/sh", "-c", NsboxBinary() + " " + verb + " > /dev/full"});
     INFO(verb << ": " << r.err);
     CHECK(r.exit_code == 125);
