@@ -45,6 +45,9 @@ std::string AllowEntryProblem(std::string_view raw) {
   std::string_view name = entry.substr(0, 2) == "*." ? entry.substr(2) : entry;
   if (name.find('*') != std::string_view::npos)
     return "a wildcard is only accepted as the whole first label (*.example.com)";
+  // *.com is every domain of a top-level one: a whole region of the internet, not a service.
+  if (name.size() < entry.size() && name.find('.') == std::string_view::npos)
+    return "a wildcard over a whole top-level domain; name the domain (*.example.com)";
   // One trailing dot (an absolute name) was taken off above; what is left must be a name as it stands.
   if (NormalizeHostName(name) != name) return "not a valid domain name";
   return "";

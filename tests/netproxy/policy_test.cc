@@ -52,6 +52,10 @@ TEST_CASE("allow list refuses addresses, ports, schemes, bare wildcards and junk
   CHECK_THAT(message("allow=pypi.org/simple"), Catch::Contains("without a path"));
   CHECK_THAT(message("allow=*"), Catch::Contains("bare wildcard"));
   CHECK_THAT(message("allow=a.*.com"), Catch::Contains("whole first label"));
+  CHECK_THAT(message("allow=*.com"), Catch::Contains("a wildcard over a whole top-level domain"));
+  CHECK_THAT(message("allow=*.com."), Catch::Contains("a wildcard over a whole top-level domain"));
+  CHECK(message("allow=com") == "(accepted)");  // a name, not a wildcard: only itself
+  CHECK(message("allow=*.example.com") == "(accepted)");
   CHECK_THAT(message("allow=bad_dom ain.com"), Catch::Contains("not a valid domain name"));
   CHECK_THAT(message("allow=-bad.com"), Catch::Contains("not a valid domain name"));
   // One trailing dot is an absolute name; more are not a name (taking each off in turn once let them through).
