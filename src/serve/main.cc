@@ -274,6 +274,8 @@ int main(int argc, char** argv) {
   if (!memory_budget.empty()) {
     auto budget = nsbox::ParseSize(memory_budget);
     if (!budget.ok()) Fail(kExitFailure, "--memory-budget: " + budget.status().message());
+    // 0 meant "the host's memory" inside; given, it is a mistake (as --pids-budget 0 is).
+    if (*budget == 0) Fail(kExitFailure, "--memory-budget must be above 0 (leave it out for the host's memory)");
     config.memory_budget_bytes = *budget;
   }
   if (max_timeout == 0 || default_timeout == 0) Fail(kExitFailure, "--max-timeout and --default-timeout must be > 0");

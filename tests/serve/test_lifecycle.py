@@ -74,6 +74,7 @@ class CommandLine(unittest.TestCase):
                             (["--restricted-hosts", "bad host"], "'bad host': not a valid domain name"),
                             (["--max-sandboxes", "0"], "at least 1"), (["--max-per-client", "0"], "at least 1"),
                             (["--max-execs-per-sandbox", "0"], "at least 1"),
+                            (["--memory-budget", "0"], "--memory-budget must be above 0"),
                             (["--default-timeout", "700"], "--default-timeout 700 is over --max-timeout 600"),
                             (["--pool", "nosuch-image=1"], "--pool 'nosuch-image=1': no image 'nosuch-image'"),
                             (["--max-held-answers", "12Q"], "--max-held-answers"),
