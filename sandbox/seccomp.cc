@@ -221,6 +221,9 @@ Status AddRule(void* ctx, const SeccompRule& rule, const std::string& name, int 
   return OkStatus();
 }
 
+// Whether an action lets the call through: SCMP_ACT_LOG allows it too (and logs it).
+bool AllowsCall(uint32_t action) { return action == SCMP_ACT_ALLOW || action == SCMP_ACT_LOG; }
+
 }  // namespace
 
 StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const SeccompProfile& profile,
@@ -286,6 +289,13 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
       int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, syscall.c_str());
       if (nr == __NR_SCMP_ERROR) nr = NewerSyscallNumber(syscall);
       if (nr == __NR_SCMP_ERROR) {
+        // Under a default that allows, a rule that denies a misspelt name ("ptarce") would deny nothing, silently.
+        // (Under a default that denies, the call is denied anyway; Docker's profiles list names of other kernels.)
+        if (AllowsCall(default_action) && !AllowsCall(action))
+          return Status::Error(
+              fmt::format("{}: \"{}\" is no system call libseccomp knows: under the default action "
+                          "{}, this rule would deny nothing (fix or remove the name)",
+                          rule.json_path, syscall, sum.default_action));
         unknown.insert(syscall);
         continue;
       }
@@ -334,10 +344,8 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
   for (const char* needed : {"execve", "exit_group"}) {
     const int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, needed);
     auto it = unconditional.find(nr);
-    // SCMP_ACT_LOG allows the call too (and logs it).
-    auto allows = [](uint32_t action) { return action == SCMP_ACT_ALLOW || action == SCMP_ACT_LOG; };
-    const bool allowed =
-        it != unconditional.end() ? allows(it->second.action) : allows(default_action) || conditional.count(nr) > 0;
+    const bool allowed = it != unconditional.end() ? AllowsCall(it->second.action)
+                                                   : AllowsCall(default_action) || conditional.count(nr) > 0;
     if (!allowed)
       return Status::Error(fmt::format("the profile denies \"{}\": no program could {} under it", needed,
                                        std::string_view(needed) == "execve" ? "start" : "end"));

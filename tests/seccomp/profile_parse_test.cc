@@ -330,6 +330,26 @@ TEST_CASE("a profile that denies execve or exit_group is refused: nothing could 
   }
 }
 
+TEST_CASE("under a default that allows, a rule denying a name libseccomp does not know is refused") {
+  // The misspelt ptrace stayed allowed, without a word: the rule that was to deny it denied nothing.
+  auto typo = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+    {"names": ["getpid", "ptarce"], "action": "SCMP_ACT_ERRNO"}]})");
+  REQUIRE(typo.ok());
+  auto program = CompileSeccompProfile(*typo, "test", NativeSeccompHost());
+  REQUIRE_FALSE(program.ok());
+  CHECK(program.status().message() ==
+        R"(syscalls[0]: "ptarce" is no system call libseccomp knows: under the default action SCMP_ACT_ALLOW, this )"
+        "rule would deny nothing (fix or remove the name)");
+  // Under a default that denies, such a name is denied anyway: ignored, as Docker's profiles need.
+  auto denied_anyway = ParseSeccompProfile(R"({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+    {"names": ["execve", "exit_group", "nosuchcall"], "action": "SCMP_ACT_ALLOW"},
+    {"names": ["ptarce"], "action": "SCMP_ACT_KILL_PROCESS"}]})");
+  REQUIRE(denied_anyway.ok());
+  SeccompSummary summary;
+  CHECK(CompileSeccompProfile(*denied_anyway, "test", NativeSeccompHost(), &summary).ok());
+  CHECK(summary.names_unknown == std::vector<std::string>{"nosuchcall", "ptarce"});
+}
+
 TEST_CASE("a profile with more rules than any filter could hold is refused before libseccomp's slow work") {
   // 20000 conditional rules took libseccomp over a minute before the instruction count was checked.
   std::string rules;
