@@ -729,16 +729,15 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
 
   const bool client_work = !exec.pool_preload;
   // Each exec's answer is built whole, here and in the session's supervisor (both outside every sandbox's limits):
-  // their number in one sandbox and the room their answers take in all are bounded before the program runs.
-  if (client_work && sandbox->busy.load() >= static_cast<int>(config_.max_execs_per_sandbox))
+  // their number in one sandbox and the room their answers take in all are bounded before the program runs. An exec
+  // counts from here, while it waits for room too.
+  if (++sandbox->busy > static_cast<int>(config_.max_execs_per_sandbox) && client_work) {
+    --sandbox->busy;
     throw ApiError(429, "too_many_requests",
                    fmt::format("sandbox {} runs its maximum of {} execs at once; try again when one has ended",
                                sandbox->id, config_.max_execs_per_sandbox),
                    {{"capacity", Capacity(sandbox->owner)}});
-  std::shared_ptr<AnswerRoomTicket> room;
-  if (client_work) room = ReserveAnswerRoom(ExecAnswerRoom(exec, program.compile.has_value()), client_gone);
-  if (room_out) *room_out = room;
-  ++sandbox->busy;
+  }
   if (client_work) MarkClientWork(+1);
   struct Done {
     Sandboxes* self;
@@ -750,6 +749,9 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
       if (client_work) self->MarkClientWork(-1);
     }
   } done{this, *sandbox, client_work};
+  std::shared_ptr<AnswerRoomTicket> room;
+  if (client_work) room = ReserveAnswerRoom(ExecAnswerRoom(exec, program.compile.has_value()), client_gone);
+  if (room_out) *room_out = room;
   Touch(*sandbox);
 
   const auto deadline = std::chrono::steady_clock::now() + cli::ProgramTimeout(program) + session::kExecGrace;

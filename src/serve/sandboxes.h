@@ -44,7 +44,7 @@ struct ServeConfig {
   std::vector<std::string> restricted_hosts = {"pypi.org", "files.pythonhosted.org"};
   bool allow_network_host = false;
   // Execs in flight in one sandbox; beyond, an exec answers 429.
-  size_t max_execs_per_sandbox = 8;
+  size_t max_execs_per_sandbox = 64;
   // The answers being built or sent at once (an exec's worst case, ExecAnswerRoom; a file read's size): past it an
   // exec or a file read waits, then 503.
   uint64_t exec_answer_room_bytes = 512ull << 20;
