@@ -44,8 +44,8 @@ StatusOr<TestCase> ParseCase(std::string_view text) {
     object = ParseBoundedJson(text);
   } catch (const JsonRefused& e) {
     return Status::Error(e.what());
-  } catch (const std::exception&) {
-    return Status::Error("not a JSON object");
+  } catch (const std::exception& e) {
+    return Status::Error(fmt::format("not a JSON object: {}", JsonErrorText(e)));  // where the parse stopped, as batch
   }
   return ParseCaseObject(object);
 }

@@ -153,7 +153,8 @@ TEST_CASE("--cases: a compile error makes every case compile_error, exit 123", "
 
 TEST_CASE("--cases: a malformed cases file is one line naming the line, exit 2, nothing run", "[integration][cases]") {
   for (const auto& [text, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"{\"stdin\": \"1\", \"expected_stdout\": \"2\"}\nnot json\n", "line 2: not a JSON object"},
+           {"{\"stdin\": \"1\", \"expected_stdout\": \"2\"}\nnot json\n", "line 2: not a JSON object: "},
+           {"{\"stdin\": \"1\", \"expected_stdout\": \"2\"\n", "line 1: not a JSON object: parse error at line 1, column 38"},
            {"{\"stdin\": \"1\"}\n", "line 1: no \"expected_stdout\""},
            {"{\"stdin\": 3, \"expected_stdout\": \"6\"}\n", "line 1: \"stdin\" must be a string"},
            {"{\"expected\": \"6\"}\n", "line 1: unknown field \"expected\""},
