@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <utility>
@@ -229,6 +230,12 @@ PolicyBuilder& PolicyBuilder::SetTmpfsSize(uint64_t bytes) {
 
 PolicyBuilder& PolicyBuilder::SetHostname(const std::string& hostname) {
   if (hostname.empty() || hostname.size() > 63) return Fail(Status::Error("hostname must be 1 to 63 characters"));
+  // A name the program may print or put in a log as it is: letters, digits, '-' and '.', as a host name has.
+  const bool plain = std::all_of(hostname.begin(), hostname.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+  });
+  if (!plain || hostname.front() == '-')
+    return Fail(Status::Error("hostname may hold only letters, digits, '-' and '.', and may not start with '-'"));
   policy_.hostname_ = hostname;
   return *this;
 }

@@ -322,3 +322,14 @@ TEST_CASE("a policy on the host root without a host view is refused at run time,
   CHECK(result.status == nsbox::RunStatus::kSetupError);
   CHECK(result.reason.find("SetHostViewFile") != std::string::npos);
 }
+
+TEST_CASE("a hostname is a host name: other characters are refused when the policy is built") {
+  auto built = [](const std::string& name) { return nsbox::PolicyBuilder().SetHostname(name).TryBuild(); };
+  CHECK(built("box-1.local").ok());
+  for (const std::string& bad :
+       std::vector<std::string>{"a\nb", "a/b", "-box", "b\x1b[31m", std::string(64, 'a'), ""}) {
+    auto refused = built(bad);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.status().message(), Catch::StartsWith("hostname"));
+  }
+}
