@@ -128,7 +128,11 @@ StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel
   if (!S_ISREG(st.st_mode) || st.st_ino != seen.st_ino || st.st_dev != seen.st_dev)
     return Status::Error(ErrorKind::kRefused, fmt::format("refusing {}: it was replaced while being copied", shown));
   if (!before_read) return ReadCapped(file->get(), max_bytes, shown);
-  // Its size as looked at is what the caller made room for: a file that grows meanwhile is not read past it.
+  // The size as opened is what the caller makes room for, within the cap (the sandbox may have grown the file since
+  // the first look); a file that grows meanwhile is not read past it.
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return Status::Error(ErrorKind::kTooLarge,
+                         fmt::format("refusing {}: {} bytes, more than the limit of {}", shown, st.st_size, max_bytes));
   before_read(static_cast<uint64_t>(st.st_size));
   auto data = ReadCapped(file->get(), static_cast<uint64_t>(st.st_size), shown);
   if (!data.ok() && data.status().kind() == ErrorKind::kTooLarge)
@@ -374,20 +378,29 @@ StatusOr<WorkspaceListing> ListWorkspaceDir(int workspace_fd, const std::string&
 
 namespace {
 
-// Whether the directory open as `fd` is on `device`: a removal stays on the workspace's own file system, so a mount
-// below it (a bind) is refused, not emptied.
-Status SameMount(int fd, dev_t device, const std::string& shown) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return Status::Errno(fmt::format("fstat({})", shown));
-  if (st.st_dev != device)
+// The mount a directory open as `fd` is on: its mount id (a bind of the same file system has one of its own), or its
+// device where the kernel gives no id.
+StatusOr<uint64_t> MountOf(int fd, const std::string& shown) {
+  struct statx stx = {};
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) != 0) return Status::Errno(fmt::format("statx({})", shown));
+  if (stx.stx_mask & STATX_MNT_ID) return stx.stx_mnt_id;
+  return (static_cast<uint64_t>(stx.stx_dev_major) << 32 | stx.stx_dev_minor) | (1ull << 63);
+}
+
+// Whether the directory open as `fd` is on `mount` (MountOf): a removal stays on the workspace's own mount, so a
+// mount below it (a bind, even of the same file system) is refused, not emptied.
+Status SameMount(int fd, uint64_t mount, const std::string& shown) {
+  auto here = MountOf(fd, shown);
+  if (!here.ok()) return here.status();
+  if (*here != mount)
     return Status::Error(ErrorKind::kRefused, fmt::format("refusing to remove {}: a mount point is in it", shown));
   return OkStatus();
 }
 
 // Removes what `dir` holds, depth first, without following a link (a link is removed, not its target) or entering
 // another mount.
-Status RemoveContents(int dir, dev_t device, const std::string& shown, int depth) {
-  NSBOX_RETURN_IF_ERROR(SameMount(dir, device, shown));
+Status RemoveContents(int dir, uint64_t mount, const std::string& shown, int depth) {
+  NSBOX_RETURN_IF_ERROR(SameMount(dir, mount, shown));
   if (depth > static_cast<int>(kMaxWorkspaceDepth))
     return Status::Error(ErrorKind::kRefused,
                          fmt::format("refusing to remove {}: more than {} directories deep (remove it with an exec)",
@@ -412,7 +425,7 @@ Status RemoveContents(int dir, dev_t device, const std::string& shown, int depth
     if (is_dir) {
       UniqueFd sub(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!sub) return Status::Errno(fmt::format("open({}/{})", shown, name));
-      NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), device, shown + "/" + name, depth + 1));
+      NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), mount, shown + "/" + name, depth + 1));
     }
     if (::unlinkat(dir, name.c_str(), is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT)
       return Status::Errno(fmt::format("remove({}/{})", shown, name));
@@ -438,9 +451,9 @@ Status RemoveWorkspacePath(int workspace_fd, const std::string& rel) {
   if (S_ISDIR(st.st_mode)) {
     UniqueFd sub(::openat(dir->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!sub) return Status::Errno(fmt::format("open({})", shown));
-    struct stat workspace;
-    if (::fstat(workspace_fd, &workspace) != 0) return Status::Errno("fstat(/workspace)");
-    NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), workspace.st_dev, shown, 0));
+    auto workspace = MountOf(workspace_fd, "/workspace");
+    if (!workspace.ok()) return workspace.status();
+    NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), *workspace, shown, 0));
   }
   if (::unlinkat(dir->get(), name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
     return Status::Errno(fmt::format("remove({})", shown));
