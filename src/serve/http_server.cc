@@ -317,7 +317,11 @@ struct HttpServerCallbacks {
     request.body = std::move(state->body);
     MHD_get_connection_values_n(connection, MHD_GET_ARGUMENT_KIND, &AddQuery, &request.query);
     request.client_gone = [fd] { return PeerGone(fd); };
-    request.body_taken = [state] { state->Release(); };
+    // The body's bytes go with it (the handler keeps what it parsed): counted no more, held no more.
+    request.body_taken = [state, &request] {
+      request.body = std::string();
+      state->Release();
+    };
     HttpResponse response;
     try {
       response = server->handler_(request);

@@ -28,8 +28,9 @@ struct HttpRequest {
   bool over_unix_socket = false;
   std::optional<uid_t> peer_uid;  // SO_PEERCRED, Unix socket only
   std::function<bool()> client_gone;  // whether the client has closed its connection (a long answer may stop)
-  // The handler has what it keeps of the body (an exec, parsed; its stdin counted with its answer's room): the body
-  // no longer counts against the cap on bodies held, which the handler's run would otherwise hold for others too.
+  // The handler has what it keeps of the body (an exec, parsed; its stdin counted with its answer's room): the body is
+  // freed (request.body is empty from then on) and no longer counts against the cap on bodies held, which the
+  // handler's run would otherwise hold for others too.
   std::function<void()> body_taken;
   std::string header(const std::string& lower_name) const {
     auto it = headers.find(lower_name);

@@ -27,6 +27,7 @@
 #include "src/netproxy/allow_list.h"
 #include "src/runtime/subprocess.h"
 #include "src/serve/api_error.h"
+#include "src/session/repl.h"
 #include "src/session/state.h"
 #include "src/session/wire.h"
 #include "src/session/workspace_copy.h"
@@ -682,7 +683,8 @@ cli::Program Sandboxes::PlanExec(const Sandbox& sandbox, const ExecSpec& exec) c
 }
 
 uint64_t ExecAnswerRoom(const ExecSpec& exec, bool compiled) {
-  return exec.stdin_text.size() + (compiled ? 2 : 1) * 2 * 6 * exec.output_limit + (1 << 20);
+  return exec.stdin_text.size() + exec.code.size() + (compiled ? 2 : 1) * 2 * 6 * exec.output_limit +
+         session::kMaxChangedFilesBytes + (1 << 20);
 }
 
 class Sandboxes::AnswerRoomTicket {
@@ -709,11 +711,12 @@ std::unique_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64
   // One exec alone always has room, whatever its size: the cap bounds how many run beside each other.
   while (room_used_ != 0 && room_used_ + bytes > config_.exec_answer_room_bytes) {
     if (std::chrono::steady_clock::now() >= give_up || (client_gone && client_gone()))
-      throw ApiError(503, "unavailable",
-                     fmt::format("the server holds {} bytes of answers being built or not yet read by their clients "
-                                 "(--max-held-answers {}); this one needs {} (an exec's: its stdin and 12 times its "
-                                 "output_limit); nothing was done; try again",
-                                 room_used_, config_.exec_answer_room_bytes, bytes));
+      throw ApiError(
+          503, "unavailable",
+          fmt::format("the server holds {} bytes of answers being built or not yet read by their clients "
+                      "(--max-held-answers {}); this one needs {} (an exec's: its stdin and code, 12 times its "
+                      "output_limit and 9 MiB); nothing was done; try again",
+                      room_used_, config_.exec_answer_room_bytes, bytes));
     room_freed_.wait_for(lock, std::chrono::milliseconds(200));
   }
   room_used_ += bytes;

@@ -87,8 +87,9 @@ struct ExecSpec {
   // Not from a client: the pool's own REPL start (PreloadRepl), which is no client's work for the refill's wait.
   bool pool_preload = false;
 };
-// What an exec's answer may come to in the server's memory, reserved before it runs: its stdin, and its output
-// streams (the compile step's too) with every byte escaped as \u00XX (six bytes) at worst, and 1 MiB for the rest.
+// What an exec may hold in the server's memory, reserved before it runs: its stdin and code, its output streams (the
+// compile step's too) with every byte escaped as \u00XX (six bytes) at worst, its changed files (8 MiB at most) and
+// 1 MiB for the rest.
 uint64_t ExecAnswerRoom(const ExecSpec& exec, bool compiled);
 // The fields of an exec body (POST /v1/sandboxes/{id}/exec; POST /v1/run takes them beside a create's).
 extern const std::vector<std::string> kExecFields;

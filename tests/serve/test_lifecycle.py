@@ -463,8 +463,9 @@ class ExecBounds(unittest.TestCase):
     def test_execs_in_one_sandbox_are_capped_and_answers_being_built_wait_for_room(self):
         # Each exec's answer is built whole, in the server and the session's supervisor (root, outside every limit):
         # 16 execs of 64M output made them 2.8 GB. Execs in flight in one sandbox are capped (429), and an exec
-        # reserves what its answer may come to (12 x output_limit and its stdin) before it runs.
-        server = own_server(["--max-execs-per-sandbox", "2", "--max-held-answers", "30M"]).start()
+        # reserves what its answer may come to (12 x output_limit, its stdin and code, 9 MiB) before it runs; the
+        # default output_limit of 1M makes 22 MiB, so two fit in 48M.
+        server = own_server(["--max-execs-per-sandbox", "2", "--max-held-answers", "48M"]).start()
         api = server.api()
         one, two = api.create({})["id"], api.create({})["id"]
         answers, lock = [], threading.Lock()
@@ -487,7 +488,7 @@ class ExecBounds(unittest.TestCase):
         self.assertIn("capacity", refused)
 
         answers.clear()
-        big = {"output_limit": 2 << 20}  # 25 MiB of room each: two do not fit in 30M
+        big = {"output_limit": 2 << 20}  # 34 MiB of room each (12 x 2M and 10M): two do not fit in 48M
         first = threading.Thread(target=run, args=(one, dict(big, cmd="sleep 1.5; echo first")))
         first.start()
         time.sleep(0.3)
