@@ -229,7 +229,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);
+    // Help that could not be written (a full disk, a closed pipe) is a failure, as for every verb.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      Fail(kExitFailure, fmt::format("writing the help: {}", std::strerror(errno != 0 ? errno : EIO)));
+    return rc;
   } catch (const CLI::ParseError& e) {
     Fail(kExitFailure, e.what());  // one line, as every other verb's
   }
