@@ -174,7 +174,7 @@ json ToolList(const ToolListOptions& o) {
       {{"name", "list_files"},
        {"description",
         "List the files in the sandbox workspace (/workspace) with their sizes: a line `PATH<tab>SIZE` each; "
-        "a path with a control character, or starting with a double quote, is written as a JSON string."},
+        "a path with a character that is not printable, or starting with a double quote, is written as a JSON string."},
        {"inputSchema",
         {{"type", "object"},
          {"properties", {{"path", path_schema("Directory relative to /workspace (default: all of it).")}}}}},
@@ -219,8 +219,9 @@ std::string FileToolCode(const std::string& tool, const std::string& path, const
         "        if f.startswith('.nsbox'): continue\n"
         "        q = os.path.join(d, f)\n"
         "        r = os.path.relpath(q, '/workspace')\n"
-        "        # A name with a tab or newline would forge lines: such names are JSON strings.\n"
-        "        if r.startswith('\"') or any(c < ' ' or c == '\\x7f' for c in r): r = json.dumps(r)\n"
+        "        # A name with a tab, a newline or another character that is not printable (U+2028 ends a\n"
+        "        # line too) would forge lines: such names are JSON strings.\n"
+        "        if r.startswith('\"') or not r.isprintable(): r = json.dumps(r)\n"
         "        print(f'{r}\\t{os.lstat(q).st_size}')\n");
   }
 }

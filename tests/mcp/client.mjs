@@ -302,7 +302,7 @@ await test("mcp: file tools say what a path is instead, stay inside /workspace a
   const { client } = await connect();
   let r = await client.callTool({
     name: "execute_code",
-    arguments: { language: "bash", code: "mkfifo pipe && mkdir dir locked && chmod 555 locked && ln -s /etc dl && ln -s /etc/passwd pw && touch \"$(printf 'x\\tforged\\n9')\" && echo ready" },
+    arguments: { language: "bash", code: "mkfifo pipe && mkdir dir locked && chmod 555 locked && ln -s /etc dl && ln -s /etc/passwd pw && touch \"$(printf 'x\\tforged\\n9')\" && touch \"$(printf 'y\\u2028forged')\" && echo ready" },
   });
   assert.equal(r.isError, false, text(r));
   const fails = async (tool, args, pattern) => {
@@ -330,6 +330,7 @@ await test("mcp: file tools say what a path is instead, stay inside /workspace a
   assert.match(text(r), /^pw\t11$/m, "a symlink is listed with its own size");
   assert.match(text(r), /^"x\\tforged\\n9"\t0$/m, "a name with a tab and a newline is a JSON string");
   assert.doesNotMatch(text(r), /^9\t/m, "and forges no line");
+  assert.match(text(r), /^"y\\u2028forged"\t0$/m, "so is one with U+2028, which ends a line too");
   await client.close();
 });
 

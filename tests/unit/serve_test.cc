@@ -315,10 +315,19 @@ TEST_CASE("removing a workspace directory leaves a mount below it alone", "[serv
       ::_exit(2);
     std::ofstream(dir.path + "/d/m/kept") << "x";
     UniqueFd ws(::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    nsbox::Status removed = nsbox::session::RemoveWorkspacePath(ws.get(), "d");
-    bool refused = removed.kind() == nsbox::ErrorKind::kRefused &&
-                   removed.message().find("a mount point is in it") != std::string::npos;
-    ::_exit(refused && nsbox::PathExists(dir.path + "/d/m/kept") ? 0 : 1);
+    auto refused = [&](const std::string& kept) {
+      nsbox::Status removed = nsbox::session::RemoveWorkspacePath(ws.get(), "d");
+      return removed.kind() == nsbox::ErrorKind::kRefused &&
+             removed.message().find("a mount point is in it") != std::string::npos && nsbox::PathExists(kept);
+    };
+    if (!refused(dir.path + "/d/m/kept")) ::_exit(1);
+    // A bind of a directory of the same file system (the same device) is a mount point too.
+    const std::string point = dir.path + "/d/m", source = dir.path + "/src";
+    if (::umount(point.c_str()) != 0 || ::mkdir(source.c_str(), 0755) != 0 ||
+        ::mount(source.c_str(), point.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      ::_exit(2);
+    std::ofstream(dir.path + "/src/kept") << "x";
+    ::_exit(refused(dir.path + "/src/kept") ? 0 : 1);
   }
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
