@@ -514,6 +514,11 @@ json Sandboxes::CapacityLocked(const std::string& owner) const {
         {"pids", room(ClientShare(config_.pids_budget, share), Committed(Pids, &owner))}}}};
 }
 
+std::string Sandboxes::FailingPoolTemplate() const {
+  std::lock_guard lock(mutex_);
+  return pool_failing_.empty() ? std::string() : *pool_failing_.begin();
+}
+
 json Sandboxes::Capacity(const std::string& owner) {
   std::lock_guard lock(mutex_);
   return CapacityLocked(owner);
@@ -975,6 +980,11 @@ void Sandboxes::PoolLoop() {
       fmt::print(stderr, "nsbox serve: the pool could not make a '{}' sandbox: {}\n", want, e.what());
     }
     lock.lock();
+    if (made) {
+      pool_failing_.erase(want);
+    } else {
+      pool_failing_.insert(want);
+    }
     if (!made) {
       --pool_filling_[want];
       pool_wake_.wait_for(lock, std::chrono::seconds(5));  // not a tight loop on a broken template

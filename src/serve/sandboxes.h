@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -150,6 +151,9 @@ class Sandboxes {
 
   // The server's totals, and under "client" the caller's own share of them (what its next create is judged by).
   nlohmann::json Capacity(const std::string& owner);
+  // A pool template whose last sandbox could not be made (the pool retries every 5 s), or empty: what readiness
+  // (GET /v1/readyz) reports.
+  std::string FailingPoolTemplate() const;
   const ServeConfig& config() const { return config_; }
 
  private:
@@ -196,6 +200,7 @@ class Sandboxes {
   int client_execs_ = 0;
   std::chrono::steady_clock::time_point last_client_work_;
   bool ending_ = false;
+  std::set<std::string> pool_failing_;  // templates whose last make failed, with mutex_
   std::mutex room_mutex_;
   std::condition_variable room_freed_;
   uint64_t room_used_ = 0;  // of config_.exec_answer_room_bytes, with room_mutex_

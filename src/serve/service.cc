@@ -115,7 +115,7 @@ std::string Service::Identify(const HttpRequest& request) {
 }
 
 std::optional<HttpResponse> Service::Admit(const HttpRequest& head) {
-  if (head.method == "GET" && head.path == "/v1/healthz") return std::nullopt;
+  if (head.method == "GET" && (head.path == "/v1/healthz" || head.path == "/v1/readyz")) return std::nullopt;
   try {
     Identify(head);
     return std::nullopt;
@@ -126,8 +126,10 @@ std::optional<HttpResponse> Service::Admit(const HttpRequest& head) {
 
 HttpResponse Service::Handle(const HttpRequest& request) {
   try {
-    // Liveness tells nothing about anyone's sandboxes: a load balancer's or kubelet's probe needs no token.
-    if (request.method == "GET" && request.path == "/v1/healthz") return Route(request, "");
+    // Liveness and readiness tell nothing about anyone's sandboxes: a load balancer's or kubelet's probe needs no
+    // token.
+    if (request.method == "GET" && (request.path == "/v1/healthz" || request.path == "/v1/readyz"))
+      return Route(request, "");
     std::string owner = Identify(request);
     return Route(request, owner);
   } catch (const ApiError& e) {
@@ -154,6 +156,21 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
     if (!shutting_down_) return Json(200, {{"status", "ok"}});
     return Json(503, {{"status", "shutting_down"},
                       {"error", {{"code", "unavailable"}, {"message", "the server is shutting down"}}}});
+  }
+  // Readiness: serving, and able to make sandboxes as far as the pool knows (a node whose engine cannot make one, say
+  // without a usable cgroup, must leave a load balancer's rotation). The reason is in the log, not in this answer.
+  if (parts.size() == 2 && resource == "readyz" && method == "GET") {
+    if (shutting_down_)
+      return Json(503, {{"status", "shutting_down"},
+                        {"error", {{"code", "unavailable"}, {"message", "the server is shutting down"}}}});
+    if (std::string failing = sandboxes_.FailingPoolTemplate(); !failing.empty())
+      return Json(
+          503,
+          {{"status", "unable"},
+           {"error",
+            {{"code", "setup_failed"},
+             {"message", fmt::format("the pool cannot make a '{}' sandbox (the server's log says why)", failing)}}}});
+    return Json(200, {{"status", "ready"}});
   }
   if (parts.size() == 2 && resource == "openapi.json" && method == "GET") {
     if (access_.openapi_document.empty()) throw NotFound("the OpenAPI document (docs/openapi.json) is not installed");

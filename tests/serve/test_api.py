@@ -143,6 +143,10 @@ class Endpoints(SharedCase):
         self.assertEqual(r.status, 200, repr(r))
         self.assertEqual(r.json(), {"status": "ok"})
 
+    def test_readyz_answers_ready_without_a_token_while_sandboxes_can_be_made(self):
+        r = self.api.request("GET", "/v1/readyz")
+        self.assertEqual((r.status, r.json()), (200, {"status": "ready"}), repr(r))
+
     def test_openapi_json_is_the_document_in_the_repo(self):
         r = self.api.request("GET", "/v1/openapi.json")
         self.assertEqual(r.status, 200, repr(r))

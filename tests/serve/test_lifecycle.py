@@ -505,6 +505,24 @@ class ExecBounds(unittest.TestCase):
         assert_stopped_clean(self, server, Footprint.of(server))
 
 
+class Readiness(unittest.TestCase):
+    def test_a_pool_that_cannot_make_sandboxes_is_not_ready_though_alive(self):
+        # A node whose engine cannot make a sandbox (no usable cgroup, say) answered healthz 200: a kubelet kept it in
+        # rotation while every create failed. readyz says so; healthz (liveness) stays 200, the server lives on.
+        server = own_server()
+        serve = os.path.join(os.path.dirname(NSBOX), "nsbox-serve")
+        server.argv = lambda: [serve, "--socket", server.socket_path, "--state-dir", server.state_dir,
+                               "--nsbox-binary", "/bin/false", "--pool", "host=1"]
+        server.start()
+        api = server.api()
+        unready = wait_for(lambda: (lambda r: r if r.status == 503 else None)(api.request("GET", "/v1/readyz")), 15)
+        self.assertIsNotNone(unready, "readyz stayed 200 while the pool could not make a sandbox")
+        self.assertEqual(unready.json()["status"], "unable")
+        self.assertIn("the pool cannot make a 'host' sandbox", unready.json()["error"]["message"])
+        self.assertEqual(api.request("GET", "/v1/healthz").status, 200)
+        self.assertIn("the pool could not make a 'host' sandbox", server.log_tail())
+
+
 class PoolAndSigterm(unittest.TestCase):
     """--pool host=2 python=1: ready sandboxes taken by a create, refilled, never reused; SIGTERM ends them."""
 
@@ -653,4 +671,4 @@ class Sigint(unittest.TestCase):
 
 
 CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, CompileTimeoutCap, BodyCap, HeldBytes, ExecBounds,
-           PoolAndSigterm, SigkillRestart, Sigint]
+           Readiness, PoolAndSigterm, SigkillRestart, Sigint]

@@ -191,10 +191,11 @@ function consistencyChecks(docs, problems) {
     if (arg(c, "pool") !== `host=${pool}`) say(`--pool ${arg(c, "pool")} is not the annotated pool size ${pool}`);
     if (Number(arg(c, "max-sandboxes")) !== max) say(`--max-sandboxes is not the annotated ${max}`);
     if (r.limits?.cpu) say("a CPU limit throttles every sandbox together; each has its own quota");
-    // Probes: both ask /v1/healthz on the API port.
-    for (const probe of [c.readinessProbe, c.livenessProbe])
-      if (!probe?.httpGet || probe.httpGet.path !== "/v1/healthz" || probe.httpGet.port !== "api")
-        say("a probe does not GET /v1/healthz on the port named api");
+    // Probes on the API port: readiness asks /v1/readyz (503 while the pool cannot make a sandbox), liveness
+    // /v1/healthz.
+    for (const [probe, wanted] of [[c.readinessProbe, "/v1/readyz"], [c.livenessProbe, "/v1/healthz"]])
+      if (!probe?.httpGet || probe.httpGet.path !== wanted || probe.httpGet.port !== "api")
+        say(`a probe does not GET ${wanted} on the port named api`);
     // The token: the Secret's key, mounted where --token-file points.
     const vol = pod.spec.volumes.find((v) => v.secret);
     const mount = c.volumeMounts.find((m) => m.name === vol?.name);
@@ -239,6 +240,7 @@ function selfTest(dir) {
     ["daemonset.yaml", "--memory-budget=6G", "--memory-budget=6Gi", /nsbox size/],
     ["daemonset.yaml", "--memory-budget=6G", "--memory-budget=4G", /budget/],
     ["daemonset.yaml", "            path: /v1/healthz\n", "            path: /healthz\n", /probe/],
+    ["daemonset.yaml", "            path: /v1/readyz\n", "            path: /v1/healthz\n", /probe/],
   ];
   const failures = [];
   for (const [file, from, to, pattern] of breakages) {
