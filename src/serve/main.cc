@@ -3,6 +3,7 @@
 // that end it, and the order of its ending.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <netdb.h>
 #include <signal.h>
@@ -115,7 +116,21 @@ StatusOr<UniqueFd> LockStateDir(const std::string& state_dir) {
   return dir;
 }
 
-StatusOr<UniqueFd> ListenUnix(const std::string& path) {
+// A group by name, or by number.
+StatusOr<gid_t> GroupId(const std::string& group) {
+  gid_t gid = 0;
+  auto [end, error] = std::from_chars(group.data(), group.data() + group.size(), gid);
+  if (error == std::errc() && end == group.data() + group.size()) return gid;
+  struct group entry, *found = nullptr;
+  std::vector<char> buffer(16 << 10);
+  if (::getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr)
+    return Status::Error(fmt::format("--socket-group '{}': no such group", group));
+  return found->gr_gid;
+}
+
+// `group` (may be empty): the group the socket is given, by name or number, so that its members' uids (each one also
+// given --allow-uid) can connect; the mode stays 0660.
+StatusOr<UniqueFd> ListenUnix(const std::string& path, const std::string& group) {
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path) return Status::Error(fmt::format("--socket {}: path too long", path));
@@ -136,6 +151,18 @@ StatusOr<UniqueFd> ListenUnix(const std::string& path) {
   int bound = ::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   ::umask(old);
   if (bound != 0) return Status::Errno(fmt::format("bind({})", path));
+  if (!group.empty()) {
+    auto gid = GroupId(group);
+    if (!gid.ok()) {
+      ::unlink(path.c_str());
+      return gid.status();
+    }
+    if (::chown(path.c_str(), static_cast<uid_t>(-1), *gid) != 0) {
+      Status failed = Status::Errno(fmt::format("chown({}, group {})", path, group));
+      ::unlink(path.c_str());
+      return failed;
+    }
+  }
   if (::listen(sock.get(), 256) != 0) return Status::Errno(fmt::format("listen({})", path));
   return sock;
 }
@@ -166,8 +193,16 @@ StatusOr<UniqueFd> ListenTcp(const std::string& host_port) {
   return sock;
 }
 
+// The default directory of the socket (and state): made, or found, and then checked as the sessions' state root is,
+// since the socket in it carries every client's code and secrets: another user's pre-made /tmp/nsbox-UID would let
+// that user take the socket's place. Root's /run/nsbox is root's and not writable by others.
 Status MakePrivateDir(const std::string& dir, mode_t mode) {
   if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) return Status::Errno(fmt::format("mkdir({})", dir));
+  if (::geteuid() != 0) return nsbox::session::CheckStateRoot(dir, ::geteuid());
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", dir));
+  if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0)
+    return Status::Error(fmt::format("{} must be a directory of root's that no one else may write", dir));
   return nsbox::OkStatus();
 }
 
@@ -184,7 +219,7 @@ int main(int argc, char** argv) {
   }
   CLI::App app("nsbox serve: the sandbox service (HTTP/1.1 + JSON, docs/api.md) on a Unix socket and, with a token, TCP",
                "nsbox serve");
-  std::string socket_path, state_dir, listen, token_file, nsbox_bin, max_body = "16M", max_file = "64M";
+  std::string socket_path, socket_group, state_dir, listen, token_file, nsbox_bin, max_body = "16M", max_file = "64M";
   std::string memory_budget, max_answers = "512M";
   std::vector<std::string> pools, restricted;
   std::vector<uid_t> allow_uids;
@@ -199,6 +234,8 @@ int main(int argc, char** argv) {
                  "root, else $XDG_RUNTIME_DIR/nsbox/serve-sessions, or "
                  "/tmp/nsbox-UID/serve-sessions without it; one server a directory); what a killed predecessor left "
                  "there is ended at start");
+  app.add_option("--socket-group", socket_group,
+                 "the socket's group (name or number): its members may connect, each uid also given --allow-uid");
   app.add_option("--listen", listen, "also serve TCP on HOST:PORT (numeric); needs --token-file");
   app.add_option("--token-file", token_file, "bearer tokens for TCP: NAME:TOKEN or TOKEN per line");
   app.add_option("--pool", pools, "keep N ready sandboxes of TEMPLATE (TEMPLATE=N, repeatable)");
@@ -264,7 +301,7 @@ int main(int argc, char** argv) {
   if (config.max_sandboxes == 0 || config.max_per_client == 0 || config.max_execs_per_sandbox == 0)
     Fail(kExitFailure, "--max-sandboxes, --max-per-client and --max-execs-per-sandbox must be at least 1");
   // Given and empty is a mistake, never "left out" (the default would be a different socket and state).
-  for (const char* name : {"--socket", "--state-dir", "--listen", "--token-file", "--nsbox-binary"})
+  for (const char* name : {"--socket", "--socket-group", "--state-dir", "--listen", "--token-file", "--nsbox-binary"})
     if (app.count(name) > 0 && app.get_option(name)->as<std::string>().empty())
       Fail(kExitFailure, fmt::format("{}: an empty value (leave the option out instead)", name));
   auto body_cap = nsbox::ParseSize(max_body);
@@ -357,7 +394,7 @@ int main(int argc, char** argv) {
     ::rmdir(state_dir.c_str());
     Fail(kExitFailure, message);
   };
-  auto unix_fd = ListenUnix(socket_path);
+  auto unix_fd = ListenUnix(socket_path, socket_group);
   if (!unix_fd.ok()) refuse(unix_fd.status().message(), false);
   std::optional<UniqueFd> tcp_fd;
   if (!listen.empty()) {

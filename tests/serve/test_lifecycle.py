@@ -98,6 +98,34 @@ class CommandLine(unittest.TestCase):
             self.assertEqual((run.returncode, len(lines)), (125, 1), (args, lines))
             self.assertIn(words, lines[0])
 
+    def test_a_default_socket_directory_another_user_made_is_refused(self):
+        # With --state-dir given, the socket's default directory (/tmp/nsbox-UID without XDG_RUNTIME_DIR) was used as
+        # found: its maker could move the socket aside and bind its own, and read every client's code and secrets.
+        uid = 65534
+        planted = f"/tmp/nsbox-{uid}"
+        if os.path.lexists(planted):
+            self.skipTest(f"{planted} exists already")
+        os.mkdir(planted)
+        os.chmod(planted, 0o777)  # root's, writable by everyone: as another user would leave it
+        root = Server().root
+        state = os.path.join(root, "state")
+        os.mkdir(state, 0o700)
+        os.chown(state, uid, uid)
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", root, planted]))
+        env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+
+        def as_nobody():
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+
+        run = subprocess.run([NSBOX, "serve", "--state-dir", state], capture_output=True, timeout=15,
+                             stdin=subprocess.DEVNULL, env=env, preexec_fn=as_nobody)
+        lines = run.stderr.decode(errors="replace").splitlines()
+        self.assertEqual((run.returncode, len(lines)), (125, 1), lines)
+        self.assertIn(planted, lines[0])
+        self.assertFalse(os.path.exists(os.path.join(planted, "api.sock")))
+
     def test_a_missing_token_file_refuses_to_start_naming_it(self):
         missing = f"/nonexistent/nsbox-tokens-{secrets.token_hex(4)}"
         rc, lines = self.refused(["--listen", f"127.0.0.1:{free_port()}", "--token-file", missing])
@@ -505,6 +533,26 @@ class ExecBounds(unittest.TestCase):
         assert_stopped_clean(self, server, Footprint.of(server))
 
 
+class SocketGroup(unittest.TestCase):
+    def test_socket_group_lets_an_allowed_member_connect_and_an_unknown_group_is_refused(self):
+        # The socket is 0660 root:root: an --allow-uid client could not even connect without a group of its own.
+        from test_api import as_uid
+        server = own_server(["--socket-group", "nogroup", "--allow-uid", "65534"]).start()
+        st = os.stat(server.socket_path)
+        self.assertEqual((st.st_mode & 0o777, st.st_gid), (0o660, 65534))
+        answers = as_uid(65534, server.socket_path, [("GET", "/v1/sandboxes", None)])
+        self.assertEqual(answers[0][0], 200, answers)
+        root = Server().root
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", root]))
+        run = subprocess.run([NSBOX, "serve", "--socket", os.path.join(root, "api.sock"), "--state-dir",
+                              os.path.join(root, "state"), "--socket-group", "no-such-group-x"],
+                             capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+        lines = run.stderr.decode(errors="replace").splitlines()
+        self.assertEqual(run.returncode, 125, lines)
+        self.assertIn("--socket-group 'no-such-group-x': no such group", lines[-1])
+        self.assertFalse(os.path.exists(os.path.join(root, "api.sock")))
+
+
 class Readiness(unittest.TestCase):
     def test_a_pool_that_cannot_make_sandboxes_is_not_ready_though_alive(self):
         # A node whose engine cannot make a sandbox (no usable cgroup, say) answered healthz 200: a kubelet kept it in
@@ -671,4 +719,4 @@ class Sigint(unittest.TestCase):
 
 
 CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, CompileTimeoutCap, BodyCap, HeldBytes, ExecBounds,
-           Readiness, PoolAndSigterm, SigkillRestart, Sigint]
+           SocketGroup, Readiness, PoolAndSigterm, SigkillRestart, Sigint]
