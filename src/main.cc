@@ -202,14 +202,6 @@ void RefuseEmptyValues(CLI::App* app) {
   for (CLI::App* sub : app->get_subcommands({})) RefuseEmptyValues(sub);
 }
 
-// A positional word is taken as it is: CLI11 reads one in brackets as a list ("[1, 2]" became "1" and " 2", so
-// `nsbox run -- python3 -c "[print(x) for x in 'ab']"` ran a broken program).
-void TakePositionalsLiterally(CLI::App* app) {
-  for (CLI::Option* option : app->get_options())
-    if (option->get_positional()) option->allow_extra_args(false);
-  for (CLI::App* sub : app->get_subcommands({})) TakePositionalsLiterally(sub);
-}
-
 int main(int argc, char** argv) {
   OpenStandardDescriptors();
   // A reader that went away (`nsbox run ... | head -c1`) is a write error nsbox reports (exit 125, with the reason),
