@@ -78,12 +78,10 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// The first word before "--" that looks like an option and that the command named by argv does not have, as one line
-// naming it (and the nearest option it has): CLI11 reports such a word by whatever token it could not place, often
-// the next one ("nsbox run --memroy 1G -- true" would say "not expected: true").
-std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
+// The command argv names (`nsbox session create ...`: session's create), and in `next` the index of the first word
+// after its name; `path` (may be null) gets its words ("nsbox session create").
+CLI::App* NamedCommand(CLI::App& app, int argc, char** argv, int* next, std::string* path = nullptr) {
   CLI::App* command = &app;
-  std::string path = "nsbox";
   int i = 1;
   for (; i < argc && argv[i][0] != '-'; ++i) {
     CLI::App* sub = nullptr;
@@ -91,8 +89,19 @@ std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
       if (c->check_name(argv[i])) sub = c;
     if (sub == nullptr) break;
     command = sub;
-    path += " " + sub->get_name();
+    if (path) *path += " " + sub->get_name();
   }
+  *next = i;
+  return command;
+}
+
+// The first word before "--" that looks like an option and that the command named by argv does not have, as one line
+// naming it (and the nearest option it has): CLI11 reports such a word by whatever token it could not place, often
+// the next one ("nsbox run --memroy 1G -- true" would say "not expected: true").
+std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
+  std::string path = "nsbox";
+  int i = 1;
+  CLI::App* command = NamedCommand(app, argc, argv, &i, &path);
   if (command == &app || command->get_allow_extras()) return std::nullopt;
   for (; i < argc; ++i) {
     std::string_view word = argv[i];
@@ -127,15 +136,8 @@ std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
 // before that word, or argv as it is.
 std::vector<char*> EndOptionsAtCommand(CLI::App& app, int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
-  CLI::App* command = &app;
   int i = 1;
-  for (; i < argc && argv[i][0] != '-'; ++i) {
-    CLI::App* sub = nullptr;
-    for (CLI::App* c : command->get_subcommands([](CLI::App*) { return true; }))
-      if (c->check_name(argv[i])) sub = c;
-    if (sub == nullptr) break;
-    command = sub;
-  }
+  CLI::App* command = NamedCommand(app, argc, argv, &i);
   CLI::Option* words = command == &app ? nullptr : command->get_option_no_throw("command");
   if (words == nullptr) return args;
   // CLI11 reads a word in brackets as a list ("[1, 2]" became "1" and " 2": `nsbox run -- python3 -c "[f(x) for x in
