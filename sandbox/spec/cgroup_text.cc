@@ -99,18 +99,26 @@ std::vector<pid_t> ParsePids(std::string_view content) {
   return pids;
 }
 
+namespace {
+
+// Fields 3 (state) on of a /proc/<pid>/stat text: what follows the command name, which may hold spaces and
+// parentheses. Field N is at index N - 3.
+std::vector<std::string_view> FieldsAfterCommand(std::string_view stat) {
+  size_t paren = stat.rfind(')');
+  if (paren == std::string_view::npos) return {};
+  return Words(stat.substr(std::min(paren + 2, stat.size())));
+}
+
+}  // namespace
+
 uint64_t ParseStartTime(std::string_view stat) {
-  size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
-  if (paren == std::string_view::npos) return 0;
-  std::vector<std::string_view> fields = Words(stat.substr(std::min(paren + 2, stat.size())));
+  std::vector<std::string_view> fields = FieldsAfterCommand(stat);
   if (fields.size() < 22 - 2) return 0;  // fields 3 to 22
   return std::strtoull(std::string(fields[22 - 3]).c_str(), nullptr, 10);
 }
 
 bool IsEndedProcess(std::string_view stat) {
-  size_t paren = stat.rfind(')');
-  if (paren == std::string_view::npos) return false;
-  std::vector<std::string_view> fields = Words(stat.substr(std::min(paren + 2, stat.size())));
+  std::vector<std::string_view> fields = FieldsAfterCommand(stat);
   if (fields.size() < 20 - 2) return false;  // fields 3 (state) to 20 (num_threads)
   if (fields[0] != "Z" && fields[0] != "X") return false;
   return std::strtoull(std::string(fields[20 - 3]).c_str(), nullptr, 10) <= 1;

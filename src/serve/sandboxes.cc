@@ -708,7 +708,7 @@ class Sandboxes::AnswerRoomTicket {
   uint64_t bytes_;
 };
 
-std::unique_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64_t bytes,
+std::shared_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64_t bytes,
                                                                           const std::function<bool()>& client_gone) {
   constexpr auto kRoomWait = std::chrono::seconds(10);
   const auto give_up = std::chrono::steady_clock::now() + kRoomWait;
@@ -725,7 +725,7 @@ std::unique_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64
     room_freed_.wait_for(lock, std::chrono::milliseconds(200));
   }
   room_used_ += bytes;
-  return std::make_unique<AnswerRoomTicket>(this, bytes);
+  return std::make_shared<AnswerRoomTicket>(this, bytes);
 }
 
 json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const cli::Program& program,
@@ -876,9 +876,8 @@ std::string Sandboxes::ReadFile(const std::shared_ptr<Sandbox>& sandbox, const s
   gid_t gid;
   UniqueFd workspace = OpenWorkspace(sandbox, &uid, &gid);
   // Room for the bytes before they are read: 16 clients reading a 64 MiB file each and reading no answer held a GiB.
-  auto data = session::ReadWorkspaceFile(workspace.get(), rel, config_.max_file_bytes, [&](uint64_t size) {
-    *room = std::shared_ptr<AnswerRoomTicket>(ReserveAnswerRoom(size, {}));
-  });
+  auto data = session::ReadWorkspaceFile(workspace.get(), rel, config_.max_file_bytes,
+                                         [&](uint64_t size) { *room = ReserveAnswerRoom(size, {}); });
   if (!data.ok()) ThrowFileError(data.status());
   return std::move(*data);
 }
@@ -980,12 +979,8 @@ void Sandboxes::PoolLoop() {
       fmt::print(stderr, "nsbox serve: the pool could not make a '{}' sandbox: {}\n", want, e.what());
     }
     lock.lock();
-    if (made) {
-      pool_failing_.erase(want);
-    } else {
-      pool_failing_.insert(want);
-    }
     if (!made) {
+      pool_failing_.insert(want);  // readyz says so until a make of it succeeds
       --pool_filling_[want];
       pool_wake_.wait_for(lock, std::chrono::seconds(5));  // not a tight loop on a broken template
       continue;
@@ -1004,6 +999,7 @@ void Sandboxes::PoolLoop() {
       PreloadRepl(*made);
       lock.lock();
     }
+    pool_failing_.erase(want);
     --pool_filling_[want];
     pool_[want].push_back({*made, spec});
   }

@@ -176,7 +176,7 @@ class Sandboxes {
   // Reserves `bytes` of the exec answer room, waiting while the client is there, up to 10 s (then 503); released
   // when the returned object goes.
   class AnswerRoomTicket;
-  std::unique_ptr<AnswerRoomTicket> ReserveAnswerRoom(uint64_t bytes, const std::function<bool()>& client_gone);
+  std::shared_ptr<AnswerRoomTicket> ReserveAnswerRoom(uint64_t bytes, const std::function<bool()>& client_gone);
   void PreloadRepl(const Made& made);
   void ReaperLoop();
   // The sum of `measure` over the sandboxes (the pool's, and those it is making, too), or over `owner`'s alone; with
