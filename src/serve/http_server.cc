@@ -178,6 +178,16 @@ const char* AmbiguousFraming(MHD_Connection* connection) {
   return nullptr;
 }
 
+// Whether the raw URI has a '%' that does not start a percent-escape (RFC 3986 2.1). Such a URI is refused rather
+// than taken literally: "?path=%zz" would name a file "%zz" that a client meant as something else.
+bool HasMalformedEscape(const std::string& raw_uri) {
+  for (size_t i = raw_uri.find('%'); i != std::string::npos; i = raw_uri.find('%', i + 1))
+    if (i + 2 >= raw_uri.size() || !std::isxdigit(static_cast<unsigned char>(raw_uri[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(raw_uri[i + 2])))
+      return true;
+  return false;
+}
+
 // With their sizes: a value decoded from "%00" keeps its NUL and the bytes after it, for the handler to refuse.
 MHD_Result AddQuery(void* cls, MHD_ValueKind, const char* key, size_t key_size, const char* value,
                     size_t value_size) {
@@ -263,7 +273,9 @@ struct HttpServerCallbacks {
           return Queue(server, connection, *refused);
         }
       }
-      if (const char* why = AmbiguousFraming(connection)) {
+      const char* why = AmbiguousFraming(connection);
+      if (!why && HasMalformedEscape(state->raw_uri)) why = "a '%' in its URI that is not followed by two hex digits";
+      if (why) {
         state->answered = true;
         HttpResponse refused;
         refused.status = 400;

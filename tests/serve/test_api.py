@@ -827,6 +827,18 @@ class Auth(SharedCase):
         r = self.alice.request("GET", f"/v1/sandboxes/{sbx[:3]}%{ord(sbx[3]):02X}{sbx[4:]}")
         self.assertEqual(r.status, 200, r)
 
+    def test_a_percent_sign_that_starts_no_escape_is_a_bad_request(self):
+        sbx = self.make(api=self.alice)["id"]
+        self.assertEqual(self.alice.request("PUT", f"/v1/sandboxes/{sbx}/files?path=%25zz", raw=b"x").status, 200)
+        for path in (f"/v1/sandboxes/{sbx}/files?path=%zz", f"/v1/sandboxes/{sbx}/files?path=a%2",
+                     f"/v1/sandboxes/{sbx}%/files?path=a"):
+            with self.subTest(path=path):
+                r = self.alice.request("GET", path)
+                self.assertEqual((r.status, r.json()["error"]["code"]), (400, "bad_request"), r)
+                self.assertIn("two hex digits", r.json()["error"]["message"])
+        r = self.alice.request("GET", f"/v1/sandboxes/{sbx}/files?path=%25zz")
+        self.assertEqual((r.status, r.body), (200, b"x"), r)
+
     def test_a_path_cannot_write_a_line_of_its_own_into_the_log(self):
         forged = "nsbox serve: ending sb-forged (token:bob): the sandbox's idle_timeout passed"
         r = Api(port=self.server.port).request("GET", "/v1/x%0A" + forged.replace(" ", "%20"))
