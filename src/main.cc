@@ -210,15 +210,10 @@ int main(int argc, char** argv) {
   // not a silent death by SIGPIPE that would read as the program's. Sandboxed programs get the default back.
   ::signal(SIGPIPE, SIG_IGN);
   // Every verb but doctor (which reports it) refuses untrusted data before anything is set up (data_dir.h); run and
-  // exec with --json then still print their one JSON result.
-  if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "doctor") {
-    if (nsbox::cli::WantsJsonResult(argc, argv)) {
-      if (auto data = nsbox::ResolveDataDir(); !data.ok())
-        return nsbox::cli::FailBeforeRun("", fmt::format("{}; {}", data.status().message(), nsbox::DataDirHint()),
-                                         true);
-    }
-    nsbox::DataDir();
-  }
+  // exec, below, once their program's words are told from theirs: with --json they still print their one JSON result.
+  const std::string_view verb = argc > 1 ? argv[1] : "";
+  const bool runs_program = verb == "run" || verb == "exec";
+  if (!verb.empty() && verb[0] != '-' && verb != "doctor" && !runs_program) nsbox::DataDir();
   // The service is a program of its own, which takes the whole command line (src/cli/serve.cc).
   if (argc > 1 && std::string_view(argv[1]) == "serve") return nsbox::cli::ExecServe(argc, argv);
   CLI::App app{"nsbox: run untrusted code in a Linux-native sandbox (namespaces, cgroups, seccomp, read-only root)"};
@@ -251,6 +246,14 @@ int main(int argc, char** argv) {
   std::vector<char*> args = EndOptionsAtCommand(app, argc, argv);
   argc = static_cast<int>(args.size());
   argv = args.data();
+  if (runs_program) {
+    if (nsbox::cli::WantsJsonResult(argc, argv)) {
+      if (auto data = nsbox::ResolveDataDir(); !data.ok())
+        return nsbox::cli::FailBeforeRun("", fmt::format("{}; {}", data.status().message(), nsbox::DataDirHint()),
+                                         true);
+    }
+    nsbox::DataDir();
+  }
   // "--workspace=" with nothing after the '=': CLI11 would take the next argument as its value ("--workspace= -- x"
   // binds "--"). Refused as an empty value, before the parse; only --code= may be empty.
   for (int i = 2; i < argc; ++i) {

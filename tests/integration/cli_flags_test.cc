@@ -115,6 +115,11 @@ TEST_CASE("a refused data directory still gives run --json its one setup_error r
   auto plain = RunProcess({NsboxBinary(), "run", "--", "/bin/true"}, spawn);
   CHECK(plain.exit_code == 125);
   CHECK(plain.out.empty());
+  // A --json after the program's first word is the program's: nsbox's refusal is the plain line.
+  auto programs = RunProcess({NsboxBinary(), "run", "/bin/echo", "--json"}, spawn);
+  CHECK(programs.exit_code == 125);
+  CHECK(programs.out.empty());
+  CHECK(programs.err.find("refusing the data directory " + dir) != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
