@@ -22,8 +22,7 @@ namespace {
 constexpr const char* kFixHint =
     "To give nsbox cgroups: run it as root; or, as a user, start it inside a delegated cgroup "
     "(systemd-run --user --scope -p Delegate=yes nsbox ...) on a cgroup v2 host; on a hybrid or v1 host, "
-    "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 with every controller) or run as root. "
-    "Or run without any limits (PolicyBuilder::DangerDisableCgroupLimits).";
+    "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 with every controller) or run as root.";
 
 bool UseOwnCgroup(const CgroupConfig& config) {
   switch (config.placement) {
@@ -130,8 +129,8 @@ StatusOr<Plan> Detect(const CgroupConfig& config) {
       problems.push_back(fmt::format("cgroup v1: controller(s) missing: {}", fmt::join(missing, ", ")));
     }
   }
-  return Status::Error(fmt::format("no usable cgroup backend for memory, pids and CPU limits. {}. {}",
-                                   fmt::join(problems, "; "), kFixHint));
+  return Status::Error(fmt::format("no usable cgroup backend for memory, pids and CPU limits. {}. {}{}",
+                                   fmt::join(problems, "; "), kFixHint, kRunWithoutLimitsHint));
 }
 
 }  // namespace

@@ -176,6 +176,11 @@ class Cgroup {
 // missing and how to fix it.
 StatusOr<std::unique_ptr<Cgroup>> CreateSandboxCgroup(const CgroupLimits& limits, const CgroupConfig& config = {});
 
+// The last sentence of the error when no backend is usable: a program that offers no way to run without limits
+// (the service) leaves it out.
+inline constexpr const char kRunWithoutLimitsHint[] =
+    " Or run without any limits (PolicyBuilder::DangerDisableCgroupLimits).";
+
 // The backend CreateSandboxCgroup would use ("cgroup2" / "cgroup1"), or the same error it would give;
 // creates nothing (for `nsbox doctor`).
 StatusOr<std::string> DetectCgroupBackend(const CgroupConfig& config = {});

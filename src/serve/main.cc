@@ -29,6 +29,7 @@
 #include "sandbox/base/data_dir.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include "sandbox/cgroup.h"
 #include "sandbox/spec/units.h"
 #include "src/cli/image_store.h"
 #include "src/netproxy/allow_list.h"
@@ -375,6 +376,13 @@ int main(int argc, char** argv) {
   if (Status s = CheckHiddenFromSandboxes("--socket", socket_path); !s.ok()) Fail(kExitFailure, s.message());
   if (Status s = CheckHiddenFromSandboxes("--state-dir", state_dir); !s.ok()) Fail(kExitFailure, s.message());
   if (Status s = nsbox::session::EnsureStateRoot(state_dir); !s.ok()) Fail(kExitFailure, "--state-dir: " + s.message());
+  // Every sandbox of the service has limits: a server that could set up none (a user without a delegated cgroup)
+  // refuses to start, rather than listen and answer each create with a 500.
+  if (auto backend = nsbox::DetectCgroupBackend(); !backend.ok()) {
+    std::string why = backend.status().message();
+    if (why.ends_with(nsbox::kRunWithoutLimitsHint)) why.resize(why.size() - std::strlen(nsbox::kRunWithoutLimitsHint));
+    Fail(kExitFailure, "no sandbox could be set up: " + why);
+  }
   auto state_lock = LockStateDir(state_dir);
   if (!state_lock.ok()) Fail(kExitFailure, state_lock.status().message());
   config.state_dir = state_dir;

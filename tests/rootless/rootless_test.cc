@@ -82,6 +82,9 @@ struct Env {
     const char* bin = std::getenv("NSBOX_BIN");
     fs::create_directories(dir / "bin");
     fs::copy_file(bin && *bin ? bin : NSBOX_BUILD_BIN, dir / "bin/nsbox");
+    // The service program beside it, as installed (`nsbox serve` looks beside itself first).
+    const fs::path serve = fs::path(bin && *bin ? bin : NSBOX_BUILD_BIN).parent_path() / "nsbox-serve";
+    if (fs::exists(serve)) fs::copy_file(serve, dir / "bin/nsbox-serve");
     fs::create_directories(dir / "data");
     for (const char* sub : {"rootfs", "seccomp-profiles"}) {
       fs::path from = fs::path(NSBOX_SOURCE_DIR) / sub;
@@ -89,7 +92,7 @@ struct Env {
     }
     for (const auto& entry : fs::recursive_directory_iterator(dir))
       fs::permissions(entry.path(), fs::perms::others_read | fs::perms::group_read |
-                          (entry.is_directory() || entry.path().filename() == "nsbox" ? fs::perms::others_exec |
+                          (entry.is_directory() || entry.path().parent_path().filename() == "bin" ? fs::perms::others_exec |
                                                                                             fs::perms::group_exec
                                                                                       : fs::perms::none),
                       fs::perm_options::add);
@@ -503,6 +506,23 @@ TEST_CASE("without a delegated cgroup an ordinary user's run with limits is refu
   CHECK(o.exit_code == 125);
   CHECK_THAT(o.err, Catch::Contains("Delegate=yes"));
   CHECK_THAT(o.err, Catch::Contains("dangerous"));  // the way out without limits
+}
+
+TEST_CASE("without a delegated cgroup an ordinary user's nsbox serve refuses to start, exit 125, naming the fix") {
+  REQUIRE(CgroupLimitsEnforced());
+  REQUIRE(fs::exists(fs::path(E().nsbox).parent_path() / "nsbox-serve"));
+  const fs::path dir = E().dir / "serve";
+  fs::create_directories(dir);
+  REQUIRE(::chown(dir.c_str(), E().uid, E().gid) == 0);
+  SpawnOptions brief;
+  brief.timeout_seconds = 20;  // a server that started would listen until then
+  Outcome o = Spawn(Nsbox({"serve", "--socket", (dir / "api.sock").string(), "--state-dir", (dir / "state").string()}),
+                    brief);
+  INFO(o.err);
+  CHECK(o.exit_code == 125);
+  CHECK_THAT(o.err, Catch::Contains("no sandbox could be set up") && Catch::Contains("Delegate=yes"));
+  CHECK_THAT(o.err, !Catch::Contains("dangerous"));  // serve has no way to run without limits
+  CHECK(!fs::exists(dir / "api.sock"));
 }
 
 TEST_CASE("with a delegated cgroup an ordinary user's run gets its memory limit and leaves no group behind") {
