@@ -257,8 +257,8 @@ void AddProgramOptions(CLI::App* app, ProgramOptions& o) {
   app->add_option("--compile-timeout", o.compile_timeout,
                   "a compiled language's compile step: its own wall-clock limit (default: the language's, e.g. 30s)");
   app->add_option("--compile-memory", o.compile_memory,
-                  "a compiled language's compile step: its own memory limit (default: the language's, 1G; --memory is "
-                  "the program's)");
+                  "a compiled language's compile step: its own memory limit (default: the language's, 1G; the program "
+                  "keeps the sandbox's)");
   app->add_option("--code", o.code, "the program text to run")->each([&o](const std::string&) { o.code_given = true; });
   app->add_option("--file", o.file, "a file holding the program text, or - for stdin")
       ->each([&o](const std::string&) { o.file_given = true; });
