@@ -256,6 +256,7 @@ void SessionSandbox::Terminate(std::string_view why) {
     std::lock_guard lock(exec_groups_mutex_);
     kept_exec_groups_.clear();
     spare_exec_group_.reset();
+    resident_group_.reset();  // no call runs now (calls_mutex_), so no request holds the resident process
   }
   cgroup_.reset();
 }

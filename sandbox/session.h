@@ -214,6 +214,9 @@ class SessionSandbox {
     const uint64_t number_;
   };
   std::unique_ptr<SessionHelper> resident_;
+  // The resident process's own group, as an exec's: what its cells started, however detached (setsid, a double
+  // fork), goes with it when it is killed. Null without a cgroup.
+  std::unique_ptr<CgroupChild> resident_group_;
   UniqueFd resident_channel_;
   bool resident_lost_ = false;  // the previous one died: the next request says so
 };

@@ -338,6 +338,10 @@ void SessionSandbox::DropResident() {
   if (!resident_) return;
   KillExec(*resident_);
   if (!resident_->reaped) ::kill(resident_->pid, SIGKILL);
+  if (resident_group_) {
+    (void)resident_group_->KillAll();
+    KeepExecGroup(std::move(resident_group_));
+  }
   Reap(*resident_);
   Forget(resident_->pid);
   resident_.reset();
@@ -403,13 +407,22 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
     ex.argv = process.argv;
     ex.env = process.env;
     ex.umask = process.umask;
-    auto helper = StartHelper(ex, theirs.get(), nullptr, started + options.wall_timeout);
+    auto group = StartExecGroup();
+    if (!group.ok()) {
+      turn.result = SetupError(group.status().Wrap("creating the REPL interpreter's cgroup").message());
+      return turn;
+    }
+    CgroupSelfJoin join;
+    if (*group) join = (*group)->self_join();
+    auto helper = StartHelper(ex, theirs.get(), *group ? &join : nullptr, started + options.wall_timeout);
     if (!helper.ok() || (*helper)->start_timed_out) {
+      KeepExecGroup(std::move(*group));
       turn.result = SetupError(helper.ok() ? std::string(kStartHeldUp)
                                            : helper.status().Wrap("starting the REPL interpreter").message());
       return turn;
     }
     resident_ = std::move(*helper);
+    resident_group_ = std::move(*group);
     resident_channel_ = std::move(ours);
     turn.state_lost = resident_lost_;
     resident_lost_ = false;

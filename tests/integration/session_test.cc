@@ -666,6 +666,31 @@ TEST_CASE("a timed-out cell kills only the interpreter; the next call starts fre
   CHECK(s.Sh(id, "cat /workspace/f")["stdout"] == "survives\n");
 }
 
+TEST_CASE("a timed-out cell's interpreter takes what its cells started with it, a setsid'd process too",
+          "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  // An earlier cell's helper and the timed-out cell's own, each in a session of its own: out of the interpreter's
+  // process group, in its cgroup.
+  s.Cell(id,
+         "import subprocess\nsubprocess.Popen(['sh', '-c', 'echo $$ > /workspace/early.pid; exec sleep 300'], "
+         "start_new_session=True)");
+  json slow = s.Cell(id,
+                     "subprocess.Popen(['sh', '-c', 'echo $$ > /workspace/late.pid; exec sleep 300'], "
+                     "start_new_session=True)\nimport time\nwhile True: time.sleep(0.1)",
+                     {"--timeout", "2s"});
+  CHECK(slow["status"] == "timeout");
+  CHECK(slow["repl"]["interpreter_killed"] == true);
+  json check = s.Sh(id,
+                    "for f in early late; do test -s /workspace/$f.pid || echo $f missing; "
+                    "kill -0 $(cat /workspace/$f.pid) 2>/dev/null && echo $f alive; done; echo checked");
+  CHECK(check["stdout"] == "checked\n");
+  // A plain exec's detached process is not the interpreter's: it lives on through a cell's time-out.
+  s.Sh(id, "setsid sh -c 'echo $$ > /workspace/exec.pid; exec sleep 300' >/dev/null 2>&1 &");
+  CHECK(s.Cell(id, "while True: pass", {"--timeout", "1s"})["status"] == "timeout");
+  CHECK(s.Sh(id, "kill -0 $(cat /workspace/exec.pid) && echo alive")["stdout"] == "alive\n");
+}
+
 TEST_CASE("a cell that waits out its time limit behind another does not run and kills nothing", "[session][repl]") {
   Sessions s;
   std::string id = s.Create();
