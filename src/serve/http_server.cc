@@ -32,6 +32,7 @@ struct HttpServer::Connection {
   bool too_large = false;
   bool busy = false;  // the bodies held at once left no room for this one: its bytes are dropped, a 503 at the end
   bool answered = false;        // a response was queued before the body was read (refused at admission)
+  bool answering = false;       // its handler ran: counted in answers_pending_ until libmicrohttpd is done with it
   uint64_t counted = 0;         // bytes of server->buffered_ this request holds
   std::atomic<uint64_t>* buffered = nullptr;
   ~Connection() { Release(); }
@@ -335,6 +336,11 @@ struct HttpServerCallbacks {
       state->Release();
     };
     HttpResponse response;
+    {
+      std::lock_guard lock(server->producers_mutex_);
+      ++server->answers_pending_;
+      state->answering = true;
+    }
     try {
       response = server->handler_(request);
     } catch (const std::exception& e) {
@@ -456,8 +462,15 @@ struct HttpServerCallbacks {
     return queued;
   }
 
-  static void Completed(void*, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
-    delete static_cast<HttpServer::Connection*>(*con_cls);
+  static void Completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
+    auto* state = static_cast<HttpServer::Connection*>(*con_cls);
+    if (state && state->answering) {
+      auto* server = static_cast<HttpServer*>(cls);
+      std::lock_guard lock(server->producers_mutex_);
+      --server->answers_pending_;
+      server->producers_done_.notify_all();
+    }
+    delete state;
     *con_cls = nullptr;
   }
 
@@ -479,7 +492,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(int listen_fd, bool unix
   server->daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &HttpServerCallbacks::Access, server.get(), MHD_OPTION_LISTEN_SOCKET, listen_fd,
       MHD_OPTION_CONNECTION_LIMIT, server->options_.connection_limit, MHD_OPTION_CONNECTION_TIMEOUT,
-      server->options_.idle_timeout_seconds, MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, nullptr,
+      server->options_.idle_timeout_seconds, MHD_OPTION_NOTIFY_COMPLETED, &HttpServerCallbacks::Completed, server.get(),
       MHD_OPTION_URI_LOG_CALLBACK, &KeepRawUri, nullptr, MHD_OPTION_END);
   if (!server->daemon_) {
     ::close(listen_fd);
@@ -512,9 +525,12 @@ void HttpServer::Stop() {
   if (!daemon_) return;
   StopAccepting();
   {
-    // Producers end with their streams (the sandboxes are ended before the server stops); bounded all the same.
+    // Producers end with their streams, and handlers with their requests (the sandboxes are ended before the server
+    // stops: an exec in progress answers as killed); then their answers are sent, so that a client is not cut off
+    // from a result whose program ran. Bounded for clients that do not read.
     std::unique_lock lock(producers_mutex_);
-    producers_done_.wait_for(lock, std::chrono::seconds(10), [this] { return producers_ == 0; });
+    producers_done_.wait_for(lock, std::chrono::seconds(10),
+                             [this] { return producers_ == 0 && answers_pending_ == 0; });
   }
   MHD_stop_daemon(daemon_);
   daemon_ = nullptr;

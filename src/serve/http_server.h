@@ -93,7 +93,8 @@ class HttpServer {
 
   // Stops accepting connections (the listening socket is closed); requests in progress go on.
   void StopAccepting();
-  // Ends the server: waits for the connections' threads.
+  // Ends the server: waits (10 s at most) for the answers of requests in progress and for streams to be sent, then
+  // for the connections' threads.
   void Stop();
 
   struct Connection;  // one request's state (http_server.cc)
@@ -106,9 +107,10 @@ class HttpServer {
   bool unix_socket_ = false;
   HttpServerOptions options_;
   HttpHandler handler_;
-  std::mutex producers_mutex_;
+  std::mutex producers_mutex_;  // guards producers_ and answers_pending_; producers_done_ says either fell
   std::condition_variable producers_done_;
   int producers_ = 0;
+  int answers_pending_ = 0;  // requests whose handler ran and whose answer is not sent yet (Stop waits for them)
   std::atomic<uint64_t> buffered_{0};      // request bodies' bytes held (reserved) by all connections
   std::atomic<uint64_t> answers_held_{0};  // answers' bytes queued and not yet sent (HttpServerOptions)
 

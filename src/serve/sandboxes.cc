@@ -353,7 +353,9 @@ void Sandboxes::EndAll() {
     std::lock_guard lock(mutex_);
     if (ending_ && sandboxes_.empty() && pool_.empty()) return;
     ending_ = true;
-    for (auto& [id, sandbox] : sandboxes_) sessions.push_back(sandbox->session_id);
+    // One still being made has no session yet: Create ends it, seeing ending_, once it has one.
+    for (auto& [id, sandbox] : sandboxes_)
+      if (!sandbox->session_id.empty()) sessions.push_back(sandbox->session_id);
     sandboxes_.clear();
     for (auto& [name, entries] : pool_)
       for (auto& entry : entries) sessions.push_back(entry.made.session_id);
@@ -648,6 +650,19 @@ void Sandboxes::Remove(const std::shared_ptr<Sandbox>& sandbox, const std::strin
 
 void Sandboxes::Touch(Sandbox& sandbox) { sandbox.last_used_ms = NowMs(); }
 
+bool Sandboxes::Ended(const std::shared_ptr<Sandbox>& sandbox) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = sandboxes_.find(sandbox->id);
+    if (it == sandboxes_.end() || it->second != sandbox) return true;
+  }
+  auto lookup = session::FindSession(config_.state_dir, sandbox->session_id);
+  if (lookup.ok()) return false;
+  if (!SessionEnded(lookup.status())) throw LookupFailed(lookup.status());
+  Remove(sandbox);
+  return true;
+}
+
 cli::Program Sandboxes::PlanExec(const Sandbox& sandbox, const ExecSpec& exec) const {
   cli::Program program;
   const session::SessionRecord& record = *sandbox.record;
@@ -767,18 +782,15 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   auto conn = session::ConnectSession(record, deadline, &timed_out);
   if (!conn.ok()) {
     // A session that ended (its supervisor gone: `session rm` from outside, a kill) is a conflict, not our failure.
-    auto lookup = session::FindSession(config_.state_dir, sandbox->session_id);
-    if (!lookup.ok() && SessionEnded(lookup.status())) {
-      Remove(sandbox);
-      throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
-    }
-    if (!lookup.ok()) throw LookupFailed(lookup.status());
+    if (Ended(sandbox)) throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
     throw ApiError(500, "setup_failed", conn.status().message());
   }
   UniqueFd stdin_fd;
   if (exec.has_stdin) stdin_fd = StdinFile(exec.stdin_text);
-  if (Status s = session::SendMessage(conn->get(), request, stdin_fd.get(), deadline, &timed_out); !s.ok())
+  if (Status s = session::SendMessage(conn->get(), request, stdin_fd.get(), deadline, &timed_out); !s.ok()) {
+    if (Ended(sandbox)) throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
     throw ApiError(500, "setup_failed", s.message());
+  }
   stdin_fd.reset();
 
   // The answer, and stream messages before it; a client that goes away closes the session connection, which ends
@@ -830,7 +842,11 @@ UniqueFd Sandboxes::OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t
   }
   UniqueFd workspace;
   auto answer = session::Request(*found, {{"op", "workspace"}}, {.received_fd = &workspace});
-  if (!answer.ok()) throw ApiError(500, "setup_failed", answer.status().message());
+  if (!answer.ok()) {
+    // Deleted (or ended) while this request looked for its workspace.
+    if (Ended(sandbox)) throw ApiError(409, "conflict", fmt::format("sandbox {} has ended", sandbox->id));
+    throw ApiError(500, "setup_failed", answer.status().message());
+  }
   if (!workspace) throw ApiError(500, "setup_failed", "the session sent no workspace descriptor");
   *uid = answer->value("sandbox_host_uid", 65534u);
   *gid = answer->value("sandbox_host_gid", 65534u);

@@ -167,6 +167,9 @@ class Sandboxes {
   bool PoolCanServe(const SandboxSpec& spec) const;
   UniqueFd OpenWorkspace(const std::shared_ptr<Sandbox>& sandbox, uid_t* uid, gid_t* gid);
   void Touch(Sandbox& sandbox);
+  // Whether the sandbox was removed meanwhile (a DELETE, its time-to-live) or its session ended (then it is removed):
+  // a request on it that failed is then a conflict, not the server's failure. Throws when the look-up fails.
+  bool Ended(const std::shared_ptr<Sandbox>& sandbox);
   void PoolLoop();
   // Waits, with `lock` held on mutex_, until a refill of `template_name` due since `wanted_since` may start
   // (RefillWaitUntil). False: the end came.

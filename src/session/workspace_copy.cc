@@ -126,7 +126,7 @@ StatusOr<std::string> ReadWorkspaceFile(int workspace_fd, const std::string& rel
   struct stat st;
   if (::fstat(file->get(), &st) != 0) return Status::Errno(fmt::format("fstat({})", shown));
   if (!S_ISREG(st.st_mode) || st.st_ino != seen.st_ino || st.st_dev != seen.st_dev)
-    return Status::Error(ErrorKind::kRefused, fmt::format("refusing {}: it was replaced while being copied", shown));
+    return Status::Error(ErrorKind::kConflict, fmt::format("refusing {}: it was replaced while being copied", shown));
   if (!before_read) return ReadCapped(file->get(), max_bytes, shown);
   // The size as opened is what the caller makes room for, within the cap (the sandbox may have grown the file since
   // the first look); a file that grows meanwhile is not read past it.

@@ -920,6 +920,46 @@ class Concurrency(SharedCase):
         self.assertEqual(problems, [])
 
 
+class Races(SharedCase):
+    ANSWERS = {200, 201, 204, 404, 409}  # a request racing a DELETE or a write: done, gone, or changed meanwhile
+
+    def test_files_racing_a_delete_or_a_write_answer_gone_or_changed_never_500_or_400(self):
+        # Bounded stress: the windows are a few system calls wide, so a round catches a regression only sometimes.
+        seen, lock = {}, threading.Lock()
+
+        def note(r):
+            with lock:
+                seen.setdefault(r.status, r)
+
+        def hammer(sandbox_id, stop, kind):
+            api = self.server.api()
+            while not stop.is_set():
+                if kind == "put":
+                    note(api.request("PUT", files_path(sandbox_id, "a.txt"), raw=secrets.token_bytes(200_000)))
+                elif kind == "get":
+                    note(api.request("GET", files_path(sandbox_id, "a.txt")))
+                else:
+                    note(api.request("GET", files_path(sandbox_id, ".", list="true")))
+
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            sandbox_id = self.server.api().create(SMALL)["id"]
+            stop = threading.Event()
+            threads = [threading.Thread(target=hammer, args=(sandbox_id, stop, kind))
+                       for kind in ("put", "put", "get", "get", "list")]
+            for t in threads:
+                t.start()
+            time.sleep(secrets.randbelow(300) / 1000)
+            self.assertIn(self.server.api().delete(sandbox_id).status, (204, 404))
+            time.sleep(0.05)
+            stop.set()
+            for t in threads:
+                t.join(30)
+        unexpected = {status: r for status, r in seen.items() if status not in self.ANSWERS}
+        self.assertEqual(unexpected, {})
+        self.assertIn(404, seen, "no request came after a delete: the test did not test")
+
+
 def sleep_marker():
     """A `sleep` argument no other process on the host has: its process is found by its command line."""
     return f"{secrets.randbelow(9000) + 1000}.{secrets.randbelow(900000) + 100000}"
@@ -1116,5 +1156,5 @@ class SharedServerShutdown(unittest.TestCase):
         self.assertEqual(os.listdir(server.state_dir) if os.path.exists(server.state_dir) else [], [])
 
 
-CLASSES = [Endpoints, Exec, ConcurrentExecs, Streaming, Files, BadInput, Auth, Isolation, Concurrency, SlowClients,
+CLASSES = [Endpoints, Exec, ConcurrentExecs, Streaming, Files, BadInput, Auth, Isolation, Concurrency, Races, SlowClients,
            SandboxReach, Run, SharedServerShutdown]

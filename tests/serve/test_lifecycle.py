@@ -707,6 +707,39 @@ class SigkillRestart(unittest.TestCase):
             pass
 
 
+class SigtermAnswers(unittest.TestCase):
+    def test_execs_in_flight_at_sigterm_get_their_whole_answers(self):
+        # Their programs ran: a client cut off from the answer (the server logged 200) cannot tell what happened.
+        server = own_server().start()
+        api = server.api()
+        ids = [api.create(SMALL)["id"] for _ in range(2)]
+        answers, errors = [], []
+
+        def run(sandbox_id):
+            try:
+                answers.append(api.request("POST", f"/v1/sandboxes/{sandbox_id}/exec",
+                                           {"cmd": "head -c 3000000 /dev/zero | tr '\\0' x; echo started >&2; sleep 60",
+                                            "timeout": 90}))
+            except Exception as e:  # noqa: BLE001: the failure under test
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=run, args=(sandbox_id,)) for sandbox_id in ids for _ in range(3)]
+        for t in threads:
+            t.start()
+        self.assertTrue(wait_for(lambda: len(host_processes_with_argv(["sleep", "60"])) >= len(threads), 30, 0.1),
+                        "the execs did not start")
+        self.assertEqual(server.stop(signal.SIGTERM, deadline_s=30), 0, server.log_tail())
+        for t in threads:
+            t.join(30)
+        self.assertEqual(errors, [])
+        self.assertEqual(len(answers), len(threads))
+        for answer in answers:
+            self.assertEqual(answer.status, 200, answer)
+            result = answer.json()
+            self.assertEqual(result["stderr"], "started\n", result)
+            self.assertIn("shutting down", result["reason"], result)
+
+
 class Sigint(unittest.TestCase):
     def test_sigint_ends_every_sandbox_exits_0_and_leaves_nothing(self):
         server = own_server().start()
@@ -719,4 +752,4 @@ class Sigint(unittest.TestCase):
 
 
 CLASSES = [CapacityFull, TenantBudgets, AbandonedCreate, CompileTimeoutCap, BodyCap, HeldBytes, ExecBounds,
-           SocketGroup, Readiness, PoolAndSigterm, SigkillRestart, Sigint]
+           SocketGroup, Readiness, PoolAndSigterm, SigkillRestart, SigtermAnswers, Sigint]
