@@ -1,7 +1,9 @@
 // JSON from peers nsbox does not trust (API and MCP clients, model providers, job files, a sandbox's REPL channel),
 // parsed with its nesting bounded and a key given twice in one object refused. nlohmann parses iteratively but copies
 // and compares recursively: a value nested 100k deep (200 KB of text) overflows the stack of the first code that copies
-// it, so such text is refused up front. nlohmann keeps the last of two equal keys; a proxy or a log that read the first
+// it, so such text is refused up front. Nor is the number of values left to the size cap of the text: each costs
+// about 50 times its two bytes of "{}," once parsed (a 31 MiB line of them took 1.9 GB), so past kMaxJsonValues the
+// parse stops. nlohmann keeps the last of two equal keys; a proxy or a log that read the first
 // would see another request than nsbox runs ({"timeout": 5, "timeout": 3600}), so nsbox takes neither.
 #pragma once
 
@@ -18,6 +20,9 @@ namespace nsbox {
 
 // Deeper than any message nsbox takes or sends (its deepest, a tool schema, nests under ten).
 inline constexpr int kMaxJsonDepth = 128;
+// More values than any message nsbox takes (the largest, an exec's result with 20000 changed files, has about 80000):
+// at most some tens of MiB once parsed, whatever the text.
+inline constexpr size_t kMaxJsonValues = 256 * 1024;
 
 // JSON that parses but that nsbox does not take: too deep, or a key twice in one object.
 class JsonRefused : public std::runtime_error {
@@ -28,6 +33,11 @@ class JsonRefused : public std::runtime_error {
 class JsonTooDeep : public JsonRefused {
  public:
   JsonTooDeep() : JsonRefused("the JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels") {}
+};
+
+class JsonTooManyValues : public JsonRefused {
+ public:
+  JsonTooManyValues() : JsonRefused("the JSON has more than " + std::to_string(kMaxJsonValues) + " values") {}
 };
 
 class JsonDuplicateKey : public JsonRefused {
@@ -109,6 +119,7 @@ class StrictDomBuilder {
   // The value's place: the root, the end of the open array, or the slot of the open object's last key. An open
   // container's address stays put: only its own elements move when it grows.
   json* Put(json value) {
+    if (++values_ > kMaxJsonValues) throw JsonTooManyValues();
     if (open_.empty()) {
       *root_ = std::move(value);
       return root_;
@@ -125,12 +136,14 @@ class StrictDomBuilder {
   json* root_;
   std::vector<json*> open_;
   json* slot_ = nullptr;
+  size_t values_ = 0;
 };
 
 }  // namespace json_internal
 
 // As nlohmann::json::parse(text): throws nlohmann::json::exception for text that is not JSON, JsonTooDeep for text
-// nested deeper than kMaxJsonDepth, JsonDuplicateKey for an object with a key twice. The depth is found by a scan
+// nested deeper than kMaxJsonDepth, JsonTooManyValues past kMaxJsonValues, JsonDuplicateKey for an object with a key
+// twice. The depth is found by a scan
 // first, not by nlohmann's parser callback: with a callback, closing each object looks through its parent, so an
 // array of n objects took time in n squared.
 inline nlohmann::json ParseBoundedJson(std::string_view text) {
