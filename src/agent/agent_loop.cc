@@ -97,6 +97,9 @@ class Loop {
       for (std::string secret : {value, value.starts_with("Bearer ") ? value.substr(7) : std::string()})
         if (secret.size() >= 8) secrets_.push_back(std::move(secret));
     }
+    // So is a password in the base URL (http://user:password@host/), which a server may echo as well.
+    for (std::string secret : UrlCredentials(provider_.url()))
+      if (secret.size() >= 8) secrets_.push_back(std::move(secret));
     transcript_.SetSecrets(secrets_);
   }
 
@@ -132,7 +135,8 @@ class Loop {
       // At the last step a tool's result could never reach the model: the call is not run.
       if (step == config_.max_steps) break;
       std::vector<ToolResult> results;
-      for (const ToolCall& call : turn->tool_calls) results.push_back(RunTool(call));
+      for (size_t i = 0; i < turn->tool_calls.size(); ++i)
+        results.push_back(i < kMaxToolCallsPerTurn ? RunTool(turn->tool_calls[i]) : NotRun(turn->tool_calls[i]));
       if (Cancelled()) return End(AgentEnd::kCancelled, "interrupted");
       provider_.AddToolResults(results);
       if (consecutive_runtime_failures_ >= 3)
@@ -148,16 +152,7 @@ class Loop {
   // Log lines go to the operator's terminal and carry the model's words: its control characters (an escape sequence
   // retitling the window or clearing the screen) are shown as \xNN, not acted on.
   void Log(const std::string& line) const {
-    if (!config_.log) return;
-    std::string shown;
-    for (char c : Redacted(line, secrets_)) {
-      const auto byte = static_cast<unsigned char>(c);
-      if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f)
-        shown += fmt::format("\\x{:02x}", byte);
-      else
-        shown += c;
-    }
-    config_.log(shown);
+    if (config_.log) config_.log(TerminalSafe(Redacted(line, secrets_)));
   }
   static std::string FirstLines(const std::string& text, int lines) {
     size_t pos = 0;
@@ -209,6 +204,11 @@ class Loop {
     Clock::time_point turn_deadline = std::min(run_deadline_, Clock::now() + config_.turn_timeout);
     nlohmann::json body = provider_.BuildRequest();
     std::string body_text = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    // The conversation is sent whole each turn; past what a provider takes it only grows (and holds memory).
+    if (body_text.size() > kMaxRequestBytes)
+      return Fail(AgentEnd::kProviderError,
+                  fmt::format("the conversation is {} bytes, more than the {} bytes (32 MiB) a request may carry",
+                              body_text.size(), kMaxRequestBytes));
     std::mt19937 rng(std::random_device{}());
     for (int attempt = 0;; ++attempt) {
       if (Cancelled()) return Fail(AgentEnd::kCancelled, "interrupted");
@@ -218,7 +218,13 @@ class Loop {
                          {"headers", RedactedHeaders()}, {"body", body}});
       ++outcome_.http_requests;
       HttpResult result = transport_(request);
-      nlohmann::json logged_body = ParseBoundedJsonOrDiscarded(result.response.body);
+      nlohmann::json logged_body(nlohmann::json::value_t::discarded);
+      std::string not_json;  // why the body is not taken as JSON
+      try {
+        logged_body = ParseBoundedJson(result.response.body);
+      } catch (const std::exception& e) {
+        not_json = JsonErrorText(e);
+      }
       transcript_.Write({{"kind", "response"}, {"url", shown_url}, {"attempt", attempt + 1},
                          {"status", result.response.status}, {"transport_error", result.error_message},
                          {"body", logged_body.is_discarded() ? nlohmann::json(result.response.body) : logged_body}});
@@ -241,15 +247,15 @@ class Loop {
       if (retry_reason.empty()) {
         if (status >= 200 && status < 300) {
           if (logged_body.is_discarded())
-            return Fail(AgentEnd::kMalformed, fmt::format("malformed {} response: the body is not JSON (or nests "
-                                                          "deeper than {} levels): {}",
-                                                          provider_.name(), kMaxJsonDepth,
-                                                          OneLine(result.response.body, 200)));
+            return Fail(AgentEnd::kMalformed,
+                        fmt::format("malformed {} response: the body is not taken as JSON ({}): {}", provider_.name(),
+                                    OneLine(not_json, 200), OneLine(Redacted(result.response.body, secrets_), 200)));
           ModelReply reply;
           reply.body = std::move(logged_body);
           return reply;
         }
-        std::string message = ErrorMessageFromBody(result.response.body);
+        // Redacted before it is clipped to one line: a key cut in half there would no longer be found.
+        std::string message = ErrorMessageFromBody(Redacted(result.response.body, secrets_));
         if (status == 401 || status == 403)
           return Fail(AgentEnd::kAuthError,
                       fmt::format("API key rejected by {} (HTTP {}): {}. Check {}.", provider_.name(), status, message,
@@ -283,6 +289,19 @@ class Loop {
         std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(50), resume - Clock::now()));
       }
     }
+  }
+
+  // A call past kMaxToolCallsPerTurn: answered (every call id needs a result) and not run, so that one answer of the
+  // model cannot run thousands of programs in one step.
+  ToolResult NotRun(const ToolCall& call) {
+    ToolResult result{call.id,
+                      fmt::format("error: not run: one turn runs at most {} tool calls; ask for this one again in the "
+                                  "next turn",
+                                  kMaxToolCallsPerTurn),
+                      true};
+    transcript_.Write({{"kind", "tool_call"}, {"id", call.id}, {"name", call.name}, {"input", call.input}});
+    transcript_.Write({{"kind", "tool_result"}, {"id", call.id}, {"content", result.content}, {"not_run", true}});
+    return result;
   }
 
   ToolResult RunTool(const ToolCall& call) {

@@ -36,6 +36,11 @@ struct AgentConfig {
   std::function<HttpResult(const HttpRequest&)> transport;  // empty: HttpPost
 };
 
+// Tool calls run from one answer of the model; the rest are answered "not run" (parallel tool use asks for a few).
+inline constexpr size_t kMaxToolCallsPerTurn = 16;
+// The largest request body sent (Anthropic's and OpenAI's own limits are about this size).
+inline constexpr size_t kMaxRequestBytes = 32 << 20;
+
 enum class AgentEnd {
   kAnswered,
   kAuthError,      // 401/403: the API key was rejected

@@ -34,7 +34,9 @@ nlohmann::json AnthropicProvider::BuildRequest() const {
 StatusOr<ModelTurn> AnthropicProvider::AcceptResponse(const nlohmann::json& body) {
   auto bad = [](const std::string& what) { return Status::Error("malformed Anthropic response: " + what); };
   if (!body.is_object()) return bad("the body is not a JSON object");
-  if (body.contains("type") && body["type"] == "error") return bad("an error object in a 200 response");
+  if (body.contains("type") && body["type"] == "error")
+    return bad("an error object in a 200 response: " +
+               ErrorMessageFromBody(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   if (!body.contains("content") || !body["content"].is_array()) return bad("no \"content\" array");
   if (!body.contains("stop_reason") || !body["stop_reason"].is_string()) return bad("no \"stop_reason\" string");
   if (body.contains("role") && body["role"] != "assistant") return bad("\"role\" is not \"assistant\"");
@@ -65,8 +67,13 @@ StatusOr<ModelTurn> AnthropicProvider::AcceptResponse(const nlohmann::json& body
   }
   if (turn.stop_reason == "tool_use" && turn.tool_calls.empty())
     return bad("stop_reason is \"tool_use\" but there is no tool_use block");
-  // The assistant's content goes back verbatim: tool_result blocks refer to its tool_use ids.
-  messages_.push_back({{"role", "assistant"}, {"content", body["content"]}});
+  // The assistant's content goes back verbatim: tool_result blocks refer to its tool_use ids. A tool_use whose input
+  // was not an object (answered as an error) goes back with an empty one, which the API takes.
+  nlohmann::json content = body["content"];
+  for (auto& block : content)
+    if (block.value("type", "") == "tool_use" && !(block.contains("input") && block["input"].is_object()))
+      block["input"] = nlohmann::json::object();
+  messages_.push_back({{"role", "assistant"}, {"content", std::move(content)}});
   return turn;
 }
 

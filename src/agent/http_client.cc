@@ -36,6 +36,19 @@ HttpResult Failure(TransportError error, std::string message) {
 
 }  // namespace
 
+std::vector<std::string> UrlCredentials(std::string_view url) {
+  const size_t scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return {};
+  const size_t start = scheme_end + 3;
+  const std::string_view authority = url.substr(start, url.find_first_of("/?#", start) - start);
+  const size_t at = authority.rfind('@');
+  if (at == std::string_view::npos) return {};
+  const std::string_view userinfo = authority.substr(0, at);
+  std::vector<std::string> out = {std::string(userinfo)};
+  if (size_t colon = userinfo.find(':'); colon != std::string_view::npos) out.emplace_back(userinfo.substr(colon + 1));
+  return out;
+}
+
 std::string RedactUrl(std::string_view url) {
   size_t scheme_end = url.find("://");
   if (scheme_end == std::string_view::npos) return std::string(url);

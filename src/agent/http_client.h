@@ -42,5 +42,8 @@ HttpResult HttpPost(const HttpRequest& request);
 // The URL with the userinfo's secret replaced by [redacted] (user:[redacted]@host, or [redacted]@host for a lone
 // token), as API keys are: for logs, transcripts and messages.
 std::string RedactUrl(std::string_view url);
+// The URL's credentials, to be redacted wherever they might be echoed: its userinfo ("user:password") and the
+// password alone; none without userinfo.
+std::vector<std::string> UrlCredentials(std::string_view url);
 
 }  // namespace nsbox::agent

@@ -36,7 +36,9 @@ nlohmann::json OpenAIProvider::BuildRequest() const {
 StatusOr<ModelTurn> OpenAIProvider::AcceptResponse(const nlohmann::json& body) {
   auto bad = [](const std::string& what) { return Status::Error("malformed OpenAI response: " + what); };
   if (!body.is_object()) return bad("the body is not a JSON object");
-  if (body.contains("error") && !body["error"].is_null()) return bad("an error object in a 200 response");
+  if (body.contains("error") && !body["error"].is_null())
+    return bad("an error object in a 200 response: " +
+               ErrorMessageFromBody(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   if (!body.contains("choices") || !body["choices"].is_array() || body["choices"].empty())
     return bad("no \"choices\" array with a choice in it");
   const auto& choice = body["choices"][0];
@@ -46,6 +48,10 @@ StatusOr<ModelTurn> OpenAIProvider::AcceptResponse(const nlohmann::json& body) {
   ModelTurn turn;
   if (choice.contains("finish_reason") && choice["finish_reason"].is_string())
     turn.stop_reason = choice["finish_reason"].get<std::string>();
+  // A refusal (the model declined to answer) has no content: said as such, with its words, not as a malformed turn.
+  if (message.contains("refusal") && message["refusal"].is_string() && !message["refusal"].get<std::string>().empty() &&
+      (!message.contains("content") || message["content"].is_null()))
+    return Status::Error("the model refused to answer: " + OneLine(message["refusal"].get<std::string>()));
   if (message.contains("content") && !message["content"].is_null()) {
     if (!message["content"].is_string()) return bad("choices[0].message.content is neither a string nor null");
     turn.text = message["content"].get<std::string>();

@@ -75,6 +75,19 @@ std::string ErrorMessageFromBody(const std::string& body) {
   return text.empty() ? "(empty body)" : text;
 }
 
+std::string TerminalSafe(std::string_view text) {
+  std::string shown;
+  shown.reserve(text.size());
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f)
+      shown += fmt::format("\\x{:02x}", byte);
+    else
+      shown += c;
+  }
+  return shown;
+}
+
 std::string OneLine(std::string_view text, size_t max_bytes) {
   std::string out;
   bool pending_space = false;

@@ -104,4 +104,9 @@ std::string ErrorMessageFromBody(const std::string& body);
 inline constexpr size_t kMaxErrorTextBytes = 300;
 std::string OneLine(std::string_view text, size_t max_bytes = kMaxErrorTextBytes);
 
+// Text from the model or its code made safe for a terminal, lines kept: control characters other than newline and
+// tab are shown as \xNN (an escape sequence retitling the window, clearing the screen or writing the clipboard is
+// shown, not acted on).
+std::string TerminalSafe(std::string_view text);
+
 }  // namespace nsbox::agent

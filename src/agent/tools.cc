@@ -134,6 +134,9 @@ StatusOr<CodeRequest> ParseCodeCall(const ToolCall& call) {
   }
   auto code = string_field("code");
   if (!code.ok()) return code.status();
+  if (code->size() > cli::kMaxCodeBytes)
+    return Status::Error(fmt::format("the code is {} bytes, more than the {} bytes (16 MiB) a call may run",
+                                     code->size(), cli::kMaxCodeBytes));
   request.code = *code;
   return request;
 }

@@ -97,8 +97,10 @@ int RunAgentCommand(const AgentOptions& o) {
   config.transcript_path = o.transcript;
   config.cancel = &g_agent_interrupted;
   if (o.verbose) config.log = [](const std::string& line) { fmt::print(stderr, "nsbox agent: {}\n", line); };
-  // The code's own output, raw, as it runs (the nsbox runtime streams it; the result line follows).
-  if (o.verbose) config.tool_output = [](int, std::string_view text) { fmt::print(stderr, "{}", text); };
+  // The code's own output as it runs (the nsbox runtime streams it; the result line follows), its control characters
+  // shown, not acted on: the code is the model's, the terminal the operator's.
+  if (o.verbose)
+    config.tool_output = [](int, std::string_view text) { fmt::print(stderr, "{}", agent::TerminalSafe(text)); };
 
   // Provider: the flag, else the one whose key is set.
   std::string provider = o.provider;
@@ -155,7 +157,10 @@ int RunAgentCommand(const AgentOptions& o) {
   sandbox->close();
   if (outcome.end == agent::AgentEnd::kAnswered) {
     // The answer is the run's whole product: one that cannot be written (a full disk) fails the run.
-    if (int err = WriteAll(1, outcome.answer + "\n"); err != 0)
+    // To a terminal its control characters are shown, not acted on (an answer may carry an escape sequence the code
+    // printed: a new window title, a clipboard write); to a file or a pipe it goes as the model wrote it.
+    const std::string answer = ::isatty(1) ? agent::TerminalSafe(outcome.answer) : outcome.answer;
+    if (int err = WriteAll(1, answer + "\n"); err != 0)
       return Fail(fmt::format("writing the answer: {} ({})", std::strerror(err), ErrnoName(err)), kExitNsboxFailure);
     return 0;
   }

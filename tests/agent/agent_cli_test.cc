@@ -256,6 +256,21 @@ TEST_CASE("nsbox agent --verbose prints the code's output to stderr as it runs, 
   CHECK(output < result);
 }
 
+TEST_CASE("nsbox agent --verbose shows the code's control characters as \\xNN; a piped answer keeps them") {
+  if (!CliReady("nsbox agent --verbose escapes")) return;
+  if (auto why = testing::NsboxRuntimeUnavailable()) return testing::NoteSkip("nsbox agent --verbose escapes", *why);
+  testing::FakeProviderServer server;
+  CliRun run = RunCli(
+      {NsboxBin(), "agent", "--provider", "openai", "--verbose", "x [scenario:escapeout]"},
+      {"OPENAI_API_KEY=test-openai-key", "OPENAI_BASE_URL=" + server.BaseUrl("openai"), "NSBOX_BIN=" + NsboxBin()});
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  CHECK(run.err.find("\\x1b]0;TITLE\\x07 ok") != std::string::npos);
+  CHECK(run.err.find('\x1b') == std::string::npos);
+  // stdout is a pipe here: the answer is data, as the model wrote it (a terminal would get it escaped).
+  CHECK(run.out == "it said \x1b]0;TITLE\x07 ok\n");
+}
+
 TEST_CASE("nsbox agent keeps a base URL's password out of --verbose and the transcript") {
   if (!CliReady("nsbox agent URL credentials")) return;
   testing::FakeProviderServer server;
@@ -274,6 +289,19 @@ TEST_CASE("nsbox agent keeps a base URL's password out of --verbose and the tran
   CHECK(run.err.find("s3cr3t") == std::string::npos);
   CHECK(logged.find("\"url\":\"http://user:[redacted]@127.0.0.1") != std::string::npos);
   CHECK(logged.find("s3cr3t") == std::string::npos);
+  // A server that echoes the credentials (curl sends them as Basic auth) in its error message.
+  std::string echoing = server.BaseUrl("anthropic");
+  echoing.insert(echoing.find("//") + 2, "user:long-s3cr3t-password@");
+  CliRun echoed = RunCli({NsboxBin(), "agent", "--runtime", "local", "--verbose", "--transcript", transcript,
+                          "--base-url", echoing, "x [scenario:echoauth]"},
+                         {"ANTHROPIC_API_KEY=test-anthropic-key"});
+  std::ifstream again(transcript);
+  std::string logged_again((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  unlink(transcript.c_str());
+  CHECK(echoed.exit_code == 1);
+  CHECK(echoed.err.find("no account for [redacted]") != std::string::npos);
+  CHECK(echoed.err.find("s3cr3t") == std::string::npos);
+  CHECK(logged_again.find("s3cr3t") == std::string::npos);
 }
 
 TEST_CASE("nsbox agent fails with 125 when its transcript cannot be opened or written") {

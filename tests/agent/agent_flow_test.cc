@@ -253,6 +253,68 @@ TEST_CASE("several tool calls in one turn are all run and answered together") {
   }
 }
 
+TEST_CASE("one answer runs at most 16 tool calls; the rest are answered not run") {
+  testing::FakeProviderServer server;
+  runtime::LocalRuntime rt;
+  for (std::string provider : {"anthropic", "openai"}) {
+    DYNAMIC_SECTION(provider) {
+      FlowRun run = RunFlow(server, provider, rt, "Twenty at once [scenario:many]");
+      INFO(run.outcome.error);
+      REQUIRE(run.outcome.end == AgentEnd::kAnswered);
+      CHECK(run.outcome.answer == "ran 16, not run 4 of 20");
+      CHECK(run.outcome.tool_calls == 16);
+      CHECK(server.Problems().empty());
+    }
+  }
+}
+
+TEST_CASE("a tool_use whose input is not an object is an error for the model and goes back as an empty input") {
+  testing::FakeProviderServer server;
+  runtime::LocalRuntime rt;
+  FlowRun run = RunFlow(server, "anthropic", rt, "x [scenario:stringinput]");
+  INFO(run.outcome.error);
+  REQUIRE(run.outcome.end == AgentEnd::kAnswered);  // the API refuses a history with a string input
+  CHECK(run.outcome.answer == "told: error: the tool input was not a JSON object");
+  CHECK(server.Problems().empty());
+}
+
+TEST_CASE("a conversation grown past 32 MiB ends the run before it is sent") {
+  testing::FakeProviderServer server;
+  runtime::LocalRuntime rt;
+  FlowRun run = RunFlow(server, "anthropic", rt, "x [scenario:bloat]");
+  CHECK(run.outcome.end == AgentEnd::kProviderError);
+  CHECK_THAT(run.outcome.error, Catch::Matches("the conversation is \\d+ bytes, more than the 33554432 bytes "
+                                               "\\(32 MiB\\) a request may carry"));
+  CHECK(run.outcome.model_calls == 3);  // 12, 24 and then 36 MiB of history
+}
+
+TEST_CASE("a key the provider echoes past the one-line clip is redacted whole, not cut into a prefix") {
+  testing::FakeProviderServer server;
+  runtime::LocalRuntime rt;
+  for (std::string provider : {"anthropic", "openai"}) {
+    FlowRun run = RunFlow(server, provider, rt, "x [scenario:echokey]");
+    CHECK(run.outcome.end == AgentEnd::kProviderError);
+    const std::string key = testing::FakeProviderServer::Key(provider);
+    INFO(run.outcome.error);
+    CHECK(run.outcome.error.find(key.substr(0, 6)) == std::string::npos);
+    CHECK(run.outcome.error.find("xxxx") != std::string::npos);
+  }
+}
+
+TEST_CASE("a refusal and an error object in a 200 are reported with their words") {
+  testing::FakeProviderServer server;
+  runtime::LocalRuntime rt;
+  FlowRun refused = RunFlow(server, "openai", rt, "x [scenario:refusal]");
+  CHECK(refused.outcome.end == AgentEnd::kMalformed);
+  CHECK(refused.outcome.error == "the model refused to answer: I cannot help with that.");
+  for (std::string provider : {"anthropic", "openai"}) {
+    FlowRun run = RunFlow(server, provider, rt, "x [scenario:error200]");
+    CHECK(run.outcome.end == AgentEnd::kMalformed);
+    CHECK_THAT(run.outcome.error, Catch::EndsWith("an error object in a 200 response: overloaded_error: Overloaded, "
+                                                  "try later"));
+  }
+}
+
 TEST_CASE("a repeated tool call id is answered from memory, never run twice") {
   testing::FakeProviderServer server;
   for (std::string provider : {"anthropic", "openai"}) {

@@ -249,6 +249,10 @@ TEST_CASE("tool calls are read into language and code, and bad ones are explaine
   CHECK(ParseCodeCall(missing).status().message() == "execute_code needs a string \"language\" argument");
   ToolCall unknown{"4", "rm_rf", json::object(), ""};
   CHECK(ParseCodeCall(unknown).status().message().find("there is no tool named \"rm_rf\"") != std::string::npos);
+  // Code over what a call runs is said in the tool's terms, not as the CLI's --file error it would become.
+  ToolCall huge{"5", "run_python", {{"code", std::string((16 << 20) + 1, '#')}}, ""};
+  CHECK(ParseCodeCall(huge).status().message() ==
+        "the code is 16777217 bytes, more than the 16777216 bytes (16 MiB) a call may run");
 }
 
 TEST_CASE("clipping keeps text under the budget untouched") {

@@ -11,6 +11,7 @@ next move is computed from the history it is sent, so the answers echo what the 
 printed; nothing the code prints is scripted here.
 """
 import argparse
+import base64
 import json
 import os
 import re
@@ -139,6 +140,22 @@ def next_move(fmt, prompt, turn, results):
         if turn == 0:
             return ("tools", [python_call(fmt, "print(1)")], "look \x1b]0;pwned\x07 here")
         return ("text", "done")
+    if "[scenario:many]" in prompt:  # more tool calls in one answer than a turn runs
+        if turn == 0:
+            return ("tools", [("run_python", {"code": "print(%d)" % i}) for i in range(20)])
+        not_run = [r for r in results if r.startswith("error: not run: one turn runs at most")]
+        ran = [r for r in results if r.startswith("exit_code: 0")]
+        return ("text", "ran %d, not run %d of %d" % (len(ran), len(not_run), len(results)))
+    if "[scenario:stringinput]" in prompt:  # a tool_use whose input is a string, not an object
+        if turn == 0:
+            return ("tools", [("run_python", "print(1)")])
+        return ("text", "told: " + results[0])
+    if "[scenario:bloat]" in prompt:  # every answer carries 12 MiB the history keeps and sends back
+        return ("tools", [python_call(fmt, "print(1)")], "pad " + "y" * (12 << 20))
+    if "[scenario:escapeout]" in prompt:  # the code prints a terminal escape sequence, which the model repeats
+        if turn == 0:
+            return ("tools", [python_call(fmt, "print('\\x1b]0;TITLE\\x07 ok')")])
+        return ("text", "it said " + stdout_of(results[0]).strip())
     if "[scenario:badargs]" in prompt:
         if turn == 0:
             return ("tools", [("execute_code", {"code": "print(1)"})])  # no language
@@ -226,6 +243,9 @@ def check_anthropic(headers, body, key):
         a, u = msgs[i], msgs[i + 1]
         require(isinstance(a.get("content"), list), "assistant message %d: content must be the blocks sent" % i)
         ids = [b["id"] for b in a["content"] if b.get("type") == "tool_use"]
+        for b in a["content"]:
+            if b.get("type") == "tool_use":  # the API refuses a history whose tool_use input is not an object
+                require(isinstance(b.get("input"), dict), "assistant message %d: a tool_use input must be an object" % i)
         for tid in ids:
             require(tid in issued_ids, "assistant message %d: tool_use id %s was never issued" % (i, tid))
         require(ids, "assistant message %d: has no tool_use, yet the conversation went on" % i)
@@ -342,6 +362,19 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(429, error_body(fmt, "rate_limit_error", "slow down"), [("retry-after", "1")])
         if "[scenario:overloaded]" in prompt:
             return self.reply(429, error_body(fmt, "rate_limit_error", "come back in an hour"), [("retry-after", "3600")])
+        if "[scenario:echokey]" in prompt:  # an error message that ends with the key, past the one-line clip
+            key = self.server.keys[fmt]
+            return self.reply(400, error_body(fmt, "invalid_request_error", "invalid key " + "x" * 254 + key))
+        if "[scenario:echoauth]" in prompt:  # an error that echoes the base URL's user:password (curl's Basic auth)
+            basic = headers.get("authorization", "").removeprefix("Basic ")
+            return self.reply(400, error_body(fmt, "invalid_request_error",
+                                              "no account for " + base64.b64decode(basic or "").decode(errors="replace")))
+        if "[scenario:refusal]" in prompt and fmt == "openai":
+            return self.reply(200, {"id": "chatcmpl-r", "object": "chat.completion", "model": body["model"],
+                                    "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                        "role": "assistant", "content": None, "refusal": "I cannot help with that."}}]})
+        if "[scenario:error200]" in prompt:
+            return self.reply(200, error_body(fmt, "overloaded_error", "Overloaded, try later"))
         if "[scenario:flaky]" in prompt and hits <= 2:
             return self.reply(503, error_body(fmt, "overloaded_error", "overloaded"))
         if "[scenario:malformed]" in prompt:
