@@ -272,6 +272,8 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools,
     for (const auto& v : versions)
       if (v == requested) chosen = v;
     initialized_ = true;
+    // Batches were removed in 2025-06-18 (the stdio transport carries single messages): refused from then on.
+    batches_allowed_ = chosen < "2025-06-18";
     return json{{"jsonrpc", "2.0"},
                 {"id", id},
                 {"result",
@@ -467,6 +469,10 @@ std::optional<json> McpServer::HandleLine(const std::string& line, bool inline_t
     // Not only parse_error: a number too large for a double (1e400) is an out_of_range; too deep a nesting JsonTooDeep.
     return ErrorResponse(nullptr, kParseError, fmt::format("parse error: {}", JsonErrorText(e)));
   }
+  if (msg.is_array() && !batches_allowed_)
+    return ErrorResponse(nullptr, kInvalidRequest,
+                         "invalid request: a JSON-RPC batch, which the negotiated MCP version does not have (batches "
+                         "ended with 2025-06-18); send the messages one by one");
   if (msg.is_array()) return HandleBatch(msg, inline_tools);
   return HandleMessage(msg, inline_tools);
 }

@@ -77,6 +77,8 @@ class McpServer {
   std::mutex runtime_mutex_;
   std::unique_ptr<runtime::SandboxRuntime> runtime_;
   bool initialized_ = false;
+  // False once initialize settled on 2025-06-18 or later (before any initialize: allowed, as older clients send them).
+  std::atomic<bool> batches_allowed_{true};
   std::mutex calls_mutex_;
   std::map<std::string, std::shared_ptr<Call>> calls_;  // by request id (dumped JSON)
   bool output_broken_ = false;  // under calls_mutex_: a write failed, so new calls start cancelled

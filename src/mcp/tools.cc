@@ -180,6 +180,13 @@ json ToolList(const ToolListOptions& o) {
          {"properties", {{"path", path_schema("Directory relative to /workspace (default: all of it).")}}}}},
        {"outputSchema", ResultOutputSchema()},
        {"annotations", Annotations("List workspace files", true, true, false)}});
+  // What CallTool refuses, the schemas say: no argument but those listed, and a time-out above 0.
+  for (json& tool : tools) {
+    json& schema = tool["inputSchema"];
+    schema["additionalProperties"] = false;
+    if (schema["properties"].contains("timeout_seconds"))
+      schema["properties"]["timeout_seconds"]["exclusiveMinimum"] = 0;
+  }
   return tools;
 }
 

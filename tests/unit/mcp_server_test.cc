@@ -241,6 +241,20 @@ TEST_CASE("mcp refuses an argument the tool does not have, naming it and those i
   CHECK(f.script.calls.size() == 1);
 }
 
+TEST_CASE("mcp input schemas say what a call refuses: no other argument, a time-out above 0", "[mcp]") {
+  Fixture f;
+  json tools = f.One({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}})["result"]["tools"];
+  REQUIRE(tools.size() == 6);
+  for (const json& tool : tools) {
+    INFO(tool["name"]);
+    CHECK(tool["inputSchema"]["additionalProperties"] == false);
+    const json& properties = tool["inputSchema"]["properties"];
+    if (properties.contains("timeout_seconds")) CHECK(properties["timeout_seconds"]["exclusiveMinimum"] == 0);
+  }
+  json zero = f.One(Call(2, "run_python", {{"code", "1"}, {"timeout_seconds", 0}}))["result"];
+  CHECK(zero["isError"] == true);  // what the schema's exclusiveMinimum says
+}
+
 TEST_CASE("mcp run_python runs python and a clean exit is not an error", "[mcp]") {
   Fixture f;
   f.script.answer.status = RunStatus::kOk;
@@ -313,6 +327,30 @@ TEST_CASE("mcp answers each over-long line with exactly one parse error and read
   CHECK(out[1]["id"] == 1);
   CHECK(out[2]["error"]["code"] == -32700);
   CHECK(out[3]["id"] == 2);
+}
+
+TEST_CASE("mcp refuses batches once a version without them is negotiated, and takes them under 2025-03-26", "[mcp]") {
+  auto initialize = [](const char* version) {
+    return json{{"jsonrpc", "2.0"},
+                {"id", 1},
+                {"method", "initialize"},
+                {"params",
+                 {{"protocolVersion", version},
+                  {"capabilities", json::object()},
+                  {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}};
+  };
+  for (const char* version : {"2025-06-18", "2025-11-25"}) {
+    Fixture f;
+    REQUIRE(f.One(initialize(version))["result"]["protocolVersion"] == version);
+    json refused = f.One(json::array({Ping(5), Ping(6)}));
+    REQUIRE(refused.is_object());
+    CHECK(refused["error"]["code"] == -32600);
+    CHECK(refused["id"].is_null());
+    CHECK(f.One(Ping(7))["id"] == 7);  // single messages go on
+  }
+  Fixture old;
+  REQUIRE(old.One(initialize("2025-03-26"))["result"]["protocolVersion"] == "2025-03-26");
+  CHECK(old.One(json::array({Ping(5), Ping(6)})).size() == 2);
 }
 
 TEST_CASE("mcp answers a batch with one array, in order, without notifications", "[mcp]") {
