@@ -14,7 +14,7 @@ var (
 	ErrRefused        = errors.New("refused")                       // 400, 401, 403, 413, 429: the server said no
 	ErrCapacityFull   = errors.New("capacity full")                 // 429 (also ErrRefused)
 	ErrNotFound       = errors.New("not found")                     // 404: unknown sandbox, file or route
-	ErrConflict       = errors.New("sandbox ended")                 // 409
+	ErrConflict       = errors.New("sandbox ended")                 // 409; once the server removed it, ErrNotFound
 	ErrSetupFailed    = errors.New("sandbox set-up failed")         // 500 setup_failed, or a setup_error result
 	ErrInternal       = errors.New("internal server error")         // 500 internal (any 500 but setup_failed)
 	ErrServerGone     = errors.New("server gone")                   // connection refused or cut, 503 shutting down

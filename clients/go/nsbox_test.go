@@ -209,6 +209,51 @@ func TestStatePersistsInOneSandboxAndNotAcrossFreshOnes(t *testing.T) {
 	}
 }
 
+func TestARuntimeWhoseSandboxEndedRunsTheCallInANewOneAndSaysSo(t *testing.T) {
+	c := startServe(t)
+	ctx := context.Background()
+	rt, _ := NewRuntime(RuntimeOptions{Client: c})
+	defer rt.Close(ctx)
+	if res, err := rt.Execute(ctx, "python", "open('f', 'w').write('x'); print('one')"); err != nil || res.NewSandbox {
+		t.Fatalf("first call: %+v, %v", res, err)
+	}
+	old, _ := rt.Sandbox(ctx)
+	if err := old.Terminate(ctx); err != nil { // as its idle time-out or lifetime would end it
+		t.Fatal(err)
+	}
+	res, err := rt.Execute(ctx, "python", "import os; print(os.path.exists('f'))")
+	if err != nil || !res.NewSandbox || strings.TrimSpace(res.Output) != "False" {
+		t.Fatalf("after the sandbox ended: %+v, %v; want a new sandbox's False", res, err)
+	}
+	if res, err := rt.Execute(ctx, "python", "print(2)"); err != nil || res.NewSandbox {
+		t.Fatalf("the call after: %+v, %v", res, err)
+	}
+}
+
+func TestARuntimeCallsDeadlineHoldsWhileAnotherCallsCreateIsStuck(t *testing.T) {
+	release := make(chan struct{})
+	c := scriptedServer(t, func(r *http.Request) string {
+		<-release // every create hangs until the test ends
+		return rawAnswer("503 Service Unavailable", "application/json", 2, "{}")
+	})
+	t.Cleanup(func() { close(release) })
+	rt, _ := NewRuntime(RuntimeOptions{Client: c})
+	go func() { _, _ = rt.Execute(context.Background(), "python", "print(1)") }() // holds the create
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := rt.Execute(ctx, "python", "print(2)"); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrCanceled) {
+			t.Fatalf("got %v; want the caller's own deadline", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second call waited on the first one's create past its own deadline")
+	}
+}
+
 // smallSandbox is a sandbox without network, of 256M and 64 pids, on a server of its own; it ends with the test.
 func smallSandbox(t *testing.T, ctx context.Context) *Sandbox {
 	t.Helper()
@@ -357,6 +402,25 @@ func TestURLsTheClientCannotServeAreRefusedWhenItIsMade(t *testing.T) {
 		if c, err := NewClient(raw, ""); err == nil {
 			t.Fatalf("NewClient(%q) = %v; want an error", raw, c)
 		}
+	}
+}
+
+func TestAStreamedUnavailableLineIsServerGoneWithItsStatus(t *testing.T) {
+	c := scriptedServer(t, func(r *http.Request) string {
+		if r.Method == "POST" && strings.HasSuffix(r.URL.Path, "/sandboxes") {
+			return rawAnswer("201 Created", "application/json", 13, `{"id":"sb-x"}`)
+		}
+		line := `{"type":"error","error":{"code":"unavailable","message":"the server holds too many answers"}}` + "\n"
+		return rawAnswer("200 OK", "application/x-ndjson", len(line), line)
+	})
+	s, err := c.Create(context.Background(), SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Exec(context.Background(), ExecRequest{Cmd: "true", OnStdout: func(string) {}})
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrServerGone) || e.Status != 503 || e.Code != "unavailable" {
+		t.Fatalf("got %#v; want ErrServerGone with status 503", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package nsbox
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 )
@@ -12,6 +13,9 @@ import (
 type ExecutionResult struct {
 	Output   string // stdout and stderr together, in the order they came (as exec.Cmd.CombinedOutput)
 	ExitCode int    // the program's exit code; -1 when a signal ended it
+	// NewSandbox: the runtime's sandbox had ended (its lifetime or idle time-out passed, or it was deleted) and
+	// this call ran in a new one: the files and REPL state of earlier calls are gone.
+	NewSandbox bool
 }
 
 // RuntimeOptions configures a Runtime.
@@ -30,6 +34,7 @@ type Runtime struct {
 	client  *Client
 	mu      sync.Mutex
 	sandbox *Sandbox
+	making  chan struct{} // closed when the create in progress (if any) has ended; nil when none is
 }
 
 // NewRuntime makes a Runtime; no sandbox is made before the first Execute.
@@ -44,23 +49,65 @@ func NewRuntime(opts RuntimeOptions) (*Runtime, error) {
 	return &Runtime{opts: opts, client: c}, nil
 }
 
-// Sandbox returns the runtime's sandbox (one-sandbox mode), making it when needed.
+// Sandbox returns the runtime's sandbox (one-sandbox mode), making it when needed. One call makes it; the others
+// wait for that make within their own context (a caller's deadline holds while another's create is slow).
 func (r *Runtime) Sandbox(ctx context.Context) (*Sandbox, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.sandbox == nil {
-		s, err := r.client.Create(ctx, r.opts.Sandbox)
-		if err != nil {
-			return nil, err
+	for {
+		r.mu.Lock()
+		if r.sandbox != nil {
+			s := r.sandbox
+			r.mu.Unlock()
+			return s, nil
 		}
-		r.sandbox = s
+		if r.making == nil {
+			done := make(chan struct{})
+			r.making = done
+			r.mu.Unlock()
+			s, err := r.client.Create(ctx, r.opts.Sandbox)
+			r.mu.Lock()
+			r.making = nil
+			if err == nil {
+				r.sandbox = s
+			}
+			r.mu.Unlock()
+			close(done)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+		wait := r.making
+		r.mu.Unlock()
+		select {
+		case <-wait: // its sandbox, or (that make failed) a make of our own
+		case <-ctx.Done():
+			return nil, transportError(ctx, "create", false, ctx.Err())
+		}
 	}
-	return r.sandbox, nil
 }
 
-// Close ends the runtime's sandbox, if it made one.
+// forget drops s as the runtime's sandbox (it has ended), unless another call replaced it already.
+func (r *Runtime) forget(s *Sandbox) {
+	r.mu.Lock()
+	if r.sandbox == s {
+		r.sandbox = nil
+	}
+	r.mu.Unlock()
+}
+
+// Close ends the runtime's sandbox, if it made one (after a make in progress, within ctx).
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
+	for r.making != nil {
+		wait := r.making
+		r.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return transportError(ctx, "close", false, ctx.Err())
+		}
+		r.mu.Lock()
+	}
 	s := r.sandbox
 	r.sandbox = nil
 	r.mu.Unlock()
@@ -82,6 +129,7 @@ func (r *Runtime) Execute(ctx context.Context, language, code string) (Execution
 		OnStderr: collect}
 	var res *Result
 	var err error
+	replaced := false
 	if r.opts.FreshSandboxPerCall {
 		var s *Sandbox
 		if s, err = r.client.Create(ctx, r.opts.Sandbox); err != nil {
@@ -96,6 +144,15 @@ func (r *Runtime) Execute(ctx context.Context, language, code string) (Execution
 			return ExecutionResult{}, err
 		}
 		res, err = s.Exec(ctx, req)
+		// The sandbox ended (404 or 409 before the program ran): the call runs once more, in a new one.
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) {
+			r.forget(s)
+			if s, err = r.Sandbox(ctx); err != nil {
+				return ExecutionResult{}, err
+			}
+			replaced = true
+			res, err = s.Exec(ctx, req)
+		}
 	}
 	if err != nil {
 		return ExecutionResult{}, err
@@ -116,5 +173,5 @@ func (r *Runtime) Execute(ctx context.Context, language, code string) (Execution
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return ExecutionResult{Output: out.String(), ExitCode: exit}, nil
+	return ExecutionResult{Output: out.String(), ExitCode: exit, NewSandbox: replaced}, nil
 }

@@ -367,10 +367,13 @@ func (c *Client) exec(ctx context.Context, path string, body map[string]interfac
 				req.handOver(r, gotStdout, gotStderr)
 				return r, nil
 			case "error":
-				e := &Error{Op: "exec", Status: 200}
+				e := &Error{Op: "exec"}
 				if ev.Error != nil {
 					e.Code, e.Message = ev.Error.Code, ev.Error.Message
 				}
+				// The status the code has as an answer's own (as Python and TypeScript give it): 503 for
+				// "unavailable" (nothing ran, try again), not the 200 the stream began with.
+				e.Status = statusOfCode[e.Code]
 				e.Kind = kindOfStatus(0, e.Code)
 				return nil, e
 			}

@@ -68,6 +68,7 @@ class FakeNode:
         self.stream_script = None
         self.ignore_stream = False  # answer the whole result as JSON even when a stream is asked for
         self.cut_answers = False  # a 2xx answer promises its whole Content-Length, sends half and closes
+        self.cut_headers = False  # a 2xx answer stops in its headers (before Content-Length) and closes
         self.seen = []
         self.sandboxes = {}
         self.lock = threading.Lock()
@@ -110,6 +111,12 @@ class FakeNode:
     # The answers.
     def _send(self, h, status, obj=None, raw=None, ctype="application/json"):
         data = raw if raw is not None else (b"" if obj is None else json.dumps(obj).encode())
+        if self.cut_headers and 200 <= status <= 299:
+            h.wfile.write(b"HTTP/1.1 %d OK\r\nConnection: close\r\n" % status)
+            h.wfile.flush()
+            h.connection.shutdown(socket.SHUT_WR)
+            h.close_connection = True
+            return
         h.send_response(status)
         h.send_header("Content-Type", ctype)
         h.send_header("Content-Length", str(len(data)))

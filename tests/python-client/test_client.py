@@ -258,6 +258,20 @@ class CutShortTest(NodeCase):
             self.assertIn("the answer was cut short", str(cm.exception), name)
 
 
+    def test_an_answer_cut_in_its_headers_is_server_gone_not_an_empty_success(self):
+        sbx = self.create()
+        sbx.files.write("a.txt", "x")
+        self.node.cut_headers = True
+        calls = {"files.read": lambda: sbx.files.read("a.txt"), "files.list": sbx.files.list,
+                 "files.write": lambda: sbx.files.write("b.txt", "y"), "exec": lambda: sbx.exec("echo hi")}
+        for name, call in calls.items():
+            with self.assertRaises(nsbox.ServerGone, msg=name) as cm:
+                call()
+            self.assertIn("the answer was cut short", str(cm.exception), name)
+        # A 204 has no body to cut: its status line alone says the removal was done.
+        self.assertIsNone(sbx.files.remove("a.txt"))
+
+
 class FilesTest(NodeCase):
     def test_write_read_list_remove(self):
         files = self.create().files
@@ -394,6 +408,10 @@ class ErrorMappingTest(unittest.TestCase):
             self.assertIs(type(errors.from_response(500, b'{"error": {"code": "%s", "message": "m"}}' % code.encode(),
                                                     "u")), cls)
             self.assertIs(type(errors.from_stream_error({"code": code, "message": "m"}, "u")), cls)
+        # A stream's "unavailable" (nothing ran, try again) has the status it has as an answer, as in TS and Go: the
+        # placement over several nodes retries it on the next.
+        gone = errors.from_stream_error({"code": "unavailable", "message": "m"}, "u")
+        self.assertEqual((type(gone), gone.status), (nsbox.ServerGone, 503))
 
     def test_the_servers_internal_fault_is_one_kind_answered_or_streamed(self):
         node = FakeNode("i")

@@ -202,6 +202,16 @@ class StreamingTest(RealServerCase):
             self.assertIn("ZeroDivisionError: division by zero", failed.output)
         self.assertNothingLeft()
 
+    def test_a_runtime_whose_sandbox_ended_runs_the_call_in_a_new_one_and_says_so(self):
+        with nsbox.SandboxRuntime(url=self.url) as rt:
+            first = rt.execute("python", "open('f', 'w').write('x'); print('one')")
+            self.assertEqual((first.output, first.new_sandbox), ("one\n", False))
+            rt.sandbox.terminate()  # as its idle time-out or lifetime would end it
+            again = rt.execute("python", "import os; print(os.path.exists('f'))")
+            self.assertEqual((again.output, again.new_sandbox), ("False\n", True))
+            self.assertFalse(rt.execute("python", "print(2)").new_sandbox)
+        self.assertNothingLeft()
+
     def test_one_shot_run_streamed_and_not(self):
         self.assertEqual(nsbox.Sandbox.run(code="print(6 * 7)", url=self.url).stdout, "42\n")
         out = []

@@ -37,7 +37,8 @@ class CapacityFull(Refused):
 
 
 class Conflict(NsboxError):
-    """409: the sandbox has ended."""
+    """409: the sandbox was ending (or a file changed while it was read). A sandbox the server has already removed
+    (its lifetime or idle time-out passed, or it was deleted) is NotFound: take both as "ended"."""
 
 
 class SetupFailed(NsboxError):
@@ -86,10 +87,17 @@ def from_response(status, data, url):
     return cls(message, status=status, code=code, body=decoded if isinstance(decoded, dict) else None, url=url)
 
 
+# The HTTP status each code has when it is the answer's own (docs/api.md): a stream's error line carries the code
+# alone, and is given that status, as the TypeScript and Go clients give it.
+_STATUS_OF_CODE = {"bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404, "conflict": 409,
+                   "payload_too_large": 413, "too_many_requests": 429, "internal": 500, "setup_failed": 500,
+                   "unavailable": 503}
+
+
 def from_stream_error(err, url):
     """The exception for a `{"type": "error", "error": {...}}` line of a streamed answer."""
     err = err if isinstance(err, dict) else {}
     message = err.get("message") or "the server reported an error mid-stream"
     code = err.get("code") if isinstance(err.get("code"), str) else None
     cls = _BY_CODE.get(code, NsboxError)
-    return cls(str(message), code=code, body={"error": err}, url=url)
+    return cls(str(message), status=_STATUS_OF_CODE.get(code), code=code, body={"error": err}, url=url)

@@ -3,6 +3,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .errors import Conflict, NotFound
 from .sandbox import ExecResult, Sandbox
 
 
@@ -11,11 +12,13 @@ class ExecutionResult:
     """What the reference pattern's SandboxRuntime answers. `output` is stdout and stderr together in the order
     they came (a REPL cell, which the server answers whole: its stdout, then its stderr); `exit_code` the
     program's, 124 when it ran out of time, 128+N when signal N ended it. `status` and `result` (the whole
-    ExecResult) say more."""
+    ExecResult) say more. `new_sandbox`: the runtime's sandbox had ended (its lifetime or idle time-out passed, or
+    it was deleted) and this call ran in a new one: the files and REPL state of earlier calls are gone."""
     output: str
     exit_code: int
     status: str = "ok"
     result: Optional[ExecResult] = field(default=None, repr=False)
+    new_sandbox: bool = False
 
 
 class SandboxRuntime:
@@ -48,6 +51,7 @@ class SandboxRuntime:
         time-out); an API failure raises the client's NsboxError subclasses."""
         pieces = []
         lock = threading.Lock()
+        replaced = False
 
         def collect(chunk):
             with lock:
@@ -63,7 +67,16 @@ class SandboxRuntime:
             finally:
                 sbx.terminate()
         else:
-            res = self.sandbox.run_code(code, **kw)
+            sbx = self.sandbox
+            try:
+                res = sbx.run_code(code, **kw)
+            except (NotFound, Conflict):
+                # The sandbox ended (404 or 409 before the program ran): the call runs once more, in a new one.
+                with self._lock:
+                    if self._sandbox is sbx:
+                        self._sandbox = None
+                replaced = True
+                res = self.sandbox.run_code(code, **kw)
         if res.status == "timeout":
             exit_code = 124
         elif res.signal:
@@ -72,7 +85,8 @@ class SandboxRuntime:
             exit_code = res.exit_code if isinstance(res.exit_code, int) else -1
         with lock:
             output = "".join(pieces)
-        return ExecutionResult(output=output, exit_code=exit_code, status=res.status or "", result=res)
+        return ExecutionResult(output=output, exit_code=exit_code, status=res.status or "", result=res,
+                               new_sandbox=replaced)
 
     def close(self):
         """Ends the runtime's sandbox, if it made one."""

@@ -267,10 +267,14 @@ class Transport:
 
 def _check_whole(resp):
     """Raises IncompleteRead (the server went away) when the body ended before the Content-Length it promised; a
-    chunked body cut short raises it inside http.client already."""
+    chunked body cut short raises it inside http.client already. The server frames every answer with a body (a
+    Content-Length or chunks): one with neither ended in its headers, which http.client takes for a body "until
+    close" that is empty."""
     owed = resp.length  # what http.client still expected of the Content-Length; None for a chunked body
     if owed:
         raise http.client.IncompleteRead(b"", owed)
+    if owed is None and not resp.chunked and resp.status not in (204, 304):
+        raise http.client.IncompleteRead(b"")
 
 
 def _describe(e):
