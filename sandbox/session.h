@@ -131,6 +131,10 @@ class SessionSandbox {
   // an exec leaves behind could keep such files, and their memory, which no limit of the sandbox counts: there they
   // are copied into a pipe.
   void PassSealedStdin() { pass_sealed_stdin_ = true; }
+  // For the steps of one run: each exec's processes end with it, detached ones too (its group is killed), so that a
+  // daemon of one --cases case does not run on through the later cases' time and CPU. A session's exec leaves them
+  // to live on. Before the first Exec.
+  void EndExecsWhole() { end_execs_whole_ = true; }
 
  private:
   explicit SessionSandbox(Policy policy) : policy_(std::move(policy)) {}
@@ -184,6 +188,7 @@ class SessionSandbox {
   bool new_network_ = true;
   bool execs_worded_as_run_ = false;
   bool pass_sealed_stdin_ = false;
+  bool end_execs_whole_ = false;
   VforkWatchdog start_watchdog_;  // for payloads still starting at their exec's deadline
   // Starts one at a time: a start holds it until its payload has called execve. Timed: a process of the session can
   // stop a payload before that (SIGSTOP), and another exec's start then waits only until its own deadline

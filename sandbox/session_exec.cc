@@ -260,6 +260,7 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   SessionHelper& h = *helper;
   Defer forget([&] {
     KillExec(h);
+    if (end_execs_whole_ && exec_group) (void)exec_group->KillAll();
     Reap(h);
     Forget(h.pid);
     // What the exec started in a session of its own lives on in its group until it ends (or the session does).

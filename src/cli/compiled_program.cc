@@ -346,6 +346,7 @@ Status RunSteps(Policy policy, SandboxHooks* hooks, int cancel_fd, const std::fu
   if (!session.ok()) return session.status().Wrap("starting the sandbox for the compile step");
   (*session)->WordExecVerdictsAsRun();
   (*session)->PassSealedStdin();  // the session ends with this run, and every process in it
+  (*session)->EndExecsWhole();    // and a step's processes with the step (a case's daemon does not reach the next)
   steps([&](Executor step, Step kind) {
     return (*session)->Exec(std::move(step), cancel_fd, {}, kind == Step::kProgram ? live : nullptr);
   });

@@ -222,6 +222,25 @@ TEST_CASE("--cases: a program that removes its own file fails the later cases, i
   }
 }
 
+TEST_CASE("--cases: what a case leaves running, detached too, ends with it and does not reach the next case",
+          "[integration][cases]") {
+  // The first case starts a spinner in a session of its own and exits 0; the next reports whether it still runs.
+  const std::string program =
+      "read what\n"
+      "if [ \"$what\" = start ]; then setsid sh -c 'echo $$ > /tmp/spinner.pid; while :; do :; done' "
+      "</dev/null >/dev/null 2>&1 & sleep 0.3; echo started; exit 0; fi\n"
+      "if kill -0 \"$(cat /tmp/spinner.pid)\" 2>/dev/null; then echo alive; else echo gone; fi\n";
+  std::string file = WriteTemp("daemon-cases.jsonl",
+                               "{\"stdin\": \"start\\n\", \"expected_stdout\": \"started\"}\n"
+                               "{\"stdin\": \"check\\n\", \"expected_stdout\": \"gone\"}\n");
+  auto raw = RunNsboxRaw({"run", "--json", "--timeout", "5s", "--lang", "bash", "--code", program, "--cases", file});
+  ::unlink(file.c_str());
+  INFO(raw.out << raw.err);
+  CHECK(raw.exit_code == 0);
+  auto report = nlohmann::json::parse(raw.out);
+  CHECK(report["summary"]["passed"] == 2);
+}
+
 TEST_CASE("--cases: a compile that made no program is compile_error for every case, as without --cases",
           "[integration][cases]") {
   if (::access("/usr/bin/go", X_OK) != 0) {
