@@ -65,6 +65,7 @@ int LimitPerUserRlimits(const char** step) {
   static constexpr Bound kBounds[] = {
       {RLIMIT_SIGPENDING, kSandboxPendingSignals, "setrlimit(RLIMIT_SIGPENDING)"},
       {RLIMIT_MSGQUEUE, kSandboxMessageQueueBytes, "setrlimit(RLIMIT_MSGQUEUE)"},
+      {RLIMIT_NOFILE, kSandboxOpenFiles, "setrlimit(RLIMIT_NOFILE)"},
   };
   for (const Bound& bound : kBounds) {
     *step = bound.step;

@@ -20,6 +20,11 @@ inline constexpr uint64_t kSandboxNamespacesEach = 16;
 inline constexpr uint64_t kSandboxPendingSignals = 1024;
 // One POSIX message queue of the default size (10 messages of 8 KiB) and its bookkeeping fits, about 82 KB.
 inline constexpr uint64_t kSandboxMessageQueueBytes = 102400;
+// Open files per process (RLIMIT_NOFILE, soft and hard: the usual soft default, which programs are written for). The
+// host's file table (fs.file-max) is shared by every process; no cgroup counts entries in it, so a sandbox's share is
+// this times its pids limit (262144 at the defaults), not what nsbox itself was started with (20000, or systemd's
+// 524288 hard: half a host's table with 256 processes).
+inline constexpr uint64_t kSandboxOpenFiles = 1024;
 
 // In the child, in the sandbox's new user namespace while it still holds CAP_SYS_RESOURCE there: writes the
 // sandbox's bounds into /proc/sys/user/max_* (through any procfs: the kernel shows and sets the values of the

@@ -110,6 +110,29 @@ print(opened, why, *resource.getrlimit(resource.RLIMIT_MSGQUEUE))
   CHECK(r.out() == "1 EMFILE 102400 102400\n");  // one queue of 10 messages of 8 KiB
 }
 
+// The host's file table is shared and no cgroup counts its entries: a sandbox of 60 processes at nsbox's inherited
+// 20000 each held half of it. Each process gets 1024 (soft and hard), whatever nsbox was started with.
+TEST_CASE("open files stop at RLIMIT_NOFILE 1024 a process, which the program cannot raise", "[escape][quotas]") {
+  auto r = RunPython(R"(
+import resource
+fds = []
+try:
+    while len(fds) < 100000:
+        fds.append(os.open('/dev/null', os.O_RDONLY))
+except OSError as e:
+    why = errno.errorcode.get(e.errno, '?')
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
+    raised = 'raised'
+except ValueError:
+    raised = 'EPERM'
+print(len(fds) < 1024, why, *resource.getrlimit(resource.RLIMIT_NOFILE), raised)
+)");
+  INFO(r.Describe());
+  REQUIRE(r.status() == "ok");
+  CHECK(r.out() == "True EMFILE 1024 1024 EPERM\n");
+}
+
 // AIO contexts come out of one host-wide pool (fs.aio-max-nr, 65536 by default): a sandbox's io_setup(65536) left the
 // host none. The profiles answer io_setup with ENOSYS, as a kernel built without AIO does (libaio users fall back).
 TEST_CASE("io_setup fails with ENOSYS: no AIO context comes out of the host-wide pool", "[escape][quotas][seccomp]") {
