@@ -57,8 +57,11 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
 
 std::string CheckOutputLimit(uint64_t bytes) {
   if (bytes <= kMaxOutputLimitBytes) return "";
-  return fmt::format("an output limit of {} bytes per stream is more than nsbox keeps in its memory ({} bytes, 64M): "
-                     "write large outputs to files instead", bytes, kMaxOutputLimitBytes);
+  return fmt::format(
+      "an output limit of {} bytes per stream is more than nsbox keeps ({} bytes, 64M; it holds the "
+      "kept output outside the sandbox's memory limit, several times over as JSON): write large "
+      "outputs to files instead",
+      bytes, kMaxOutputLimitBytes);
 }
 
 std::string CheckExecutor(const Executor& executor) {

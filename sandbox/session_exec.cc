@@ -194,6 +194,10 @@ void SessionSandbox::GatherVerdict(SessionHelper& h, const CgroupStats* counters
   if (h.exit_status && !h.setup_failure) {
     in->cpu_ms = h.cpu_us / 1000;
     in->peak_memory_bytes = static_cast<uint64_t>(h.max_rss_kb) * 1024;
+    // The resident size counts the supervisor's pages the payload started in, which the session's group does not
+    // hold for it: a figure past the limit that held it is that, not memory the program had.
+    if (const auto& limits = policy_.cgroup_limits(); limits && limits->memory_max_bytes > 0)
+      in->peak_memory_bytes = std::min(in->peak_memory_bytes, limits->memory_max_bytes);
   }
   h.seccomp.Report(in);
   if (counters_before) AddLimits(*counters_before, in);

@@ -259,8 +259,9 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-network-host", config.allow_network_host,
                "let clients ask for network host (the host's network, the API's TCP port included)");
   app.add_option("--memory-budget", memory_budget, "memory the sandboxes' limits may add up to (default: the host's)");
-  app.add_option("--pids-budget", config.pids_budget, "processes the sandboxes' limits may add up to")
-      ->capture_default_str();
+  app.add_option("--pids-budget", config.pids_budget,
+                 "processes the sandboxes' limits may add up to (default: half the host's kernel.pid_max and "
+                 "kernel.threads-max, at most 32768)");
   app.add_option("--restricted-hosts", restricted, "the hosts of network restricted (default pypi.org "
                                                    "files.pythonhosted.org)");
   app.add_option("--nsbox-binary", nsbox_bin, "the nsbox program (set by nsbox serve)")->group("");
@@ -319,6 +320,22 @@ int main(int argc, char** argv) {
     // 0 meant "the host's memory" inside; given, it is a mistake (as --pids-budget 0 is).
     if (*budget == 0) Fail(kExitFailure, "--memory-budget must be above 0 (leave it out for the host's memory)");
     config.memory_budget_bytes = *budget;
+  }
+  // The host's processes: every sandbox's pids come out of kernel.pid_max (and threads out of threads-max), with the
+  // host's own. The default leaves the host half; a budget past them could never be held.
+  uint64_t host_pids = UINT64_MAX;
+  for (const char* file : {"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"}) {
+    auto text = nsbox::ReadFile(file, 64);
+    uint64_t value = 0;
+    if (text.ok() && std::from_chars(text->data(), text->data() + text->size(), value).ec == std::errc() && value > 0)
+      host_pids = std::min(host_pids, value);
+  }
+  if (app.count("--pids-budget") == 0) {
+    config.pids_budget = std::min<uint64_t>(config.pids_budget, host_pids == UINT64_MAX ? UINT64_MAX : host_pids / 2);
+  } else if (config.pids_budget > host_pids) {
+    Fail(kExitFailure, fmt::format("--pids-budget {} is more than the host's processes (kernel.pid_max and "
+                                   "threads-max: {})",
+                                   config.pids_budget, host_pids));
   }
   if (max_timeout == 0 || default_timeout == 0) Fail(kExitFailure, "--max-timeout and --default-timeout must be > 0");
   // The default default (60 s) goes down with a lower --max-timeout; a default given over it is a mistake.

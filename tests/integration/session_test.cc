@@ -561,6 +561,9 @@ TEST_CASE("an exec's limits report what happened during that exec, not the sessi
   INFO(oom.dump());
   CHECK(oom["status"] == "oom");
   CHECK(oom["limits"]["oom_kills"] == 1);
+  // Never past the limit that held it (the resident size also counts the supervisor's pages it started in).
+  CHECK(oom["peak_memory_bytes"].get<uint64_t>() <= (64u << 20));
+  CHECK(oom["peak_memory_bytes"].get<uint64_t>() > (32u << 20));
   // A quiet exec reports neither: the session's counters stay where the earlier execs left them.
   json quiet = s.Sh(id, "echo ok");
   INFO(quiet.dump());

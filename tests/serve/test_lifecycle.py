@@ -80,11 +80,20 @@ class CommandLine(unittest.TestCase):
                             (["--max-held-answers", "12Q"], "--max-held-answers"),
                             # A budget that cannot hold one sandbox of the default limits would refuse every create.
                             (["--memory-budget", "100M"], "cannot hold one sandbox of the default limits"),
-                            (["--pids-budget", "100"], "--pids-budget: a client's share of it (100)")]:
+                            (["--pids-budget", "100"], "--pids-budget: a client's share of it (100)"),
+                            # More processes than the host has could never be held (a fork bomb's room).
+                            (["--pids-budget", "99999999"], "is more than the host's processes")]:
             rc, lines = self.refused(args)
             self.assertEqual((rc, len(lines)), (125, 1), (args, lines))
             self.assertIn(words, lines[0])
             self.assertTrue(lines[0].startswith("nsbox serve: "), lines)
+
+    def test_the_default_pids_budget_leaves_the_host_half_its_processes(self):
+        with open("/proc/sys/kernel/pid_max") as f, open("/proc/sys/kernel/threads-max") as g:
+            host = min(int(f.read()), int(g.read()))
+        server = own_server().start()
+        capacity = server.api().call("GET", "/v1/capacity")
+        self.assertEqual(capacity["pids"]["budget"], min(32768, host // 2), capacity)
 
     def test_an_empty_socket_or_state_dir_is_refused_not_taken_as_left_out(self):
         # The defaults (/run/nsbox/...) would be used instead: another server's socket and sessions.
