@@ -117,6 +117,15 @@ uint64_t ParseStartTime(std::string_view stat) {
   return std::strtoull(std::string(fields[22 - 3]).c_str(), nullptr, 10);
 }
 
+std::optional<std::pair<uintptr_t, uintptr_t>> ParseArgumentRange(std::string_view stat) {
+  std::vector<std::string_view> fields = FieldsAfterCommand(stat);
+  if (fields.size() < 49 - 2) return std::nullopt;  // fields 3 to 49
+  const uintptr_t start = std::strtoull(std::string(fields[48 - 3]).c_str(), nullptr, 10);
+  const uintptr_t end = std::strtoull(std::string(fields[49 - 3]).c_str(), nullptr, 10);
+  if (start == 0 || end <= start) return std::nullopt;
+  return std::make_pair(start, end);
+}
+
 bool IsEndedProcess(std::string_view stat) {
   std::vector<std::string_view> fields = FieldsAfterCommand(stat);
   if (fields.size() < 20 - 2) return false;  // fields 3 (state) to 20 (num_threads)

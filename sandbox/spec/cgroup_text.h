@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace nsbox::cgroup_internal {
@@ -32,5 +33,8 @@ uint64_t ParseStartTime(std::string_view stat);
 // Whether a /proc/<pid>/stat text is of a process that has ended and waits to be reaped: a zombie (or dead) whose
 // threads are all gone. (A thread-group leader that ended before its other threads is a zombie too, but alive.)
 bool IsEndedProcess(std::string_view stat);
+// Fields 48 and 49 of a /proc/<pid>/stat text: where the process's command line lies in its memory (arg_start,
+// arg_end); nullopt when they cannot be read.
+std::optional<std::pair<uintptr_t, uintptr_t>> ParseArgumentRange(std::string_view stat);
 
 }  // namespace nsbox::cgroup_internal

@@ -33,6 +33,7 @@
 #include "sandbox/output_buffer.h"
 #include "sandbox/result_json.h"
 #include "sandbox/session.h"
+#include "sandbox/spec/cgroup_text.h"
 #include "src/cli/compiled_program.h"
 #include "src/cli/network.h"
 #include "src/session/repl.h"
@@ -474,6 +475,25 @@ void LaunchedSupervisor::Disown(std::chrono::milliseconds deadline) {
   claim.reset();
 }
 
+namespace {
+
+// The supervisor is a fork of `nsbox session create`: its command line is that invocation (nsbox's path, every
+// option). Each exec's payload runs in this memory until its execve, and another process of the session may read
+// /proc/PID/cmdline of it (no ptrace permission needed): the command line is overwritten with "nsbox-session".
+void HideCommandLine() {
+  auto stat = ReadFile("/proc/self/stat", 4096);
+  if (!stat.ok()) return;
+  auto range = cgroup_internal::ParseArgumentRange(*stat);
+  if (!range) return;
+  char* start = reinterpret_cast<char*>(range->first);
+  const size_t size = range->second - range->first;
+  std::memset(start, 0, size);
+  constexpr std::string_view kShown = "nsbox-session";
+  std::memcpy(start, kShown.data(), std::min(kShown.size(), size - 1));
+}
+
+}  // namespace
+
 StatusOr<LaunchedSupervisor> LaunchSupervisor(SupervisorConfig config) {
   // Both ways: the supervisor says "ok RECORD" (or why not), and the creator answers one byte once it passed the id on.
   int ready[2];
@@ -523,6 +543,7 @@ StatusOr<LaunchedSupervisor> LaunchSupervisor(SupervisorConfig config) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    HideCommandLine();
     ::_exit(RunSupervisor(std::move(config), ready_fd));
   }
   ready_write.reset();

@@ -758,6 +758,20 @@ TEST_CASE("a crashing cell loses the interpreter's state but not the session", "
   CHECK(next["repl"]["state_lost"] == true);
 }
 
+TEST_CASE("the supervisor's command line shows no invocation: its execs' payloads share it until execve", "[session]") {
+  // /proc/PID/cmdline needs no ptrace permission: another process of the session read nsbox's path, the session's
+  // options and the server's pid from a payload that had not yet called execve.
+  Sessions s;
+  std::string id = s.Create({"--memory", "200M"});
+  pid_t supervisor = s.Record(id)["supervisor_pid"];
+  std::ifstream file("/proc/" + std::to_string(supervisor) + "/cmdline");
+  std::string cmdline((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  CHECK(cmdline.starts_with(std::string("nsbox-session\0", 14)));
+  CHECK(cmdline.find("200M") == std::string::npos);
+  CHECK(cmdline.find("create") == std::string::npos);
+  CHECK(s.Sh(id, "echo still")["stdout"] == "still\n");
+}
+
 TEST_CASE("a cell that floods the REPL's channel is cut off at the answer's cap; the supervisor stays small",
           "[session][repl]") {
   Sessions s;
