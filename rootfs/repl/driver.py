@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import traceback
+import types
 
 # An answer's parts are cut to these sizes, so that the supervisor can cap what it reads from the channel (anything
 # longer is not the driver's answer).
@@ -18,8 +19,14 @@ MAX_TRACEBACK_CHARS = 256 * 1024
 
 channel = socket.socket(fileno=3)
 reader = channel.makefile("rb")
-# The cells' names live here, across calls, like a notebook's.
-namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+# The cells' names live here, across calls, like a notebook's: in a module that is sys.modules["__main__"], so that
+# what a cell defines can be found by name as a script's can (pickle, and so multiprocessing's pool workers). The
+# driver's own module is kept referenced: its functions run in its dict.
+driver_module = sys.modules["__main__"]
+cells_module = types.ModuleType("__main__")
+cells_module.__builtins__ = __builtins__
+sys.modules["__main__"] = cells_module
+namespace = cells_module.__dict__
 cell_number = 0
 
 

@@ -719,6 +719,19 @@ TEST_CASE("a cell that waits out its time limit behind another does not run and 
   CHECK(after["repl"]["state_lost"] == false);
 }
 
+TEST_CASE("what a cell defines is __main__'s, as a script's: pickled by name, run by multiprocessing's pool",
+          "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create();
+  s.Cell(id, "import multiprocessing, pickle\ndef square(x): return x * x\nclass Point:\n    def __init__(self, x): "
+             "self.x = x");
+  json pooled = s.Cell(id, "with multiprocessing.Pool(2) as p: r = p.map(square, range(5))\nr");
+  INFO(pooled.dump());
+  CHECK(pooled["repl"]["value"] == "[0, 1, 4, 9, 16]");
+  CHECK(s.Cell(id, "pickle.loads(pickle.dumps(Point(7))).x")["repl"]["value"] == "7");
+  CHECK(s.Cell(id, "__name__")["repl"]["value"] == "'__main__'");
+}
+
 TEST_CASE("a cell's --env reaches the running interpreter and stays for later cells", "[session][repl]") {
   Sessions s;
   std::string id = s.Create();
