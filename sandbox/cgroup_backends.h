@@ -11,6 +11,8 @@ namespace nsbox::cgroup_internal {
 
 // The leaf a non-root nsbox moves itself into, so that its delegated cgroup can give controllers to children.
 inline constexpr const char* kSupervisorLeaf = "supervisor";
+// The CPU quota's period: the kernel's default for a new group (100 ms); only the quota is written.
+inline constexpr uint64_t kCpuPeriodUs = 100000;
 
 // v2 (cgroup_v2.cc). `parent` is the directory that holds the subtree.
 StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, const CgroupConfig& config,

@@ -25,8 +25,6 @@
 namespace nsbox::cgroup_internal {
 namespace {
 
-constexpr uint64_t kCpuPeriodUs = 100000;
-
 // A sixteenth of the host's hard limit for the TCP buffers of all sockets together (net.ipv4.tcp_mem's third field,
 // in pages), read once; 0 when unreadable. Every sandbox's socket memory counts there as well as in its group.
 uint64_t HostTcpMemShare() {

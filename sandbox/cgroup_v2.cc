@@ -22,7 +22,6 @@ namespace nsbox::cgroup_internal {
 namespace {
 
 constexpr const char* kControllers[] = {"memory", "pids", "cpu"};
-constexpr uint64_t kCpuPeriodUs = 100000;
 // The leaf that holds the group's own processes once its exec groups have memory limits (EnableMemoryBelow).
 constexpr const char* kLeafName = "sandbox";
 

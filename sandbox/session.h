@@ -22,10 +22,11 @@
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/child.h"
-#include "sandbox/seccomp.h"
 #include "sandbox/executor.h"
+#include "sandbox/output_drain.h"
 #include "sandbox/policy.h"
 #include "sandbox/result.h"
+#include "sandbox/seccomp.h"
 #include "sandbox/supervisor.h"
 #include "sandbox/verdict.h"
 #include "sandbox/vfork_watchdog.h"
@@ -190,6 +191,7 @@ class SessionSandbox {
   bool pass_sealed_stdin_ = false;
   bool end_execs_whole_ = false;
   VforkWatchdog start_watchdog_;  // for payloads still starting at their exec's deadline
+  OutputDrain output_drain_;      // ended execs' pipes that processes they started still write to
   // Starts one at a time: a start holds it until its payload has called execve. Timed: a process of the session can
   // stop a payload before that (SIGSTOP), and another exec's start then waits only until its own deadline
   // (StartHelper). Nothing else takes it: an exec that ends, and Terminate(), must never wait for a stopped start.

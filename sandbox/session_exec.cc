@@ -267,8 +267,13 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
     if (end_execs_whole_ && exec_group) (void)exec_group->KillAll();
     Reap(h);
     Forget(h.pid);
-    // What the exec started in a session of its own lives on in its group until it ends (or the session does).
+    // What the exec started in a session of its own lives on in its group until it ends (or the session does), and
+    // may go on writing to the exec's output: read on, and dropped, so that a server started with `&` lives.
     KeepExecGroup(std::move(exec_group));
+    if (!end_execs_whole_) {
+      output_drain_.Add(std::move(h.out));
+      output_drain_.Add(std::move(h.err));
+    }
   });
 
   VerdictInputs in;

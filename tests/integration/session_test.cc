@@ -943,6 +943,22 @@ TEST_CASE("an exec's time-out kills it and its process group, not the session", 
   CHECK(check["stdout"] == "gone\n");
 }
 
+TEST_CASE("what an exec leaves running may go on writing to its stdout and stderr, as a server started with & does",
+          "[session]") {
+  // Nothing read the ended exec's pipes: the loop's next echo died of SIGPIPE (a server of the session, of EPIPE).
+  Sessions s;
+  std::string id = s.Create();
+  json started = s.Sh(id,
+                      "(for i in $(seq 20); do echo tick $i; echo tock $i >&2; echo $i > /tmp/count; sleep 0.05; "
+                      "done) & echo started");
+  CHECK(started["stdout"] == "started\n");
+  json counted = s.Sh(id,
+                      "for i in $(seq 100); do [ \"$(cat /tmp/count 2>/dev/null)\" = 20 ] && break; sleep 0.05; "
+                      "done; cat /tmp/count");
+  CHECK(counted["stdout"] == "20\n");  // its later output went nowhere, not into this exec's
+  CHECK(counted["stderr"] == "");
+}
+
 TEST_CASE("an exec's time-out also kills what it started in a session of its own", "[session]") {
   Sessions s;
   std::string id = s.Create();
