@@ -32,16 +32,6 @@ std::string Lower(std::string s) {
   return s;
 }
 
-// `text` with every occurrence of each secret replaced by "[redacted]" (the search goes on after the replacement: a
-// secret found in "[redacted]" itself is not replaced for ever).
-std::string Redacted(std::string text, const std::vector<std::string>& secrets) {
-  static const std::string kRedacted = "[redacted]";
-  for (const auto& secret : secrets)
-    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at + kRedacted.size()))
-      text.replace(at, secret.size(), kRedacted);
-  return text;
-}
-
 // One JSON object per line: every request, response, tool call and tool result of the run. The first failed write is
 // kept: the run then ends saying so (a transcript asked for and silently lost would read as complete).
 class Transcript {
@@ -249,7 +239,8 @@ class Loop {
           if (logged_body.is_discarded())
             return Fail(AgentEnd::kMalformed,
                         fmt::format("malformed {} response: the body is not taken as JSON ({}): {}", provider_.name(),
-                                    OneLine(not_json, 200), OneLine(Redacted(result.response.body, secrets_), 200)));
+                                    OneLine(Redacted(not_json, secrets_), 200),
+                                    OneLine(Redacted(result.response.body, secrets_), 200)));
           ModelReply reply;
           reply.body = std::move(logged_body);
           return reply;

@@ -35,8 +35,7 @@ StatusOr<ModelTurn> AnthropicProvider::AcceptResponse(const nlohmann::json& body
   auto bad = [](const std::string& what) { return Status::Error("malformed Anthropic response: " + what); };
   if (!body.is_object()) return bad("the body is not a JSON object");
   if (body.contains("type") && body["type"] == "error")
-    return bad("an error object in a 200 response: " +
-               ErrorMessageFromBody(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+    return bad("an error object in a 200 response: " + RedactedErrorMessage(body));
   if (!body.contains("content") || !body["content"].is_array()) return bad("no \"content\" array");
   if (!body.contains("stop_reason") || !body["stop_reason"].is_string()) return bad("no \"stop_reason\" string");
   if (body.contains("role") && body["role"] != "assistant") return bad("\"role\" is not \"assistant\"");

@@ -37,8 +37,7 @@ StatusOr<ModelTurn> OpenAIProvider::AcceptResponse(const nlohmann::json& body) {
   auto bad = [](const std::string& what) { return Status::Error("malformed OpenAI response: " + what); };
   if (!body.is_object()) return bad("the body is not a JSON object");
   if (body.contains("error") && !body["error"].is_null())
-    return bad("an error object in a 200 response: " +
-               ErrorMessageFromBody(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+    return bad("an error object in a 200 response: " + RedactedErrorMessage(body));
   if (!body.contains("choices") || !body["choices"].is_array() || body["choices"].empty())
     return bad("no \"choices\" array with a choice in it");
   const auto& choice = body["choices"][0];

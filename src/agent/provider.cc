@@ -60,6 +60,22 @@ StatusOr<std::unique_ptr<Provider>> MakeProvider(ProviderConfig config) {
   return std::unique_ptr<Provider>(new OpenAIProvider(std::move(config)));
 }
 
+std::string Redacted(std::string text, const std::vector<std::string>& secrets) {
+  static const std::string kRedacted = "[redacted]";
+  for (const auto& secret : secrets)
+    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at + kRedacted.size()))
+      text.replace(at, secret.size(), kRedacted);
+  return text;
+}
+
+std::string Provider::RedactedErrorMessage(const nlohmann::json& body) const {
+  std::vector<std::string> secrets;
+  for (std::string secret : UrlCredentials(config_.base_url))
+    if (secret.size() >= 8) secrets.push_back(std::move(secret));
+  if (config_.api_key.size() >= 8) secrets.push_back(config_.api_key);
+  return ErrorMessageFromBody(Redacted(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), secrets));
+}
+
 std::string ErrorMessageFromBody(const std::string& body) {
   auto json = ParseBoundedJsonOrDiscarded(body);
   if (!json.is_discarded() && json.is_object() && json.contains("error")) {
@@ -78,12 +94,17 @@ std::string ErrorMessageFromBody(const std::string& body) {
 std::string TerminalSafe(std::string_view text) {
   std::string shown;
   shown.reserve(text.size());
-  for (char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f)
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    if ((byte < 0x20 && byte != '\n' && byte != '\t') || byte == 0x7f) {
       shown += fmt::format("\\x{:02x}", byte);
-    else
-      shown += c;
+    } else if (byte == 0xc2 && next >= 0x80 && next <= 0x9f) {  // a C1 control (U+0080 to U+009F: CSI is U+009B)
+      shown += fmt::format("\\u{:04x}", next);
+      ++i;
+    } else {
+      shown += text[i];
+    }
   }
   return shown;
 }

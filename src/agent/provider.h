@@ -78,6 +78,8 @@ class Provider {
 
  protected:
   explicit Provider(ProviderConfig config) : config_(std::move(config)) {}
+  // The error message of a response body (ErrorMessageFromBody), the credentials redacted before it is clipped.
+  std::string RedactedErrorMessage(const nlohmann::json& body) const;
   ProviderConfig config_;
 };
 
@@ -94,6 +96,11 @@ StatusOr<std::string> ChooseBaseUrl(const std::string& provider, const std::opti
                                     const char* env_value);
 
 StatusOr<std::unique_ptr<Provider>> MakeProvider(ProviderConfig config);
+
+// `text` with every occurrence of each secret replaced by "[redacted]" (the search goes on after the replacement: a
+// secret found in "[redacted]" itself is not replaced for ever). Before any clipping: a secret cut in half is no
+// longer found.
+std::string Redacted(std::string text, const std::vector<std::string>& secrets);
 
 // The message a provider put in an error response body ({"error": {"message": …}} in both formats), else the body
 // itself (an HTML error page …), as one line of at most kMaxErrorTextBytes.

@@ -521,7 +521,7 @@ void HttpServer::StopAccepting() {
   listen_fd_ = -1;
 }
 
-void HttpServer::Stop() {
+void HttpServer::Stop(std::chrono::steady_clock::time_point answers_until) {
   if (!daemon_) return;
   StopAccepting();
   {
@@ -529,8 +529,7 @@ void HttpServer::Stop() {
     // stops: an exec in progress answers as killed); then their answers are sent, so that a client is not cut off
     // from a result whose program ran. Bounded for clients that do not read.
     std::unique_lock lock(producers_mutex_);
-    producers_done_.wait_for(lock, std::chrono::seconds(10),
-                             [this] { return producers_ == 0 && answers_pending_ == 0; });
+    producers_done_.wait_until(lock, answers_until, [this] { return producers_ == 0 && answers_pending_ == 0; });
   }
   MHD_stop_daemon(daemon_);
   daemon_ = nullptr;

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -93,9 +94,10 @@ class HttpServer {
 
   // Stops accepting connections (the listening socket is closed); requests in progress go on.
   void StopAccepting();
-  // Ends the server: waits (10 s at most) for the answers of requests in progress and for streams to be sent, then
-  // for the connections' threads.
-  void Stop();
+  // Ends the server: waits (until `answers_until`, 10 s from now by default) for the answers of requests in progress
+  // and for streams to be sent, then for the connections' threads.
+  void Stop(std::chrono::steady_clock::time_point answers_until = std::chrono::steady_clock::now() +
+                                                                  std::chrono::seconds(10));
 
   struct Connection;  // one request's state (http_server.cc)
 

@@ -392,14 +392,14 @@ int main(int argc, char** argv) {
   if (state_dir.empty()) state_dir = runtime_dir + "/serve-sessions";
   if (Status s = CheckHiddenFromSandboxes("--socket", socket_path); !s.ok()) Fail(kExitFailure, s.message());
   if (Status s = CheckHiddenFromSandboxes("--state-dir", state_dir); !s.ok()) Fail(kExitFailure, s.message());
-  if (Status s = nsbox::session::EnsureStateRoot(state_dir); !s.ok()) Fail(kExitFailure, "--state-dir: " + s.message());
   // Every sandbox of the service has limits: a server that could set up none (a user without a delegated cgroup)
-  // refuses to start, rather than listen and answer each create with a 500.
+  // refuses to start, rather than listen and answer each create with a 500: before it makes its state directory.
   if (auto backend = nsbox::DetectCgroupBackend(); !backend.ok()) {
     std::string why = backend.status().message();
     if (why.ends_with(nsbox::kRunWithoutLimitsHint)) why.resize(why.size() - std::strlen(nsbox::kRunWithoutLimitsHint));
     Fail(kExitFailure, "no sandbox could be set up: " + why);
   }
+  if (Status s = nsbox::session::EnsureStateRoot(state_dir); !s.ok()) Fail(kExitFailure, "--state-dir: " + s.message());
   auto state_lock = LockStateDir(state_dir);
   if (!state_lock.ok()) Fail(kExitFailure, state_lock.status().message());
   config.state_dir = state_dir;
@@ -504,8 +504,10 @@ int main(int argc, char** argv) {
   if (on_tcp) on_tcp->StopAccepting();
   ::unlink(socket_path.c_str());
   sandboxes.EndAll();
-  (*on_unix)->Stop();
-  if (on_tcp) on_tcp->Stop();
+  // One deadline for both listeners' answers in progress: the stop stays within the 10 s that they promise.
+  const auto answers_until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  (*on_unix)->Stop(answers_until);
+  if (on_tcp) on_tcp->Stop(answers_until);
   ::rmdir(state_dir.c_str());  // when empty, as it is once every session has ended
   fmt::print(stderr, "nsbox serve: stopped\n");
   return 0;

@@ -292,12 +292,19 @@ TEST_CASE("a key the provider echoes past the one-line clip is redacted whole, n
   testing::FakeProviderServer server;
   runtime::LocalRuntime rt;
   for (std::string provider : {"anthropic", "openai"}) {
+    const std::string key = testing::FakeProviderServer::Key(provider);
     FlowRun run = RunFlow(server, provider, rt, "x [scenario:echokey]");
     CHECK(run.outcome.end == AgentEnd::kProviderError);
-    const std::string key = testing::FakeProviderServer::Key(provider);
     INFO(run.outcome.error);
     CHECK(run.outcome.error.find(key.substr(0, 6)) == std::string::npos);
     CHECK(run.outcome.error.find("xxxx") != std::string::npos);
+    // In a 200's error object, and quoted by the parse error of a body that is not JSON.
+    for (const char* scenario : {"x [scenario:echokey200]", "x [scenario:echokeyjson]"}) {
+      FlowRun echoed = RunFlow(server, provider, rt, scenario);
+      INFO(scenario << ": " << echoed.outcome.error);
+      CHECK(echoed.outcome.end == AgentEnd::kMalformed);
+      CHECK(echoed.outcome.error.find(key.substr(0, 6)) == std::string::npos);
+    }
   }
 }
 

@@ -255,6 +255,12 @@ TEST_CASE("tool calls are read into language and code, and bad ones are explaine
         "the code is 16777217 bytes, more than the 16777216 bytes (16 MiB) a call may run");
 }
 
+TEST_CASE("terminal-safe text shows C0 and C1 controls escaped and keeps lines, tabs and other characters") {
+  CHECK(TerminalSafe("a\x1b]0;t\x07\n\tb") == "a\\x1b]0;t\\x07\n\tb");
+  CHECK(TerminalSafe("x\xc2\x9b"
+                     "31my \xc2\xa9 \xe2\x82\xac") == "x\\u009b31my \xc2\xa9 \xe2\x82\xac");
+}
+
 TEST_CASE("clipping keeps text under the budget untouched") {
   auto c = ClipHeadTail("hello\n", 100, "stdout");
   CHECK(c.text == "hello\n");

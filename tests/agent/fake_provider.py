@@ -365,6 +365,17 @@ class Handler(BaseHTTPRequestHandler):
         if "[scenario:echokey]" in prompt:  # an error message that ends with the key, past the one-line clip
             key = self.server.keys[fmt]
             return self.reply(400, error_body(fmt, "invalid_request_error", "invalid key " + "x" * 254 + key))
+        if "[scenario:echokey200]" in prompt:  # the same echo in a 200's error object
+            key = self.server.keys[fmt]
+            return self.reply(200, error_body(fmt, "x", "y" * 280 + " key " + key))
+        if "[scenario:echokeyjson]" in prompt:  # a body that is not JSON, whose parse error quotes the key
+            data = ('{"content": "' + "z" * 60 + self.server.keys[fmt] + ' and more').encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if "[scenario:echoauth]" in prompt:  # an error that echoes the base URL's user:password (curl's Basic auth)
             basic = headers.get("authorization", "").removeprefix("Basic ")
             return self.reply(400, error_body(fmt, "invalid_request_error",

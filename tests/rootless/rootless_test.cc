@@ -523,6 +523,7 @@ TEST_CASE("without a delegated cgroup an ordinary user's nsbox serve refuses to 
   CHECK_THAT(o.err, Catch::Contains("no sandbox could be set up") && Catch::Contains("Delegate=yes"));
   CHECK_THAT(o.err, !Catch::Contains("dangerous"));  // serve has no way to run without limits
   CHECK(!fs::exists(dir / "api.sock"));
+  CHECK(!fs::exists(dir / "state"));  // refused before it made any directory
 }
 
 TEST_CASE("with a delegated cgroup an ordinary user's run gets its memory limit and leaves no group behind") {
