@@ -283,6 +283,9 @@ TEST_CASE("TypeScript reads its input as Node programs do, and common top-level 
       {"let input = '';\nprocess.stdin.on('data', (chunk: Buffer) => (input += chunk));\n"
        "process.stdin.on('end', () => console.log(Number(input.split('\\n')[0]) * 2));\n",
        "6\n"},
+      // ES2022's library, which the Node that runs it has: at, Object.hasOwn, replaceAll.
+      {"const a = [1, 2, 3];\nconsole.log(a.at(-1), Object.hasOwn({ x: 1 }, 'x'), 'a-b-c'.replaceAll('-', ''));\n",
+       "3 true abc\n"},
   };
   for (const auto& [code, expected] : programs) {
     auto r = RunNsboxJson({"--lang", "typescript", "--stdin", "-", "--code", code}, input);
