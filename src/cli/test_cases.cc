@@ -133,6 +133,21 @@ bool OutputMatches(std::string_view actual, std::string_view expected) {
   return JudgedLines(actual) == JudgedLines(expected);
 }
 
+std::string FirstDifference(std::string_view actual, std::string_view expected) {
+  const std::vector<std::string_view> got = JudgedLines(actual), want = JudgedLines(expected);
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  if (i == got.size() && i == want.size()) return "";
+  // A line as JSON text (quotes, escapes), cut at 80 bytes: one printable line whatever the program wrote.
+  auto shown = [](std::string_view line) {
+    std::string text = SanitizeUtf8(std::string(line.substr(0, 80)));
+    return nlohmann::json(text).dump() + (line.size() > 80 ? "..." : "");
+  };
+  if (i == got.size()) return fmt::format("wrong output: it ends before line {}, expected {}", i + 1, shown(want[i]));
+  if (i == want.size()) return fmt::format("wrong output: line {} is {}, expected no more lines", i + 1, shown(got[i]));
+  return fmt::format("wrong output: line {} is {}, expected {}", i + 1, shown(got[i]), shown(want[i]));
+}
+
 namespace {
 
 // Clips `result`'s output for the report once `kept` (what earlier cases kept) is past the cap; true if it did.
@@ -207,6 +222,9 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
       }
       const bool ok = result.status == RunStatus::kOk && !result.stdout_truncated &&
                       OutputMatches(result.stdout_data, c.expected_stdout);
+      // Why a case that ran to its end failed: the first line that differs (judged as OutputMatches judges).
+      if (!ok && result.status == RunStatus::kOk && !result.stdout_truncated)
+        result.reason = FirstDifference(result.stdout_data, c.expected_stdout);
       clipped += ClipForReport(result, kept_output) ? 1 : 0;
       nlohmann::json shown = ResultToJson(result);
       shown["name"] = c.name;
@@ -228,10 +246,14 @@ CasesReport RunCases(Program program, const std::vector<TestCase>& cases, const 
 
 std::string CasesText(const nlohmann::json& report) {
   std::string text;
-  for (const auto& c : report["cases"])
+  for (const auto& c : report["cases"]) {
     // The name is the cases file's: its control bytes are shown escaped, not sent to the terminal (PrintableLine).
-    text += fmt::format("{}: {} ({})\n", PrintableLine(c["name"].get<std::string>()),
-                        c["passed"].get<bool>() ? "passed" : "FAILED", c["status"].get<std::string>());
+    // A failed case says why: the first line that differs, or how it ended.
+    const bool passed = c["passed"].get<bool>();
+    const std::string why = passed ? "" : c.value("reason", "");
+    text += fmt::format("{}: {} ({}){}\n", PrintableLine(c["name"].get<std::string>()), passed ? "passed" : "FAILED",
+                        c["status"].get<std::string>(), why.empty() ? "" : ": " + PrintableLine(why));
+  }
   const auto& s = report["summary"];
   text += fmt::format("{}/{} passed\n", s["passed"].get<uint64_t>(), s["total"].get<uint64_t>());
   return text;

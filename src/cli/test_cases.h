@@ -40,6 +40,9 @@ StatusOr<std::vector<TestCase>> ParseCaseArray(const nlohmann::json& array);
 // The judge's comparison: equal once each line's trailing spaces, tabs and carriage returns are dropped and blank
 // lines at the end are dropped; everything else (leading spaces, blank lines inside) counts.
 bool OutputMatches(std::string_view actual, std::string_view expected);
+// Why they do not match, as a case's reason: "wrong output: line 3 is "5", expected "6"" (each line JSON-quoted, cut
+// at 80 bytes); empty when they match.
+std::string FirstDifference(std::string_view actual, std::string_view expected);
 
 // What RunCases gives: the report (docs/cli.md, "Test cases") and the exit code: 0 every case passed, 1 some case did
 // not, kCompileExitCode (123) when the program did not compile, 125 when a step could not be started.

@@ -91,11 +91,23 @@ TEST_CASE("--cases: a wrong answer and a time-out fail alone, the others pass", 
   CHECK(r["cases"][1]["status"] == "ok");
   CHECK(r["cases"][1]["passed"] == false);
   CHECK(r["cases"][1]["stdout"] == "6  \n");
+  CHECK(r["cases"][1]["reason"] == "wrong output: line 1 is \"6\", expected \"7\"");
   CHECK(r["cases"][2]["status"] == "timeout");
   CHECK(r["cases"][2]["passed"] == false);
   CHECK(r["cases"][3]["passed"] == true);
   CHECK(r["summary"]["passed"] == 2);
   CHECK(r["summary"]["total"] == 4);
+  // Without --json, a failed case's line says why.
+  std::string file = WriteTemp("why-cases.jsonl",
+                               "{\"name\": \"wrong\", \"stdin\": \"3\", \"expected_stdout\": "
+                               "\"7\\n8\"}\n{\"name\": \"short\", \"stdin\": \"\", "
+                               "\"expected_stdout\": \"\"}\n");
+  auto text = RunNsboxRaw({"run", "--timeout", "1s", "--lang", "c", "--code", kDoubler, "--cases", file});
+  ::unlink(file.c_str());
+  INFO(text.out << text.err);
+  CHECK(text.exit_code == 1);
+  CHECK_THAT(text.out, Catch::Contains("wrong: FAILED (ok): wrong output: line 1 is \"6\", expected \"7\"\n"));
+  CHECK_THAT(text.out, Catch::Contains("short: FAILED (exit): exited with code 2\n"));
 }
 
 TEST_CASE("--cases: a correct answer longer than --output-limit passes; a longer wrong one says it was cut",
