@@ -238,32 +238,25 @@ TEST_CASE("a rejected API key (401) ends the run saying so, without retries") {
   }
 }
 
-TEST_CASE("several tool calls in one turn are all run and answered together") {
+TEST_CASE("several tool calls in one turn are all run and answered together, up to 16; the rest are not run") {
   testing::FakeProviderServer server;
   runtime::LocalRuntime rt;
-  for (std::string provider : {"anthropic", "openai"}) {
-    DYNAMIC_SECTION(provider) {
-      FlowRun run = RunFlow(server, provider, rt, "Two at once [scenario:parallel]");
-      INFO(run.outcome.error);
-      REQUIRE(run.outcome.end == AgentEnd::kAnswered);
-      CHECK(run.outcome.answer == "from python and from bash");
-      CHECK(run.outcome.tool_calls == 2);
-      CHECK(server.Problems().empty());
-    }
-  }
-}
-
-TEST_CASE("one answer runs at most 16 tool calls; the rest are answered not run") {
-  testing::FakeProviderServer server;
-  runtime::LocalRuntime rt;
-  for (std::string provider : {"anthropic", "openai"}) {
-    DYNAMIC_SECTION(provider) {
-      FlowRun run = RunFlow(server, provider, rt, "Twenty at once [scenario:many]");
-      INFO(run.outcome.error);
-      REQUIRE(run.outcome.end == AgentEnd::kAnswered);
-      CHECK(run.outcome.answer == "ran 16, not run 4 of 20");
-      CHECK(run.outcome.tool_calls == 16);
-      CHECK(server.Problems().empty());
+  struct Turn {
+    const char* prompt;
+    const char* answer;
+    int tool_calls;
+  };
+  for (const Turn& turn : {Turn{"Two at once [scenario:parallel]", "from python and from bash", 2},
+                           Turn{"Twenty at once [scenario:many]", "ran 16, not run 4 of 20", 16}}) {
+    for (std::string provider : {"anthropic", "openai"}) {
+      DYNAMIC_SECTION(provider << ": " << turn.prompt) {
+        FlowRun run = RunFlow(server, provider, rt, turn.prompt);
+        INFO(run.outcome.error);
+        REQUIRE(run.outcome.end == AgentEnd::kAnswered);
+        CHECK(run.outcome.answer == turn.answer);
+        CHECK(run.outcome.tool_calls == turn.tool_calls);
+        CHECK(server.Problems().empty());
+      }
     }
   }
 }
