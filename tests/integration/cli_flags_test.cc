@@ -276,5 +276,7 @@ TEST_CASE("command-line mistakes are one line naming the word with its control b
   ::close(fd);
   auto cases = RunNsboxRaw({"run", "--cases", path, "--", "/bin/cat"});
   ::unlink(path);
-  CHECK(cases.out == "\\x1b]0;title\\x07: FAILED (ok)\n0/1 passed\n");
+  CHECK(cases.out ==
+        "\\x1b]0;title\\x07: FAILED (ok): wrong output: it ends before line 1, expected \"x\"\n"
+        "0/1 passed\n");
 }
