@@ -74,22 +74,8 @@ class Loop {
   Loop(Provider& provider, runtime::SandboxRuntime& runtime, const AgentConfig& config)
       : provider_(provider), runtime_(runtime), config_(config) {
     transport_ = config.transport ? config.transport : HttpPost;
-    // The credential headers' values ("Bearer KEY" and KEY): a server may echo them in an error message. Short
-    // values are left alone, so that a test key such as "k" does not blank every k.
-    auto secret_names = provider_.secret_headers();
-    for (const auto& h : provider_.headers()) {
-      const size_t colon = h.find(':');
-      if (colon == std::string::npos ||
-          std::find(secret_names.begin(), secret_names.end(), Lower(h.substr(0, colon))) == secret_names.end())
-        continue;
-      std::string value = h.substr(colon + 1);
-      value.erase(0, value.find_first_not_of(' '));
-      for (std::string secret : {value, value.starts_with("Bearer ") ? value.substr(7) : std::string()})
-        if (secret.size() >= 8) secrets_.push_back(std::move(secret));
-    }
-    // So is a password in the base URL (http://user:password@host/), which a server may echo as well.
-    for (std::string secret : UrlCredentials(provider_.url()))
-      if (secret.size() >= 8) secrets_.push_back(std::move(secret));
+    // What a server may echo in an error message, never shown (Provider::Secrets).
+    secrets_ = provider_.Secrets();
     transcript_.SetSecrets(secrets_);
   }
 

@@ -68,12 +68,16 @@ std::string Redacted(std::string text, const std::vector<std::string>& secrets) 
   return text;
 }
 
-std::string Provider::RedactedErrorMessage(const nlohmann::json& body) const {
+std::vector<std::string> Provider::Secrets() const {
   std::vector<std::string> secrets;
+  if (config_.api_key.size() >= 8) secrets.push_back(config_.api_key);
   for (std::string secret : UrlCredentials(config_.base_url))
     if (secret.size() >= 8) secrets.push_back(std::move(secret));
-  if (config_.api_key.size() >= 8) secrets.push_back(config_.api_key);
-  return ErrorMessageFromBody(Redacted(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), secrets));
+  return secrets;
+}
+
+std::string Provider::RedactedErrorMessage(const nlohmann::json& body) const {
+  return ErrorMessageFromBody(Redacted(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), Secrets()));
 }
 
 std::string ErrorMessageFromBody(const std::string& body) {

@@ -75,6 +75,10 @@ class Provider {
   virtual void AddToolResults(const std::vector<ToolResult>& results) = 0;
   // The message list as it will be sent.
   virtual const nlohmann::json& messages() const = 0;
+  // What must never be shown, as a server may echo it: the API key (in every header that carries it, "Bearer KEY"
+  // too) and the base URL's user:password and password. Values under 8 bytes are left out, so that a test key such
+  // as "k" does not blank every k.
+  std::vector<std::string> Secrets() const;
 
  protected:
   explicit Provider(ProviderConfig config) : config_(std::move(config)) {}
