@@ -99,7 +99,46 @@ StatusOr<UniqueFd> OpenHostIdLockDir(const std::string& dir) {
   return fd;
 }
 
+// The lock of <dir>/<name>, or an empty fd when another holds it. A holder giving its lease up removes the file:
+// one opened before that is locked in vain, so the lock counts only while the name still is that file.
+StatusOr<UniqueFd> LockIdFile(int dir_fd, const std::string& name) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    UniqueFd lock(::openat(dir_fd, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!lock) return Status::Errno(fmt::format("open({})", name));
+    if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) return UniqueFd();
+      return Status::Errno(fmt::format("flock({}, LOCK_EX|LOCK_NB)", name));
+    }
+    struct stat locked, named;
+    if (::fstat(lock.get(), &locked) != 0) return Status::Errno(fmt::format("fstat({})", name));
+    if (::fstatat(dir_fd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == locked.st_dev &&
+        named.st_ino == locked.st_ino)
+      return lock;
+  }
+  return UniqueFd();  // given up and taken again eight times over while we tried: busy
+}
+
 }  // namespace
+
+HostIdLease::HostIdLease(uint32_t id, UniqueFd lock, UniqueFd dir)
+    : id_(id), owner_(::getpid()), lock_(std::move(lock)), dir_(std::move(dir)) {}
+
+HostIdLease& HostIdLease::operator=(HostIdLease&& other) noexcept {
+  if (this == &other) return *this;
+  End();
+  id_ = std::exchange(other.id_, 0);
+  owner_ = std::exchange(other.owner_, 0);
+  lock_ = std::move(other.lock_);
+  dir_ = std::move(other.dir_);
+  return *this;
+}
+
+void HostIdLease::End() {
+  // Unlinked while still locked: a taker that opened the file before sees it is gone (LockIdFile) and opens anew.
+  if (lock_ && dir_ && owner_ == ::getpid()) (void)::unlinkat(dir_.get(), std::to_string(id_).c_str(), 0);
+  lock_.reset();
+  dir_.reset();
+}
 
 StatusOr<HostIdRange> ParseHostIdRange(std::string_view text) {
   size_t dash = text.find('-');
@@ -136,11 +175,13 @@ StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options) {
   for (uint64_t id = options.range.first; id <= options.range.last; ++id) {
     if (IsHandedOut(excluded, id)) continue;
     std::string name = std::to_string(id);
-    UniqueFd lock(::openat(dir_fd.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!lock) return Status::Errno(fmt::format("open({}/{})", options.lock_dir, name));
-    if (::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) return HostIdLease(static_cast<uint32_t>(id), std::move(lock));
-    if (errno != EWOULDBLOCK)
-      return Status::Errno(fmt::format("flock({}/{}, LOCK_EX|LOCK_NB)", options.lock_dir, name));
+    auto lock = LockIdFile(dir_fd.get(), name);
+    if (!lock.ok()) return lock.status().Wrap(options.lock_dir);
+    if (*lock) {
+      UniqueFd own_dir(::fcntl(dir_fd.get(), F_DUPFD_CLOEXEC, 0));
+      if (!own_dir) return Status::Errno(fmt::format("dup({})", options.lock_dir));
+      return HostIdLease(static_cast<uint32_t>(id), std::move(*lock), std::move(own_dir));
+    }
     ++busy;
   }
   return Status::Error(fmt::format("no free host id in {}-{} ({} held by running sandboxes, the rest handed out by "

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include <sys/types.h>
+
 #include "sandbox/base/status.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/policy.h"
@@ -32,17 +34,26 @@ struct HostIdLeaseOptions {
 StatusOr<HostIdLeaseOptions> DefaultHostIdLeaseOptions();
 
 // One id, free as a uid and a gid, held while this object (or a copy of its descriptor) lives: an flock on
-// <lock_dir>/<id>, which the kernel drops when the holder exits however it ends (SIGKILL included).
+// <lock_dir>/<id>, which the kernel drops when the holder exits however it ends (SIGKILL included). Given up in
+// order, the lease also removes its file (a SIGKILLed holder's stays, to be taken again by the next): a taker that
+// opened the file before it went finds, once locked, that the name is no longer its file and opens it again.
 class HostIdLease {
  public:
   HostIdLease() = default;
-  HostIdLease(uint32_t id, UniqueFd lock) : id_(id), lock_(std::move(lock)) {}
+  HostIdLease(uint32_t id, UniqueFd lock, UniqueFd dir);
+  HostIdLease(HostIdLease&& other) noexcept { *this = std::move(other); }
+  HostIdLease& operator=(HostIdLease&& other) noexcept;
+  ~HostIdLease() { End(); }
   uint32_t id() const { return id_; }
   bool held() const { return static_cast<bool>(lock_); }
 
  private:
+  void End();  // removes the file and drops the lock; only in the process that took the lease, not a fork of it
+
   uint32_t id_ = 0;
+  pid_t owner_ = 0;
   UniqueFd lock_;
+  UniqueFd dir_;
 };
 
 // The lowest free id of the range. Fails when every id is leased or excluded, or the lock directory is unsafe (not

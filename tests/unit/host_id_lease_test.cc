@@ -2,6 +2,7 @@
 // directory's safety, and that a lease ends with its holder.
 #include "sandbox/host_id_lease.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,6 +108,50 @@ TEST_CASE("a lease ends with its holder, even one killed with SIGKILL") {
   auto after = LeaseHostId(f.options);
   REQUIRE(after.ok());
   CHECK(after->id() == 2000000);
+}
+
+TEST_CASE("a lease given up removes its file; a killed holder's file is taken again") {
+  LeaseFixture f;
+  const fs::path file = fs::path(f.options.lock_dir) / "2000000";
+  {
+    auto lease = LeaseHostId(f.options);
+    REQUIRE(lease.ok());
+    CHECK(fs::exists(file));
+    // A fork of the holder that ends its copy leaves the file: the lease is the parent's.
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      { HostIdLease copy = std::move(*lease); }
+      ::_exit(fs::exists(file) ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(fs::exists(file));
+    // Moved into another lease, it is still held; the moved-from lease removes nothing.
+    HostIdLease moved = std::move(*lease);
+    CHECK(moved.held());
+    CHECK(fs::exists(file));
+  }
+  CHECK_FALSE(fs::exists(file));
+  CHECK(fs::is_empty(f.options.lock_dir));
+
+  pid_t holder = ::fork();
+  REQUIRE(holder >= 0);
+  if (holder == 0) {
+    auto lease = LeaseHostId(f.options);
+    ::kill(::getpid(), SIGKILL);
+    ::_exit(lease.ok() ? 0 : 1);
+  }
+  ::waitpid(holder, nullptr, 0);
+  CHECK(fs::exists(file));  // SIGKILL ran no destructor
+  {
+    auto again = LeaseHostId(f.options);
+    REQUIRE(again.ok());
+    CHECK(again->id() == 2000000);
+  }
+  CHECK(fs::is_empty(f.options.lock_dir));
 }
 
 TEST_CASE("a lock directory that others may write is refused") {
