@@ -47,7 +47,9 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
     auto resolv = ReadFile("/etc/resolv.conf", 1 << 16);
     inputs.resolv_conf = resolv.ok() ? *resolv : "";
   } else {
-    inputs.resolv_conf = "# nsbox: this sandbox has no network\n";
+    // Its network namespace has only loopback: no name server to name. A proxy the front end starts there (HTTP_PROXY)
+    // resolves names itself.
+    inputs.resolv_conf = "# nsbox: no name server: this sandbox's network has only loopback (and $HTTP_PROXY, if set)\n";
   }
   auto mount_plan = BuildMountPlan(inputs);
   if (!mount_plan.ok()) return mount_plan.status().Wrap("planning the root filesystem");

@@ -1,5 +1,5 @@
 // Which resolved addresses the proxy may connect to: everything except loopback, private, link-local,
-// multicast, unspecified and the other special-purpose ranges, in IPv4 and IPv6 (v4-mapped included).
+// multicast, unspecified and the other special-purpose ranges, in IPv4 and IPv6 (and IPv4 inside IPv6).
 #include "src/netproxy/address_class.h"
 
 #include <arpa/inet.h>
@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 namespace nsbox::netproxy {
 namespace {
@@ -54,14 +55,12 @@ std::string_view V6Range(const in6_addr& address) {
   if (std::memcmp(b, kZero, 16) == 0) return "unspecified";
   if (IN6_IS_ADDR_LOOPBACK(&address)) return "loopback";
   // Addresses that carry an IPv4 address inside are judged by that address: the packets end up there.
-  if (IN6_IS_ADDR_V4MAPPED(&address)) {
-    std::string_view inner = V4Range(V4At(b + 12));
-    return inner.empty() ? std::string_view() : inner;
-  }
+  if (auto inner = EmbeddedV4(address)) return V4Range(*inner);
   if (std::memcmp(b, kZero, 12) == 0) return "IPv4-compatible (deprecated)";
-  static const uint8_t kNat64[12] = {0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
-  if (std::memcmp(b, kNat64, 12) == 0) return V4Range(V4At(b + 12));
-  if (b[0] == 0x20 && b[1] == 0x02) return V4Range(V4At(b + 2));  // 6to4 embeds the IPv4 address
+  // The local-use NAT64 prefix (RFC 8215) is for translating to private IPv4 networks, at any of RFC 6052's
+  // offsets: refused whole.
+  if (b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && b[4] == 0x00 && b[5] == 0x01)
+    return "local-use NAT64 (64:ff9b:1::/48)";
   if (b[0] == 0xff) return "multicast";
   if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) return "link-local";
   if (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) return "site-local";
@@ -72,6 +71,18 @@ std::string_view V6Range(const in6_addr& address) {
 }
 
 }  // namespace
+
+std::optional<uint32_t> EmbeddedV4(const in6_addr& address) {
+  const uint8_t* b = address.s6_addr;
+  static const uint8_t kZero[8] = {};
+  if (IN6_IS_ADDR_V4MAPPED(&address)) return V4At(b + 12);  // ::ffff:a.b.c.d
+  // SIIT's IPv4-translated form, ::ffff:0:a.b.c.d (RFC 2765).
+  if (std::memcmp(b, kZero, 8) == 0 && b[8] == 0xff && b[9] == 0xff && b[10] == 0 && b[11] == 0) return V4At(b + 12);
+  static const uint8_t kNat64[12] = {0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+  if (std::memcmp(b, kNat64, 12) == 0) return V4At(b + 12);  // the well-known NAT64 prefix, 64:ff9b::/96
+  if (b[0] == 0x20 && b[1] == 0x02) return V4At(b + 2);      // 6to4, 2002:AABB:CCDD::/48
+  return std::nullopt;
+}
 
 std::string_view SpecialAddressRange(const sockaddr* address) {
   if (address->sa_family == AF_INET) {

@@ -1,9 +1,10 @@
 // The host-side egress proxy behind --network allow=: plain HTTP and CONNECT, only to allowed domains,
 // never to special-purpose addresses, with refusals counted per host and traffic counted and capped.
 //
-// Shape: one accept thread, and one thread per client connection up to max_connections. A thread per
-// connection (rather than one event loop) because name resolution through getaddrinfo blocks; every other
-// wait is a poll() that also watches the stop eventfd, so Stop() ends all connections promptly.
+// Shape: one accept thread, paced (accept_pace.h), and one thread per client connection up to
+// max_connections. A thread per connection (rather than one event loop) because name resolution through
+// getaddrinfo blocks; every other wait is a poll() that also watches the stop eventfd, so Stop() ends all
+// connections promptly.
 #include "src/netproxy/egress_proxy.h"
 
 #include <arpa/inet.h>
@@ -28,6 +29,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "src/netproxy/accept_pace.h"
 #include "src/netproxy/address_class.h"
 #include "src/netproxy/allow_list.h"
 #include "src/netproxy/http_head.h"
@@ -268,11 +270,11 @@ struct Resolved {
 // Numeric, an IPv4-mapped IPv6 address as the IPv4 one it carries.
 std::string CanonicalAddress(const sockaddr* address) {
   if (address->sa_family == AF_INET6) {
-    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(address);
-    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
+    // One that carries an IPv4 address (v4-mapped, NAT64, ...) reaches that address: compared as it.
+    if (auto inner = EmbeddedV4(reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr)) {
       sockaddr_in v4{};
       v4.sin_family = AF_INET;
-      std::memcpy(&v4.sin_addr, v6->sin6_addr.s6_addr + 12, 4);
+      v4.sin_addr.s_addr = htonl(*inner);
       return FormatAddress(reinterpret_cast<const sockaddr*>(&v4));
     }
   }
@@ -598,7 +600,11 @@ void ServeConnection(ProxyState& state, UniqueFd client) {
   if (!ReadHead(state, client, head, leftover)) return;
   ProxyRequest request;
   HeadError error = ParseRequestHead(head, request);
-  if (error.status != 0) return ReplyAndClose(state, client, error.status, error.reason);
+  if (error.status != 0) {
+    // A request for one host that names another in its Host header is a try for that other host: counted.
+    if (std::string other = NormalizeHostName(error.other_host); !other.empty()) state.CountDenied(other);
+    return ReplyAndClose(state, client, error.status, error.reason);
+  }
 
   // Addresses are refused before any policy lookup: the allow list names domains, and numeric forms
   // ("127.1", "[::ffff:10.0.0.1]") are the classic way around address checks.
@@ -637,8 +643,8 @@ void ServeConnection(ProxyState& state, UniqueFd client) {
   }
   if (resolved.usable.empty()) {
     return Deny(state, client, host,
-                fmt::format("{} resolves to {}, a special-purpose address the proxy does not connect to",
-                            host, resolved.refused.empty() ? "nothing usable" : resolved.refused));
+                fmt::format("{} resolves to {}, an address the proxy does not connect to", host,
+                            resolved.refused.empty() ? "nothing usable" : resolved.refused));
   }
   std::string connect_error;
   UniqueFd upstream = ConnectAny(state, resolved.usable, connect_error);
@@ -682,7 +688,13 @@ void RunConnection(std::shared_ptr<ProxyState> state, UniqueFd client) {
 }
 
 void AcceptLoop(std::shared_ptr<ProxyState> state) {
+  AcceptPace pace(state->config.max_new_connections_per_second, AcceptPace::Clock::now());
   while (true) {
+    if (auto wait = pace.WaitBeforeNext(AcceptPace::Clock::now()); wait.count() > 0) {
+      pollfd stop = {state->stop_fd.get(), POLLIN, 0};
+      if (poll(&stop, 1, static_cast<int>(wait.count())) > 0) return;
+      continue;
+    }
     pollfd fds[2] = {{state->listen_fd.get(), POLLIN, 0}, {state->stop_fd.get(), POLLIN, 0}};
     int ready = poll(fds, 2, -1);
     if (ready < 0 && errno == EINTR) continue;
@@ -696,6 +708,7 @@ void AcceptLoop(std::shared_ptr<ProxyState> state) {
       }
       continue;
     }
+    pace.Take(AcceptPace::Clock::now());
     {
       std::lock_guard lock(state->mutex);
       if (state->active_connections >= state->config.max_connections) {

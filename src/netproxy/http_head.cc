@@ -37,7 +37,7 @@ std::string_view TrimOws(std::string_view text) {
   return text;
 }
 
-HeadError Bad(std::string reason) { return HeadError{400, std::move(reason)}; }
+HeadError Bad(std::string reason) { return HeadError{400, std::move(reason), {}}; }
 
 // Quoted into messages, so a hostile request cannot put control characters or megabytes into them.
 std::string Printable(std::string_view text) {
@@ -121,9 +121,9 @@ HeadError ParseTarget(std::string_view target, ProxyRequest& request) {
   if (scheme_end == std::string_view::npos) return Bad(fmt::format("malformed request target '{}'", Printable(target)));
   std::string scheme = Lower(target.substr(0, scheme_end));
   if (scheme == "https") {
-    return HeadError{501, "https:// URLs go through CONNECT (HTTPS_PROXY), not as plain proxy requests"};
+    return HeadError{501, "https:// URLs go through CONNECT (HTTPS_PROXY), not as plain proxy requests", {}};
   }
-  if (scheme != "http") return HeadError{501, fmt::format("unsupported scheme '{}'", Printable(scheme))};
+  if (scheme != "http") return HeadError{501, fmt::format("unsupported scheme '{}'", Printable(scheme)), {}};
   std::string_view rest = target.substr(scheme_end + 3);
   size_t authority_end = rest.find_first_of("/?#");
   std::string_view authority = rest.substr(0, authority_end);
@@ -154,8 +154,10 @@ HeadError CheckHostHeader(const ProxyRequest& request) {
   HeadError error = ParseAuthority(host_field->value, request.is_connect ? 443 : 80, host, port);
   if (error.status != 0) return Bad(fmt::format("malformed Host header '{}'", Printable(host_field->value)));
   if (HostKey(host) != HostKey(request.host) || port != request.port) {
-    return Bad(fmt::format("the Host header names '{}' but the request is for '{}'", Printable(host_field->value),
-                           Printable(AuthorityFor(request))));
+    HeadError mismatch = Bad(fmt::format("the Host header names '{}' but the request is for '{}'",
+                                         Printable(host_field->value), Printable(AuthorityFor(request))));
+    mismatch.other_host = host;
+    return mismatch;
   }
   return {};
 }
@@ -198,7 +200,7 @@ HeadError ParseRequestHead(std::string_view head, ProxyRequest& request) {
   request.version = std::string(version);
   request.is_connect = method == "CONNECT";
 
-  if (lines.size() - 1 > kMaxHeaderFields) return HeadError{431, "too many header fields"};
+  if (lines.size() - 1 > kMaxHeaderFields) return HeadError{431, "too many header fields", {}};
   for (size_t i = 1; i < lines.size(); ++i) {
     std::string_view line = lines[i];
     if (line.empty()) return Bad("empty line inside the request head");

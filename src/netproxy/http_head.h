@@ -28,6 +28,7 @@ struct ProxyRequest {
 struct HeadError {
   int status = 0;  // 0 = no error
   std::string reason;
+  std::string other_host;  // a Host header that names a host other than the request's: that host, as written
 };
 
 // `head` is everything up to and including the blank line ("\r\n\r\n"). Never throws; anything that is not

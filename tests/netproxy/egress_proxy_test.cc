@@ -20,6 +20,7 @@
 #include <map>
 #include <vector>
 
+#include "src/netproxy/accept_pace.h"
 #include "src/netproxy/local_route.h"
 #include "tests/netproxy/test_servers.h"
 #include "tests/netproxy/tls_hello.h"
@@ -157,10 +158,13 @@ TEST_CASE("a domain outside the allow list is refused fast with a 403 naming it,
   // A subdomain of an exact entry and the parent of a wildcard entry are other hosts.
   Exchange(proxy.port, Get("sub.allowed.test", refused_origin.port()));
   Exchange(proxy.port, Get("wild.test", refused_origin.port()));
+  // An allowed URL with another host in its Host header is a 400, counted under the Host header's host.
+  response = Exchange(proxy.port, "GET http://allowed.test/ HTTP/1.1\r\nHost: Other.Test.\r\n\r\n");
+  CHECK_THAT(StatusLine(response), Catch::StartsWith("HTTP/1.1 400"));
 
   CHECK(refused_origin.connections() == 0);
-  CHECK(proxy->DeniedHosts() ==
-        std::map<std::string, uint64_t>{{"refused.test", 2}, {"sub.allowed.test", 1}, {"wild.test", 1}});
+  CHECK(proxy->DeniedHosts() == std::map<std::string, uint64_t>{
+                                    {"other.test", 1}, {"refused.test", 2}, {"sub.allowed.test", 1}, {"wild.test", 1}});
   CHECK(proxy->BytesIn() == 0);
   CHECK(proxy->BytesOut() == 0);
 }
@@ -409,6 +413,42 @@ TEST_CASE("connections beyond the limit are answered 503 and the slots come back
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the two threads see EOF and leave
   CHECK(Body(Exchange(proxy.port, Get("allowed.test", origin.port()))) == "ok\n");
+}
+
+TEST_CASE("the accept pace lets a second's worth through at once, then one per 1/rate") {
+  AcceptPace::Clock::time_point t0{};
+  AcceptPace pace(4, t0);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(pace.WaitBeforeNext(t0).count() == 0);
+    pace.Take(t0);
+  }
+  auto wait = pace.WaitBeforeNext(t0);
+  CHECK(wait >= std::chrono::milliseconds(250));
+  CHECK(wait <= std::chrono::milliseconds(251));
+  CHECK(pace.WaitBeforeNext(t0 + std::chrono::milliseconds(250)).count() == 0);
+  pace.Take(t0 + std::chrono::milliseconds(250));
+  CHECK(pace.WaitBeforeNext(t0 + std::chrono::milliseconds(250)).count() > 0);
+  // A long quiet spell refills no more than one second's worth.
+  auto later = t0 + std::chrono::hours(1);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(pace.WaitBeforeNext(later).count() == 0);
+    pace.Take(later);
+  }
+  CHECK(pace.WaitBeforeNext(later).count() > 0);
+}
+
+TEST_CASE("connections over the pace wait in the backlog and are all answered") {
+  ProxyConfig config = LocalConfig();
+  config.max_new_connections_per_second = 5;
+  RunningProxy proxy = StartProxy(config);
+  Clock::time_point start = Clock::now();
+  for (int i = 0; i < 15; ++i) {
+    INFO(i);
+    CHECK_THAT(StatusLine(Exchange(proxy.port, Get("refused.test", 80))), Catch::StartsWith("HTTP/1.1 403"));
+  }
+  // Five at once, then ten more at five a second: a sandbox's loop of connections cannot go faster.
+  CHECK(MillisecondsSince(start) >= 1900);
+  CHECK(proxy->DeniedHosts().at("refused.test") == 15);
 }
 
 TEST_CASE("Stop ends open tunnels and closes the port promptly, and the counts stay readable") {
@@ -668,6 +708,22 @@ TEST_CASE("an allowed domain resolving to one of the host's own addresses is ref
   INFO(response);
   CHECK(StatusLine(response).rfind("HTTP/1.1 403", 0) == 0);
   CHECK_THAT(response, Catch::Contains("an address of this host"));
+  CHECK_THAT(response, !Catch::Contains("special-purpose"));
+}
+
+TEST_CASE("the host's own IPv4 address inside an IPv6 one (NAT64, IPv4-translated) is the host's too") {
+  for (const char* wrapped : {"64:ff9b::5db8:d822", "::ffff:0:5db8:d822", "2002:5db8:d822::1"}) {
+    INFO(wrapped);
+    ProxyConfig config = LocalConfig();
+    config.allow_private_addresses = false;
+    config.host_addresses_override = {"93.184.216.34"};
+    config.resolver_override["self.allowed.test"] = wrapped;
+    config.allowed_domains.push_back("self.allowed.test");
+    RunningProxy proxy = StartProxy(config);
+    std::string response = Exchange(proxy.port, Get("self.allowed.test", 8080));
+    CHECK(StatusLine(response).rfind("HTTP/1.1 403", 0) == 0);
+    CHECK_THAT(response, Catch::Contains("an address of this host"));
+  }
 }
 
 TEST_CASE("an allowed domain resolving into a prefix on lo (this host's, on no interface's list) is refused") {
