@@ -309,10 +309,19 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
                          supervisor.MarkEnding();
                          kill_exec();
                        });
+  Clock::time_point seen_ended = Clock::time_point::max();
   supervisor.AddSource([&] { return h.pidfd.get(); }, POLLIN, [&](short revents) {
-    if (revents & POLLIN) Reap(h);
+    if (!(revents & POLLIN)) return;
+    Reap(h);
+    if (h.reaped && seen_ended == Clock::time_point::max()) seen_ended = Clock::now();
   });
   if (Status s = supervisor.Run([&] { return h.reaped; }); !s.ok()) return SetupError(s.message());
+  // An end first seen past the deadline is a time-out, as the deadline would have made it: nsbox was held up (stopped,
+  // or starved of CPU) while the program ran on past its limit. Unlike a run's pid 1, nothing in the sandbox keeps
+  // the exec's time for it.
+  if (!in.timed_out && !in.cancelled && seen_ended != Clock::time_point::max() &&
+      ex.wall_timeout < std::chrono::hours(24 * 365) && seen_ended - started >= ex.wall_timeout)
+    in.timed_out = true;
   // The payload has exited: what it wrote is in the pipes. Descendants that still hold them are not waited for.
   supervisor.DrainOutput();
   h.control.ReadSetupFailure(&h.setup_failure);

@@ -401,3 +401,33 @@ TEST_CASE("SIGTERM or SIGINT to nsbox kills a compiled run's step; --cases runs 
   }
   ::unlink(cases.c_str());
 }
+
+TEST_CASE("--cases: a case that ends past its time limit while nsbox was held up is a time-out, not passed",
+          "[integration][cases]") {
+  // nsbox stopped (Ctrl-Z, a scheduler's suspend) or starved while the program runs on past its limit: the end it sees
+  // late is still past the deadline.
+  std::string cases = WriteTemp("late.jsonl", "{\"expected_stdout\": \"done\"}\n");
+  TempDir ready;
+  REQUIRE(::chmod(ready.path().c_str(), 0777) == 0);
+  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "1s", "--bind", ready.path() + ":/ready",
+                          "--cases", cases, "--", "/bin/sh", "-c", "touch /ready/started; sleep 2; echo done"});
+  bool started = false;
+  for (int i = 0; i < 1500 && !started; ++i) {
+    started = std::filesystem::exists(ready.path() + "/started");
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(started);
+  ::kill(bg.pid, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2600));  // the program ends meanwhile, past its 1 s
+  ::kill(bg.pid, SIGCONT);
+  int status = bg.Wait();
+  ::unlink(cases.c_str());
+  INFO(bg.Out());
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  auto json = nlohmann::json::parse(bg.Out());
+  REQUIRE(json["cases"].size() == 1);
+  CHECK(json["cases"][0]["status"] == "timeout");
+  CHECK(json["cases"][0]["passed"] == false);
+  CHECK(json["cases"][0]["wall_ms"].get<int64_t>() >= 1000);
+}
