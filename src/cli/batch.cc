@@ -38,13 +38,15 @@ namespace batch_internal {
 
 constexpr size_t kMaxJobLineBytes = 40 << 20;  // 16 MiB of code and 16 of stdin, escaped
 
-// Lines of a descriptor, each at most kMaxJobLineBytes; a longer one is reported as too long (and skipped).
+// Lines of a descriptor, each at most max_bytes; a longer one is reported as too long (and skipped, or with
+// keep_head, its first max_bytes given).
 class LineReader {
  public:
-  explicit LineReader(int fd) : fd_(fd) {}
+  explicit LineReader(int fd, size_t max_bytes = kMaxJobLineBytes, bool keep_head = false)
+      : fd_(fd), max_bytes_(max_bytes), keep_head_(keep_head) {}
   enum Got { kLine, kEnd, kMore };
   // The next line, without its newline; kEnd at the end of input. `too_long` when the line was longer than
-  // kMaxJobLineBytes (its text is dropped). Without `read_more`, kMore when no whole line is buffered: Fill() once the
+  // max_bytes (its text is dropped, or all but its head). Without `read_more`, kMore when no whole line is buffered: Fill() once the
   // descriptor is readable (batch's loop polls it with its signals). An error is a failed read.
   StatusOr<Got> Next(std::string& line, bool& too_long, bool read_more = true) {
     for (;;) {
@@ -54,7 +56,9 @@ class LineReader {
         return kLine;
       }
       scanned_ = buffer_.size();
-      if (buffer_.size() - start_ > kMaxJobLineBytes) {  // drop the text, keep looking for the line's end
+      if (buffer_.size() - start_ > max_bytes_) {  // drop the text, keep looking for the line's end
+        if (keep_head_ && !too_long_) head_ = buffer_.substr(start_, max_bytes_);
+        dropped_ += buffer_.size() - start_;
         too_long_ = true;
         buffer_.clear();
         start_ = scanned_ = 0;
@@ -82,16 +86,28 @@ class LineReader {
     buffer_.append(chunk, static_cast<size_t>(n));
     return OkStatus();
   }
+  // The last line's length, without its newline, dropped text included.
+  uint64_t last_line_bytes() const { return last_line_bytes_; }
 
  private:
   void Take(size_t end, std::string& line, bool& too_long) {
     too_long = too_long_;
-    line.assign(too_long_ ? std::string() : buffer_.substr(start_, end - start_));
+    last_line_bytes_ = dropped_ + (end - start_);
+    dropped_ = 0;
+    if (too_long_)
+      line = keep_head_ ? std::move(head_) : std::string();
+    else
+      line.assign(buffer_.substr(start_, end - start_));
+    head_.clear();
     start_ = scanned_ = std::min(end + 1, buffer_.size());
     too_long_ = false;
   }
 
   int fd_;
+  size_t max_bytes_;
+  bool keep_head_;
+  std::string head_;  // with keep_head_: the first max_bytes_ of a line too long
+  uint64_t dropped_ = 0, last_line_bytes_ = 0;
   std::string buffer_;  // buffer_[start_, size) is not taken yet; no newline in [start_, scanned_)
   size_t start_ = 0, scanned_ = 0;
   bool too_long_ = false;
@@ -160,7 +176,8 @@ StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
   if (::fstat(fd.get(), &before) != 0) return Status::Errno(fmt::format("--output: fstat({})", path));
   if (!S_ISREG(before.st_mode))  // a device or FIFO can be neither resumed from nor appended to safely
     return Status::Error(fmt::format("--output {}: not a regular file", path));
-  LineReader reader(fd.get());
+  // A result line may be hundreds of megabytes (output kept, escaped); its key comes first, within a job line's size.
+  LineReader reader(fd.get(), kMaxJobLineBytes, true);
   std::string line;
   bool too_long = false;
   uint64_t number = 0, complete_bytes = 0, total_bytes = 0;
@@ -169,10 +186,9 @@ StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
     if (!more.ok()) return more.status().Wrap("--output");
     if (*more == LineReader::kEnd) break;
     ++number;
-    total_bytes += line.size() + 1;
+    total_bytes += reader.last_line_bytes() + 1;
     // The last line without its newline was cut short, even when what was written parses: its job runs again.
     if (total_bytes > static_cast<uint64_t>(before.st_size)) break;
-    if (too_long) return Status::Error(fmt::format("--output {}: line {} is not a batch result", path, number));
     auto key = ResultLineKey(line);
     if (!key.ok()) return key.status().Wrap(fmt::format("--output {}: line {}", path, number));
     done.insert(*key);
@@ -256,6 +272,7 @@ class Batch {
   bool stopping_ = false;
   Status write_error_;
   uint64_t total_ = 0, written_ = 0, skipped_ = 0, not_run_ = 0;
+  uint64_t cases_passed_ = 0, cases_failed_ = 0;  // over the jobs with cases (each counts as one "ok" result)
   std::map<std::string, uint64_t> by_status_;
   bool tty_ = false;
   std::chrono::steady_clock::time_point started_, last_progress_;
@@ -276,6 +293,10 @@ Status Batch::Emit(const BatchJob& job, const nlohmann::json& shown) {
                          err);
   ++written_;
   ++by_status_[shown.value("status", "")];
+  if (auto summary = shown.find("summary"); summary != shown.end() && summary->is_object()) {  // a job with cases
+    cases_passed_ += summary->value("passed", uint64_t{0});
+    cases_failed_ += summary->value("failed", uint64_t{0});
+  }
   return OkStatus();
 }
 
@@ -561,8 +582,11 @@ int Batch::Run() {
   for (const auto& [status, count] : by_status_)
     counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", count, status);
   std::string summary =
-      fmt::format("nsbox batch: {} results written{}{}", written_, counts.empty() ? "" : " (" + counts + ")",
-                  skipped_ ? fmt::format(", {} skipped (in {} already)", skipped_, o_.output_file) : "");
+      fmt::format("nsbox batch: {} results written{}{}{}", written_, counts.empty() ? "" : " (" + counts + ")",
+                  skipped_ ? fmt::format(", {} skipped (in {} already)", skipped_, o_.output_file) : "",
+                  cases_passed_ + cases_failed_ > 0
+                      ? fmt::format("; their cases: {} passed, {} failed", cases_passed_, cases_failed_)
+                      : "");
   if (!write_error_.ok()) return fail(write_error_);
   if (!read_error.ok()) return fail(read_error);
   if (stop_signal != 0) {

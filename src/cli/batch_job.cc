@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -216,22 +218,80 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
   return job;
 }
 
-StatusOr<std::string> ResultLineKey(std::string_view text) {
-  nlohmann::json object;
-  try {
-    object = ParseBoundedJson(text);
-  } catch (const std::exception&) {
-    return Status::Error("not JSON");
+namespace {
+
+// The top level of a result line, read as it streams by, up to its "result" (written after "id", "line" and
+// "duplicate_of": the keys are sorted), so that a line of hundreds of megabytes of output is never built as a tree.
+class ResultKeyReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  nlohmann::json id;        // a scalar; an object or array is kept as `true` (neither a string nor an integer)
+  std::optional<uint64_t> line;
+  bool has_id = false, has_duplicate_of = false, reached_result = false, top_is_object = false;
+
+  bool null() override { return Scalar(nullptr); }
+  bool boolean(bool value) override { return Scalar(value); }
+  bool number_integer(number_integer_t value) override { return Scalar(value); }
+  bool number_unsigned(number_unsigned_t value) override { return Scalar(value); }
+  bool number_float(number_float_t value, const string_t&) override { return Scalar(value); }
+  bool string(string_t& value) override { return Scalar(value); }
+  bool binary(binary_t&) override { return Scalar(true); }
+  bool start_object(std::size_t) override {
+    if (depth_ == 0) top_is_object = true;
+    return Open();
   }
-  if (!object.is_object() || !object.contains("id") || !object.contains("result"))
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(); }
+  bool end_array() override { return Close(); }
+  bool key(string_t& name) override {
+    if (depth_ != 1) return true;
+    key_ = name;
+    if (key_ == "result") {
+      reached_result = true;
+      return false;  // what follows is the run's result: not needed
+    }
+    if (key_ == "id") has_id = true;
+    if (key_ == "duplicate_of") has_duplicate_of = true;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool Open() {
+    if (depth_ == 1) Scalar(true);  // a top-level value that is an object or array
+    ++depth_;
+    return depth_ > 1 || top_is_object;
+  }
+  bool Close() {
+    --depth_;
+    return true;
+  }
+  template <typename T>
+  bool Scalar(T&& value) {
+    if (depth_ == 0) return false;  // the line is not an object
+    if (depth_ != 1) return true;
+    if (key_ == "id") id = std::forward<T>(value);
+    if (key_ == "line") {
+      line.reset();
+      if constexpr (std::is_same_v<std::decay_t<T>, number_unsigned_t>) line = value;
+    }
+    return true;
+  }
+  int depth_ = 0;
+  std::string key_;
+};
+
+}  // namespace
+
+StatusOr<std::string> ResultLineKey(std::string_view text) {
+  ResultKeyReader reader;
+  (void)nlohmann::json::sax_parse(text.begin(), text.end(), &reader);
+  if (!reader.reached_result || !reader.has_id)
     return Status::Error("not a batch result ({\"id\", \"line\", \"result\"})");
-  const auto& id = object["id"];
+  const nlohmann::json& id = reader.id;
   // A duplicate id's refusal is the result of its line, not of the id (which the first line's job holds).
-  if (object.contains("duplicate_of") && object.contains("line") && object["line"].is_number_unsigned())
-    return fmt::format("line:{}", object["line"].get<uint64_t>());
+  if (reader.has_duplicate_of && reader.line) return fmt::format("line:{}", *reader.line);
   if (id.is_string() || id.is_number_integer()) return id.dump();
-  if (id.is_null() && object.contains("line") && object["line"].is_number_unsigned())
-    return fmt::format("line:{}", object["line"].get<uint64_t>());
+  if (id.is_null() && reader.line) return fmt::format("line:{}", *reader.line);
   return Status::Error("its \"id\" is neither a string, an integer, nor null with a \"line\"");
 }
 

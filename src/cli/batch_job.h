@@ -49,7 +49,7 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
                       const ProgramOptions& program_defaults);
 
 // The resume key of a result line written by an earlier batch ({"id", "line", "result"}); an error when the line is
-// not one.
+// not one. Only what comes before "result" is read: `text` may be just the line's head.
 StatusOr<std::string> ResultLineKey(std::string_view text);
 
 // What the node can give to jobs at once, and how many may run regardless of it.
