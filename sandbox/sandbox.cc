@@ -49,7 +49,8 @@ StatusOr<std::vector<ChildMount>> PlanChildRoot(const Policy& policy) {
   } else {
     // Its network namespace has only loopback: no name server to name. A proxy the front end starts there (HTTP_PROXY)
     // resolves names itself.
-    inputs.resolv_conf = "# nsbox: no name server: this sandbox's network has only loopback (and $HTTP_PROXY, if set)\n";
+    inputs.resolv_conf =
+        "# nsbox: no name server: this sandbox's network has only loopback (and $HTTP_PROXY, if set)\n";
   }
   auto mount_plan = BuildMountPlan(inputs);
   if (!mount_plan.ok()) return mount_plan.status().Wrap("planning the root filesystem");

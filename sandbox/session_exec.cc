@@ -310,11 +310,12 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
                          kill_exec();
                        });
   Clock::time_point seen_ended = Clock::time_point::max();
-  supervisor.AddSource([&] { return h.pidfd.get(); }, POLLIN, [&](short revents) {
-    if (!(revents & POLLIN)) return;
-    Reap(h);
-    if (h.reaped && seen_ended == Clock::time_point::max()) seen_ended = Clock::now();
-  });
+  supervisor.AddSource([&] { return h.pidfd.get(); }, POLLIN,
+                       [&](short revents) {
+                         if (!(revents & POLLIN)) return;
+                         Reap(h);
+                         if (h.reaped && seen_ended == Clock::time_point::max()) seen_ended = Clock::now();
+                       });
   if (Status s = supervisor.Run([&] { return h.reaped; }); !s.ok()) return SetupError(s.message());
   // An end first seen past the deadline is a time-out, as the deadline would have made it: nsbox was held up (stopped,
   // or starved of CPU) while the program ran on past its limit. Unlike a run's pid 1, nothing in the sandbox keeps

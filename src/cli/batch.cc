@@ -46,8 +46,8 @@ class LineReader {
       : fd_(fd), max_bytes_(max_bytes), keep_head_(keep_head) {}
   enum Got { kLine, kEnd, kMore };
   // The next line, without its newline; kEnd at the end of input. `too_long` when the line was longer than
-  // max_bytes (its text is dropped, or all but its head). Without `read_more`, kMore when no whole line is buffered: Fill() once the
-  // descriptor is readable (batch's loop polls it with its signals). An error is a failed read.
+  // max_bytes (its text is dropped, or all but its head). Without `read_more`, kMore when no whole line is buffered:
+  // Fill() once the descriptor is readable (batch's loop polls it with its signals). An error is a failed read.
   StatusOr<Got> Next(std::string& line, bool& too_long, bool read_more = true) {
     for (;;) {
       const size_t newline = buffer_.find('\n', scanned_);

@@ -224,7 +224,7 @@ namespace {
 // "duplicate_of": the keys are sorted), so that a line of hundreds of megabytes of output is never built as a tree.
 class ResultKeyReader : public nlohmann::json_sax<nlohmann::json> {
  public:
-  nlohmann::json id;        // a scalar; an object or array is kept as `true` (neither a string nor an integer)
+  nlohmann::json id;  // a scalar; an object or array is kept as `true` (neither a string nor an integer)
   std::optional<uint64_t> line;
   bool has_id = false, has_duplicate_of = false, reached_result = false, top_is_object = false;
 

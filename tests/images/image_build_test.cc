@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -228,6 +229,20 @@ TEST_CASE("minimal builds with per-stage progress, passes its smoke test inside 
   REQUIRE(::stat(Store().c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0711);
   CHECK(st.st_uid == 0);
+
+  // Every host user can read the image: it holds no device node (mmdebstrap's /dev/console is 0666), FIFO or
+  // socket, no setuid or setgid program (su), nothing a host uid of 1000 owns.
+  std::vector<std::string> privileged;
+  const std::string root = Store() + "/minimal/rootfs";
+  for (auto it = std::filesystem::recursive_directory_iterator(root); it != std::filesystem::end(it); ++it) {
+    struct stat entry;
+    if (::lstat(it->path().c_str(), &entry) != 0 || S_ISCHR(entry.st_mode) || S_ISBLK(entry.st_mode) ||
+        S_ISFIFO(entry.st_mode) || S_ISSOCK(entry.st_mode) ||
+        (S_ISREG(entry.st_mode) && (entry.st_mode & (S_ISUID | S_ISGID)) != 0) || entry.st_uid == 1000)
+      privileged.push_back(it->path().string());
+  }
+  CHECK(privileged.empty());
+  CHECK_THAT(build.err, Catch::Contains("removed") && Catch::Contains("setuid"));
 }
 
 TEST_CASE("a script runs in the minimal image by name, as the sandbox user, with the image read-only", "[build]") {

@@ -115,7 +115,7 @@ TEST_CASE("special-purpose addresses are refused in IPv4, IPv6 and v4-mapped for
   CHECK(RangeOf("::ffff:0:a00:1") == "private");  // SIIT's IPv4-translated 10.0.0.1
   CHECK(RangeOf("64:ff9b:1::a00:1") != "");       // local-use NAT64, refused whole
   CHECK(RangeOf("64:ff9b:1:ffff::1") != "");
-  CHECK(RangeOf("64:ff9b::9765:df") == "");       // well-known NAT64 of a public address
+  CHECK(RangeOf("64:ff9b::9765:df") == "");  // well-known NAT64 of a public address
   CHECK(RangeOf("151.101.0.223") == "");  // a public address (pypi.org's CDN)
   CHECK(RangeOf("172.32.0.1") == "");
   CHECK(RangeOf("2a04:4e42::223") == "");
