@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -98,12 +99,16 @@ StatusOr<ImageInfo> ReadImageInfo(const std::string& store, const std::string& n
   if (!text.ok()) return text.status();
   json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Status::Error(fmt::format("{}/{}/image.json: not a JSON object", store, name));
-  info.template_name = j.value("template", "");
-  info.template_digest = j.value("template_digest", "");
-  info.description = j.value("description", "");
-  info.created = j.value("created", "");
-  info.size_bytes = j.value("size_bytes", uint64_t{0});
-  info.build_seconds = j.value("build_seconds", 0.0);
+  try {
+    info.template_name = j.value("template", "");
+    info.template_digest = j.value("template_digest", "");
+    info.description = j.value("description", "");
+    info.created = j.value("created", "");
+    info.size_bytes = j.value("size_bytes", uint64_t{0});
+    info.build_seconds = j.value("build_seconds", 0.0);
+  } catch (const json::exception&) {  // a field of another type: the image is still usable by name
+    return Status::Error(fmt::format("{}/{}/image.json: a field has the wrong type", store, name));
+  }
   return info;
 }
 
@@ -210,13 +215,14 @@ std::string MountInfoEscaped(const std::string& path) {
 // Whether any mount namespace of the host holds a mount of something under `dir`: a sandbox's root binds an image's
 // entries one by one. One process of each namespace is looked at; a mount matches on its device and its root within
 // the file system, which is `dir`'s path relative to where this namespace mounts that device.
-bool MountedAnywhere(const std::string& given) {
+// The answer is a process of that namespace, to name in messages.
+std::optional<std::string> MountedAnywhere(const std::string& given) {
   // mountinfo names resolved paths: a store reached through a symlink, or named with a trailing '/', must be too.
   char resolved[PATH_MAX];
-  if (!::realpath(given.c_str(), resolved)) return false;
+  if (!::realpath(given.c_str(), resolved)) return std::nullopt;
   const std::string dir = resolved;
   struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) return false;
+  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
   const std::string device = fmt::format("{}:{}", major(st.st_dev), minor(st.st_dev));
   const std::string escaped = MountInfoEscaped(dir);
   std::string within;  // dir inside its file system
@@ -228,19 +234,26 @@ bool MountedAnywhere(const std::string& given) {
     std::string rest = m.mount_point == "/" ? escaped : escaped.substr(m.mount_point.size());
     within = m.root == "/" ? rest : m.root + rest;
   }
-  if (within.empty()) return false;
+  if (within.empty()) return std::nullopt;
   std::set<std::string> namespaces;
   auto pids = ListDirectory("/proc");
-  if (!pids.ok()) return false;
+  if (!pids.ok()) return std::nullopt;
   for (const auto& pid : *pids) {
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
     char ns[64] = {};
     if (::readlink(("/proc/" + pid + "/ns/mnt").c_str(), ns, sizeof ns - 1) <= 0 || !namespaces.insert(ns).second)
       continue;
-    for (const auto& m : ReadMountInfo("/proc/" + pid + "/mountinfo"))
-      if (m.device == device && (m.root == within || m.root.starts_with(within + "/"))) return true;
+    for (const auto& m : ReadMountInfo("/proc/" + pid + "/mountinfo")) {
+      if (m.device != device || (m.root != within && !m.root.starts_with(within + "/"))) continue;
+      auto comm = ReadFile("/proc/" + pid + "/comm", 64);
+      struct stat owner {};
+      (void)::stat(("/proc/" + pid).c_str(), &owner);
+      std::string name = comm.ok() ? *comm : "?";
+      if (!name.empty() && name.back() == '\n') name.pop_back();
+      return fmt::format("pid {} ({}, uid {})", pid, name, owner.st_uid);
+    }
   }
-  return false;
+  return std::nullopt;
 }
 
 // Whether `fd` is the file `path` names now (not one renamed away or removed since it was opened).
@@ -289,10 +302,11 @@ Status RemoveImage(const std::string& store, const std::string& name) {
   if (!SameFile(lock.get(), path)) return no_image();  // removed between the open and the lock
   // A running sandbox or session has the image's entries bound into its root: removing them would empty its /usr
   // under the running program.
-  if (MountedAnywhere(path + "/rootfs"))
-    return Status::Error(fmt::format("image '{}' is in use by a running sandbox or session; end it first (nsbox "
-                                     "session ls lists sessions)",
-                                     name));
+  if (auto holder = MountedAnywhere(path + "/rootfs"))
+    return Status::Error(
+        fmt::format("image '{}' is in use by a running sandbox or session (mounted in the mount "
+                    "namespace of {}); end it first (nsbox session ls lists sessions)",
+                    name, *holder));
   // Rename first: the image disappears in one step, and a crash mid-delete leaves a .rm-* entry the next sweep removes.
   std::string doomed = fmt::format("{}/.rm-{}-{}", store, name, ::getpid());
   if (::rename(path.c_str(), doomed.c_str()) != 0) return Status::Errno(fmt::format("rename({}, {})", path, doomed));
@@ -378,6 +392,7 @@ StatusOr<int> SweepStaleEntries(const std::string& store) {
   auto names = ListDirectory(store);
   if (!names.ok()) return names.status().Wrap("sweeping the image store");
   int removed = 0;
+  Status first_failure;
   for (const auto& name : *names) {
     if (name.rfind(".build-", 0) != 0 && name.rfind(".rm-", 0) != 0) continue;
     std::string path = store + "/" + name;
@@ -386,9 +401,13 @@ StatusOr<int> SweepStaleEntries(const std::string& store) {
     // A live build holds this lock until it publishes or cleans up; the kernel drops it when the builder dies.
     if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
     Status status = RemoveTree(path);
-    if (!status.ok()) return status.Wrap(fmt::format("removing the leftover {}", path));
+    if (!status.ok()) {  // the others are still swept
+      if (first_failure.ok()) first_failure = status.Wrap(fmt::format("removing the leftover {}", path));
+      continue;
+    }
     ++removed;
   }
+  if (!first_failure.ok()) return first_failure;
   return removed;
 }
 

@@ -158,17 +158,20 @@ TEST_CASE("ls shows published images with their metadata and hides builds in pro
   TempStore store;
   store.AddImage("py", R"({"template": "python", "size_bytes": 1048576, "created": "2026-01-01T00:00:00Z"})");
   store.AddImage("broken-meta", "not json");
+  store.AddImage("wrong-types", R"({"template": 5, "size_bytes": "x"})");
   REQUIRE(::mkdir((store.path() + "/.build-x-abc").c_str(), 0755) == 0);
   REQUIRE(::mkdir((store.path() + "/not-an-image").c_str(), 0755) == 0);
   auto images = nsbox::cli::ListImages(store.path());
   REQUIRE(images.ok());
-  REQUIRE(images->size() == 2);
+  REQUIRE(images->size() == 3);
   CHECK((*images)[0].name == "broken-meta");
   CHECK((*images)[0].template_name == "?");
   CHECK((*images)[1].name == "py");
   CHECK((*images)[1].template_name == "python");
   CHECK((*images)[1].size_bytes == 1048576);
   CHECK((*images)[1].created == "2026-01-01T00:00:00Z");
+  CHECK((*images)[2].name == "wrong-types");  // listed, and usable by name, as one without image.json
+  CHECK((*images)[2].template_name == "?");
   CHECK(nsbox::cli::HumanSize(1048576) == "1.0M");
 }
 
@@ -313,6 +316,29 @@ TEST_CASE("the sweep removes leftovers of dead builds but not a build whose lock
   CHECK_FALSE(nsbox::PathExists(dead));
   CHECK_FALSE(nsbox::PathExists(removing));
   CHECK(nsbox::PathExists(store.path() + "/kept/rootfs"));
+}
+
+TEST_CASE("a leftover the sweep cannot remove is reported, and the others are still swept") {
+  if (::geteuid() != 0) {
+    nsbox::testing::RecordSkip("image_tests", "immutable leftover", "chattr +i needs root");
+    return;
+  }
+  TempStore store;
+  const std::string stuck = store.path() + "/.rm-stuck-1";
+  const std::string dead = store.path() + "/.build-dead-cccccc";
+  for (const auto& dir : {stuck, dead}) {
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    REQUIRE(nsbox::WriteFile(dir + "/keep", "x").ok());
+  }
+  if (std::system(("chattr +i " + stuck + "/keep 2>/dev/null").c_str()) != 0) {
+    nsbox::testing::RecordSkip("image_tests", "immutable leftover", "the file system has no immutable flag");
+    return;
+  }
+  auto removed = nsbox::cli::SweepStaleEntries(store.path());
+  (void)std::system(("chattr -i " + stuck + "/keep").c_str());
+  REQUIRE_FALSE(removed.ok());
+  CHECK_THAT(removed.status().message(), Catch::Contains("removing the leftover " + stuck));
+  CHECK_FALSE(nsbox::PathExists(dead));
 }
 
 TEST_CASE("a directory that is not nsbox's is neither swept nor given the store's mode") {
