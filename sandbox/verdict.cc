@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -70,6 +72,13 @@ void Decide(const VerdictInputs& in, Result* result) {
     result->status = RunStatus::kSetupError;
     result->reason = fmt::format("sandbox setup failed at {}: {} ({})", in.setup_failure->step,
                                  strerror(in.setup_failure->err), ErrnoName(in.setup_failure->err));
+    // A mount call's ENOSPC is no disk's: the mount namespace is at the kernel's limit of mounts.
+    const std::string_view step = in.setup_failure->step;
+    if (in.setup_failure->err == ENOSPC && (step.starts_with("move_mount") || step.starts_with("open_tree") ||
+                                            step.starts_with("mount") || step.starts_with("fsmount")))
+      result->reason +=
+          "; that is the kernel's limit of mounts in one namespace (fs.mount-max), not disk space: the "
+          "root has too many entries for nsbox to bind one by one";
     // The program's own execve (the last step): a program not found or not executable, which the exit code tells
     // apart from nsbox's own failures (127, 126).
     if (in.setup_failure->at_execve) result->exec_errno = in.setup_failure->err;

@@ -218,6 +218,14 @@ TEST_CASE("a setup error only when nothing ran: a failed step, or pid 1 gone bef
   CHECK(result.status == RunStatus::kSetupError);
   CHECK(result.reason == "sandbox setup failed at mount(proc): Operation not permitted (EPERM)");
   CHECK(result.ShellExitCode() == 125);
+  // ENOSPC from a mount call is the namespace's limit of mounts, which the reason says; from another step it is not.
+  failed_step.setup_failure = nsbox::SetupFailure{"move_mount(/etc/f99072)", ENOSPC};
+  CHECK_THAT(MakeVerdict(failed_step).reason,
+             Catch::StartsWith("sandbox setup failed at move_mount(/etc/f99072): No space left on device (ENOSPC); "
+                               "that is the kernel's limit of mounts in one namespace (fs.mount-max)"));
+  failed_step.setup_failure = nsbox::SetupFailure{"write(code file)", ENOSPC};
+  CHECK(MakeVerdict(failed_step).reason ==
+        "sandbox setup failed at write(code file): No space left on device (ENOSPC)");
 
   // The program's own execve is flagged by pid 1, not recognised by its text: 127 when not found, 126 otherwise.
   VerdictInputs not_found;
