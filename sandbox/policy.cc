@@ -246,6 +246,9 @@ PolicyBuilder& PolicyBuilder::DangerAllowHostNetwork() {
 }
 
 PolicyBuilder& PolicyBuilder::SetHostIds(uint32_t uid, uint32_t gid) {
+  if (uid == 0 || gid == 0)
+    return Fail(Status::Error(fmt::format("host ids {}:{}: the sandbox user must not be host root (uid or gid 0)",
+                                          uid, gid)));
   policy_.host_uid_ = uid;
   policy_.host_gid_ = gid;
   return *this;
@@ -263,6 +266,9 @@ PolicyBuilder& PolicyBuilder::SetCgroupLimits(const CgroupLimits& limits) {
   // The kernel's own ceiling (PID_MAX_LIMIT on 64-bit): a pids.max above it is refused with EINVAL.
   if (limits.pids_max > kMaxPidsLimit)
     return Fail(Status::Error(fmt::format("pids limit must be at most {} (the kernel's limit)", kMaxPidsLimit)));
+  if (limits.memory_swap_max_bytes && *limits.memory_swap_max_bytes > UINT64_MAX - limits.memory_max_bytes)
+    return Fail(Status::Error(fmt::format("a swap limit of {} bytes: memory plus swap overflows",
+                                          *limits.memory_swap_max_bytes)));
   if (!(limits.cpus > 0)) return Fail(Status::Error("cpus must be a number above 0"));
   if (limits.cpus > 4096) return Fail(Status::Error("cpus must be at most 4096"));
   policy_.cgroup_limits_ = limits;

@@ -127,6 +127,12 @@ Result Sandbox::Run() {
     return result;
   };
   if (kill_requested_) return killed_before_start();  // Kill() came first: nothing is started
+  // With SIGCHLD ignored the kernel reaps pid 1 itself, and how it ended is lost: a run would look unfinished until
+  // its time limit, then time out. Refused rather than misjudged.
+  if (struct sigaction child_action {}; ::sigaction(SIGCHLD, nullptr, &child_action) == 0 &&
+      (child_action.sa_handler == SIG_IGN || (child_action.sa_flags & SA_NOCLDWAIT) != 0))
+    return SetupError("SIGCHLD is ignored in this process (SIG_IGN or SA_NOCLDWAIT): the kernel would reap the "
+                      "sandbox's pid 1 and lose how it ended; restore SIGCHLD's default action before running");
   // Last thing on every way out (declared first): the group's reaper, dismissed when the group was removed, is reaped
   // rather than left to outlive nsbox.
   Defer reap_reapers([] { WaitForDismissedReapers(); });

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <system_error>
+
+#include <fmt/format.h>
 
 #include "sandbox/launch.h"
 #include "sandbox/verdict.h"
@@ -29,7 +32,12 @@ Sandbox::~Sandbox() {
 
 void Sandbox::RunAsync() {
   if (async_run_.joinable()) return;
-  async_run_ = std::thread([this] { async_result_ = Run(); });
+  try {
+    async_run_ = std::thread([this] { async_result_ = Run(); });
+  } catch (const std::system_error& e) {  // no thread (EAGAIN: RLIMIT_NPROC, threads-max): the run's setup error
+    ran_ = true;
+    async_result_ = SetupError(fmt::format("RunAsync: starting the run's thread: {}", e.what()));
+  }
 }
 
 Result Sandbox::AwaitResult() {

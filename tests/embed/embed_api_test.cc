@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -332,4 +335,69 @@ TEST_CASE("a hostname is a host name: other characters are refused when the poli
     REQUIRE_FALSE(refused.ok());
     CHECK_THAT(refused.status().message(), Catch::StartsWith("hostname"));
   }
+}
+
+TEST_CASE("a process that ignores SIGCHLD is refused a run: the kernel would take pid 1's end before the engine") {
+  struct sigaction previous {};
+  for (bool no_wait_flag : {false, true}) {
+    INFO(no_wait_flag);
+    struct sigaction ignoring {};
+    if (no_wait_flag) {
+      ignoring.sa_handler = SIG_DFL;
+      ignoring.sa_flags = SA_NOCLDWAIT;
+    } else {
+      ignoring.sa_handler = SIG_IGN;
+    }
+    REQUIRE(::sigaction(SIGCHLD, &ignoring, &previous) == 0);
+    nsbox::Sandbox sandbox(Command({"/bin/sh", "-c", "exit 7"}), TestPolicy());
+    nsbox::Result result = sandbox.Run();
+    REQUIRE(::sigaction(SIGCHLD, &previous, nullptr) == 0);
+    CHECK(result.status == nsbox::RunStatus::kSetupError);
+    CHECK_THAT(result.reason, Catch::Contains("SIGCHLD is ignored in this process"));
+  }
+  // With the default action back, the same run ends as it does.
+  nsbox::Sandbox sandbox(Command({"/bin/sh", "-c", "exit 7"}), TestPolicy());
+  nsbox::Result result = sandbox.Run();
+  CHECK(result.status == nsbox::RunStatus::kExit);
+  CHECK(result.exit_code == 7);
+}
+
+TEST_CASE("RunAsync that cannot start its thread gives a setup error from AwaitResult, not an exception") {
+  if (::geteuid() != 0) return;  // needs to become another user, whose process limit root is not held to
+  nsbox::Policy policy = TestPolicy();
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // As nobody, with no process (or thread) to spare: the thread cannot be made.
+    struct rlimit none = {0, 0};
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0 ||
+        ::setrlimit(RLIMIT_NPROC, &none) != 0)
+      ::_exit(2);
+    nsbox::Sandbox sandbox(Command({"/bin/true"}), policy);
+    sandbox.RunAsync();
+    nsbox::Result result = sandbox.AwaitResult();
+    const bool refused = result.status == nsbox::RunStatus::kSetupError &&
+                         result.reason.find("RunAsync: starting the run's thread") != std::string::npos;
+    ::_exit(refused ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("the builder refuses host ids of root and a swap limit that overflows, before any run") {
+  nsbox::PolicyBuilder root_ids;
+  root_ids.SetHostViewFile(NSBOX_TEST_DATADIR "/rootfs/host.json").SetHostIds(0, 1000);
+  auto refused = root_ids.TryBuild();
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().message(), Catch::Contains("must not be host root"));
+
+  nsbox::CgroupLimits limits;
+  limits.memory_swap_max_bytes = ~uint64_t{0};
+  nsbox::PolicyBuilder swap;
+  swap.SetHostViewFile(NSBOX_TEST_DATADIR "/rootfs/host.json").SetCgroupLimits(limits);
+  auto overflow = swap.TryBuild();
+  REQUIRE_FALSE(overflow.ok());
+  CHECK_THAT(overflow.status().message(), Catch::Contains("memory plus swap overflows"));
 }
