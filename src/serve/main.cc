@@ -131,11 +131,36 @@ StatusOr<gid_t> GroupId(const std::string& group) {
 
 // `group` (may be empty): the group the socket is given, by name or number, so that its members' uids (each one also
 // given --allow-uid) can connect; the mode stays 0660.
-StatusOr<UniqueFd> ListenUnix(const std::string& path, const std::string& group) {
+// The socket file this server bound: it removes the file at its end only while the name is still that socket (another
+// server may have taken the name over since, and must keep it).
+struct SocketFile {
+  std::string path;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  void Remove() const {
+    struct stat st;
+    if (!path.empty() && ::lstat(path.c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino)
+      ::unlink(path.c_str());
+  }
+};
+
+StatusOr<UniqueFd> ListenUnix(const std::string& path, const std::string& group, SocketFile* bound_file) {
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path) return Status::Error(fmt::format("--socket {}: path too long", path));
   memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  // Two servers starting at once on one socket path would both find a stale file, both remove it and both bind,
+  // one of them then unreachable: the check, the removal and the bind are done under a lock on the directory.
+  const std::string parent = path.substr(0, std::max<size_t>(path.rfind('/'), 1));
+  UniqueFd parent_dir(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!parent_dir) return Status::Errno(fmt::format("--socket {}: open({})", path, parent));
+  for (int waited_ms = 0; ::flock(parent_dir.get(), LOCK_EX | LOCK_NB) != 0; waited_ms += 10) {
+    if (errno != EWOULDBLOCK) return Status::Errno(fmt::format("--socket {}: flock({})", path, parent));
+    if (waited_ms >= 5000)
+      return Status::Error(
+          fmt::format("--socket {}: {} stayed locked for 5 s (another server starting?)", path, parent));
+    ::usleep(10'000);
+  }
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) return Status::Error(fmt::format("--socket {}: exists and is not a socket", path));
@@ -165,6 +190,8 @@ StatusOr<UniqueFd> ListenUnix(const std::string& path, const std::string& group)
     }
   }
   if (::listen(sock.get(), 256) != 0) return Status::Errno(fmt::format("listen({})", path));
+  if (::lstat(path.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", path));
+  *bound_file = SocketFile{path, st.st_dev, st.st_ino};
   return sock;
 }
 
@@ -240,10 +267,16 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "also serve TCP on HOST:PORT (numeric); needs --token-file");
   app.add_option("--token-file", token_file, "bearer tokens for TCP: NAME:TOKEN or TOKEN per line");
   app.add_option("--pool", pools, "keep N ready sandboxes of TEMPLATE (TEMPLATE=N, repeatable)");
-  app.add_option("--max-sandboxes", config.max_sandboxes, "sandboxes at most, all clients")->capture_default_str();
-  app.add_option("--max-per-client", config.max_per_client, "sandboxes at most per client")->capture_default_str();
+  // Counts are whole numbers: "-1" would otherwise wrap around to no cap at all.
+  app.add_option("--max-sandboxes", config.max_sandboxes, "sandboxes at most, all clients")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--max-per-client", config.max_per_client, "sandboxes at most per client")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--max-execs-per-sandbox", config.max_execs_per_sandbox,
                  "execs in flight at once in one sandbox (beyond, 429)")
+      ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   app.add_option("--max-body", max_body, "largest request body")->capture_default_str();
   app.add_option("--max-held-answers", max_answers,
@@ -252,16 +285,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-file-size", max_file, "largest file written or read through the files API")
       ->capture_default_str();
-  app.add_option("--max-timeout", max_timeout, "seconds: the cap of every exec's timeout")->capture_default_str();
-  app.add_option("--default-timeout", default_timeout, "seconds: an exec's timeout when it gives none")
+  app.add_option("--max-timeout", max_timeout, "seconds: the cap of every exec's timeout")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--allow-uid", allow_uids, "a uid besides the server's own that may use the socket (repeatable)");
+  app.add_option("--default-timeout", default_timeout, "seconds: an exec's timeout when it gives none")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--allow-uid", allow_uids, "a uid besides the server's own that may use the socket (repeatable)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--allow-network-host", config.allow_network_host,
                "let clients ask for network host (the host's network, the API's TCP port included)");
   app.add_option("--memory-budget", memory_budget, "memory the sandboxes' limits may add up to (default: the host's)");
   app.add_option("--pids-budget", config.pids_budget,
                  "processes the sandboxes' limits may add up to (default: half the host's kernel.pid_max and "
-                 "kernel.threads-max, at most 32768)");
+                 "kernel.threads-max, at most 32768)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--restricted-hosts", restricted, "the hosts of network restricted (default pypi.org "
                                                    "files.pythonhosted.org)");
   app.add_option("--nsbox-binary", nsbox_bin, "the nsbox program (set by nsbox serve)")->group("");
@@ -311,8 +349,11 @@ int main(int argc, char** argv) {
   auto answers_cap = nsbox::ParseSize(max_answers);
   if (!answers_cap.ok()) Fail(kExitFailure, "--max-held-answers: " + answers_cap.status().message());
   config.exec_answer_room_bytes = *answers_cap;
+  // Below these every create (a small JSON body) or every file would be refused: a server that could serve nothing.
+  if (*body_cap < 4096) Fail(kExitFailure, "--max-body must be at least 4K (a create's body is JSON of its own)");
   auto file_cap = nsbox::ParseSize(max_file);
   if (!file_cap.ok()) Fail(kExitFailure, "--max-file-size: " + file_cap.status().message());
+  if (*file_cap == 0) Fail(kExitFailure, "--max-file-size must be above 0");
   config.max_file_bytes = *file_cap;
   if (!memory_budget.empty()) {
     auto budget = nsbox::ParseSize(memory_budget);
@@ -384,52 +425,86 @@ int main(int argc, char** argv) {
   auto openapi = nsbox::ReadFile(nsbox::DataDir() + "/docs/openapi.json", 4 << 20);
   if (openapi.ok()) access.openapi_document = std::move(*openapi);
 
+  // The directories this server makes, removed (when empty) at its end, deepest first; one that was there is left.
+  std::vector<std::string> made_dirs;
+  auto note_missing = [&made_dirs](const std::string& dir) {
+    std::vector<std::string> missing;
+    for (std::string part = dir; part.size() > 1 && ::access(part.c_str(), F_OK) != 0;
+         part = part.substr(0, std::max<size_t>(part.rfind('/'), 1)))
+      missing.push_back(part);
+    made_dirs.insert(made_dirs.end(), missing.begin(), missing.end());
+  };
+  auto remove_made_dirs = [&made_dirs] {
+    for (const auto& dir : made_dirs) ::rmdir(dir.c_str());
+  };
   const std::string runtime_dir = DefaultRuntimeDir();
   if (socket_path.empty() || state_dir.empty()) {
+    note_missing(runtime_dir);
     if (Status s = MakePrivateDir(runtime_dir, ::geteuid() == 0 ? 0755 : 0700); !s.ok()) Fail(kExitFailure, s.message());
   }
   if (socket_path.empty()) socket_path = runtime_dir + "/api.sock";
   if (state_dir.empty()) state_dir = runtime_dir + "/serve-sessions";
-  if (Status s = CheckHiddenFromSandboxes("--socket", socket_path); !s.ok()) Fail(kExitFailure, s.message());
-  if (Status s = CheckHiddenFromSandboxes("--state-dir", state_dir); !s.ok()) Fail(kExitFailure, s.message());
+  auto refuse_early = [&](const std::string& message) {
+    remove_made_dirs();
+    Fail(kExitFailure, message);
+  };
+  if (Status s = CheckHiddenFromSandboxes("--socket", socket_path); !s.ok()) refuse_early(s.message());
+  if (Status s = CheckHiddenFromSandboxes("--state-dir", state_dir); !s.ok()) refuse_early(s.message());
   // Every sandbox of the service has limits: a server that could set up none (a user without a delegated cgroup)
   // refuses to start, rather than listen and answer each create with a 500: before it makes its state directory.
   if (auto backend = nsbox::DetectCgroupBackend(); !backend.ok()) {
     std::string why = backend.status().message();
     if (why.ends_with(nsbox::kRunWithoutLimitsHint)) why.resize(why.size() - std::strlen(nsbox::kRunWithoutLimitsHint));
-    Fail(kExitFailure, "no sandbox could be set up: " + why);
+    refuse_early("no sandbox could be set up: " + why);
   }
-  if (Status s = nsbox::session::EnsureStateRoot(state_dir); !s.ok()) Fail(kExitFailure, "--state-dir: " + s.message());
+  {
+    std::vector<std::string> outer;
+    outer.swap(made_dirs);
+    note_missing(state_dir);
+    made_dirs.insert(made_dirs.end(), outer.begin(), outer.end());  // the state dir's before the runtime dir
+  }
+  if (Status s = nsbox::session::EnsureStateRoot(state_dir); !s.ok()) refuse_early("--state-dir: " + s.message());
   auto state_lock = LockStateDir(state_dir);
-  if (!state_lock.ok()) Fail(kExitFailure, state_lock.status().message());
+  if (!state_lock.ok()) refuse_early(state_lock.status().message());
+  // A state directory it cannot write in would fail every create with a 500 while /v1/readyz said ready.
+  {
+    const std::string probe = state_dir + "/.nsbox-serve-probe";
+    if (::mkdir(probe.c_str(), 0700) != 0 && errno != EEXIST)
+      refuse_early(fmt::format("--state-dir {}: cannot make a session directory in it: {} ({})", state_dir,
+                               std::strerror(errno), nsbox::ErrnoName(errno)));
+    ::rmdir(probe.c_str());
+  }
   config.state_dir = state_dir;
 
-  // Every thread started from here on has these blocked; the main thread waits for them.
+  // Every thread started from here on has these blocked; the main thread waits for them. SIGHUP too, as the end of
+  // the terminal it runs in, unless it came ignored (nohup): then it stays ignored.
   sigset_t ending;
   sigemptyset(&ending);
   sigaddset(&ending, SIGTERM);
   sigaddset(&ending, SIGINT);
-  sigaddset(&ending, SIGHUP);
+  if (struct sigaction hangup{}; ::sigaction(SIGHUP, nullptr, &hangup) != 0 || hangup.sa_handler != SIG_IGN)
+    sigaddset(&ending, SIGHUP);
   ::pthread_sigmask(SIG_BLOCK, &ending, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  // A server that cannot listen leaves nothing: its socket, and the state directory it holds (empty: no session yet).
-  auto refuse = [&](const std::string& message, bool socket_made) {
-    if (socket_made) ::unlink(socket_path.c_str());
-    ::rmdir(state_dir.c_str());
+  // A server that cannot listen leaves nothing: its socket, and the directories it made (empty: no session yet).
+  SocketFile socket_file;
+  auto refuse = [&](const std::string& message) {
+    socket_file.Remove();
+    remove_made_dirs();
     Fail(kExitFailure, message);
   };
-  auto unix_fd = ListenUnix(socket_path, socket_group);
-  if (!unix_fd.ok()) refuse(unix_fd.status().message(), false);
+  auto unix_fd = ListenUnix(socket_path, socket_group, &socket_file);
+  if (!unix_fd.ok()) refuse(unix_fd.status().message());
   std::optional<UniqueFd> tcp_fd;
   if (!listen.empty()) {
     auto fd = ListenTcp(listen);
-    if (!fd.ok()) refuse(fd.status().message(), true);
+    if (!fd.ok()) refuse(fd.status().message());
     tcp_fd = std::move(*fd);
   }
 
   nsbox::serve::Sandboxes sandboxes(config);
-  sandboxes.Start();
+  if (Status started = sandboxes.Start(); !started.ok()) refuse(started.message());
   nsbox::serve::Service service(sandboxes, access);
   nsbox::serve::HttpServerOptions http;
   http.max_body_bytes = *body_cap;
@@ -478,17 +553,11 @@ int main(int argc, char** argv) {
     return response;
   };
   auto on_unix = nsbox::serve::HttpServer::Start(unix_fd->release(), true, http, handler);
-  if (!on_unix.ok()) {
-    ::unlink(socket_path.c_str());
-    Fail(kExitFailure, on_unix.status().message());
-  }
+  if (!on_unix.ok()) refuse(on_unix.status().message());
   std::unique_ptr<nsbox::serve::HttpServer> on_tcp;
   if (tcp_fd) {
     auto started = nsbox::serve::HttpServer::Start(tcp_fd->release(), false, http, handler);
-    if (!started.ok()) {
-      ::unlink(socket_path.c_str());
-      Fail(kExitFailure, started.status().message());
-    }
+    if (!started.ok()) refuse(started.status().message());
     on_tcp = std::move(*started);
   }
   fmt::print(stderr, "nsbox serve: listening on unix:{}{} (state {})\n", socket_path,
@@ -502,13 +571,13 @@ int main(int argc, char** argv) {
   service.SetShuttingDown();
   (*on_unix)->StopAccepting();
   if (on_tcp) on_tcp->StopAccepting();
-  ::unlink(socket_path.c_str());
+  socket_file.Remove();
   sandboxes.EndAll();
   // One deadline for both listeners' answers in progress: the stop stays within the 10 s that they promise.
   const auto answers_until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   (*on_unix)->Stop(answers_until);
   if (on_tcp) on_tcp->Stop(answers_until);
-  ::rmdir(state_dir.c_str());  // when empty, as it is once every session has ended
+  remove_made_dirs();  // when empty, as the state directory is once every session has ended
   fmt::print(stderr, "nsbox serve: stopped\n");
   return 0;
 }

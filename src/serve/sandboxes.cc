@@ -336,15 +336,27 @@ Sandboxes::Sandboxes(ServeConfig config) : config_(std::move(config)) {
 
 Sandboxes::~Sandboxes() { EndAll(); }
 
-void Sandboxes::Start() {
+Status Sandboxes::Start() {
   // A predecessor killed without ending its sandboxes: theirs end with it (--end-with-pid), but what is left of
-  // them (a directory, a supervisor that has not noticed yet) goes now.
-  for (const auto& left : session::ListSessions(config_.state_dir)) {
-    fmt::print(stderr, "nsbox serve: ending {} left by an earlier server\n", left.id());
-    EndSession(left.id(), "an earlier server left it");
+  // them (a directory, a supervisor that has not noticed yet) goes now, all at once (a stopped supervisor takes
+  // its whole deadline). A session that no server made (nsbox session create into this directory) is not the
+  // server's to end: it refuses to start instead.
+  const auto left = session::ListSessions(config_.state_dir);
+  for (const auto& session : left)
+    if (session.json.value("end_with_pid", 0) <= 0)
+      return Status::Error(
+          fmt::format("--state-dir {} holds {}, which no nsbox serve made (nsbox session create?): "
+                      "give nsbox serve a directory of its own",
+                      config_.state_dir, session::DescribeSession(session)));
+  std::vector<std::thread> enders;
+  for (const auto& session : left) {
+    fmt::print(stderr, "nsbox serve: ending {} left by an earlier server\n", session.id());
+    enders.emplace_back([this, id = session.id()] { EndSession(id, "an earlier server left it"); });
   }
+  for (auto& t : enders) t.join();
   pool_thread_ = std::thread([this] { PoolLoop(); });
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
+  return OkStatus();
 }
 
 void Sandboxes::EndAll() {
@@ -370,8 +382,9 @@ void Sandboxes::EndAll() {
   const std::string why = "the server is shutting down";
   for (const auto& id : sessions) enders.emplace_back([this, id, &why] { EndSession(id, why); });
   for (auto& t : enders) t.join();
-  // What the pool thread made while it was being stopped.
-  for (const auto& left : session::ListSessions(config_.state_dir)) EndSession(left.id(), why);
+  // What the pool thread made while it was being stopped: this server's sessions only.
+  for (const auto& left : session::ListSessions(config_.state_dir))
+    if (left.json.value("end_with_pid", 0) == ::getpid()) EndSession(left.id(), why);
 }
 
 std::string Sandboxes::ResolveTemplate(const std::string& name) {

@@ -118,7 +118,7 @@ class Sandboxes {
   ~Sandboxes();
 
   // Ends what a predecessor on this state directory left, then starts the pool and the time-to-live watcher.
-  void Start();
+  Status Start();
   // Ends every sandbox (the pool's too) and stops the threads.
   void EndAll();
 

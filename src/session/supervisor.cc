@@ -431,6 +431,7 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
   record["max_lifetime_ms"] = config.max_lifetime.count();
   record["sandbox_host_uid"] = privileged ? config.policy.host_uid() : ::geteuid();
   record["sandbox_host_gid"] = privileged ? config.policy.host_gid() : ::getegid();
+  record["end_with_pid"] = config.owner_pid;  // 0: none (a server ends only the sessions it made)
   std::string tmp = config.dir + "/session.json.tmp";
   if (Status s = WriteFile(tmp, record.dump(2) + "\n", O_EXCL, 0600); !s.ok()) return fail(s);
   if (::rename(tmp.c_str(), (config.dir + "/session.json").c_str()) != 0)

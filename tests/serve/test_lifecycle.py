@@ -72,8 +72,9 @@ class CommandLine(unittest.TestCase):
                             (["--pool"], "--pool"), (["--allow-uid"], "--allow-uid"),
                             (["--restricted-hosts", ""], "an empty host name"),
                             (["--restricted-hosts", "bad host"], "'bad host': not a valid domain name"),
-                            (["--max-sandboxes", "0"], "at least 1"), (["--max-per-client", "0"], "at least 1"),
-                            (["--max-execs-per-sandbox", "0"], "at least 1"),
+                            (["--max-sandboxes", "0"], "not in range 1"), (["--max-per-client", "0"],
+                                                                            "not in range 1"),
+                            (["--max-execs-per-sandbox", "0"], "not in range 1"),
                             (["--memory-budget", "0"], "--memory-budget must be above 0"),
                             (["--default-timeout", "700"], "--default-timeout 700 is over --max-timeout 600"),
                             (["--pool", "nosuch-image=1"], "--pool 'nosuch-image=1': no image 'nosuch-image'"),
@@ -82,7 +83,15 @@ class CommandLine(unittest.TestCase):
                             (["--memory-budget", "100M"], "cannot hold one sandbox of the default limits"),
                             (["--pids-budget", "100"], "--pids-budget: a client's share of it (100)"),
                             # More processes than the host has could never be held (a fork bomb's room).
-                            (["--pids-budget", "99999999"], "is more than the host's processes")]:
+                            (["--pids-budget", "99999999"], "is more than the host's processes"),
+                            # A negative count wrapped around to no cap; one past an int refused every exec.
+                            (["--max-sandboxes", "-1"], "--max-sandboxes"), (["--max-per-client", "-1"],
+                                                                             "--max-per-client"),
+                            (["--max-execs-per-sandbox", "3000000000"], "--max-execs-per-sandbox"),
+                            (["--pids-budget", "-1"], "--pids-budget"), (["--max-timeout", "-5"], "--max-timeout"),
+                            # Every create, or every file, would be refused.
+                            (["--max-body", "0"], "--max-body must be at least 4K"),
+                            (["--max-file-size", "0"], "--max-file-size must be above 0")]:
             rc, lines = self.refused(args)
             self.assertEqual((rc, len(lines)), (125, 1), (args, lines))
             self.assertIn(words, lines[0])
@@ -179,6 +188,42 @@ class CommandLine(unittest.TestCase):
         self.assertIn(b"another server is listening on it", third.stderr)
         self.assertFalse(os.path.exists(other_state), "a refused server left its state directory")
         successor.stop()
+
+    def test_a_state_dir_it_cannot_write_in_is_refused_at_start(self):
+        if os.geteuid() != 0:
+            self.skipTest("mounting a read-only state directory needs root")
+        root = Server().root
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", root]))
+        state = os.path.join(root, "ro-state")
+        os.makedirs(state, mode=0o700)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,mode=0700,size=1m", "tmpfs", state], check=True)
+        self.addCleanup(lambda: subprocess.run(["umount", state]))
+        run = subprocess.run([NSBOX, "serve", "--socket", os.path.join(root, "api.sock"), "--state-dir", state],
+                             capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+        lines = run.stderr.decode(errors="replace").splitlines()
+        self.assertEqual((run.returncode, len(lines)), (125, 1), lines)
+        self.assertIn("cannot make a session directory in it", lines[0])
+        self.assertIn("EROFS", lines[0])
+        self.assertFalse(os.path.exists(os.path.join(root, "api.sock")))
+
+    def test_a_state_dir_holding_a_session_no_server_made_is_refused_and_the_session_lives(self):
+        root = Server().root
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", root]))
+        state = os.path.join(root, "cli-sessions")
+        env = dict(os.environ, NSBOX_STATE_DIR=state)
+        made = subprocess.run([NSBOX, "session", "create", "--name", "mywork"], capture_output=True, env=env,
+                              timeout=60, stdin=subprocess.DEVNULL)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        self.addCleanup(lambda: subprocess.run([NSBOX, "session", "rm", "mywork"], env=env, capture_output=True))
+        run = subprocess.run([NSBOX, "serve", "--socket", os.path.join(root, "api.sock"), "--state-dir", state],
+                             capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+        lines = run.stderr.decode(errors="replace").splitlines()
+        self.assertEqual(run.returncode, 125, lines)
+        self.assertIn("which no nsbox serve made", lines[-1])
+        self.assertFalse(os.path.exists(os.path.join(root, "api.sock")))
+        alive = subprocess.run([NSBOX, "exec", "mywork", "--", "echo", "alive"], capture_output=True, env=env,
+                               timeout=60, stdin=subprocess.DEVNULL)
+        self.assertEqual(alive.stdout, b"alive\n", alive.stderr)
 
     def test_help_names_the_options(self):
         run = subprocess.run([NSBOX, "serve", "--help"], capture_output=True, timeout=15)
@@ -750,6 +795,42 @@ class SigtermAnswers(unittest.TestCase):
 
 
 class Sigint(unittest.TestCase):
+    def test_a_stopping_server_leaves_the_socket_another_took_over_and_the_dirs_it_did_not_make(self):
+        first = own_server().start()
+        os.unlink(first.socket_path)  # an operator's mistake: the name is free for a second server
+        second = own_server(root=first.root)
+        second.state_dir = os.path.join(first.root, "second-state")
+        os.mkdir(second.state_dir, 0o700)  # the operator's own
+        second.start()
+        self.assertEqual(first.stop(), 0, first.log_tail())
+        self.assertTrue(os.path.exists(second.socket_path), "the first server removed the second's socket")
+        self.assertEqual(second.api().request("GET", "/v1/healthz").status, 200)
+        # Directories: the ones the server made go at its end, one the operator made stays.
+        nested = os.path.join(first.root, "p1", "p2", "state")
+        third = subprocess.Popen([NSBOX, "serve", "--socket", os.path.join(first.root, "third.sock"), "--state-dir",
+                                  nested], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        wait_for(lambda: os.path.exists(os.path.join(first.root, "third.sock")) or None, 30)
+        third.send_signal(signal.SIGTERM)
+        self.assertEqual(third.wait(timeout=30), 0)
+        self.assertFalse(os.path.exists(os.path.join(first.root, "p1")), "the server left the directories it made")
+        self.assertTrue(os.path.isdir(second.state_dir))
+        self.assertEqual(second.stop(), 0)
+        self.assertTrue(os.path.isdir(second.state_dir), "the operator's own state directory was removed")
+
+    def test_sighup_ignored_when_started_stays_ignored(self):
+        server = own_server()
+        server.proc = subprocess.Popen(server.argv(), stdin=subprocess.DEVNULL, stdout=open(server.log_path, "ab"),
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        wait_for(lambda: os.path.exists(server.socket_path) or None, 30)
+        wait_for(lambda: server.api().request("GET", "/v1/healthz").status == 200 or None, 30)
+        server.proc.send_signal(signal.SIGHUP)  # as nohup leaves it: the terminal going does not end the service
+        time.sleep(1)
+        self.assertIsNone(server.proc.poll(), server.log_tail())
+        self.assertEqual(server.api().request("GET", "/v1/healthz").status, 200)
+        self.assertEqual(server.stop(), 0)
+
     def test_sigint_ends_every_sandbox_exits_0_and_leaves_nothing(self):
         server = own_server().start()
         api = server.api()
