@@ -979,12 +979,14 @@ bool Sandboxes::AwaitRefillTurn(std::unique_lock<std::mutex>& lock, const std::s
 void Sandboxes::PoolLoop() {
   std::unique_lock lock(mutex_);
   std::optional<std::chrono::steady_clock::time_point> wanted_since;  // since when a refill is due
+  bool said_short = false;  // the log said the pool waits for the budgets (once, until it is full again)
   while (!ending_) {
     std::string want;
     for (const auto& [name, target] : config_.pool)
       if (static_cast<int>(pool_[name].size()) + pool_filling_[name] < target) want = name;
     if (want.empty()) {
       wanted_since.reset();
+      said_short = false;
       pool_wake_.wait_for(lock, std::chrono::seconds(5));
       continue;
     }
@@ -994,6 +996,12 @@ void Sandboxes::PoolLoop() {
     // The pool is held to the budgets as clients' sandboxes are (docs/service.md: "pool too").
     if (Committed(MemoryFootprint) + MemoryFootprint(spec) > config_.memory_budget_bytes ||
         Committed(Pids) + spec.pids > config_.pids_budget) {
+      if (!said_short)
+        fmt::print(stderr,
+                   "nsbox serve: the pool waits for the budgets: a '{}' sandbox does not fit in "
+                   "--memory-budget and --pids-budget beside what is committed\n",
+                   want);
+      said_short = true;
       pool_wake_.wait_for(lock, std::chrono::seconds(1));
       continue;
     }

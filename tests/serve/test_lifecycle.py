@@ -677,6 +677,9 @@ class PoolAndSigterm(unittest.TestCase):
         now = capacity()
         self.assertEqual(now["pool"]["host"]["ready"], 2, now)
         self.assertLessEqual(now["pids"]["committed"], 600, now)
+        # The log says why the pool stays short, once.
+        log = open(server.log_path, errors="replace").read()
+        self.assertEqual(log.count("the pool waits for the budgets"), 1, log)
         # A pooled create leaves the committed sum as it was, and the pool does not refill past the budget.
         sbx = api.create({"template": "host"})
         self.assertIs(sbx["from_pool"], True, sbx)
