@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "nsbox_config.h"
 #include "sandbox/result_json.h"
 #include "src/netproxy/listen.h"
 
@@ -22,8 +23,10 @@ Status EgressProxyHooks::OnChildCreated(pid_t child) {
   config.byte_limit = spec_.byte_limit;
   config.allow_private_addresses = spec_.allow_private_addresses;
   // Test-only name overrides ("allowed.test=127.0.0.1,..."): they replace DNS, and their answers still pass
-  // the address check, so a loopback answer still needs --dangerously-allow-private-addresses.
-  if (const char* overrides = std::getenv("NSBOX_TEST_RESOLVER_OVERRIDE"); overrides && *overrides) {
+  // the address check, so a loopback answer still needs --dangerously-allow-private-addresses. Read by a build-tree
+  // binary only (NSBOX_TEST_HOOKS): a packaged nsbox resolves names with DNS whatever its environment says.
+  const char* overrides = NSBOX_TEST_HOOKS ? std::getenv("NSBOX_TEST_RESOLVER_OVERRIDE") : nullptr;
+  if (overrides && *overrides) {
     std::string spec = overrides;
     size_t start = 0;
     while (start < spec.size()) {
