@@ -451,6 +451,10 @@ Sandboxes::Made Sandboxes::MakeSession(const SandboxSpec& spec) {
     throw ApiError(500, "setup_failed", found.status().Wrap("the session just made").message());
   }
   made.record = std::make_shared<const session::SessionRecord>(std::move(*found));
+  {
+    std::lock_guard lock(records_mutex_);
+    records_[made.session_id] = made.record;
+  }
   return made;
 }
 
@@ -462,7 +466,22 @@ void Sandboxes::EndSession(const std::string& session_id, const std::string& why
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     found = session::FindSession(config_.state_dir, session_id);
   }
+  std::shared_ptr<const session::SessionRecord> made_record;  // as it was when this server made the session
+  {
+    std::lock_guard lock(records_mutex_);
+    if (auto it = records_.find(session_id); it != records_.end()) {
+      made_record = it->second;
+      records_.erase(it);
+    }
+  }
   if (!found.ok()) {
+    // Its directory gone (removed from outside) while its supervisor may run on: ended by the pid and start time
+    // the server kept, which name that one process only (EndUnresponsiveSession).
+    if (SessionEnded(found.status()) && made_record) {
+      if (Status ended = session::EndUnresponsiveSession(*made_record); !ended.ok())
+        fmt::print(stderr, "nsbox serve: could not end session {}: {}\n", session_id, ended.message());
+      return;
+    }
     if (!SessionEnded(found.status()))
       fmt::print(stderr, "nsbox serve: could not end session {}: {}\n", session_id, found.status().message());
     return;  // already gone

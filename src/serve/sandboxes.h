@@ -198,6 +198,10 @@ class Sandboxes {
   };
   std::map<std::string, std::deque<PoolEntry>> pool_;  // by template
   std::map<std::string, int> pool_filling_;            // creates in progress, by template
+  // The record of each session this server made and has not ended, by session id: what ends one whose directory was
+  // removed from outside (EndSession). Its own mutex: EndSession runs without mutex_.
+  std::mutex records_mutex_;
+  std::map<std::string, std::shared_ptr<const session::SessionRecord>> records_;
   // Clients' work, for the pool's refills to yield to (PoolLoop): execs running, and the last take or exec start or
   // end.
   int client_execs_ = 0;

@@ -756,6 +756,23 @@ class SigkillRestart(unittest.TestCase):
         self.assertEqual(tcp.exec(fresh, {"argv": ["echo", "after restart"]})["stdout"], "after restart\n")
         assert_stopped_clean(self, server, Footprint.of(server).merge(before))
 
+    def test_a_sandbox_whose_session_directory_was_removed_from_outside_is_still_ended(self):
+        server = own_server().start()
+        api = server.api()
+        sandbox_id = api.create(SMALL)["id"]
+        marker = sleep_marker()
+        r = api.exec(sandbox_id, {"cmd": f"setsid sleep {marker} >/dev/null 2>&1 < /dev/null & echo bg"})
+        self.assertEqual(r["stdout"], "bg\n", r)
+        self.assertTrue(wait_for(lambda: host_processes_with_argv(["sleep", marker]), 10))
+        (session_dir,) = [e for e in os.listdir(server.state_dir) if not e.startswith(".")]
+        subprocess.run(["rm", "-rf", os.path.join(server.state_dir, session_dir)], check=True)
+        # The next call finds the session gone; the server ends what still runs by the pid it kept.
+        r = api.request("POST", f"/v1/sandboxes/{sandbox_id}/exec", {"argv": ["true"]})
+        self.assertIn(r.status, (404, 409), r.body)
+        self.assertTrue(wait_for(lambda: not host_processes_with_argv(["sleep", marker]), 20),
+                        "the sandbox's processes run on after its directory was removed")
+        assert_stopped_clean(self, server, Footprint.of(server))
+
     @staticmethod
     def _stream_until_gone(api, sandbox_id):
         try:
