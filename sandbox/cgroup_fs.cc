@@ -131,6 +131,13 @@ uint64_t ProcessStartTime(pid_t pid) {
 
 }  // namespace
 
+bool InInitialPidNamespace() {
+  // The kernel's inode number of the initial pid namespace (PROC_PID_INIT_INO, include/linux/proc_ns.h): fixed.
+  constexpr ino_t kInitialPidNamespaceInode = 0xEFFFFFFCu;
+  struct stat st;  // not cached: a fork may be in another pid namespace than its parent
+  return ::stat("/proc/self/ns/pid", &st) == 0 && st.st_ino == kInitialPidNamespaceInode;
+}
+
 std::string NewGroupName() {
   static std::atomic<uint64_t> sequence{0};
   // Cached per pid: a forked child that creates groups has a start time of its own, and a name with its
@@ -148,6 +155,9 @@ std::string NewGroupName() {
     }
     start = cached_start;
   }
+  // In a pid namespace of its own, the pid and start time name nothing another nsbox can look up: such a group is
+  // named so that no sweep takes it for its own (IsStaleGroupName: "not ours"); its own reaper removes it.
+  if (!InInitialPidNamespace()) return fmt::format("{}-{}-{}-nested", self, start, sequence++);
   return fmt::format("{}-{}-{}", self, start, sequence++);
 }
 
@@ -157,6 +167,9 @@ bool IsStaleGroupName(const std::string& name) {
   char extra = 0;
   if (std::sscanf(name.c_str(), "%lu-%llu-%llu%c", &pid, &start, &seq, &extra) != 3) return false;  // not ours
   if (pid == 0) return false;
+  // From a pid namespace of its own (or a /proc of another one), the creator of a live group may be invisible: no
+  // group can be judged, and none is taken for stale (it would be killed and removed under another nsbox).
+  if (!InInitialPidNamespace()) return false;
   uint64_t now_start = ProcessStartTime(static_cast<pid_t>(pid));
   return now_start == 0 || now_start != start;  // creator gone, or its pid reused by another process
 }

@@ -57,6 +57,8 @@ std::vector<pid_t> ReadPids(const std::string& path);
 // a group whose creator is dead (and whose pid may have been reused) from a live one.
 std::string NewGroupName();
 bool IsStaleGroupName(const std::string& name);
+// Whether this process's pid namespace is the host's (the initial one), where every creator's pid can be looked up.
+bool InInitialPidNamespace();
 
 // Writes a control file with one write(2); *err (if given) gets the errno of a failure.
 Status WriteCgroupFile(const std::string& path, std::string_view content, int* err = nullptr);

@@ -474,6 +474,39 @@ TEST_CASE(
   CHECK_FALSE(IsStaleGroupName("1234-5-6-extra"));
 }
 
+TEST_CASE("from a pid namespace of its own no group is stale, and its own groups are not any sweeper's") {
+  if (::geteuid() != 0) return;  // a new pid namespace needs root (or a user namespace)
+  using cgroup_internal::IsStaleGroupName;
+  REQUIRE(cgroup_internal::InInitialPidNamespace());
+  int answer[2];
+  REQUIRE(::pipe(answer) == 0);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::unshare(CLONE_NEWPID) != 0) ::_exit(2);
+    pid_t inner = ::fork();  // the first process of the new namespace
+    if (inner == 0) {
+      // A dead creator's name, as a sweep would find it: not judged from here.
+      const bool judged = IsStaleGroupName("999999-12345-0");
+      const std::string made = cgroup_internal::NewGroupName();
+      char verdict = !cgroup_internal::InInitialPidNamespace() && !judged && made.ends_with("-nested") ? 'y' : 'n';
+      (void)!::write(answer[1], &verdict, 1);
+      ::_exit(0);
+    }
+    ::waitpid(inner, nullptr, 0);
+    ::_exit(0);
+  }
+  ::close(answer[1]);
+  char verdict = 0;
+  CHECK(::read(answer[0], &verdict, 1) == 1);
+  ::close(answer[0]);
+  ::waitpid(child, nullptr, 0);
+  CHECK(verdict == 'y');
+  // Seen from the host, such a name is not one of a creator it could look up: never swept.
+  CHECK_FALSE(IsStaleGroupName("999999-12345-0-nested"));
+  CHECK(IsStaleGroupName("999999-12345-0"));
+}
+
 TEST_CASE("the subtree name must be a single directory name") {
   FakeTree tree;
   tree.MakeV2();
