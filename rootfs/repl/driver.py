@@ -91,6 +91,12 @@ def run_cell(source):
     return answer
 
 
+def valid_text(value):
+    """Text as valid UTF-8: a repr or an exception may hold lone surrogates (a file name's undecodable bytes, from
+    os.fsdecode), which json.dumps writes as escapes no JSON reader takes; they are shown as \\udcXX instead."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(value, str) else value
+
+
 def main():
     os.chdir("/workspace")
     if "" not in sys.path:
@@ -104,7 +110,7 @@ def main():
         # cells as a cell's own assignment to os.environ would be. The interpreter may have been started for another
         # exec (a pool's, an earlier cell's), whose environment it took.
         os.environ.update(request.get("env") or {})
-        answer = run_cell(request["code"])
+        answer = {key: valid_text(value) for key, value in run_cell(request["code"]).items()}
         answer["id"] = request["id"]
         channel.sendall((json.dumps(answer) + "\n").encode())
 

@@ -648,6 +648,15 @@ TEST_CASE("a failing cell reports its exception and traceback, and the interpret
   json after = s.Cell(id, "kept");
   CHECK(after["repl"]["value"] == "'yes'");
   CHECK(after["repl"]["state_lost"] == false);
+  // A file name's undecodable bytes (lone surrogates after os.fsdecode) in the exception and in a value are escaped:
+  // the answer stays the driver's, and the state stays.
+  json odd = s.Cell(id, "import os\nodd = os.fsdecode(b'bad name \\xff')\nraise ValueError(odd)");
+  CHECK(odd["status"] == "exit");
+  CHECK(odd["repl"]["exception"] == "ValueError: bad name \\udcff");
+  json value = s.Cell(id, "odd");
+  CHECK(value["repl"]["value"] == "'bad name \\udcff'");
+  CHECK(value["repl"]["state_lost"] == false);
+  CHECK(s.Cell(id, "kept")["repl"]["value"] == "'yes'");
 }
 
 TEST_CASE("a timed-out cell kills only the interpreter; the next call starts fresh and says state was lost",
