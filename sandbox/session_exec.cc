@@ -499,6 +499,11 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
     turn.result = SetupError(polled.message());
     return turn;
   }
+  // An interpreter whose end is first seen at or past the deadline (held up, then killed by its start's own deadline;
+  // or nsbox late to look): the cell's time ran out, whatever ended the process.
+  if (died && !turn.answered && !turn.cancelled && options.wall_timeout < std::chrono::hours(24 * 365) &&
+      Clock::now() >= started + options.wall_timeout)
+    turn.timed_out = true;
   VerdictInputs in;
   if (turn.answered) {
     turn.answer = std::move(answer);

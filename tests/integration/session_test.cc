@@ -769,6 +769,30 @@ TEST_CASE("a cell past the session's memory limit is an oom, as a script's would
   CHECK(next["limits"]["oom_kills"] == 0);
 }
 
+TEST_CASE("a cell whose new interpreter is held stopped past its time limit is a time-out", "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create({"--cpus", "0.5"});
+  // Left behind by an exec: stops every process that appears in the sandbox, the next interpreter among them.
+  constexpr const char* kStopper =
+      "import os, signal, time\n"
+      "seen = set(os.listdir('/proc'))\n"
+      "end = time.time() + 20\n"
+      "while time.time() < end:\n"
+      "    for p in os.listdir('/proc'):\n"
+      "        if p.isdigit() and p not in seen:\n"
+      "            seen.add(p)\n"
+      "            try: os.kill(int(p), signal.SIGSTOP)\n"
+      "            except OSError: pass\n"
+      "    time.sleep(0.0005)\n";
+  std::string script = "cat > /tmp/stopper.py <<'EOF'\n" + std::string(kStopper) +
+                       "EOF\nsetsid python3 /tmp/stopper.py >/dev/null 2>&1 < /dev/null & sleep 0.5; echo started";
+  REQUIRE(s.Sh(id, script)["stdout"] == "started\n");
+  json cell = s.Cell(id, "1", {"--timeout", "3s"});
+  INFO(cell.dump());
+  CHECK(cell["status"] == "timeout");
+  CHECK_THAT(cell["reason"].get<std::string>(), Catch::Contains("time limit of 3000 ms"));
+}
+
 TEST_CASE("a crashing cell loses the interpreter's state but not the session", "[session][repl]") {
   Sessions s;
   std::string id = s.Create();
