@@ -8,6 +8,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -82,6 +84,49 @@ StatusOr<std::string> CheckTrustedPath(const std::string& path, uid_t uid) {
   }
 }
 
+Status CheckTrustedEntries(const std::string& data_dir, uid_t uid) {
+  // What nsbox reads below its data directory: a profile, the host view or a template anyone else could change is
+  // code that runs unconfined, or as root (an image build's customize commands). Each is held to the directory's rule.
+  static constexpr const char* kEntries[] = {"seccomp-profiles", "rootfs", "tools/mkrootfs", "docs/openapi.json"};
+  std::vector<std::string> pending;
+  for (const char* entry : kEntries) {
+    const std::string path = data_dir + "/" + entry;
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) continue;  // missing: its reader says so
+    auto checked = CheckTrustedPath(path, uid);     // the entry and every directory above it, links resolved
+    if (!checked.ok()) return checked.status();
+    if (S_ISDIR(st.st_mode)) pending.push_back(*checked);
+  }
+  while (!pending.empty()) {  // what the directories hold, at any depth
+    const std::string dir = pending.back();
+    pending.pop_back();
+    std::error_code error;
+    std::vector<std::string> names;
+    for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end; it.increment(error))
+      names.push_back(it->path().filename());
+    if (error) return Status::Error(fmt::format("listing {}: {}", dir, error.message()));
+    for (const auto& name : names) {
+      const std::string path = dir + "/" + name;
+      struct stat st;
+      if (::lstat(path.c_str(), &st) != 0) return Status::Errno(fmt::format("lstat({})", path));
+      if (S_ISLNK(st.st_mode)) {  // judged by what it points to
+        auto target = CheckTrustedPath(path, uid);
+        if (!target.ok()) return target.status();
+        continue;
+      }
+      const bool owner_is_root = st.st_uid == 0 || (st.st_uid != uid && UnmappedOwnerMayBeRoot(st.st_uid));
+      if (!owner_is_root && st.st_uid != uid)
+        return Status::Error(
+            fmt::format("{} is owned by uid {}, not by root or the running user (uid {})", path, st.st_uid, uid));
+      if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return Status::Error(fmt::format("{} is writable by {} (mode {:04o}): chmod go-w {}", path,
+                                         (st.st_mode & S_IWOTH) ? "others" : "its group", st.st_mode & 07777, path));
+      if (S_ISDIR(st.st_mode)) pending.push_back(path);
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<std::string> ResolveDataDir() {
   std::string dir, role;
   if (const char* env = std::getenv("NSBOX_DATADIR"); env && *env) {
@@ -96,6 +141,8 @@ StatusOr<std::string> ResolveDataDir() {
   }
   auto checked = CheckTrustedPath(dir, ::geteuid());
   if (!checked.ok()) return checked.status().Wrap(fmt::format("refusing the data directory {} ({})", dir, role));
+  if (Status entries = CheckTrustedEntries(*checked, ::geteuid()); !entries.ok())
+    return entries.Wrap(fmt::format("refusing the data directory {} ({})", dir, role));
   return checked;
 }
 

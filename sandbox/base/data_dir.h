@@ -23,7 +23,12 @@ bool RunningFromBuildTree();
 // still keep group and others out). Returns the resolved path; the error names the offending component and its fix.
 StatusOr<std::string> CheckTrustedPath(const std::string& path, uid_t uid);
 
-// The data directory, checked with CheckTrustedPath against the effective uid: $NSBOX_DATADIR when set, else the
+// What nsbox reads below a data directory (seccomp-profiles/, rootfs/, tools/mkrootfs, docs/openapi.json), each
+// entry at any depth held to CheckTrustedPath's rule; the error names the first that is not.
+Status CheckTrustedEntries(const std::string& data_dir, uid_t uid);
+
+// The data directory, checked with CheckTrustedPath against the effective uid (and CheckTrustedEntries below it):
+// $NSBOX_DATADIR when set, else the
 // source tree for a build-tree binary (RunningFromBuildTree), else the installed NSBOX_DATADIR (/usr/share/nsbox in
 // the package). An installed binary never falls back to the source tree.
 StatusOr<std::string> ResolveDataDir();

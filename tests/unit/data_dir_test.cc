@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "sandbox/base/data_dir.h"
@@ -112,6 +113,40 @@ TEST_CASE("a symlink is judged by what it points to, and the answer is the targe
   auto accepted = CheckTrustedPath(link_in_open.string(), ::geteuid());
   REQUIRE(accepted.ok());
   CHECK(*accepted == trusted.string());
+}
+
+TEST_CASE("what nsbox reads below the data directory is held to the same rule, at any depth") {
+  DataTempTree t;
+  fs::path data = t.Dir("share/nsbox");
+  t.Dir("share/nsbox/seccomp-profiles");
+  t.Dir("share/nsbox/rootfs/templates");
+  std::ofstream(data / "seccomp-profiles/default.json") << "{}";
+  std::ofstream(data / "rootfs/templates/python.json") << "{}";
+  std::ofstream(data / "README") << "not read by nsbox";
+  ::chmod((data / "README").c_str(), 0666);  // what nsbox does not read is not judged
+  CHECK(nsbox::CheckTrustedEntries(data.string(), ::geteuid()).ok());
+
+  // A profile another user could rewrite to allow every system call.
+  ::chmod((data / "seccomp-profiles").c_str(), 0777);
+  auto profiles = nsbox::CheckTrustedEntries(data.string(), ::geteuid());
+  REQUIRE_FALSE(profiles.ok());
+  CHECK_THAT(profiles.message(), Catch::Contains("seccomp-profiles is writable by others (mode 0777)"));
+  ::chmod((data / "seccomp-profiles").c_str(), 0755);
+
+  // A template (its customize commands run as root in an image build), deep in rootfs/.
+  ::chmod((data / "rootfs/templates/python.json").c_str(), 0664);
+  auto templ = nsbox::CheckTrustedEntries(data.string(), ::geteuid());
+  REQUIRE_FALSE(templ.ok());
+  CHECK_THAT(templ.message(), Catch::Contains("templates/python.json is writable by its group (mode 0664)"));
+  ::chmod((data / "rootfs/templates/python.json").c_str(), 0644);
+
+  // A file another user owns.
+  if (::geteuid() == 0) {
+    REQUIRE(::chown((data / "seccomp-profiles/default.json").c_str(), 65534, 65534) == 0);
+    auto owned = nsbox::CheckTrustedEntries(data.string(), ::geteuid());
+    REQUIRE_FALSE(owned.ok());
+    CHECK_THAT(owned.message(), Catch::Contains("default.json is owned by uid 65534"));
+  }
 }
 
 TEST_CASE("a missing data directory is refused, naming the call and the path") {
