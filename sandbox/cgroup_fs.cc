@@ -3,6 +3,7 @@
 #include "sandbox/cgroup_fs.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,7 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -159,6 +162,35 @@ std::string NewGroupName() {
   // named so that no sweep takes it for its own (IsStaleGroupName: "not ours"); its own reaper removes it.
   if (!InInitialPidNamespace()) return fmt::format("{}-{}-{}-nested", self, start, sequence++);
   return fmt::format("{}-{}-{}", self, start, sequence++);
+}
+
+StatusOr<UniqueFd> HoldGroup(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return Status::Errno(fmt::format("open({})", dir));
+  if (::flock(fd.get(), LOCK_SH) != 0) return Status::Errno(fmt::format("flock({}, LOCK_SH)", dir));
+  return fd;
+}
+
+bool IsStaleGroup(const std::string& name, const std::string& hold_dir, std::chrono::seconds grace) {
+  unsigned long pid = 0;
+  unsigned long long start = 0, seq = 0;
+  int used = 0;
+  if (std::sscanf(name.c_str(), "%lu-%llu-%llu%n", &pid, &start, &seq, &used) != 3 || pid == 0) return false;
+  const std::string_view rest = std::string_view(name).substr(static_cast<size_t>(used));
+  const bool nested = rest == "-nested";
+  if (!rest.empty() && !nested) return false;  // not ours
+  // A creator this process can look up is judged by its pid, as a process of the group that outlived it (a fork
+  // that kept the hold) does not keep it alive.
+  if (!nested && InInitialPidNamespace()) return IsStaleGroupName(name);
+  // Else by its hold, and then its age: a live creator holds it within microseconds of the mkdir.
+  struct stat st;
+  if (::stat(hold_dir.c_str(), &st) != 0) return errno == ENOENT;  // only other hierarchies' copies are left
+  UniqueFd fd(::open(hold_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return false;                                        // cannot tell: left alone
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return false;  // held: its creator (or a fork of it) lives
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec - st.st_ctim.tv_sec >= grace.count();
 }
 
 bool IsStaleGroupName(const std::string& name) {

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,6 +60,19 @@ std::string NewGroupName();
 bool IsStaleGroupName(const std::string& name);
 // Whether this process's pid namespace is the host's (the initial one), where every creator's pid can be looked up.
 bool InInitialPidNamespace();
+
+// The creator's hold on its group: a shared flock on the group's directory (v2's, v1's memory one), kept open as long
+// as the group is in use and dropped by the kernel however the holder ends. Unlike the creator's pid in the name, it
+// is seen from any pid namespace: one nsbox in a container and another on the host, sharing a parent, tell each
+// other's live groups from a dead creator's.
+StatusOr<UniqueFd> HoldGroup(const std::string& dir);
+
+// A group left by a dead creator, to be killed and removed: a name of nsbox's ("<pid>-<start>-<seq>", or with
+// "-nested"), and its creator gone. Judged by the creator's pid when this process can look it up (the host's pid
+// namespace, a name made there); else by no hold on `hold_dir` (or no such directory) and that directory at least
+// `grace` old (a creator takes its hold within microseconds of the mkdir).
+bool IsStaleGroup(const std::string& name, const std::string& hold_dir,
+                  std::chrono::seconds grace = std::chrono::seconds(5));
 
 // Writes a control file with one write(2); *err (if given) gets the errno of a failure.
 Status WriteCgroupFile(const std::string& path, std::string_view content, int* err = nullptr);

@@ -82,6 +82,7 @@ class CgroupV1 final : public Cgroup {
 
   const char* backend() const override { return "cgroup1"; }
   std::string path() const override { return memory_dir_; }
+  void KeepHold(UniqueFd hold) { hold_ = std::move(hold); }
 
   CgroupSelfJoin self_join() const override { return Join(tasks_fds_); }
   CgroupSelfJoin leave_join() const override { return Join(parent_tasks_fds_); }
@@ -266,6 +267,7 @@ class CgroupV1 final : public Cgroup {
  private:
   std::vector<Hierarchy> hierarchies_;
   std::set<std::string> seen_;
+  UniqueFd hold_;  // HoldGroup on the memory group: this group is in use, to other nsboxes' sweeps
   std::string memory_dir_, pids_dir_, cpu_dir_, cpuacct_dir_, freezer_dir_, all_procs_dir_;
   std::unique_ptr<Reaper> reaper_;
   std::vector<UniqueFd> tasks_fds_, parent_tasks_fds_;
@@ -287,6 +289,11 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, con
     int err = 0;
     NSBOX_RETURN_IF_ERROR(MakeDir(hierarchy.dir, config, &created, &err).Wrap("creating the sandbox's cgroup"));
     if (!created) return Status::Error("mkdir(" + hierarchy.dir + "): exists already (a name clash)");
+    if (hierarchy.dir == group->path()) {  // the memory group: held at once, as other nsboxes' sweeps look there
+      auto hold = HoldGroup(hierarchy.dir);
+      if (!hold.ok()) return hold.status().Wrap("holding the sandbox's cgroup");
+      group->KeepHold(std::move(*hold));
+    }
   }
   NSBOX_RETURN_IF_ERROR(group->Apply(limits).Wrap("setting the sandbox's cgroup limits"));
   NSBOX_RETURN_IF_ERROR(group->OpenTasksFiles().Wrap("opening the sandbox's cgroup for joining"));
@@ -305,7 +312,7 @@ void SweepStaleV1(const V1Dirs& parents, const CgroupConfig& config) {
       std::string_view name = entry->d_name;
       if (entry->d_type != DT_DIR || !name.starts_with(prefix)) continue;
       std::string group(name.substr(prefix.size()));
-      if (IsStaleGroupName(group)) stale.insert(group);
+      if (IsStaleGroup(group, parents.memory + "/" + prefix + group)) stale.insert(group);
     }
     ::closedir(listing);
   }

@@ -56,6 +56,7 @@ class CgroupV2 final : public Cgroup {
   const char* backend() const override { return "cgroup2"; }
   int clone_into_fd() const override { return dir_fd_.get(); }
   std::string path() const override { return dir_; }
+  void KeepHold(UniqueFd hold) { hold_ = std::move(hold); }
 
   Status AddProcess(pid_t pid) override {
     return WriteCgroupFile(dir_ + "/cgroup.procs", std::to_string(pid)).Wrap("moving a process into its cgroup");
@@ -203,6 +204,7 @@ class CgroupV2 final : public Cgroup {
  private:
   std::string subtree_dir_;
   std::string dir_;
+  UniqueFd hold_;  // HoldGroup: this group is in use, to other nsboxes' sweeps
   UniqueFd dir_fd_;
   UniqueFd procs_fd_;  // cgroup.procs, for self_join(): the group's, or its leaf's (EnableMemoryBelow)
   UniqueFd leaf_procs_fd_;
@@ -265,6 +267,9 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV2(const CgroupLimits& limits, con
     int prepare_err = 0;
     return EnableControllers(subtree_dir, &prepare_err);
   }).Wrap("creating the sandbox's cgroup"));
+  auto hold = HoldGroup(dir);  // at once: another nsbox's sweep must see the group as live (IsStaleGroup)
+  if (!hold.ok()) return hold.status().Wrap("holding the sandbox's cgroup");
+  group->KeepHold(std::move(*hold));
   // A concurrent nsbox may have removed and re-created the subtree between our enabling its controllers and our
   // group appearing in it; until the group's interface files exist, enable them again.
   for (int attempt = 0; attempt < 100 && ::access((dir + "/memory.max").c_str(), F_OK) != 0; ++attempt) {
@@ -285,7 +290,8 @@ void SweepStaleV2(const std::string& parent, const CgroupConfig& config) {
   if (!listing) return;
   std::vector<std::string> stale;
   while (struct dirent* entry = ::readdir(listing)) {
-    if (entry->d_type == DT_DIR && IsStaleGroupName(entry->d_name)) stale.emplace_back(entry->d_name);
+    if (entry->d_type == DT_DIR && IsStaleGroup(entry->d_name, subtree_dir + "/" + entry->d_name))
+      stale.emplace_back(entry->d_name);
   }
   ::closedir(listing);
   for (const std::string& name : stale) {

@@ -507,6 +507,54 @@ TEST_CASE("from a pid namespace of its own no group is stale, and its own groups
   CHECK(IsStaleGroupName("999999-12345-0"));
 }
 
+TEST_CASE("a group held by its creator is live from any pid namespace; an unheld one is judged by pid or age") {
+  using cgroup_internal::HoldGroup;
+  using cgroup_internal::IsStaleGroup;
+  FakeTree tree;
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string gone = std::to_string(dead) + "-12345-0";
+  const fs::path dir = tree.cg() / ("nsbox-" + gone);
+  fs::create_directories(dir);
+  CHECK(IsStaleGroup(gone, dir.string()));  // creator gone
+  {
+    // A creator this process can look up is judged by its pid: a process of the group that kept a copy of the hold
+    // (a fork of the creator that outlived it) does not keep the group.
+    auto hold = HoldGroup(dir.string());
+    REQUIRE(hold.ok());
+    CHECK(IsStaleGroup(gone, dir.string()));
+  }
+  // A name made in a pid namespace of its own names no pid to look up: unheld, it is stale once old enough.
+  const std::string nested = gone + "-nested";
+  CHECK_FALSE(IsStaleGroup(nested, dir.string()));  // just made: its creator may be about to hold it
+  CHECK(IsStaleGroup(nested, dir.string(), std::chrono::seconds(0)));
+  {
+    auto hold = HoldGroup(dir.string());
+    REQUIRE(hold.ok());
+    CHECK_FALSE(IsStaleGroup(nested, dir.string(), std::chrono::seconds(0)));
+  }
+  CHECK_FALSE(IsStaleGroup("supervisor", dir.string(), std::chrono::seconds(0)));
+  CHECK_FALSE(IsStaleGroup(gone + "-other", dir.string(), std::chrono::seconds(0)));
+}
+
+TEST_CASE("a group made by CreateSandboxCgroup is held: another process's sweep leaves it", "[cgroup]") {
+  FakeTree tree;
+  tree.MakeV2();
+  auto group = CreateSandboxCgroup(Limits(64 << 20, 32, 1), tree.config);
+  REQUIRE(group.ok());
+  const fs::path dir = (*group)->path();
+  const std::string name = dir.filename().string();
+  // As another nsbox sees it: even when it could not judge the creator's pid (grace 0, a nested name's rule).
+  pid_t other = ::fork();
+  if (other == 0)
+    ::_exit(cgroup_internal::IsStaleGroup(name + "-nested", dir.string(), std::chrono::seconds(0)) ? 1 : 0);
+  int status = 0;
+  REQUIRE(::waitpid(other, &status, 0) == other);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE("the subtree name must be a single directory name") {
   FakeTree tree;
   tree.MakeV2();
