@@ -24,6 +24,11 @@ constexpr const char* kFixHint =
     "(systemd-run --user --scope -p Delegate=yes nsbox ...) on a cgroup v2 host; on a hybrid or v1 host, "
     "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 with every controller) or run as root.";
 
+constexpr const char* kRootFixHint =
+    "To give nsbox cgroups: start it inside a delegated cgroup (systemd-run --scope -p Delegate=yes nsbox ...) on a "
+    "cgroup v2 host; on a hybrid or v1 host, boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 with every "
+    "controller); in a container, give it a writable delegated cgroup (docs/containers.md).";
+
 bool UseOwnCgroup(const CgroupConfig& config) {
   switch (config.placement) {
     case CgroupConfig::Placement::kRootSubtree: return false;
@@ -129,8 +134,10 @@ StatusOr<Plan> Detect(const CgroupConfig& config) {
       problems.push_back(fmt::format("cgroup v1: controller(s) missing: {}", fmt::join(missing, ", ")));
     }
   }
+  // "Run it as root" is no fix for root: its cgroups are read-only or missing, which only the host can change.
   return Status::Error(fmt::format("no usable cgroup backend for memory, pids and CPU limits. {}. {}{}",
-                                   fmt::join(problems, "; "), kFixHint, kRunWithoutLimitsHint));
+                                   fmt::join(problems, "; "), ::geteuid() == 0 ? kRootFixHint : kFixHint,
+                                   kRunWithoutLimitsHint));
 }
 
 }  // namespace

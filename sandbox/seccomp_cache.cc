@@ -109,7 +109,9 @@ std::string KeyPrefix(const std::string& name, const SeccompHost& host) {
 
 std::string SeccompCacheDir() {
   if (const char* off = std::getenv("NSBOX_SECCOMP_CACHE"); off && std::string(off) == "off") return "";
-  if (const char* env = std::getenv("NSBOX_CACHE_DIR"); env && *env) return std::string(env) + "/seccomp";
+  // Absolute only: a relative one would put the cache wherever nsbox happened to be started.
+  if (const char* env = std::getenv("NSBOX_CACHE_DIR"); env && *env)
+    return *env == '/' ? std::string(env) + "/seccomp" : "";
   if (::geteuid() == 0) return "/var/cache/nsbox/seccomp";
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg == '/') return std::string(xdg) + "/nsbox/seccomp";
   if (const char* home = std::getenv("HOME"); home && *home == '/') return std::string(home) + "/.cache/nsbox/seccomp";

@@ -1,6 +1,7 @@
 // The user namespace from the parent side: one inside uid/gid mapped to one host uid/gid, never to host root.
 #include "sandbox/user_ns.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
+#include "sandbox/base/unique_fd.h"
 
 namespace nsbox {
 
@@ -19,7 +21,20 @@ Status WriteIdMaps(pid_t pid, const Policy& policy, bool privileged) {
   std::string base = fmt::format("/proc/{}/", pid);
   // Without CAP_SETGID in the parent namespace the kernel demands that setgroups be denied first.
   if (!privileged) NSBOX_RETURN_IF_ERROR(WriteControlFile(base + "setgroups", "deny"));
-  NSBOX_RETURN_IF_ERROR(WriteControlFile(base + "uid_map", fmt::format("{} {} 1\n", policy.sandbox_uid(), host_uid)));
+  const std::string uid_map = fmt::format("{} {} 1\n", policy.sandbox_uid(), host_uid);
+  UniqueFd uid_map_fd(::open((base + "uid_map").c_str(), O_WRONLY | O_CLOEXEC));
+  if (!uid_map_fd) return Status::Errno(fmt::format("open({}uid_map)", base));
+  if (::write(uid_map_fd.get(), uid_map.data(), uid_map.size()) != static_cast<ssize_t>(uid_map.size())) {
+    const int err = errno;
+    Status failed = Status::Errno(fmt::format("write({}uid_map, \"{}\")", base, uid_map), err);
+    // Root of a user namespace that maps only some ids (unshare -Ur maps root alone) cannot map one it lacks.
+    if (privileged && err == EPERM)
+      return failed.Wrap(
+          fmt::format("mapping the sandbox user to host uid {}, which this process's user namespace "
+                      "may not map (see /proc/self/uid_map); map it, or run nsbox as an ordinary user",
+                      host_uid));
+    return failed;
+  }
   NSBOX_RETURN_IF_ERROR(WriteControlFile(base + "gid_map", fmt::format("{} {} 1\n", policy.sandbox_gid(), host_gid)));
   return OkStatus();
 }

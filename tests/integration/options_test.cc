@@ -298,3 +298,13 @@ TEST_CASE("a group-writable $NSBOX_PROFILES_DIR is refused: one line naming it, 
              Catch::Contains("refusing the seccomp profiles directory ($NSBOX_PROFILES_DIR) " + profiles.string()) &&
                  Catch::Contains("writable by its group"));
 }
+
+TEST_CASE("root of a user namespace that cannot map the sandbox's host uid is refused, saying so",
+          "[integration][options]") {
+  if (::geteuid() != 0) return;  // unshare -Ur maps the caller as root alone: the same for anyone, shown as root's
+  auto r = RunProcess(
+      {"/usr/bin/unshare", "-Ur", NsboxBinary(), "run", "--dangerously-run-without-limits", "--", "/bin/true"});
+  INFO(r.err);
+  CHECK(r.exit_code == 125);
+  CHECK_THAT(r.err, Catch::Contains("which this process's user namespace may not map"));
+}
