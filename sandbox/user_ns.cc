@@ -11,6 +11,7 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include "sandbox/host_id_lease.h"
 
 namespace nsbox {
 
@@ -27,12 +28,16 @@ Status WriteIdMaps(pid_t pid, const Policy& policy, bool privileged) {
   if (::write(uid_map_fd.get(), uid_map.data(), uid_map.size()) != static_cast<ssize_t>(uid_map.size())) {
     const int err = errno;
     Status failed = Status::Errno(fmt::format("write({}uid_map, \"{}\")", base, uid_map), err);
-    // Root of a user namespace that maps only some ids (unshare -Ur maps root alone) cannot map one it lacks.
+    // Root without CAP_SETUID (a container's default), or root of a user namespace that maps only some ids
+    // (unshare -Ur maps root alone), which cannot map one it lacks.
     if (privileged && err == EPERM)
-      return failed.Wrap(
-          fmt::format("mapping the sandbox user to host uid {}, which this process's user namespace "
-                      "may not map (see /proc/self/uid_map); map it, or run nsbox as an ordinary user",
-                      host_uid));
+      return Status::Error(fmt::format(
+          "{}; {}", failed.message(),
+          InInitialUserNamespace()
+              ? "mapping the sandbox's ids needs CAP_SETUID and CAP_SETGID"
+              : fmt::format("host uid {} is not mapped in this process's user namespace (see /proc/self/uid_map): "
+                            "map it, or run nsbox as an ordinary user",
+                            host_uid)));
     return failed;
   }
   NSBOX_RETURN_IF_ERROR(WriteControlFile(base + "gid_map", fmt::format("{} {} 1\n", policy.sandbox_gid(), host_gid)));
