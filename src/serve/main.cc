@@ -428,26 +428,25 @@ int main(int argc, char** argv) {
   // The directories this server makes, removed (when empty) at its end, deepest first; one that was there is left.
   std::vector<std::string> made_dirs;
   auto note_missing = [&made_dirs](const std::string& dir) {
-    std::vector<std::string> missing;
     for (std::string part = dir; part.size() > 1 && ::access(part.c_str(), F_OK) != 0;
          part = part.substr(0, std::max<size_t>(part.rfind('/'), 1)))
-      missing.push_back(part);
-    made_dirs.insert(made_dirs.end(), missing.begin(), missing.end());
+      made_dirs.push_back(part);
   };
   auto remove_made_dirs = [&made_dirs] {
+    std::sort(made_dirs.begin(), made_dirs.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
     for (const auto& dir : made_dirs) ::rmdir(dir.c_str());
   };
-  const std::string runtime_dir = DefaultRuntimeDir();
-  if (socket_path.empty() || state_dir.empty()) {
-    note_missing(runtime_dir);
-    if (Status s = MakePrivateDir(runtime_dir, ::geteuid() == 0 ? 0755 : 0700); !s.ok()) Fail(kExitFailure, s.message());
-  }
-  if (socket_path.empty()) socket_path = runtime_dir + "/api.sock";
-  if (state_dir.empty()) state_dir = runtime_dir + "/serve-sessions";
   auto refuse_early = [&](const std::string& message) {
     remove_made_dirs();
     Fail(kExitFailure, message);
   };
+  const std::string runtime_dir = DefaultRuntimeDir();
+  if (socket_path.empty() || state_dir.empty()) {
+    note_missing(runtime_dir);
+    if (Status s = MakePrivateDir(runtime_dir, ::geteuid() == 0 ? 0755 : 0700); !s.ok()) refuse_early(s.message());
+  }
+  if (socket_path.empty()) socket_path = runtime_dir + "/api.sock";
+  if (state_dir.empty()) state_dir = runtime_dir + "/serve-sessions";
   if (Status s = CheckHiddenFromSandboxes("--socket", socket_path); !s.ok()) refuse_early(s.message());
   if (Status s = CheckHiddenFromSandboxes("--state-dir", state_dir); !s.ok()) refuse_early(s.message());
   // Every sandbox of the service has limits: a server that could set up none (a user without a delegated cgroup)
@@ -457,12 +456,7 @@ int main(int argc, char** argv) {
     if (why.ends_with(nsbox::kRunWithoutLimitsHint)) why.resize(why.size() - std::strlen(nsbox::kRunWithoutLimitsHint));
     refuse_early("no sandbox could be set up: " + why);
   }
-  {
-    std::vector<std::string> outer;
-    outer.swap(made_dirs);
-    note_missing(state_dir);
-    made_dirs.insert(made_dirs.end(), outer.begin(), outer.end());  // the state dir's before the runtime dir
-  }
+  note_missing(state_dir);
   if (Status s = nsbox::session::EnsureStateRoot(state_dir); !s.ok()) refuse_early("--state-dir: " + s.message());
   auto state_lock = LockStateDir(state_dir);
   if (!state_lock.ok()) refuse_early(state_lock.status().message());
