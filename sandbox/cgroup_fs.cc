@@ -159,7 +159,7 @@ std::string NewGroupName() {
     start = cached_start;
   }
   // In a pid namespace of its own, the pid and start time name nothing another nsbox can look up: such a group is
-  // named so that no sweep takes it for its own (IsStaleGroupName: "not ours"); its own reaper removes it.
+  // named so that sweeps judge it by its hold and age instead (IsStaleGroup).
   if (!InInitialPidNamespace()) return fmt::format("{}-{}-{}-nested", self, start, sequence++);
   return fmt::format("{}-{}-{}", self, start, sequence++);
 }
