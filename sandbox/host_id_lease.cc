@@ -3,6 +3,7 @@
 // nsbox frees its id without anyone cleaning up, and two nsbox processes can never both believe they hold one id.
 #include "sandbox/host_id_lease.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -118,6 +119,27 @@ StatusOr<UniqueFd> LockIdFile(int dir_fd, const std::string& name) {
   return UniqueFd();  // given up and taken again eight times over while we tried: busy
 }
 
+// Removes the files of holders that ended without giving their lease up (SIGKILL): leases take the lowest free id,
+// so a killed holder's file above the ids in use would otherwise stay in /run for good. A file is removed only while
+// locked here, as End() removes its own; a live holder's lock fails at once and its file stays.
+void RemoveUnheldIdFiles(int dir_fd) {
+  UniqueFd listing(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!listing) return;
+  DIR* dir = ::fdopendir(listing.get());
+  if (dir == nullptr) return;
+  (void)listing.release();
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(dir)) {
+    uint64_t id = 0;
+    if (ParseDecimalId(entry->d_name, id)) names.emplace_back(entry->d_name);
+  }
+  ::closedir(dir);
+  for (const std::string& name : names) {
+    auto lock = LockIdFile(dir_fd, name);
+    if (lock.ok() && *lock) (void)::unlinkat(dir_fd, name.c_str(), 0);
+  }
+}
+
 }  // namespace
 
 HostIdLease::HostIdLease(uint32_t id, UniqueFd lock, UniqueFd dir)
@@ -135,7 +157,11 @@ HostIdLease& HostIdLease::operator=(HostIdLease&& other) noexcept {
 
 void HostIdLease::End() {
   // Unlinked while still locked: a taker that opened the file before sees it is gone (LockIdFile) and opens anew.
-  if (lock_ && dir_ && owner_ == ::getpid()) (void)::unlinkat(dir_.get(), std::to_string(id_).c_str(), 0);
+  if (lock_ && dir_ && owner_ == ::getpid()) {
+    (void)::unlinkat(dir_.get(), std::to_string(id_).c_str(), 0);
+    lock_.reset();
+    RemoveUnheldIdFiles(dir_.get());
+  }
   lock_.reset();
   dir_.reset();
 }

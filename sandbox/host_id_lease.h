@@ -35,8 +35,9 @@ StatusOr<HostIdLeaseOptions> DefaultHostIdLeaseOptions();
 
 // One id, free as a uid and a gid, held while this object (or a copy of its descriptor) lives: an flock on
 // <lock_dir>/<id>, which the kernel drops when the holder exits however it ends (SIGKILL included). Given up in
-// order, the lease also removes its file (a SIGKILLed holder's stays, to be taken again by the next): a taker that
-// opened the file before it went finds, once locked, that the name is no longer its file and opens it again.
+// order, the lease also removes its file and those of killed holders that nobody holds (a SIGKILLed holder's stays
+// until then): a taker that opened the file before it went finds, once locked, that the name is no longer its file
+// and opens it again.
 class HostIdLease {
  public:
   HostIdLease() = default;

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 using namespace nsbox;
 namespace fs = std::filesystem;
@@ -152,6 +153,52 @@ TEST_CASE("a lease given up removes its file; a killed holder's file is taken ag
     CHECK(again->id() == 2000000);
   }
   CHECK(fs::is_empty(f.options.lock_dir));
+}
+
+TEST_CASE("a lease given up also removes the files killed holders left, not a live holder's") {
+  LeaseFixture f;
+  const fs::path locks(f.options.lock_dir);
+  // Three holders at once, then two of them SIGKILLed: their files (2000001, 2000002) lie above the lowest free id,
+  // which every later lease would take, so only a sweep removes them.
+  std::vector<pid_t> holders;
+  for (int i = 0; i < 3; ++i) {
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
+    pid_t holder = ::fork();
+    REQUIRE(holder >= 0);
+    if (holder == 0) {
+      auto lease = LeaseHostId(f.options);
+      (void)!::write(ready[1], lease.ok() ? "y" : "n", 1);
+      ::pause();
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    char answer = 0;
+    REQUIRE(::read(ready[0], &answer, 1) == 1);
+    ::close(ready[0]);
+    REQUIRE(answer == 'y');
+    holders.push_back(holder);
+  }
+  for (pid_t holder : {holders[0], holders[1]}) {
+    ::kill(holder, SIGKILL);
+    ::waitpid(holder, nullptr, 0);
+  }
+  std::ofstream(locks / "notes.txt") << "not a lock\n";
+  {
+    auto lease = LeaseHostId(f.options);
+    REQUIRE(lease.ok());
+    CHECK(lease->id() == 2000000);
+    CHECK(fs::exists(locks / "2000001"));
+  }
+  CHECK_FALSE(fs::exists(locks / "2000000"));
+  CHECK_FALSE(fs::exists(locks / "2000001"));
+  CHECK(fs::exists(locks / "2000002"));    // its holder lives
+  CHECK(fs::exists(locks / "notes.txt"));  // not an id: not ours to judge
+  auto while_held = LeaseHostId(f.options);
+  REQUIRE(while_held.ok());
+  CHECK(while_held->id() == 2000000);
+  ::kill(holders[2], SIGKILL);
+  ::waitpid(holders[2], nullptr, 0);
 }
 
 TEST_CASE("a lock directory that others may write is refused") {
