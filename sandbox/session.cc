@@ -120,6 +120,10 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
   int subreaper = 0;
   if (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper, 0, 0, 0) != 0 || !subreaper)
     return Status::Error("starting a session needs a child subreaper: call prctl(PR_SET_CHILD_SUBREAPER, 1) first");
+  // Every exec watches its program through pidfd_open (StartHelper): where a filter of the caller's or an old kernel
+  // denies it, the session would start and then fail each exec, so it is refused now.
+  if (UniqueFd probe(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0))); !probe)
+    return Status::Errno("pidfd_open(self), which every exec of a session needs");
   // Resets this process's peak resident size before each payload starts (StartHelper); without it (an old kernel, a
   // restricted /proc) execs' peaks only read higher.
   session->clear_refs_fd_.reset(::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC));

@@ -123,21 +123,29 @@ class WatchedTmpfs {
   int inotify_ = -1;
 };
 
-// nsbox run --json ARGS with one system call refused (errno `err`) by a seccomp filter on nsbox itself, as a container
-// runtime's profile does. Returns the parsed result; a run that hangs is killed after 30 s (SIGALRM) and fails.
-nlohmann::json RunWithSyscallRefused(int syscall_nr, int err, const std::vector<std::string>& args) {
+struct RefusedRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// nsbox ARGS with one system call refused (errno `err`) by a seccomp filter on nsbox itself, as a container runtime's
+// profile does. A run that hangs is killed after 30 s (SIGALRM) and fails.
+RefusedRun NsboxWithSyscallRefused(int syscall_nr, int err, const std::vector<std::string>& args) {
   int out[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  FILE* err_file = std::tmpfile();
+  REQUIRE(err_file != nullptr);
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::dup2(out[1], 1);
+    ::dup2(::fileno(err_file), 2);
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx || seccomp_rule_add(ctx, SCMP_ACT_ERRNO(static_cast<uint16_t>(err)), syscall_nr, 0) != 0 ||
         ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || seccomp_load(ctx) != 0)
       _exit(126);
     ::alarm(30);
-    std::vector<std::string> argv = {NsboxBinary(), "run", "--json"};
+    std::vector<std::string> argv = {NsboxBinary()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> raw;
     for (auto& a : argv) raw.push_back(a.data());
@@ -146,17 +154,28 @@ nlohmann::json RunWithSyscallRefused(int syscall_nr, int err, const std::vector<
     _exit(127);
   }
   ::close(out[1]);
-  std::string text;
+  RefusedRun run;
   char buf[4096];
   ssize_t n;
-  while ((n = ::read(out[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  while ((n = ::read(out[0], buf, sizeof buf)) > 0) run.out.append(buf, static_cast<size_t>(n));
   ::close(out[0]);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  INFO(text);
+  std::rewind(err_file);
+  while (size_t got = std::fread(buf, 1, sizeof buf, err_file)) run.err.append(buf, got);
+  std::fclose(err_file);
+  INFO(run.out << run.err);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) != 126);
-  return nlohmann::json::parse(text, nullptr, false);
+  run.exit_code = WEXITSTATUS(status);
+  return run;
+}
+
+// nsbox run --json ARGS with one system call refused; the parsed result.
+nlohmann::json RunWithSyscallRefused(int syscall_nr, int err, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"run", "--json"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return nlohmann::json::parse(NsboxWithSyscallRefused(syscall_nr, err, argv).out, nullptr, false);
 }
 
 nlohmann::json RunWithoutIoUring(const std::vector<std::string>& args) {
@@ -360,5 +379,23 @@ TEST_CASE("with close_range refused, a run fails closed at once and leaves nothi
   CHECK(r.value("status", "") == "setup_error");
   CHECK(r.value("reason", "").find("close_range") != std::string::npos);
   CHECK(MountLinesContaining("nsbox") == mounts_before);
+  CHECK(NsboxGroups() == groups_before);
+}
+
+// Every exec of a session watches its program through pidfd_open: with it refused (a caller's filter, an old kernel),
+// the session is refused at its start, naming the call, rather than made and then failing each exec.
+TEST_CASE("with pidfd_open refused, a session is refused at its start and leaves nothing", "[integration][cleanup]") {
+  TempDir state;
+  const auto groups_before = NsboxGroups();
+  ::setenv("NSBOX_STATE_DIR", state.path().c_str(), 1);
+  RefusedRun created = NsboxWithSyscallRefused(SCMP_SYS(pidfd_open), EPERM, {"session", "create"});
+  const size_t sessions_made = EntryCount(state.path());
+  if (sessions_made != 0) (void)RunNsboxRaw({"session", "rm", "--all"});  // made in spite of it: end it
+  ::unsetenv("NSBOX_STATE_DIR");
+  INFO(created.out << created.err);
+  CHECK(created.exit_code == 125);
+  CHECK(created.err.find("pidfd_open") != std::string::npos);
+  CHECK(created.err.find("EPERM") != std::string::npos);
+  CHECK(sessions_made == 0);
   CHECK(NsboxGroups() == groups_before);
 }
