@@ -434,6 +434,7 @@ int Batch::Run() {
   if (auto network = BuildNetworkSpec(o_.sandbox); !network.ok()) return fail(network.status());
   if (auto timeout = ParseDuration(o_.program.timeout); !timeout.ok()) return fail(timeout.status().Wrap("--timeout"));
   if (auto limit = ParseSize(o_.program.output_limit); !limit.ok()) return fail(limit.status().Wrap("--output-limit"));
+  if (Status compile = CheckCompileOptions(o_.program, o_.sandbox); !compile.ok()) return fail(compile);
 
   // O_NONBLOCK: a FIFO with no writer yet would block open() itself, out of reach of the stop signals. It is this
   // open's own flag (stdin's, shared with the caller, is left alone): reads are only made when poll says readable.

@@ -211,7 +211,9 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
   if (!object.contains("compile_timeout") && !compiled) job.program.compile_timeout.clear();
   if (!object.contains("compile_memory") && !compiled) job.program.compile_memory.clear();
   // A compiled language's steps each get their own memory limit; the sandbox's is the larger.
-  auto program_memory = ApplyCompileMemory(job.program, job.sandbox);
+  // A bad compile_memory names the field when the job gave it, else the batch's option.
+  auto program_memory = ApplyCompileMemory(
+      job.program, job.sandbox, object.contains("compile_memory") ? "\"compile_memory\"" : "--compile-memory");
   if (!program_memory.ok()) return fail(program_memory.status());
   job.program_memory_bytes = *program_memory;
   ComputeCost(job);

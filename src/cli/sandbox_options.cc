@@ -190,11 +190,13 @@ StatusOr<Policy> BuildPolicy(const SandboxOptions& o, bool hold_image) {
     // A profile named (not a path) with no profiles directory at all is missing data, not an unknown name: say where
     // the data comes from.
     const bool named = o.profile.find('/') == std::string::npos && !o.profile.ends_with(".json");
+    // Without --profile the default is what failed: naming the option would send the user after one they never gave.
+    const std::string_view label = o.profile == "default" ? "the default seccomp profile" : "--profile";
     struct stat st;
     if (named && ::stat(profiles_dir.c_str(), &st) != 0 && errno == ENOENT)
-      return Status::Error(fmt::format("--profile: unknown seccomp profile \"{}\": no file {}/{}.json; {} does not "
-                                       "exist: {}", o.profile, profiles_dir, o.profile, profiles_dir, DataDirHint()));
-    return seccomp.status().Wrap("--profile");
+      return Status::Error(fmt::format("{}: unknown seccomp profile \"{}\": no file {}/{}.json; {} does not exist: {}",
+                                       label, o.profile, profiles_dir, o.profile, profiles_dir, DataDirHint()));
+    return seccomp.status().Wrap(label);
   }
   builder.SetSeccompProgram(*seccomp);
   return builder.TryBuild();
@@ -306,27 +308,43 @@ StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std
 
 namespace {
 
-// --compile-memory, or the language table's; a bad value names the option.
-StatusOr<uint64_t> CompileMemory(const ProgramOptions& o, const Language& lang) {
-  if (o.compile_memory.empty()) return lang.compile->memory_bytes;
-  auto parsed = ParseSize(o.compile_memory);
-  if (!parsed.ok()) return parsed.status().Wrap("--compile-memory");
-  if (*parsed < kMinMemoryLimitBytes) return Status::Error("--compile-memory: must be at least 4M");
+StatusOr<uint64_t> ParseCompileMemory(const std::string& text, std::string_view name) {
+  auto parsed = ParseSize(text);
+  if (!parsed.ok()) return parsed.status().Wrap(name);
+  if (*parsed < kMinMemoryLimitBytes) return Status::Error(fmt::format("{}: must be at least 4M", name));
   return *parsed;
+}
+
+// --compile-memory, or the language table's; a bad value names the setting (`name`).
+StatusOr<uint64_t> CompileMemory(const ProgramOptions& o, const Language& lang,
+                                 std::string_view name = "--compile-memory") {
+  if (o.compile_memory.empty()) return lang.compile->memory_bytes;
+  return ParseCompileMemory(o.compile_memory, name);
 }
 
 }  // namespace
 
-StatusOr<uint64_t> ApplyCompileMemory(const ProgramOptions& o, SandboxOptions& sandbox) {
+Status CheckCompileOptions(const ProgramOptions& o, const SandboxOptions& sandbox) {
+  if (!o.compile_timeout.empty()) {
+    if (auto timeout = ParseDuration(o.compile_timeout); !timeout.ok())
+      return timeout.status().Wrap("--compile-timeout");
+  }
+  if (o.compile_memory.empty()) return OkStatus();
+  if (sandbox.no_limits)
+    return Status::Error("--compile-memory: --dangerously-run-without-limits sets no memory limits");
+  return ParseCompileMemory(o.compile_memory, "--compile-memory").status();
+}
+
+StatusOr<uint64_t> ApplyCompileMemory(const ProgramOptions& o, SandboxOptions& sandbox, std::string_view name) {
   if (o.lang.empty()) return 0;
   auto lang = LookupLanguage(o.lang);
   if (!lang.ok() || !lang->compile) return 0;  // BuildProgram reports an unknown language, a misplaced option
   if (sandbox.no_limits) {
     if (!o.compile_memory.empty())
-      return Status::Error("--compile-memory: --dangerously-run-without-limits sets no memory limits");
+      return Status::Error(fmt::format("{}: --dangerously-run-without-limits sets no memory limits", name));
     return 0;
   }
-  auto compile = CompileMemory(o, *lang);
+  auto compile = CompileMemory(o, *lang, name);
   if (!compile.ok()) return compile.status();
   auto memory = ParseSize(sandbox.memory);
   if (!memory.ok()) return memory.status().Wrap("--memory");

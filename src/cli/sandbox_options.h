@@ -77,8 +77,12 @@ std::optional<uint64_t> ProgramMemory(const Policy& policy);
 // A compiled language's compiler needs more memory than most programs: each step has its own limit (an exec group
 // of its own, see docs/languages.md), and the sandbox's cgroup gets the larger of --compile-memory (default the
 // language table's) and --memory. Returns the program's own limit (--memory), 0 when there is none to set (not a
-// compiled language, --no-limits).
-StatusOr<uint64_t> ApplyCompileMemory(const ProgramOptions& program, SandboxOptions& sandbox);
+// compiled language, --no-limits). A bad compile memory is named `name` (a batch job's field, or the option).
+StatusOr<uint64_t> ApplyCompileMemory(const ProgramOptions& program, SandboxOptions& sandbox,
+                                      std::string_view name = "--compile-memory");
+// --compile-timeout and --compile-memory as given, whatever the language: a command running many programs (batch)
+// refuses a bad one once rather than failing each compiled job with it.
+Status CheckCompileOptions(const ProgramOptions& program, const SandboxOptions& sandbox);
 
 // Reads a whole input (a file, or "-" for stdin) with a size cap, naming the problem when it fails.
 StatusOr<std::string> ReadInput(const std::string& source, size_t max_bytes, std::string_view what);

@@ -134,13 +134,15 @@ TEST_CASE("a binary without its data says where data is looked for and names NSB
   auto r = RunProcess({dir + "/nsbox", "run", "--", "/bin/true"}, spawn);
   INFO(r.err);
   CHECK(r.exit_code == 125);
-  CHECK(r.err.find("unknown seccomp profile \"default\": no file " + empty + "/seccomp-profiles/default.json") !=
-        std::string::npos);
+  CHECK(r.err.find("the default seccomp profile: unknown seccomp profile \"default\": no file " + empty +
+                   "/seccomp-profiles/default.json") != std::string::npos);
+  CHECK(r.err.find("--profile") == std::string::npos);  // not given: not named
   CHECK(r.err.find("from $NSBOX_DATADIR when set, else ") != std::string::npos);
   CHECK(r.err.find("set NSBOX_DATADIR to a directory that holds them") != std::string::npos);
   auto lang =
       RunProcess({dir + "/nsbox", "run", "--profile", "/nonexistent.json", "--lang", "python", "--code", "1"}, spawn);
   CHECK(lang.exit_code == 125);
+  CHECK(lang.err.find("--profile: ") != std::string::npos);  // given: named
   std::filesystem::remove_all(dir);
 }
 
