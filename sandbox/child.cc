@@ -305,9 +305,9 @@ void PreparePayload(const ChildPlan& plan, bool inherited, int memory_join_fd = 
 
   // Seccomp last: from here on only sendmsg, close, write, exit_group and execve (kSyscallsAfterInstall).
   // nsbox's guard first (the profile may deny seccomp itself once installed), under every profile.
-  if (!plan.pid1_guard) Fail(plan, "seccomp: nsbox's pid 1 guard filter is missing", EINVAL);
-  if (int rc = InstallSeccompProgram(*plan.pid1_guard, nullptr); rc != 0)
-    Fail(plan, "seccomp(SECCOMP_SET_MODE_FILTER): nsbox's pid 1 guard", -rc);
+  if (!plan.guard) Fail(plan, "seccomp: nsbox's guard filter is missing", EINVAL);
+  if (int rc = InstallSeccompProgram(*plan.guard, nullptr); rc != 0)
+    Fail(plan, "seccomp(SECCOMP_SET_MODE_FILTER): nsbox's guard", -rc);
   if (plan.seccomp) {
     int listener = -1;
     int rc = InstallSeccompProgram(*plan.seccomp, &listener);

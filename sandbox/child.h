@@ -84,7 +84,7 @@ struct ChildPlan {
   // A run's pid 1 ends the sandbox at this CLOCK_MONOTONIC time (ns), whatever becomes of nsbox, which normally does
   // so a little earlier, at the time-out; 0: never.
   int64_t wall_deadline_ns = 0;
-  const SeccompProgram* pid1_guard = nullptr;  // Pid1GuardProgram(), installed before `seccomp`; required
+  const SeccompProgram* guard = nullptr;  // GuardProgram(), installed before `seccomp`; required
   cap_t no_caps = nullptr;  // an empty capability set, made before clone
   // Sessions: pid 1 sets up the sandbox, reports kReady and then only reaps, with no payload of its own.
   bool persistent = false;

@@ -81,9 +81,9 @@ Status PlanPayloadCredentials(const Policy& policy, const EmptyCaps& no_caps, Ch
   plan->gid = policy.sandbox_gid();
   plan->may_setgroups = ::geteuid() == 0;
   plan->seccomp = policy.seccomp().get();
-  auto guard = Pid1GuardProgram();
+  auto guard = GuardProgram();
   if (!guard.ok()) return guard.status();
-  plan->pid1_guard = *guard;
+  plan->guard = *guard;
   if (!no_caps.get()) return Status::Errno("cap_init");
   plan->no_caps = no_caps.get();
   return OkStatus();
@@ -174,9 +174,9 @@ Status LaunchRun(const Executor& executor, const Policy& policy, SandboxHooks* h
   }
   plan.seccomp = seccomp;
   plan.seccomp_socket = seccomp_child.get();
-  auto guard = Pid1GuardProgram();
+  auto guard = GuardProgram();
   if (!guard.ok()) return guard.status();
-  plan.pid1_guard = *guard;
+  plan.guard = *guard;
   // pid 1's own deadline, a little after nsbox's (which ends the sandbox at the time-out and reports it). Beyond a
   // year the steady clock's nanoseconds could overflow: no deadline of pid 1's then.
   if (executor.wall_timeout < std::chrono::hours(24 * 365)) {

@@ -2,11 +2,13 @@
 // Profiles are found and loaded in seccomp_load.cc; the parent answers notifications in seccomp_notifier.cc.
 #include "sandbox/seccomp.h"
 
+#include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -388,22 +390,24 @@ StatusOr<std::shared_ptr<const SeccompProgram>> CompileSeccompProfile(const Secc
   return std::shared_ptr<const SeccompProgram>(std::move(program));
 }
 
-StatusOr<const SeccompProgram*> Pid1GuardProgram() {
+StatusOr<const SeccompProgram*> GuardProgram() {
   static const StatusOr<SeccompProgram> compiled = []() -> StatusOr<SeccompProgram> {
     FilterContext ctx(seccomp_init(SCMP_ACT_ALLOW));
-    if (!ctx) return Status::Error("seccomp_init(SCMP_ACT_ALLOW) for nsbox's pid 1 guard failed");
-    // Other architectures are the profile's to judge (it kills them); this filter only adds a refusal.
+    if (!ctx) return Status::Error("seccomp_init(SCMP_ACT_ALLOW) for nsbox's guard filter failed");
+    // Other architectures are the profile's to judge (it kills them); this filter only adds refusals.
     if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ALLOW); rc < 0)
       return Status::Errno("seccomp_attr_set(SCMP_FLTATR_ACT_BADARCH, ALLOW)", -rc);
-    // Each rule refuses (EPERM) one lever the program, running as pid 1's user, has on pid 1; reading stays allowed,
-    // and the program's own pid (0, or its number) is never 1. The program has no CAP_SYS_NICE in the host's user
-    // namespace, so it could only lower pid 1 (nice 19, SCHED_IDLE, the idle I/O class, one CPU), which under a CPU
-    // limit shared with a busy program starves pid 1 of its time-out and reaping duties.
     struct Rule {
       const char* syscall;
       const char* what;
       std::vector<scmp_arg_cmp> args;
+      int err = EPERM;
     };
+    std::vector<Rule> rules;
+    // 1. Pid 1. Each rule refuses one lever the program, running as pid 1's user, has on pid 1; reading stays
+    // allowed, and the program's own pid (0, or its number) is never 1. The program has no CAP_SYS_NICE in the host's
+    // user namespace, so it could only lower pid 1 (nice 19, SCHED_IDLE, the idle I/O class, one CPU), which under a
+    // CPU limit shared with a busy program starves pid 1 of its time-out and reaping duties.
     constexpr uint64_t kPrioProcess = 0, kPrioPgrp = 1, kPrioUser = 2;               // <sys/resource.h>
     constexpr uint64_t kIoprioWhoProcess = 1, kIoprioWhoPgrp = 2, kIoprioWhoUser = 3;  // <linux/ioprio.h>
     // The kernel reads these arguments as 32-bit ints and drops a register's upper half; seccomp sees all 64 bits. An
@@ -412,39 +416,72 @@ StatusOr<const SeccompProgram*> Pid1GuardProgram() {
     auto is = [](unsigned int arg, uint64_t value) {
       return scmp_arg_cmp{arg, SCMP_CMP_MASKED_EQ, 0xffffffffULL, value};
     };
-    const Rule rules[] = {
-        // prlimit64(pid, resource, new_limit, old_limit): a new limit for pid 1 (new_limit is a pointer: 64 bits).
-        {"prlimit64", "prlimit64(1, ..., new limit)", {is(0, 1), SCMP_A2(SCMP_CMP_NE, 0)}},
-        // setpriority(which, who, prio): pid 1, process group 1, or a whole user, pid 1's included (who 0 is the
-        // caller's own uid, which is pid 1's).
-        {"setpriority", "setpriority(PRIO_PROCESS, 1)", {is(0, kPrioProcess), is(1, 1)}},
-        {"setpriority", "setpriority(PRIO_PGRP, 1)", {is(0, kPrioPgrp), is(1, 1)}},
-        {"setpriority", "setpriority(PRIO_USER)", {is(0, kPrioUser)}},
-        {"sched_setscheduler", "sched_setscheduler(1)", {is(0, 1)}},
-        {"sched_setparam", "sched_setparam(1)", {is(0, 1)}},
-        {"sched_setattr", "sched_setattr(1)", {is(0, 1)}},
-        {"sched_setaffinity", "sched_setaffinity(1)", {is(0, 1)}},
-        // ioprio_set(which, who, ioprio): the same three scopes as setpriority.
-        {"ioprio_set", "ioprio_set(IOPRIO_WHO_PROCESS, 1)", {is(0, kIoprioWhoProcess), is(1, 1)}},
-        {"ioprio_set", "ioprio_set(IOPRIO_WHO_PGRP, 1)", {is(0, kIoprioWhoPgrp), is(1, 1)}},
-        {"ioprio_set", "ioprio_set(IOPRIO_WHO_USER)", {is(0, kIoprioWhoUser)}},
-    };
+    rules.insert(
+        rules.end(),
+        {
+            // prlimit64(pid, resource, new_limit, old_limit): a new limit for pid 1 (new_limit is a pointer: 64 bits).
+            {"prlimit64", "prlimit64(1, ..., new limit)", {is(0, 1), SCMP_A2(SCMP_CMP_NE, 0)}},
+            // setpriority(which, who, prio): pid 1, process group 1, or a whole user, pid 1's included (who 0 is the
+            // caller's own uid, which is pid 1's).
+            {"setpriority", "setpriority(PRIO_PROCESS, 1)", {is(0, kPrioProcess), is(1, 1)}},
+            {"setpriority", "setpriority(PRIO_PGRP, 1)", {is(0, kPrioPgrp), is(1, 1)}},
+            {"setpriority", "setpriority(PRIO_USER)", {is(0, kPrioUser)}},
+            {"sched_setscheduler", "sched_setscheduler(1)", {is(0, 1)}},
+            {"sched_setparam", "sched_setparam(1)", {is(0, 1)}},
+            {"sched_setattr", "sched_setattr(1)", {is(0, 1)}},
+            {"sched_setaffinity", "sched_setaffinity(1)", {is(0, 1)}},
+            // ioprio_set(which, who, ioprio): the same three scopes as setpriority.
+            {"ioprio_set", "ioprio_set(IOPRIO_WHO_PROCESS, 1)", {is(0, kIoprioWhoProcess), is(1, 1)}},
+            {"ioprio_set", "ioprio_set(IOPRIO_WHO_PGRP, 1)", {is(0, kIoprioWhoPgrp), is(1, 1)}},
+            {"ioprio_set", "ioprio_set(IOPRIO_WHO_USER)", {is(0, kIoprioWhoUser)}},
+        });
+    // 2. Set-user-id and set-group-id bits. A file the program makes in a writable host directory (--workspace DIR,
+    // --bind) is a file on the host, where nothing is mounted nosuid: a set-id program left there runs, for any host
+    // user, as the sandbox's uid (the caller's own when rootless, a leased id that a later sandbox gets when root).
+    // No program in a sandbox can use the bits (no_new_privs), so every call that sets a mode refuses them: chmod and
+    // its kin, and the calls that create with a mode (open with O_CREAT or O_TMPFILE, creat, mknod). The kernel reads
+    // a mode as a 16-bit umode_t: only its own bits are tested, whatever the register's other bits hold.
+    auto bit = [](unsigned int arg, uint64_t mask) { return scmp_arg_cmp{arg, SCMP_CMP_MASKED_EQ, mask, mask}; };
+    constexpr uint64_t kTmpfileBit = 020000000;  // __O_TMPFILE without O_DIRECTORY
+    for (uint64_t setid : {uint64_t{S_ISUID}, uint64_t{S_ISGID}}) {
+      rules.insert(rules.end(), {
+                                    {"chmod", "chmod(set-id mode)", {bit(1, setid)}},
+                                    {"fchmod", "fchmod(set-id mode)", {bit(1, setid)}},
+                                    {"fchmodat", "fchmodat(set-id mode)", {bit(2, setid)}},
+                                    {"fchmodat2", "fchmodat2(set-id mode)", {bit(2, setid)}},
+                                    {"creat", "creat(set-id mode)", {bit(1, setid)}},
+                                    {"mknod", "mknod(set-id mode)", {bit(1, setid)}},
+                                    {"mknodat", "mknodat(set-id mode)", {bit(2, setid)}},
+                                });
+      for (uint64_t creating : {uint64_t{O_CREAT}, kTmpfileBit}) {
+        rules.insert(rules.end(),
+                     {
+                         {"open", "open(O_CREAT|O_TMPFILE, set-id mode)", {bit(1, creating), bit(2, setid)}},
+                         {"openat", "openat(O_CREAT|O_TMPFILE, set-id mode)", {bit(2, creating), bit(3, setid)}},
+                     });
+      }
+    }
+    // openat2's mode is in a structure, out of a filter's sight: it answers ENOSYS, as from a kernel without it, which
+    // its callers meet by falling back to openat. (io_uring's opens are out of sight too; every shipped profile denies
+    // io_uring_setup, and a profile that allows it lets the ring's calls past all filters, this one included.)
+    rules.push_back({"openat2", "openat2", {}, ENOSYS});
     for (const Rule& rule : rules) {
-      const int nr = seccomp_syscall_resolve_name(rule.syscall);
+      int nr = seccomp_syscall_resolve_name(rule.syscall);
+      if (nr == __NR_SCMP_ERROR) nr = NewerSyscallNumber(rule.syscall);
       if (nr == __NR_SCMP_ERROR) return Status::Error(fmt::format("seccomp: unknown system call {}", rule.syscall));
-      if (int rc = seccomp_rule_add_array(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr,
+      if (int rc = seccomp_rule_add_array(ctx.get(), SCMP_ACT_ERRNO(static_cast<uint16_t>(rule.err)), nr,
                                           static_cast<unsigned int>(rule.args.size()), rule.args.data());
           rc < 0)
-        return Status::Errno(fmt::format("seccomp_rule_add({} -> EPERM)", rule.what), -rc);
+        return Status::Errno(fmt::format("seccomp_rule_add({} -> {})", rule.what, ErrnoName(rule.err)), -rc);
     }
     auto bpf = ExportBpf(ctx.get());
     if (!bpf.ok()) return bpf.status();
     SeccompProgram program;
-    program.name = "nsbox pid 1 guard";
+    program.name = "nsbox's guard";
     program.filter = std::move(*bpf);
     return program;
   }();
-  if (!compiled.ok()) return compiled.status().Wrap("compiling nsbox's pid 1 guard filter");
+  if (!compiled.ok()) return compiled.status().Wrap("compiling nsbox's guard filter");
   return &*compiled;
 }
 

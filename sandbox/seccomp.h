@@ -49,11 +49,13 @@ struct SeccompSummary {
   size_t bpf_instructions = 0;
 };
 
-// nsbox's own filter, installed under every profile (before it, and even with none): it refuses what would let the
-// program reach the sandbox's pid 1, which runs as the same user. A new limit for pid 1 (prlimit64) is EPERM: a lowered
-// RLIMIT_CPU would let a signal flood kill pid 1 and end the sandbox with a false verdict. Compiled once per process;
-// call it before clone (the child may not allocate).
-StatusOr<const SeccompProgram*> Pid1GuardProgram();
+// nsbox's own filter, installed under every profile (before it, and even with none). It refuses (EPERM) what would
+// let the program reach the sandbox's pid 1, which runs as the same user: a new limit for pid 1 (prlimit64; a lowered
+// RLIMIT_CPU would let a signal flood kill pid 1 and end the sandbox with a false verdict), its priority, scheduling
+// and affinity. And it refuses set-user-id and set-group-id bits in every call that sets a mode (EPERM), and openat2
+// (ENOSYS), which could set them unseen: a set-id file left in a host directory the sandbox may write would run as
+// the sandbox's uid for any host user. Compiled once per process; call it before clone (the child may not allocate).
+StatusOr<const SeccompProgram*> GuardProgram();
 
 // Compiles a parsed profile for the native architecture (x86_64); other architectures (i386, x32)
 // meet the bad-arch action, which kills the process. With an errno default action, numbers no

@@ -128,9 +128,9 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
   // restricted /proc) execs' peaks only read higher.
   session->clear_refs_fd_.reset(::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC));
 
-  // The payloads' pid 1 guard, compiled now rather than by the first exec: a session, a service's pooled one above
+  // The payloads' guard filter, compiled now rather than by the first exec: a session, a service's pooled one above
   // all, is made so that its first exec is as quick as the next.
-  if (auto guard = Pid1GuardProgram(); !guard.ok()) return guard.status();
+  if (auto guard = GuardProgram(); !guard.ok()) return guard.status();
 
   // 1. The root, planned as `nsbox run` plans it (launcher.h).
   ChildPlan plan;
