@@ -15,16 +15,15 @@ namespace nsbox {
 namespace {
 
 // What the walk holds back from a tree the sandbox's own code built: it runs in the session's supervisor, outside the
-// sandbox's memory and CPU limits. Depth and the paths' total length bound its memory (a path is kept per file, a
+// sandbox's memory and CPU limits. Depth and max_bytes bound its memory (a path and a map entry kept per file, a
 // prefix and a directory stream per level), the entry count its time.
 constexpr size_t kMaxDepth = 64;
-constexpr size_t kMaxPathBytes = 16 << 20;
 
 struct Walk {
   dev_t device;
   size_t max_entries;
+  size_t max_bytes;
   size_t seen = 0;
-  size_t path_bytes = 0;
   const std::string& ignored_prefix;
   WorkspaceSnapshot* out;
 };
@@ -53,11 +52,12 @@ Status WalkDir(Walk& walk, int dir_fd, const std::string& prefix, size_t depth) 
     if (S_ISDIR(st.st_mode)) {
       subdirs.push_back(name);
     } else if (S_ISREG(st.st_mode)) {
-      walk.path_bytes += prefix.size() + name.size();
-      if (walk.path_bytes > kMaxPathBytes) {
+      const size_t cost = prefix.size() + name.size() + kSnapshotEntryBytes;
+      if (walk.out->bytes + cost > walk.max_bytes) {
         walk.out->truncated = true;
         break;
       }
+      walk.out->bytes += cost;
       walk.out->files[prefix + name] =
           FileStamp{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
                     st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec, st.st_ino};
@@ -79,11 +79,12 @@ Status WalkDir(Walk& walk, int dir_fd, const std::string& prefix, size_t depth) 
 
 }  // namespace
 
-StatusOr<WorkspaceSnapshot> SnapshotWorkspace(int dir_fd, size_t max_entries, const std::string& ignored_prefix) {
+StatusOr<WorkspaceSnapshot> SnapshotWorkspace(int dir_fd, size_t max_entries, const std::string& ignored_prefix,
+                                              size_t max_bytes) {
   struct stat root;
   if (::fstat(dir_fd, &root) != 0) return Status::Errno("fstat(workspace)");
   WorkspaceSnapshot snapshot;
-  Walk walk{root.st_dev, max_entries, 0, 0, ignored_prefix, &snapshot};
+  Walk walk{root.st_dev, max_entries, max_bytes, 0, ignored_prefix, &snapshot};
   NSBOX_RETURN_IF_ERROR(WalkDir(walk, dir_fd, "", 0));
   return snapshot;
 }

@@ -120,19 +120,52 @@ Result RunCell(SessionSandbox& session, const std::string& code, const ResidentO
   return result;
 }
 
-ChangedFilesReport::ChangedFilesReport(const SessionSandbox& session)
-    : before_(Status::Error("no workspace")) {
-  auto workspace = session.OpenWorkspace();
-  if (!workspace.ok()) return;
-  workspace_ = std::move(*workspace);
-  before_ = SnapshotWorkspace(workspace_.get());
+size_t SnapshotBudget::Reserve(size_t wanted) {
+  size_t held = held_.load();
+  for (;;) {
+    const size_t take = held >= total_ ? 0 : std::min(wanted, total_ - held);
+    if (take == 0) return 0;
+    if (held_.compare_exchange_weak(held, held + take)) return take;
+  }
 }
+
+void SnapshotBudget::Release(size_t bytes) { held_.fetch_sub(bytes); }
+
+SnapshotBudget& ProcessSnapshotBudget() {
+  static SnapshotBudget budget(64 << 20);
+  return budget;
+}
+
+ChangedFilesReport::ChangedFilesReport(const SessionSandbox& session)
+    : ChangedFilesReport(
+          [&] {
+            auto workspace = session.OpenWorkspace();
+            return workspace.ok() ? std::move(*workspace) : UniqueFd();
+          }(),
+          ProcessSnapshotBudget()) {}
+
+ChangedFilesReport::ChangedFilesReport(UniqueFd workspace, SnapshotBudget& budget)
+    : budget_(budget), workspace_(std::move(workspace)), before_(Status::Error("no workspace")) {
+  if (!workspace_) return;
+  bound_ = reserved_ = budget_.Reserve(kMaxSnapshotBytes);
+  before_ = SnapshotWorkspace(workspace_.get(), 20000, ".nsbox-", bound_);
+  // Only what the snapshot holds stays reserved while the call runs.
+  const size_t held = before_.ok() ? before_->bytes : 0;
+  budget_.Release(reserved_ - held);
+  reserved_ = held;
+}
+
+ChangedFilesReport::~ChangedFilesReport() { budget_.Release(reserved_); }
 
 void ChangedFilesReport::AddTo(Result& result) const {
   nlohmann::json list = nlohmann::json::array();
   bool truncated = false;
   if (before_.ok() && workspace_) {
-    if (auto after = SnapshotWorkspace(workspace_.get()); after.ok()) {
+    // The walk after is bounded as the one before was (a larger bound would list files that walk never reached), or
+    // sooner, short of the budget, which can only miss files.
+    const size_t bound = budget_.Reserve(bound_);
+    auto after = SnapshotWorkspace(workspace_.get(), 20000, ".nsbox-", bound);
+    if (after.ok()) {
       truncated = before_->truncated || after->truncated;
       size_t listed_bytes = 0;
       for (const auto& file : ChangedFiles(*before_, *after)) {
@@ -143,9 +176,11 @@ void ChangedFilesReport::AddTo(Result& result) const {
         }
       }
     }
+    budget_.Release(bound);
   }
   SetExtra(result, "changed_files", list);
-  // The workspace was larger than the walk looks at (workspace_snapshot.h): the list may miss files.
+  // The workspace was larger than the walk looks at (workspace_snapshot.h), or the calls running at once held the
+  // process's budget: the list may miss files.
   if (truncated) SetExtra(result, "changed_files_truncated", true);
 }
 

@@ -2,6 +2,7 @@
 // from the engine's ResidentTurn, and the changed-files report of an exec or a cell.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -36,15 +37,39 @@ Result RunCell(SessionSandbox& session, const std::string& code, const ResidentO
 // The most of an answer the changed-files list takes, as JSON (the exec answer's allowance is 64 MiB beside output).
 inline constexpr size_t kMaxChangedFilesBytes = 8 << 20;
 
+// The memory that the workspace snapshots of all the calls running at once in a process may hold together. Each is
+// bounded (kMaxSnapshotBytes), but a session runs up to 64 execs at once, in its supervisor, outside the sandbox's
+// limits: past the budget, a call's snapshot is cut short and its list reported truncated.
+class SnapshotBudget {
+ public:
+  explicit SnapshotBudget(size_t total_bytes) : total_(total_bytes) {}
+  size_t Reserve(size_t wanted);  // up to `wanted` bytes, as many as are left (0: none)
+  void Release(size_t bytes);
+  size_t held() const { return held_.load(); }
+
+ private:
+  const size_t total_;
+  std::atomic<size_t> held_{0};
+};
+// This process's: 64 MiB.
+SnapshotBudget& ProcessSnapshotBudget();
+
 // Snapshots /workspace before a call and reports, after it, the files it created or changed as
 // extra["changed_files"] ([{path, size}], paths as the sandbox sees them).
 class ChangedFilesReport {
  public:
   explicit ChangedFilesReport(const SessionSandbox& session);
+  ChangedFilesReport(UniqueFd workspace, SnapshotBudget& budget);
+  ~ChangedFilesReport();
+  ChangedFilesReport(const ChangedFilesReport&) = delete;
+  ChangedFilesReport& operator=(const ChangedFilesReport&) = delete;
   void AddTo(Result& result) const;
 
  private:
+  SnapshotBudget& budget_;
   UniqueFd workspace_;
+  size_t bound_ = 0;     // the walks' bound: what budget_ gave the walk before
+  size_t reserved_ = 0;  // of budget_, for before_
   StatusOr<WorkspaceSnapshot> before_;
 };
 

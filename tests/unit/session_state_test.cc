@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -18,7 +19,9 @@
 
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include "sandbox/result_json.h"
 #include "sandbox/workspace_snapshot.h"
+#include "src/session/repl.h"
 #include "src/session/state.h"
 #include "src/session/workspace_copy.h"
 #include "tests/support/as_user.h"
@@ -135,6 +138,59 @@ TEST_CASE("the workspace walk stops at 64 levels and at 16 MiB of paths: the san
   size_t bytes = 0;
   for (const auto& [path, stamp] : walked->files) bytes += path.size();
   CHECK(bytes <= (16u << 20));
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE(
+    "the snapshots of calls running at once hold no more than their process's budget, and a call short of it "
+    "reports a truncated list, never a file it did not change",
+    "[session]") {
+  char tmpl[] = "/tmp/nsbox-snapshot-budget-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::filesystem::path root = tmpl;
+  // 400 files of 100-byte names: about 78 KB of snapshot each walk.
+  for (int i = 0; i < 400; ++i) std::ofstream(root / fmt::format("{:0>100}", i)) << "x";
+  auto open_root = [&] { return UniqueFd(::open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC)); };
+  auto changed = [](const nsbox::session::ChangedFilesReport& report) {
+    nsbox::Result result;
+    report.AddTo(result);
+    return nsbox::ResultToJson(result);
+  };
+  nsbox::session::SnapshotBudget budget(180 << 10);
+  {
+    auto first = std::make_unique<nsbox::session::ChangedFilesReport>(open_root(), budget);
+    const size_t one_walk = budget.held();  // what a whole walk of the tree holds
+    CHECK(one_walk > 70 << 10);
+    CHECK(one_walk < 90 << 10);
+    auto second = std::make_unique<nsbox::session::ChangedFilesReport>(open_root(), budget);
+    CHECK(budget.held() == 2 * one_walk);
+    auto third = std::make_unique<nsbox::session::ChangedFilesReport>(open_root(), budget);  // gets what is left
+    CHECK(budget.held() <= 180 << 10);
+    std::ofstream(root / "made-by-the-call") << "new";
+    auto third_json = changed(*third);
+    CHECK(third_json["changed_files_truncated"] == true);
+    for (const auto& file : third_json["changed_files"]) CHECK(file["path"] == "/workspace/made-by-the-call");
+    third.reset();
+    second.reset();
+    CHECK(budget.held() == one_walk);
+    // Alone again, the first call has room for its walk after: a whole list.
+    auto first_json = changed(*first);
+    CHECK(first_json["changed_files"] ==
+          nlohmann::json::parse(R"([{"path": "/workspace/made-by-the-call", "size": 3}])"));
+    CHECK_FALSE(first_json.contains("changed_files_truncated"));
+  }
+  CHECK(budget.held() == 0);
+  // Out of budget altogether: nothing walked, nothing listed, the list said to be truncated.
+  CHECK(budget.Reserve(180 << 10) == 180 << 10);
+  {
+    nsbox::session::ChangedFilesReport starved(open_root(), budget);
+    std::ofstream(root / "another") << "new";
+    auto json = changed(starved);
+    CHECK(json["changed_files"].empty());
+    CHECK(json["changed_files_truncated"] == true);
+  }
+  budget.Release(180 << 10);
+  CHECK(budget.held() == 0);
   std::filesystem::remove_all(root);
 }
 
