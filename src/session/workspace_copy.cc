@@ -405,30 +405,42 @@ Status RemoveContents(int dir, uint64_t mount, const std::string& shown, int dep
     return Status::Error(ErrorKind::kRefused,
                          fmt::format("refusing to remove {}: more than {} directories deep (remove it with an exec)",
                                      shown.substr(0, 80) + "...", kMaxWorkspaceDepth));
-  int copy = ::dup(dir);
-  if (copy < 0) return Status::Errno("dup");
-  DIR* stream = ::fdopendir(copy);
-  if (!stream) {
-    ::close(copy);
-    return Status::Errno(fmt::format("fdopendir({})", shown));
-  }
+  // In batches of names, read afresh from the start each time: the sandbox decides how many names a directory holds,
+  // and the server's memory must not follow. A batch that is not full was the rest of the directory. A sandbox that
+  // refills it as fast as it empties is stopped at the last round, and the final rmdir reports the directory not empty.
+  constexpr size_t kBatch = 256;  // names held per level of the tree
+  constexpr int kMaxRounds = 65536;
   std::vector<std::pair<std::string, bool>> names;
-  while (struct dirent* e = ::readdir(stream)) {
-    std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    struct stat st;
-    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    names.emplace_back(name, S_ISDIR(st.st_mode));
-  }
-  ::closedir(stream);
-  for (const auto& [name, is_dir] : names) {
-    if (is_dir) {
-      UniqueFd sub(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!sub) return Status::Errno(fmt::format("open({}/{})", shown, name));
-      NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), mount, shown + "/" + name, depth + 1));
+  for (int round = 0; round < kMaxRounds; ++round) {
+    int copy = ::dup(dir);
+    if (copy < 0) return Status::Errno("dup");
+    DIR* stream = ::fdopendir(copy);
+    if (!stream) {
+      ::close(copy);
+      return Status::Errno(fmt::format("fdopendir({})", shown));
     }
-    if (::unlinkat(dir, name.c_str(), is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT)
-      return Status::Errno(fmt::format("remove({}/{})", shown, name));
+    ::rewinddir(stream);  // the copy shares the offset of the last round's stream
+    names.clear();
+    while (names.size() < kBatch) {
+      struct dirent* e = ::readdir(stream);
+      if (e == nullptr) break;
+      std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      struct stat st;
+      if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      names.emplace_back(name, S_ISDIR(st.st_mode));
+    }
+    ::closedir(stream);
+    for (const auto& [name, is_dir] : names) {
+      if (is_dir) {
+        UniqueFd sub(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!sub) return Status::Errno(fmt::format("open({}/{})", shown, name));
+        NSBOX_RETURN_IF_ERROR(RemoveContents(sub.get(), mount, shown + "/" + name, depth + 1));
+      }
+      if (::unlinkat(dir, name.c_str(), is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT)
+        return Status::Errno(fmt::format("remove({}/{})", shown, name));
+    }
+    if (names.size() < kBatch) break;
   }
   return OkStatus();
 }

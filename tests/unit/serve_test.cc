@@ -295,6 +295,15 @@ TEST_CASE("workspace files: parents made, links never followed, directories remo
   CHECK_FALSE(nsbox::PathExists(dir.path + "/a"));
   CHECK_FALSE(RemoveWorkspacePath(ws.get(), "").ok());
   CHECK(RemoveWorkspacePath(ws.get(), "missing").kind() == nsbox::ErrorKind::kNotFound);
+  // A directory of more names than one batch (the server reads them a batch at a time), with subdirectories among them.
+  for (int i = 0; i < 700; ++i) {
+    const std::string sub = dir.path + fmt::format("/many/d{}", i % 3);
+    std::filesystem::create_directories(sub);
+    std::ofstream(sub + fmt::format("/f{}", i)) << "x";
+    std::ofstream(dir.path + fmt::format("/many/g{}", i)) << "x";
+  }
+  CHECK(RemoveWorkspacePath(ws.get(), "many").ok());
+  CHECK_FALSE(nsbox::PathExists(dir.path + "/many"));
 }
 
 TEST_CASE("removing a workspace directory leaves a mount below it alone", "[serve]") {
