@@ -2,6 +2,7 @@
 // verdict (supervisor.h, verdict.h).
 #include "sandbox/session.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -11,12 +12,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "sandbox/base/clone.h"
 #include "sandbox/base/defer.h"
 #include "sandbox/base/fd_passing.h"
+#include "sandbox/base/fs.h"
 #include "sandbox/child.h"
 #include "sandbox/enter.h"
 #include "sandbox/launch.h"
@@ -75,6 +80,42 @@ bool HasBytesWaiting(int fd) {
   return ::poll(&p, 1, 0) > 0;
 }
 
+// One REPL cell's share of what its interpreter, which outlives the cell, has used: read from /proc before and after.
+struct ResidentUsage {
+  std::optional<int64_t> cpu_ms;       // user + system time, its own and that of the children it waited for
+  std::optional<uint64_t> peak_bytes;  // VmHWM
+};
+
+ResidentUsage ReadResidentUsage(pid_t pid) {
+  ResidentUsage usage;
+  if (auto stat = ReadFile(fmt::format("/proc/{}/stat", pid), 4096); stat.ok()) {
+    // Fields after the command name, which may hold spaces and parentheses: state (3) ... utime (14), stime, cutime,
+    // cstime (17), in clock ticks.
+    const size_t close = stat->rfind(')');
+    if (close != std::string::npos && close + 2 < stat->size()) {
+      std::istringstream fields(stat->substr(close + 2));
+      std::string skipped;
+      for (int field = 3; field < 14; ++field) fields >> skipped;
+      int64_t utime = 0, stime = 0, cutime = 0, cstime = 0;
+      static const int64_t ticks = ::sysconf(_SC_CLK_TCK);
+      if (fields >> utime >> stime >> cutime >> cstime && ticks > 0)
+        usage.cpu_ms = (utime + stime + cutime + cstime) * 1000 / ticks;
+    }
+  }
+  if (auto status = ReadFile(fmt::format("/proc/{}/status", pid), 64 << 10); status.ok()) {
+    const size_t at = status->find("\nVmHWM:");
+    unsigned long long kb = 0;
+    if (at != std::string::npos && std::sscanf(status->c_str() + at, "\nVmHWM: %llu kB", &kb) == 1)
+      usage.peak_bytes = static_cast<uint64_t>(kb) * 1024;
+  }
+  return usage;
+}
+
+// Starts the process's peak resident size afresh (clear_refs 5), so that the next VmHWM is one cell's.
+bool ResetResidentPeak(pid_t pid) {
+  UniqueFd fd(::open(fmt::format("/proc/{}/clear_refs", pid).c_str(), O_WRONLY | O_CLOEXEC));
+  return fd && ::write(fd.get(), "5", 1) == 1;
+}
 
 }  // namespace
 
@@ -453,6 +494,9 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
   Discard(h.out);
   Discard(h.err);
   h.control.ReadSetupFailure(&h.setup_failure);
+  // The interpreter's figures so far, to take the cell's share from, and its peak started afresh for the cell.
+  const ResidentUsage usage_before = ReadResidentUsage(h.pid);
+  const bool peak_reset = ResetResidentPeak(h.pid);
 
   bool died = false;
   for (size_t done = 0; done < request.size();) {
@@ -512,17 +556,32 @@ ResidentTurn SessionSandbox::AskResident(const ResidentOptions& process, const s
     // The process lives on: the answer is the outcome, which the caller reads from it (status ok until it says).
     in.kind = VerdictInputs::Kind::kSessionExec;
     in.program_status = 0;
+    const ResidentUsage usage_after = ReadResidentUsage(h.pid);
+    if (usage_before.cpu_ms && usage_after.cpu_ms)
+      in.cpu_ms = std::max<int64_t>(0, *usage_after.cpu_ms - *usage_before.cpu_ms);
+    else
+      in.measurement_errors.push_back(fmt::format("cpu_ms: /proc/{}/stat could not be read", h.pid));
+    if (peak_reset && usage_after.peak_bytes)
+      in.peak_memory_bytes = *usage_after.peak_bytes;
+    else
+      in.measurement_errors.push_back(fmt::format("peak_memory_bytes: /proc/{}/clear_refs or status", h.pid));
     AddLimits(counters_before, &in);
     in.counters_shared = window.Shared();
     turn.result = MakeVerdict(std::move(in));
   } else {
-    // Timed out, cancelled, crashed or out of step: the process goes, and the next request starts a fresh one.
+    // Timed out, cancelled, crashed or out of step: the process goes, and the next request starts a fresh one. Its
+    // peak is read while it still lives; its time from its end, less what earlier requests used.
+    const ResidentUsage usage_last = died ? ResidentUsage{} : ReadResidentUsage(h.pid);
     KillExec(h);
     Reap(h);
     h.control.ReadSetupFailure(&h.setup_failure);
     supervisor.DrainOutput();
     supervisor.TakeOutput(&in);
     GatherVerdict(h, &counters_before, &in);
+    if (in.program_status) {
+      if (usage_before.cpu_ms) in.cpu_ms = std::max<int64_t>(0, in.cpu_ms - *usage_before.cpu_ms);
+      if (peak_reset && usage_last.peak_bytes) in.peak_memory_bytes = *usage_last.peak_bytes;
+    }
     in.timed_out = turn.timed_out;
     in.cancelled = turn.cancelled;
     in.wall_timeout = options.wall_timeout;

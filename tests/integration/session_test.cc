@@ -769,6 +769,30 @@ TEST_CASE("a cell past the session's memory limit is an oom, as a script's would
   CHECK(next["limits"]["oom_kills"] == 0);
 }
 
+// The interpreter outlives its cells: each cell reports its own share of the interpreter's CPU time and its own peak,
+// not nothing (a cell that answered), nor the interpreter's whole life (a cell killed at its time-out).
+TEST_CASE("a cell's cpu_ms and peak_memory_bytes are the cell's own", "[session][repl]") {
+  Sessions s;
+  std::string id = s.Create({"--memory", "512M"});
+  s.Cell(id, "x = 1");  // the interpreter's start is the first cell's
+  json busy = s.Cell(id, "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8: pass");
+  CHECK(busy["status"] == "ok");
+  CHECK(busy["cpu_ms"].get<int64_t>() >= 700);
+  CHECK_FALSE(busy.contains("measurement_errors"));
+  json idle = s.Cell(id, "y = 2");
+  CHECK(idle["cpu_ms"].get<int64_t>() < 300);
+  json big = s.Cell(id, "b = bytearray(200 << 20)");
+  CHECK(big["peak_memory_bytes"].get<uint64_t>() >= (200u << 20));
+  s.Cell(id, "del b");
+  json small = s.Cell(id, "z = 3");
+  CHECK(small["peak_memory_bytes"].get<uint64_t>() < (100u << 20));
+  CHECK(small["peak_memory_bytes"].get<uint64_t>() > 0);
+  json slow = s.Cell(id, "import time\ntime.sleep(5)", {"--timeout", "1s"});
+  CHECK(slow["status"] == "timeout");
+  CHECK(slow["cpu_ms"].get<int64_t>() < 300);  // the 800 ms of the busy cell are not this one's
+  CHECK(slow["peak_memory_bytes"].get<uint64_t>() < (100u << 20));
+}
+
 TEST_CASE("a cell whose new interpreter is held stopped past its time limit is a time-out", "[session][repl]") {
   Sessions s;
   std::string id = s.Create({"--cpus", "0.5"});
