@@ -50,15 +50,23 @@ void FromProgramStatus(const VerdictInputs& in, int ws, Result* result) {
     result->signal = WTERMSIG(ws);
     result->status = result->signal == SIGSYS ? RunStatus::kViolation : RunStatus::kSignal;
   }
-  result->reason = result->status == RunStatus::kViolation ? "killed by the seccomp policy (SIGSYS)" : ExitReason(ws);
+  // The shipped profiles deny with errnos; SIGSYS is their kill of a call of another architecture (int 0x80, x32), or
+  // a SIGSYS the program sent itself, which the exit status cannot tell apart.
+  result->reason = result->status == RunStatus::kViolation
+                       ? "killed by SIGSYS: the seccomp policy's kill (a call of another architecture), unless the "
+                         "program sent itself SIGSYS"
+                       : ExitReason(ws);
   if (result->signal == SIGKILL && OomKills(in) > 0 && !in.counters_shared) {
     result->status = RunStatus::kOom;
     const char* whose = in.kind != Kind::kSessionExec ? "" : in.own_memory_limit ? "exec's own " : "session's ";
     result->reason =
         fmt::format("killed by the OOM killer: the {}memory limit of {} bytes was reached", whose, MemoryMax(in));
-  } else if ((result->status == RunStatus::kExit || result->status == RunStatus::kSignal) &&
+  } else if (((result->status == RunStatus::kExit && result->exit_code == 1) ||
+              (result->status == RunStatus::kSignal && result->signal == SIGABRT)) &&
              !in.heap_exhausted_text.empty() &&
              in.stderr_stream.data.find(in.heap_exhausted_text) != std::string::npos) {
+    // The words, and the end the runtimes make at a full heap: Java exits 1, V8 aborts. A program that printed them
+    // and ended otherwise (an OutOfMemoryError caught, then exit 2) keeps its own end.
     result->status = RunStatus::kOom;
     result->reason = fmt::format(
         "the runtime's heap, sized from the memory limit of {} bytes, was full (\"{}\" in "

@@ -59,7 +59,9 @@ TEST_CASE("a program killed by a signal reports it; SIGSYS is a seccomp violatio
   CHECK(killed.reason == "killed by signal 11 (SIGSEGV)");
   auto violation = MakeVerdict(Ran(VerdictKind::kSessionExec, Signaled(SIGSYS)));
   CHECK(violation.status == RunStatus::kViolation);
-  CHECK(violation.reason == "killed by the seccomp policy (SIGSYS)");
+  CHECK(violation.reason ==
+        "killed by SIGSYS: the seccomp policy's kill (a call of another architecture), unless the program sent itself "
+        "SIGSYS");
 }
 
 TEST_CASE("a time-out wins over the program's own end and says what was killed", "[verdict]") {
@@ -140,6 +142,16 @@ TEST_CASE("a runtime that stops at the heap nsbox sized, saying so in stderr, is
   auto unsized = Ran(VerdictKind::kRun, Exited(3));
   unsized.stderr_stream.data = v8;
   CHECK(MakeVerdict(unsized).status == RunStatus::kExit);
+  // The words with another end than the runtime's own at a full heap: an OutOfMemoryError caught and printed, then
+  // exit 2; V8's words printed by the program, then exit 3. The program's end stands.
+  java.stderr_stream.data = "java.lang.OutOfMemoryError: Java heap space\n\tat Main.main(Main.java:3)\n";
+  java.program_status = Exited(2);
+  CHECK(MakeVerdict(java).status == RunStatus::kExit);
+  CHECK(MakeVerdict(java).exit_code == 2);
+  auto printed = Ran(VerdictKind::kRun, Exited(3));
+  printed.heap_exhausted_text = v8;
+  printed.stderr_stream.data = "FATAL ERROR: " + v8 + "\n";
+  CHECK(MakeVerdict(printed).status == RunStatus::kExit);
 }
 
 TEST_CASE("a session exec that ran beside others is not taken for the OOM kill the session's counter saw",
