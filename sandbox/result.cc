@@ -50,29 +50,41 @@ int Result::ShellExitCode() const {
   return 125;
 }
 
+size_t ValidUtf8Length(std::string_view bytes, size_t at) {
+  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  if (at >= n) return 0;
+  unsigned char c = s[at];
+  if (c < 0x80) return 1;
+  size_t len = 0;
+  uint32_t cp = 0;
+  if ((c & 0xE0) == 0xC0) {
+    len = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4;
+    cp = c & 0x07;
+  }
+  if (len == 0 || at + len > n) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((s[at + k] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (s[at + k] & 0x3F);
+  }
+  // Reject overlong forms, surrogates and values past U+10FFFF.
+  if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+      (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return len;
+}
+
 std::string SanitizeUtf8(const std::string& bytes) {
   std::string out;
   out.reserve(bytes.size());
-  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
-  size_t n = bytes.size(), i = 0;
-  while (i < n) {
-    unsigned char c = s[i];
-    size_t len = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) { out += static_cast<char>(c); ++i; continue; }
-    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-    bool valid = len > 0 && i + len <= n;
-    for (size_t k = 1; valid && k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) valid = false;
-      else cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    // Reject overlong forms, surrogates and values past U+10FFFF.
-    if (valid && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-                  cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)))
-      valid = false;
-    if (valid) {
+  for (size_t i = 0; i < bytes.size();) {
+    if (size_t len = ValidUtf8Length(bytes, i)) {
       out.append(bytes, i, len);
       i += len;
     } else {

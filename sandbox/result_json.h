@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,8 @@ namespace nsbox {
 
 // Replaces invalid UTF-8 with U+FFFD so the result is always valid JSON text.
 std::string SanitizeUtf8(const std::string& bytes);
+// The length of the valid UTF-8 sequence at bytes[at] (1 for ASCII), 0 when the bytes there are not one.
+size_t ValidUtf8Length(std::string_view bytes, size_t at);
 nlohmann::json ResultToJson(const Result& result);
 // The inverse, for front ends that receive results from another process (sessions, runtimes).
 Result ResultFromJson(const nlohmann::json& json);

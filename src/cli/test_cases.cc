@@ -133,19 +133,54 @@ bool OutputMatches(std::string_view actual, std::string_view expected) {
   return JudgedLines(actual) == JudgedLines(expected);
 }
 
+namespace {
+
+// 80 bytes of a line from byte `from` on, quoted: quotes, backslashes, control bytes and bytes that are not UTF-8
+// escaped (\n, \t, \xff), so two lines that differ look different, and the line stays one printable line.
+std::string ShownLine(std::string_view line, size_t from) {
+  constexpr size_t kShown = 80;
+  std::string out = from > 0 ? "...\"" : "\"";
+  const size_t end = std::min(line.size(), from + kShown);
+  for (size_t i = from; i < end;) {
+    const auto c = static_cast<unsigned char>(line[i]);
+    const size_t len = ValidUtf8Length(line, i);
+    if (c >= 0x80 && len > 0 && i + len <= end) {
+      out.append(line.substr(i, len));
+      i += len;
+      continue;
+    }
+    if (c == '"' || c == '\\')
+      out += fmt::format("\\{}", static_cast<char>(c));
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c < 0x20 || c >= 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += static_cast<char>(c);
+    ++i;
+  }
+  return out + (end < line.size() ? "\"..." : "\"");
+}
+
+}  // namespace
+
 std::string FirstDifference(std::string_view actual, std::string_view expected) {
   const std::vector<std::string_view> got = JudgedLines(actual), want = JudgedLines(expected);
   size_t i = 0;
   while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
   if (i == got.size() && i == want.size()) return "";
-  // A line as JSON text (quotes, escapes), cut at 80 bytes: one printable line whatever the program wrote.
-  auto shown = [](std::string_view line) {
-    std::string text = SanitizeUtf8(std::string(line.substr(0, 80)));
-    return nlohmann::json(text).dump() + (line.size() > 80 ? "..." : "");
-  };
-  if (i == got.size()) return fmt::format("wrong output: it ends before line {}, expected {}", i + 1, shown(want[i]));
-  if (i == want.size()) return fmt::format("wrong output: line {} is {}, expected no more lines", i + 1, shown(got[i]));
-  return fmt::format("wrong output: line {} is {}, expected {}", i + 1, shown(got[i]), shown(want[i]));
+  if (i == got.size())
+    return fmt::format("wrong output: it ends before line {}, expected {}", i + 1, ShownLine(want[i], 0));
+  if (i == want.size())
+    return fmt::format("wrong output: line {} is {}, expected no more lines", i + 1, ShownLine(got[i], 0));
+  // Where the two lines part, with a little of what came before it.
+  size_t at = 0;
+  while (at < got[i].size() && at < want[i].size() && got[i][at] == want[i][at]) ++at;
+  const size_t from = at > 60 ? at - 20 : 0;
+  return fmt::format("wrong output: line {} is {}, expected {}{}", i + 1, ShownLine(got[i], from),
+                     ShownLine(want[i], from), at > 0 ? fmt::format(" (from byte {})", at + 1) : "");
 }
 
 namespace {

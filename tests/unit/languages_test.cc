@@ -13,6 +13,7 @@
 #include "src/cli/compiled_program.h"
 #include "src/cli/java_class.h"
 #include "src/cli/languages.h"
+#include "src/cli/test_cases.h"
 
 using nlohmann::json;
 using namespace nsbox;
@@ -400,4 +401,20 @@ TEST_CASE("the table file is parsed again only when its text changes", "[languag
   REQUIRE_FALSE(missing.ok());
   CHECK_THAT(missing.status().message(), Catch::Matchers::Contains("loading the language table"));
   ::rmdir(dir.c_str());
+}
+
+TEST_CASE("a wrong output's reason shows where the first differing line parts, bytes that are not text escaped",
+          "[cases]") {
+  CHECK(FirstDifference("6\n", "7\n") == "wrong output: line 1 is \"6\", expected \"7\"");
+  CHECK(FirstDifference("a\n", "a\nb\n") == "wrong output: it ends before line 2, expected \"b\"");
+  CHECK(FirstDifference("a\nb\n", "a\n") == "wrong output: line 2 is \"b\", expected no more lines");
+  // A byte that is not UTF-8 against the replacement character it would be shown as: they look different.
+  CHECK(FirstDifference("\xff\n", "\xef\xbf\xbd\n") == "wrong output: line 1 is \"\\xff\", expected \"\xef\xbf\xbd\"");
+  CHECK(FirstDifference("say \"hi\"\tnow\n", "say \"hi\" now\n") ==
+        "wrong output: line 1 is \"say \\\"hi\\\"\\tnow\", expected \"say \\\"hi\\\" now\" (from byte 9)");
+  // A difference past the first 80 bytes of a long line is shown, with 20 bytes before it.
+  const std::string head(100, 'x');
+  CHECK(FirstDifference(head + "1" + std::string(100, 'y') + "\n", head + "2\n") ==
+        "wrong output: line 1 is ...\"" + std::string(20, 'x') + "1" + std::string(59, 'y') + "\"..., expected ...\"" +
+            std::string(20, 'x') + "2\" (from byte 101)");
 }
