@@ -132,6 +132,16 @@ StatusOr<CodeRequest> ParseCodeCall(const ToolCall& call) {
     return Status::Error(fmt::format("there is no tool named \"{}\"; the tools are {} and {}", call.name,
                                      kExecuteCodeTool, kRunPythonTool));
   }
+  // An argument the tool does not have is refused, naming it, as nsbox mcp does: a model that sent "timeout" must not
+  // believe it applied.
+  if (!call.input.is_object()) return Status::Error(fmt::format("{}'s arguments must be a JSON object", call.name));
+  const std::vector<std::string> takes =
+      call.name == kExecuteCodeTool ? std::vector<std::string>{"language", "code"} : std::vector<std::string>{"code"};
+  for (const auto& [key, value] : call.input.items()) {
+    if (std::find(takes.begin(), takes.end(), key) == takes.end())
+      return Status::Error(
+          fmt::format("{} has no argument \"{}\" (it takes: {})", call.name, key, fmt::join(takes, ", ")));
+  }
   auto code = string_field("code");
   if (!code.ok()) return code.status();
   if (code->size() > cli::kMaxCodeBytes)

@@ -247,6 +247,10 @@ TEST_CASE("tool calls are read into language and code, and bad ones are explaine
   CHECK(ParseCodeCall(bash)->language == "bash");
   ToolCall missing{"3", "execute_code", {{"code", "echo"}}, ""};
   CHECK(ParseCodeCall(missing).status().message() == "execute_code needs a string \"language\" argument");
+  // An argument the tool does not have: refused, named, with what the tool takes.
+  ToolCall extra{"6", "execute_code", {{"language", "python"}, {"code", "1"}, {"timeout", 600}}, ""};
+  CHECK(ParseCodeCall(extra).status().message() ==
+        "execute_code has no argument \"timeout\" (it takes: language, code)");
   ToolCall unknown{"4", "rm_rf", json::object(), ""};
   CHECK(ParseCodeCall(unknown).status().message().find("there is no tool named \"rm_rf\"") != std::string::npos);
   // Code over what a call runs is said in the tool's terms, not as the CLI's --file error it would become.
