@@ -34,6 +34,25 @@ struct LeaseFixture {
     fs::remove_all(root, ignored);
   }
   void Etc(const std::string& name, const std::string& text) const { std::ofstream(root / "etc" / name) << text; }
+  // A child process that takes a lease and holds it until killed; the id it got.
+  uint32_t StartHolder(pid_t* holder) const {
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
+    *holder = ::fork();
+    REQUIRE(*holder >= 0);
+    if (*holder == 0) {
+      auto lease = LeaseHostId(options);
+      uint32_t id = lease.ok() ? lease->id() : 0;
+      (void)!::write(ready[1], &id, sizeof id);
+      ::pause();
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    uint32_t id = 0;
+    REQUIRE(::read(ready[0], &id, sizeof id) == sizeof id);
+    ::close(ready[0]);
+    return id;
+  }
 };
 
 }  // namespace
@@ -85,22 +104,8 @@ TEST_CASE("ids that subuid, subgid, passwd or group hand out are never leased") 
 
 TEST_CASE("a lease ends with its holder, even one killed with SIGKILL") {
   LeaseFixture f;
-  int ready[2];
-  REQUIRE(::pipe(ready) == 0);
-  pid_t holder = ::fork();
-  REQUIRE(holder >= 0);
-  if (holder == 0) {
-    auto lease = LeaseHostId(f.options);
-    char answer = lease.ok() && lease->id() == 2000000 ? 'y' : 'n';
-    (void)!::write(ready[1], &answer, 1);
-    ::pause();
-    ::_exit(0);
-  }
-  ::close(ready[1]);
-  char answer = 0;
-  REQUIRE(::read(ready[0], &answer, 1) == 1);
-  ::close(ready[0]);
-  CHECK(answer == 'y');
+  pid_t holder = 0;
+  CHECK(f.StartHolder(&holder) == 2000000);
   auto while_held = LeaseHostId(f.options);
   REQUIRE(while_held.ok());
   CHECK(while_held->id() == 2000001);
@@ -160,25 +165,8 @@ TEST_CASE("a lease given up also removes the files killed holders left, not a li
   const fs::path locks(f.options.lock_dir);
   // Three holders at once, then two of them SIGKILLed: their files (2000001, 2000002) lie above the lowest free id,
   // which every later lease would take, so only a sweep removes them.
-  std::vector<pid_t> holders;
-  for (int i = 0; i < 3; ++i) {
-    int ready[2];
-    REQUIRE(::pipe(ready) == 0);
-    pid_t holder = ::fork();
-    REQUIRE(holder >= 0);
-    if (holder == 0) {
-      auto lease = LeaseHostId(f.options);
-      (void)!::write(ready[1], lease.ok() ? "y" : "n", 1);
-      ::pause();
-      ::_exit(0);
-    }
-    ::close(ready[1]);
-    char answer = 0;
-    REQUIRE(::read(ready[0], &answer, 1) == 1);
-    ::close(ready[0]);
-    REQUIRE(answer == 'y');
-    holders.push_back(holder);
-  }
+  std::vector<pid_t> holders(3);
+  for (int i = 0; i < 3; ++i) REQUIRE(f.StartHolder(&holders[i]) == 2000000u + i);
   for (pid_t holder : {holders[0], holders[1]}) {
     ::kill(holder, SIGKILL);
     ::waitpid(holder, nullptr, 0);
