@@ -95,9 +95,10 @@ nlohmann::json Error(const std::string& message) { return {{"ok", false}, {"erro
 
 class Server {
  public:
-  Server(SupervisorConfig config, std::unique_ptr<SessionSandbox> session, UniqueFd listener,
+  Server(SupervisorConfig config, HostIdLease host_ids, std::unique_ptr<SessionSandbox> session, UniqueFd listener,
          cli::EgressProxyHooks* proxy, UniqueFd terminate)
       : config_(std::move(config)),
+        host_ids_(std::move(host_ids)),
         session_(std::move(session)),
         listener_(std::move(listener)),
         proxy_(proxy),
@@ -213,6 +214,7 @@ class Server {
         ::unlink((config_.dir + "/socket").c_str());  // no new clients
         session_->Terminate(why);
         RemoveSessionDir(config_.dir);
+        host_ids_ = HostIdLease();  // the sandbox's processes are gone: its id, and its lock file, go too
         // The group's reaper, dismissed by Terminate, is reaped here: the supervisor exits next, and a reaper that
         // outlived it would be left to init as a zombie.
         WaitForDismissedReapers();
@@ -339,6 +341,7 @@ class Server {
   }
 
   SupervisorConfig config_;
+  HostIdLease host_ids_;  // before session_: given up only once the sandbox has ended
   std::unique_ptr<SessionSandbox> session_;
   UniqueFd listener_;
   cli::EgressProxyHooks* proxy_;  // null without --network allow=
@@ -437,7 +440,8 @@ int RunSupervisor(SupervisorConfig config, int ready_fd) {
   if (::rename(tmp.c_str(), (config.dir + "/session.json").c_str()) != 0)
     return fail(Status::Errno("rename(session.json.tmp, session.json)"));
 
-  Server server(config, std::move(*session), std::move(*listener), proxy.get(), std::move(terminate_read));
+  Server server(config, std::move(*host_ids), std::move(*session), std::move(*listener), proxy.get(),
+                std::move(terminate_read));
   (void)WriteAll(ready_fd, "ok " + record.dump() + "\n");
   // The session is the creator's once it has passed the id on and says so with one byte. A creator that ended first
   // (a signal, SIGKILL included, or a failed write) closes its end: a session whose id no one got ends at once, not

@@ -23,6 +23,7 @@
 
 #include "nsbox_config.h"
 #include "tests/support/run_nsbox.h"
+#include "tests/support/skip.h"
 
 namespace {
 
@@ -767,6 +768,29 @@ TEST_CASE("a cell past the session's memory limit is an oom, as a script's would
   CHECK(next["status"] == "ok");
   CHECK(next["repl"]["state_lost"] == true);
   CHECK(next["limits"]["oom_kills"] == 0);
+}
+
+// A root session holds a host id of its own (a lock file) for its life; `session rm` gives it up with its file, as an
+// idle time-out does, rather than leaving the file for another nsbox to find.
+TEST_CASE("a removed session gives its host id and the id's lock file up", "[session]") {
+  if (::geteuid() != 0) {
+    nsbox::testing::RecordSkip("session_tests", "a removed session gives its host id up", "host ids are root's");
+    return;
+  }
+  Sessions s;
+  const std::string locks = s.state_dir + "-host-ids";
+  ::setenv("NSBOX_HOST_ID_DIR", locks.c_str(), 1);
+  std::string first = s.Create(), second = s.Create();
+  ::unsetenv("NSBOX_HOST_ID_DIR");
+  const auto uid_of = [&](const std::string& id) { return s.Record(id)["sandbox_host_uid"].get<uint64_t>(); };
+  CHECK(uid_of(first) != uid_of(second));
+  CHECK(std::filesystem::exists(locks + "/" + std::to_string(uid_of(first))));
+  CHECK(std::filesystem::exists(locks + "/" + std::to_string(uid_of(second))));
+  Output removed = s.Nsbox({"session", "rm", first, second});
+  INFO(removed.err);
+  CHECK(removed.code == 0);
+  CHECK(std::filesystem::is_empty(locks));
+  std::filesystem::remove_all(locks);
 }
 
 // The interpreter outlives its cells: each cell reports its own share of the interpreter's CPU time and its own peak,
