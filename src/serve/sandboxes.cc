@@ -1093,7 +1093,17 @@ void Sandboxes::ReaperLoop() {
       else if (s->busy == 0 && now - s->last_used_ms > static_cast<int64_t>(s->spec.idle_timeout_s * 1000))
         expired.emplace_back(s, "the sandbox's idle_timeout passed");
     }
+    std::vector<std::shared_ptr<Sandbox>> live;
+    for (const auto& [id, s] : sandboxes_)
+      if (!s->session_id.empty()) live.push_back(s);
     lock.unlock();
+    // A sandbox whose supervisor was killed from outside is gone: listed as running, it would only fail each call.
+    for (const auto& s : live) {
+      if (!s->record) continue;
+      auto runs = session::SupervisorRuns(*s->record);
+      if (runs.ok() && !*runs)
+        expired.emplace_back(s, "its session's supervisor ended (killed from outside the server)");
+    }
     for (const auto& [s, why] : expired) {
       fmt::print(stderr, "nsbox serve: ending {} ({}): {}\n", s->id, s->owner, why);
       Remove(s, why);

@@ -221,6 +221,12 @@ void CleanUpDead(const std::string& dir, const nlohmann::json& record) {
   RemoveSessionDir(dir);
 }
 
+}  // namespace
+
+StatusOr<bool> SupervisorRuns(const SessionRecord& session) { return SupervisorAlive(session.json); }
+
+namespace {
+
 bool LooksLikeSessionId(const std::string& name) { return !name.empty() && name[0] == 's' && name.size() == 13; }
 
 // The live session whose directory this is; nullopt (after cleaning up a dead one) otherwise; an error, with nothing

@@ -40,6 +40,10 @@ struct SessionRecord {
 // process for good, even after its pid is reused.
 uint64_t ProcessStartTime(pid_t pid);
 
+// Whether the session's supervisor (the record's pid and start time) still runs; an error when that could not be
+// read (not knowing is not dead).
+StatusOr<bool> SupervisorRuns(const SessionRecord& session);
+
 // Every live session under `root`. Sessions whose supervisor is gone are cleaned up on the way (their pid 1 is
 // killed if it somehow survived, and their directory removed).
 std::vector<SessionRecord> ListSessions(const std::string& root);

@@ -773,6 +773,20 @@ class SigkillRestart(unittest.TestCase):
                         "the sandbox's processes run on after its directory was removed")
         assert_stopped_clean(self, server, Footprint.of(server))
 
+    def test_a_sandbox_whose_supervisor_was_killed_from_outside_is_no_longer_listed(self):
+        # It stayed listed as running, with its session directory, until the server ended.
+        server = own_server().start()
+        api = server.api()
+        sandbox_id = api.create(SMALL)["id"]
+        (session_dir,) = [e for e in os.listdir(server.state_dir) if not e.startswith(".")]
+        with open(os.path.join(server.state_dir, session_dir, "session.json")) as f:
+            os.kill(json.load(f)["supervisor_pid"], signal.SIGKILL)
+        self.assertTrue(wait_for(lambda: api.request("GET", f"/v1/sandboxes/{sandbox_id}").status == 404, 10),
+                        "a sandbox whose supervisor is dead is still listed")
+        self.assertNotIn(sandbox_id, [s["id"] for s in api.request("GET", "/v1/sandboxes").json()["sandboxes"]])
+        self.assertFalse(os.path.exists(os.path.join(server.state_dir, session_dir)))
+        assert_stopped_clean(self, server, Footprint.of(server))
+
     @staticmethod
     def _stream_until_gone(api, sandbox_id):
         try:
