@@ -30,7 +30,36 @@ type Client struct {
 	// RequestTimeout bounds a call whose context has no deadline; an exec adds its own time-out (60 s when not set),
 	// a compiled language's compile time-out (CompileTimeout, else 60 s) and 30 s.
 	RequestTimeout time.Duration
+	// MaxResponseBytes is the most of one answer (a file read too) or of one stream line the client holds in memory
+	// (0: DefaultMaxResponseBytes). A larger one fails the call with ErrProtocol, naming the cap, and the connection
+	// is closed with the rest unread.
+	MaxResponseBytes int64
 }
+
+// DefaultMaxResponseBytes is MaxResponseBytes when not set (NewClient sets it), as the Python and TypeScript
+// clients' default: 256 MiB.
+const DefaultMaxResponseBytes = 256 << 20
+
+// maxErrorBodyBytes is the most of an error answer's body read: its first MiB makes the error, the rest is unread.
+const maxErrorBodyBytes = 1 << 20
+
+// maxResponse is the cap on an answer or a stream line.
+func (c *Client) maxResponse() int64 {
+	if c.MaxResponseBytes > 0 {
+		return c.MaxResponseBytes
+	}
+	return DefaultMaxResponseBytes
+}
+
+// tooLarge is the error of an answer, or of a stream line, over the cap.
+func (c *Client) tooLarge(op, what string) *Error {
+	return &Error{Kind: ErrProtocol, Op: op, Message: fmt.Sprintf(
+		"%s is over the client's cap of %d bytes (MaxResponseBytes); the rest was not read", what, c.maxResponse())}
+}
+
+// noRedirects keeps the answer of a redirect (3xx) as it is: following it would send the request's body (code,
+// environment, stdin) to wherever the server points. A 3xx is then an error, as in the Python and TypeScript clients.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // FromEnv makes a client from NSBOX_URL (unix:///path/api.sock or http://host:port; default the
 // per-user or system socket) and NSBOX_TOKEN.
@@ -97,7 +126,7 @@ func NewClient(rawURL, token string) (*Client, error) {
 	// One connection per request: a refused connection then always means nothing was sent. A large body waits for
 	// the server's 100 Continue (request): a refusal (413, 401) then comes before the body, not as a broken pipe.
 	transport := &http.Transport{DisableKeepAlives: true, ExpectContinueTimeout: expectContinueTimeout}
-	c := &Client{url: rawURL, RequestTimeout: 60 * time.Second}
+	c := &Client{url: rawURL, RequestTimeout: 60 * time.Second, MaxResponseBytes: DefaultMaxResponseBytes}
 	if token != "" {
 		c.token = &token
 	}
@@ -113,7 +142,7 @@ func NewClient(rawURL, token string) (*Client, error) {
 			return d.DialContext(ctx, "unix", socket)
 		}
 		c.base = "http://nsbox"
-		c.http = &http.Client{Transport: transport}
+		c.http = &http.Client{Transport: transport, CheckRedirect: noRedirects}
 		return c, nil
 	}
 	u, err := url.Parse(rawURL)
@@ -124,7 +153,7 @@ func NewClient(rawURL, token string) (*Client, error) {
 		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: the scheme must be unix, http or https", rawURL)
 	}
 	c.base = strings.TrimRight(rawURL, "/")
-	c.http = &http.Client{Transport: transport}
+	c.http = &http.Client{Transport: transport, CheckRedirect: noRedirects}
 	return c, nil
 }
 
@@ -188,13 +217,23 @@ func (c *Client) request(ctx context.Context, op, method, path string, body io.R
 	if resp.StatusCode/100 != 2 {
 		defer cancel()
 		defer resp.Body.Close()
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes+1))
+		cut := len(data) > maxErrorBodyBytes
+		if cut {
+			data = data[:maxErrorBodyBytes]
+		}
 		var ae apiError
 		e := &Error{Op: op, Status: resp.StatusCode}
 		if json.Unmarshal(data, &ae) == nil && ae.Error.Code != "" {
 			e.Code, e.Message = ae.Error.Code, ae.Error.Message
+		} else if resp.StatusCode/100 == 3 {
+			e.Message = fmt.Sprintf("HTTP %d: a redirect (to %q), which the client does not follow", resp.StatusCode,
+				resp.Header.Get("Location"))
 		} else {
 			e.Message = fmt.Sprintf("HTTP %d: %.200s", resp.StatusCode, strings.TrimSpace(string(data)))
+		}
+		if cut {
+			e.Message += " (the error body is over the client's cap of 1 MiB; the rest was not read)"
 		}
 		e.Kind = kindOfStatus(resp.StatusCode, e.Code)
 		return nil, nil, e
@@ -226,11 +265,19 @@ func bodyError(ctx context.Context, resp *http.Response, op string, err error) *
 	return transportError(ctx, op, false, err)
 }
 
-// readAll reads an answer's body whole; an answer cut short is the server gone, never a shorter body.
-func readAll(ctx context.Context, resp *http.Response, op string) ([]byte, error) {
-	data, err := io.ReadAll(resp.Body)
+// readAll reads an answer's body whole; an answer cut short is the server gone, never a shorter body. One over the
+// client's MaxResponseBytes is an error, read no further.
+func (c *Client) readAll(ctx context.Context, resp *http.Response, op string) ([]byte, error) {
+	limit := c.maxResponse()
+	if resp.ContentLength > limit {
+		return nil, c.tooLarge(op, fmt.Sprintf("the answer (%d bytes)", resp.ContentLength))
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, bodyError(ctx, resp, op, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, c.tooLarge(op, "the answer")
 	}
 	return data, nil
 }
@@ -252,7 +299,7 @@ func (c *Client) doJSON(ctx context.Context, op, method, path string, in, out in
 	}
 	defer cancel()
 	defer resp.Body.Close()
-	data, err := readAll(ctx, resp, op)
+	data, err := c.readAll(ctx, resp, op)
 	if err != nil || out == nil {
 		return err
 	}

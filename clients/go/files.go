@@ -41,7 +41,7 @@ func (f Files) Write(ctx context.Context, path string, data []byte) error {
 	}
 	defer cancel()
 	defer resp.Body.Close()
-	_, err = readAll(ctx, resp, "files.write")
+	_, err = f.s.client.readAll(ctx, resp, "files.write")
 	return err
 }
 
@@ -53,7 +53,7 @@ func (f Files) Read(ctx context.Context, path string) ([]byte, error) {
 	}
 	defer cancel()
 	defer resp.Body.Close()
-	return readAll(ctx, resp, "files.read")
+	return f.s.client.readAll(ctx, resp, "files.read")
 }
 
 // Listing is a directory's entries as the server listed them.

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -444,6 +445,15 @@ func scriptedServer(t *testing.T, answer func(r *http.Request) string) *Client {
 // scriptedServerAt is scriptedServer on the given socket path.
 func scriptedServerAt(t *testing.T, socket string, answer func(r *http.Request) string) *Client {
 	t.Helper()
+	c, _ := scriptedServerWrites(t, socket, answer)
+	return c
+}
+
+// scriptedServerWrites is scriptedServerAt that also tells how writing each answer ended: nil when the client took
+// it all, an error (a broken pipe, a reset) when the client closed the connection before.
+func scriptedServerWrites(t *testing.T, socket string, answer func(r *http.Request) string) (*Client, <-chan error) {
+	t.Helper()
+	writes := make(chan error, 64)
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +473,11 @@ func scriptedServerAt(t *testing.T, socket string, answer func(r *http.Request) 
 				}
 				body, _ := io.ReadAll(r.Body)
 				r.Body = io.NopCloser(bytes.NewReader(body))
-				_, _ = io.WriteString(conn, answer(r))
+				_, err = io.WriteString(conn, answer(r))
+				select {
+				case writes <- err:
+				default:
+				}
 			}()
 		}
 	}()
@@ -471,7 +485,7 @@ func scriptedServerAt(t *testing.T, socket string, answer func(r *http.Request) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, writes
 }
 
 // rawAnswer is an HTTP answer whose Content-Length says length, whatever the body's own length.
@@ -728,5 +742,127 @@ func TestTheServersInternalFaultIsErrInternalAnsweredOrStreamed(t *testing.T) {
 	}
 	if kindOfStatus(500, "setup_failed") != ErrSetupFailed || kindOfStatus(500, "") != ErrInternal {
 		t.Fatal("a 500 is ErrSetupFailed only with the code setup_failed, else ErrInternal")
+	}
+}
+
+func TestAnAnswerOverMaxResponseBytesIsErrProtocolNamingTheCapWithTheRestUnread(t *testing.T) {
+	if c, _ := NewClient("http://127.0.0.1:1", ""); c.MaxResponseBytes != 256<<20 {
+		t.Fatalf("MaxResponseBytes = %d; want 256 MiB by default", c.MaxResponseBytes)
+	}
+	fourMiB := 4 << 20
+	flood := strings.Repeat("x", fourMiB)
+	line := `{"type": "stdout", "data": "` + flood[:fourMiB-30]
+	mode := ""
+	c, writes := scriptedServerWrites(t, filepath.Join(t.TempDir(), "api.sock"), func(r *http.Request) string {
+		switch mode {
+		case "length":
+			return rawAnswer("200 OK", "application/octet-stream", fourMiB, flood)
+		case "until close": // no Content-Length: the body ends when the connection does
+			return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" + flood
+		case "line":
+			return rawAnswer("200 OK", "application/x-ndjson", len(line), line)
+		}
+		return rawAnswer("500 Internal Server Error", "text/plain", fourMiB, flood)
+	})
+	c.MaxResponseBytes = 1 << 20
+	ctx := context.Background()
+	s := &Sandbox{ID: "sb-x", client: c}
+	calls := map[string]func() error{
+		"length":      func() error { _, err := s.Files().Read(ctx, "big"); return err },
+		"until close": func() error { _, err := s.Exec(ctx, ExecRequest{Cmd: "x"}); return err },
+		"line":        func() error { _, err := s.Exec(ctx, ExecRequest{Cmd: "x", OnStdout: func(string) {}}); return err },
+		"error body":  func() error { _, err := c.Create(ctx, SandboxOptions{}); return err },
+	}
+	for _, name := range []string{"length", "until close", "line", "error body"} {
+		mode = name
+		err := calls[name]()
+		want, words := ErrProtocol, "over the client's cap of 1048576 bytes (MaxResponseBytes)"
+		if name == "error body" {
+			want, words = ErrInternal, "over the client's cap of 1 MiB"
+		}
+		if !errors.Is(err, want) || !strings.Contains(fmt.Sprint(err), words) {
+			t.Fatalf("%s: %v; want %v saying %q", name, err, want, words)
+		}
+		select {
+		case werr := <-writes:
+			if werr == nil {
+				t.Fatalf("%s: the client read on past its cap", name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the answer was still being written", name)
+		}
+	}
+}
+
+func TestARedirectIsAnErrorAndNothingGoesWhereItPoints(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.Path+" "+string(body))
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"id": "sb-elsewhere"}`)
+	}))
+	defer elsewhere.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer redirector.Close()
+	c, err := NewClient(redirector.URL, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Create(context.Background(), SandboxOptions{Env: map[string]string{"SECRET": "s3cret"}})
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrProtocol) || e.Status != 307 || !strings.Contains(e.Message,
+		"redirect") {
+		t.Fatalf("create answered 307: %v; want ErrProtocol with status 307", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 0 {
+		t.Fatalf("the redirect was followed: %q", got)
+	}
+}
+
+func TestAnswersOfTheWrongShapeAreErrProtocol(t *testing.T) {
+	answer := ""
+	c := scriptedServer(t, func(r *http.Request) string {
+		ct := "application/json"
+		if r.URL.Query().Get("stream") == "true" {
+			ct = "application/x-ndjson"
+		}
+		return rawAnswer("200 OK", ct, len(answer), answer)
+	})
+	ctx := context.Background()
+	s := &Sandbox{ID: "sb-x", client: c}
+	run := func() error { _, err := s.Exec(ctx, ExecRequest{Cmd: "x"}); return err }
+	stream := func() error { _, err := s.Exec(ctx, ExecRequest{Cmd: "x", OnStdout: func(string) {}}); return err }
+	list := func() error { _, err := c.List(ctx); return err }
+	connect := func() error { _, err := c.Connect(ctx, "sb-x"); return err }
+	create := func() error { _, err := c.Create(ctx, SandboxOptions{}); return err }
+	cases := []struct {
+		call   func() error
+		answer string
+	}{
+		{run, "null"}, {run, `{"id": "sb-x"}`}, {run, `{"status": "ok", "stdout": 7}`}, {run, "[1]"},
+		{stream, `{"type": "result", "result": null}` + "\n"}, {stream, "[1]\n"}, {stream, "null\n"},
+		{stream, `{"type": "stdout", "data": 7}` + "\n"}, {stream, `{"type": "error", "error": "x"}` + "\n"},
+		{list, "{}"}, {list, `{"sandboxes": null}`}, {list, `{"sandboxes": [null]}`}, {list, `{"sandboxes": [{}]}`},
+		{connect, "null"}, {connect, `{"id": ""}`},
+		{create, "null"}, {create, "[]"}, {create, "{}"}, {create, `"str"`}, {create, `{"id": 123}`},
+	}
+	for _, tc := range cases {
+		answer = tc.answer
+		if err := tc.call(); !errors.Is(err, ErrProtocol) {
+			t.Errorf("answer %s: %v; want ErrProtocol", tc.answer, err)
+		}
+	}
+	// A line that is a JSON object of a type this client does not know is skipped.
+	answer = `{"type": "progress", "data": 7}` + "\n" + `{"x": 1}` + "\n" + `{"type": "result", "result": ` +
+		`{"status": "ok", "stdout": "s"}}` + "\n"
+	if r, err := s.Exec(ctx, ExecRequest{Cmd: "x", OnStdout: func(string) {}}); err != nil || r.Stdout != "s" {
+		t.Fatalf("an unknown line before the result: %+v, %v; want the result", r, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"mime"
 	"net/url"
@@ -113,16 +114,31 @@ func (c *Client) Connect(ctx context.Context, id string) (*Sandbox, error) {
 	if err := c.doJSON(ctx, "connect", "GET", "/v1/sandboxes/"+url.PathEscape(id), nil, &info); err != nil {
 		return nil, err
 	}
+	if info.ID == "" {
+		return nil, &Error{Kind: ErrProtocol, Op: "connect", Message: "the answer has no sandbox id"}
+	}
 	return &Sandbox{ID: info.ID, Info: info, client: c}, nil
 }
 
 // List returns this client's sandboxes.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
 	var out struct {
-		Sandboxes []Info `json:"sandboxes"`
+		Sandboxes *[]*Info `json:"sandboxes"`
 	}
-	err := c.doJSON(ctx, "list", "GET", "/v1/sandboxes", nil, &out)
-	return out.Sandboxes, err
+	if err := c.doJSON(ctx, "list", "GET", "/v1/sandboxes", nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Sandboxes == nil {
+		return nil, &Error{Kind: ErrProtocol, Op: "list", Message: "the answer has no sandboxes array"}
+	}
+	infos := make([]Info, 0, len(*out.Sandboxes))
+	for _, info := range *out.Sandboxes {
+		if info == nil || info.ID == "" {
+			return nil, &Error{Kind: ErrProtocol, Op: "list", Message: "a listed sandbox has no id"}
+		}
+		infos = append(infos, *info)
+	}
+	return infos, nil
 }
 
 // Terminate ends the sandbox and everything in it. A sandbox already gone is not an error.
@@ -269,13 +285,54 @@ func (r ExecRequest) wait() time.Duration {
 	return wait
 }
 
+// decodeResult decodes a result: a JSON object with a status (a non-empty string) and each field of Result of its
+// JSON type (null or absent: the zero value).
 func decodeResult(data []byte) (*Result, error) {
+	if !isObject(data) {
+		return nil, errors.New("the result is not a JSON object")
+	}
 	var r Result
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, err
 	}
+	if r.Status == "" {
+		return nil, errors.New("the result has no status")
+	}
 	_ = json.Unmarshal(data, &r.Raw)
 	return &r, nil
+}
+
+// isObject says whether a JSON value is an object (its first byte; json.Unmarshal checks the rest).
+func isObject(data []byte) bool {
+	data = bytes.TrimSpace(data)
+	return len(data) > 0 && data[0] == '{'
+}
+
+// errLineTooLong is a stream line over the client's MaxResponseBytes.
+var errLineTooLong = errors.New("stream line over the cap")
+
+// readLine reads one line, with its newline when there is one, of at most limit bytes besides the newline.
+func readLine(r *bufio.Reader, limit int64) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		n := int64(len(line) + len(chunk))
+		if err == nil {
+			n-- // the newline
+		}
+		if n > limit {
+			return nil, errLineTooLong
+		}
+		line = append(line, chunk...)
+		if err != bufio.ErrBufferFull {
+			return line, err
+		}
+	}
+}
+
+// streamProtocolError is a stream line that breaks the API contract.
+func streamProtocolError(message string, err error) *Error {
+	return &Error{Kind: ErrProtocol, Op: "exec", Message: message, Err: err}
 }
 
 // Exec runs one command in the sandbox and returns its verdict. The program's own failure (non-zero exit,
@@ -319,7 +376,7 @@ func (c *Client) exec(ctx context.Context, path string, body map[string]interfac
 	defer cancel()
 	defer resp.Body.Close()
 	if !stream || !isNDJSON(resp.Header.Get("Content-Type")) {
-		all, err := readAll(ctx, resp, "exec")
+		all, err := c.readAll(ctx, resp, "exec")
 		if err != nil {
 			return nil, err
 		}
@@ -334,43 +391,50 @@ func (c *Client) exec(ctx context.Context, path string, body map[string]interfac
 	var gotStdout, gotStderr bool // whether a chunk of each stream came
 	reader := bufio.NewReader(resp.Body)
 	for {
-		line, err := reader.ReadBytes('\n')
+		line, err := readLine(reader, c.maxResponse())
+		if err == errLineTooLong {
+			return nil, c.tooLarge("exec", "a stream line")
+		}
 		if len(bytes.TrimSpace(line)) > 0 {
-			var ev struct {
-				Type   string          `json:"type"`
-				Data   string          `json:"data"`
-				Result json.RawMessage `json:"result"`
-				Error  *struct {
-					Code    string `json:"code"`
-					Message string `json:"message"`
-				} `json:"error"`
+			// Each line is a JSON object; one whose type this client does not know is skipped (docs/clients.md).
+			var ev map[string]json.RawMessage
+			if jerr := json.Unmarshal(line, &ev); jerr != nil || ev == nil {
+				return nil, streamProtocolError("a stream line is not a JSON object", jerr)
 			}
-			if jerr := json.Unmarshal(line, &ev); jerr != nil {
-				return nil, &Error{Kind: ErrProtocol, Op: "exec", Message: "undecodable stream line", Err: jerr}
+			var kind, data string
+			_ = json.Unmarshal(ev["type"], &kind)
+			if raw, ok := ev["data"]; ok && (kind == "stdout" || kind == "stderr") {
+				if jerr := json.Unmarshal(raw, &data); jerr != nil {
+					return nil, streamProtocolError("a "+kind+" line's data is not a string", jerr)
+				}
 			}
-			switch ev.Type {
+			switch kind {
 			case "stdout":
 				gotStdout = true
 				if req.OnStdout != nil {
-					req.OnStdout(ev.Data)
+					req.OnStdout(data)
 				}
 			case "stderr":
 				gotStderr = true
 				if req.OnStderr != nil {
-					req.OnStderr(ev.Data)
+					req.OnStderr(data)
 				}
 			case "result":
-				r, jerr := decodeResult(ev.Result)
+				r, jerr := decodeResult(ev["result"])
 				if jerr != nil {
-					return nil, &Error{Kind: ErrProtocol, Op: "exec", Message: "undecodable result", Err: jerr}
+					return nil, streamProtocolError("undecodable result", jerr)
 				}
 				req.handOver(r, gotStdout, gotStderr)
 				return r, nil
 			case "error":
-				e := &Error{Op: "exec"}
-				if ev.Error != nil {
-					e.Code, e.Message = ev.Error.Code, ev.Error.Message
+				var body struct {
+					Code    string `json:"code"`
+					Message string `json:"message"`
 				}
+				if !isObject(ev["error"]) || json.Unmarshal(ev["error"], &body) != nil {
+					return nil, streamProtocolError("an error line's error is not {code, message}", nil)
+				}
+				e := &Error{Op: "exec", Code: body.Code, Message: body.Message}
 				// The status the code has as an answer's own (as Python and TypeScript give it): 503 for
 				// "unavailable" (nothing ran, try again), not the 200 the stream began with.
 				e.Status = statusOfCode[e.Code]

@@ -7,6 +7,8 @@ export interface ConnectOptions {
   token?: string;
   /** Deadline of a call that runs no program, in ms (default 60000). */
   requestTimeoutMs?: number;
+  /** The most of one answer (a file read too) or stream line held, in bytes (default 256 MiB); over it: NsboxError. */
+  maxResponseBytes?: number;
   signal?: AbortSignal;
 }
 
@@ -192,8 +194,9 @@ export declare class ServerGoneError extends NsboxError {}
 export declare class RequestTimeoutError extends NsboxError {}
 
 export declare class Transport {
-  constructor(url: string, opts?: { token?: string; requestTimeoutMs?: number });
+  constructor(url: string, opts?: { token?: string; requestTimeoutMs?: number; maxResponseBytes?: number });
   readonly url: string;
+  readonly maxResponseBytes: number;
   request(method: string, path: string, opts?: Record<string, unknown>): Promise<unknown>;
 }
 export declare function endpointUrls(url?: string | string[]): string[];

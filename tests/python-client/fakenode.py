@@ -2,8 +2,9 @@
 """FakeNode answers the docs/api.md routes from memory and runs exec requests for real (sh -c, argv or
 python3 -c) in a private workspace directory, so README examples and agent loops get true output. Tests
 script it: `capacity`, `create_status` (with `create_error_code`), `token`, `exec_mode` ("run", "reset",
-"silent"), `stream_script` (a function writing NDJSON lines), `ignore_stream`, `cut_answers`, and read back
-`seen` (every request). As nsbox serve does, a streamed REPL cell ("repl": true) is answered with its result
+"silent"), `stream_script` (a function writing NDJSON lines), `ignore_stream`, `cut_answers`, `override` (a
+function (handler, request) that answers a request itself and returns True, or leaves it to the node), and read
+back `seen` (every request). As nsbox serve does, a streamed REPL cell ("repl": true) is answered with its result
 line alone."""
 
 import json
@@ -69,6 +70,7 @@ class FakeNode:
         self.ignore_stream = False  # answer the whole result as JSON even when a stream is asked for
         self.cut_answers = False  # a 2xx answer promises its whole Content-Length, sends half and closes
         self.cut_headers = False  # a 2xx answer stops in its headers (before Content-Length) and closes
+        self.override = None  # (handler, request) -> True when it answered the request itself
         self.seen = []
         self.sandboxes = {}
         self.lock = threading.Lock()
@@ -145,6 +147,8 @@ class FakeNode:
             self.seen.append(req)
         if self.token is not None and h.headers.get("Authorization") != "Bearer " + self.token:
             return self._error(h, 401, "unauthorized", "missing or wrong bearer token")
+        if self.override is not None and self.override(h, req):
+            return None
         parts = parsed.path.strip("/").split("/")
         if parsed.path == "/v1/healthz":
             return self._send(h, 200, {"status": "ok"})

@@ -1,6 +1,7 @@
 # tests/python-client/test_client.py: every client method against a scripted node: bodies sent, answers, errors.
 import json
 import os
+import queue
 import shutil
 import threading
 import unittest
@@ -390,6 +391,111 @@ class StreamingTest(NodeCase):
             raise KeyError(chunk)
         with self.assertRaises(KeyError):
             self.create().exec("echo x", on_stdout=boom)
+
+
+def flood(h, status, ctype, size, chunked=False, head=b""):
+    """Answers `head` and then x's, `size` bytes in all, announced by its Content-Length or chunked; answers whether
+    the client closed the connection before taking it all (a write failed)."""
+    h.send_response(status)
+    h.send_header("Content-Type", ctype)
+    h.send_header("Transfer-Encoding", "chunked") if chunked else h.send_header("Content-Length", str(size))
+    h.send_header("Connection", "close")
+    h.end_headers()
+    h.close_connection = True
+    piece = b"x" * 65536
+    try:
+        for i in range(0, size, len(piece)):
+            data = (head + piece)[:min(len(piece), size - i)] if i == 0 else piece[:size - i]
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+            h.wfile.flush()
+        h.wfile.write(b"0\r\n\r\n" if chunked else b"")
+        h.wfile.flush()
+    except (BrokenPipeError, ConnectionResetError):
+        return True
+    return False
+
+
+class HostileAnswerTest(NodeCase):
+    """Answers no real server gives: too large for memory, or of the wrong shape. Each is the client's NsboxError."""
+
+    def flood_on(self, suffix, *args, **kw):
+        """The node answers the first request whose path ends with `suffix` by flood(); answers a queue that gets
+        whether the client left the rest unread."""
+        cut = queue.Queue()
+
+        def override(h, req):
+            if not req.path.endswith(suffix) or self.node.override is None:
+                return False
+            self.node.override = None
+            cut.put(flood(h, *args, **kw))
+            return True
+        self.node.override = override
+        return cut
+
+    def test_an_answer_over_max_response_bytes_fails_naming_the_cap_with_the_rest_unread(self):
+        self.assertEqual(nsbox.Transport(self.node.url).max_response_bytes, 256 << 20)
+        with self.assertRaises(ValueError):
+            nsbox.Transport(self.node.url, max_response_bytes=0)
+        sbx = self.create(max_response_bytes=1 << 20)
+        four_mib = 4 << 20
+        calls = {
+            "a file read, chunked": ("/files", ("application/octet-stream", four_mib, True),
+                                     lambda: sbx.files.read("big")),
+            "an exec's answer, by its Content-Length": ("/exec", ("application/json", four_mib),
+                                                        lambda: sbx.exec("x")),
+            "a stream line": ("/exec", ("application/x-ndjson", four_mib, True, b'{"type": "stdout", "data": "'),
+                              lambda: sbx.exec("x", on_stdout=lambda c: None)),
+        }
+        for name, (suffix, args, call) in calls.items():
+            cut = self.flood_on(suffix, 200, *args)
+            with self.assertRaises(nsbox.NsboxError, msg=name) as cm:
+                call()
+            self.assertIn("over the client's cap of 1048576 bytes (max_response_bytes)", str(cm.exception), name)
+            self.assertTrue(cut.get(timeout=10), "%s: the client read on past its cap" % name)
+
+    def test_an_error_body_over_1_mib_is_cut_there_and_still_typed(self):
+        cut = self.flood_on("/v1/sandboxes", 500, "text/plain", 4 << 20)
+        with self.assertRaises(nsbox.InternalError) as cm:
+            nsbox.Sandbox.create(url=self.node.url)
+        self.assertEqual(cm.exception.status, 500)
+        self.assertIn("over the client's cap of 1 MiB", str(cm.exception))
+        self.assertTrue(cut.get(timeout=10), "the client read the error body on past 1 MiB")
+
+    def answer_with(self, suffix, raw, ctype="application/json"):
+        self.node.override = lambda h, req: req.path.endswith(suffix) and self.node._send(
+            h, 200, raw=raw, ctype=ctype) is None
+
+    def test_answers_of_the_wrong_shape_are_nsbox_errors_not_type_errors(self):
+        sbx = self.create()
+        odd = {
+            "/v1/sandboxes": ([b"null", b"[]", b"{}", b'"str"', b'{"id": 123}', b'{"id": ""}'],
+                              lambda: nsbox.Sandbox.create(url=self.node.url)),
+            "/v1/sandboxes/" + sbx.id: ([b"null", b'{"id": 5}'], sbx.refresh),
+            "/exec": ([b"null", b'{"stdout": 7}', b'{"status": "ok", "stdout": 7}', b'{"id": "sb-1"}',
+                       b'{"status": "ok", "changed_files": [null]}'], lambda: sbx.exec("x")),
+        }
+        for suffix, (answers, call) in odd.items():
+            for raw in answers:
+                self.answer_with(suffix, raw)
+                with self.assertRaises(nsbox.NsboxError, msg=raw) as cm:
+                    call()
+                self.assertIs(type(cm.exception), nsbox.NsboxError, raw)
+        for raw in (b"null", b"{}", b'{"sandboxes": null}', b'{"sandboxes": [null]}', b'{"sandboxes": [{}]}'):
+            self.node.override = lambda h, req: (req.method == "GET" and req.path == "/v1/sandboxes"
+                                                 and self.node._send(h, 200, raw=raw) is None)
+            with self.assertRaises(nsbox.NsboxError, msg=raw):
+                nsbox.Sandbox.list(url=self.node.url)
+        # A stream line that is not a JSON object is a malformed answer; an object of a type unknown here is skipped.
+        for bad in ([None], [[1]], [{"type": "stdout", "data": 7}], [{"type": "error", "error": "x"}],
+                    [{"type": "result", "result": {"status": 1}}]):
+            self.node.stream_script = lambda write, spec: [write(json.dumps(x).encode() + b"\n") for x in bad]
+            self.node.override = None
+            with self.assertRaises(nsbox.NsboxError, msg=bad) as cm:
+                sbx.exec("x", on_stdout=lambda c: None)
+            self.assertIs(type(cm.exception), nsbox.NsboxError, bad)
+        self.node.stream_script = lambda write, spec: (write({"type": "progress", "data": 7}), write({"x": 1}),
+                                                       write({"type": "result", "result": result(stdout="s")}))
+        self.assertEqual(sbx.exec("x", on_stdout=lambda c: None).stdout, "s")
 
 
 class ErrorMappingTest(unittest.TestCase):

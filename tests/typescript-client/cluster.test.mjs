@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import {
-  Sandbox, CapacityFullError, ConflictError, ServerGoneError, RequestTimeoutError, InternalError, SetupFailedError,
+  Sandbox, Transport, CapacityFullError, ConflictError, ServerGoneError, RequestTimeoutError, InternalError, SetupFailedError,
   NotFoundError, NsboxError,
 } from 'nsbox';
 
@@ -19,13 +19,13 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nsbox-ts-cluster-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 // A scripted node. `exec(req, res)` answers the execs when given; `ctl.cut` (set on the answer) makes every answer a
-// 200 that ends half-way through the Content-Length it promised; `ctl.requests` has each request's method, url,
-// headers and body.
+// 200 that ends half-way through the Content-Length it promised; `ctl.answer(req, res)`, when set, answers any request
+// for which it returns true; `ctl.requests` has each request's method, url, headers and body.
 function node(name, { running, max, createStatus = 201, execReset = false, execSilent = false, streamError = null,
   exec = null, client = undefined }) {
   const sock = path.join(dir, `${name}.sock`);
   const seen = [];
-  const ctl = { seen, cut: false, requests: [] };
+  const ctl = { seen, cut: false, requests: [], answer: null };
   const server = http.createServer((req, res) => {
     seen.push(`${req.method} ${req.url.split('?')[0]}`);
     const chunks = [];
@@ -33,6 +33,7 @@ function node(name, { running, max, createStatus = 201, execReset = false, execS
     req.on('end', () => {
       ctl.requests.push({ method: req.method, url: req.url, headers: req.headers,
         body: Buffer.concat(chunks).toString('utf8') });
+      if (ctl.answer?.(req, res)) return undefined;
       if (ctl.cut) {
         const data = Buffer.from(JSON.stringify({ id: `sb-${name}`, sandboxes: [], entries: [], status: 'ok',
           padding: 'x'.repeat(4096) }));
@@ -329,6 +330,103 @@ test('create refuses both maxLifetime and its other name timeout, and sends noth
     assert.deepEqual(n.requests, []);
     await Sandbox.create({ url: n.url, timeout: 120 });
     assert.deepEqual(JSON.parse(n.requests[0].body), { max_lifetime: 120 });
+  } finally {
+    n.server.close();
+  }
+});
+
+// Answers `head` then x's, `size` bytes in all (chunked unless `length`), each piece once the client took the one
+// before; resolves whether the client closed the connection before taking them all.
+function flood(res, status, contentType, size, { length = false, head = '' } = {}) {
+  res.writeHead(status, { 'Content-Type': contentType, ...(length ? { 'Content-Length': size } : {}) });
+  const piece = Buffer.alloc(65536, 'x');
+  let sent = 0;
+  return new Promise((resolve) => {
+    res.on('close', () => resolve(sent < size));
+    const more = () => {
+      while (sent < size) {
+        const data = sent === 0 ? Buffer.concat([Buffer.from(head), piece]) : piece;
+        const chunk = data.subarray(0, Math.min(piece.length, size - sent));
+        sent += chunk.length;
+        if (!res.write(chunk)) return res.once('drain', more);
+      }
+      return res.end();
+    };
+    more();
+  });
+}
+
+test('an answer over maxResponseBytes is an NsboxError naming the cap, and the rest is left unread', async () => {
+  assert.equal(new Transport('unix:///x').maxResponseBytes, 256 * 1024 * 1024);
+  assert.throws(() => new Transport('unix:///x', { maxResponseBytes: 0 }), RangeError);
+  const n = await node('flooded', { running: 0, max: 10 });
+  try {
+    const sbx = await Sandbox.create({ url: n.url, maxResponseBytes: 1 << 20 });
+    const fourMiB = 4 << 20;
+    const cases = {
+      'a file read, chunked': ['/files', [200, 'application/octet-stream', fourMiB], () => sbx.files.read('big')],
+      'an exec\'s answer, by its Content-Length': ['/exec', [200, 'application/json', fourMiB, { length: true }],
+        () => sbx.exec('x')],
+      'a stream line': ['/exec', [200, 'application/x-ndjson', fourMiB, { head: '{"type": "stdout", "data": "' }],
+        () => sbx.exec('x', { onStdout() {} })],
+      'an error body over 1 MiB': [`/${sbx.id}`, [500, 'text/plain', fourMiB, { length: true }], () => sbx.refresh()],
+    };
+    for (const [name, [suffix, args, call]] of Object.entries(cases)) {
+      let left = null;
+      n.answer = (req, res) => req.url.split('?')[0].endsWith(suffix) && (left = flood(res, ...args));
+      const err = await call().catch((e) => e);
+      n.answer = null;
+      if (name === 'an error body over 1 MiB') {
+        assert.ok(err instanceof InternalError && err.status === 500, `${name}: ${err}`);
+        assert.match(err.message, /over the client's cap of 1 MiB/, name);
+      } else {
+        assert.equal(err.constructor, NsboxError, `${name}: ${err}`);
+        assert.match(err.message, /over the client's cap of 1048576 bytes \(maxResponseBytes\)/, name);
+      }
+      assert.equal(await left, true, `${name}: the client read on past its cap`);
+    }
+  } finally {
+    n.server.close();
+  }
+});
+
+test('answers of the wrong shape are NsboxError, never a TypeError or a sandbox without an id', async () => {
+  const n = await node('odd-shapes', { running: 0, max: 10 });
+  try {
+    const sbx = await Sandbox.create({ url: n.url });
+    const json = (route, text) => (req, res) => {
+      if (!route(req)) return false;
+      const ndjson = req.url.includes('stream=true');
+      res.writeHead(200, { 'Content-Type': ndjson ? 'application/x-ndjson' : 'application/json' });
+      res.end(ndjson ? `${text}\n` : text);
+      return true;
+    };
+    const post = (req) => req.method === 'POST' && req.url === '/v1/sandboxes';
+    const list = (req) => req.method === 'GET' && req.url === '/v1/sandboxes';
+    const get = (req) => req.method === 'GET' && req.url === `/v1/sandboxes/${sbx.id}`;
+    const exec = (req) => req.url.split('?')[0].endsWith('/exec');
+    const cases = [
+      ...['null', '[]', '{}', '"str"', '{"id": 123}', '{"id": ""}'].map((t) => [post, t,
+        () => Sandbox.create({ url: n.url })]),
+      ...['{}', '{"sandboxes": null}', '{"sandboxes": [null]}', '{"sandboxes": [{}]}'].map((t) => [list, t,
+        () => Sandbox.list({ url: n.url })]),
+      ...['null', '{"id": 5}'].map((t) => [get, t, () => Sandbox.connect(sbx.id, { url: n.url })]),
+      ...['null', '{"stdout": 7}', '{"status": "ok", "stdout": 7}', '{"id": "sb-1"}',
+        '{"status": "ok", "changed_files": [null]}'].map((t) => [exec, t, () => sbx.exec('x')]),
+      // A stream line that is not a JSON object is a malformed answer, as is a known line of the wrong shape.
+      ...['null', '[1]', '{"type": "stdout", "data": 7}', '{"type": "error", "error": "x"}',
+        '{"type": "result", "result": {"status": 1}}', '{"type": "result", "result": null}'].map((t) => [exec, t,
+        () => sbx.exec('x', { onStdout() {} })]),
+    ];
+    for (const [route, text, call] of cases) {
+      n.answer = json(route, text);
+      const err = await call().catch((e) => e);
+      assert.equal(err?.constructor, NsboxError, `${text}: ${err}`);
+    }
+    // A line that is a JSON object of a type unknown here is skipped.
+    n.answer = json(exec, '{"type": "progress", "data": 7}\n{"x": 1}\n{"type": "result", "result": ' +
+      '{"status": "ok", "stdout": "s"}}');
+    assert.equal((await sbx.exec('x', { onStdout() {} })).stdout, 's');
   } finally {
     n.server.close();
   }

@@ -66,8 +66,9 @@ _BY_CODE = {"bad_request": Refused, "unauthorized": Refused, "forbidden": Refuse
             "setup_failed": SetupFailed, "internal": InternalError, "unavailable": ServerGone}
 
 
-def from_response(status, data, url):
-    """The exception for a non-2xx answer; `data` is the raw body (bytes)."""
+def from_response(status, data, url, cut=False):
+    """The exception for a non-2xx answer; `data` is the raw body (bytes), its first MiB when `cut` (the rest was not
+    read: the message says so)."""
     decoded = None
     try:
         decoded = json.loads(data.decode("utf-8")) if data else None
@@ -80,6 +81,8 @@ def from_response(status, data, url):
     if not isinstance(message, str) or not message:
         first = data.decode("utf-8", "replace").strip().split("\n")[0][:200] if data else ""
         message = "HTTP %d from %s%s" % (status, url or "the server", ": " + first if first else "")
+    if cut:
+        message += " (the error body is over the client's cap of 1 MiB; the rest was not read)"
     if status == 500:
         cls = SetupFailed if code == "setup_failed" else InternalError
     else:

@@ -5,6 +5,7 @@ from typing import Optional
 
 from .errors import Conflict, NotFound
 from .sandbox import ExecResult, Sandbox
+from .transport import DEFAULT_MAX_RESPONSE_BYTES
 
 
 @dataclass
@@ -28,9 +29,9 @@ class SandboxRuntime:
 
     def __init__(self, template="python", network=None, limits=None, env=None, lifetime=None,
                  fresh_sandbox_per_call=False, timeout=None, output_limit=None, repl=False, url=None,
-                 token=None):
+                 token=None, max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES):
         self._create = dict(template=template, network=network, limits=limits, env=env, timeout=lifetime,
-                            url=url, token=token)
+                            url=url, token=token, max_response_bytes=max_response_bytes)
         self.fresh_sandbox_per_call = fresh_sandbox_per_call
         self.timeout = timeout
         self.output_limit = output_limit

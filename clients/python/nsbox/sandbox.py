@@ -1,9 +1,11 @@
 # nsbox/sandbox.py: Sandbox (create, connect, list, run, exec, run_code, terminate), its files, ExecResult.
+import reprlib
 import urllib.parse
 
 from .cluster import try_each
 from .errors import NotFound, NsboxError, ServerGone, from_stream_error
-from .transport import DEFAULT_EXEC_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, EXEC_GRACE_S, Transport, endpoint_urls
+from .transport import (DEFAULT_EXEC_TIMEOUT_S, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT_S, EXEC_GRACE_S,
+                        Transport, endpoint_urls)
 
 # A compiled language's compile step runs before its program, under its own time-out: compile_timeout, or the
 # language table's (rootfs/languages.json: 30 s for c, 60 s for the others). The client waits the longest of
@@ -12,8 +14,57 @@ DEFAULT_COMPILE_TIMEOUT_S = 60.0
 INTERPRETED_LANGUAGES = frozenset(("python", "python3", "bash", "sh", "node", "javascript"))
 
 
-def _transports(url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
-    return [Transport(u, token=token, request_timeout=request_timeout) for u in endpoint_urls(url)]
+def _transports(url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S,
+                max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES):
+    return [Transport(u, token=token, request_timeout=request_timeout, max_response_bytes=max_response_bytes)
+            for u in endpoint_urls(url)]
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_list_of_objects(v):
+    return isinstance(v, list) and all(isinstance(e, dict) for e in v)
+
+
+# The JSON type of each result field ExecResult gives (absent or null: its default); status must be a non-empty
+# string. Another type is a malformed answer (NsboxError), never a wrong attribute.
+_RESULT_FIELDS = {
+    "exit_code": ("a number", _is_number), "signal": ("a number", _is_number),
+    "reason": ("a string", lambda v: isinstance(v, str)), "stdout": ("a string", lambda v: isinstance(v, str)),
+    "stderr": ("a string", lambda v: isinstance(v, str)), "stdout_bytes": ("a number", _is_number),
+    "stderr_bytes": ("a number", _is_number), "stdout_truncated": ("a boolean", lambda v: isinstance(v, bool)),
+    "stderr_truncated": ("a boolean", lambda v: isinstance(v, bool)), "wall_ms": ("a number", _is_number),
+    "cpu_ms": ("a number", _is_number), "peak_memory_bytes": ("a number", _is_number),
+    "denied_syscalls": ("an array", lambda v: isinstance(v, list)),
+    "denied_hosts": ("an array", lambda v: isinstance(v, list)),
+    "changed_files": ("an array of objects", _is_list_of_objects), "repl": ("an object", lambda v: isinstance(v, dict)),
+    "compile": ("an object", lambda v: isinstance(v, dict)),
+}
+
+
+def _shown(value):
+    """A value of an answer, shortly (reprlib's bounds): never all of a large one."""
+    return reprlib.repr(value)
+
+
+def _check_result(raw):
+    if not isinstance(raw, dict):
+        raise NsboxError("the server's result is not an object: %s" % _shown(raw))
+    if not isinstance(raw.get("status"), str) or not raw["status"]:
+        raise NsboxError("the server's result has no status (a string): %s" % _shown(raw.get("status")))
+    for key, (kind, fits) in _RESULT_FIELDS.items():
+        value = raw.get(key)
+        if value is not None and not fits(value):
+            raise NsboxError("the server's result has a %s that is not %s: %s" % (key, kind, _shown(value)))
+
+
+def _sandbox_info(info, where, url):
+    """The server's description of a sandbox, checked: an object whose id is a non-empty string."""
+    if not isinstance(info, dict) or not isinstance(info.get("id"), str) or not info["id"]:
+        raise NsboxError("%s at %s: the answer has no sandbox id: %s" % (where, url, _shown(info)), url=url)
+    return info
 
 
 class ExecResult:
@@ -21,8 +72,7 @@ class ExecResult:
     A program's own failure (exit, timeout, oom, signal, violation) is a status here, never an exception."""
 
     def __init__(self, raw):
-        if not isinstance(raw, dict):
-            raise NsboxError("the server's result is not an object: %r" % (raw,))
+        _check_result(raw)
         self.raw = raw
         self.status = raw.get("status")
         self.exit_code = raw.get("exit_code")
@@ -165,17 +215,30 @@ def _run_on(transport, path, body, on_stdout=None, on_stderr=None):
     got, delivered = {}, set()
 
     def line(obj):
-        kind = obj.get("type") if isinstance(obj, dict) else None
+        # A line is a JSON object; one of a type this client does not know is skipped (docs/clients.md).
+        if not isinstance(obj, dict):
+            raise NsboxError("POST %s at %s: a stream line is not a JSON object: %s"
+                             % (path, transport.url, _shown(obj)), url=transport.url)
+        kind = obj.get("type")
+        data = obj.get("data")
         if kind in ("stdout", "stderr"):
+            if data is not None and not isinstance(data, str):
+                raise NsboxError("POST %s at %s: a %s line's data is not a string" % (path, transport.url, kind),
+                                 url=transport.url)
             delivered.add(kind)
         if kind == "stdout" and on_stdout is not None:
-            on_stdout(obj.get("data", ""))
+            on_stdout(data or "")
         elif kind == "stderr" and on_stderr is not None:
-            on_stderr(obj.get("data", ""))
+            on_stderr(data or "")
         elif kind == "result":
             got["result"] = obj.get("result")
         elif kind == "error":
-            got["error"] = obj.get("error")
+            err = obj.get("error")
+            if not isinstance(err, dict) or any(err.get(k) is not None and not isinstance(err[k], str)
+                                                for k in ("code", "message")):
+                raise NsboxError("POST %s at %s: an error line's error is not {code, message}: %s"
+                                 % (path, transport.url, _shown(err)), url=transport.url)
+            got["error"] = err
 
     answer = transport.request("POST", path, query={"stream": "true"}, json_body=body, timeout=deadline,
                                on_line=line)
@@ -208,52 +271,58 @@ class Sandbox:
     @classmethod
     def create(cls, template=None, network=None, timeout=None, limits=None, env=None, labels=None,
                idle_timeout=None, max_lifetime=None, url=None, token=None,
-               request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
+               request_timeout=DEFAULT_REQUEST_TIMEOUT_S, max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES):
         """Makes a sandbox. `timeout` is its lifetime in seconds, another name of max_lifetime: give one of them,
         not both (TypeError). With several endpoints (`url` a list or comma-separated, or NSBOX_URL so), on the
-        node with the most free capacity, passing on to the next when one is full or gone."""
+        node with the most free capacity, passing on to the next when one is full or gone. max_response_bytes:
+        the most of one answer (a file read too) or stream line the sandbox's calls hold (default 256 MiB)."""
         if max_lifetime is not None and timeout is not None:
             raise TypeError("give the sandbox's lifetime as max_lifetime or as timeout (its other name), not both")
         body = _create_body(template, network, limits, env, labels, idle_timeout,
                             max_lifetime if max_lifetime is not None else timeout)
-        transport, info = try_each(_transports(url, token, request_timeout), body.get("template"),
+        transport, info = try_each(_transports(url, token, request_timeout, max_response_bytes), body.get("template"),
                                    lambda t: t.request("POST", "/v1/sandboxes", json_body=body), False)
-        if not isinstance(info, dict) or not isinstance(info.get("id"), str):
-            raise NsboxError("POST /v1/sandboxes at %s: the answer has no id" % transport.url, url=transport.url)
-        return cls(transport, info)
+        return cls(transport, _sandbox_info(info, "POST /v1/sandboxes", transport.url))
 
     @classmethod
-    def connect(cls, sandbox_id, url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
+    def connect(cls, sandbox_id, url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S,
+                max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES):
         """A handle on an existing sandbox; looks for it on each endpoint."""
         errors = []
-        for t in _transports(url, token, request_timeout):
+        for t in _transports(url, token, request_timeout, max_response_bytes):
             try:
-                return cls(t, t.request("GET", "/v1/sandboxes/" + _quote(sandbox_id)))
+                return cls(t, _sandbox_info(t.request("GET", "/v1/sandboxes/" + _quote(sandbox_id)),
+                                            "GET /v1/sandboxes/{id}", t.url))
             except NsboxError as err:
                 errors.append(err)
         other = [e for e in errors if not isinstance(e, NotFound)]
         raise other[0] if other else errors[-1]
 
     @classmethod
-    def list(cls, url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
+    def list(cls, url=None, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S,
+             max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES):
         """The caller's sandboxes on every endpoint."""
         out = []
-        for t in _transports(url, token, request_timeout):
+        for t in _transports(url, token, request_timeout, max_response_bytes):
             answer = t.request("GET", "/v1/sandboxes")
-            out.extend(cls(t, s) for s in (answer or {}).get("sandboxes", []))
+            listed = answer.get("sandboxes") if isinstance(answer, dict) else None
+            if not isinstance(listed, list):
+                raise NsboxError("GET /v1/sandboxes at %s: the answer has no sandboxes array: %s"
+                                 % (t.url, _shown(answer)), url=t.url)
+            out.extend(cls(t, _sandbox_info(s, "GET /v1/sandboxes", t.url)) for s in listed)
         return out
 
     @staticmethod
     def run(cmd=None, code=None, language="python", template=None, network=None, limits=None, env=None,
             stdin=None, timeout=None, cwd=None, output_limit=None, on_stdout=None, on_stderr=None, url=None,
-            token=None, compile_timeout=None, compile_memory=None):
+            token=None, compile_timeout=None, compile_memory=None, max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES):
         """A one-shot run in a fresh sandbox (POST /v1/run), gone when the answer comes. Sent to another node
         only when it cannot have started there. compile_timeout (seconds) and compile_memory ("256M" or bytes):
         a compiled language's compile step's own limits."""
         body = _create_body(template, network, limits)
         body.update(_exec_body(cmd, language, code, stdin, timeout, env, cwd, False, output_limit, compile_timeout,
                                compile_memory))
-        _, result = try_each(_transports(url, token), body.get("template"),
+        _, result = try_each(_transports(url, token, max_response_bytes=max_response_bytes), body.get("template"),
                              lambda t: _run_on(t, "/v1/run", body, on_stdout, on_stderr), True)
         return result
 
@@ -262,7 +331,7 @@ class Sandbox:
 
     def refresh(self):
         """The sandbox's current state from the server."""
-        self.info = self._call("GET", "")
+        self.info = _sandbox_info(self._call("GET", ""), "GET /v1/sandboxes/{id}", self.url)
         return self.info
 
     def exec(self, cmd, timeout=None, stdin=None, env=None, cwd=None, output_limit=None, on_stdout=None,

@@ -19,6 +19,11 @@ EXEC_GRACE_S = 30.0  # an exec's answer may take this long beyond the program's 
 # An exec's time-out when the caller gives none: sent to the server explicitly, so that the client's wait and the
 # program's time-out never rest on a guess of the server's own default (its --default-timeout).
 DEFAULT_EXEC_TIMEOUT_S = 60
+# The most of one answer the client holds in memory: a whole answer (a file read included) or one stream line. Over
+# it the call fails (NsboxError naming the cap) and the connection is closed, nothing more read. Transport's
+# max_response_bytes (and the max_response_bytes= of Sandbox.create, connect, list and run) sets another.
+DEFAULT_MAX_RESPONSE_BYTES = 256 << 20
+MAX_ERROR_BODY_BYTES = 1 << 20  # of an error answer the first MiB is read, the rest not
 
 
 def default_socket():
@@ -102,10 +107,14 @@ _GONE = (ConnectionError, FileNotFoundError, NotADirectoryError, PermissionError
 class Transport:
     """One endpoint: `unix:///path/to/api.sock`, `http://host:port` or `https://host:port`."""
 
-    def __init__(self, url, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S):
+    def __init__(self, url, token=None, request_timeout=DEFAULT_REQUEST_TIMEOUT_S,
+                 max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES):
         self.url = url
         self.token = token if token is not None else os.environ.get("NSBOX_TOKEN") or None
         self.request_timeout = request_timeout
+        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes <= 0:
+            raise ValueError("max_response_bytes is a positive number of bytes, not %r" % (max_response_bytes,))
+        self.max_response_bytes = max_response_bytes
         if url.startswith("unix://"):
             self._socket_path = url[len("unix://"):]
             if not self._socket_path.startswith("/"):
@@ -191,15 +200,24 @@ class Transport:
                 if on_line is not None and resp.status == 200 and ctype.startswith("application/x-ndjson"):
                     self._read_lines(sock, resp, on_line, left, where)
                     return None
-                chunks = []
-                while True:
+                # At most the cap (and one byte to tell that there is more) is read: a success over it fails, an
+                # error answer keeps its first MiB; the connection is then closed with the rest unread.
+                ok = 200 <= resp.status <= 299
+                cap = self.max_response_bytes if ok else MAX_ERROR_BODY_BYTES
+                if ok and resp.length is not None and resp.length > cap:
+                    raise self._too_large(where, "the answer (%d bytes)" % resp.length)
+                chunks, size = [], 0
+                while size <= cap:
                     sock.settimeout(left())
-                    chunk = resp.read1(65536)
+                    chunk = resp.read1(min(65536, cap + 1 - size))
                     if not chunk:
                         break
                     chunks.append(chunk)
-                data = b"".join(chunks)
-                if 200 <= resp.status <= 299:
+                    size += len(chunk)
+                if ok and size > cap:
+                    raise self._too_large(where, "the answer")
+                data = b"".join(chunks)[:cap]
+                if ok:
                     _check_whole(resp)
             except socket.timeout:
                 raise RequestTimeout("%s: no answer within %g s" % (where, timeout), url=self.url,
@@ -218,7 +236,7 @@ class Transport:
                 sock.close()
             conn.close()
         if resp.status < 200 or resp.status > 299:
-            raise from_response(resp.status, data, self.url)
+            raise from_response(resp.status, data, self.url, cut=size > MAX_ERROR_BODY_BYTES)
         if raw:
             return data
         if resp.status == 204 or not data:
@@ -232,7 +250,8 @@ class Transport:
     def _read_lines(self, sock, resp, on_line, left, where):
         # Only the new bytes are searched, and a line's pieces are joined once it ends: linear in the answer, however
         # long a line is (the result line can be tens of MB).
-        pieces = []
+        # One line may be max_response_bytes long: a longer one fails the call, the rest unread.
+        pieces, pending = [], 0
         while True:
             sock.settimeout(left())
             chunk = resp.read1(65536)
@@ -241,17 +260,26 @@ class Transport:
             start = 0
             nl = chunk.find(b"\n")
             while nl >= 0:
+                if pending + nl - start > self.max_response_bytes:
+                    raise self._too_large(where, "a stream line")
                 pieces.append(chunk[start:nl])
-                line, pieces = b"".join(pieces), []
+                line, pieces, pending = b"".join(pieces), [], 0
                 self._one_line(line, on_line, where)
                 start = nl + 1
                 nl = chunk.find(b"\n", start)
             if start < len(chunk):
+                pending += len(chunk) - start
+                if pending > self.max_response_bytes:
+                    raise self._too_large(where, "a stream line")
                 pieces.append(chunk[start:])
         _check_whole(resp)
         rest = b"".join(pieces)
         if rest.strip():
             self._one_line(rest, on_line, where)
+
+    def _too_large(self, where, what):
+        return NsboxError("%s: %s is over the client's cap of %d bytes (max_response_bytes); the rest was not read"
+                          % (where, what, self.max_response_bytes), url=self.url)
 
     def _one_line(self, line, on_line, where):
         line = line.strip()

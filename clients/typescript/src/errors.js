@@ -59,8 +59,11 @@ export function fromStreamError(error, url) {
   return new Cls(error?.message ?? 'the server reported an error mid-stream', { status, code, body: { error }, url });
 }
 
-/** The error for a non-2xx answer; `body` is the raw Buffer of the answer. */
-export function fromResponse(status, body, url) {
+/**
+ * The error for a non-2xx answer; `body` is the raw Buffer of the answer, its first MiB when `cut` (the rest was not
+ * read: the message says so).
+ */
+export function fromResponse(status, body, url, { cut = false } = {}) {
   let decoded = null;
   try {
     decoded = body && body.length ? JSON.parse(body.toString('utf8')) : null;
@@ -73,6 +76,7 @@ export function fromResponse(status, body, url) {
     const first = body ? body.toString('utf8').trim().split('\n')[0].slice(0, 200) : '';
     message = `HTTP ${status} from ${url || 'the server'}${first ? ': ' + first : ''}`;
   }
+  if (cut) message += " (the error body is over the client's cap of 1 MiB; the rest was not read)";
   const Cls = classOf(status, code);
   return new Cls(message, { status, code, body: decoded && typeof decoded === 'object' ? decoded : null, url });
 }

@@ -5,7 +5,51 @@ import { tryEach } from './cluster.js';
 
 function transportsFor(opts = {}) {
   return endpointUrls(opts.url).map((u) => new Transport(u, { token: opts.token,
-    requestTimeoutMs: opts.requestTimeoutMs }));
+    requestTimeoutMs: opts.requestTimeoutMs, maxResponseBytes: opts.maxResponseBytes }));
+}
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+const isNumber = (v) => typeof v === 'number';
+const isString = (v) => typeof v === 'string';
+
+// The JSON type of each result field ExecResult gives (absent or null: its default); status must be a non-empty
+// string. Another type is a malformed answer (NsboxError), never a wrong property.
+const RESULT_FIELDS = {
+  exit_code: ['a number', isNumber], signal: ['a number', isNumber], reason: ['a string', isString],
+  stdout: ['a string', isString], stderr: ['a string', isString], stdout_bytes: ['a number', isNumber],
+  stderr_bytes: ['a number', isNumber], stdout_truncated: ['a boolean', (v) => typeof v === 'boolean'],
+  stderr_truncated: ['a boolean', (v) => typeof v === 'boolean'], wall_ms: ['a number', isNumber],
+  cpu_ms: ['a number', isNumber], peak_memory_bytes: ['a number', isNumber],
+  changed_files: ['an array of objects', (v) => Array.isArray(v) && v.every(isObject)],
+  repl: ['an object', isObject],
+};
+
+// A value of an answer, shortly: what it is, never all of a large one.
+function shown(v) {
+  if (isObject(v)) return `an object with keys ${Object.keys(v).slice(0, 10).join(', ') || '(none)'}`;
+  if (Array.isArray(v)) return `an array of ${v.length}`;
+  return String(JSON.stringify(typeof v === 'string' ? v.slice(0, 200) : v));
+}
+
+function checkResult(raw, where, url) {
+  if (!isObject(raw)) throw new NsboxError(`${where}: the answer is not a result object: ${shown(raw)}`, { url });
+  if (!isString(raw.status) || !raw.status) {
+    throw new NsboxError(`${where}: the result has no status (a string): ${shown(raw.status)}`, { url });
+  }
+  for (const [key, [kind, fits]] of Object.entries(RESULT_FIELDS)) {
+    if (raw[key] != null && !fits(raw[key])) {
+      throw new NsboxError(`${where}: the result has a ${key} that is not ${kind}: ${shown(raw[key])}`, { url });
+    }
+  }
+  return raw;
+}
+
+/** The server's description of a sandbox, checked: an object whose id is a non-empty string. */
+function sandboxInfo(info, where, url) {
+  if (!isObject(info) || !isString(info.id) || !info.id) {
+    throw new NsboxError(`${where} at ${url}: the answer has no sandbox id: ${shown(info)}`, { url });
+  }
+  return info;
 }
 
 const enc = encodeURIComponent;
@@ -148,27 +192,37 @@ async function runOn(transport, urlPath, body, opts) {
   const { onStdout, onStderr, signal } = opts;
   if (!onStdout && !onStderr) {
     const answer = await transport.request('POST', urlPath, { json: body, timeoutMs, signal });
-    if (!answer || typeof answer !== 'object' || Array.isArray(answer)) {
-      throw new NsboxError(`${urlPath} at ${transport.url}: the answer is not a result object`, { url: transport.url });
-    }
-    return new ExecResult(answer);
+    return new ExecResult(checkResult(answer, `${urlPath} at ${transport.url}`, transport.url));
   }
   let result = null;
   let failure = null;
   const delivered = new Set();
+  const where = `${urlPath} at ${transport.url}`;
   const answer = await transport.request('POST', urlPath, {
     json: body, timeoutMs, signal, query: { stream: 'true' },
     onLine: (line) => {
-      if (line.type === 'stdout' || line.type === 'stderr') delivered.add(line.type);
-      if (line.type === 'stdout') onStdout?.(line.data);
-      else if (line.type === 'stderr') onStderr?.(line.data);
-      else if (line.type === 'result') result = line.result;
-      else if (line.type === 'error') failure = line.error;
+      // A line is a JSON object; one of a type this client does not know is skipped (docs/clients.md).
+      const bad = (what) => new NsboxError(`${where}: ${what}: ${shown(line)}`, { url: transport.url });
+      if (!isObject(line)) throw bad('a stream line is not a JSON object');
+      if (line.type === 'stdout' || line.type === 'stderr') {
+        if (line.data != null && !isString(line.data)) throw bad(`a ${line.type} line's data is not a string`);
+        delivered.add(line.type);
+      }
+      if (line.type === 'stdout') onStdout?.(line.data ?? '');
+      else if (line.type === 'stderr') onStderr?.(line.data ?? '');
+      else if (line.type === 'result') result = checkResult(line.result, where, transport.url);
+      else if (line.type === 'error') {
+        const e = line.error;
+        if (!isObject(e) || ['code', 'message'].some((k) => e[k] != null && !isString(e[k]))) {
+          throw bad("an error line's error is not {code, message}");
+        }
+        failure = e;
+      }
     },
   });
   if (failure) throw fromStreamError(failure, transport.url);
   // A server that answered the whole result at once.
-  if (!result && answer && typeof answer === 'object' && 'status' in answer) result = answer;
+  if (!result && isObject(answer) && 'status' in answer) result = checkResult(answer, where, transport.url);
   // The connection ended cleanly before the result line: the server went away (as Python's and Go's clients say).
   if (!result) throw new ServerGoneError(`${urlPath} at ${transport.url}: the stream ended without a result`,
     { url: transport.url });
@@ -201,7 +255,7 @@ export class Sandbox {
     const body = createBody(opts);
     const [t, info] = await tryEach(transportsFor(opts), body.template, (tr) =>
       tr.request('POST', '/v1/sandboxes', { json: body, signal: opts.signal }), false);
-    return new Sandbox(t, info);
+    return new Sandbox(t, sandboxInfo(info, 'POST /v1/sandboxes', t.url));
   }
 
   /** A handle on an existing sandbox; looks for it on each endpoint. */
@@ -210,7 +264,8 @@ export class Sandbox {
     let other = null;
     for (const t of transportsFor(opts)) {
       try {
-        return new Sandbox(t, await t.request('GET', `/v1/sandboxes/${enc(id)}`, { signal: opts.signal }));
+        const info = await t.request('GET', `/v1/sandboxes/${enc(id)}`, { signal: opts.signal });
+        return new Sandbox(t, sandboxInfo(info, 'GET /v1/sandboxes/{id}', t.url));
       } catch (err) {
         if (err instanceof NotFoundError) notFound ??= err;
         else other ??= err;
@@ -222,8 +277,14 @@ export class Sandbox {
 
   /** The caller's sandboxes on every endpoint. */
   static async list(opts = {}) {
-    const all = await Promise.all(transportsFor(opts).map(async (t) =>
-      (await t.request('GET', '/v1/sandboxes', { signal: opts.signal })).sandboxes.map((s) => new Sandbox(t, s))));
+    const all = await Promise.all(transportsFor(opts).map(async (t) => {
+      const answer = await t.request('GET', '/v1/sandboxes', { signal: opts.signal });
+      if (!isObject(answer) || !Array.isArray(answer.sandboxes)) {
+        throw new NsboxError(`GET /v1/sandboxes at ${t.url}: the answer has no sandboxes array: ${shown(answer)}`,
+          { url: t.url });
+      }
+      return answer.sandboxes.map((s) => new Sandbox(t, sandboxInfo(s, 'GET /v1/sandboxes', t.url)));
+    }));
     return all.flat();
   }
 
@@ -242,7 +303,7 @@ export class Sandbox {
 
   /** The sandbox's current state from the server. */
   async refresh({ signal } = {}) {
-    this.info = await this._call('GET', '', { signal });
+    this.info = sandboxInfo(await this._call('GET', '', { signal }), 'GET /v1/sandboxes/{id}', this.url);
     return this.info;
   }
 

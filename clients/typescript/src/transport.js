@@ -2,6 +2,7 @@
 // Each request has its own connection (agent: false, Connection: close): a refused connection then always means
 // nothing was sent, and a stale kept-alive socket can never turn into an ambiguous failure.
 import http from 'node:http';
+import { constants as bufferConstants } from 'node:buffer';
 import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
@@ -13,6 +14,20 @@ const EXPECT_CONTINUE_BYTES = 1 << 20; // bodies larger than this are sent after
 // An exec's time-out when the caller gives none: sent to the server explicitly, so that the client's wait and the
 // program's time-out never rest on a guess of the server's own default (its --default-timeout).
 export const DEFAULT_EXEC_TIMEOUT_S = 60;
+// The most of one answer the client holds in memory: a whole answer (a file read included) or one stream line. Over
+// it the call fails (NsboxError naming the cap) and the connection is closed, nothing more read. The maxResponseBytes
+// option (of Sandbox.create, connect, list and run, or of a Transport) sets another.
+export const DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024;
+const MAX_ERROR_BODY_BYTES = 1 << 20; // of an error answer the first MiB is read, the rest not
+
+// A Buffer as text. One longer than a string can be (V8 aborts the process past 2 GiB, throws past about 512 MiB)
+// is refused: with a cap raised that far, such an answer is an error, not the end of the process.
+function text(buf, where, url) {
+  if (buf.length > bufferConstants.MAX_STRING_LENGTH) {
+    throw new NsboxError(`${where}: the answer (${buf.length} bytes) is longer than a string can be`, { url });
+  }
+  return buf.toString('utf8');
+}
 
 /**
  * The socket `nsbox serve` listens on by default, by the server's own rule: /run/nsbox/api.sock for root, else
@@ -62,10 +77,15 @@ export class Transport {
   #token;
 
   /** url: `unix:///path/to/api.sock`, `http://host:port` or `https://host:port`. */
-  constructor(url, { token, requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS } = {}) {
+  constructor(url, { token, requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS,
+    maxResponseBytes = DEFAULT_MAX_RESPONSE_BYTES } = {}) {
     this.url = url;
     this.#token = token ?? process.env.NSBOX_TOKEN ?? null;
     this.requestTimeoutMs = requestTimeoutMs;
+    if (!Number.isSafeInteger(maxResponseBytes) || maxResponseBytes <= 0) {
+      throw new RangeError(`maxResponseBytes is a positive whole number of bytes, not ${maxResponseBytes}`);
+    }
+    this.maxResponseBytes = maxResponseBytes;
     if (url.startsWith('unix://')) {
       const socketPath = url.slice('unix://'.length);
       if (!socketPath.startsWith('/')) throw new NsboxError(`NSBOX_URL ${url}: a unix:// URL needs an absolute path`);
@@ -157,69 +177,104 @@ export class Transport {
           { url: this.url, requestSent: sent, cause: err }));
       });
       req.on('response', (res) => {
+        const ok = res.statusCode >= 200 && res.statusCode <= 299;
         const ndjson = onLine && res.statusCode === 200 &&
           String(res.headers['content-type'] ?? '').startsWith('application/x-ndjson');
+        // At most the cap is held: a success over it (or a stream line over it) fails, an error answer keeps its
+        // first MiB; the connection is then closed with the rest unread.
+        const cap = ok ? this.maxResponseBytes : MAX_ERROR_BODY_BYTES;
+        const fail = (err) => {
+          finish(reject, err);
+          req.destroy();
+        };
+        const tooLarge = (what) => fail(new NsboxError(`${where}: ${what} is over the client's cap of ` +
+          `${this.maxResponseBytes} bytes (maxResponseBytes); the rest was not read`, { url: this.url }));
+        const failed = (err) => fail(err instanceof NsboxError ? err : new NsboxError(`${where}: ${err.message}`,
+          { url: this.url, status: res.statusCode, cause: err }));
+        const errorAnswer = (data, cut) => fail(fromResponse(res.statusCode, data, this.url, { cut }));
         const chunks = [];
+        let size = 0;
         let pieces = []; // the bytes of the NDJSON line not ended yet
+        let pending = 0; // their length
         res.on('data', (chunk) => {
-          if (!ndjson) return chunks.push(chunk);
-          // Only the new bytes are searched, and a line's pieces are joined once it ends: linear in the answer,
-          // however long a line is (the result line can be tens of MB). A newline byte is never part of a UTF-8
-          // sequence, so a line is decoded whole.
-          let start = 0;
-          let nl;
-          while ((nl = chunk.indexOf(10, start)) >= 0) {
-            pieces.push(chunk.subarray(start, nl));
-            const line = Buffer.concat(pieces).toString('utf8').trim();
-            pieces = [];
-            start = nl + 1;
-            if (!line) continue;
-            let parsed;
-            try {
-              parsed = JSON.parse(line);
-            } catch {
-              finish(reject, new NsboxError(`${where}: a stream line is not JSON: ${line.slice(0, 200)}`,
-                { url: this.url }));
-              return req.destroy();
+          if (settled) return undefined;
+          if (!ndjson) {
+            if (size + chunk.length <= cap) {
+              size += chunk.length;
+              return chunks.push(chunk);
             }
-            try {
-              onLine(parsed);
-            } catch (err) {
-              finish(reject, err);
-              return req.destroy();
-            }
+            if (ok) return tooLarge('the answer');
+            chunks.push(chunk.subarray(0, cap - size));
+            return errorAnswer(Buffer.concat(chunks), true);
           }
-          if (start < chunk.length) pieces.push(chunk.subarray(start));
+          try {
+            // Only the new bytes are searched, and a line's pieces are joined once it ends: linear in the answer,
+            // however long a line is (the result line can be tens of MB). A newline byte is never part of a UTF-8
+            // sequence, so a line is decoded whole.
+            let start = 0;
+            let nl;
+            while ((nl = chunk.indexOf(10, start)) >= 0) {
+              if (pending + nl - start > cap) return tooLarge('a stream line');
+              pieces.push(chunk.subarray(start, nl));
+              const line = text(Buffer.concat(pieces), where, this.url).trim();
+              pieces = [];
+              pending = 0;
+              start = nl + 1;
+              if (!line) continue;
+              let parsed;
+              try {
+                parsed = JSON.parse(line);
+              } catch {
+                return fail(new NsboxError(`${where}: a stream line is not JSON: ${line.slice(0, 200)}`,
+                  { url: this.url }));
+              }
+              try {
+                onLine(parsed);
+              } catch (err) {
+                return fail(err);
+              }
+            }
+            if (start < chunk.length) {
+              pending += chunk.length - start;
+              if (pending > cap) return tooLarge('a stream line');
+              pieces.push(chunk.subarray(start));
+            }
+          } catch (err) {
+            return failed(err);
+          }
+          return undefined;
         });
         res.on('aborted', () => finish(reject, new ServerGoneError(`${where}: the answer was cut short`,
           { url: this.url })));
         res.on('error', (err) => finish(reject, new ServerGoneError(`${where}: the answer was cut short: ` +
           err.message, { url: this.url, cause: err })));
         res.on('end', () => {
-          if (ndjson) {
-            const rest = Buffer.concat(pieces).toString('utf8').trim();
-            if (rest) {
-              try {
-                onLine(JSON.parse(rest));
-              } catch (err) {
-                return finish(reject, err instanceof NsboxError ? err : new NsboxError(`${where}: ${err.message}`));
-              }
-            }
-            return finish(resolve, undefined);
-          }
-          const data = Buffer.concat(chunks);
-          if (res.statusCode < 200 || res.statusCode > 299) {
-            return finish(reject, fromResponse(res.statusCode, data, this.url));
-          }
-          if (raw) return finish(resolve, data);
-          if (res.statusCode === 204 || data.length === 0) return finish(resolve, null);
+          if (settled) return undefined;
           try {
-            finish(resolve, JSON.parse(data.toString('utf8')));
-          } catch {
-            finish(reject, new NsboxError(`${where}: the answer is not JSON: ${data.toString('utf8', 0, 200)}`,
-              { url: this.url, status: res.statusCode }));
+            if (ndjson) {
+              const rest = text(Buffer.concat(pieces), where, this.url).trim();
+              if (rest) onLine(JSON.parse(rest));
+              return finish(resolve, undefined);
+            }
+            const data = Buffer.concat(chunks);
+            if (!ok) return errorAnswer(data, false);
+            if (raw) return finish(resolve, data);
+            if (res.statusCode === 204 || data.length === 0) return finish(resolve, null);
+            let decoded;
+            try {
+              decoded = JSON.parse(text(data, where, this.url));
+            } catch (err) {
+              if (err instanceof NsboxError) throw err;
+              throw new NsboxError(`${where}: the answer is not JSON: ${data.toString('utf8', 0, 200)}`,
+                { url: this.url, status: res.statusCode });
+            }
+            return finish(resolve, decoded);
+          } catch (err) {
+            return failed(err);
           }
         });
+        const length = Number(res.headers['content-length']);
+        if (ok && !ndjson && length > cap) tooLarge(`the answer (${length} bytes)`);
       });
       if (waitForContinue) req.on('continue', () => req.end(payload));
       else req.end(payload ?? undefined);
