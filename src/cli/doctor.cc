@@ -45,7 +45,7 @@ void RegisterDoctor(CLI::App& app, ExitCode& exit_code) {
   auto* doctor = app.add_subcommand("doctor", "check what this host offers nsbox, and how to fix what it lacks");
   static bool json = false;
   doctor->add_flag("--json", json,
-                   "print one JSON object: {ok, uid, user, checks: [{id, title, status, detail, fix, required}]}");
+                   "print one JSON object: {ok, version, uid, user, checks: [{id, title, status, detail, fix, required}]}");
   doctor->callback([&exit_code] {
     doctor::Caller caller{::geteuid(), ::getegid()};
     std::string user = std::to_string(caller.uid);
