@@ -21,8 +21,9 @@ namespace {
 
 constexpr const char* kFixHint =
     "To give nsbox cgroups: run it as root; or, as a user, start it inside a delegated cgroup "
-    "(systemd-run --user --scope -p Delegate=yes nsbox ...) on a cgroup v2 host; on a hybrid or v1 host, "
-    "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 with every controller) or run as root.";
+    "(systemd-run --user --scope -p Delegate=yes nsbox ...) on a cgroup v2 host; on a hybrid or v1 host, have root "
+    "delegate a group in each of memory, pids, cpu and cpuacct to you (mkdir, chown -R, and start nsbox in it: "
+    "docs/rootless.md), or boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 with every controller).";
 
 constexpr const char* kRootFixHint =
     "To give nsbox cgroups: start it inside a delegated cgroup (systemd-run --scope -p Delegate=yes nsbox ...) on a "
@@ -118,10 +119,15 @@ StatusOr<Plan> Detect(const CgroupConfig& config) {
     if (missing.empty()) {
       std::vector<std::string> unwritable;
       bool read_only_mount = false;
+      // The directory, for the sandboxes' groups, and its own `tasks`: pid 1 leaves the memory group for it
+      // (leave_join), so a group delegated with a plain chown of the directory (not -R) serves no sandbox.
       for (const std::string* dir : {&plan.v1.memory, &plan.v1.pids, &plan.v1.cpu, &plan.v1.cpuacct}) {
-        if (!dir->empty() && ::access(dir->c_str(), W_OK) != 0) {
-          unwritable.push_back(*dir);
+        if (dir->empty()) continue;
+        for (const std::string& path : {*dir, *dir + "/tasks"}) {
+          if (::access(path.c_str(), W_OK) == 0) continue;
+          unwritable.push_back(path);
           read_only_mount = read_only_mount || errno == EROFS;
+          break;
         }
       }
       if (unwritable.empty()) return plan;

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -858,6 +859,22 @@ Check ImageStoreCheck(const HostPaths& paths, const Caller& caller) {
 
 // ---- all of them ---------------------------------------------------------------------------------------------------
 
+namespace {
+
+// The kernel frees the namespaces of a probe (or of an nsbox run just before) asynchronously: under a small
+// user.max_user_namespaces they still count for a moment, and ENOSPC would blame the host for doctor's own probes. A
+// probe failing so is asked again for half a second; a limit that is really reached fails it still.
+ProbeResult Settled(const std::function<ProbeResult()>& probe) {
+  ProbeResult result = probe();
+  for (int tries = 0; !result.ok && result.err == ENOSPC && tries < 25; ++tries) {
+    ::usleep(20'000);
+    result = probe();
+  }
+  return result;
+}
+
+}  // namespace
+
 std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
   std::vector<Check> checks;
   std::string release = ReadTrimmed(paths.proc + "/sys/kernel/osrelease");
@@ -868,10 +885,12 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
   checks.push_back(KernelCheck(release));
 
   UsernsSysctls sysctls = ReadUsernsSysctls(paths.proc);
-  ProbeResult userns = ProbeUserNamespace();
+  ProbeResult userns = Settled(ProbeUserNamespace);
   checks.push_back(UserNamespaceCheck(userns, sysctls));
   for (const auto& type : NamespaceTypes()) {
-    ProbeResult probe = ProbeNamespace(type.clone_flag, type.flag_name);
+    // Without user namespaces every probe fails alike: asked once.
+    auto probe_type = [&] { return ProbeNamespace(type.clone_flag, type.flag_name); };
+    ProbeResult probe = userns.ok ? Settled(probe_type) : probe_type();
     checks.push_back(NamespaceCheck(type, probe, userns.ok,
                                     ReadSysctlNumber(paths.proc, std::string("sys/user/") + type.max_sysctl),
                                     !caller.root() && sysctls.apparmor_restrict_unprivileged.value_or(0) != 0));
@@ -879,7 +898,7 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
   // As root, ask for an ordinary user (nobody) instead: root is never subject to the unprivileged restrictions.
   ProbeResult unprivileged = caller.root() ? ProbeUserNamespaceAs(65534, 65534) : userns;
   checks.push_back(UnprivilegedUsernsCheck(caller, unprivileged, sysctls));
-  checks.push_back(ProcMountCheck(ProbeProcMount()));
+  checks.push_back(ProcMountCheck(userns.ok ? Settled(ProbeProcMount) : ProbeProcMount()));
 
   std::string user_name = std::to_string(caller.uid);
   if (struct passwd* pw = ::getpwuid(caller.uid)) user_name = pw->pw_name;
