@@ -1855,15 +1855,16 @@ TEST_CASE("a daemon of the session cannot open the memory of the next exec befor
   std::string id = s.Create();
   std::ofstream(s.state_dir + "/watcher.py") << nsbox::testing::MemoryWatcherScript();
   REQUIRE(s.Nsbox({"cp", s.state_dir + "/watcher.py", id + ":/workspace/watcher.py"}).code == 0);
-  constexpr int kRounds = 30;
   json started = s.Sh(id, "setsid /usr/bin/python3 /workspace/watcher.py </dev/null >/dev/null 2>&1 & "
                           "while [ ! -e /workspace/ready ]; do sleep 0.05; done");
   REQUIRE(started["status"] == "ok");
   // Every exec's payload starts vfork-style in the supervisor's memory.
   const std::string input = s.state_dir + "/input";
   std::ofstream(input) << "attacked\n";
-  // Until the watcher has caught one before its execve (a race it wins most times), three at a time.
-  for (int i = 0; i < kRounds; ++i) {
+  // Until the watcher has caught one before its execve (a race it wins most times), three at a time, for up to 30 s
+  // (a count alone can run out while the watcher still follows earlier processes).
+  const auto attack_until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int i = 0; std::chrono::steady_clock::now() < attack_until; ++i) {
     json attacked = s.Exec(id, {"/bin/cat"}, {"--stdin", input, "--timeout", "30s"});
     INFO(attacked.dump());
     CHECK(attacked["stdout"] == "attacked\n");
