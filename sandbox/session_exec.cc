@@ -256,7 +256,8 @@ void SessionSandbox::AddLimits(const CgroupStats& counters_before, VerdictInputs
   stats.pids_limit_hit = stats.pids_limit_events > 0;
   stats.cpu_throttled_us -= std::min(stats.cpu_throttled_us, counters_before.cpu_throttled_us);
   in->limits = cgroup_->ReportFrom(*policy_.cgroup_limits(), stats);
-  in->measurement_errors = stats.read_errors;
+  // Added to what the caller found missing already (a REPL cell's /proc figures), not in its place.
+  in->measurement_errors.insert(in->measurement_errors.end(), stats.read_errors.begin(), stats.read_errors.end());
 }
 
 Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void(Result&)>& on_ran,
