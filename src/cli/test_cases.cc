@@ -139,12 +139,24 @@ namespace {
 // escaped (\n, \t, \xff), so two lines that differ look different, and the line stays one printable line.
 std::string ShownLine(std::string_view line, size_t from) {
   constexpr size_t kShown = 80;
+  // The window starts at a character's first byte (a continuation byte shown alone would read as not UTF-8), and
+  // stops before a character it would cut.
+  for (size_t back = 1; back <= 3 && back <= from && (static_cast<unsigned char>(line[from]) & 0xC0) == 0x80; ++back) {
+    if (ValidUtf8Length(line, from - back) > back) {
+      from -= back;
+      break;
+    }
+  }
   std::string out = from > 0 ? "...\"" : "\"";
-  const size_t end = std::min(line.size(), from + kShown);
+  size_t end = std::min(line.size(), from + kShown);
   for (size_t i = from; i < end;) {
     const auto c = static_cast<unsigned char>(line[i]);
     const size_t len = ValidUtf8Length(line, i);
-    if (c >= 0x80 && len > 0 && i + len <= end) {
+    if (c >= 0x80 && len > 0) {
+      if (i + len > end) {
+        end = i;  // cut here, before the character
+        break;
+      }
       out.append(line.substr(i, len));
       i += len;
       continue;

@@ -412,6 +412,13 @@ TEST_CASE("a wrong output's reason shows where the first differing line parts, b
   CHECK(FirstDifference("\xff\n", "\xef\xbf\xbd\n") == "wrong output: line 1 is \"\\xff\", expected \"\xef\xbf\xbd\"");
   CHECK(FirstDifference("say \"hi\"\tnow\n", "say \"hi\" now\n") ==
         "wrong output: line 1 is \"say \\\"hi\\\"\\tnow\", expected \"say \\\"hi\\\" now\" (from byte 9)");
+  // A window that would start or end inside a character moves to the character's edge: nothing valid shows as \x.
+  std::string e_acute_40;
+  for (int i = 0; i < 40; ++i) e_acute_40 += "\xc3\xa9";
+  const std::string reason =
+      FirstDifference(e_acute_40 + "aX" + e_acute_40 + "\n", e_acute_40 + "aY" + e_acute_40 + "\n");
+  CHECK(reason.find("\\x") == std::string::npos);
+  CHECK(reason.find("(from byte 82)") != std::string::npos);
   // A difference past the first 80 bytes of a long line is shown, with 20 bytes before it.
   const std::string head(100, 'x');
   CHECK(FirstDifference(head + "1" + std::string(100, 'y') + "\n", head + "2\n") ==
