@@ -112,9 +112,12 @@ StatusOr<Plan> Detect(const CgroupConfig& config) {
       std::swap(ignored, missing);
       plan.v1.freezer = dir_of("freezer");  // optional: makes the kill race-free, not required
       std::swap(ignored, missing);
-      // So is a freezer the caller may not write (a user given the four limit controllers only): it is left out as
-      // an unmounted one is, rather than failing the sandbox at its mkdir.
-      if (!plan.v1.freezer.empty() && ::access(plan.v1.freezer.c_str(), W_OK) != 0) plan.v1.freezer.clear();
+      // So is a freezer the caller may not write (a user given the four limit controllers only), or whose own
+      // `tasks` it may not (a chown without -R; see below): it is left out as an unmounted one is, rather than failing
+      // the sandbox at its mkdir or its join.
+      if (!plan.v1.freezer.empty() &&
+          (::access(plan.v1.freezer.c_str(), W_OK) != 0 || ::access((plan.v1.freezer + "/tasks").c_str(), W_OK) != 0))
+        plan.v1.freezer.clear();
     }
     if (missing.empty()) {
       std::vector<std::string> unwritable;

@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -287,7 +288,8 @@ struct DelegatedCgroup {
   bool chown_files = true;  // false: the directories only, as a `chown` without -R delegates them
 
   explicit DelegatedCgroup(bool with_freezer = true, bool files_too = true) : chown_files(files_too) {
-    std::string name = fmt::format("sbxdeleg-{}", ::getpid());
+    static int made = 0;  // a name of its own each time: a group whose last process is still ending cannot go yet
+    std::string name = fmt::format("sbxdeleg-{}-{}", ::getpid(), ++made);
     std::map<std::string, std::string> own;
     std::istringstream self(ReadWhole("/proc/self/cgroup"));
     std::string line;
@@ -327,14 +329,21 @@ struct DelegatedCgroup {
         if (e.is_directory() && e.path().string().find("/nsbox") != std::string::npos) left.push_back(e.path());
     return left;
   }
+  // Removed deepest first. A group whose last process (a session's, killed a moment ago) is still ending is busy
+  // for a while: it is asked again for up to 10 s, or the host keeps a group of the suite's for good.
   ~DelegatedCgroup() {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (const auto& d : dirs) {
       std::vector<std::string> inner;
-      for (const auto& e : fs::recursive_directory_iterator(d))
+      std::error_code ignored;
+      for (const auto& e : fs::recursive_directory_iterator(d, ignored))
         if (e.is_directory()) inner.push_back(e.path());
       std::sort(inner.rbegin(), inner.rend());  // deepest first
-      for (const auto& i : inner) ::rmdir(i.c_str());
-      ::rmdir(d.c_str());
+      inner.push_back(d);
+      for (const auto& i : inner) {
+        while (::rmdir(i.c_str()) != 0 && errno == EBUSY && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
     }
   }
 };
@@ -751,7 +760,15 @@ TEST_CASE("a user delegated the four limit controllers but not the freezer runs 
   if (!E().root) return Skip("delegated cgroup session", "needs root to delegate a cgroup to the test user");
   REQUIRE(CgroupLimitsEnforced());
   StateRootOfTestUser state_root;
-  DelegatedCgroup delegated(/*with_freezer=*/false);
+  // Not delegated at all, or its directory only (a chown without -R): its own tasks, which a session's pid 1 would
+  // join through, is still root's. Either way the freezer is left out, not failed on.
+  const bool half_freezer = GENERATE(false, true);
+  INFO((half_freezer ? "freezer directory delegated, its tasks root's" : "freezer not delegated"));
+  if (half_freezer && !fs::exists("/sys/fs/cgroup/freezer/cgroup.procs")) return;
+  DelegatedCgroup delegated(/*with_freezer=*/half_freezer);
+  for (const auto& dir : delegated.dirs)
+    if (half_freezer && dir.find("/freezer/") != std::string::npos)
+      REQUIRE(::chown((dir + "/tasks").c_str(), 0, 0) == 0);
   SpawnOptions in_group;
   in_group.join_cgroups = delegated.procs_files;
   Outcome made = Spawn(Nsbox({"session", "create", "--json", "--memory", "64M"}), in_group);
