@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -26,6 +25,7 @@
 #include "sandbox/enter.h"
 #include "sandbox/launch.h"
 #include "sandbox/launcher.h"
+#include "sandbox/spec/cgroup_text.h"
 #include "sandbox/stdin_feeder.h"
 #include "sandbox/user_ns.h"
 
@@ -88,19 +88,10 @@ struct ResidentUsage {
 
 ResidentUsage ReadResidentUsage(pid_t pid) {
   ResidentUsage usage;
-  if (auto stat = ReadFile(fmt::format("/proc/{}/stat", pid), 4096); stat.ok()) {
-    // Fields after the command name, which may hold spaces and parentheses: state (3) ... utime (14), stime, cutime,
-    // cstime (17), in clock ticks.
-    const size_t close = stat->rfind(')');
-    if (close != std::string::npos && close + 2 < stat->size()) {
-      std::istringstream fields(stat->substr(close + 2));
-      std::string skipped;
-      for (int field = 3; field < 14; ++field) fields >> skipped;
-      int64_t utime = 0, stime = 0, cutime = 0, cstime = 0;
-      static const int64_t ticks = ::sysconf(_SC_CLK_TCK);
-      if (fields >> utime >> stime >> cutime >> cstime && ticks > 0)
-        usage.cpu_ms = (utime + stime + cutime + cstime) * 1000 / ticks;
-    }
+  static const int64_t ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  if (auto stat = ReadFile(fmt::format("/proc/{}/stat", pid), 4096); stat.ok() && ticks_per_second > 0) {
+    if (auto ticks = cgroup_internal::ParseCpuTicks(*stat))
+      usage.cpu_ms = static_cast<int64_t>(*ticks) * 1000 / ticks_per_second;
   }
   if (auto status = ReadFile(fmt::format("/proc/{}/status", pid), 64 << 10); status.ok()) {
     const size_t at = status->find("\nVmHWM:");

@@ -117,6 +117,15 @@ uint64_t ParseStartTime(std::string_view stat) {
   return std::strtoull(std::string(fields[22 - 3]).c_str(), nullptr, 10);
 }
 
+std::optional<uint64_t> ParseCpuTicks(std::string_view stat) {
+  std::vector<std::string_view> fields = FieldsAfterCommand(stat);
+  if (fields.size() < 17 - 2) return std::nullopt;  // fields 3 to 17: utime, stime, cutime, cstime
+  uint64_t ticks = 0;
+  for (int field = 14; field <= 17; ++field)
+    ticks += std::strtoull(std::string(fields[field - 3]).c_str(), nullptr, 10);
+  return ticks;
+}
+
 std::optional<std::pair<uintptr_t, uintptr_t>> ParseArgumentRange(std::string_view stat) {
   std::vector<std::string_view> fields = FieldsAfterCommand(stat);
   if (fields.size() < 49 - 2) return std::nullopt;  // fields 3 to 49

@@ -30,6 +30,9 @@ uint64_t KeyedValue(std::string_view content, std::string_view key);
 std::vector<pid_t> ParsePids(std::string_view content);
 // Field 22 of a /proc/<pid>/stat text, the start time in clock ticks since boot; 0 when it cannot be read.
 uint64_t ParseStartTime(std::string_view stat);
+// Fields 14 to 17 of a /proc/<pid>/stat text added up: the CPU time (user and system) of the process and of the
+// children it waited for, in clock ticks; nullopt when they cannot be read.
+std::optional<uint64_t> ParseCpuTicks(std::string_view stat);
 // Whether a /proc/<pid>/stat text is of a process that has ended and waits to be reaped: a zombie (or dead) whose
 // threads are all gone. (A thread-group leader that ended before its other threads is a zombie too, but alive.)
 bool IsEndedProcess(std::string_view stat);
