@@ -1086,16 +1086,16 @@ void Sandboxes::ReaperLoop() {
     if (ending_) break;
     const int64_t now = NowMs();
     std::vector<std::pair<std::shared_ptr<Sandbox>, std::string>> expired;
+    std::vector<std::shared_ptr<Sandbox>> live;
     for (const auto& [id, s] : sandboxes_) {
       if (s->session_id.empty()) continue;  // being made
       if (now - s->created_at_ms > static_cast<int64_t>(s->spec.max_lifetime_s * 1000))
         expired.emplace_back(s, "the sandbox's max_lifetime passed");
       else if (s->busy == 0 && now - s->last_used_ms > static_cast<int64_t>(s->spec.idle_timeout_s * 1000))
         expired.emplace_back(s, "the sandbox's idle_timeout passed");
+      else
+        live.push_back(s);
     }
-    std::vector<std::shared_ptr<Sandbox>> live;
-    for (const auto& [id, s] : sandboxes_)
-      if (!s->session_id.empty()) live.push_back(s);
     lock.unlock();
     // A sandbox whose supervisor was killed from outside is gone: listed as running, it would only fail each call.
     for (const auto& s : live) {
