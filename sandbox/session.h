@@ -45,6 +45,14 @@ struct SessionHelper {
   std::optional<int> exit_status;  // from wait4, once reaped
   int64_t cpu_us = 0, max_rss_kb = 0;
   SeccompListener seccomp;  // answers (and counts) the payload's denied calls
+
+  // Reads and drops what the output pipes hold now, without blocking (a pipe at its end is closed).
+  void DiscardOutput();
+  // Kills the payload's process group (its descendants that did not start a session of their own go with it).
+  void Kill();
+  // Waits for the payload (the supervisor's child: the subreaper its helper handed it to) and records its exit status
+  // and resource usage.
+  void Reap();
 };
 
 // A process of the session that lives across calls (a REPL's interpreter), spoken to on a unix socket that is its
@@ -161,6 +169,12 @@ class SessionSandbox {
   void GatherVerdict(SessionHelper& helper, const CgroupStats* counters_before, VerdictInputs* in);
   // in->limits: what the session's limits did since `counters_before` (they only grow; other execs' count too).
   void AddLimits(const CgroupStats& counters_before, VerdictInputs* in) const;
+  // Why a start waited out its deadline (start_mutex_ held by another start whose payload a process stopped).
+  static constexpr const char* kStartHeldUp =
+      "another exec's start held the session's start lock until this one's deadline (a process of the session "
+      "stopped that exec's payload before its execve)";
+  // A caller's cancel descriptor's poll events: it sent a byte or went away.
+  static bool CancelRequested(short revents);
 
   Policy policy_;
   std::atomic<pid_t> pid1_{-1};  // -1 once Terminate has reaped it; read by info requests on other threads
