@@ -111,6 +111,11 @@ std::vector<std::string_view> FieldsAfterCommand(std::string_view stat) {
 
 }  // namespace
 
+char ParseProcessState(std::string_view stat) {
+  std::vector<std::string_view> fields = FieldsAfterCommand(stat);
+  return fields.empty() || fields[0].size() != 1 ? 0 : fields[0][0];
+}
+
 uint64_t ParseStartTime(std::string_view stat) {
   std::vector<std::string_view> fields = FieldsAfterCommand(stat);
   if (fields.size() < 22 - 2) return 0;  // fields 3 to 22

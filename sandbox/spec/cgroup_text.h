@@ -28,6 +28,8 @@ std::map<std::string, uint64_t> ParseKeyedFile(std::string_view content);
 uint64_t KeyedValue(std::string_view content, std::string_view key);
 // The pids listed in the text of a cgroup.procs or tasks file, up to the first word that is not a number.
 std::vector<pid_t> ParsePids(std::string_view content);
+// Field 3 of a /proc/<pid>/stat text, the process's state ('R', 'S', 'Z' ...); 0 when it cannot be read.
+char ParseProcessState(std::string_view stat);
 // Field 22 of a /proc/<pid>/stat text, the start time in clock ticks since boot; 0 when it cannot be read.
 uint64_t ParseStartTime(std::string_view stat);
 // Fields 14 to 17 of a /proc/<pid>/stat text added up: the CPU time (user and system) of the process and of the

@@ -16,12 +16,12 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
 
 #include "sandbox/base/fs.h"
+#include "sandbox/spec/cgroup_text.h"
 #include "src/session/wire.h"
 
 namespace nsbox::session {
@@ -129,26 +129,6 @@ Status EnsureStateRoot(const std::string& root) {
 
 namespace {
 
-// The state (field 3) and start time (field 22) of a /proc/PID/stat text; {0, 0} for one that does not parse. The
-// command name may hold spaces and parentheses: fields are counted after the last ')'.
-struct StatFields {
-  char state = 0;
-  uint64_t start_time = 0;
-};
-StatFields ParseStat(const std::string& stat) {
-  auto paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return {};
-  const char* p = stat.c_str() + paren + 2;  // field 3
-  StatFields fields{.state = *p};
-  for (int field = 3; field < 22 && *p; ++field) {
-    p = strchr(p, ' ');
-    if (!p) return {};
-    ++p;
-  }
-  fields.start_time = std::strtoull(p, nullptr, 10);
-  return fields;
-}
-
 // /proc/PID/stat; nullopt when the process is gone (ENOENT, or ESRCH as it exits), an error for any other failure.
 StatusOr<std::optional<std::string>> ReadProcStat(pid_t pid) {
   const std::string path = fmt::format("/proc/{}/stat", pid);
@@ -173,13 +153,13 @@ StatusOr<std::optional<std::string>> ReadProcStat(pid_t pid) {
 uint64_t ProcessStartTime(pid_t pid) {
   if (pid <= 0) return 0;
   auto stat = ReadProcStat(pid);
-  return stat.ok() && *stat ? ParseStat(**stat).start_time : 0;
+  return stat.ok() && *stat ? cgroup_internal::ParseStartTime(**stat) : 0;
 }
 
 char ProcessState(pid_t pid) {
   if (pid <= 0) return 0;
   auto stat = ReadProcStat(pid);
-  return stat.ok() && *stat ? ParseStat(**stat).state : 0;
+  return stat.ok() && *stat ? cgroup_internal::ParseProcessState(**stat) : 0;
 }
 
 std::string DescribeSession(const SessionRecord& session) {
@@ -205,8 +185,7 @@ StatusOr<bool> RecordedProcessRuns(pid_t pid, uint64_t start) {
   auto stat = ReadProcStat(pid);
   if (!stat.ok()) return stat.status();
   if (!*stat) return false;
-  const StatFields fields = ParseStat(**stat);
-  return fields.start_time == start && !Exited(fields.state);
+  return cgroup_internal::ParseStartTime(**stat) == start && !Exited(cgroup_internal::ParseProcessState(**stat));
 }
 
 StatusOr<bool> SupervisorAlive(const nlohmann::json& record) {

@@ -470,6 +470,10 @@ TEST_CASE(
   CHECK(cgroup_internal::IsEndedProcess("7 (a b) Z 1 7 7 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 999"));
   // utime 11, stime 12, cutime 13, cstime 14, after a command name with spaces and parentheses.
   CHECK(cgroup_internal::ParseCpuTicks("7 (a) b) S 1 7 7 0 -1 4194560 0 0 0 0 11 12 13 14 20 0 1 0 999") == 50u);
+  CHECK(cgroup_internal::ParseProcessState("7 (a) b) Z 1 7 7") == 'Z');
+  CHECK(cgroup_internal::ParseProcessState("7 (sh) R") == 'R');
+  CHECK(cgroup_internal::ParseProcessState("7 (sh)") == 0);
+  CHECK(cgroup_internal::ParseProcessState("garbage") == 0);
   CHECK_FALSE(cgroup_internal::ParseCpuTicks("7 (a) S 1 7 7 0 -1 4194560 0 0 0 0 11 12").has_value());
   CHECK_FALSE(cgroup_internal::IsEndedProcess("7 (a b) Z 1 7 7 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 3 0 999"));
   CHECK_FALSE(cgroup_internal::IsEndedProcess("7 (a) Z) S 1 7 7 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 999"));
