@@ -8,6 +8,7 @@
 #include <seccomp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -461,6 +462,12 @@ StatusOr<const SeccompProgram*> GuardProgram() {
                      });
       }
     }
+    // 3. Classic BPF socket filters. The kernel compiles each one it attaches to native code, out of one host-wide
+    // budget (net.core.bpf_jit_limit, a few hundred MiB) that no cgroup charges: one sandbox attaching thousands of
+    // long filters took it whole, and then no unprivileged process on the host (nor any new sandbox) could load a
+    // seccomp filter until the sandbox ended. Programs of a sandbox have no use for them (no raw sockets).
+    for (uint64_t option : {uint64_t{SO_ATTACH_FILTER}, uint64_t{SO_ATTACH_REUSEPORT_CBPF}})
+      rules.push_back({"setsockopt", "setsockopt(SOL_SOCKET, SO_ATTACH_*)", {is(1, SOL_SOCKET), is(2, option)}});
     // openat2's mode is in a structure, out of a filter's sight: it answers ENOSYS, as from a kernel without it, which
     // its callers meet by falling back to openat. (io_uring's opens are out of sight too; every shipped profile denies
     // io_uring_setup, and a profile that allows it lets the ring's calls past all filters, this one included.)

@@ -54,7 +54,8 @@ struct SeccompSummary {
 // RLIMIT_CPU would let a signal flood kill pid 1 and end the sandbox with a false verdict), its priority, scheduling
 // and affinity. And it refuses set-user-id and set-group-id bits in every call that sets a mode (EPERM), and openat2
 // (ENOSYS), which could set them unseen: a set-id file left in a host directory the sandbox may write would run as
-// the sandbox's uid for any host user. Compiled once per process; call it before clone (the child may not allocate).
+// the sandbox's uid for any host user. It refuses classic BPF socket filters (EPERM), whose compiled code takes from
+// a host-wide budget no cgroup counts. Compiled once per process; call it before clone (the child may not allocate).
 StatusOr<const SeccompProgram*> GuardProgram();
 
 // Compiles a parsed profile for the native architecture (x86_64); other architectures (i386, x32)

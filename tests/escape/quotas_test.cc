@@ -110,6 +110,34 @@ print(opened, why, *resource.getrlimit(resource.RLIMIT_MSGQUEUE))
   CHECK(r.out() == "1 EMFILE 102400 102400\n");  // one queue of 10 messages of 8 KiB
 }
 
+// Before: a sandbox attached 9,202 long classic BPF filters to sockets; their compiled code took the whole host-wide
+// net.core.bpf_jit_limit, which no cgroup charges, and until the sandbox ended no new sandbox could start and no
+// unprivileged process on the host could load a seccomp filter (ENOTSUPP).
+TEST_CASE("classic BPF socket filters are refused under any profile, the upper halves of the arguments set too",
+          "[escape][quotas][seccomp]") {
+  TempDir dir;
+  const std::string allow_all = dir.Write("allow-all.json", R"({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})");
+  for (const std::vector<std::string>& profile : {std::vector<std::string>{}, {"--profile", allow_all}}) {
+    INFO((profile.empty() ? "default profile" : "allow-all profile"));
+    auto r = RunPython(R"(
+import socket, struct
+program = ctypes.create_string_buffer(struct.pack('HBBI', 0x06, 0, 0, 0xffff))  # ret 0xffff: keep the packet
+fprog = struct.pack('HxxxxxxQ', 1, ctypes.addressof(program))
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+# SO_ATTACH_FILTER, SO_ATTACH_REUSEPORT_CBPF
+answers = [err(s.setsockopt, socket.SOL_SOCKET, option, fprog) for option in (26, 51)]
+raw = ctypes.create_string_buffer(fprog)
+answers.append(sc(54, s.fileno(), 1 | 1 << 32, 26 | 1 << 32, ctypes.addressof(raw), len(fprog)))  # setsockopt
+answers.append(err(s.setsockopt, socket.SOL_SOCKET, socket.SO_SNDBUF, 65536))  # other options stay
+print(*answers)
+)",
+                       profile);
+    INFO(r.Describe());
+    REQUIRE(r.status() == "ok");
+    CHECK(r.out() == "EPERM EPERM EPERM ok\n");
+  }
+}
+
 // The host's file table is shared and no cgroup counts its entries: a sandbox of 60 processes at nsbox's inherited
 // 20000 each held half of it. Each process gets 1024 (soft and hard), whatever nsbox was started with.
 TEST_CASE("open files stop at RLIMIT_NOFILE 1024 a process, which the program cannot raise", "[escape][quotas]") {
