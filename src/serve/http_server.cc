@@ -80,14 +80,24 @@ struct StreamState : StreamSink {
   MHD_Connection* connection = nullptr;
   unsigned idle_timeout_seconds = 0;
 
+  // Bounded in bytes: a client that does not read keeps the producer waiting here, not the server's memory growing.
+  // A chunk larger than the bound (an exec's result line holds all its output) is queued piece by piece as the client
+  // takes the pieces before it.
+  static constexpr size_t kMaxQueuedBytes = 1 << 20;
+  size_t queued = 0;  // bytes in chunks, the front's sent part included
+
   bool Write(std::string chunk) override {
     std::unique_lock lock(mutex);
-    // Bounded: a client that does not read keeps the producer waiting here, not the server's memory growing.
-    changed.wait(lock, [&] { return gone || chunks.size() < 64; });
-    if (gone) return false;
-    if (!chunk.empty()) chunks.push_back(std::move(chunk));
-    changed.notify_all();
-    return true;
+    for (size_t at = 0; at < chunk.size();) {
+      changed.wait(lock, [&] { return gone || queued < kMaxQueuedBytes; });
+      if (gone) return false;
+      const size_t n = std::min(chunk.size() - at, kMaxQueuedBytes - queued);
+      chunks.push_back(n == chunk.size() ? std::move(chunk) : chunk.substr(at, n));
+      queued += n;
+      at += n;
+      changed.notify_all();
+    }
+    return !gone;
   }
   bool ClientGone() const override {
     {
@@ -129,6 +139,7 @@ ssize_t ReadStream(void* cls, uint64_t, char* buffer, size_t max) {
   memcpy(buffer, front.data() + state.offset, n);
   state.offset += n;
   if (state.offset == front.size()) {
+    state.queued -= front.size();
     state.chunks.pop_front();
     state.offset = 0;
     state.changed.notify_all();
@@ -154,28 +165,36 @@ MHD_Result AddToMap(void* cls, MHD_ValueKind, const char* key, const char* value
   return MHD_YES;
 }
 
-// The values of the framing headers, each as often as it was sent.
+// The values of the framing headers, each as often as it was sent, and how often Authorization was.
 struct Framing {
-  std::vector<std::string> content_length;
-  int transfer_encoding = 0;
+  std::vector<std::string> content_length, transfer_encoding;
+  int authorization = 0;
 };
 MHD_Result CountFraming(void* cls, MHD_ValueKind, const char* key, const char* value) {
   auto& framing = *static_cast<Framing*>(cls);
   if (key && strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) framing.content_length.push_back(value ? value : "");
-  if (key && strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) ++framing.transfer_encoding;
+  if (key && strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+    framing.transfer_encoding.push_back(value ? value : "");
+  if (key && strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0) ++framing.authorization;
   return MHD_YES;
 }
 
-// Why the request's length is ambiguous, or nullptr. libmicrohttpd frames a body by the first Content-Length and
-// ignores a second; a proxy in front that took the other would read another request boundary than the server
-// (RFC 9112 6.3: such a message is refused).
+// Why the request's length or its sender is ambiguous, or nullptr. libmicrohttpd frames a body by the first
+// Content-Length and ignores a second; a proxy in front that took the other would read another request boundary than
+// the server (RFC 9112 6.3: such a message is refused). It knows no transfer coding but chunked, and waits for the end
+// of a body framed by any other until the client closes. Of two Authorization headers the service would see the last,
+// a proxy that checked the first another client.
 const char* AmbiguousFraming(MHD_Connection* connection) {
   Framing framing;
   MHD_get_connection_values(connection, MHD_HEADER_KIND, &CountFraming, &framing);
   for (const auto& value : framing.content_length)
     if (value != framing.content_length.front()) return "two Content-Length headers that differ";
-  if (!framing.content_length.empty() && framing.transfer_encoding > 0)
+  if (!framing.content_length.empty() && !framing.transfer_encoding.empty())
     return "both Content-Length and Transfer-Encoding";
+  if (framing.transfer_encoding.size() > 1) return "more than one Transfer-Encoding header";
+  if (!framing.transfer_encoding.empty() && strcasecmp(framing.transfer_encoding.front().c_str(), "chunked") != 0)
+    return "a Transfer-Encoding other than chunked, the only one the server takes";
+  if (framing.authorization > 1) return "more than one Authorization header";
   return nullptr;
 }
 

@@ -115,7 +115,13 @@ std::string Service::Identify(const HttpRequest& request) {
 }
 
 std::optional<HttpResponse> Service::Admit(const HttpRequest& head) {
-  if (head.method == "GET" && (head.path == "/v1/healthz" || head.path == "/v1/readyz")) return std::nullopt;
+  if (head.method == "GET" && (head.path == "/v1/healthz" || head.path == "/v1/readyz")) {
+    // A probe needs no token, so its body would be read for anyone: it takes none, and one is dropped unread.
+    const std::string length = head.header("content-length");
+    if (!head.header("transfer-encoding").empty() || (!length.empty() && length != "0"))
+      return ErrorResponse(400, "bad_request", fmt::format("GET {} takes no body", head.path));
+    return std::nullopt;
+  }
   try {
     Identify(head);
     return std::nullopt;
@@ -285,13 +291,16 @@ HttpResponse Service::Exec(const HttpRequest& request, const std::shared_ptr<San
   Sandboxes* sandboxes = &sandboxes_;
   r.stream = [sandboxes, sandbox, exec, program = std::move(program), after](StreamSink& sink) {
     auto line = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; };
+    // The answer's room is held until its last line is queued (the stream holds at most a little more, unsent): the
+    // result line repeats the output, and without it a client that reads nothing let the server hold any number.
+    std::shared_ptr<void> room;
     try {
       json result = sandboxes->Exec(
           sandbox, exec, program,
           [&](int stream, const std::string& text) {
             return sink.Write(line({{"type", stream == 2 ? "stderr" : "stdout"}, {"data", text}}));
           },
-          [&] { return sink.ClientGone(); });
+          [&] { return sink.ClientGone(); }, &room);
       sink.Write(line({{"type", "result"}, {"result", result}}));
     } catch (const ApiError& e) {
       sink.Write(line({{"type", "error"}, {"error", {{"code", e.code}, {"message", e.what()}}}}));

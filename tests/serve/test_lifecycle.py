@@ -541,6 +541,40 @@ class HeldBytes(unittest.TestCase):
         assert_stopped_clean(self, server, Footprint.of(server))
 
 
+    def test_a_streamed_exec_not_read_keeps_its_room_and_the_server_small(self):
+        # A streamed exec gave its room back when its program ended, with its result line (all its output again)
+        # still queued for a client that read nothing: 6 such streams of 60 MB made the server 2.8 GB.
+        server = own_server(["--max-held-answers", "48M"]).start()
+        api = server.api()
+        sandbox_id = api.create({})["id"]
+        body = json.dumps({"cmd": "head -c 30000000 /dev/zero | tr '\\0' s", "output_limit": 2 << 20}).encode()
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        silent.connect(server.socket_path)
+        try:
+            silent.sendall(b"POST /v1/sandboxes/%s/exec?stream=true HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                           b"application/json\r\nContent-Length: %d\r\n\r\n" % (sandbox_id.encode(), len(body))
+                           + body)
+            time.sleep(2)  # its program is done: 2 MiB of output and the result line wait for the client
+            # 34 MiB of room each (12 x 2M and 10M): the unread stream still holds its own, so this one waits, then 503.
+            second = api.request("POST", f"/v1/sandboxes/{sandbox_id}/exec",
+                                 body={"cmd": "echo second", "output_limit": 2 << 20})
+            self.assertEqual(second.status, 503, second.body[:300])
+            self.assertIn("answers being built or not yet read by their clients", second.body.decode())
+            with open(f"/proc/{server.proc.pid}/status") as status:
+                rss_kb = int(next(line for line in status if line.startswith("VmRSS:")).split()[1])
+            self.assertLess(rss_kb, 200 << 10, "the server holds the unread stream's output several times over")
+        finally:
+            silent.close()
+        # Its client gone, the stream's room is free again.
+        again = wait_for(lambda: (lambda r: r if r.status == 200 else None)(api.request(
+            "POST", f"/v1/sandboxes/{sandbox_id}/exec", body={"cmd": "echo third", "output_limit": 2 << 20})), 20)
+        self.assertIsNotNone(again, "the room of a stream whose client went away was not given back")
+        self.assertEqual(json.loads(again.body)["stdout"], "third\n")
+        self.assertEqual(api.delete(sandbox_id).status, 204)
+        assert_stopped_clean(self, server, Footprint.of(server))
+
+
 class ExecBounds(unittest.TestCase):
     def test_execs_in_one_sandbox_are_capped_and_answers_being_built_wait_for_room(self):
         # Each exec's answer is built whole, in the server and the session's supervisor (root, outside every limit):
