@@ -66,43 +66,86 @@ cli::Program Sandboxes::PlanExec(const Sandbox& sandbox, const ExecSpec& exec) c
   if (planned.compile)
     planned.compile->wall_timeout =
         std::min<std::chrono::milliseconds>(planned.compile->wall_timeout, config_.max_timeout);
+  if (!exec.pool_preload) CheckAnswerRoomShare(ExecAnswerRoom(exec, planned.compile.has_value()));
   return planned;
 }
 
 class Sandboxes::AnswerRoomTicket {
  public:
-  AnswerRoomTicket(Sandboxes* owner, uint64_t bytes) : owner_(owner), bytes_(bytes) {}
+  AnswerRoomTicket(Sandboxes* sandboxes, std::string owner, uint64_t bytes)
+      : sandboxes_(sandboxes), owner_(std::move(owner)), bytes_(bytes) {}
   ~AnswerRoomTicket() {
-    std::lock_guard lock(owner_->room_mutex_);
-    owner_->room_used_ -= bytes_;
-    owner_->room_freed_.notify_all();
+    std::lock_guard lock(sandboxes_->room_mutex_);
+    sandboxes_->room_used_ -= bytes_;
+    if (auto it = sandboxes_->room_by_owner_.find(owner_); it != sandboxes_->room_by_owner_.end()) {
+      it->second -= bytes_;
+      if (it->second == 0) sandboxes_->room_by_owner_.erase(it);
+    }
+    sandboxes_->room_freed_.notify_all();
   }
   AnswerRoomTicket(const AnswerRoomTicket&) = delete;
   AnswerRoomTicket& operator=(const AnswerRoomTicket&) = delete;
 
  private:
-  Sandboxes* owner_;
+  Sandboxes* sandboxes_;
+  std::string owner_;
   uint64_t bytes_;
 };
 
-std::shared_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64_t bytes,
+void Sandboxes::CheckAnswerRoomShare(uint64_t bytes) const {
+  if (config_.client_budget_share >= 1.0) return;
+  const auto share =
+      static_cast<uint64_t>(static_cast<double>(config_.exec_answer_room_bytes) * config_.client_budget_share);
+  if (bytes > share)
+    throw ApiError(400, "bad_request",
+                   fmt::format("this answer may take {} bytes (an exec's: its stdin and code, 12 times its "
+                               "output_limit and 9 MiB; a file read's: its size), more than a client's share of "
+                               "--max-held-answers ({} of {} bytes): ask for less",
+                               bytes, share, config_.exec_answer_room_bytes));
+}
+
+std::shared_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64_t bytes, const std::string& owner,
                                                                           const std::function<bool()>& client_gone) {
   constexpr auto kRoomWait = std::chrono::seconds(10);
+  constexpr const char* kWhatAnExecNeeds = "an exec's: its stdin and code, 12 times its output_limit and 9 MiB";
+  // With several possible clients, one that held the whole room (one large output_limit did) left every other
+  // client's execs and file reads 503 for as long as it liked: each holds at most its share.
+  const bool shared = config_.client_budget_share < 1.0;
+  const auto share =
+      static_cast<uint64_t>(static_cast<double>(config_.exec_answer_room_bytes) * config_.client_budget_share);
+  CheckAnswerRoomShare(bytes);
   const auto give_up = std::chrono::steady_clock::now() + kRoomWait;
   std::unique_lock lock(room_mutex_);
-  // One exec alone always has room, whatever its size: the cap bounds how many run beside each other.
-  while (room_used_ != 0 && room_used_ + bytes > config_.exec_answer_room_bytes) {
-    if (std::chrono::steady_clock::now() >= give_up || (client_gone && client_gone()))
-      throw ApiError(
-          503, "unavailable",
-          fmt::format("the server holds {} bytes of answers being built or not yet read by their clients "
-                      "(--max-held-answers {}); this one needs {} (an exec's: its stdin and code, 12 times its "
-                      "output_limit and 9 MiB); nothing was done; try again",
-                      room_used_, config_.exec_answer_room_bytes, bytes));
+  auto held_by_owner = [&] {
+    auto it = room_by_owner_.find(owner);
+    return it == room_by_owner_.end() ? uint64_t{0} : it->second;
+  };
+  // One request alone always has room, whatever its size: the cap bounds how many run beside each other; so has a
+  // client's first within its share.
+  auto fits = [&] {
+    const uint64_t mine = held_by_owner();
+    return (room_used_ == 0 || room_used_ + bytes <= config_.exec_answer_room_bytes) &&
+           (!shared || mine == 0 || mine + bytes <= share);
+  };
+  while (!fits()) {
+    if (std::chrono::steady_clock::now() >= give_up || (client_gone && client_gone())) {
+      const uint64_t mine = held_by_owner();
+      if (shared && mine != 0 && mine + bytes > share)
+        throw ApiError(503, "unavailable",
+                       fmt::format("this client's answers being built or not yet read hold {} bytes of its share of "
+                                   "--max-held-answers ({} bytes); this one needs {} ({}); nothing was done; try "
+                                   "again",
+                                   mine, share, bytes, kWhatAnExecNeeds));
+      throw ApiError(503, "unavailable",
+                     fmt::format("the server holds {} bytes of answers being built or not yet read by their clients "
+                                 "(--max-held-answers {}); this one needs {} ({}); nothing was done; try again",
+                                 room_used_, config_.exec_answer_room_bytes, bytes, kWhatAnExecNeeds));
+    }
     room_freed_.wait_for(lock, std::chrono::milliseconds(200));
   }
   room_used_ += bytes;
-  return std::make_shared<AnswerRoomTicket>(this, bytes);
+  room_by_owner_[owner] += bytes;
+  return std::make_shared<AnswerRoomTicket>(this, owner, bytes);
 }
 
 json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec, const cli::Program& program,
@@ -135,7 +178,8 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
     }
   } done{this, *sandbox, client_work};
   std::shared_ptr<AnswerRoomTicket> room;
-  if (client_work) room = ReserveAnswerRoom(ExecAnswerRoom(exec, program.compile.has_value()), client_gone);
+  if (client_work)
+    room = ReserveAnswerRoom(ExecAnswerRoom(exec, program.compile.has_value()), sandbox->owner, client_gone);
   if (room_out) *room_out = room;
   Touch(*sandbox);
 

@@ -51,7 +51,7 @@ std::string Sandboxes::ReadFile(const std::shared_ptr<Sandbox>& sandbox, const s
   UniqueFd workspace = OpenWorkspace(sandbox, &uid, &gid);
   // Room for the bytes before they are read: 16 clients reading a 64 MiB file each and reading no answer held a GiB.
   auto data = session::ReadWorkspaceFile(workspace.get(), rel, config_.max_file_bytes,
-                                         [&](uint64_t size) { *room = ReserveAnswerRoom(size, {}); });
+                                         [&](uint64_t size) { *room = ReserveAnswerRoom(size, sandbox->owner, {}); });
   if (!data.ok()) ThrowFileError(data.status());
   return std::move(*data);
 }

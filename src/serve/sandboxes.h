@@ -107,10 +107,14 @@ class Sandboxes {
   bool AwaitRefillTurn(std::unique_lock<std::mutex>& lock, const std::string& template_name,
                        std::chrono::steady_clock::time_point wanted_since);
   void MarkClientWork(int running_delta);  // locks mutex_
-  // Reserves `bytes` of the exec answer room, waiting while the client is there, up to 10 s (then 503); released
-  // when the returned object goes.
+  // Reserves `bytes` of the exec answer room for `owner`'s answer, waiting while the client is there, up to 10 s
+  // (then 503); released when the returned object goes. With several possible clients each holds at most its share
+  // of the room (ServeConfig::client_budget_share), and a request larger than that share is a 400.
   class AnswerRoomTicket;
-  std::shared_ptr<AnswerRoomTicket> ReserveAnswerRoom(uint64_t bytes, const std::function<bool()>& client_gone);
+  // Throws the 400 of a request whose answer's room is more than a client's share of it.
+  void CheckAnswerRoomShare(uint64_t bytes) const;
+  std::shared_ptr<AnswerRoomTicket> ReserveAnswerRoom(uint64_t bytes, const std::string& owner,
+                                                      const std::function<bool()>& client_gone);
   void PreloadRepl(const Made& made);
   void ReaperLoop();
   // The sum of `measure` over the sandboxes (the pool's, and those it is making, too), or over `owner`'s alone; with
@@ -142,6 +146,7 @@ class Sandboxes {
   std::mutex room_mutex_;
   std::condition_variable room_freed_;
   uint64_t room_used_ = 0;  // of config_.exec_answer_room_bytes, with room_mutex_
+  std::map<std::string, uint64_t> room_by_owner_;  // room_used_ by client, with room_mutex_
   std::thread pool_thread_, reaper_thread_;
 };
 

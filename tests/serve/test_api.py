@@ -927,6 +927,36 @@ class Isolation(SharedCase):
         self.assertEqual(self.alice.exec(sbx, {"cmd": "ls /workspace"})["stdout"], "", "bob's PUT reached it")
 
 
+    def test_a_client_holds_at_most_its_share_of_the_answer_room(self):
+        # The answer room (--max-held-answers 512M) was first come, first served: one client's exec with a large
+        # output_limit reserved it all and every other client's execs and file reads were 503 meanwhile. Each client
+        # holds at most its share (40 of 64 sandboxes here: 320 MiB); 20M of output_limit reserves 249 MiB.
+        sbx_a, sbx_b = self.make(api=self.alice)["id"], self.make(api=self.bob)["id"]
+        too_big = self.alice.request("POST", f"/v1/sandboxes/{sbx_a}/exec?stream=true",
+                                     body={"cmd": "true", "output_limit": 30 << 20})
+        self.assertIn("share of --max-held-answers",
+                      assert_error(self, too_big, 400, "bad_request")["error"]["message"])
+        answers = {}
+
+        def run(name, api, sandbox_id, cmd):
+            started = time.monotonic()
+            r = api.request("POST", f"/v1/sandboxes/{sandbox_id}/exec", body={"cmd": cmd, "output_limit": 20 << 20})
+            answers[name] = (r.status, json.loads(r.body).get("stdout"), time.monotonic() - started)
+
+        first = threading.Thread(target=run, args=("first", self.alice, sbx_a, "sleep 4; echo first"))
+        first.start()
+        time.sleep(1)
+        second = threading.Thread(target=run, args=("second", self.alice, sbx_a, "echo second"))
+        second.start()
+        run("bob", self.bob, sbx_b, "echo bob")
+        first.join(30)
+        second.join(30)
+        self.assertEqual(answers["bob"][:2], (200, "bob\n"), answers)
+        self.assertLess(answers["bob"][2], 2.5, "another client's exec waited for alice's room")
+        self.assertEqual(answers["second"][:2], (200, "second\n"), answers)
+        self.assertGreater(answers["second"][2], 2, "alice's second exec ran past her share of the room")
+
+
 class Concurrency(SharedCase):
     CLIENTS = 32
 
