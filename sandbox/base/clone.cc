@@ -12,6 +12,10 @@
 #include <atomic>
 #include <cerrno>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace nsbox {
 
 pid_t CloneWithPidfd(uint64_t flags, int* pidfd, int cgroup_fd) {
@@ -48,6 +52,10 @@ pid_t StartVforkChild(int (*entry)(void*), void* arg, pid_t* published_pid) {
   const int flags = CLONE_VM | CLONE_VFORK | SIGCHLD | (published_pid ? CLONE_PARENT_SETTID : 0);
   pid_t pid = ::clone(entry, static_cast<char*>(stack) + kStackSize, flags, arg, published_pid);
   int err = errno;
+#if defined(__SANITIZE_ADDRESS__)
+  // The child's frames left their red zones marked on the kept stack; the next child would trip over them.
+  __asan_unpoison_memory_region(stack, kStackSize);
+#endif
   --depth;
   void* expected = nullptr;
   if (level >= kLevels || !kept[level].compare_exchange_strong(expected, stack)) ::munmap(stack, kStackSize);
