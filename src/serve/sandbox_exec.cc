@@ -206,7 +206,7 @@ json Sandboxes::Exec(const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& ex
   reader.SetStop([&] { return (client_gone && client_gone()) || std::chrono::steady_clock::now() >= deadline; });
   auto lost = [&](const std::string& why) {
     return json{{"status", "session_lost"},
-                {"exit_code", nullptr},
+                {"exit_code", -1},  // as from nsbox exec (docs/result.md): the program's own end is not known
                 {"reason", why + "; the program may have run"},
                 {"stdout", ""},
                 {"stderr", ""}};

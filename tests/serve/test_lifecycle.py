@@ -808,13 +808,20 @@ class SigkillRestart(unittest.TestCase):
         assert_stopped_clean(self, server, Footprint.of(server))
 
     def test_a_sandbox_whose_supervisor_was_killed_from_outside_is_no_longer_listed(self):
-        # It stayed listed as running, with its session directory, until the server ended.
+        # It stayed listed as running, with its session directory, until the server ended. The exec it was running
+        # answers session_lost, with exit_code -1 as the Result schema says (it was null).
         server = own_server().start()
         api = server.api()
         sandbox_id = api.create(SMALL)["id"]
         (session_dir,) = [e for e in os.listdir(server.state_dir) if not e.startswith(".")]
+        answers = []
+        running = threading.Thread(target=lambda: answers.append(api.exec(sandbox_id, {"cmd": "sleep 20"})))
+        running.start()
+        time.sleep(1)
         with open(os.path.join(server.state_dir, session_dir, "session.json")) as f:
             os.kill(json.load(f)["supervisor_pid"], signal.SIGKILL)
+        running.join(30)
+        self.assertEqual([(a.get("status"), a.get("exit_code")) for a in answers], [("session_lost", -1)], answers)
         self.assertTrue(wait_for(lambda: api.request("GET", f"/v1/sandboxes/{sandbox_id}").status == 404, 10),
                         "a sandbox whose supervisor is dead is still listed")
         self.assertNotIn(sandbox_id, [s["id"] for s in api.request("GET", "/v1/sandboxes").json()["sandboxes"]])
