@@ -106,6 +106,12 @@ struct StreamState : StreamSink {
     }
     return PeerGone(client_fd);
   }
+  std::shared_ptr<void> hold;  // given up when the response is freed (FreeStream)
+  void KeepUntilSent(std::shared_ptr<void> h) override {
+    std::lock_guard lock(mutex);
+    if (gone) return;  // freed already: nothing is held for it
+    hold = std::move(h);
+  }
 };
 
 struct StreamHandle {
@@ -152,6 +158,7 @@ void FreeStream(void* cls) {
   {
     std::lock_guard lock(handle->state->mutex);
     handle->state->gone = true;
+    handle->state->hold.reset();
     handle->state->changed.notify_all();
   }
   delete handle;

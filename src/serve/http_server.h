@@ -45,6 +45,9 @@ class StreamSink {
   virtual ~StreamSink() = default;
   virtual bool Write(std::string chunk) = 0;
   virtual bool ClientGone() const = 0;
+  // Keeps `hold` (a reservation for what the stream may queue) until the response is done with: sent, or its client
+  // gone.
+  virtual void KeepUntilSent(std::shared_ptr<void> hold) = 0;
 };
 
 struct HttpResponse {

@@ -421,6 +421,14 @@ int main(int argc, char** argv) {
       Fail(kExitFailure, fmt::format("--pids-budget: a client's share of it ({}) cannot hold one sandbox of the "
                                      "default limits ({} pids)",
                                      pids_share, defaults.pids));
+    // Nor may the answer room's share be too small for one exec of the default output_limit (every exec would be a
+    // 400). A single client has the whole room, and one request alone always fits.
+    const uint64_t one_exec = nsbox::serve::ExecAnswerRoom(nsbox::serve::ExecSpec{}, false);
+    const auto room_share = static_cast<uint64_t>(static_cast<double>(config.exec_answer_room_bytes) * share);
+    if (share < 1.0 && room_share < one_exec)
+      Fail(kExitFailure, fmt::format("--max-held-answers: a client's share of it ({} bytes) cannot hold the answer of "
+                                     "one exec of the default output_limit ({} bytes)",
+                                     room_share, one_exec));
   }
   auto openapi = nsbox::ReadFile(nsbox::DataDir() + "/docs/openapi.json", 4 << 20);
   if (openapi.ok()) access.openapi_document = std::move(*openapi);

@@ -107,7 +107,8 @@ void Sandboxes::CheckAnswerRoomShare(uint64_t bytes) const {
 std::shared_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64_t bytes, const std::string& owner,
                                                                           const std::function<bool()>& client_gone) {
   constexpr auto kRoomWait = std::chrono::seconds(10);
-  constexpr const char* kWhatAnExecNeeds = "an exec's: its stdin and code, 12 times its output_limit and 9 MiB";
+  constexpr const char* kWhatAnAnswerNeeds =
+      "an exec's: its stdin and code, 12 times its output_limit and 9 MiB; a file read's: its size";
   // With several possible clients, one that held the whole room (one large output_limit did) left every other
   // client's execs and file reads 503 for as long as it liked: each holds at most its share.
   const bool shared = config_.client_budget_share < 1.0;
@@ -135,11 +136,11 @@ std::shared_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64
                        fmt::format("this client's answers being built or not yet read hold {} bytes of its share of "
                                    "--max-held-answers ({} bytes); this one needs {} ({}); nothing was done; try "
                                    "again",
-                                   mine, share, bytes, kWhatAnExecNeeds));
+                                   mine, share, bytes, kWhatAnAnswerNeeds));
       throw ApiError(503, "unavailable",
                      fmt::format("the server holds {} bytes of answers being built or not yet read by their clients "
                                  "(--max-held-answers {}); this one needs {} ({}); nothing was done; try again",
-                                 room_used_, config_.exec_answer_room_bytes, bytes, kWhatAnExecNeeds));
+                                 room_used_, config_.exec_answer_room_bytes, bytes, kWhatAnAnswerNeeds));
     }
     room_freed_.wait_for(lock, std::chrono::milliseconds(200));
   }

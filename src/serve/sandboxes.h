@@ -87,6 +87,9 @@ class Sandboxes {
   std::string FailingPoolTemplate() const;
   const ServeConfig& config() const { return config_; }
 
+  // Throws the 400 of a request whose answer's room is more than a client's share of it.
+  void CheckAnswerRoomShare(uint64_t bytes) const;
+
  private:
   struct Made {
     std::string session_id, rootfs;
@@ -111,8 +114,7 @@ class Sandboxes {
   // (then 503); released when the returned object goes. With several possible clients each holds at most its share
   // of the room (ServeConfig::client_budget_share), and a request larger than that share is a 400.
   class AnswerRoomTicket;
-  // Throws the 400 of a request whose answer's room is more than a client's share of it.
-  void CheckAnswerRoomShare(uint64_t bytes) const;
+
   std::shared_ptr<AnswerRoomTicket> ReserveAnswerRoom(uint64_t bytes, const std::string& owner,
                                                       const std::function<bool()>& client_gone);
   void PreloadRepl(const Made& made);

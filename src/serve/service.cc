@@ -202,6 +202,9 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
     }
     SandboxSpec spec = ParseSandboxSpec(create, sandboxes_.config());
     ExecSpec exec_spec = ParseExecSpec(exec, sandboxes_.config());
+    // An answer too large for the client's share is refused before a sandbox is made for it (PlanExec checks again,
+    // with the compile step's output once the language is known).
+    sandboxes_.CheckAnswerRoomShare(ExecAnswerRoom(exec_spec, false));
     if (request.body_taken) request.body_taken();
     auto sandbox = sandboxes_.Create(owner, spec);
     try {
@@ -291,8 +294,9 @@ HttpResponse Service::Exec(const HttpRequest& request, const std::shared_ptr<San
   Sandboxes* sandboxes = &sandboxes_;
   r.stream = [sandboxes, sandbox, exec, program = std::move(program), after](StreamSink& sink) {
     auto line = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; };
-    // The answer's room is held until its last line is queued (the stream holds at most a little more, unsent): the
-    // result line repeats the output, and without it a client that reads nothing let the server hold any number.
+    // The answer's room is held until the stream has been sent (or its client is gone): the result line repeats the
+    // output, and the queue holds up to 1 MiB of it unread; without the room a client that reads nothing let the
+    // server hold any number of such streams.
     std::shared_ptr<void> room;
     try {
       json result = sandboxes->Exec(
@@ -301,6 +305,7 @@ HttpResponse Service::Exec(const HttpRequest& request, const std::shared_ptr<San
             return sink.Write(line({{"type", stream == 2 ? "stderr" : "stdout"}, {"data", text}}));
           },
           [&] { return sink.ClientGone(); }, &room);
+      sink.KeepUntilSent(room);
       sink.Write(line({{"type", "result"}, {"result", result}}));
     } catch (const ApiError& e) {
       sink.Write(line({{"type", "error"}, {"error", {{"code", e.code}, {"message", e.what()}}}}));

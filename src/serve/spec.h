@@ -24,8 +24,9 @@ struct ServeConfig {
   uint64_t max_file_bytes = 64ull << 20;
   uint64_t memory_budget_bytes = 0;  // 0: the host's memory
   uint64_t pids_budget = 32768;
-  // The part of each budget one client's sandboxes may commit (1: all of it). With several possible clients the
-  // server sets max_per_client / max_sandboxes, so that one client cannot take a budget whole (docs/service.md).
+  // The part of each budget one client's sandboxes may commit, and of the answer room its answers may hold (1: all
+  // of it). With several possible clients the server sets max_per_client / max_sandboxes, so that one client cannot
+  // take a budget or the room whole (docs/service.md).
   double client_budget_share = 1.0;
   std::map<std::string, int> pool;  // template -> ready sandboxes to keep
   std::vector<std::string> restricted_hosts = {"pypi.org", "files.pythonhosted.org"};

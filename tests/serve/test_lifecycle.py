@@ -82,6 +82,10 @@ class CommandLine(unittest.TestCase):
                             # A budget that cannot hold one sandbox of the default limits would refuse every create.
                             (["--memory-budget", "100M"], "cannot hold one sandbox of the default limits"),
                             (["--pids-budget", "100"], "--pids-budget: a client's share of it (100)"),
+                            # Two clients (the server's uid and 65533) share the answer room: a quarter of 64M cannot
+                            # hold one default exec's answer (21 MiB), so every exec would be a 400.
+                            (["--allow-uid", "65533", "--max-held-answers", "64M"],
+                             "--max-held-answers: a client's share of it (16777216 bytes)"),
                             # More processes than the host has could never be held (a fork bomb's room).
                             (["--pids-budget", "99999999"], "is more than the host's processes"),
                             # A negative count wrapped around to no cap; one past an int refused every exec.
@@ -543,11 +547,12 @@ class HeldBytes(unittest.TestCase):
 
     def test_a_streamed_exec_not_read_keeps_its_room_and_the_server_small(self):
         # A streamed exec gave its room back when its program ended, with its result line (all its output again)
-        # still queued for a client that read nothing: 6 such streams of 60 MB made the server 2.8 GB.
+        # still queued for a client that read nothing: 6 such streams of 60 MB made the server 2.8 GB. Its room is
+        # held until the stream is sent, also when what is unsent fits in the stream's queue (300 KB here).
         server = own_server(["--max-held-answers", "48M"]).start()
         api = server.api()
         sandbox_id = api.create({})["id"]
-        body = json.dumps({"cmd": "head -c 30000000 /dev/zero | tr '\\0' s", "output_limit": 2 << 20}).encode()
+        body = json.dumps({"cmd": "head -c 300000 /dev/zero | tr '\\0' s", "output_limit": 2 << 20}).encode()
         silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         silent.connect(server.socket_path)
@@ -555,7 +560,7 @@ class HeldBytes(unittest.TestCase):
             silent.sendall(b"POST /v1/sandboxes/%s/exec?stream=true HTTP/1.1\r\nHost: x\r\nContent-Type: "
                            b"application/json\r\nContent-Length: %d\r\n\r\n" % (sandbox_id.encode(), len(body))
                            + body)
-            time.sleep(2)  # its program is done: 2 MiB of output and the result line wait for the client
+            time.sleep(2)  # its program is done: its output and the result line wait for the client
             # 34 MiB of room each (12 x 2M and 10M): the unread stream still holds its own, so this one waits, then 503.
             second = api.request("POST", f"/v1/sandboxes/{sandbox_id}/exec",
                                  body={"cmd": "echo second", "output_limit": 2 << 20})
