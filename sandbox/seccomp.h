@@ -55,7 +55,8 @@ struct SeccompSummary {
 // and affinity. And it refuses set-user-id and set-group-id bits in every call that sets a mode (EPERM), and openat2
 // (ENOSYS), which could set them unseen: a set-id file left in a host directory the sandbox may write would run as
 // the sandbox's uid for any host user. It refuses classic BPF socket filters (EPERM), whose compiled code takes from
-// a host-wide budget no cgroup counts. Compiled once per process; call it before clone (the child may not allocate).
+// a host-wide budget no cgroup counts. (A profile that allows io_uring_setup lets the ring's calls past all of it.)
+// Compiled once per process; call it before clone (the child may not allocate).
 StatusOr<const SeccompProgram*> GuardProgram();
 
 // Compiles a parsed profile for the native architecture (x86_64); other architectures (i386, x32)

@@ -12,7 +12,14 @@
 #include <atomic>
 #include <cerrno>
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__)  // GCC's name for -fsanitize=address
+#define NSBOX_ASAN 1
+#elif defined(__has_feature)  // clang's
+#if __has_feature(address_sanitizer)
+#define NSBOX_ASAN 1
+#endif
+#endif
+#if defined(NSBOX_ASAN)
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -52,7 +59,7 @@ pid_t StartVforkChild(int (*entry)(void*), void* arg, pid_t* published_pid) {
   const int flags = CLONE_VM | CLONE_VFORK | SIGCHLD | (published_pid ? CLONE_PARENT_SETTID : 0);
   pid_t pid = ::clone(entry, static_cast<char*>(stack) + kStackSize, flags, arg, published_pid);
   int err = errno;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(NSBOX_ASAN)
   // The child's frames left their red zones marked on the kept stack; the next child would trip over them.
   __asan_unpoison_memory_region(stack, kStackSize);
 #endif
