@@ -411,8 +411,8 @@ int main(int argc, char** argv) {
   {
     const nsbox::serve::SandboxSpec defaults;
     const double share = config.client_budget_share;
-    const auto memory_share = static_cast<uint64_t>(static_cast<double>(config.memory_budget_bytes) * share);
-    const auto pids_share = static_cast<uint64_t>(static_cast<double>(config.pids_budget) * share);
+    const uint64_t memory_share = nsbox::serve::ClientShare(config.memory_budget_bytes, share);
+    const uint64_t pids_share = nsbox::serve::ClientShare(config.pids_budget, share);
     if (config.memory_budget_bytes > 0 && memory_share < nsbox::serve::MemoryFootprint(defaults))
       Fail(kExitFailure, fmt::format("--memory-budget: a client's share of it ({} bytes) cannot hold one sandbox of "
                                      "the default limits ({} bytes of memory and tmpfs)",
@@ -424,7 +424,7 @@ int main(int argc, char** argv) {
     // Nor may the answer room's share be too small for one exec of the default output_limit (every exec would be a
     // 400). A single client has the whole room, and one request alone always fits.
     const uint64_t one_exec = nsbox::serve::ExecAnswerRoom(nsbox::serve::ExecSpec{}, false);
-    const auto room_share = static_cast<uint64_t>(static_cast<double>(config.exec_answer_room_bytes) * share);
+    const uint64_t room_share = nsbox::serve::ClientShare(config.exec_answer_room_bytes, share);
     if (share < 1.0 && room_share < one_exec)
       Fail(kExitFailure, fmt::format("--max-held-answers: a client's share of it ({} bytes) cannot hold the answer of "
                                      "one exec of the default output_limit ({} bytes)",

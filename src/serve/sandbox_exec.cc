@@ -70,6 +70,12 @@ cli::Program Sandboxes::PlanExec(const Sandbox& sandbox, const ExecSpec& exec) c
   return planned;
 }
 
+namespace {
+// What an answer's room is reserved for, in the messages that refuse one.
+constexpr const char* kWhatAnAnswerNeeds =
+    "an exec's: its stdin and code, 12 times its output_limit and 9 MiB; a file read's: its size";
+}  // namespace
+
 class Sandboxes::AnswerRoomTicket {
  public:
   AnswerRoomTicket(Sandboxes* sandboxes, std::string owner, uint64_t bytes)
@@ -94,26 +100,21 @@ class Sandboxes::AnswerRoomTicket {
 
 void Sandboxes::CheckAnswerRoomShare(uint64_t bytes) const {
   if (config_.client_budget_share >= 1.0) return;
-  const auto share =
-      static_cast<uint64_t>(static_cast<double>(config_.exec_answer_room_bytes) * config_.client_budget_share);
+  const uint64_t share = ClientShare(config_.exec_answer_room_bytes, config_.client_budget_share);
   if (bytes > share)
     throw ApiError(400, "bad_request",
-                   fmt::format("this answer may take {} bytes (an exec's: its stdin and code, 12 times its "
-                               "output_limit and 9 MiB; a file read's: its size), more than a client's share of "
+                   fmt::format("this answer may take {} bytes ({}), more than a client's share of "
                                "--max-held-answers ({} of {} bytes): ask for less",
-                               bytes, share, config_.exec_answer_room_bytes));
+                               bytes, kWhatAnAnswerNeeds, share, config_.exec_answer_room_bytes));
 }
 
 std::shared_ptr<Sandboxes::AnswerRoomTicket> Sandboxes::ReserveAnswerRoom(uint64_t bytes, const std::string& owner,
                                                                           const std::function<bool()>& client_gone) {
   constexpr auto kRoomWait = std::chrono::seconds(10);
-  constexpr const char* kWhatAnAnswerNeeds =
-      "an exec's: its stdin and code, 12 times its output_limit and 9 MiB; a file read's: its size";
   // With several possible clients, one that held the whole room (one large output_limit did) left every other
   // client's execs and file reads 503 for as long as it liked: each holds at most its share.
   const bool shared = config_.client_budget_share < 1.0;
-  const auto share =
-      static_cast<uint64_t>(static_cast<double>(config_.exec_answer_room_bytes) * config_.client_budget_share);
+  const uint64_t share = ClientShare(config_.exec_answer_room_bytes, config_.client_budget_share);
   CheckAnswerRoomShare(bytes);
   const auto give_up = std::chrono::steady_clock::now() + kRoomWait;
   std::unique_lock lock(room_mutex_);

@@ -246,13 +246,6 @@ bool Sandboxes::PoolCanServe(const SandboxSpec& spec) const {
   return config_.pool.count(spec.template_name) && !spec.limits_given && spec.network == json("none");
 }
 
-namespace {
-// A client's part of a budget (ServeConfig::client_budget_share).
-uint64_t ClientShare(uint64_t budget, double share) {
-  return static_cast<uint64_t>(static_cast<double>(budget) * share);
-}
-}  // namespace
-
 uint64_t Sandboxes::Committed(uint64_t (*measure)(const SandboxSpec&), const std::string* owner) const {
   uint64_t sum = 0;
   for (const auto& [id, s] : sandboxes_)

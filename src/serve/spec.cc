@@ -89,6 +89,10 @@ uint64_t MemoryFootprint(const SandboxSpec& spec) { return spec.memory_bytes + s
 
 uint64_t PidsFootprint(const SandboxSpec& spec) { return spec.pids; }
 
+uint64_t ClientShare(uint64_t budget, double share) {
+  return static_cast<uint64_t>(static_cast<double>(budget) * share);
+}
+
 std::string WorkspacePath(const std::string& path) {
   if (path.empty()) throw BadRequest("give the file's path: ?path=NAME (relative to /workspace or under it)");
   // The kernel would take a path only up to a NUL byte: "a%00b" must not be "a".

@@ -44,6 +44,8 @@ struct SandboxSpec;
 uint64_t MemoryFootprint(const SandboxSpec& spec);
 // The processes a sandbox may hold: its pids limit.
 uint64_t PidsFootprint(const SandboxSpec& spec);
+// A client's part of a budget or of the answer room (ServeConfig::client_budget_share).
+uint64_t ClientShare(uint64_t budget, double share);
 
 // What a create asks for, checked (docs/api.md, POST /v1/sandboxes).
 struct SandboxSpec {
