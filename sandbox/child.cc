@@ -277,7 +277,7 @@ void PreparePayload(const ChildPlan& plan, bool inherited, int memory_join_fd = 
   struct rlimit no_core = {0, 0};
   if (::setrlimit(RLIMIT_CORE, &no_core) != 0) Fail(plan, "setrlimit(RLIMIT_CORE, 0)", errno);
   const char* step = nullptr;
-  // Pending signals and message queue bytes count per uid, against host root's quota too (quotas.h).
+  // Pending signals and message queue bytes count per uid, and against the namespace owner's quota too (quotas.h).
   if (LimitPerUserRlimits(&step) != 0) Fail(plan, step, errno);
 
   // The bounding set is already empty: pid 1 emptied it before the fork (each drop costs a credential commit).
@@ -414,7 +414,7 @@ void ChildMain(const ChildPlan& plan) {
   if (::sethostname(plan.hostname.data(), plan.hostname.size()) != 0) Fail(plan, "sethostname", errno);
   const char* step = nullptr;
   //    The user namespace's own quotas (inotify, fanotify, namespaces), while we hold CAP_SYS_RESOURCE in it: its
-  //    counts are charged to its owner, host root for a root-run nsbox, as well (quotas.h).
+  //    counts are charged to its owner as well (quotas.h).
   if (SetUserNamespaceQuotas(&step) != 0) Fail(plan, step, errno);
   // 4. The root filesystem.
   if (MountBaseAndPivotToIt(&step) != 0) Fail(plan, step, errno);

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,8 @@ struct ChildPlan {
   std::string hostname;
   bool new_network = true;
   uint32_t uid = 1000, gid = 1000;
+  // The host uid that makes (and so owns) the sandbox's user namespace; nullopt: the caller (NamespaceOwnerFor).
+  std::optional<uid_t> namespace_owner;
   bool may_setgroups = true;  // false where setgroups is denied (unprivileged user namespaces)
   std::vector<std::string> argv_storage, env_storage;
   std::string path;  // PATH, for a program named without a slash

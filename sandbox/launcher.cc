@@ -70,6 +70,7 @@ Status PlanPid1(const Policy& policy, const EmptyCaps& no_caps, ChildPlan* plan)
   plan->new_network = policy.network() == NetworkMode::kNone;
   plan->uid = policy.sandbox_uid();
   plan->gid = policy.sandbox_gid();
+  plan->namespace_owner = NamespaceOwnerFor(policy);
   plan->may_setgroups = ::geteuid() == 0;
   if (!no_caps.get()) return Status::Errno("cap_init");
   plan->no_caps = no_caps.get();
@@ -102,10 +103,14 @@ StatusOr<pid_t> StartPid1(const ChildPlan& plan, int cgroup_fd, int* pidfd) {
   sigset_t kill_signal, previous;
   sigemptyset(&kill_signal);
   sigaddset(&kill_signal, KillSandboxSignal());
+  // The namespace's owner, the sandbox's host uid where nsbox may make it so (user_ns.h), clones it.
+  NamespaceOwnerSwitch owner;
+  NSBOX_RETURN_IF_ERROR(owner.Enter(plan.namespace_owner));
   ::pthread_sigmask(SIG_BLOCK, &kill_signal, &previous);
   const pid_t child = CloneWithPidfd(SandboxCloneFlags(plan), pidfd, cgroup_fd);
   if (child == 0) ChildMain(plan);  // never returns
   const int clone_errno = errno;
+  owner.Leave();
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (child < 0) {
     int err = clone_errno;

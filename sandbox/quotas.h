@@ -8,8 +8,8 @@ namespace nsbox {
 
 // The bounds, one per counter, for tests and the docs. Each is far below the host's usual quota for one user
 // (inotify instances 128, pending signals about 96k, message queue bytes 819200), which the sandbox's counts are also
-// charged to: its user namespace is owned by the uid that made it (root for a root-run nsbox), and the kernel charges
-// a namespace's counts to its owner in the parent namespace as well.
+// charged to: the kernel charges a namespace's counts to its owner in the parent namespace as well, the sandbox's
+// own host uid for a root-run nsbox where it may make it so, else the uid that made it (NamespaceOwnerFor).
 inline constexpr uint64_t kSandboxInotifyInstances = 32;
 inline constexpr uint64_t kSandboxInotifyWatches = 16384;
 inline constexpr uint64_t kSandboxFanotifyGroups = 8;

@@ -2,10 +2,17 @@
 #include "sandbox/user_ns.h"
 
 #include <fcntl.h>
+#include <linux/securebits.h>
+#include <sys/capability.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -51,6 +58,98 @@ Status LetSandboxReopen(int fd) {
   if (!S_ISFIFO(st.st_mode)) return OkStatus();
   if (::fchmod(fd, 0666) != 0) return Status::Errno("fchmod(stdio pipe, 0666)");
   return OkStatus();
+}
+
+namespace {
+
+constexpr uid_t kNobody = 65534;
+
+constexpr struct {
+  cap_value_t value;
+  const char* name;
+} kOwnerCapabilities[] = {
+    {CAP_SETUID, "CAP_SETUID"},
+    {CAP_SETPCAP, "CAP_SETPCAP"},
+    {CAP_SYS_ADMIN, "CAP_SYS_ADMIN"},
+    {CAP_SYS_PTRACE, "CAP_SYS_PTRACE"},
+};
+
+std::mutex& SwitchLock() {
+  static std::mutex lock;
+  return lock;
+}
+
+}  // namespace
+
+std::optional<uid_t> NamespaceOwnerFor(const Policy& policy) {
+  if (::geteuid() != 0 || policy.host_uid() == 0 || policy.host_uid() == kNobody) return std::nullopt;
+  if (!InInitialUserNamespace()) return std::nullopt;
+  if (!MissingNamespaceOwnerCapabilities().empty()) return std::nullopt;
+  return policy.host_uid();
+}
+
+std::vector<std::string> MissingNamespaceOwnerCapabilities() {
+  std::vector<std::string> missing;
+  cap_t caps = cap_get_proc();
+  for (const auto& cap : kOwnerCapabilities) {
+    cap_flag_value_t value = CAP_CLEAR;
+    if (!caps || cap_get_flag(caps, cap.value, CAP_EFFECTIVE, &value) != 0 || value != CAP_SET)
+      missing.push_back(cap.name);
+  }
+  if (caps) cap_free(caps);
+  return missing;
+}
+
+Status NamespaceOwnerSwitch::Enter(std::optional<uid_t> owner) {
+  if (!owner) return OkStatus();
+  lock_ = std::unique_lock<std::mutex>(SwitchLock());
+  euid_ = ::geteuid();
+  securebits_ = ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
+  dumpable_ = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+  if (securebits_ < 0 || dumpable_ < 0 || ::prctl(PR_GET_PDEATHSIG, &parent_death_signal_, 0, 0, 0) != 0) {
+    Status failed = Status::Errno("prctl(PR_GET_SECUREBITS/PR_GET_DUMPABLE/PR_GET_PDEATHSIG)");
+    lock_.unlock();
+    return failed;
+  }
+  if (::prctl(PR_SET_SECUREBITS, securebits_ | SECBIT_NO_SETUID_FIXUP, 0, 0, 0) != 0) {
+    Status failed = Status::Errno("prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP)");
+    lock_.unlock();
+    return failed;
+  }
+  securebits_set_ = true;
+  if (::syscall(SYS_setresuid, -1, *owner, -1) != 0) {
+    Status failed = Status::Errno(fmt::format("setresuid(-1, {}, -1) to own the sandbox's user namespace", *owner));
+    Leave();
+    return failed;
+  }
+  euid_set_ = true;
+  // The euid change made the process not dumpable: the child is born as it would have been. (PR_SET_DUMPABLE takes
+  // 0 and 1 only; 2, fs.suid_dumpable's, is what the kernel sets again anyway.)
+  if (dumpable_ <= 1 && ::prctl(PR_SET_DUMPABLE, dumpable_, 0, 0, 0) != 0) {
+    Status failed = Status::Errno("prctl(PR_SET_DUMPABLE)");
+    Leave();
+    return failed;
+  }
+  return OkStatus();
+}
+
+void NamespaceOwnerSwitch::Leave() {
+  if (!lock_.owns_lock()) return;
+  const char* step = nullptr;
+  if (euid_set_ && ::syscall(SYS_setresuid, -1, euid_, -1) != 0) step = "setresuid(-1, euid, -1)";
+  if (!step && securebits_set_ && ::prctl(PR_SET_SECUREBITS, securebits_, 0, 0, 0) != 0)
+    step = "prctl(PR_SET_SECUREBITS)";
+  if (!step && euid_set_ && dumpable_ <= 1 && ::prctl(PR_SET_DUMPABLE, dumpable_, 0, 0, 0) != 0)
+    step = "prctl(PR_SET_DUMPABLE)";
+  if (!step && euid_set_ && parent_death_signal_ != 0 && ::prctl(PR_SET_PDEATHSIG, parent_death_signal_, 0, 0, 0) != 0)
+    step = "prctl(PR_SET_PDEATHSIG)";
+  if (step) {
+    std::fprintf(stderr, "nsbox: cannot restore this thread's credentials after starting a sandbox: %s: %s\n", step,
+                 std::strerror(errno));
+    std::abort();
+  }
+  euid_set_ = securebits_set_ = false;
+  lock_.unlock();
 }
 
 std::string NamespaceFailureHint(int err) {

@@ -3,7 +3,10 @@
 
 #include <sys/types.h>
 
+#include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "sandbox/base/status.h"
 #include "sandbox/policy.h"
@@ -20,6 +23,44 @@ Status WriteIdMaps(pid_t pid, const Policy& policy, bool privileged);
 // look into the holder's /proc/PID/fd reach it by name: the sandbox's own, and root. Pipes only: a sealed stdin file
 // may be a caller's, and anyone may read it again already; never the caller's own stdin or terminal.
 Status LetSandboxReopen(int fd);
+
+// The host uid that owns a sandbox's user namespace, when it is not the caller's own euid. The kernel charges a
+// namespace's counts (inotify, namespaces, pending signals, message queue bytes, processes) to its owner as well as
+// to the uid inside, and a namespace root makes is root's: every root-run sandbox would draw on host root's quotas.
+// So a root-run sandbox's namespace is made by its own host uid, when nsbox runs as root in the initial user
+// namespace with the capabilities that switch its effective uid (CAP_SETUID, CAP_SETPCAP) and that reach into a
+// namespace it does not own (CAP_SYS_ADMIN for setns, CAP_SYS_PTRACE for /proc/PID/ns). nullopt otherwise: rootless
+// nsbox owns its sandboxes' namespaces, and so does a container's root, which lacks the last two. Never the shared
+// nobody (65534), the host uid of a policy given none: any host process of that uid would own the namespace.
+std::optional<uid_t> NamespaceOwnerFor(const Policy& policy);
+// Of the four capabilities above, those missing from this thread's effective set ("CAP_SYS_PTRACE" ...).
+std::vector<std::string> MissingNamespaceOwnerCapabilities();
+
+// While entered, the calling thread's effective uid is the namespace owner's, with its capabilities kept
+// (SECBIT_NO_SETUID_FIXUP), so that a clone(CLONE_NEWUSER) it makes gives the new namespace that owner. Credentials
+// are per thread in the kernel: raw system calls change this thread's only (glibc's set*id() would change every
+// thread's). Process-wide, the euid change makes the process not dumpable, and it is made dumpable again; one thread
+// at a time switches, so that they do not undo each other's dumpable flag. The child inherits the switched
+// credentials; its new user namespace resets its securebits and gives it every capability there, as before.
+class NamespaceOwnerSwitch {
+ public:
+  NamespaceOwnerSwitch() = default;
+  NamespaceOwnerSwitch(const NamespaceOwnerSwitch&) = delete;
+  NamespaceOwnerSwitch& operator=(const NamespaceOwnerSwitch&) = delete;
+  ~NamespaceOwnerSwitch() { Leave(); }
+
+  // Switches to `owner`; nullopt does nothing. An error leaves the thread as it was.
+  Status Enter(std::optional<uid_t> owner);
+  // Back to the euid, securebits, dumpable flag and parent-death signal as they were. Aborts the process when
+  // it cannot: a thread left with another uid and root's capabilities must not go on. Does nothing when not entered.
+  void Leave();
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+  bool securebits_set_ = false, euid_set_ = false;
+  uid_t euid_ = 0;
+  int securebits_ = 0, dumpable_ = 0, parent_death_signal_ = 0;
+};
 
 // What a failed clone into new namespaces (errno `err`) most likely means, and where to look for the fix.
 std::string NamespaceFailureHint(int err);

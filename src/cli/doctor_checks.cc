@@ -22,8 +22,10 @@
 #include "sandbox/base/data_dir.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/host_id_lease.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/spec/mount_plan.h"
+#include "sandbox/user_ns.h"
 
 namespace nsbox::doctor {
 namespace {
@@ -258,6 +260,27 @@ Check UnprivilegedUsernsCheck(const Caller& caller, const ProbeResult& probe, co
   return Make("userns.unprivileged", title, caller.root() ? Verdict::kWarn : Verdict::kFail,
               detail + (caller.root() ? " (root is not affected; ordinary users cannot run nsbox)" : ""), fix,
               required);
+}
+
+Check NamespaceOwnerCheck(const Caller& caller, bool initial_userns, const std::vector<std::string>& missing_caps) {
+  const char* title = "owner of each sandbox's user namespace";
+  if (!caller.root())
+    return Make("userns.owner", title, Verdict::kPass,
+                fmt::format("this user (uid {}) owns its sandboxes' namespaces, as rootless nsbox does", caller.uid),
+                "", false);
+  if (!initial_userns)
+    return Make("userns.owner", title, Verdict::kWarn,
+                "root of a nested user namespace leases no host uid: it owns every sandbox's namespace, and their "
+                "inotify instances, pending signals and message queue bytes count against its quotas too",
+                "run nsbox in the host's user namespace for a host uid of each sandbox's own (docs/limits.md)", false);
+  if (!missing_caps.empty())
+    return Make("userns.owner", title, Verdict::kWarn,
+                fmt::format("without {}, root owns every sandbox's namespace, and their inotify instances, pending "
+                            "signals and message queue bytes count against root's quotas too",
+                            fmt::join(missing_caps, ", ")),
+                fmt::format("give nsbox {} (docs/limits.md#kernel-quotas)", fmt::join(missing_caps, ", ")), false);
+  return Make("userns.owner", title, Verdict::kPass, "each sandbox's namespace is owned by its own leased host uid", "",
+              false);
 }
 
 Check ProcMountCheck(const ProbeResult& probe) {
@@ -695,6 +718,7 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
   // As root, ask for an ordinary user (nobody) instead: root is never subject to the unprivileged restrictions.
   ProbeResult unprivileged = caller.root() ? ProbeUserNamespaceAs(65534, 65534) : userns;
   checks.push_back(UnprivilegedUsernsCheck(caller, unprivileged, sysctls));
+  checks.push_back(NamespaceOwnerCheck(caller, InInitialUserNamespace(), MissingNamespaceOwnerCapabilities()));
   checks.push_back(ProcMountCheck(userns.ok ? Settled(ProbeProcMount) : ProbeProcMount()));
 
   std::string user_name = std::to_string(caller.uid);

@@ -99,6 +99,10 @@ Check NamespaceCheck(const NamespaceType& type, const ProbeResult& probe, bool u
 // "userns.unprivileged": can ordinary users create user namespaces (required when the caller is not root).
 Check UnprivilegedUsernsCheck(const Caller& caller, const ProbeResult& unprivileged_probe,
                               const UsernsSysctls& sysctls);
+// "userns.owner": whether a root-run sandbox's user namespace is owned by its own leased host uid (sandbox/user_ns.h),
+// or by root, who is then charged the namespace counts of every sandbox. `initial_userns`: the caller is in the
+// host's user namespace; `missing_caps`: MissingNamespaceOwnerCapabilities().
+Check NamespaceOwnerCheck(const Caller& caller, bool initial_userns, const std::vector<std::string>& missing_caps);
 // "proc.mount": a fresh /proc for the sandbox's pid namespace.
 Check ProcMountCheck(const ProbeResult& probe);
 
