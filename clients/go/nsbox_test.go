@@ -266,6 +266,21 @@ func smallSandbox(t *testing.T, ctx context.Context) *Sandbox {
 	return s
 }
 
+func TestInfoSaysWhatTheSandboxWasMadeWith(t *testing.T) {
+	ctx := context.Background()
+	s, err := startServe(t).Create(ctx, SandboxOptions{Network: &NetworkNone, Limits: &Limits{Memory: "256M", Pids: 64},
+		IdleTimeout: 120 * time.Second, MaxLifetime: 300 * time.Second, Labels: map[string]string{"job": "a1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Terminate(ctx)
+	info := s.Info
+	if info.IdleTimeoutSeconds != 120 || info.MaxLifetimeSeconds != 300 || info.Labels["job"] != "a1" ||
+		info.Rootfs == "" || info.State != "running" {
+		t.Fatalf("got %+v; want idle 120 s, lifetime 300 s, label job=a1, a rootfs, running", info)
+	}
+}
+
 func TestFilesAndStreamingExec(t *testing.T) {
 	ctx := context.Background()
 	s := smallSandbox(t, ctx)

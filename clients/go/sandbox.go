@@ -79,14 +79,18 @@ func seconds(d time.Duration) int64 { return int64(math.Max(1, math.Ceil(d.Secon
 
 // Info is the server's description of a sandbox.
 type Info struct {
-	ID          string          `json:"id"`
-	Template    string          `json:"template"`
-	Network     json.RawMessage `json:"network"`
-	Limits      json.RawMessage `json:"limits"`
-	Labels      map[string]string
-	CreatedAtMs int64  `json:"created_at_ms"`
-	FromPool    bool   `json:"from_pool"`
-	State       string `json:"state"`
+	ID          string            `json:"id"`
+	Template    string            `json:"template"`
+	Rootfs      string            `json:"rootfs"` // the root it runs on: "host", or the image's directory
+	Network     json.RawMessage   `json:"network"`
+	Limits      json.RawMessage   `json:"limits"`
+	Labels      map[string]string `json:"labels"`
+	CreatedAtMs int64             `json:"created_at_ms"`
+	// The idle time-out and the lifetime in force, in seconds: asked for, or the server's defaults.
+	IdleTimeoutSeconds float64 `json:"idle_timeout"`
+	MaxLifetimeSeconds float64 `json:"max_lifetime"`
+	FromPool           bool    `json:"from_pool"`
+	State              string  `json:"state"`
 }
 
 // Sandbox is a handle on one sandbox of the server.
