@@ -3,7 +3,11 @@
 
 #include <strings.h>
 
+#include <algorithm>
+#include <initializer_list>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sandbox/base/fs.h"
 #include "src/serve/api_error.h"
@@ -56,6 +60,23 @@ std::vector<std::string> Split(const std::string& path) {
 bool Flag(const HttpRequest& request, const std::string& name) {
   auto it = request.query.find(name);
   return it != request.query.end() && (it->second == "true" || it->second == "1" || it->second.empty());
+}
+
+// A query parameter the route does not take, or a flag that is neither true nor false, is a 400: a typo
+// (`?strem=true`, `?stream=yes`) would otherwise be served as if it were not there.
+void CheckQuery(const HttpRequest& request, std::initializer_list<const char*> params,
+                std::initializer_list<const char*> flags) {
+  for (const auto& [name, value] : request.query) {
+    const bool is_flag = std::find(flags.begin(), flags.end(), name) != flags.end();
+    if (!is_flag && std::find(params.begin(), params.end(), name) == params.end()) {
+      std::vector<std::string> taken(params.begin(), params.end());
+      taken.insert(taken.end(), flags.begin(), flags.end());
+      throw BadRequest(fmt::format("unknown query parameter '{}' ({} {} takes {})", name, request.method,
+                                   request.path, taken.empty() ? "none" : fmt::format("{}", fmt::join(taken, ", "))));
+    }
+    if (is_flag && value != "true" && value != "1" && !value.empty() && value != "false" && value != "0")
+      throw BadRequest(fmt::format("query parameter '{}' is '{}': give true, 1, false or 0", name, value));
+  }
 }
 
 }  // namespace
@@ -184,6 +205,12 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
     r.body = access_.openapi_document;
     return r;
   }
+  // The probes and the document take any query (a load balancer's cache-buster); every other route only its own.
+  const bool exec_route = (parts.size() == 2 && resource == "run") || (parts.size() == 4 && parts[3] == "exec");
+  const bool files_route = parts.size() == 4 && parts[3] == "files";
+  if (exec_route) CheckQuery(request, {}, {"stream"});
+  else if (files_route) CheckQuery(request, {"path"}, {"list"});
+  else CheckQuery(request, {}, {});
   if (parts.size() == 2 && resource == "capacity" && method == "GET") return Json(200, sandboxes_.Capacity(owner));
   if (shutting_down_ && method != "GET") throw ApiError(503, "unavailable", "the server is shutting down");
 

@@ -604,6 +604,25 @@ class BadInput(SharedCase):
         r = self.api.request("PUT", files_path(sbx, "/workspace"), raw=b"x")
         self.assertIn("'/workspace/' names a directory", assert_error(self, r, 400, "bad_request")["error"]["message"])
 
+    def test_a_query_parameter_the_route_does_not_take_or_a_flag_neither_true_nor_false_is_400(self):
+        # Before: both were ignored, so `?strem=true` answered without a stream and `?list=yes` read the directory.
+        sbx = self.make()["id"]
+        cases = [("POST", f"/v1/sandboxes/{sbx}/exec?strem=true", {"cmd": "true"}, "'strem'"),
+                 ("POST", "/v1/run?stream=yes", {"cmd": "true"}, "'stream' is 'yes'"),
+                 ("GET", files_path(sbx, "a.txt") + "&list=yes", None, "'list' is 'yes'"),
+                 ("GET", files_path(sbx, "a.txt") + "&limit=10", None, "'limit'"),
+                 ("GET", f"/v1/sandboxes/{sbx}?verbose=1", None, "takes none"),
+                 ("GET", "/v1/capacity?x=1", None, "'x'")]
+        for method, path, body, said in cases:
+            with self.subTest(path=path):
+                r = self.api.request(method, path, body=body)
+                self.assertIn(said, assert_error(self, r, 400, "bad_request")["error"]["message"])
+        # The route's own, as true or false; the probes take any (a load balancer's cache-buster).
+        r = self.api.request("POST", f"/v1/sandboxes/{sbx}/exec?stream=false", body={"cmd": "echo hi"})
+        self.assertEqual((r.status, r.json()["stdout"]), (200, "hi\n"), r)
+        self.assertEqual(self.api.request("GET", files_path(sbx, ".") + "&list=1").status, 200)
+        self.assertEqual(self.api.request("GET", "/v1/healthz?ts=123").status, 200)
+
     def test_an_unknown_route_is_404(self):
         assert_error(self, self.api.request("GET", "/v1/nothing-here"), 404, "not_found")
         assert_error(self, self.api.request("GET", "/v2/healthz"), 404, "not_found")
