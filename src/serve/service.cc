@@ -306,7 +306,10 @@ HttpResponse Service::Route(const HttpRequest& request, const std::string& owner
 
 HttpResponse Service::Exec(const HttpRequest& request, const std::shared_ptr<Sandbox>& sandbox, const ExecSpec& exec,
                            std::function<void()> after) {
-  const bool stream = Flag(request, "stream") || request.header("accept").find("application/x-ndjson") != std::string::npos;
+  // ?stream= says, when given; else an Accept of application/x-ndjson asks for the stream.
+  const bool stream = request.query.count("stream")
+                          ? Flag(request, "stream")
+                          : request.header("accept").find("application/x-ndjson") != std::string::npos;
   cli::Program program = sandboxes_.PlanExec(*sandbox, exec);  // a bad request is a 400, streamed or not
   if (!stream) {
     std::shared_ptr<void> room;

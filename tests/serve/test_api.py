@@ -430,6 +430,13 @@ class Streaming(SharedCase):
         self.assertEqual(out, "out1\nout2\nout3\n")
         self.assertEqual(result["exit_code"], 4)
 
+    def test_stream_false_answers_one_object_whatever_accept_says(self):
+        # Before: an Accept of application/x-ndjson streamed even with ?stream=false.
+        r = self.api.request("POST", f"/v1/sandboxes/{self.sbx}/exec?stream=false", body={"cmd": self.PROGRAM},
+                             headers={"Accept": "application/x-ndjson"})
+        self.assertEqual((r.status, r.headers.get("content-type")), (200, "application/json"), r)
+        self.assertEqual((r.json()["exit_code"], r.json()["stdout"]), (4, "out1\nout2\nout3\n"))
+
     def test_a_result_line_larger_than_the_stream_queue_arrives_whole(self):
         # The stream queues at most 1 MiB; a result line repeating 3 MB of output is queued piece by piece.
         head, lines = self.api.stream("POST", f"/v1/sandboxes/{self.sbx}/exec?stream=true",
