@@ -5,6 +5,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -186,7 +188,17 @@ StatusOr<HostIdLeaseOptions> DefaultHostIdLeaseOptions() {
     options.range = *parsed;
   }
   if (const char* dir = std::getenv("NSBOX_HOST_ID_DIR"); dir && *dir) options.lock_dir = dir;
+  if (HostHasDirectoryAccounts(options.etc_dir)) options.directory_has_id = DirectoryHasId;
   return options;
+}
+
+bool DirectoryHasId(uint64_t id) {
+  std::vector<char> buffer(64 * 1024);
+  struct passwd pw, *user = nullptr;
+  struct group gr, *group = nullptr;
+  if (::getpwuid_r(static_cast<uid_t>(id), &pw, buffer.data(), buffer.size(), &user) != 0 || user) return true;
+  if (::getgrgid_r(static_cast<gid_t>(id), &gr, buffer.data(), buffer.size(), &group) != 0 || group) return true;
+  return false;
 }
 
 StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options) {
@@ -199,7 +211,7 @@ StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options) {
   AddHandedOutIds(options.etc_dir, excluded);
   uint64_t busy = 0;
   for (uint64_t id = options.range.first; id <= options.range.last; ++id) {
-    if (IsHandedOut(excluded, id)) continue;
+    if (IsHandedOut(excluded, id) || (options.directory_has_id && options.directory_has_id(id))) continue;
     std::string name = std::to_string(id);
     auto lock = LockIdFile(dir_fd.get(), name);
     if (!lock.ok()) return lock.status().Wrap(options.lock_dir);
@@ -210,9 +222,35 @@ StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options) {
     }
     ++busy;
   }
-  return Status::Error(fmt::format("no free host id in {}-{} ({} held by running sandboxes, the rest handed out by "
-                                   "{}/subuid, subgid, passwd or group): set NSBOX_HOST_ID_RANGE to a larger range",
-                                   options.range.first, options.range.last, busy, options.etc_dir));
+  return Status::Error(
+      fmt::format("no free host id in {}-{} ({} held by running sandboxes, the rest handed out by "
+                  "{}/subuid, subgid, passwd or group{}): set NSBOX_HOST_ID_RANGE to a larger range",
+                  options.range.first, options.range.last, busy, options.etc_dir,
+                  options.directory_has_id ? ", or a directory service's accounts" : ""));
+}
+
+bool HostHasDirectoryAccounts(const std::string& etc_dir) {
+  auto text = ReadFile(etc_dir + "/nsswitch.conf", 1 << 20);
+  if (!text.ok()) return false;  // none: glibc reads the files alone
+  std::istringstream in(*text);
+  for (std::string line; std::getline(in, line);) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string database;
+    words >> database;
+    if (database != "passwd:" && database != "group:") continue;
+    for (std::string source; words >> source;) {
+      if (source.front() == '[') {  // an action, [NOTFOUND=return], possibly with spaces inside
+        while (source.back() != ']' && words >> source) {
+        }
+        continue;
+      }
+      // The files, and systemd's records (its dynamic users and machines' ranges lie below the lease's range).
+      if (source != "files" && source != "compat" && source != "systemd" && source != "db" && source != "cache")
+        return true;
+    }
+  }
+  return false;
 }
 
 bool InInitialUserNamespace() {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -14,7 +15,8 @@
 namespace nsbox {
 
 // Host ids FIRST..LAST (inclusive). The default block lies above every ordinary user (2^20 = 1048576 and the 65536
-// after it); ids that /etc/subuid, /etc/subgid, /etc/passwd or /etc/group hand out are skipped within it.
+// after it); ids that /etc/subuid, /etc/subgid, /etc/passwd or /etc/group hand out, or a directory service has
+// (HostHasDirectoryAccounts), are skipped within it.
 struct HostIdRange {
   uint32_t first = 1u << 20;
   uint32_t last = (1u << 20) + 65535;
@@ -27,7 +29,14 @@ struct HostIdLeaseOptions {
   HostIdRange range;
   std::string lock_dir = "/run/nsbox/host-ids";  // one lock file per id; made (mode 0700) when missing
   std::string etc_dir = "/etc";                  // where subuid, subgid, passwd and group are read
+  // Whether a directory service has an account of the id (DirectoryHasId); unset: not asked. Set by
+  // DefaultHostIdLeaseOptions where nsswitch.conf names such a source.
+  std::function<bool(uint64_t)> directory_has_id;
 };
+
+// Whether the host's user and group databases (getpwuid_r, getgrgid_r) have an account of `id`; an error (a service
+// that does not answer) counts as one: an id nobody can vouch for is not leased.
+bool DirectoryHasId(uint64_t id);
 
 // The range from $NSBOX_HOST_ID_RANGE (FIRST-LAST) when set, else the default; the lock directory from
 // $NSBOX_HOST_ID_DIR when set.
@@ -60,6 +69,11 @@ class HostIdLease {
 // The lowest free id of the range. Fails when every id is leased or excluded, or the lock directory is unsafe (not
 // root's, or writable by others).
 StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options);
+
+// Whether ETC_DIR/nsswitch.conf names a source of users or groups beyond the files (sss, ldap, winbind, nis,
+// mymachines ...): then LeaseHostId also skips the ids those resolve, since a process of such an account would own a
+// root-run sandbox's user namespace (user_ns.h).
+bool HostHasDirectoryAccounts(const std::string& etc_dir);
 
 // Whether this process runs in the initial user namespace (its uid map is the identity over every id).
 bool InInitialUserNamespace();

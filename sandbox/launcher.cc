@@ -231,7 +231,9 @@ Status LaunchRun(const Executor& executor, const Policy& policy, SandboxHooks* h
   // 5. Id maps, front-end services, release the child; then (v1) its cgroup, made while it builds its root.
   UniqueFd mount_ns;
   NSBOX_RETURN_IF_ERROR(ReleasePid1(run->child, policy, hooks, std::move(sync->write), [&] {
-    mount_ns = OpenMountNamespace(run->child);  // while pid 1 is still dumpable: it changes its fsuid once released
+    // Now: pid 1 changes its fsuid once released, and is then no longer dumpable, which a container's root without
+    // CAP_SYS_PTRACE (the owner of pid 1's namespace, user_ns.h) needs it to be.
+    mount_ns = OpenMountNamespace(run->child);
     if (cancelled && cancelled->load()) {  // killed while set up: pid 1 is not released (~LaunchedRun ends it)
       run->cancelled_before_release = true;
       return Status::Error("cancelled before the program started");

@@ -175,7 +175,8 @@ StatusOr<std::unique_ptr<SessionSandbox>> SessionSandbox::Start(Policy policy, S
     if (Status s = session->cgroup_->AddProcess(*child); !s.ok()) return s.Wrap("joining the session's cgroup");
   }
   NSBOX_RETURN_IF_ERROR(ReleasePid1(*child, p, hooks, std::move(sync->write), [&]() -> Status {
-    // While pid 1 is still dumpable (it changes credentials once released), keep its namespaces as descriptors.
+    // Its namespaces, kept as descriptors now: pid 1 changes credentials once released, and is then no longer dumpable,
+    // which a container's root without CAP_SYS_PTRACE (the owner of pid 1's namespace, user_ns.h) needs it to be.
     static const char* const kNamespaces[6] = {"user", "mnt", "pid", "net", "ipc", "uts"};
     for (int i = 0; i < 6; ++i) {
       std::string path = fmt::format("/proc/{}/ns/{}", *child, kNamespaces[i]);

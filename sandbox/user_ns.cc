@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -64,15 +65,31 @@ namespace {
 
 constexpr uid_t kNobody = 65534;
 
+// What root outside does to a sandbox through its own capabilities once it is not the namespace's owner (the owner
+// has every capability in the namespace without asking), with the switch's own.
 constexpr struct {
   cap_value_t value;
   const char* name;
 } kOwnerCapabilities[] = {
-    {CAP_SETUID, "CAP_SETUID"},
-    {CAP_SETPCAP, "CAP_SETPCAP"},
-    {CAP_SYS_ADMIN, "CAP_SYS_ADMIN"},
-    {CAP_SYS_PTRACE, "CAP_SYS_PTRACE"},
+    {CAP_SETUID, "CAP_SETUID"},              // the switch: the euid
+    {CAP_SETPCAP, "CAP_SETPCAP"},            // the switch: SECBIT_NO_SETUID_FIXUP
+    {CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"},  // the switched thread's file access (CLONE_INTO_CGROUP's cgroup.procs)
+    {CAP_SYS_ADMIN, "CAP_SYS_ADMIN"},        // setns into the sandbox's namespaces
+    {CAP_SYS_PTRACE, "CAP_SYS_PTRACE"},      // /proc/PID/ns and /proc/PID/root of pid 1
+    {CAP_KILL, "CAP_KILL"},                  // signals, the parent-death signal of pid 1 included
+    {CAP_NET_ADMIN, "CAP_NET_ADMIN"},        // the sandbox's loopback, brought up from outside
 };
+
+}  // namespace
+
+bool KernelChecksOpenerForCgroupMoves() {
+  struct utsname name;
+  int major = 0, minor = 0;
+  if (::uname(&name) != 0 || std::sscanf(name.release, "%d.%d", &major, &minor) != 2) return false;
+  return major > 5 || (major == 5 && minor >= 16);
+}
+
+namespace {
 
 std::mutex& SwitchLock() {
   static std::mutex lock;
@@ -83,7 +100,7 @@ std::mutex& SwitchLock() {
 
 std::optional<uid_t> NamespaceOwnerFor(const Policy& policy) {
   if (::geteuid() != 0 || policy.host_uid() == 0 || policy.host_uid() == kNobody) return std::nullopt;
-  if (!InInitialUserNamespace()) return std::nullopt;
+  if (!InInitialUserNamespace() || !KernelChecksOpenerForCgroupMoves()) return std::nullopt;
   if (!MissingNamespaceOwnerCapabilities().empty()) return std::nullopt;
   return policy.host_uid();
 }
@@ -123,13 +140,10 @@ Status NamespaceOwnerSwitch::Enter(std::optional<uid_t> owner) {
     return failed;
   }
   euid_set_ = true;
-  // The euid change made the process not dumpable: the child is born as it would have been. (PR_SET_DUMPABLE takes
-  // 0 and 1 only; 2, fs.suid_dumpable's, is what the kernel sets again anyway.)
-  if (dumpable_ <= 1 && ::prctl(PR_SET_DUMPABLE, dumpable_, 0, 0, 0) != 0) {
-    Status failed = Status::Errno("prctl(PR_SET_DUMPABLE)");
-    Leave();
-    return failed;
-  }
+  // The euid change made the process not dumpable, and it stays so until Leave(): a dumpable process whose euid is the
+  // owner's (this one, and the pid 1 it clones, which copies the flag) would be the owner's to open through /proc
+  // (environ, mem, uid_map) and to ptrace. pid 1, born not dumpable, is root's to reach, and later drops to the
+  // sandbox user, as before.
   return OkStatus();
 }
 
@@ -139,6 +153,8 @@ void NamespaceOwnerSwitch::Leave() {
   if (euid_set_ && ::syscall(SYS_setresuid, -1, euid_, -1) != 0) step = "setresuid(-1, euid, -1)";
   if (!step && securebits_set_ && ::prctl(PR_SET_SECUREBITS, securebits_, 0, 0, 0) != 0)
     step = "prctl(PR_SET_SECUREBITS)";
+  // Back to root's euid first: made dumpable while this thread was the owner's, the process would be the owner's.
+  // (PR_SET_DUMPABLE takes 0 and 1 only; 2 is fs.suid_dumpable's, which the kernel set again.)
   if (!step && euid_set_ && dumpable_ <= 1 && ::prctl(PR_SET_DUMPABLE, dumpable_, 0, 0, 0) != 0)
     step = "prctl(PR_SET_DUMPABLE)";
   if (!step && euid_set_ && parent_death_signal_ != 0 && ::prctl(PR_SET_PDEATHSIG, parent_death_signal_, 0, 0, 0) != 0)

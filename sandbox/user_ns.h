@@ -28,20 +28,28 @@ Status LetSandboxReopen(int fd);
 // namespace's counts (inotify, namespaces, pending signals, message queue bytes, processes) to its owner as well as
 // to the uid inside, and a namespace root makes is root's: every root-run sandbox would draw on host root's quotas.
 // So a root-run sandbox's namespace is made by its own host uid, when nsbox runs as root in the initial user
-// namespace with the capabilities that switch its effective uid (CAP_SETUID, CAP_SETPCAP) and that reach into a
-// namespace it does not own (CAP_SYS_ADMIN for setns, CAP_SYS_PTRACE for /proc/PID/ns). nullopt otherwise: rootless
-// nsbox owns its sandboxes' namespaces, and so does a container's root, which lacks the last two. Never the shared
-// nobody (65534), the host uid of a policy given none: any host process of that uid would own the namespace.
+// namespace with the capabilities through which root outside reaches into a namespace it does not own (CAP_SYS_ADMIN
+// for setns, CAP_SYS_PTRACE for /proc/PID/ns, CAP_KILL for signals and the parent-death signal, CAP_NET_ADMIN for the
+// loopback; as the owner it had them all in the namespace without asking) and those of the switch (CAP_SETUID,
+// CAP_SETPCAP, CAP_DAC_OVERRIDE), on a kernel (5.16+) whose cgroup v1 checks a move against the credentials that
+// opened the tasks file. nullopt otherwise: rootless nsbox owns its sandboxes' namespaces, and so does a container's
+// root with a few capabilities. Never the shared nobody (65534), the host uid of a policy given none: any host process
+// of that uid would own the namespace. The owner's processes in the host's user namespace have every capability in the
+// sandbox's namespaces: the lease (host_id_lease.h) picks an id no account has.
 std::optional<uid_t> NamespaceOwnerFor(const Policy& policy);
-// Of the four capabilities above, those missing from this thread's effective set ("CAP_SYS_PTRACE" ...).
+// cgroup v1 checks a move into a group against the credentials that opened its tasks file from 5.16 on (and in
+// backports): before, against the mover's own, and pid 1 moves itself in with the owner's euid (ChildMain, step 2).
+bool KernelChecksOpenerForCgroupMoves();
+// Of the capabilities above, those this thread's effective set lacks ("CAP_SYS_PTRACE" ...).
 std::vector<std::string> MissingNamespaceOwnerCapabilities();
 
 // While entered, the calling thread's effective uid is the namespace owner's, with its capabilities kept
 // (SECBIT_NO_SETUID_FIXUP), so that a clone(CLONE_NEWUSER) it makes gives the new namespace that owner. Credentials
 // are per thread in the kernel: raw system calls change this thread's only (glibc's set*id() would change every
-// thread's). Process-wide, the euid change makes the process not dumpable, and it is made dumpable again; one thread
-// at a time switches, so that they do not undo each other's dumpable flag. The child inherits the switched
-// credentials; its new user namespace resets its securebits and gives it every capability there, as before.
+// thread's). Process-wide, the euid change makes the process not dumpable until Leave() (so that neither it nor the
+// child, born not dumpable, is the owner's to open through /proc); one thread at a time switches, so that they do not
+// undo each other's dumpable flag. The child inherits the switched credentials; its new user namespace resets its
+// securebits and gives it every capability there, as before.
 class NamespaceOwnerSwitch {
  public:
   NamespaceOwnerSwitch() = default;

@@ -262,7 +262,8 @@ Check UnprivilegedUsernsCheck(const Caller& caller, const ProbeResult& probe, co
               required);
 }
 
-Check NamespaceOwnerCheck(const Caller& caller, bool initial_userns, const std::vector<std::string>& missing_caps) {
+Check NamespaceOwnerCheck(const Caller& caller, bool initial_userns, bool kernel_ok,
+                          const std::vector<std::string>& missing_caps) {
   const char* title = "owner of each sandbox's user namespace";
   if (!caller.root())
     return Make("userns.owner", title, Verdict::kPass,
@@ -273,12 +274,18 @@ Check NamespaceOwnerCheck(const Caller& caller, bool initial_userns, const std::
                 "root of a nested user namespace leases no host uid: it owns every sandbox's namespace, and their "
                 "inotify instances, pending signals and message queue bytes count against its quotas too",
                 "run nsbox in the host's user namespace for a host uid of each sandbox's own (docs/limits.md)", false);
-  if (!missing_caps.empty())
+  const char* charged =
+      "root owns every sandbox's namespace, and their inotify instances, pending signals and message "
+      "queue bytes count against root's quotas too";
+  if (!kernel_ok)
     return Make("userns.owner", title, Verdict::kWarn,
-                fmt::format("without {}, root owns every sandbox's namespace, and their inotify instances, pending "
-                            "signals and message queue bytes count against root's quotas too",
-                            fmt::join(missing_caps, ", ")),
-                fmt::format("give nsbox {} (docs/limits.md#kernel-quotas)", fmt::join(missing_caps, ", ")), false);
+                fmt::format("on a kernel before 5.16 (whose cgroup v1 checks a move against the mover), {}", charged),
+                "a kernel of 5.16 or later (docs/limits.md#kernel-quotas)", false);
+  if (!missing_caps.empty()) {
+    const std::string missing = fmt::format("{}", fmt::join(missing_caps, ", "));
+    return Make("userns.owner", title, Verdict::kWarn, fmt::format("without {}, {}", missing, charged),
+                fmt::format("give nsbox {} (docs/limits.md#kernel-quotas)", missing), false);
+  }
   return Make("userns.owner", title, Verdict::kPass, "each sandbox's namespace is owned by its own leased host uid", "",
               false);
 }
@@ -718,7 +725,8 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
   // As root, ask for an ordinary user (nobody) instead: root is never subject to the unprivileged restrictions.
   ProbeResult unprivileged = caller.root() ? ProbeUserNamespaceAs(65534, 65534) : userns;
   checks.push_back(UnprivilegedUsernsCheck(caller, unprivileged, sysctls));
-  checks.push_back(NamespaceOwnerCheck(caller, InInitialUserNamespace(), MissingNamespaceOwnerCapabilities()));
+  checks.push_back(NamespaceOwnerCheck(caller, InInitialUserNamespace(), KernelChecksOpenerForCgroupMoves(),
+                                       MissingNamespaceOwnerCapabilities()));
   checks.push_back(ProcMountCheck(userns.ok ? Settled(ProbeProcMount) : ProbeProcMount()));
 
   std::string user_name = std::to_string(caller.uid);

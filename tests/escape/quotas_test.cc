@@ -177,6 +177,39 @@ print(queue_why, watchers)
   CHECK(watcher >= 0);
 }
 
+// Without one of the capabilities through which root reaches into a namespace it does not own, root stays the owner:
+// before, a root without CAP_KILL made the leased uid the owner and then could not signal its own sandbox (a time-out
+// took pid 1's own deadline, a session's pid 1 outlived its killed supervisor).
+TEST_CASE("root without CAP_KILL stays its sandboxes' namespace owner, and still ends a program at its time-out",
+          "[escape][quotas]") {
+  if (::geteuid() != 0) {
+    WARN("SKIP: a namespace owner of its own is for root-run sandboxes; this suite runs as uid " << ::geteuid());
+    return;
+  }
+  const std::string owner_code = R"(
+import fcntl, os, struct
+buffer = bytearray(4)
+fcntl.ioctl(os.open('/proc/self/ns/user', os.O_RDONLY), 0xb704, buffer)  # NS_GET_OWNER_UID
+print(struct.unpack('I', buffer)[0], os.getuid()))";
+  // With root's capabilities: the sandbox's own uid (1000 inside) owns its namespace.
+  auto own = RunNsboxJson({"--lang", "python", "--code", owner_code});
+  INFO(own.Describe());
+  CHECK(own.out() == "1000 1000\n");
+  // Without CAP_KILL (setpriv drops it from the bounding set, so nsbox starts without it): host root, unmapped inside.
+  const std::vector<std::string> no_kill = {
+      "/usr/bin/setpriv", "--bounding-set", "-kill", "--", NsboxBinary(), "run", "--json"};
+  std::vector<std::string> argv = no_kill;
+  argv.insert(argv.end(), {"--lang", "python", "--code", owner_code});
+  auto root_owned = RunProcess(argv);
+  INFO(root_owned.err);
+  CHECK_THAT(root_owned.out, Catch::Contains(R"("stdout":"65534 1000\n")"));
+  argv = no_kill;
+  argv.insert(argv.end(), {"--timeout", "1s", "--", "/bin/sleep", "30"});
+  auto timed_out = RunProcess(argv);
+  INFO(timed_out.out << timed_out.err);
+  CHECK_THAT(timed_out.out, Catch::Contains(R"("status":"timeout")"));
+}
+
 // Before: a sandbox attached 9,202 long classic BPF filters to sockets; their compiled code took the whole host-wide
 // net.core.bpf_jit_limit, which no cgroup charges, and until the sandbox ended no new sandbox could start and no
 // unprivileged process on the host could load a seccomp filter (ENOTSUPP).

@@ -136,20 +136,21 @@ TEST_CASE("other namespace types: blamed on the user namespace when it failed, e
   CHECK(NamespaceTypes().size() == 6);  // mount, pid, net, ipc, uts, cgroup (user has its own check)
 }
 
-TEST_CASE("the namespace owner: root with every capability passes; a container's root is warned of shared quotas") {
-  Check full = NamespaceOwnerCheck(kRoot, true, {});
+TEST_CASE("the namespace owner: root with its capabilities passes; a container's root is warned of shared quotas") {
+  Check full = NamespaceOwnerCheck(kRoot, true, true, {});
   CHECK(full.verdict == Verdict::kPass);
   CHECK_THAT(full.detail, Catch::Contains("leased host uid"));
   // A container given CAP_SETUID and CAP_SETGID only: root owns every sandbox's namespace.
-  Check container = NamespaceOwnerCheck(kRoot, true, {"CAP_SETPCAP", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"});
+  Check container = NamespaceOwnerCheck(kRoot, true, true, {"CAP_SETPCAP", "CAP_SYS_ADMIN", "CAP_KILL"});
   CHECK(container.verdict == Verdict::kWarn);
   CHECK_FALSE(container.required);
-  CHECK_THAT(container.detail, Catch::Contains("without CAP_SETPCAP, CAP_SYS_ADMIN, CAP_SYS_PTRACE, root owns"));
-  CHECK_THAT(container.fix, Catch::Contains("give nsbox CAP_SETPCAP, CAP_SYS_ADMIN, CAP_SYS_PTRACE"));
-  CHECK(NamespaceOwnerCheck(kRoot, false, {}).verdict == Verdict::kWarn);
-  CHECK_THAT(NamespaceOwnerCheck(kRoot, false, {}).detail, Catch::Contains("nested user namespace"));
+  CHECK_THAT(container.detail, Catch::Contains("without CAP_SETPCAP, CAP_SYS_ADMIN, CAP_KILL, root owns"));
+  CHECK_THAT(container.fix, Catch::Contains("give nsbox CAP_SETPCAP, CAP_SYS_ADMIN, CAP_KILL"));
+  CHECK_THAT(NamespaceOwnerCheck(kRoot, true, false, {}).detail, Catch::Contains("before 5.16"));
+  CHECK(NamespaceOwnerCheck(kRoot, false, true, {}).verdict == Verdict::kWarn);
+  CHECK_THAT(NamespaceOwnerCheck(kRoot, false, true, {}).detail, Catch::Contains("nested user namespace"));
   // Rootless: the caller owns them, as it must.
-  CHECK(NamespaceOwnerCheck(kUser, true, {"CAP_SETUID"}).verdict == Verdict::kPass);
+  CHECK(NamespaceOwnerCheck(kUser, true, true, {"CAP_SETUID"}).verdict == Verdict::kPass);
 }
 
 TEST_CASE("a proc mount refused with EPERM points at the masked /proc of an enclosing sandbox") {

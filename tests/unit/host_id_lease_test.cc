@@ -102,6 +102,34 @@ TEST_CASE("ids that subuid, subgid, passwd or group hand out are never leased") 
   CHECK(lease->id() == 2000005);
 }
 
+// A process of a directory service's account that has the leased id would own the sandbox's user namespace: where
+// nsswitch.conf names such a source, the ids it resolves are skipped too (asked of the host's resolver).
+TEST_CASE("nsswitch.conf sources beyond the files make the lease ask the directory") {
+  LeaseFixture f;
+  CHECK_FALSE(HostHasDirectoryAccounts(f.options.etc_dir));  // no nsswitch.conf: the files alone
+  f.Etc("nsswitch.conf", "# sss here would be a comment\npasswd: files systemd\ngroup: compat\nhosts: files dns\n");
+  CHECK_FALSE(HostHasDirectoryAccounts(f.options.etc_dir));
+  f.Etc("nsswitch.conf", "passwd: files sss\ngroup: files\n");
+  CHECK(HostHasDirectoryAccounts(f.options.etc_dir));
+  f.Etc("nsswitch.conf", "passwd: files\ngroup: files [NOTFOUND=return] ldap\n");
+  CHECK(HostHasDirectoryAccounts(f.options.etc_dir));
+  f.Etc("nsswitch.conf", "passwd: files mymachines systemd\n");  // systemd-nspawn's containers' users
+  CHECK(HostHasDirectoryAccounts(f.options.etc_dir));
+  f.Etc("nsswitch.conf", "passwd: files\ngroup: files [ NOTFOUND = return ]\nnetgroup: nis\n");
+  CHECK_FALSE(HostHasDirectoryAccounts(f.options.etc_dir));
+  // The directory's answer: its accounts are skipped, and a range it fills names it.
+  f.options.directory_has_id = [](uint64_t id) { return id <= 2000001; };
+  auto lease = LeaseHostId(f.options);
+  REQUIRE(lease.ok());
+  CHECK(lease->id() == 2000002);
+  f.options.directory_has_id = [](uint64_t) { return true; };
+  auto none = LeaseHostId(f.options);
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.status().message(), Catch::Contains("or a directory service's accounts"));
+  // This host's own resolver: root, uid 0, is an account everywhere.
+  CHECK(DirectoryHasId(0));
+}
+
 TEST_CASE("a lease ends with its holder, even one killed with SIGKILL") {
   LeaseFixture f;
   pid_t holder = 0;

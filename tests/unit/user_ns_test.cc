@@ -1,4 +1,5 @@
 // Unit tests: the namespace owner switch (sandbox/user_ns.h), root only: one thread's euid for one clone.
+#include <fcntl.h>
 #include <linux/nsfs.h>
 #include <linux/sched.h>
 #include <linux/securebits.h>
@@ -7,9 +8,9 @@
 #include <sys/capability.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -54,7 +55,8 @@ TEST_CASE("the owner switch changes one thread's euid for a clone, keeps its cap
   constexpr uid_t kOwner = 3200000;
   const pid_t main_tid = static_cast<pid_t>(::syscall(SYS_gettid));
   REQUIRE(::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1);
-  long during_euid = -1, main_euid_during = -1, owner = -1, after_euid = -1;
+  long during_euid = -1, main_euid_during = -1, owner = -1, after_euid = -1, child_proc_owner = -1;
+  int dumpable_during = -1;
   bool kept_caps = false, entered = false;
   int securebits_during = -1, securebits_after = -1, dumpable_after = -1, death_signal_after = -1;
   std::thread([&] {
@@ -67,6 +69,7 @@ TEST_CASE("the owner switch changes one thread's euid for a clone, keeps its cap
       main_euid_during = ThreadEuid(main_tid);
       kept_caps = HasEffective(CAP_SYS_ADMIN) && HasEffective(CAP_SETUID);
       securebits_during = ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
+      dumpable_during = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
       // A child in a new user namespace, made now: its namespace is the switched euid's.
       int pidfd = -1;
       const pid_t child = nsbox::CloneWithPidfd(CLONE_NEWUSER, &pidfd, -1);
@@ -76,6 +79,10 @@ TEST_CASE("the owner switch changes one thread's euid for a clone, keeps its cap
       }
       owner_switch.Leave();
       if (child > 0) {
+        // Born not dumpable, the child's /proc is root's: were it the owner's, a process of that uid could read its
+        // environment and memory (a copy of nsbox's) and race its id maps.
+        struct stat st;
+        if (::stat(("/proc/" + std::to_string(child) + "/environ").c_str(), &st) == 0) child_proc_owner = st.st_uid;
         const int user_ns = ::open(("/proc/" + std::to_string(child) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC);
         uid_t got = 0;
         if (user_ns >= 0 && ::ioctl(user_ns, NS_GET_OWNER_UID, &got) == 0) owner = got;
@@ -98,6 +105,8 @@ TEST_CASE("the owner switch changes one thread's euid for a clone, keeps its cap
   CHECK(main_euid_during == 0);  // the other threads keep root's
   CHECK(kept_caps);
   CHECK((securebits_during & SECBIT_NO_SETUID_FIXUP) != 0);
+  CHECK(dumpable_during == 0);  // nsbox's own /proc is not the owner's either, while this thread is
+  CHECK(child_proc_owner == 0);
   CHECK(owner == kOwner);
   CHECK(after_euid == 0);
   CHECK(securebits_after == 1);
