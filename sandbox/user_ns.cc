@@ -80,6 +80,11 @@ constexpr struct {
     {CAP_NET_ADMIN, "CAP_NET_ADMIN"},        // the sandbox's loopback, brought up from outside
 };
 
+std::mutex& SwitchLock() {
+  static std::mutex lock;
+  return lock;
+}
+
 }  // namespace
 
 bool KernelChecksOpenerForCgroupMoves() {
@@ -88,15 +93,6 @@ bool KernelChecksOpenerForCgroupMoves() {
   if (::uname(&name) != 0 || std::sscanf(name.release, "%d.%d", &major, &minor) != 2) return false;
   return major > 5 || (major == 5 && minor >= 16);
 }
-
-namespace {
-
-std::mutex& SwitchLock() {
-  static std::mutex lock;
-  return lock;
-}
-
-}  // namespace
 
 std::optional<uid_t> NamespaceOwnerFor(const Policy& policy) {
   if (::geteuid() != 0 || policy.host_uid() == 0 || policy.host_uid() == kNobody) return std::nullopt;
@@ -125,12 +121,12 @@ Status NamespaceOwnerSwitch::Enter(std::optional<uid_t> owner) {
   dumpable_ = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
   if (securebits_ < 0 || dumpable_ < 0 || ::prctl(PR_GET_PDEATHSIG, &parent_death_signal_, 0, 0, 0) != 0) {
     Status failed = Status::Errno("prctl(PR_GET_SECUREBITS/PR_GET_DUMPABLE/PR_GET_PDEATHSIG)");
-    lock_.unlock();
+    Leave();
     return failed;
   }
   if (::prctl(PR_SET_SECUREBITS, securebits_ | SECBIT_NO_SETUID_FIXUP, 0, 0, 0) != 0) {
     Status failed = Status::Errno("prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP)");
-    lock_.unlock();
+    Leave();
     return failed;
   }
   securebits_set_ = true;
