@@ -192,13 +192,18 @@ StatusOr<HostIdLeaseOptions> DefaultHostIdLeaseOptions() {
   return options;
 }
 
-bool DirectoryHasId(uint64_t id) {
+StatusOr<bool> DirectoryHasId(uint64_t id) {
   std::vector<char> buffer(64 * 1024);
   struct passwd pw, *user = nullptr;
   struct group gr, *group = nullptr;
-  if (::getpwuid_r(static_cast<uid_t>(id), &pw, buffer.data(), buffer.size(), &user) != 0 || user) return true;
-  if (::getgrgid_r(static_cast<gid_t>(id), &gr, buffer.data(), buffer.size(), &group) != 0 || group) return true;
-  return false;
+  // ENOENT and ESRCH are glibc's words for "no such account" from some modules, as is a null answer.
+  auto failed = [](int err) { return err != 0 && err != ENOENT && err != ESRCH; };
+  if (int err = ::getpwuid_r(static_cast<uid_t>(id), &pw, buffer.data(), buffer.size(), &user); failed(err))
+    return Status::Errno(fmt::format("getpwuid_r({})", id), err);
+  if (user) return true;
+  if (int err = ::getgrgid_r(static_cast<gid_t>(id), &gr, buffer.data(), buffer.size(), &group); failed(err))
+    return Status::Errno(fmt::format("getgrgid_r({})", id), err);
+  return group != nullptr;
 }
 
 StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options) {
@@ -211,7 +216,16 @@ StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options) {
   AddHandedOutIds(options.etc_dir, excluded);
   uint64_t busy = 0;
   for (uint64_t id = options.range.first; id <= options.range.last; ++id) {
-    if (IsHandedOut(excluded, id) || (options.directory_has_id && options.directory_has_id(id))) continue;
+    if (IsHandedOut(excluded, id)) continue;
+    if (options.directory_has_id) {
+      // A directory that does not answer (sssd down) vouches for no id: no lease, and the cause said.
+      auto has = options.directory_has_id(id);
+      if (!has.ok())
+        return has.status().Wrap(
+            "asking the host's user database (a source /etc/nsswitch.conf names) whether a host "
+            "id is free");
+      if (*has) continue;
+    }
     std::string name = std::to_string(id);
     auto lock = LockIdFile(dir_fd.get(), name);
     if (!lock.ok()) return lock.status().Wrap(options.lock_dir);
@@ -235,20 +249,23 @@ bool HostHasDirectoryAccounts(const std::string& etc_dir) {
   std::istringstream in(*text);
   for (std::string line; std::getline(in, line);) {
     line = line.substr(0, line.find('#'));
-    std::istringstream words(line);
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::istringstream name(line.substr(0, colon));
     std::string database;
-    words >> database;
-    if (database != "passwd:" && database != "group:") continue;
-    for (std::string source; words >> source;) {
-      if (source.front() == '[') {  // an action, [NOTFOUND=return], possibly with spaces inside
-        while (source.back() != ']' && words >> source) {
-        }
-        continue;
-      }
-      // The files, and systemd's records (its dynamic users and machines' ranges lie below the lease's range).
-      if (source != "files" && source != "compat" && source != "systemd" && source != "db" && source != "cache")
-        return true;
+    name >> database;
+    if (database != "passwd" && database != "group") continue;
+    // The sources, with the actions ([NOTFOUND=return], spaces and all, or written against the next name) left out.
+    std::string sources = line.substr(colon + 1);
+    for (size_t open; (open = sources.find('[')) != std::string::npos;) {
+      const size_t close = sources.find(']', open);
+      sources.replace(open, close == std::string::npos ? std::string::npos : close - open + 1, " ");
     }
+    std::istringstream words(sources);
+    // Only the files, and systemd's records (its dynamic users lie below the lease's range; user records of
+    // /etc/userdb are not looked at), are read without asking: compat, db, cache and every service may hold more.
+    for (std::string source; words >> source;)
+      if (source != "files" && source != "systemd") return true;
   }
   return false;
 }

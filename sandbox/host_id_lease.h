@@ -30,13 +30,13 @@ struct HostIdLeaseOptions {
   std::string lock_dir = "/run/nsbox/host-ids";  // one lock file per id; made (mode 0700) when missing
   std::string etc_dir = "/etc";                  // where subuid, subgid, passwd and group are read
   // Whether a directory service has an account of the id (DirectoryHasId); unset: not asked. Set by
-  // DefaultHostIdLeaseOptions where nsswitch.conf names such a source.
-  std::function<bool(uint64_t)> directory_has_id;
+  // DefaultHostIdLeaseOptions where nsswitch.conf names such a source. An error ends the lease with it.
+  std::function<StatusOr<bool>(uint64_t)> directory_has_id;
 };
 
-// Whether the host's user and group databases (getpwuid_r, getgrgid_r) have an account of `id`; an error (a service
-// that does not answer) counts as one: an id nobody can vouch for is not leased.
-bool DirectoryHasId(uint64_t id);
+// Whether the host's user and group databases (getpwuid_r, getgrgid_r) have an account of `id`; an error when a
+// service does not answer (sssd down): an id nobody can vouch for is not leased.
+StatusOr<bool> DirectoryHasId(uint64_t id);
 
 // The range from $NSBOX_HOST_ID_RANGE (FIRST-LAST) when set, else the default; the lock directory from
 // $NSBOX_HOST_ID_DIR when set.
@@ -70,9 +70,9 @@ class HostIdLease {
 // root's, or writable by others).
 StatusOr<HostIdLease> LeaseHostId(const HostIdLeaseOptions& options);
 
-// Whether ETC_DIR/nsswitch.conf names a source of users or groups beyond the files (sss, ldap, winbind, nis,
-// mymachines ...): then LeaseHostId also skips the ids those resolve, since a process of such an account would own a
-// root-run sandbox's user namespace (user_ns.h).
+// Whether ETC_DIR/nsswitch.conf names a source of users or groups beyond the files and systemd's (sss, ldap, winbind,
+// nis, mymachines, compat, db, cache ...): then LeaseHostId also skips the ids those resolve, since a process of such
+// an account would own a root-run sandbox's user namespace (user_ns.h).
 bool HostHasDirectoryAccounts(const std::string& etc_dir);
 
 // Whether this process runs in the initial user namespace (its uid map is the identity over every id).

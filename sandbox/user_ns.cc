@@ -136,10 +136,15 @@ Status NamespaceOwnerSwitch::Enter(std::optional<uid_t> owner) {
     return failed;
   }
   euid_set_ = true;
-  // The euid change made the process not dumpable, and it stays so until Leave(): a dumpable process whose euid is the
-  // owner's (this one, and the pid 1 it clones, which copies the flag) would be the owner's to open through /proc
-  // (environ, mem, uid_map) and to ptrace. pid 1, born not dumpable, is root's to reach, and later drops to the
-  // sandbox user, as before.
+  // Not dumpable until Leave(): a dumpable process whose euid is the owner's (this one, and the pid 1 it clones, which
+  // copies the flag) would be the owner's to open through /proc (environ, mem, uid_map) and to ptrace. pid 1, born
+  // not dumpable, is root's to reach, and later drops to the sandbox user, as before. The euid change did it already
+  // unless fs.suid_dumpable is 1.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    Status failed = Status::Errno("prctl(PR_SET_DUMPABLE, 0)");
+    Leave();
+    return failed;
+  }
   return OkStatus();
 }
 

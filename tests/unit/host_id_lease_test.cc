@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -107,8 +108,14 @@ TEST_CASE("ids that subuid, subgid, passwd or group hand out are never leased") 
 TEST_CASE("nsswitch.conf sources beyond the files make the lease ask the directory") {
   LeaseFixture f;
   CHECK_FALSE(HostHasDirectoryAccounts(f.options.etc_dir));  // no nsswitch.conf: the files alone
-  f.Etc("nsswitch.conf", "# sss here would be a comment\npasswd: files systemd\ngroup: compat\nhosts: files dns\n");
+  f.Etc("nsswitch.conf", "# sss here would be a comment\npasswd: files systemd\ngroup: files\nhosts: files dns\n");
   CHECK_FALSE(HostHasDirectoryAccounts(f.options.etc_dir));
+  f.Etc("nsswitch.conf", "passwd:sss\n");  // glibc needs no space after the colon
+  CHECK(HostHasDirectoryAccounts(f.options.etc_dir));
+  f.Etc("nsswitch.conf", "group: files [NOTFOUND=continue]ldap\n");  // nor before a name after an action
+  CHECK(HostHasDirectoryAccounts(f.options.etc_dir));
+  f.Etc("nsswitch.conf", "passwd: compat\n");  // its +/- lines pull in NIS
+  CHECK(HostHasDirectoryAccounts(f.options.etc_dir));
   f.Etc("nsswitch.conf", "passwd: files sss\ngroup: files\n");
   CHECK(HostHasDirectoryAccounts(f.options.etc_dir));
   f.Etc("nsswitch.conf", "passwd: files\ngroup: files [NOTFOUND=return] ldap\n");
@@ -118,16 +125,27 @@ TEST_CASE("nsswitch.conf sources beyond the files make the lease ask the directo
   f.Etc("nsswitch.conf", "passwd: files\ngroup: files [ NOTFOUND = return ]\nnetgroup: nis\n");
   CHECK_FALSE(HostHasDirectoryAccounts(f.options.etc_dir));
   // The directory's answer: its accounts are skipped, and a range it fills names it.
-  f.options.directory_has_id = [](uint64_t id) { return id <= 2000001; };
+  f.options.directory_has_id = [](uint64_t id) -> StatusOr<bool> { return id <= 2000001; };
   auto lease = LeaseHostId(f.options);
   REQUIRE(lease.ok());
   CHECK(lease->id() == 2000002);
-  f.options.directory_has_id = [](uint64_t) { return true; };
+  f.options.directory_has_id = [](uint64_t) -> StatusOr<bool> { return true; };
   auto none = LeaseHostId(f.options);
   REQUIRE_FALSE(none.ok());
   CHECK_THAT(none.status().message(), Catch::Contains("or a directory service's accounts"));
+  // A directory that does not answer: no id, and the cause, not "a larger range".
+  f.options.directory_has_id = [](uint64_t id) -> StatusOr<bool> {
+    return Status::Errno(fmt::format("getpwuid_r({})", id), EAGAIN);
+  };
+  auto unanswered = LeaseHostId(f.options);
+  REQUIRE_FALSE(unanswered.ok());
+  CHECK_THAT(unanswered.status().message(), Catch::Contains("asking the host's user database"));
+  CHECK_THAT(unanswered.status().message(), Catch::Contains("getpwuid_r(2000000)"));
+  CHECK_THAT(unanswered.status().message(), !Catch::Contains("larger range"));
   // This host's own resolver: root, uid 0, is an account everywhere.
-  CHECK(DirectoryHasId(0));
+  auto root = DirectoryHasId(0);
+  REQUIRE(root.ok());
+  CHECK(*root);
 }
 
 TEST_CASE("a lease ends with its holder, even one killed with SIGKILL") {
