@@ -256,10 +256,15 @@ bool HostHasDirectoryAccounts(const std::string& etc_dir) {
     name >> database;
     if (database != "passwd" && database != "group") continue;
     // The sources, with the actions ([NOTFOUND=return], spaces and all, or written against the next name) left out.
-    std::string sources = line.substr(colon + 1);
-    for (size_t open; (open = sources.find('[')) != std::string::npos;) {
-      const size_t close = sources.find(']', open);
-      sources.replace(open, close == std::string::npos ? std::string::npos : close - open + 1, " ");
+    std::string sources;
+    bool in_action = false;
+    for (char c : std::string_view(line).substr(colon + 1)) {
+      if (c == '[' || c == ']') {
+        in_action = c == '[';
+        sources += ' ';
+      } else if (!in_action) {
+        sources += c;
+      }
     }
     std::istringstream words(sources);
     // Only the files, and systemd's records (its dynamic users lie below the lease's range; user records of
