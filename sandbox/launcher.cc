@@ -103,9 +103,12 @@ StatusOr<pid_t> StartPid1(const ChildPlan& plan, int cgroup_fd, int* pidfd) {
   sigset_t kill_signal, previous;
   sigemptyset(&kill_signal);
   sigaddset(&kill_signal, KillSandboxSignal());
-  // The namespace's owner, the sandbox's host uid where nsbox may make it so (user_ns.h), clones it.
+  // The namespace's owner, the sandbox's host uid where nsbox may make it so (user_ns.h), clones it. Not where pid 1
+  // moves itself into cgroup v1 groups (with the owner's euid) on a kernel that checks the move against the mover.
+  const bool joins_v1 = plan.cgroup_join.count > 0 || plan.cgroup_join_socket >= 0 || plan.memory_leave_fd >= 0;
   NamespaceOwnerSwitch owner;
-  NSBOX_RETURN_IF_ERROR(owner.Enter(plan.namespace_owner));
+  NSBOX_RETURN_IF_ERROR(
+      owner.Enter(joins_v1 && !KernelChecksOpenerForCgroupMoves() ? std::nullopt : plan.namespace_owner));
   ::pthread_sigmask(SIG_BLOCK, &kill_signal, &previous);
   const pid_t child = CloneWithPidfd(SandboxCloneFlags(plan), pidfd, cgroup_fd);
   if (child == 0) ChildMain(plan);  // never returns

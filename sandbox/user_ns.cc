@@ -87,16 +87,17 @@ std::mutex& SwitchLock() {
 
 }  // namespace
 
-bool KernelChecksOpenerForCgroupMoves() {
+bool KernelChecksOpenerForCgroupMoves(const char* release) {
   struct utsname name;
+  if (!release) release = ::uname(&name) == 0 ? name.release : "";
   int major = 0, minor = 0;
-  if (::uname(&name) != 0 || std::sscanf(name.release, "%d.%d", &major, &minor) != 2) return false;
+  if (std::sscanf(release, "%d.%d", &major, &minor) != 2) return false;
   return major > 5 || (major == 5 && minor >= 16);
 }
 
 std::optional<uid_t> NamespaceOwnerFor(const Policy& policy) {
   if (::geteuid() != 0 || policy.host_uid() == 0 || policy.host_uid() == kNobody) return std::nullopt;
-  if (!InInitialUserNamespace() || !KernelChecksOpenerForCgroupMoves()) return std::nullopt;
+  if (!InInitialUserNamespace()) return std::nullopt;
   if (!MissingNamespaceOwnerCapabilities().empty()) return std::nullopt;
   return policy.host_uid();
 }

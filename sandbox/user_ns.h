@@ -31,15 +31,16 @@ Status LetSandboxReopen(int fd);
 // namespace with the capabilities through which root outside reaches into a namespace it does not own (CAP_SYS_ADMIN
 // for setns, CAP_SYS_PTRACE for /proc/PID/ns, CAP_KILL for signals and the parent-death signal, CAP_NET_ADMIN for the
 // loopback; as the owner it had them all in the namespace without asking) and those of the switch (CAP_SETUID,
-// CAP_SETPCAP, CAP_DAC_OVERRIDE), on a kernel (5.16+) whose cgroup v1 checks a move against the credentials that
-// opened the tasks file. nullopt otherwise: rootless nsbox owns its sandboxes' namespaces, and so does a container's
-// root with a few capabilities. Never the shared nobody (65534), the host uid of a policy given none: any host process
-// of that uid would own the namespace. The owner's processes in the host's user namespace have every capability in the
-// sandbox's namespaces: the lease (host_id_lease.h) picks an id no account has.
+// CAP_SETPCAP, CAP_DAC_OVERRIDE) (and StartPid1 keeps root the owner where pid 1 joins cgroup v1 groups itself on a
+// kernel before 5.16: KernelChecksOpenerForCgroupMoves). nullopt otherwise: rootless nsbox owns its sandboxes'
+// namespaces, and so does a container's root with a few capabilities. Never the shared nobody (65534), the host uid of
+// a policy given none: any host process of that uid would own the namespace. The owner's processes in the host's user
+// namespace have every capability in the sandbox's namespaces: the lease (host_id_lease.h) picks an id no account has.
 std::optional<uid_t> NamespaceOwnerFor(const Policy& policy);
 // cgroup v1 checks a move into a group against the credentials that opened its tasks file from 5.16 on (and in
 // backports): before, against the mover's own, and pid 1 moves itself in with the owner's euid (ChildMain, step 2).
-bool KernelChecksOpenerForCgroupMoves();
+// `release`: uname's (null: this kernel's), "6.1.0-13-amd64".
+bool KernelChecksOpenerForCgroupMoves(const char* release = nullptr);
 // Of the capabilities above, those this thread's effective set lacks ("CAP_SYS_PTRACE" ...).
 std::vector<std::string> MissingNamespaceOwnerCapabilities();
 

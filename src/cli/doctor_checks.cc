@@ -278,9 +278,10 @@ Check NamespaceOwnerCheck(const Caller& caller, bool initial_userns, bool kernel
       "root owns every sandbox's namespace, and their inotify instances, pending signals and message "
       "queue bytes count against root's quotas too";
   if (!kernel_ok)
-    return Make("userns.owner", title, Verdict::kWarn,
-                fmt::format("on a kernel before 5.16 (whose cgroup v1 checks a move against the mover), {}", charged),
-                "a kernel of 5.16 or later (docs/limits.md#kernel-quotas)", false);
+    return Make(
+        "userns.owner", title, Verdict::kWarn,
+        fmt::format("with cgroup v1 on a kernel before 5.16 (which checks a move against the mover), {}", charged),
+        "a kernel of 5.16 or later (docs/limits.md#kernel-quotas)", false);
   if (!missing_caps.empty()) {
     const std::string missing = fmt::format("{}", fmt::join(missing_caps, ", "));
     return Make("userns.owner", title, Verdict::kWarn, fmt::format("without {}, {}", missing, charged),
@@ -725,8 +726,10 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
   // As root, ask for an ordinary user (nobody) instead: root is never subject to the unprivileged restrictions.
   ProbeResult unprivileged = caller.root() ? ProbeUserNamespaceAs(65534, 65534) : userns;
   checks.push_back(UnprivilegedUsernsCheck(caller, unprivileged, sysctls));
-  checks.push_back(NamespaceOwnerCheck(caller, InInitialUserNamespace(), KernelChecksOpenerForCgroupMoves(),
-                                       MissingNamespaceOwnerCapabilities()));
+  // The kernel matters where pid 1 joins v1 groups itself: not on a cgroup2 host (CLONE_INTO_CGROUP).
+  const bool kernel_ok = KernelChecksOpenerForCgroupMoves() || PathExists(paths.cgroup_root + "/cgroup.controllers");
+  checks.push_back(
+      NamespaceOwnerCheck(caller, InInitialUserNamespace(), kernel_ok, MissingNamespaceOwnerCapabilities()));
   checks.push_back(ProcMountCheck(userns.ok ? Settled(ProbeProcMount) : ProbeProcMount()));
 
   std::string user_name = std::to_string(caller.uid);

@@ -101,7 +101,7 @@ Check UnprivilegedUsernsCheck(const Caller& caller, const ProbeResult& unprivile
                               const UsernsSysctls& sysctls);
 // "userns.owner": whether a root-run sandbox's user namespace is owned by its own leased host uid (sandbox/user_ns.h),
 // or by root, who is then charged the namespace counts of every sandbox. `initial_userns`: the caller is in the
-// host's user namespace; `kernel_ok`: KernelChecksOpenerForCgroupMoves(); `missing_caps`:
+// host's user namespace; `kernel_ok`: KernelChecksOpenerForCgroupMoves(), or a cgroup2 host; `missing_caps`:
 // MissingNamespaceOwnerCapabilities().
 Check NamespaceOwnerCheck(const Caller& caller, bool initial_userns, bool kernel_ok,
                           const std::vector<std::string>& missing_caps);

@@ -115,6 +115,15 @@ TEST_CASE("the owner switch changes one thread's euid for a clone, keeps its cap
   CHECK(::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1);
 }
 
+TEST_CASE("cgroup v1 checks a move against the opener's credentials from Linux 5.16 on") {
+  CHECK_FALSE(nsbox::KernelChecksOpenerForCgroupMoves("5.15.0-91-generic"));
+  CHECK_FALSE(nsbox::KernelChecksOpenerForCgroupMoves("4.19.0"));
+  CHECK_FALSE(nsbox::KernelChecksOpenerForCgroupMoves("not a release"));
+  CHECK(nsbox::KernelChecksOpenerForCgroupMoves("5.16.0"));
+  CHECK(nsbox::KernelChecksOpenerForCgroupMoves("6.1.0-13-amd64"));
+  CHECK(nsbox::KernelChecksOpenerForCgroupMoves("10.0"));
+}
+
 TEST_CASE("no owner given: the switch changes nothing") {
   nsbox::NamespaceOwnerSwitch owner_switch;
   const uid_t before = ::geteuid();
