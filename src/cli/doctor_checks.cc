@@ -726,8 +726,9 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
   // As root, ask for an ordinary user (nobody) instead: root is never subject to the unprivileged restrictions.
   ProbeResult unprivileged = caller.root() ? ProbeUserNamespaceAs(65534, 65534) : userns;
   checks.push_back(UnprivilegedUsernsCheck(caller, unprivileged, sysctls));
+  const CgroupFacts cgroup_facts = GatherCgroupFacts(paths, caller);
   // The kernel matters where pid 1 joins v1 groups itself: not on a cgroup2 host (CLONE_INTO_CGROUP).
-  const bool kernel_ok = KernelChecksOpenerForCgroupMoves() || PathExists(paths.cgroup_root + "/cgroup.controllers");
+  const bool kernel_ok = KernelChecksOpenerForCgroupMoves() || cgroup_facts.unified;
   checks.push_back(
       NamespaceOwnerCheck(caller, InInitialUserNamespace(), kernel_ok, MissingNamespaceOwnerCapabilities()));
   checks.push_back(ProcMountCheck(userns.ok ? Settled(ProbeProcMount) : ProbeProcMount()));
@@ -739,8 +740,7 @@ std::vector<Check> RunAllChecks(const HostPaths& paths, const Caller& caller) {
   engine_config.proc_self_cgroup = paths.proc + "/self/cgroup";
   auto detected = DetectCgroupBackend(engine_config);
   EngineCgroupAnswer engine{detected.ok(), detected.ok() ? *detected : detected.status().message()};
-  for (auto& check : CgroupChecks(GatherCgroupFacts(paths, caller), caller, user_name, engine))
-    checks.push_back(std::move(check));
+  for (auto& check : CgroupChecks(cgroup_facts, caller, user_name, engine)) checks.push_back(std::move(check));
 
   checks.push_back(SeccompFilterCheck(ProbeSeccompFilter()));
   checks.push_back(SeccompNotifyCheck(ProbeSeccompNotifySizes(), ProbeSeccompListener(),
