@@ -11,7 +11,7 @@ import (
 var (
 	ErrTimeout        = errors.New("time-out")                      // the exec ran out of time (its own or the context's)
 	ErrCanceled       = errors.New("canceled")                      // the context was canceled; the exec was ended
-	ErrRefused        = errors.New("refused")                       // 400, 401, 403, 413, 429: the server said no
+	ErrRefused        = errors.New("refused")                       // 400, 401, 403, 405, 413, 429: the server said no
 	ErrCapacityFull   = errors.New("capacity full")                 // 429 (also ErrRefused)
 	ErrNotFound       = errors.New("not found")                     // 404: unknown sandbox, file or route
 	ErrConflict       = errors.New("sandbox ended")                 // 409; once the server removed it, ErrNotFound
@@ -51,8 +51,9 @@ func (e *Error) Unwrap() error { return e.Err }
 // statusOfCode is the HTTP status each error code of the server goes with: a streamed answer's error line carries
 // only the code (its 200 is sent already).
 var statusOfCode = map[string]int{
-	"bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404, "conflict": 409,
-	"payload_too_large": 413, "too_many_requests": 429, "internal": 500, "setup_failed": 500, "unavailable": 503,
+	"bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404, "method_not_allowed": 405,
+	"conflict": 409, "payload_too_large": 413, "too_many_requests": 429, "internal": 500, "setup_failed": 500,
+	"unavailable": 503,
 }
 
 // kindOfStatus maps an HTTP error status to a kind; a status of 0 is taken from the code.

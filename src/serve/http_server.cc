@@ -392,6 +392,7 @@ struct HttpServerCallbacks {
                                                           new StreamHandle{stream}, &FreeStream);
     if (!mhd) return MHD_NO;
     MHD_add_response_header(mhd, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
+    for (const auto& [name, value] : response.headers) MHD_add_response_header(mhd, name.c_str(), value.c_str());
     // The producer runs beside libmicrohttpd's writes; it ends when the stream is done or the client is gone.
     server->StartProducer([stream, produce = std::move(response.stream)] {
       produce(*stream);
@@ -483,6 +484,7 @@ struct HttpServerCallbacks {
     }
     if (!response.content_type.empty())
       MHD_add_response_header(mhd, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
+    for (const auto& [name, value] : response.headers) MHD_add_response_header(mhd, name.c_str(), value.c_str());
     MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
     MHD_destroy_response(mhd);
     return queued;

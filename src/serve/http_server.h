@@ -54,6 +54,7 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // more headers than Content-Type (Allow)
   // When set, the body is produced by this function on a thread of its own, chunk by chunk (chunked encoding); the
   // response ends when it returns.
   std::function<void(StreamSink&)> stream;

@@ -79,6 +79,31 @@ void CheckQuery(const HttpRequest& request, std::initializer_list<const char*> p
   }
 }
 
+// The methods a path takes, by its shape alone: a wrong method on another client's sandbox tells nothing of it. Empty
+// for a path that is no route. Every GET route answers HEAD too (libmicrohttpd sends its headers, not its body).
+std::vector<std::string> MethodsOf(const std::vector<std::string>& parts) {
+  if (parts.size() < 2 || parts[0] != "v1") return {};
+  const std::string& resource = parts[1];
+  if (parts.size() == 2) {
+    if (resource == "healthz" || resource == "readyz" || resource == "openapi.json" || resource == "capacity")
+      return {"GET", "HEAD"};
+    if (resource == "run") return {"POST"};
+    if (resource == "sandboxes") return {"GET", "HEAD", "POST"};
+    return {};
+  }
+  if (resource != "sandboxes") return {};
+  if (parts.size() == 3) return {"GET", "HEAD", "DELETE"};
+  if (parts.size() == 4 && parts[3] == "exec") return {"POST"};
+  if (parts.size() == 4 && parts[3] == "files") return {"GET", "HEAD", "PUT", "DELETE"};
+  return {};
+}
+
+// A liveness or readiness probe: answered without a token.
+bool IsProbe(const HttpRequest& request) {
+  return (request.method == "GET" || request.method == "HEAD") &&
+         (request.path == "/v1/healthz" || request.path == "/v1/readyz");
+}
+
 }  // namespace
 
 StatusOr<std::map<std::string, std::string>> ReadTokenFile(const std::string& path) {
@@ -136,7 +161,7 @@ std::string Service::Identify(const HttpRequest& request) {
 }
 
 std::optional<HttpResponse> Service::Admit(const HttpRequest& head) {
-  if (head.method == "GET" && (head.path == "/v1/healthz" || head.path == "/v1/readyz")) {
+  if (IsProbe(head)) {
     // A probe needs no token, so its body would be read for anyone: it takes none, and one is dropped unread.
     const std::string length = head.header("content-length");
     if (!head.header("transfer-encoding").empty() || (!length.empty() && length != "0"))
@@ -155,8 +180,7 @@ HttpResponse Service::Handle(const HttpRequest& request) {
   try {
     // Liveness and readiness tell nothing about anyone's sandboxes: a load balancer's or kubelet's probe needs no
     // token.
-    if (request.method == "GET" && (request.path == "/v1/healthz" || request.path == "/v1/readyz"))
-      return Route(request, "");
+    if (IsProbe(request)) return Route(request, "");
     std::string owner = Identify(request);
     return Route(request, owner);
   } catch (const ApiError& e) {
@@ -174,9 +198,18 @@ HttpResponse Service::Handle(const HttpRequest& request) {
 
 HttpResponse Service::Route(const HttpRequest& request, const std::string& owner) {
   const std::vector<std::string> parts = Split(request.path);
-  const std::string& method = request.method;
-  auto no_route = [&] { return NotFound(fmt::format("no route {} {}", method, request.path)); };
-  if (parts.size() < 2 || parts[0] != "v1") throw no_route();
+  auto no_route = [&] { return NotFound(fmt::format("no route {} {}", request.method, request.path)); };
+  const std::vector<std::string> allowed = MethodsOf(parts);
+  if (allowed.empty()) throw no_route();
+  if (std::find(allowed.begin(), allowed.end(), request.method) == allowed.end()) {
+    HttpResponse r = ErrorResponse(405, "method_not_allowed",
+                                   fmt::format("{} takes {}, not {}", request.path, fmt::join(allowed, ", "),
+                                               request.method.empty() ? "an empty method" : request.method));
+    r.headers.emplace_back("Allow", fmt::format("{}", fmt::join(allowed, ", ")));
+    return r;
+  }
+  // HEAD is routed as GET; libmicrohttpd leaves the body out.
+  const std::string method = request.method == "HEAD" ? "GET" : request.method;
   const std::string& resource = parts[1];
   if (parts.size() == 2 && resource == "healthz" && method == "GET")
   {

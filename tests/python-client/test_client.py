@@ -500,7 +500,7 @@ class HostileAnswerTest(NodeCase):
 
 class ErrorMappingTest(unittest.TestCase):
     def test_each_status_maps_to_its_class_with_the_server_message(self):
-        table = {400: nsbox.Refused, 401: nsbox.Refused, 403: nsbox.Refused, 404: nsbox.NotFound,
+        table = {400: nsbox.Refused, 401: nsbox.Refused, 403: nsbox.Refused, 404: nsbox.NotFound, 405: nsbox.Refused,
                  409: nsbox.Conflict, 413: nsbox.Refused, 429: nsbox.CapacityFull, 500: nsbox.InternalError,
                  503: nsbox.ServerGone, 418: nsbox.NsboxError}
         for status, cls in table.items():

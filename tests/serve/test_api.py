@@ -634,6 +634,40 @@ class BadInput(SharedCase):
         assert_error(self, self.api.request("GET", "/v1/nothing-here"), 404, "not_found")
         assert_error(self, self.api.request("GET", "/v2/healthz"), 404, "not_found")
 
+    def test_a_method_a_route_does_not_take_is_405_with_allow(self):
+        sbx = self.make()["id"]
+        for method, path, allow in (("PUT", "/v1/sandboxes", "GET, HEAD, POST"),
+                                    ("POST", f"/v1/sandboxes/{sbx}", "GET, HEAD, DELETE"),
+                                    ("GET", f"/v1/sandboxes/{sbx}/exec", "POST"),
+                                    ("POST", files_path(sbx, "a.txt"), "GET, HEAD, PUT, DELETE"),
+                                    ("DELETE", "/v1/run", "POST"),
+                                    ("POST", "/v1/capacity", "GET, HEAD"),
+                                    # By the path's shape: an unknown (or another client's) sandbox is not told apart.
+                                    ("PATCH", "/v1/sandboxes/sbx-not-there", "GET, HEAD, DELETE"),
+                                    ("OPTIONS", "/v1/healthz", "GET, HEAD")):
+            with self.subTest(method=method, path=path):
+                r = self.api.request(method, path)
+                message = assert_error(self, r, 405, "method_not_allowed")["error"]["message"]
+                self.assertEqual(r.headers.get("allow"), allow, r)
+                self.assertIn(method, message)
+        # The refused POST did nothing to the sandbox.
+        self.assertEqual(self.api.request("GET", f"/v1/sandboxes/{sbx}").status, 200)
+
+    def test_every_get_route_answers_head_without_a_body(self):
+        sbx = self.make()["id"]
+        self.assertEqual(self.api.request("PUT", files_path(sbx, "h.txt"), raw=b"twelve bytes").status, 200)
+        for path in ("/v1/healthz", "/v1/sandboxes", f"/v1/sandboxes/{sbx}", files_path(sbx, "h.txt"),
+                     "/v1/capacity"):
+            with self.subTest(path=path):
+                got = self.api.request("GET", path)
+                head = self.api.request("HEAD", path)
+                self.assertEqual((head.status, head.body), (200, b""), head)
+                self.assertEqual(head.headers.get("content-type"), got.headers.get("content-type"))
+                if path.endswith("h.txt"):
+                    self.assertEqual(head.headers.get("content-length"), "12", head)
+        assert_error(self, self.api.request("GET", files_path(sbx, "missing.txt")), 404, "not_found")
+        self.assertEqual(self.api.request("HEAD", files_path(sbx, "missing.txt")).status, 404)
+
     def test_malformed_json_is_400(self):
         sbx = self.make()["id"]
         for path in ("/v1/sandboxes", f"/v1/sandboxes/{sbx}/exec", "/v1/run"):
@@ -890,8 +924,11 @@ class Auth(SharedCase):
         sbx = self.make(api=self.alice)["id"]
         for path in (f"/v1/sandboxes/{sbx}%2Fexec", f"/v1/sandboxes/{sbx}%2fexec"):
             with self.subTest(path=path):
+                # One segment: the path of a sandbox (whose id has a slash), which takes no POST and does not exist.
                 r = self.alice.request("POST", path, {"cmd": "echo ran"})
-                self.assertEqual(r.status, 404, r)
+                assert_error(self, r, 405, "method_not_allowed")
+                self.assertEqual(r.headers.get("allow"), "GET, HEAD, DELETE", r)
+                assert_error(self, self.alice.request("GET", path), 404, "not_found")
         # Other escapes in a segment are decoded as before.
         r = self.alice.request("GET", f"/v1/sandboxes/{sbx[:3]}%{ord(sbx[3]):02X}{sbx[4:]}")
         self.assertEqual(r.status, 200, r)

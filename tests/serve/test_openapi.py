@@ -87,8 +87,8 @@ class OpenApiDocument(unittest.TestCase):
         self.assertEqual(schemas["ErrorBody"]["required"], ["error"])
         self.assertEqual(set(schemas["Error"]["required"]), {"code", "message"})
         codes = set(schemas["Error"]["properties"]["code"]["enum"])
-        self.assertEqual(codes, {"bad_request", "unauthorized", "forbidden", "not_found", "conflict",
-                                 "payload_too_large", "too_many_requests", "setup_failed", "internal",
+        self.assertEqual(codes, {"bad_request", "unauthorized", "forbidden", "not_found", "method_not_allowed",
+                                 "conflict", "payload_too_large", "too_many_requests", "setup_failed", "internal",
                                  "unavailable"})
         exec_ok = self.doc["paths"]["/v1/sandboxes/{id}/exec"]["post"]["responses"]["200"]["content"]
         self.assertIn("application/x-ndjson", exec_ok)

@@ -25,7 +25,7 @@ class NotFound(NsboxError):
 
 
 class Refused(NsboxError):
-    """400, 401, 403, 413: the server refused the request."""
+    """400, 401, 403, 405, 413: the server refused the request."""
 
 
 class CapacityFull(Refused):
@@ -59,10 +59,10 @@ class RequestTimeout(NsboxError):
 
 
 # A 500 is SetupFailed with the code setup_failed, else InternalError (from_response).
-_BY_STATUS = {400: Refused, 401: Refused, 403: Refused, 404: NotFound, 409: Conflict, 413: Refused,
+_BY_STATUS = {400: Refused, 401: Refused, 403: Refused, 404: NotFound, 405: Refused, 409: Conflict, 413: Refused,
               429: CapacityFull, 503: ServerGone}
 _BY_CODE = {"bad_request": Refused, "unauthorized": Refused, "forbidden": Refused, "not_found": NotFound,
-            "conflict": Conflict, "payload_too_large": Refused, "too_many_requests": CapacityFull,
+            "method_not_allowed": Refused, "conflict": Conflict, "payload_too_large": Refused, "too_many_requests": CapacityFull,
             "setup_failed": SetupFailed, "internal": InternalError, "unavailable": ServerGone}
 
 
@@ -92,7 +92,8 @@ def from_response(status, data, url, cut=False):
 
 # The HTTP status each code has when it is the answer's own (docs/api.md): a stream's error line carries the code
 # alone, and is given that status, as the TypeScript and Go clients give it.
-_STATUS_OF_CODE = {"bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404, "conflict": 409,
+_STATUS_OF_CODE = {"bad_request": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404,
+                   "method_not_allowed": 405, "conflict": 409,
                    "payload_too_large": 413, "too_many_requests": 429, "internal": 500, "setup_failed": 500,
                    "unavailable": 503}
 

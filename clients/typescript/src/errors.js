@@ -15,7 +15,7 @@ export class NsboxError extends Error {
 
 /** 404: unknown sandbox (or another client's), missing file, unknown route. */
 export class NotFoundError extends NsboxError {}
-/** 400, 401, 403, 413: the server refused the request. */
+/** 400, 401, 403, 405, 413: the server refused the request. */
 export class RefusedError extends NsboxError {}
 /** 429: the node has no room; `capacity` is its capacity document. */
 export class CapacityFullError extends RefusedError {
@@ -35,8 +35,8 @@ export class ServerGoneError extends NsboxError {}
 export class RequestTimeoutError extends NsboxError {}
 
 const BY_STATUS = {
-  400: RefusedError, 401: RefusedError, 403: RefusedError, 404: NotFoundError, 409: ConflictError,
-  413: RefusedError, 429: CapacityFullError, 503: ServerGoneError,
+  400: RefusedError, 401: RefusedError, 403: RefusedError, 404: NotFoundError, 405: RefusedError,
+  409: ConflictError, 413: RefusedError, 429: CapacityFullError, 503: ServerGoneError,
 };
 
 /** The class of an error answer: by its status; a 500 is SetupFailedError only with the code setup_failed. */
@@ -47,8 +47,8 @@ function classOf(status, code) {
 
 // The status each error code of the server goes with: a streamed answer carries only the code (its 200 is sent).
 const STATUS_OF_CODE = {
-  bad_request: 400, unauthorized: 401, forbidden: 403, not_found: 404, conflict: 409, payload_too_large: 413,
-  too_many_requests: 429, internal: 500, setup_failed: 500, unavailable: 503,
+  bad_request: 400, unauthorized: 401, forbidden: 403, not_found: 404, method_not_allowed: 405, conflict: 409,
+  payload_too_large: 413, too_many_requests: 429, internal: 500, setup_failed: 500, unavailable: 503,
 };
 
 /** The error for an error line of a streamed answer ({"code", "message"}): the class its code's status has. */
