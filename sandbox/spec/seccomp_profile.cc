@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "sandbox/base/bounded_json.h"
+
 namespace nsbox {
 namespace {
 
@@ -339,7 +341,11 @@ std::string_view SeccompActionName(SeccompAction action) {
 StatusOr<SeccompProfile> ParseSeccompProfile(std::string_view json_text) {
   Json document;
   try {
-    document = Json::parse(json_text.begin(), json_text.end());
+    // Bounded: a key twice (two "defaultAction"s: a reviewer reading the first would see another policy than the one
+    // nsbox applies), a NUL byte, or nesting too deep for any profile is refused.
+    document = ParseBoundedJson(json_text);
+  } catch (const JsonRefused& e) {
+    return Status::Error(fmt::format("invalid JSON: {}", e.what()));
   } catch (const Json::parse_error& e) {
     // e.what() reads "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error …".
     std::string what = e.what();

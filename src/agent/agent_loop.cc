@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/bounded_json.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "src/agent/tools.h"
-#include "src/cli/bounded_json.h"
 
 namespace nsbox::agent {
 

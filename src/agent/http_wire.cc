@@ -1,6 +1,6 @@
 // HTTP wire: the frames between nsbox and nsbox-http: one JSON line of metadata, then the body's bytes.
 #include "src/agent/http_wire.h"
-#include "src/cli/bounded_json.h"
+#include "sandbox/base/bounded_json.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 // OpenAIProvider: request assembly and response checking for Chat Completions.
 #include "src/agent/openai.h"
-#include "src/cli/bounded_json.h"
+#include "sandbox/base/bounded_json.h"
 
 #include <fmt/format.h>
 

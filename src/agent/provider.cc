@@ -3,10 +3,10 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/bounded_json.h"
 #include "src/agent/anthropic.h"
 #include "src/agent/http_client.h"
 #include "src/agent/openai.h"
-#include "src/cli/bounded_json.h"
 
 namespace nsbox::agent {
 

@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/bounded_json.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/spec/units.h"
 #include "src/cli/languages.h"
-#include "src/cli/bounded_json.h"
 
 namespace nsbox::cli {
 namespace {

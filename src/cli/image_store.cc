@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "sandbox/base/bounded_json.h"
 #include "sandbox/base/data_dir.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
@@ -538,9 +539,11 @@ StatusOr<ImageTemplate> ParseTemplate(const std::string& name, const std::string
   };
   json j;
   try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return broken(fmt::format("not valid JSON: {}", e.what()));
+    j = ParseBoundedJson(text);
+  } catch (const JsonRefused& e) {
+    return broken(e.what());
+  } catch (const json::exception& e) {
+    return broken(fmt::format("not valid JSON: {}", JsonErrorText(e)));
   }
   if (!j.is_object()) return broken("it must be a JSON object");
   static const std::set<std::string> kKnownKeys = {"comment", "description", "packages",

@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 
 #include "nsbox/result.h"
+#include "sandbox/base/bounded_json.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
 #include "sandbox/result_json.h"
 #include "sandbox/stdin_feeder.h"
-#include "src/cli/bounded_json.h"
 
 namespace nsbox::cli {
 namespace {

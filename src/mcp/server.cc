@@ -13,11 +13,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "sandbox/base/bounded_json.h"
 #include "sandbox/result.h"
 #include "src/agent/tools.h"
 #include "src/cli/languages.h"
 #include "src/mcp/tools.h"
-#include "src/cli/bounded_json.h"
 
 namespace nsbox::mcp {
 namespace {

@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "sandbox/base/bounded_json.h"
 #include "sandbox/base/fs.h"
 #include "src/serve/api_error.h"
-#include "src/cli/bounded_json.h"
 
 namespace nsbox::serve {
 namespace {

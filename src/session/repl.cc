@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "sandbox/base/bounded_json.h"
 #include "sandbox/result_json.h"
-#include "src/cli/bounded_json.h"
 #include "src/session/workspace_copy.h"
 
 namespace nsbox::session {

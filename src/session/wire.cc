@@ -1,6 +1,6 @@
 // The session wire format: newline-framed JSON with SCM_RIGHTS descriptors, both directions.
 #include "src/session/wire.h"
-#include "src/cli/bounded_json.h"
+#include "sandbox/base/bounded_json.h"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -72,6 +72,10 @@ TEST_CASE("broken templates are rejected with a message that says what is wrong"
     return t.status().message();
   };
   CHECK_THAT(error_of("{"), Catch::Contains("template 'bad' is broken: not valid JSON"));
+  // The parser's words, without nlohmann's "[json.exception.parse_error.101]"; a key twice is refused.
+  CHECK_THAT(error_of("{"), !Catch::Contains("[json.exception"));
+  CHECK_THAT(error_of(R"({"smoke_test": ["true"], "packages": [], "packages": ["gcc"]})"),
+             Catch::Contains("the key \"packages\" twice in one object"));
   CHECK_THAT(error_of("[]"), Catch::Contains("must be a JSON object"));
   CHECK_THAT(error_of(R"({"smoke_test": ["true"], "pakages": []})"), Catch::Contains("unknown key 'pakages'"));
   CHECK_THAT(error_of(R"({"smoke_test": ["true"], "packages": "busybox"})"),

@@ -134,6 +134,14 @@ TEST_CASE("profile errors name the JSON path of the fault") {
         "invalid JSON: number overflow parsing '1e999999'");
   CHECK(ErrorOf("{\n  \"defaultAction\": \"SCMP_ACT_ERRNO\",\n  \"syscalls\": [ }")
             .rfind("line 3, column 17: invalid JSON: ", 0) == 0);
+  // A key twice: a reader of the first would see another policy than the last, which nlohmann keeps.
+  CHECK(ErrorOf(R"({"defaultAction": "SCMP_ACT_ERRNO", "defaultAction": "SCMP_ACT_ALLOW"})") ==
+        R"(invalid JSON: the JSON has the key "defaultAction" twice in one object)");
+  CHECK(ErrorOf(head + R"({"names": ["unshare"], "action": "SCMP_ACT_ERRNO", "action": "SCMP_ACT_ALLOW"}]})") ==
+        R"(invalid JSON: the JSON has the key "action" twice in one object)");
+  // nlohmann stops at a NUL byte: the text after it would never be looked at.
+  CHECK(ErrorOf(std::string(R"({"defaultAction": "SCMP_ACT_ALLOW"})") + std::string(1, '\0') + "garbage{{{") ==
+        "invalid JSON: the JSON has a NUL byte (at byte 36)");
 }
 
 TEST_CASE("kernel versions parse from profile gates and uname releases") {

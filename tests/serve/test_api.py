@@ -686,6 +686,10 @@ class BadInput(SharedCase):
                 twice = b'{"cmd": "true", "timeout": 5, "limits": {"pids": 8, "pids": 4096}, "timeout": 3600}'
                 r = self.api.request("POST", path, raw=twice, headers={"Content-Type": "application/json"})
                 self.assertIn('the key "pids" twice', assert_error(self, r, 400, "bad_request")["error"]["message"])
+                # A NUL byte would end nlohmann's parse there: what follows it would go unread.
+                nul = b'{"cmd": "echo ran"}\x00{garbage'
+                r = self.api.request("POST", path, raw=nul, headers={"Content-Type": "application/json"})
+                self.assertIn("a NUL byte (at byte 20)", assert_error(self, r, 400, "bad_request")["error"]["message"])
 
     def test_an_ambiguous_body_length_is_400_and_the_connection_closes(self):
         # libmicrohttpd frames by the first Content-Length and ignores a second: a proxy that took the other would see

@@ -3,7 +3,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "src/cli/bounded_json.h"
+#include "sandbox/base/bounded_json.h"
 
 using nsbox::JsonNestingDepth;
 using nsbox::kMaxJsonDepth;
@@ -78,4 +78,16 @@ TEST_CASE("json errors are nlohmann's own: a number too large is out_of_range, t
   CHECK_THROWS_AS(ParseBoundedJson("{} {}"), nlohmann::json::parse_error);
   CHECK_THROWS_AS(ParseBoundedJson(""), nlohmann::json::parse_error);
   CHECK(nsbox::ParseBoundedJsonOrDiscarded(R"({"a": 1, "a": 1})").is_discarded());
+}
+
+TEST_CASE("json with a NUL byte is refused: nlohmann would take it for the end and never read what follows", "[json]") {
+  using namespace std::string_literals;
+  CHECK_THROWS_WITH(ParseBoundedJson(R"({"cmd": "echo ok"})"s + '\0' + "{garbage"),
+                    "the JSON has a NUL byte (at byte 19)");
+  CHECK_THROWS_AS(ParseBoundedJson("{}\0"s), nsbox::JsonNulByte);
+  CHECK_THROWS_AS(ParseBoundedJson("\0"s), nsbox::JsonRefused);
+  // Inside a string it is refused too (a raw control character); escaped it is a string's NUL.
+  CHECK_THROWS(ParseBoundedJson("[\"a\0b\"]"s));
+  CHECK(ParseBoundedJson(R"(["a\u0000b"])")[0].get<std::string>() == "a\0b"s);
+  CHECK(nsbox::ParseBoundedJsonOrDiscarded("{}\0 trailing"s).is_discarded());
 }

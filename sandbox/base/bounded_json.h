@@ -1,10 +1,12 @@
-// JSON from peers nsbox does not trust (API and MCP clients, model providers, job files, a sandbox's REPL channel),
-// parsed with its nesting bounded and a key given twice in one object refused. nlohmann parses iteratively but copies
-// and compares recursively: a value nested 100k deep (200 KB of text) overflows the stack of the first code that copies
-// it, so such text is refused up front. Nor is the number of values left to the size cap of the text: each costs
-// about 50 times its two bytes of "{}," once parsed (a 31 MiB line of them took 1.9 GB), so past kMaxJsonValues the
-// parse stops. nlohmann keeps the last of two equal keys; a proxy or a log that read the first
-// would see another request than nsbox runs ({"timeout": 5, "timeout": 3600}), so nsbox takes neither.
+// JSON from peers nsbox does not trust (API and MCP clients, model providers, job files, a sandbox's REPL channel,
+// seccomp profiles and image templates), parsed with its nesting bounded and a key given twice in one object refused.
+// nlohmann parses iteratively but copies and compares recursively: a value nested 100k deep (200 KB of text) overflows
+// the stack of the first code that copies it, so such text is refused up front. Nor is the number of values left to the
+// size cap of the text: each costs about 50 times its two bytes of "{}," once parsed (a 31 MiB line of them took 1.9
+// GB), so past kMaxJsonValues the parse stops. nlohmann keeps the last of two equal keys; a proxy or a log that read
+// the first would see another request than nsbox runs ({"timeout": 5, "timeout": 3600}), so nsbox takes neither.
+// nlohmann also takes a NUL byte between tokens for the end of the text (text after it is never looked at): no JSON has
+// a raw NUL, so text with one is refused.
 #pragma once
 
 #include <algorithm>
@@ -40,6 +42,12 @@ class JsonTooManyValues : public JsonRefused {
   JsonTooManyValues() : JsonRefused("the JSON has more than " + std::to_string(kMaxJsonValues) + " values") {}
 };
 
+class JsonNulByte : public JsonRefused {
+ public:
+  explicit JsonNulByte(size_t offset)
+      : JsonRefused("the JSON has a NUL byte (at byte " + std::to_string(offset + 1) + ")") {}
+};
+
 class JsonDuplicateKey : public JsonRefused {
  public:
   explicit JsonDuplicateKey(const std::string& key)
@@ -56,9 +64,12 @@ inline int JsonNestingDepth(std::string_view text) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -143,10 +154,10 @@ class StrictDomBuilder {
 
 // As nlohmann::json::parse(text): throws nlohmann::json::exception for text that is not JSON, JsonTooDeep for text
 // nested deeper than kMaxJsonDepth, JsonTooManyValues past kMaxJsonValues, JsonDuplicateKey for an object with a key
-// twice. The depth is found by a scan
-// first, not by nlohmann's parser callback: with a callback, closing each object looks through its parent, so an
-// array of n objects took time in n squared.
+// twice, JsonNulByte for text with a NUL byte. The depth is found by a scan first, not by nlohmann's parser callback:
+// with a callback, closing each object looks through its parent, so an array of n objects took time in n squared.
 inline nlohmann::json ParseBoundedJson(std::string_view text) {
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos) throw JsonNulByte(nul);
   if (JsonNestingDepth(text) > kMaxJsonDepth) throw JsonTooDeep();
   nlohmann::json value;
   json_internal::StrictDomBuilder builder(&value);
