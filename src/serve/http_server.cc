@@ -18,6 +18,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -215,6 +216,36 @@ bool HasMalformedEscape(const std::string& raw_uri) {
   return false;
 }
 
+// The service's error body, for the answers this layer makes itself. Without a JSON library: a quote, a backslash or
+// a byte outside printable ASCII in the message (a client's query key) becomes a space, which keeps the text one line
+// of valid JSON.
+std::string ErrorBody(std::string_view code, std::string_view message) {
+  std::string escaped;
+  for (char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    escaped += c == '"' || c == '\\' || byte < 0x20 || byte > 0x7e ? ' ' : c;
+  }
+  return fmt::format(R"({{"error": {{"code": "{}", "message": "{}"}}}})", code, escaped);
+}
+
+// A query parameter given twice ("?path=../x&path=ok.txt"), or nullopt: refused, as the map keeps one of them and a
+// proxy or a log could read the other.
+MHD_Result FindRepeatedKey(void* cls, MHD_ValueKind, const char* key, size_t key_size, const char*, size_t) {
+  auto* seen = static_cast<std::pair<std::set<std::string>, std::optional<std::string>>*>(cls);
+  std::string name = key ? std::string(key, key_size) : "";
+  if (!seen->first.insert(name).second) {
+    seen->second = std::move(name);
+    return MHD_NO;
+  }
+  return MHD_YES;
+}
+
+std::optional<std::string> RepeatedQueryKey(MHD_Connection* connection) {
+  std::pair<std::set<std::string>, std::optional<std::string>> seen;
+  MHD_get_connection_values_n(connection, MHD_GET_ARGUMENT_KIND, &FindRepeatedKey, &seen);
+  return seen.second;
+}
+
 // With their sizes: a value decoded from "%00" keeps its NUL and the bytes after it, for the handler to refuse.
 MHD_Result AddQuery(void* cls, MHD_ValueKind, const char* key, size_t key_size, const char* value,
                     size_t value_size) {
@@ -302,11 +333,18 @@ struct HttpServerCallbacks {
       }
       const char* why = AmbiguousFraming(connection);
       if (!why && HasMalformedEscape(state->raw_uri)) why = "a '%' in its URI that is not followed by two hex digits";
+      std::string repeated;
+      if (!why) {
+        if (std::optional<std::string> key = RepeatedQueryKey(connection)) {
+          repeated = fmt::format("the query parameter '{}' twice", *key);
+          why = repeated.c_str();
+        }
+      }
       if (why) {
         state->answered = true;
         HttpResponse refused;
         refused.status = 400;
-        refused.body = fmt::format(R"({{"error": {{"code": "bad_request", "message": "the request has {}"}}}})", why);
+        refused.body = ErrorBody("bad_request", fmt::format("the request has {}", why));
         return Queue(server, connection, std::move(refused));
       }
       // A declared length over the cap is refused before any of the body is read.
@@ -371,7 +409,7 @@ struct HttpServerCallbacks {
       response = server->handler_(request);
     } catch (const std::exception& e) {
       response.status = 500;
-      response.body = nlohmann_free_error(e.what());
+      response.body = ErrorBody("internal", e.what());
     }
     // The body has been dealt with; what is counted is the bodies requests are still sending or being served on.
     request.body = std::string();
@@ -500,12 +538,6 @@ struct HttpServerCallbacks {
     }
     delete state;
     *con_cls = nullptr;
-  }
-
-  static std::string nlohmann_free_error(const std::string& what) {
-    std::string escaped;
-    for (char c : what) escaped += (c == '"' || c == '\\') ? ' ' : (static_cast<unsigned char>(c) < 0x20 ? ' ' : c);
-    return fmt::format("{{\"error\": {{\"code\": \"internal\", \"message\": \"{}\"}}}}", escaped);
   }
 };
 

@@ -143,6 +143,18 @@ HttpResponse Service::ErrorResponse(int status, const std::string& code, const s
   return Json(status, {{"error", {{"code", code}, {"message", message}}}});
 }
 
+HttpResponse Service::ErrorResponse(const ApiError& e) {
+  HttpResponse r = ErrorResponse(e.status, e.code, e.what());
+  if (e.extra.is_object()) {
+    json body = json::parse(r.body);
+    for (const auto& [k, v] : e.extra.items()) body[k] = v;
+    r.body = body.dump();
+  }
+  // RFC 9110 11.6.1: a 401 names the scheme it takes.
+  if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
 std::string Service::Identify(const HttpRequest& request) {
   if (request.over_unix_socket) {
     if (!request.peer_uid) throw ApiError(403, "forbidden", "the client's uid could not be read (SO_PEERCRED)");
@@ -165,14 +177,14 @@ std::optional<HttpResponse> Service::Admit(const HttpRequest& head) {
     // A probe needs no token, so its body would be read for anyone: it takes none, and one is dropped unread.
     const std::string length = head.header("content-length");
     if (!head.header("transfer-encoding").empty() || (!length.empty() && length != "0"))
-      return ErrorResponse(400, "bad_request", fmt::format("GET {} takes no body", head.path));
+      return ErrorResponse(400, "bad_request", fmt::format("{} {} takes no body", head.method, head.path));
     return std::nullopt;
   }
   try {
     Identify(head);
     return std::nullopt;
   } catch (const ApiError& e) {
-    return ErrorResponse(e.status, e.code, e.what());
+    return ErrorResponse(e);
   }
 }
 
@@ -184,13 +196,7 @@ HttpResponse Service::Handle(const HttpRequest& request) {
     std::string owner = Identify(request);
     return Route(request, owner);
   } catch (const ApiError& e) {
-    HttpResponse r = ErrorResponse(e.status, e.code, e.what());
-    if (e.extra.is_object()) {
-      json body = json::parse(r.body);
-      for (const auto& [k, v] : e.extra.items()) body[k] = v;
-      r.body = body.dump();
-    }
-    return r;
+    return ErrorResponse(e);
   } catch (const json::exception& e) {
     return ErrorResponse(400, "bad_request", fmt::format("bad value: {}", JsonErrorText(e)));
   }

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "src/serve/api_error.h"
 #include "src/serve/http_server.h"
 #include "src/serve/sandboxes.h"
 
@@ -32,6 +33,7 @@ class Service {
   std::optional<HttpResponse> Admit(const HttpRequest& head);
   void SetShuttingDown() { shutting_down_ = true; }
   static HttpResponse ErrorResponse(int status, const std::string& code, const std::string& message);
+  static HttpResponse ErrorResponse(const ApiError& error);  // with its extra fields and headers
 
  private:
   std::string Identify(const HttpRequest& request);  // throws 401/403

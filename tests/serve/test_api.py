@@ -619,7 +619,11 @@ class BadInput(SharedCase):
                  ("GET", files_path(sbx, "a.txt") + "&list=yes", None, "'list' is 'yes'"),
                  ("GET", files_path(sbx, "a.txt") + "&limit=10", None, "'limit'"),
                  ("GET", f"/v1/sandboxes/{sbx}?verbose=1", None, "takes none"),
-                 ("GET", "/v1/capacity?x=1", None, "'x'")]
+                 ("GET", "/v1/capacity?x=1", None, "'x'"),
+                 # Given twice, in either order: the server would take one and a proxy or a log might read the other.
+                 ("GET", files_path(sbx, "../x") + "&path=ok.txt", None, "the query parameter 'path' twice"),
+                 ("GET", files_path(sbx, "ok.txt") + "&path=../x", None, "the query parameter 'path' twice"),
+                 ("POST", f"/v1/sandboxes/{sbx}/exec?stream=true&stream=false", {"cmd": "true"}, "'stream' twice")]
         for method, path, body, said in cases:
             with self.subTest(path=path):
                 r = self.api.request(method, path, body=body)
@@ -842,7 +846,9 @@ class Auth(SharedCase):
         for method, path, body in [("GET", "/v1/sandboxes", None), ("POST", "/v1/sandboxes", {}),
                                    ("GET", "/v1/capacity", None)]:
             with self.subTest(route=f"{method} {path}"):
-                assert_error(self, anon.request(method, path, body), 401, "unauthorized")
+                r = anon.request(method, path, body)
+                assert_error(self, r, 401, "unauthorized")
+                self.assertEqual(r.headers.get("www-authenticate"), "Bearer", r)  # RFC 9110 11.6.1
 
     def test_tcp_with_a_wrong_token_is_401(self):
         for token in ("wrong", TOKENS["alice"] + "x", TOKENS["alice"][:-1], "alice"):
