@@ -72,9 +72,15 @@ class CommandLine(unittest.TestCase):
                             (["--pool"], "--pool"), (["--allow-uid"], "--allow-uid"),
                             (["--restricted-hosts", ""], "an empty host name"),
                             (["--restricted-hosts", "bad host"], "'bad host': not a valid domain name"),
-                            (["--max-sandboxes", "0"], "not in range 1"), (["--max-per-client", "0"],
-                                                                            "not in range 1"),
-                            (["--max-execs-per-sandbox", "0"], "not in range 1"),
+                            (["--max-sandboxes", "0"], "'0' is not a number of sandboxes from 1 to"),
+                            (["--max-per-client", "0"], "'0' is not a number of sandboxes from 1 to"),
+                            (["--max-execs-per-sandbox", "0"], "'0' is not a number of execs from 1 to"),
+                            # Decimal digits, said in a line a person reads (CLI11 printed a 300-digit range), and
+                            # not uid -1 (4294967295) or hexadecimal.
+                            (["--allow-uid", "abc"], "--allow-uid: 'abc' is not a uid from 0 to 4294967294"),
+                            (["--allow-uid", "4294967295"], "'4294967295' is not a uid"),
+                            (["--allow-uid", "0x10"], "'0x10' is not a uid"),
+                            (["--max-timeout", "10s"], "--max-timeout: '10s' is not a number of seconds"),
                             (["--memory-budget", "0"], "--memory-budget must be above 0"),
                             (["--default-timeout", "700"], "--default-timeout 700 is over --max-timeout 600"),
                             (["--pool", "nosuch-image=1"], "--pool 'nosuch-image=1': no image 'nosuch-image'"),
