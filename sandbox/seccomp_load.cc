@@ -28,12 +28,10 @@ StatusOr<std::string> ResolveSeccompProfilePath(const std::string& name_or_path,
   if (plain_name && ::stat(path.c_str(), &st) != 0 && errno != ENOENT)  // there, perhaps, but not for this user
     return Status::Errno(fmt::format("seccomp profile \"{}\": stat({})", name_or_path, path));
   if (!plain_name || !PathExists(path)) {
-    // No profiles directory at all is missing data, not an unknown name: say which setting named it (the program's
-    // data directory is the program's business; nsbox's own CLI checks it before any policy is built).
-    const std::string hint = PathExists(profiles_dir) ? ""
-                                                      : fmt::format("; {}, the profiles directory given to "
-                                                                    "PolicyBuilder::SetSeccompProfile, does not exist",
-                                                                    profiles_dir);
+    // No profiles directory at all is missing data, not an unknown name: said, in words neither of the CLI nor of the
+    // API (the program's data directory is the program's business; nsbox's own CLI checks it before any policy).
+    const std::string hint =
+        PathExists(profiles_dir) ? "" : fmt::format("; the profiles directory {} does not exist", profiles_dir);
     return Status::Error(fmt::format("unknown seccomp profile \"{}\": no file {} (give a path to use a profile file){}",
                                      name_or_path, path, hint));
   }

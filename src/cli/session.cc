@@ -98,6 +98,15 @@ Status CheckSessionCreateArgs(const std::vector<std::string>& args) {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
+    // An option session create does not have, by name (CLI11 says "The following argument was not expected").
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--") break;
+      if (args[i].size() < 2 || args[i][0] != '-') continue;
+      const CLI::Option* option = app.get_option_no_throw(args[i].substr(0, args[i].find('=')));
+      if (option == nullptr)
+        return Status::Error(fmt::format("unknown option '{}'", args[i].substr(0, args[i].find('='))));
+      if (option->get_expected_min() > 0 && args[i].find('=') == std::string::npos) ++i;  // its value
+    }
     return Status::Error(e.what());
   }
   return CheckCreate(options, /*hold_image=*/false).status();  // the session itself is made later, by another call

@@ -329,7 +329,23 @@ int main(int argc, char** argv) {
       Fail(kExitFailure, fmt::format("writing the help: {}", std::strerror(errno != 0 ? errno : EIO)));
     return rc;
   } catch (const CLI::ParseError& e) {
-    Fail(kExitFailure, e.what());  // one line, as every other verb's
+    // One line, as every other verb's; an option it does not have by name (CLI11: "argument was not expected").
+    for (int i = 1; i < argc; ++i) {
+      const std::string word = argv[i];
+      if (word.size() < 2 || word[0] != '-') continue;
+      const std::string name = word.substr(0, word.find('='));
+      const CLI::Option* option = app.get_option_no_throw(name);
+      if (option == nullptr)
+        Fail(kExitFailure, fmt::format("unknown option '{}' (see nsbox serve --help)", Printable(name)));
+      if (option->get_expected_min() > 0 && word.find('=') == std::string::npos) ++i;  // its value
+    }
+    const std::string what = e.what();
+    if (size_t colon = what.find(": 1 required "); colon != std::string::npos && what.ends_with(" missing"))
+      Fail(kExitFailure, fmt::format("{}: its value is missing", what.substr(0, colon)));
+    if (what.starts_with("The following argument"))
+      Fail(kExitFailure, fmt::format("unexpected argument '{}' (see nsbox serve --help)",
+                                     Printable(what.substr(what.find(": ") + 2))));
+    Fail(kExitFailure, what);
   }
 
   // Checks first: nothing is made for a command line that is wrong.

@@ -241,6 +241,28 @@ TEST_CASE("--pids takes decimal digits only: 010 is not octal 8, 0x10 not 16", "
   }
 }
 
+TEST_CASE("CLI11's own parse errors are said in nsbox's words, naming the verb", "[integration][options]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      // Was "--memory: At Most 1 required but received 2".
+      {{"run", "--memory", "1G", "--memory", "2G", "--", "/bin/true"},
+       "nsbox: run: --memory given 2 times (give it once)\n"},
+      // Was "The following argument was not expected: extra".
+      {{"doctor", "extra"}, "nsbox: doctor: unexpected argument 'extra' (see nsbox doctor --help)\n"},
+      // Was "--jobs: 1 required UINT missing".
+      {{"batch", "jobs.jsonl", "--jobs"}, "nsbox: batch: --jobs: its value is missing\n"},
+      // Was "session is required".
+      {{"exec"}, "nsbox: exec: session is required (see nsbox exec --help)\n"},
+      // Was "The following argument was not expected: --bogus" (mcp hands its options to session create).
+      {{"mcp", "--memory", "1G", "--bogus"}, "nsbox mcp: unknown option '--bogus'\n"},
+  };
+  for (const auto& [args, said] : cases) {
+    auto r = RunNsboxRaw(args);
+    INFO(args[0] << ": " << r.err);
+    CHECK(r.exit_code == 125);
+    CHECK(r.err == said);
+  }
+}
+
 TEST_CASE("command-line mistakes are one line naming the word with its control bytes escaped",
           "[integration][options]") {
   // A failure of the run itself names the program as given, escaped: a newline in argv forged a second line.
@@ -255,7 +277,8 @@ TEST_CASE("command-line mistakes are one line naming the word with its control b
   // CLI11's own conversion errors quote the value as given; a terminal must not get its escape sequences.
   auto owner = RunNsboxRaw({"session", "create", "--end-with-pid", "\x1b]0;x\x07"});
   CHECK(owner.exit_code == 125);
-  CHECK(owner.err == "nsbox: Could not convert: --end-with-pid = \\x1b]0;x\\x07\n");
+  CHECK(owner.err ==
+        "nsbox: session create: --end-with-pid: '\\x1b]0;x\\x07' is not a whole number (decimal digits)\n");
   auto cpus = RunNsboxRaw({"run", "--cpus", "1\x1b[31m", "--", "/bin/true"});
   CHECK(cpus.exit_code == 125);
   CHECK(cpus.err == "nsbox: --cpus: '1\\x1b[31m' is not a number of CPUs (a decimal such as 1.5)\n");

@@ -245,6 +245,12 @@ TEST_CASE("profile names resolve in the profiles directory; anything with a slas
   auto bad = LoadSeccompProfile("/nonexistent/profile.json", kProfilesDir);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("/nonexistent/profile.json") != std::string::npos);
+  // A directory that is not there is said so, in no API's or flag's words.
+  auto no_dir = ResolveSeccompProfilePath("default", "/nonexistent-profiles");
+  REQUIRE_FALSE(no_dir.ok());
+  CHECK(no_dir.status().message() ==
+        "unknown seccomp profile \"default\": no file /nonexistent-profiles/default.json (give a path to use a profile "
+        "file); the profiles directory /nonexistent-profiles does not exist");
 }
 
 TEST_CASE("a profiles directory this user cannot read is said so, not that the profile does not exist") {

@@ -64,12 +64,13 @@ class CommandLine(unittest.TestCase):
         with open(token, "w") as f:
             f.write(secrets.token_hex(16) + "\n")
         os.chmod(token, 0o600)
-        for args, words in [(["--bogus"], "--bogus"), (["--allow-uid", "-1"], "--allow-uid"),
+        for args, words in [(["--bogus"], "unknown option '--bogus' (see nsbox serve --help)"),
+                            (["extra"], "unexpected argument 'extra'"), (["--allow-uid", "-1"], "--allow-uid"),
                             (["--pool", "host=5abc"], "--pool"),
                             # getaddrinfo would keep the low 16 bits of 99999 and bind port 34463
                             (["--listen", "127.0.0.1:99999", "--token-file", token], "from 1 to 65535"),
                             # An option left without its value names itself (it took nsbox's own argument before).
-                            (["--pool"], "--pool"), (["--allow-uid"], "--allow-uid"),
+                            (["--pool"], "--pool: its value is missing"), (["--allow-uid"], "--allow-uid"),
                             (["--restricted-hosts", ""], "an empty host name"),
                             (["--restricted-hosts", "bad host"], "'bad host': not a valid domain name"),
                             (["--max-sandboxes", "0"], "'0' is not a number of sandboxes from 1 to"),
