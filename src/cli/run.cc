@@ -85,6 +85,9 @@ int EmitResult(const Result& result, bool json) {
     nlohmann::json shown = ResultToJson(result);
     shown["reason"] = SanitizeUtf8(reason);
     err = WriteJsonLine(1, shown);
+    // nsbox's own failure is said on stderr as well, as without --json and as a bad option is (docs/cli.md's 125).
+    if (err == 0 && result.status == RunStatus::kSetupError)
+      (void)WriteAll(2, fmt::format("nsbox: {}: {}\n", RunStatusName(result.status), PrintableLine(reason)));
   } else {
     what = "the program's output";
     if (result.output_passed_on) {

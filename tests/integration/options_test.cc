@@ -207,6 +207,8 @@ TEST_CASE("with --json, a bad option or input still gives one setup_error object
            {"run", "--json", "--frobnicate", "--", "/bin/true"},
            {"run", "--json", "--timeout", "0", "--", "/bin/true"},
            {"run", "--json", "--rootfs", "/nonexistent/root", "--", "/bin/true"},
+           // A step of the sandbox's own set-up (inside it, after the clone): stderr said nothing.
+           {"run", "--json", "--workdir", "/nonexistent", "--", "/bin/true"},
            {"run", "--json", "--lang", "cobol", "--code", "x"},
            {"exec", "no-such-session", "--json", "--", "/bin/true"}}) {
     auto r = RunNsboxRaw(args);

@@ -1310,6 +1310,13 @@ TEST_CASE("cp copies regular files both ways, owned by the sandbox user inside",
   std::string line;
   std::getline(result, line);
   CHECK(line == "result");
+  // Into a directory (an empty PATH is /workspace, a PATH ending in '/' a directory): the file keeps its name.
+  const std::string name = std::filesystem::path(host_in).filename();
+  CHECK(s.Nsbox({"cp", host_in, id + ":"}).code == 0);
+  CHECK(s.Nsbox({"cp", host_in, id + ":data/"}).code == 0);
+  CHECK(s.Sh(id, "cat " + name + " data/" + name)["stdout"] == "payload\npayload\n");
+  // Out of one: a directory is not a file.
+  CHECK(s.Nsbox({"cp", id + ":", host_out}).code == 125);
   std::filesystem::remove(host_in);
   std::filesystem::remove(host_out);
 }
