@@ -210,6 +210,14 @@ BatchJob ParseJobLine(std::string_view text, uint64_t line, const SandboxOptions
   const bool compiled = !job.program.lang.empty() && lang.ok() && lang->compile;
   if (!object.contains("compile_timeout") && !compiled) job.program.compile_timeout.clear();
   if (!object.contains("compile_memory") && !compiled) job.program.compile_memory.clear();
+  // A job's own, in the job's terms (the option checks name the command line's --compile-timeout and --lang).
+  for (const char* key : {"compile_timeout", "compile_memory"}) {
+    if (!object.contains(key) || compiled) continue;
+    if (job.program.lang.empty())
+      return fail(Status::Error(fmt::format("\"{}\" needs a compiled \"language\" (c, cpp, go, rust, ...)", key)));
+    if (lang.ok())
+      return fail(Status::Error(fmt::format("\"{}\": language '{}' has no compile step", key, lang->name)));
+  }
   // A compiled language's steps each get their own memory limit; the sandbox's is the larger.
   // A bad compile_memory names the field when the job gave it, else the batch's option.
   auto program_memory = ApplyCompileMemory(

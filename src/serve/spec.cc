@@ -216,7 +216,8 @@ ExecSpec ParseExecSpec(const json& body, const ServeConfig& config, const std::v
     exec.code = body["code"].get<std::string>();
   }
   for (const auto& arg : exec.argv)
-    if (arg.find('\0') != std::string::npos) throw BadRequest("'argv' holds a NUL byte");
+    if (arg.find('\0') != std::string::npos)
+      throw BadRequest(fmt::format("'{}' holds a NUL byte", body.contains("argv") ? "argv" : "cmd"));
   if (body.contains("stdin")) {
     if (!body["stdin"].is_string()) throw BadRequest("'stdin' must be a string");
     exec.stdin_text = body["stdin"].get<std::string>();

@@ -127,6 +127,9 @@ TEST_CASE("an exec body: exactly one program form, the timeout capped, repl only
   CHECK(bad(R"({"cmd": "x", "cwd": "rel"})").first == 400);
   CHECK(bad(R"({"cmd": "x", "output_limit": 1000000000})").second.starts_with("'output_limit'"));
   CHECK(bad(R"({"cmd": "x", "timeot": 1})").second == "unknown field 'timeot'");
+  // A NUL byte is named in the field the client gave (a cmd is run as /bin/sh's argv).
+  CHECK(bad(R"({"cmd": "a\u0000b"})").second == "'cmd' holds a NUL byte");
+  CHECK(bad(R"({"argv": ["a\u0000b"]})").second == "'argv' holds a NUL byte");
 }
 
 TEST_CASE("an exec body's compile limits: parsed, capped as the timeout is, refused without a language", "[serve]") {
