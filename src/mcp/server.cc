@@ -164,9 +164,10 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
       const json& seconds = args["timeout_seconds"];
       if (!seconds.is_number() || !(seconds.get<double>() > 0))
         throw bad(
-            fmt::format("'timeout_seconds' must be a positive number of seconds (at most {:g}), or left out for "
-                        "the default of {:g}",
-                        options_.max_timeout.count() / 1000.0, options_.default_timeout.count() / 1000.0));
+            fmt::format("'timeout_seconds' must be a positive number of seconds (one over the cap, {:g}, runs for "
+                        "{:g}), or left out for the default of {:g}",
+                        options_.max_timeout.count() / 1000.0, options_.max_timeout.count() / 1000.0,
+                        options_.default_timeout.count() / 1000.0));
       // Clamped while still a double: 1e18 s in milliseconds overflows int64 and would wrap to a tiny time-out.
       const double asked_ms = seconds.get<double>() * 1000;
       const double cap_ms = static_cast<double>(options_.max_timeout.count());

@@ -172,6 +172,8 @@ await test("mcp: bad tool arguments are tool results with isError and a fix; an 
   await fails("run_python", {}, /'code' must be a string/);
   await fails("run_python", { code: ["print(1)"] }, /'code' must be a string/);
   await fails("run_python", { code: "print(1)", timeout_seconds: "ten" }, /'timeout_seconds' must be a positive number/);
+  // The cap is said as what it does (a larger one is cut to it), not as a bound the model must keep under.
+  await fails("run_python", { code: "print(1)", timeout_seconds: -1 }, /one over the cap, \d+, runs for \d+\)/);
   await fails("read_file", { path: "../etc/passwd" }, /\.\./);
   await fails("write_file", { path: "x.txt" }, /'content' must be a string/);
   await assert.rejects(client.callTool({ name: "no_such_tool", arguments: {} }), /unknown tool/);
