@@ -375,6 +375,10 @@ int PayloadEntry(void* arg) {
 }  // namespace
 
 void ChildMain(const ChildPlan& plan) {
+  // 0. Out of nsbox's process group and session: a signal to nsbox's group (a terminal's Ctrl-C, kill -- -PGID) is
+  //    nsbox's to act on (a batch cancels its jobs, which then get no result; a run forwards it to its program once),
+  //    not pid 1's, which forwarded it to the program as well, or died of it while setting up.
+  if (::setsid() < 0) Fail(plan, "setsid()", errno);
   CloseUnplannedDescriptors(plan, DeviceNodeTreeFd());  // the device tree until the root is built (step 4)
   // 1. Die with nsbox: if nsbox is killed, the kernel kills pid 1 and with it the whole pid namespace. The watch
   //    (through the host's /proc, still mounted here) re-arms that signal after each credential change.

@@ -158,6 +158,27 @@ TEST_CASE("signals ignored by nsbox's caller are at their default action in the 
   CHECK(r.out() == "SigIgn:\t0000000000000000\n");
 }
 
+TEST_CASE("a signal to nsbox's process group (a terminal's Ctrl-C) reaches the program once", "[integration][exit]") {
+  // pid 1 was in nsbox's group: it passed the group's SIGINT to the program, and nsbox forwarded its own copy too.
+  const std::string program =
+      "import signal, time\n"
+      "got = []\n"
+      "signal.signal(signal.SIGINT, lambda s, f: got.append(s))\n"
+      "print('up', flush=True)\n"
+      "time.sleep(2)\n"
+      "print('SIGINTs:', len(got))\n";
+  // The shell leads a process group of its own with nsbox in it, waits until the program is up, then signals the group.
+  const std::string script = fmt::format(
+      "trap : INT; out=$(mktemp); '{}' run -- /usr/bin/python3 -c \"$PROGRAM\" > \"$out\" & pid=$!; "
+      "until grep -q up \"$out\"; do sleep 0.05; done; kill -INT 0; wait $pid; wait $pid; cat \"$out\"; rm \"$out\"",
+      NsboxBinary());
+  SpawnOptions options;
+  options.extra_env["PROGRAM"] = program;
+  auto r = RunProcess({"/usr/bin/setsid", "--wait", "/bin/sh", "-c", script}, options);
+  INFO(r.out << r.err);
+  CHECK(r.out == "up\nSIGINTs: 1\n");
+}
+
 TEST_CASE("CPU time counts every process of the sandbox, also those killed at a time-out or at the end",
           "[integration][exit]") {
   // The kernel lets the processes it kills with pid 1 vanish unreaped, and their CPU time with them.
