@@ -308,9 +308,12 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
   // An end first seen past the deadline is a time-out, as the deadline would have made it: nsbox was held up (stopped,
   // or starved of CPU) while the program ran on past its limit. Unlike a run's pid 1, nothing in the sandbox keeps
   // the exec's time for it.
+  // As the deadline would, it also ends what the exec left running (a setsid child), as its verdict says.
   if (!in.timed_out && !in.cancelled && seen_ended != Clock::time_point::max() &&
-      ex.wall_timeout < std::chrono::hours(24 * 365) && seen_ended - started >= ex.wall_timeout)
+      ex.wall_timeout < std::chrono::hours(24 * 365) && seen_ended - started >= ex.wall_timeout) {
     in.timed_out = true;
+    kill_exec();
+  }
   // The payload has exited: what it wrote is in the pipes. Descendants that still hold them are not waited for.
   supervisor.DrainOutput();
   h.control.ReadSetupFailure(&h.setup_failure);
