@@ -185,6 +185,15 @@ TEST_CASE("IP-literal targets are refused even with private addresses allowed") 
   CHECK(origin.connections() == 0);
   CHECK(proxy->DeniedHosts().at("127.0.0.1") == 2);
   CHECK(proxy->DeniedHosts().at("[::1]") == 1);
+  // A bracketed "address" as long as the head allows is one short key, not up to 64 KB of nsbox's memory a host.
+  for (char c : std::string("abc")) {
+    const std::string junk = "[" + std::string(30000, c) + "]";
+    response = Exchange(proxy.port, "GET http://" + junk + "/ HTTP/1.1\r\nHost: " + junk + "\r\n\r\n");
+    CHECK_THAT(StatusLine(response), Catch::StartsWith("HTTP/1.1 403"));
+    CHECK(Body(response).size() < 200);
+  }
+  CHECK(proxy->DeniedHosts().at("(a malformed IP address)") == 3);
+  for (const auto& [host, count] : proxy->DeniedHosts()) CHECK(host.size() <= 64);
 }
 
 TEST_CASE("an allowed domain resolving to loopback, private or link-local is refused without the opt-in") {
