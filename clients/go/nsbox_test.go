@@ -326,6 +326,30 @@ func TestAFileNameThatIsNotUTF8IsListedExactlyAndCanBeRead(t *testing.T) {
 	}
 }
 
+func TestTextThatIsNotUTF8IsRefusedNotChangedOnItsWay(t *testing.T) {
+	// encoding/json would send U+FFFD for the byte: the program got another argument, variable or input than given.
+	ctx := context.Background()
+	s := smallSandbox(t, ctx)
+	for _, req := range []ExecRequest{
+		{Argv: []string{"/bin/cat", "/workspace/report\xff.csv"}},
+		{Cmd: "echo \xff > /workspace/marker"},
+		{Cmd: "true", Env: map[string]string{"NAME": "x\xffy"}},
+		{Cmd: "cat", Stdin: "x\xffy"},
+	} {
+		_, err := s.Exec(ctx, req)
+		var e *Error
+		if !errors.Is(err, ErrRefused) || !errors.As(err, &e) || !strings.Contains(e.Message, "is not UTF-8") {
+			t.Fatalf("exec %+v: got %v; want ErrRefused naming the field", req, err)
+		}
+	}
+	if res, err := s.Exec(ctx, ExecRequest{Cmd: "test -e /workspace/marker"}); err != nil || *res.ExitCode != 1 {
+		t.Fatalf("a refused exec ran: %+v, %v", res, err)
+	}
+	if _, err := s.client.Create(ctx, SandboxOptions{Env: map[string]string{"A": "\xff"}}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("create: got %v; want ErrRefused", err)
+	}
+}
+
 func TestACompiledLanguagesCompileStepHasItsOwnLimits(t *testing.T) {
 	ctx := context.Background()
 	s := smallSandbox(t, ctx)

@@ -7,11 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"mime"
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Network is a sandbox's network: NetworkNone (the default), NetworkRestricted (the server's allow list),
@@ -61,6 +63,51 @@ type SandboxOptions struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 }
 
+// notText names the first string of v (a request body, or a field of one) that is not UTF-8, or is "". JSON carries
+// text: encoding/json would turn such bytes into U+FFFD and the server would get another argv, env or stdin than
+// given, silently. (A file's contents are bytes: Files().Write takes any.)
+func notText(v interface{}, at string) string {
+	switch x := v.(type) {
+	case string:
+		if !utf8.ValidString(x) {
+			return at
+		}
+	case []string:
+		for i, s := range x {
+			if !utf8.ValidString(s) {
+				return fmt.Sprintf("%s[%d]", at, i)
+			}
+		}
+	case map[string]string:
+		for k, s := range x {
+			if !utf8.ValidString(k) || !utf8.ValidString(s) {
+				return at + "." + strings.ToValidUTF8(k, "?")
+			}
+		}
+	case map[string]interface{}:
+		for k, e := range x {
+			if !utf8.ValidString(k) {
+				return at + "." + strings.ToValidUTF8(k, "?")
+			}
+			if where := notText(e, strings.TrimPrefix(at+"."+k, ".")); where != "" {
+				return where
+			}
+		}
+	}
+	return ""
+}
+
+// refuseNotText is an ErrRefused error for a body with a string that is not UTF-8, before anything is sent.
+func refuseNotText(op string, body ...interface{}) error {
+	for _, b := range body {
+		if where := notText(b, ""); where != "" {
+			return &Error{Kind: ErrRefused, Op: op, Message: where + " is not UTF-8: the API's JSON carries text " +
+				"(bytes go into a file, with Files().Write)"}
+		}
+	}
+	return nil
+}
+
 func (o SandboxOptions) body() map[string]interface{} {
 	data, _ := json.Marshal(o)
 	m := map[string]interface{}{}
@@ -103,6 +150,9 @@ type Sandbox struct {
 // Create makes a sandbox.
 func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, error) {
 	var info Info
+	if err := refuseNotText("create", opts.Template, opts.Env, opts.Labels); err != nil {
+		return nil, err
+	}
 	if err := c.doJSON(ctx, "create", "POST", "/v1/sandboxes", opts.body(), &info); err != nil {
 		return nil, err
 	}
@@ -349,6 +399,9 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) (*Result, error) {
 
 // Run runs one command in a one-shot sandbox (POST /v1/run), gone when the answer comes.
 func (c *Client) Run(ctx context.Context, opts SandboxOptions, req ExecRequest) (*Result, error) {
+	if err := refuseNotText("exec", opts.Template, opts.Env, opts.Labels); err != nil {
+		return nil, err
+	}
 	body := opts.body()
 	for k, v := range req.body(ctx) {
 		if k == "env" && body["env"] != nil {
@@ -368,6 +421,9 @@ func (c *Client) Run(ctx context.Context, opts SandboxOptions, req ExecRequest) 
 }
 
 func (c *Client) exec(ctx context.Context, path string, body map[string]interface{}, req ExecRequest) (*Result, error) {
+	if err := refuseNotText("exec", body); err != nil {
+		return nil, err
+	}
 	data, _ := json.Marshal(body)
 	stream := req.OnStdout != nil || req.OnStderr != nil
 	if stream {
