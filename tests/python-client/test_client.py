@@ -473,6 +473,9 @@ class HostileAnswerTest(NodeCase):
             "/v1/sandboxes/" + sbx.id: ([b"null", b'{"id": 5}'], sbx.refresh),
             "/exec": ([b"null", b'{"stdout": 7}', b'{"status": "ok", "stdout": 7}', b'{"id": "sb-1"}',
                        b'{"status": "ok", "changed_files": [null]}'], lambda: sbx.exec("x")),
+            # A listing: null was an empty one, [1, 2] an AttributeError, {"entries": 5} a TypeError.
+            "/files": ([b"null", b"[]", b'{"entries": 5}', b'{"entries": [1, 2]}', b'{"entries": null}'],
+                          lambda: sbx.files.list(".")),
         }
         for suffix, (answers, call) in odd.items():
             for raw in answers:

@@ -405,6 +405,7 @@ test('answers of the wrong shape are NsboxError, never a TypeError or a sandbox 
     const list = (req) => req.method === 'GET' && req.url === '/v1/sandboxes';
     const get = (req) => req.method === 'GET' && req.url === `/v1/sandboxes/${sbx.id}`;
     const exec = (req) => req.url.split('?')[0].endsWith('/exec');
+    const listing = (req) => req.method === 'GET' && req.url.includes('/files?') && req.url.includes('list=true');
     const cases = [
       ...['null', '[]', '{}', '"str"', '{"id": 123}', '{"id": ""}'].map((t) => [post, t,
         () => Sandbox.create({ url: n.url })]),
@@ -413,6 +414,9 @@ test('answers of the wrong shape are NsboxError, never a TypeError or a sandbox 
       ...['null', '{"id": 5}'].map((t) => [get, t, () => Sandbox.connect(sbx.id, { url: n.url })]),
       ...['null', '{"stdout": 7}', '{"status": "ok", "stdout": 7}', '{"id": "sb-1"}',
         '{"status": "ok", "changed_files": [null]}'].map((t) => [exec, t, () => sbx.exec('x')]),
+      // A listing: null was a TypeError, [] answered Array.prototype.entries (a function).
+      ...['null', '[]', '{"entries": 5}', '{"entries": [1, 2]}', '{"entries": null}'].map((t) => [listing, t,
+        () => sbx.files.list('.')]),
       // A stream line that is not a JSON object is a malformed answer, as is a known line of the wrong shape.
       ...['null', '[1]', '{"type": "stdout", "data": 7}', '{"type": "error", "error": "x"}',
         '{"type": "result", "result": {"status": 1}}', '{"type": "result", "result": null}'].map((t) => [exec, t,

@@ -139,9 +139,12 @@ class Files:
         """The entries of directory `path` (default the workspace): a Listing of {"name", "path", "type", "size"};
         its `truncated` is True when the server listed only some of them."""
         answer = self._sbx._call("GET", "/files", query={"path": path, "list": "true"})
-        if not isinstance(answer, dict):
-            return Listing()
-        return Listing((_exact_path(e) for e in answer.get("entries", [])), truncated=bool(answer.get("truncated")))
+        entries = answer.get("entries") if isinstance(answer, dict) else None
+        # A wrong-shaped answer is the server's fault, said as one: not an empty listing, nor a TypeError.
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise NsboxError("GET files?list at %s: the answer has no array of entries (objects): %s"
+                             % (self._sbx.url, _shown(answer)), url=self._sbx.url)
+        return Listing((_exact_path(e) for e in entries), truncated=answer.get("truncated") is True)
 
     def remove(self, path):
         """Removes `path` (a directory recursively)."""

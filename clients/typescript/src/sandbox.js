@@ -126,7 +126,12 @@ export class Files {
    */
   async list(path = '.', { signal } = {}) {
     const answer = await this._sbx._call('GET', '/files', { ...pathQuery(path, { list: 'true' }), signal });
-    const entries = answer.entries ?? [];
+    // A wrong-shaped answer is the server's fault, said as one: not a TypeError, nor a function for an array.
+    if (!isObject(answer) || !Array.isArray(answer.entries) || !answer.entries.every(isObject)) {
+      throw new NsboxError(`GET files?list at ${this._sbx.url}: the answer has no array of entries (objects): ` +
+        shown(answer), { url: this._sbx.url });
+    }
+    const entries = answer.entries;
     Object.defineProperty(entries, 'truncated', { value: answer.truncated === true });
     return entries;
   }
