@@ -297,23 +297,22 @@ Result SessionSandbox::Exec(Executor ex, int cancel_fd, const std::function<void
                          supervisor.MarkEnding();
                          kill_exec();
                        });
-  Clock::time_point seen_ended = Clock::time_point::max();
   supervisor.AddSource([&] { return h.pidfd.get(); }, POLLIN,
                        [&](short revents) {
                          if (!(revents & POLLIN)) return;
+                         // An end first seen past the deadline is a time-out, as the deadline would have made it: nsbox
+                         // was held up (stopped, or starved of CPU) while the program ran on past its limit. Unlike a
+                         // run's pid 1, nothing in the sandbox keeps the exec's time for it. As the deadline would, it
+                         // ends what the exec left running: before the reap, while the payload's zombie still holds its
+                         // process group (an exec without a cgroup has only that).
+                         if (!in.timed_out && !in.cancelled && ex.wall_timeout < std::chrono::hours(24 * 365) &&
+                             Clock::now() - started >= ex.wall_timeout) {
+                           in.timed_out = true;
+                           kill_exec();
+                         }
                          h.Reap();
-                         if (h.reaped && seen_ended == Clock::time_point::max()) seen_ended = Clock::now();
                        });
   if (Status s = supervisor.Run([&] { return h.reaped; }); !s.ok()) return SetupError(s.message());
-  // An end first seen past the deadline is a time-out, as the deadline would have made it: nsbox was held up (stopped,
-  // or starved of CPU) while the program ran on past its limit. Unlike a run's pid 1, nothing in the sandbox keeps
-  // the exec's time for it.
-  // As the deadline would, it also ends what the exec left running (a setsid child), as its verdict says.
-  if (!in.timed_out && !in.cancelled && seen_ended != Clock::time_point::max() &&
-      ex.wall_timeout < std::chrono::hours(24 * 365) && seen_ended - started >= ex.wall_timeout) {
-    in.timed_out = true;
-    kill_exec();
-  }
   // The payload has exited: what it wrote is in the pipes. Descendants that still hold them are not waited for.
   supervisor.DrainOutput();
   h.control.ReadSetupFailure(&h.setup_failure);

@@ -1178,33 +1178,40 @@ TEST_CASE("a changed-files list of control-byte names is cut short; the exec's r
   CHECK(made["changed_files"].dump().size() <= 8u << 20);
 }
 
+TEST_CASE("an exec whose end is first seen past its time-out is one, and what it left running ends", "[session]") {
+  // The supervisor, stopped from 0.5 s to 3 s, finds the program (1 s) ended and its time-out (2 s) past: the result
+  // said "timeout ... the exec and its process group were killed" while what it left ran on (a setsid child; without
+  // limits, a child in the exec's own process group, which has no cgroup to kill it with).
+  for (const std::vector<std::string>& create :
+       {std::vector<std::string>{}, std::vector<std::string>{"--dangerously-run-without-limits"}}) {
+    const bool limits = create.empty();
+    INFO((limits ? "with limits" : "without limits"));
+    Sessions s;
+    std::string id = s.Create(create);
+    const pid_t supervisor = s.Record(id)["supervisor_pid"];
+    std::thread stopper([supervisor] {
+      std::this_thread::sleep_for(500ms);
+      ::kill(supervisor, SIGSTOP);
+      std::this_thread::sleep_for(2500ms);
+      ::kill(supervisor, SIGCONT);
+    });
+    const std::string beat_loop = "while :; do date +%s%N > /tmp/late-beat; sleep 0.05; done";
+    json late = s.Sh(
+        id, (limits ? "setsid sh -c '" + beat_loop + "'" : "sh -c '" + beat_loop + "'") + " >/dev/null 2>&1 & sleep 1",
+        {"--timeout", "2s"});
+    stopper.join();
+    INFO(late.dump());
+    CHECK(late["status"] == "timeout");
+    const std::string beat = s.Sh(id, "cat /tmp/late-beat")["stdout"];
+    CHECK(beat.size() > 10);  // it did beat
+    std::this_thread::sleep_for(300ms);
+    CHECK(s.Sh(id, "cat /tmp/late-beat")["stdout"] == beat);  // and beats no more
+  }
+}
+
 // A process of the session that stops an exec's payload before its execve held the session's start lock until that
 // exec's own deadline: every other exec started meanwhile waited with it, past its own time-out, and its client gave
 // up (session_lost). An exec now waits for the lock only until its own deadline, and ends as a time-out.
-TEST_CASE("an exec whose end is first seen past its time-out is one, and what it left running ends", "[session]") {
-  // The supervisor, stopped from 0.5 s to 3 s, finds the program (1 s) ended and its time-out (2 s) past: the result
-  // said "timeout ... the exec and its process group were killed" while a setsid child it left ran on.
-  Sessions s;
-  std::string id = s.Create();
-  const pid_t supervisor = s.Record(id)["supervisor_pid"];
-  std::thread stopper([supervisor] {
-    std::this_thread::sleep_for(500ms);
-    ::kill(supervisor, SIGSTOP);
-    std::this_thread::sleep_for(2500ms);
-    ::kill(supervisor, SIGCONT);
-  });
-  json late = s.Sh(id,
-                   "setsid sh -c 'while :; do date +%s%N > /tmp/late-beat; sleep 0.05; done' >/dev/null 2>&1 & "
-                   "sleep 1",
-                   {"--timeout", "2s"});
-  stopper.join();
-  INFO(late.dump());
-  CHECK(late["status"] == "timeout");
-  const std::string beat = s.Sh(id, "cat /tmp/late-beat")["stdout"];
-  std::this_thread::sleep_for(300ms);
-  CHECK(s.Sh(id, "cat /tmp/late-beat")["stdout"] == beat);  // no longer beating
-}
-
 TEST_CASE("an exec held up behind another exec's stopped start ends at its own time-out", "[session]") {
   Sessions s;
   std::string id = s.Create();
