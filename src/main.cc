@@ -19,6 +19,7 @@
 #include "nsbox_config.h"
 #include "sandbox/base/data_dir.h"
 #include "src/cli/commands.h"
+#include "src/cli/parse_error.h"
 
 namespace {
 
@@ -130,38 +131,12 @@ std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
   return std::nullopt;
 }
 
-// CLI11's other messages in nsbox's words, with the verb they are about: "--memory: At Most 1 required but received 2",
-// "Could not convert: --end-with-pid = abc", "The following argument was not expected: extra". Others as they are.
+// CLI11's other messages in nsbox's words, with the verb they are about (ExplainParseError).
 std::string ExplainParseError(CLI::App& app, int argc, char** argv, const std::string& what) {
   std::string path = "nsbox";
   int i = 1;
   CLI::App* command = NamedCommand(app, argc, argv, &i, &path);
-  const std::string verb = path == "nsbox" ? "" : path.substr(6) + ": ";
-  constexpr std::string_view kTwice = ": At Most 1 required but received ";
-  if (size_t at = what.find(kTwice); at != std::string::npos && what.starts_with("-"))
-    return fmt::format("{}{} given {} times (give it once)", verb, what.substr(0, at), what.substr(at + kTwice.size()));
-  constexpr std::string_view kConvert = "Could not convert: ";
-  if (size_t eq = what.find(" = "); what.starts_with(kConvert) && eq != std::string::npos) {
-    const std::string name = what.substr(kConvert.size(), eq - kConvert.size());
-    const CLI::Option* option = command->get_option_no_throw(name);
-    const std::string type = option ? option->get_type_name() : "";
-    const char* wanted = type == "INT" || type == "UINT" ? "a whole number (decimal digits)"
-                         : type == "FLOAT"               ? "a number"
-                                                         : "a value it takes";
-    return fmt::format("{}{}: '{}' is not {}", verb, name, what.substr(eq + 3), wanted);
-  }
-  if (what.starts_with("The following argument")) {
-    const size_t colon = what.find(": ");
-    const std::string words = colon == std::string::npos ? "" : what.substr(colon + 2);
-    return fmt::format("{}unexpected argument{} '{}' (see {} --help)", verb,
-                       words.find(' ') == std::string::npos ? "" : "s", words, path);
-  }
-  if (what.ends_with(" is required")) return fmt::format("{}{} (see {} --help)", verb, what, path);
-  // "--memory: 1 required TEXT missing": the option is last, without its value.
-  if (size_t colon = what.find(": 1 required ");
-      colon != std::string::npos && what.ends_with(" missing") && what.starts_with("-"))
-    return fmt::format("{}{}: its value is missing", verb, what.substr(0, colon));
-  return what;
+  return nsbox::cli::ExplainParseError(*command, path == "nsbox" ? "" : path.substr(6) + ": ", path, what);
 }
 
 // Docker's rule for a command that runs a program (run, exec): the program's first word ends nsbox's options, so

@@ -70,7 +70,7 @@ int RunAgentCommand(const AgentOptions& o) {
     return Fail(
         fmt::format("{} is an nsbox sandbox option; --runtime {} does not take it", o.sandbox_args.front(), o.runtime),
         kExitNsboxFailure);
-  if (Status s = CheckSessionCreateArgs(o.sandbox_args); !s.ok())
+  if (Status s = CheckSessionCreateArgs(o.sandbox_args, "nsbox agent"); !s.ok())
     return Fail(InCliTerms(s.message()), kExitNsboxFailure);
   agent::AgentConfig config;
   config.max_steps = o.max_steps;

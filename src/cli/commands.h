@@ -33,8 +33,9 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code);
 void RegisterProfile(CLI::App& app, ExitCode& exit_code);  // src/cli/profile.cc
 void RegisterImage(CLI::App& app, ExitCode& exit_code);    // src/cli/image.cc
 void RegisterSession(CLI::App& app, ExitCode& exit_code);
-// Parses and checks options as `nsbox session create` would, making nothing: for verbs that pass them through.
-Status CheckSessionCreateArgs(const std::vector<std::string>& args);
+// Parses and checks options as `nsbox session create` would, making nothing: for verbs that pass them through. `help`
+// names the verb whose --help lists them ("nsbox mcp").
+Status CheckSessionCreateArgs(const std::vector<std::string>& args, const std::string& help);
 // The help lines of those options, for the --help of verbs that pass them through.
 std::string SessionCreateOptionsHelp();
 void RegisterExec(CLI::App& app, ExitCode& exit_code);

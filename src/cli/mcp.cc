@@ -49,7 +49,7 @@ void RegisterMcp(CLI::App& app, ExitCode& exit_code) {
       }
     }
     // A bad option is said now, once, rather than by every tool call of a client that cannot show it well.
-    if (Status s = CheckSessionCreateArgs(sandbox_args); !s.ok()) {
+    if (Status s = CheckSessionCreateArgs(sandbox_args, "nsbox mcp"); !s.ok()) {
       fmt::print(stderr, "nsbox mcp: {}\n", s.message());
       exit_code.value = kExitNsboxFailure;
       return;

@@ -17,6 +17,7 @@
 #include "sandbox/base/fs.h"
 #include "sandbox/spec/units.h"
 #include "src/cli/commands.h"
+#include "src/cli/parse_error.h"
 #include "src/cli/sandbox_options.h"
 #include "src/session/state.h"
 #include "src/session/supervisor.h"
@@ -90,7 +91,7 @@ StatusOr<CheckedCreate> CheckCreate(const CreateOptions& o, bool hold_image) {
 
 }  // namespace
 
-Status CheckSessionCreateArgs(const std::vector<std::string>& args) {
+Status CheckSessionCreateArgs(const std::vector<std::string>& args, const std::string& help) {
   CLI::App app;
   CreateOptions options;
   AddCreateOptions(&app, options);
@@ -99,15 +100,9 @@ Status CheckSessionCreateArgs(const std::vector<std::string>& args) {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     // An option session create does not have, by name (CLI11 says "The following argument was not expected").
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i] == "--") break;
-      if (args[i].size() < 2 || args[i][0] != '-') continue;
-      const CLI::Option* option = app.get_option_no_throw(args[i].substr(0, args[i].find('=')));
-      if (option == nullptr)
-        return Status::Error(fmt::format("unknown option '{}'", args[i].substr(0, args[i].find('='))));
-      if (option->get_expected_min() > 0 && args[i].find('=') == std::string::npos) ++i;  // its value
-    }
-    return Status::Error(e.what());
+    if (std::string unknown = FirstUnknownOption(app, args); !unknown.empty())
+      return Status::Error(fmt::format("unknown option '{}' (see {} --help)", unknown, help));
+    return Status::Error(ExplainParseError(app, "", help, e.what()));
   }
   return CheckCreate(options, /*hold_image=*/false).status();  // the session itself is made later, by another call
 }

@@ -32,6 +32,7 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/spec/units.h"
 #include "src/cli/image_store.h"
+#include "src/cli/parse_error.h"
 #include "src/netproxy/allow_list.h"
 #include "src/serve/service.h"
 #include "src/session/state.h"
@@ -330,24 +331,11 @@ int main(int argc, char** argv) {
     return rc;
   } catch (const CLI::ParseError& e) {
     // One line, as every other verb's; an option it does not have by name (CLI11: "argument was not expected").
-    for (int i = 1; i < argc; ++i) {
-      const std::string word = argv[i];
-      if (word.size() < 2 || word[0] != '-') continue;
-      const std::string name = word.substr(0, word.find('='));
-      const CLI::Option* option = app.get_option_no_throw(name);
-      if (option == nullptr)
-        Fail(kExitFailure, fmt::format("unknown option '{}' (see nsbox serve --help)", Printable(name)));
-      if (option->get_expected_min() > 0 && word.find('=') == std::string::npos) ++i;  // its value
-    }
-    const std::string what = e.what();
-    if (size_t colon = what.find(": 1 required "); colon != std::string::npos && what.ends_with(" missing"))
-      Fail(kExitFailure, fmt::format("{}: its value is missing", what.substr(0, colon)));
-    if (what.starts_with("The following argument"))
-      Fail(kExitFailure, fmt::format("unexpected argument '{}' (see nsbox serve --help)",
-                                     Printable(what.substr(what.find(": ") + 2))));
-    Fail(kExitFailure, what);
+    if (std::string unknown = nsbox::cli::FirstUnknownOption(app, std::vector<std::string>(argv + 1, argv + argc));
+        !unknown.empty())
+      Fail(kExitFailure, fmt::format("unknown option '{}' (see nsbox serve --help)", Printable(unknown)));
+    Fail(kExitFailure, nsbox::cli::ExplainParseError(app, "", "nsbox serve", e.what()));
   }
-
   // Checks first: nothing is made for a command line that is wrong.
   if (!listen.empty() && token_file.empty())
     Fail(kExitFailure, "--listen needs --token-file: TCP is served only to clients with a bearer token");

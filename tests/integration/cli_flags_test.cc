@@ -253,7 +253,8 @@ TEST_CASE("CLI11's own parse errors are said in nsbox's words, naming the verb",
       // Was "session is required".
       {{"exec"}, "nsbox: exec: session is required (see nsbox exec --help)\n"},
       // Was "The following argument was not expected: --bogus" (mcp hands its options to session create).
-      {{"mcp", "--memory", "1G", "--bogus"}, "nsbox mcp: unknown option '--bogus'\n"},
+      {{"mcp", "--memory", "1G", "--bogus"}, "nsbox mcp: unknown option '--bogus' (see nsbox mcp --help)\n"},
+      {{"mcp", "--memory", "1G", "--memory", "2G"}, "nsbox mcp: --memory given 2 times (give it once)\n"},
   };
   for (const auto& [args, said] : cases) {
     auto r = RunNsboxRaw(args);
@@ -278,7 +279,7 @@ TEST_CASE("command-line mistakes are one line naming the word with its control b
   auto owner = RunNsboxRaw({"session", "create", "--end-with-pid", "\x1b]0;x\x07"});
   CHECK(owner.exit_code == 125);
   CHECK(owner.err ==
-        "nsbox: session create: --end-with-pid: '\\x1b]0;x\\x07' is not a whole number (decimal digits)\n");
+        "nsbox: session create: --end-with-pid: '\\x1b]0;x\\x07' is not a whole number in range (decimal digits)\n");
   auto cpus = RunNsboxRaw({"run", "--cpus", "1\x1b[31m", "--", "/bin/true"});
   CHECK(cpus.exit_code == 125);
   CHECK(cpus.err == "nsbox: --cpus: '1\\x1b[31m' is not a number of CPUs (a decimal such as 1.5)\n");

@@ -66,6 +66,7 @@ class CommandLine(unittest.TestCase):
         os.chmod(token, 0o600)
         for args, words in [(["--bogus"], "unknown option '--bogus' (see nsbox serve --help)"),
                             (["extra"], "unexpected argument 'extra'"), (["--allow-uid", "-1"], "--allow-uid"),
+                            (["--max-sandboxes", "5", "--max-sandboxes", "6"], "--max-sandboxes given 2 times"),
                             (["--pool", "host=5abc"], "--pool"),
                             # getaddrinfo would keep the low 16 bits of 99999 and bind port 34463
                             (["--listen", "127.0.0.1:99999", "--token-file", token], "from 1 to 65535"),

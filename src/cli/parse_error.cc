@@ -1,0 +1,53 @@
+// CLI11's parse errors in nsbox's words (ExplainParseError) and the first unknown option of a command line.
+#include "src/cli/parse_error.h"
+
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace nsbox::cli {
+
+std::string ExplainParseError(const CLI::App& command, const std::string& verb, const std::string& help,
+                              const std::string& what) {
+  constexpr std::string_view kTwice = ": At Most 1 required but received ";
+  if (size_t at = what.find(kTwice); at != std::string::npos && what.starts_with("-"))
+    return fmt::format("{}{} given {} times (give it once)", verb, what.substr(0, at), what.substr(at + kTwice.size()));
+  constexpr std::string_view kConvert = "Could not convert: ";
+  if (size_t eq = what.find(" = "); what.starts_with(kConvert) && eq != std::string::npos) {
+    const std::string name = what.substr(kConvert.size(), eq - kConvert.size());
+    const CLI::Option* option = command.get_option_no_throw(name);
+    const std::string type = option ? option->get_type_name() : "";
+    // CLI11 says the same of a number too large for the option's type.
+    const char* wanted = type == "INT" || type == "UINT" ? "a whole number in range (decimal digits)"
+                         : type == "FLOAT"               ? "a number in range"
+                                                         : "a value it takes";
+    return fmt::format("{}{}: '{}' is not {}", verb, name, what.substr(eq + 3), wanted);
+  }
+  if (what.starts_with("The following argument")) {
+    const size_t colon = what.find(": ");
+    const std::string words = colon == std::string::npos ? "" : what.substr(colon + 2);
+    return fmt::format("{}unexpected argument{} '{}' (see {} --help)", verb,
+                       words.find(' ') == std::string::npos ? "" : "s", words, help);
+  }
+  if (what.ends_with(" is required")) return fmt::format("{}{} (see {} --help)", verb, what, help);
+  // "--memory: 1 required TEXT missing": the option is last, without its value.
+  if (size_t colon = what.find(": 1 required ");
+      colon != std::string::npos && what.ends_with(" missing") && what.starts_with("-"))
+    return fmt::format("{}{}: its value is missing", verb, what.substr(0, colon));
+  return what;
+}
+
+std::string FirstUnknownOption(const CLI::App& command, const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--") break;
+    if (word.size() < 2 || word[0] != '-') continue;
+    const std::string name = word.substr(0, word.find('='));
+    const CLI::Option* option = command.get_option_no_throw(name);
+    if (option == nullptr) return name;
+    if (option->get_expected_min() > 0 && word.find('=') == std::string::npos) ++i;  // its value
+  }
+  return "";
+}
+
+}  // namespace nsbox::cli
