@@ -118,7 +118,7 @@ json ToolList(const ToolListOptions& o) {
       " Each call is a fresh process: variables and imports do not carry over to the next call (use python_repl for "
       "that); files in /workspace persist between calls of this connection.";
   const std::string timeout_text = fmt::format(
-      "Wall-clock limit for this run in seconds (default {:g}; at most {:g}, the operator's cap, which always wins).",
+      "Wall-clock limit for this run in seconds (default {:g}); a longer one is cut to {:g}, the operator's cap.",
       o.default_timeout_seconds, o.max_timeout_seconds);
   json tools = json::array();
   for (const auto& spec : agent::CodeTools()) {

@@ -1534,7 +1534,8 @@ TEST_CASE("session ls lists live sessions; rm ends them and a second rm is a one
 }
 
 TEST_CASE("a removed session leaves no cgroup reaper behind for init to reap", "[session]") {
-  // The reaper leads a session of its own (setsid); the supervisor, a daemon, is init's to reap by design.
+  // The reaper leads a session of its own (setsid), as the sandbox's pid 1 does; the supervisor, a daemon, is init's
+  // to reap by design.
   Sessions s;
   size_t before = nsbox::testing::NsboxZombiesOfInit(/*session_leaders=*/true);
   for (int i = 0; i < 3; ++i) {

@@ -106,7 +106,8 @@ std::set<std::string> NsboxGroups();
 // After SIGKILL the reaper removes the groups on its own time: waits a few seconds at most for the set to be this.
 bool WaitForGroups(const std::set<std::string>& expected);
 // nsbox processes (a command name holding "nsbox") that are zombies adopted by init: what an nsbox that did not reap
-// its own children leaves behind. session_leaders: only those that lead a session of their own (the cgroup reaper).
+// its own children leaves behind. session_leaders: only those that lead a session of their own (the cgroup reaper,
+// and each sandbox's pid 1).
 size_t NsboxZombiesOfInit(bool session_leaders = false);
 
 // A private temporary directory, removed (recursively) when the object dies.
