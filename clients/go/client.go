@@ -152,6 +152,11 @@ func NewClient(rawURL, token string) (*Client, error) {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: the scheme must be unix, http or https", rawURL)
 	}
+	if u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(rawURL, "?#") {
+		// Each route is appended to the URL: a query would swallow it ("/?x=1/v1/sandboxes").
+		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: a query or fragment has no place in an endpoint", rawURL)
+	}
+	// A path is where the API is mounted behind a proxy (http://host/nsbox): each route goes below it.
 	c.base = strings.TrimRight(rawURL, "/")
 	c.http = &http.Client{Transport: transport, CheckRedirect: noRedirects}
 	return c, nil

@@ -905,3 +905,15 @@ func TestAnswersOfTheWrongShapeAreErrProtocol(t *testing.T) {
 		t.Fatalf("an unknown line before the result: %+v, %v; want the result", r, err)
 	}
 }
+
+func TestAQueryOrFragmentInTheURLIsRefused(t *testing.T) {
+	// Each route is appended to the URL: "http://h:1?x=1" sent "/?x=1/v1/sandboxes".
+	for _, u := range []string{"http://127.0.0.1:1?x=1", "http://127.0.0.1:1/api#top"} {
+		if _, err := NewClient(u, ""); err == nil || !strings.Contains(err.Error(), "a query or fragment") {
+			t.Fatalf("NewClient(%q): %v; want it refused", u, err)
+		}
+	}
+	if c, err := NewClient("http://127.0.0.1:1/api/", ""); err != nil || c.base != "http://127.0.0.1:1/api" {
+		t.Fatalf("a path prefix: %+v, %v", c, err)
+	}
+}

@@ -55,6 +55,20 @@ class TransportTest(unittest.TestCase):
         with mock.patch.dict(os.environ, {}, clear=True):
             self.assertEqual(transport.endpoint_urls(), ["unix://" + transport.default_socket()])
 
+    def test_a_path_in_the_url_prefixes_every_route_and_a_query_is_refused(self):
+        # The path was dropped: the routes, and the token, went to the host's root instead of the API's mount.
+        node = FakeNode("prefix", tcp=True)
+        self.addCleanup(node.stop)
+        node.override = lambda h, req: node._send(h, 200, {"sandboxes": []}) is None
+        for suffix in ("/api", "/api/"):
+            self.assertEqual(nsbox.Transport(node.url + suffix).request("GET", "/v1/sandboxes"), {"sandboxes": []})
+            self.assertEqual(node.seen[-1].path, "/api/v1/sandboxes")
+        for bad in ("?x=1", "/api#top"):
+            with self.assertRaises(nsbox.NsboxError) as cm:
+                nsbox.Transport(node.url + bad)
+            self.assertIn("a query or fragment has no place", str(cm.exception))
+            self.assertFalse(cm.exception.request_sent)
+
     def test_nsbox_url_may_list_several_nodes(self):
         with mock.patch.dict(os.environ, {"NSBOX_URL": " unix:///a.sock, http://h:1 ,"}):
             self.assertEqual(transport.endpoint_urls(), ["unix:///a.sock", "http://h:1"])

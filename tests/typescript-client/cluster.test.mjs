@@ -435,3 +435,33 @@ test('answers of the wrong shape are NsboxError, never a TypeError or a sandbox 
     n.server.close();
   }
 });
+
+test('a path in an http URL prefixes every route; a query or a relative socket is refused, nothing sent', async () => {
+  // The path was dropped: the routes, and the token, went to the host's root instead of the API's mount.
+  const seen = [];
+  const server = http.createServer((req, res) => {
+    seen.push(req.url);
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    res.end('{"sandboxes": []}');
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const base = `http://127.0.0.1:${server.address().port}`;
+    for (const suffix of ['/api', '/api/']) {
+      assert.deepEqual(await new Transport(base + suffix).request('GET', '/v1/sandboxes'), { sandboxes: [] });
+      assert.equal(seen.at(-1), '/api/v1/sandboxes');
+    }
+    for (const bad of [`${base}?x=1`, `${base}/api#top`, 'unix://relative.sock', 'tcp://h:1']) {
+      assert.throws(() => new Transport(bad), (e) => e instanceof NsboxError && e.requestSent === false &&
+        e.url === bad, bad);
+    }
+    // A TLS handshake that fails (here: TLS to a plain HTTP port) reached no server: gone, nothing sent, as in Python
+    // (a cluster then tries the next node). It was a plain NsboxError with requestSent true.
+    const tls = await new Transport(`https://127.0.0.1:${server.address().port}`).request('GET', '/v1/sandboxes')
+      .catch((e) => e);
+    assert.ok(tls instanceof ServerGoneError && tls.requestSent === false, String(tls));
+    assert.equal(seen.length, 2);
+  } finally {
+    server.close();
+  }
+});

@@ -121,14 +121,20 @@ class Transport:
                 raise NsboxError("NSBOX_URL %s: a unix:// URL needs an absolute path" % url, url=url,
                                  request_sent=False)
             self._scheme = "unix"
+            self._prefix = ""
         else:
             parsed = urllib.parse.urlsplit(url)
             if parsed.scheme not in ("http", "https") or not parsed.hostname:
                 raise NsboxError("NSBOX_URL %s: not unix:///path or http://host:port" % url, url=url,
                                  request_sent=False)
+            if parsed.query or parsed.fragment:
+                raise NsboxError("NSBOX_URL %s: a query or fragment has no place in an endpoint" % url, url=url,
+                                 request_sent=False)
             self._scheme = parsed.scheme
             self._host = parsed.hostname
             self._port = parsed.port
+            # A path is where the API is mounted behind a proxy (http://host/nsbox): each route goes below it.
+            self._prefix = parsed.path.rstrip("/")
 
     def _connection(self, timeout):
         if self._scheme == "unix":
@@ -145,7 +151,7 @@ class Transport:
         decoded line and answers None. A 200 answer that is not NDJSON is handed back decoded instead."""
         timeout = self.request_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        target = path
+        target = self._prefix + path
         if query:
             # A str path may carry a file name's non-UTF-8 bytes as surrogates (os.fsdecode's way): sent as those bytes.
             q = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None}, errors="surrogateescape")

@@ -88,20 +88,25 @@ export class Transport {
     this.maxResponseBytes = maxResponseBytes;
     if (url.startsWith('unix://')) {
       const socketPath = url.slice('unix://'.length);
-      if (!socketPath.startsWith('/')) throw new NsboxError(`NSBOX_URL ${url}: a unix:// URL needs an absolute path`);
+      // Nothing was sent: a bad endpoint is the caller's to fix, not a server that went away mid-request.
+      const bad = (why) => new NsboxError(`NSBOX_URL ${url}: ${why}`, { url, requestSent: false });
+      if (!socketPath.startsWith('/')) throw bad('a unix:// URL needs an absolute path');
       this.base = { socketPath };
+      this.prefix = '';
       this.lib = http;
     } else {
+      const bad = (why) => new NsboxError(`NSBOX_URL ${url}: ${why}`, { url, requestSent: false });
       let parsed;
       try {
         parsed = new URL(url);
       } catch {
-        throw new NsboxError(`NSBOX_URL ${url}: not unix:///path or http://host:port`);
+        throw bad('not unix:///path or http://host:port');
       }
-      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-        throw new NsboxError(`NSBOX_URL ${url}: the scheme must be unix, http or https`);
-      }
+      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw bad('the scheme must be unix, http or https');
+      if (parsed.search || parsed.hash) throw bad('a query or fragment has no place in an endpoint');
       this.base = { hostname: parsed.hostname.replace(/^\[|\]$/g, ''), port: parsed.port || undefined };
+      // A path is where the API is mounted behind a proxy (http://host/nsbox): each route goes below it.
+      this.prefix = parsed.pathname.replace(/\/+$/, '');
       this.lib = parsed.protocol === 'https:' ? https : http;
     }
   }
@@ -120,7 +125,7 @@ export class Transport {
       const s = q.toString();
       if (s) params.push(s);
     }
-    const target = params.length ? `${urlPath}?${params.join('&')}` : urlPath;
+    const target = this.prefix + (params.length ? `${urlPath}?${params.join('&')}` : urlPath);
     const headers = { Connection: 'close', Accept: onLine ? 'application/x-ndjson' : 'application/json' };
     let payload = null;
     if (json !== undefined) {
@@ -167,9 +172,12 @@ export class Transport {
         if (signal.aborted) return onAbort();
         signal.addEventListener('abort', onAbort, { once: true });
       }
-      req.on('socket', (sock) => sock.once('connect', () => { connected = true; }));
+      // Over TLS the request goes out once the handshake is done: a certificate refused is a server not reached.
+      const up = this.lib === https ? 'secureConnect' : 'connect';
+      req.on('socket', (sock) => sock.once(up, () => { connected = true; }));
       req.on('error', (err) => {
-        const gone = GONE_CODES.has(err.code);
+        // Not reached (refused, unresolvable, a TLS handshake that failed): gone, with nothing sent, as in Python.
+        const gone = GONE_CODES.has(err.code) || !connected;
         const sent = connected && err.code !== 'ECONNREFUSED' && err.code !== 'ENOENT';
         const Cls = gone ? ServerGoneError : NsboxError;
         const what = connected ? 'the connection failed' : 'cannot connect';
