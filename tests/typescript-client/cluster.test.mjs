@@ -465,3 +465,28 @@ test('a path in an http URL prefixes every route; a query or a relative socket i
     server.close();
   }
 });
+
+test('a large body goes out after 10 s without a 100 Continue, as in Go, when the server ignores Expect', async () => {
+  // It waited for a go-ahead that never came, and failed with RequestTimeoutError with nothing sent.
+  let got = -1;
+  const server = http.createServer();
+  server.on('checkContinue', (req, res) => { // answered without writeContinue: the body must come on its own
+    let n = 0;
+    req.on('data', (chunk) => { n += chunk.length; });
+    req.on('end', () => {
+      got = n;
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.end('{"path": "/workspace/big", "size": 1}');
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const t = new Transport(`http://127.0.0.1:${server.address().port}`, { requestTimeoutMs: 30_000 });
+    const started = Date.now();
+    await t.request('PUT', '/v1/sandboxes/sb-1/files', { query: { path: 'big' }, body: Buffer.alloc(1536 * 1024) });
+    assert.equal(got, 1536 * 1024);
+    assert.ok(Date.now() - started >= 9_000, 'sent before the wait');
+  } finally {
+    server.close();
+  }
+});

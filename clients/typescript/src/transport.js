@@ -69,6 +69,9 @@ export function endpointUrls(url) {
   return list.length ? list : ['unix://' + defaultSocket()];
 }
 
+// How long a body waits for the server's 100 Continue before it is sent anyway (the Go client's wait).
+const EXPECT_CONTINUE_WAIT_MS = 10_000;
+
 const GONE_CODES = new Set(['ECONNREFUSED', 'ENOENT', 'ECONNRESET', 'EPIPE', 'ECONNABORTED', 'EHOSTUNREACH',
   'ENETUNREACH', 'ENOTSOCK', 'EACCES', 'ENOTCONN', 'EAI_AGAIN', 'ENOTFOUND']);
 
@@ -284,8 +287,23 @@ export class Transport {
         const length = Number(res.headers['content-length']);
         if (ok && !ndjson && length > cap) tooLarge(`the answer (${length} bytes)`);
       });
-      if (waitForContinue) req.on('continue', () => req.end(payload));
-      else req.end(payload ?? undefined);
+      if (waitForContinue) {
+        // A server (or proxy) that ignores Expect gets the body after EXPECT_CONTINUE_WAIT_MS without a go-ahead, as
+        // RFC 9110 10.1.1 lets a client, and as the Go client does; an answer meanwhile (413, 401) ends the request.
+        let sent = false;
+        const send = () => {
+          if (sent) return;
+          sent = true;
+          clearTimeout(wait);
+          req.end(payload);
+        };
+        const wait = setTimeout(send, EXPECT_CONTINUE_WAIT_MS);
+        req.on('continue', send);
+        req.on('response', () => clearTimeout(wait));
+        req.on('close', () => clearTimeout(wait));
+      } else {
+        req.end(payload ?? undefined);
+      }
     });
   }
 }
