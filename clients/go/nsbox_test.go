@@ -345,8 +345,17 @@ func TestTextThatIsNotUTF8IsRefusedNotChangedOnItsWay(t *testing.T) {
 	if res, err := s.Exec(ctx, ExecRequest{Cmd: "test -e /workspace/marker"}); err != nil || *res.ExitCode != 1 {
 		t.Fatalf("a refused exec ran: %+v, %v", res, err)
 	}
-	if _, err := s.client.Create(ctx, SandboxOptions{Env: map[string]string{"A": "\xff"}}); !errors.Is(err, ErrRefused) {
-		t.Fatalf("create: got %v; want ErrRefused", err)
+	for want, opts := range map[string]SandboxOptions{
+		"env.A is not UTF-8":         {Env: map[string]string{"A": "\xff"}},
+		"template is not UTF-8":      {Template: "host\xff"},
+		"labels.k? is not UTF-8":     {Labels: map[string]string{"k\xff": "v"}},
+		"limits.memory is not UTF-8": {Limits: &Limits{Memory: "1G\xff"}},
+	} {
+		_, err := s.client.Create(ctx, opts)
+		var e *Error
+		if !errors.Is(err, ErrRefused) || !errors.As(err, &e) || !strings.HasPrefix(e.Message, want) {
+			t.Fatalf("create %+v: got %v; want ErrRefused saying %q", opts, err, want)
+		}
 	}
 }
 

@@ -98,14 +98,24 @@ func notText(v interface{}, at string) string {
 }
 
 // refuseNotText is an ErrRefused error for a body with a string that is not UTF-8, before anything is sent.
-func refuseNotText(op string, body ...interface{}) error {
-	for _, b := range body {
-		if where := notText(b, ""); where != "" {
-			return &Error{Kind: ErrRefused, Op: op, Message: where + " is not UTF-8: the API's JSON carries text " +
-				"(bytes go into a file, with Files().Write)"}
-		}
+func refuseNotText(op string, body map[string]interface{}) error {
+	if where := notText(body, ""); where != "" {
+		return &Error{Kind: ErrRefused, Op: op, Message: where + " is not UTF-8: the API's JSON carries text " +
+			"(bytes go into a file, with Files().Write)"}
 	}
 	return nil
+}
+
+// text is the options' strings by their fields' names, as they are before encoding/json replaces what is not UTF-8.
+func (o SandboxOptions) text() map[string]interface{} {
+	m := map[string]interface{}{"template": o.Template, "env": o.Env, "labels": o.Labels}
+	if o.Limits != nil {
+		m["limits"] = map[string]interface{}{"memory": o.Limits.Memory, "tmpfs": o.Limits.Tmpfs}
+	}
+	if o.Network != nil {
+		m["network.allow"] = o.Network.allow
+	}
+	return m
 }
 
 func (o SandboxOptions) body() map[string]interface{} {
@@ -150,7 +160,7 @@ type Sandbox struct {
 // Create makes a sandbox.
 func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, error) {
 	var info Info
-	if err := refuseNotText("create", opts.Template, opts.Env, opts.Labels); err != nil {
+	if err := refuseNotText("create", opts.text()); err != nil {
 		return nil, err
 	}
 	if err := c.doJSON(ctx, "create", "POST", "/v1/sandboxes", opts.body(), &info); err != nil {
@@ -399,7 +409,7 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) (*Result, error) {
 
 // Run runs one command in a one-shot sandbox (POST /v1/run), gone when the answer comes.
 func (c *Client) Run(ctx context.Context, opts SandboxOptions, req ExecRequest) (*Result, error) {
-	if err := refuseNotText("exec", opts.Template, opts.Env, opts.Labels); err != nil {
+	if err := refuseNotText("exec", opts.text()); err != nil {
 		return nil, err
 	}
 	body := opts.body()

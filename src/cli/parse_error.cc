@@ -2,8 +2,10 @@
 #include "src/cli/parse_error.h"
 
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace nsbox::cli {
 
@@ -18,16 +20,23 @@ std::string ExplainParseError(const CLI::App& command, const std::string& verb, 
     const CLI::Option* option = command.get_option_no_throw(name);
     const std::string type = option ? option->get_type_name() : "";
     // CLI11 says the same of a number too large for the option's type.
-    const char* wanted = type == "INT" || type == "UINT" ? "a whole number in range (decimal digits)"
-                         : type == "FLOAT"               ? "a number in range"
+    const char* wanted = type == "INT" || type == "UINT" ? "a whole number it takes (decimal digits, in its range)"
+                         : type == "FLOAT"               ? "a number it takes (in its range)"
                                                          : "a value it takes";
     return fmt::format("{}{}: '{}' is not {}", verb, name, what.substr(eq + 3), wanted);
   }
   if (what.starts_with("The following argument")) {
+    // CLI11 lists them last first, with the "--" that ended the options: in the command line's order, without it.
     const size_t colon = what.find(": ");
-    const std::string words = colon == std::string::npos ? "" : what.substr(colon + 2);
-    return fmt::format("{}unexpected argument{} '{}' (see {} --help)", verb,
-                       words.find(' ') == std::string::npos ? "" : "s", words, help);
+    std::vector<std::string> words;
+    for (size_t start = colon == std::string::npos ? what.size() : colon + 2; start < what.size();) {
+      size_t space = what.find(' ', start);
+      if (space == std::string::npos) space = what.size();
+      if (std::string word = what.substr(start, space - start); word != "--") words.insert(words.begin(), word);
+      start = space + 1;
+    }
+    return fmt::format("{}unexpected argument{} '{}' (see {} --help)", verb, words.size() == 1 ? "" : "s",
+                       fmt::join(words, " "), help);
   }
   if (what.ends_with(" is required")) return fmt::format("{}{} (see {} --help)", verb, what, help);
   // "--memory: 1 required TEXT missing": the option is last, without its value.

@@ -185,11 +185,18 @@ void ReplyAndClose(const ProxyState& state, UniqueFd& client, int status, std::s
 // else one key for all malformed ones. A bracketed host runs to the first ']' of a 64 KiB request head: a thousand of
 // them (the count of distinct keys) held 60 MB of nsbox's memory, outside the sandbox's limits, and in every result.
 std::string DeniedLiteralKey(const std::string& host) {
-  constexpr size_t kLongestAddress = 64;  // "[" an IPv6 address "]", or any form inet_aton takes, is shorter
-  if (host.size() <= kLongestAddress) {
-    if (host.front() != '[') return host;  // IsIpLiteral parsed it as an address
+  constexpr size_t kLongestKept = 64;  // "[" an IPv6 address "]" is shorter; inet_aton takes any number of 0s
+  if (host.front() != '[') {           // IsIpLiteral parsed it as an address
+    if (host.size() <= kLongestKept) return host;
+    in_addr v4{};
+    char text[INET_ADDRSTRLEN] = {};
+    std::string bare = host;
+    if (bare.back() == '.') bare.pop_back();
+    if (inet_aton(bare.c_str(), &v4) != 0 && inet_ntop(AF_INET, &v4, text, sizeof text) != nullptr)
+      return text;  // "0x00...07f000001" is 127.0.0.1
+  } else if (host.size() <= kLongestKept && host.back() == ']') {
     in6_addr v6{};
-    if (host.back() == ']' && inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1) return host;
+    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1) return host;
   }
   return "(a malformed IP address)";
 }

@@ -279,7 +279,8 @@ TEST_CASE("command-line mistakes are one line naming the word with its control b
   auto owner = RunNsboxRaw({"session", "create", "--end-with-pid", "\x1b]0;x\x07"});
   CHECK(owner.exit_code == 125);
   CHECK(owner.err ==
-        "nsbox: session create: --end-with-pid: '\\x1b]0;x\\x07' is not a whole number in range (decimal digits)\n");
+        "nsbox: session create: --end-with-pid: '\\x1b]0;x\\x07' is not a whole number it takes (decimal digits, in "
+        "its range)\n");
   auto cpus = RunNsboxRaw({"run", "--cpus", "1\x1b[31m", "--", "/bin/true"});
   CHECK(cpus.exit_code == 125);
   CHECK(cpus.err == "nsbox: --cpus: '1\\x1b[31m' is not a number of CPUs (a decimal such as 1.5)\n");

@@ -193,6 +193,11 @@ TEST_CASE("IP-literal targets are refused even with private addresses allowed") 
     CHECK(Body(response).size() < 200);
   }
   CHECK(proxy->DeniedHosts().at("(a malformed IP address)") == 3);
+  // inet_aton takes any number of leading zeros: a long literal that is an address is counted as the address.
+  const std::string zeros = "0x" + std::string(200, '0') + "7f000001";
+  response = Exchange(proxy.port, "GET http://" + zeros + "/ HTTP/1.1\r\nHost: " + zeros + "\r\n\r\n");
+  CHECK_THAT(Body(response), Catch::Contains(": 127.0.0.1 is an IP address"));
+  CHECK(proxy->DeniedHosts().at("127.0.0.1") == 3);
   for (const auto& [host, count] : proxy->DeniedHosts()) CHECK(host.size() <= 64);
 }
 

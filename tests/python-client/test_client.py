@@ -63,6 +63,8 @@ class TransportTest(unittest.TestCase):
         for suffix in ("/api", "/api/"):
             self.assertEqual(nsbox.Transport(node.url + suffix).request("GET", "/v1/sandboxes"), {"sandboxes": []})
             self.assertEqual(node.seen[-1].path, "/api/v1/sandboxes")
+        nsbox.Transport(node.url + "/a b/café").request("GET", "/v1/sandboxes")
+        self.assertEqual(node.seen[-1].path, "/a%20b/caf%C3%A9/v1/sandboxes")
         for bad in ("?x=1", "/api#top"):
             with self.assertRaises(nsbox.NsboxError) as cm:
                 nsbox.Transport(node.url + bad)

@@ -66,6 +66,7 @@ class CommandLine(unittest.TestCase):
         os.chmod(token, 0o600)
         for args, words in [(["--bogus"], "unknown option '--bogus' (see nsbox serve --help)"),
                             (["extra"], "unexpected argument 'extra'"), (["--allow-uid", "-1"], "--allow-uid"),
+                            (["--", "a", "b"], "unexpected arguments 'a b' (see nsbox serve --help)"),
                             (["--max-sandboxes", "5", "--max-sandboxes", "6"], "--max-sandboxes given 2 times"),
                             (["--pool", "host=5abc"], "--pool"),
                             # getaddrinfo would keep the low 16 bits of 99999 and bind port 34463

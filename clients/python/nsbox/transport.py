@@ -133,8 +133,9 @@ class Transport:
             self._scheme = parsed.scheme
             self._host = parsed.hostname
             self._port = parsed.port
-            # A path is where the API is mounted behind a proxy (http://host/nsbox): each route goes below it.
-            self._prefix = parsed.path.rstrip("/")
+            # A path is where the API is mounted behind a proxy (http://host/nsbox): each route goes below it,
+            # percent-encoded as the other clients' URL parsers send it (a space or "é" would not go at all).
+            self._prefix = urllib.parse.quote(parsed.path.rstrip("/"), safe="/%!$&'()*+,;=:@-._~")
 
     def _connection(self, timeout):
         if self._scheme == "unix":
