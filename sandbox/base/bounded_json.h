@@ -26,7 +26,7 @@ inline constexpr int kMaxJsonDepth = 128;
 // at most some tens of MiB once parsed, whatever the text.
 inline constexpr size_t kMaxJsonValues = 256 * 1024;
 
-// JSON that parses but that nsbox does not take: too deep, or a key twice in one object.
+// JSON nsbox does not take, though nlohmann would: too deep, too many values, a key twice in one object, a NUL byte.
 class JsonRefused : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

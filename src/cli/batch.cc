@@ -31,6 +31,7 @@
 #include "src/cli/batch_job.h"
 #include "src/cli/commands.h"
 #include "src/cli/network.h"
+#include "src/cli/parse_error.h"
 #include "src/cli/sandbox_options.h"
 
 namespace nsbox::cli {
@@ -611,14 +612,7 @@ void RegisterBatch(CLI::App& app, ExitCode& exit_code) {
   batch->add_option("--output", options.output_file,
                     "append results to FILE instead of stdout; jobs whose results FILE holds already are skipped");
   batch->add_option("--jobs", options.jobs, "run at most N jobs at once, whatever the node's budget (default: budget)")
-      ->check([](const std::string& value) {
-        // Decimal digits from 1 to 4096: CLI11 would take "0x10" as 16, and call "1.5" out of range.
-        const bool decimal = !value.empty() && value.size() <= 4 &&
-                             value.find_first_not_of("0123456789") == std::string::npos && value[0] != '0';
-        return decimal && std::stoul(value) <= 4096
-                   ? std::string()
-                   : fmt::format("'{}' is not a number of jobs from 1 to 4096 (decimal digits)", value);
-      });
+      ->check(DecimalIn("a number of jobs", 1, 4096));
   AddSandboxOptions(batch, options.sandbox);
   batch->add_option("--timeout", options.program.timeout, "each job's wall-clock limit unless it gives \"timeout\"")
       ->capture_default_str();

@@ -1,6 +1,7 @@
-// CLI11's parse errors in nsbox's words (ExplainParseError) and the first unknown option of a command line.
+// CLI11's parse errors in nsbox's words (ExplainParseError), the first unknown option of a command line, DecimalIn.
 #include "src/cli/parse_error.h"
 
+#include <charconv>
 #include <string_view>
 #include <vector>
 
@@ -44,6 +45,21 @@ std::string ExplainParseError(const CLI::App& command, const std::string& verb, 
       colon != std::string::npos && what.ends_with(" missing") && what.starts_with("-"))
     return fmt::format("{}{}: its value is missing", verb, what.substr(0, colon));
   return what;
+}
+
+CLI::Validator DecimalIn(const std::string& what, uint64_t low, uint64_t high) {
+  return CLI::Validator(
+      [=](const std::string& value) {
+        uint64_t number = 0;
+        const bool digits = !value.empty() && value.size() <= 19 &&
+                            value.find_first_not_of("0123456789") == std::string::npos &&
+                            (value.size() == 1 || value[0] != '0');
+        if (digits) std::from_chars(value.data(), value.data() + value.size(), number);
+        return digits && number >= low && number <= high
+                   ? std::string()
+                   : fmt::format("'{}' is not {} from {} to {} (decimal digits)", value, what, low, high);
+      },
+      fmt::format("{}..{}", low, high));
 }
 
 std::string FirstUnknownOption(const CLI::App& command, const std::vector<std::string>& args) {

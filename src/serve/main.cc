@@ -222,23 +222,6 @@ StatusOr<UniqueFd> ListenTcp(const std::string& host_port) {
   return sock;
 }
 
-// A whole number from `low` to `high` in decimal digits. CLI11's own checks read "0x10" as 16 and "010" as 8, take
-// 4294967295 (uid -1) for a uid, and refuse "abc" as "not in range 0.000000 to 1797...(300 digits).000000".
-CLI::Validator Decimal(const char* what, uint64_t low, uint64_t high) {
-  return CLI::Validator(
-      [=](const std::string& value) {
-        uint64_t number = 0;
-        const bool digits = !value.empty() && value.size() <= 19 &&
-                            value.find_first_not_of("0123456789") == std::string::npos &&
-                            (value.size() == 1 || value[0] != '0');
-        if (digits) std::from_chars(value.data(), value.data() + value.size(), number);
-        return digits && number >= low && number <= high
-                   ? std::string()
-                   : fmt::format("'{}' is not {} from {} to {} (decimal digits)", Printable(value), what, low, high);
-      },
-      fmt::format("{}..{}", low, high));
-}
-
 // The default directory of the socket (and state): made, or found, and then checked as the sessions' state root is,
 // since the socket in it carries every client's code and secrets: another user's pre-made /tmp/nsbox-UID would let
 // that user take the socket's place. Root's /run/nsbox is root's and not writable by others.
@@ -287,14 +270,14 @@ int main(int argc, char** argv) {
   app.add_option("--pool", pools, "keep N ready sandboxes of TEMPLATE (TEMPLATE=N, repeatable)");
   // Counts are whole numbers: "-1" would otherwise wrap around to no cap at all.
   app.add_option("--max-sandboxes", config.max_sandboxes, "sandboxes at most, all clients")
-      ->check(Decimal("a number of sandboxes", 1, 1 << 20))
+      ->check(nsbox::cli::DecimalIn("a number of sandboxes", 1, 1 << 20))
       ->capture_default_str();
   app.add_option("--max-per-client", config.max_per_client, "sandboxes at most per client")
-      ->check(Decimal("a number of sandboxes", 1, 1 << 20))
+      ->check(nsbox::cli::DecimalIn("a number of sandboxes", 1, 1 << 20))
       ->capture_default_str();
   app.add_option("--max-execs-per-sandbox", config.max_execs_per_sandbox,
                  "execs in flight at once in one sandbox (beyond, 429)")
-      ->check(Decimal("a number of execs", 1, 1 << 16))
+      ->check(nsbox::cli::DecimalIn("a number of execs", 1, 1 << 16))
       ->capture_default_str();
   app.add_option("--max-body", max_body, "largest request body")->capture_default_str();
   app.add_option("--max-held-answers", max_answers,
@@ -304,20 +287,20 @@ int main(int argc, char** argv) {
   app.add_option("--max-file-size", max_file, "largest file written or read through the files API")
       ->capture_default_str();
   app.add_option("--max-timeout", max_timeout, "seconds: the cap of every exec's timeout")
-      ->check(Decimal("a number of seconds", 1, 1 << 30))
+      ->check(nsbox::cli::DecimalIn("a number of seconds", 1, 1 << 30))
       ->capture_default_str();
   app.add_option("--default-timeout", default_timeout, "seconds: an exec's timeout when it gives none")
-      ->check(Decimal("a number of seconds", 1, 1 << 30))
+      ->check(nsbox::cli::DecimalIn("a number of seconds", 1, 1 << 30))
       ->capture_default_str();
   app.add_option("--allow-uid", allow_uids, "a uid besides the server's own that may use the socket (repeatable)")
-      ->check(Decimal("a uid", 0, 4294967294));
+      ->check(nsbox::cli::DecimalIn("a uid", 0, 4294967294));
   app.add_flag("--allow-network-host", config.allow_network_host,
                "let clients ask for network host (the host's network, the API's TCP port included)");
   app.add_option("--memory-budget", memory_budget, "memory the sandboxes' limits may add up to (default: the host's)");
   app.add_option("--pids-budget", config.pids_budget,
                  "processes the sandboxes' limits may add up to (default: half the host's kernel.pid_max and "
                  "kernel.threads-max, at most 32768)")
-      ->check(Decimal("a number of processes", 1, UINT32_MAX));
+      ->check(nsbox::cli::DecimalIn("a number of processes", 1, UINT32_MAX));
   app.add_option("--restricted-hosts", restricted, "the hosts of network restricted (default pypi.org "
                                                    "files.pythonhosted.org)");
   app.add_option("--nsbox-binary", nsbox_bin, "the nsbox program (set by nsbox serve)")->group("");
@@ -336,6 +319,7 @@ int main(int argc, char** argv) {
       Fail(kExitFailure, fmt::format("unknown option '{}' (see nsbox serve --help)", Printable(unknown)));
     Fail(kExitFailure, nsbox::cli::ExplainParseError(app, "", "nsbox serve", e.what()));
   }
+
   // Checks first: nothing is made for a command line that is wrong.
   if (!listen.empty() && token_file.empty())
     Fail(kExitFailure, "--listen needs --token-file: TCP is served only to clients with a bearer token");
