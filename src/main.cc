@@ -104,31 +104,19 @@ std::optional<std::string> UnknownOption(CLI::App& app, int argc, char** argv) {
   int i = 1;
   CLI::App* command = NamedCommand(app, argc, argv, &i, &path);
   if (command == &app || command->get_allow_extras()) return std::nullopt;
-  for (; i < argc; ++i) {
-    std::string_view word = argv[i];
-    if (word == "--") break;
-    if (word.size() < 2 || word[0] != '-' || (word[1] >= '0' && word[1] <= '9')) continue;
-    std::string name(word.substr(0, word.find('=')));
-    const CLI::Option* option = command->get_option_no_throw(name);
-    if (option == nullptr && name.size() == 2) option = command->get_option_no_throw(name.substr(1));
-    if (option != nullptr) {
-      // Its value is the next word (unless written --name=value): not an option, even when it starts with '-'.
-      if (option->get_expected_min() > 0 && word.find('=') == std::string_view::npos) ++i;
-      continue;
+  const std::string name = nsbox::cli::FirstUnknownOption(*command, std::vector<std::string>(argv + i, argv + argc));
+  if (name.empty()) return std::nullopt;
+  std::string nearest;
+  size_t best = 3;  // at most two edits away
+  for (const CLI::Option* known : command->get_options()) {
+    for (const std::string& long_name : known->get_lnames()) {
+      size_t distance = EditDistance(name, "--" + long_name);
+      // A near miss: a typo or two, not a different short word (--nope is not --code).
+      if (distance < best && distance * 3 <= name.size() - 2) best = distance, nearest = "--" + long_name;
     }
-    std::string nearest;
-    size_t best = 3;  // at most two edits away
-    for (const CLI::Option* known : command->get_options()) {
-      for (const std::string& long_name : known->get_lnames()) {
-        size_t distance = EditDistance(name, "--" + long_name);
-        // A near miss: a typo or two, not a different short word (--nope is not --code).
-        if (distance < best && distance * 3 <= name.size() - 2) best = distance, nearest = "--" + long_name;
-      }
-    }
-    return fmt::format("{}: unknown option '{}'{} (see {} --help)", path.substr(6), name,
-                       nearest.empty() ? "" : fmt::format("; did you mean {}?", nearest), path);
   }
-  return std::nullopt;
+  return fmt::format("{}: unknown option '{}'{} (see {} --help)", path.substr(6), name,
+                     nearest.empty() ? "" : fmt::format("; did you mean {}?", nearest), path);
 }
 
 // CLI11's other messages in nsbox's words, with the verb they are about (ExplainParseError).

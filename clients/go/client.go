@@ -152,7 +152,7 @@ func NewClient(rawURL, token string) (*Client, error) {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: the scheme must be unix, http or https", rawURL)
 	}
-	if u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(rawURL, "?#") {
+	if strings.ContainsAny(rawURL, "?#") { // an empty "?" or "#" too, which url.Parse keeps no field of
 		// Each route is appended to the URL: a query would swallow it ("/?x=1/v1/sandboxes").
 		return nil, fmt.Errorf("nsbox: NSBOX_URL %q: a query or fragment has no place in an endpoint", rawURL)
 	}

@@ -42,10 +42,10 @@ inline bool Contains(const std::vector<std::string>& words, const std::string& w
 }
 
 // A check; its fix is kept only when the verdict is not a pass.
-inline Check Make(std::string id, std::string title, Verdict verdict, std::string detail, std::string fix, bool required) {
+inline Check Make(std::string id, std::string title, Verdict verdict, std::string detail, std::string fix,
+                  bool required) {
   return Check{std::move(id), std::move(title), verdict, std::move(detail),
                verdict == Verdict::kPass ? "" : std::move(fix), required};
 }
-
 
 }  // namespace nsbox::doctor::text

@@ -66,9 +66,10 @@ std::string FirstUnknownOption(const CLI::App& command, const std::vector<std::s
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& word = args[i];
     if (word == "--") break;
-    if (word.size() < 2 || word[0] != '-') continue;
+    if (word.size() < 2 || word[0] != '-' || (word[1] >= '0' && word[1] <= '9')) continue;  // "-5": a value
     const std::string name = word.substr(0, word.find('='));
     const CLI::Option* option = command.get_option_no_throw(name);
+    if (option == nullptr && name.size() == 2) option = command.get_option_no_throw(name.substr(1));
     if (option == nullptr) return name;
     if (option->get_expected_min() > 0 && word.find('=') == std::string::npos) ++i;  // its value
   }

@@ -22,8 +22,8 @@ std::string ExplainParseError(const CLI::App& command, const std::string& verb, 
 // a number of 300 digits.
 CLI::Validator DecimalIn(const std::string& what, uint64_t low, uint64_t high);
 
-// The first word of `args` before "--" that looks like an option and names none of `command`'s, without its
-// "=value"; empty when there is none. An option's value (the next word, unless given as --name=value) is skipped.
+// The first word of `args` before "--" that looks like an option (not "-5") and names none of `command`'s, without
+// its "=value"; empty when there is none. An option's value (the next word, unless given as --name=value) is skipped.
 std::string FirstUnknownOption(const CLI::App& command, const std::vector<std::string>& args);
 
 }  // namespace nsbox::cli

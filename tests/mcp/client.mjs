@@ -202,7 +202,8 @@ await test("mcp: after the session's idle time-out the next call runs in a fresh
 await test("mcp: the operator's --max-timeout caps a model's timeout_seconds of 1e9", async () => {
   const { client } = await connect(["--max-timeout", "1s"]);
   const { tools } = await client.listTools();
-  assert.match(tools.find((t) => t.name === "execute_code").inputSchema.properties.timeout_seconds.description, /a longer one is cut to 1, the operator's cap/);
+  const timeoutText = tools.find((t) => t.name === "execute_code").inputSchema.properties.timeout_seconds.description;
+  assert.match(timeoutText, /a longer one is cut to 1, the operator's cap/);
   const started = Date.now();
   const r = await client.callTool({ name: "execute_code", arguments: { language: "bash", code: "sleep 20", timeout_seconds: 1e9 } });
   assert.equal(r.structuredContent.status, "timeout");

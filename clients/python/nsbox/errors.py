@@ -62,7 +62,8 @@ class RequestTimeout(NsboxError):
 _BY_STATUS = {400: Refused, 401: Refused, 403: Refused, 404: NotFound, 405: Refused, 409: Conflict, 413: Refused,
               429: CapacityFull, 503: ServerGone}
 _BY_CODE = {"bad_request": Refused, "unauthorized": Refused, "forbidden": Refused, "not_found": NotFound,
-            "method_not_allowed": Refused, "conflict": Conflict, "payload_too_large": Refused, "too_many_requests": CapacityFull,
+            "method_not_allowed": Refused, "conflict": Conflict, "payload_too_large": Refused,
+            "too_many_requests": CapacityFull,
             "setup_failed": SetupFailed, "internal": InternalError, "unavailable": ServerGone}
 
 

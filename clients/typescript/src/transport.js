@@ -105,7 +105,9 @@ export class Transport {
       } catch {
         throw bad('not unix:///path or http://host:port');
       }
-      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw bad('the scheme must be unix, http or https');
+      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+        throw bad('the scheme must be unix, http or https');
+      }
       if (parsed.search || parsed.hash) throw bad('a query or fragment has no place in an endpoint');
       this.base = { hostname: parsed.hostname.replace(/^\[|\]$/g, ''), port: parsed.port || undefined };
       // A path is where the API is mounted behind a proxy (http://host/nsbox): each route goes below it.
