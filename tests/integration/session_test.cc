@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -1179,33 +1180,60 @@ TEST_CASE("a changed-files list of control-byte names is cut short; the exec's r
 }
 
 TEST_CASE("an exec whose end is first seen past its time-out is one, and what it left running ends", "[session]") {
-  // The supervisor, stopped from 0.5 s to 3 s, finds the program (1 s) ended and its time-out (2 s) past: the result
-  // said "timeout ... the exec and its process group were killed" while what it left ran on (a setsid child; without
-  // limits, a child in the exec's own process group, which has no cgroup to kill it with).
+  // The supervisor, stopped while the program runs and kept stopped past its time-out (2 s), finds the program ended
+  // and its time-out past: the result said "timeout ... the exec and its process group were killed" while what it
+  // left ran on (a setsid child; without limits, a child in the exec's own process group, which has no cgroup to kill
+  // it with). The supervisor is stopped only once the program has started its beating child, and the attempt counts
+  // only when the program outlived the stop, so a slow start on a loaded machine cannot make the case vacuous.
   for (const std::vector<std::string>& create :
        {std::vector<std::string>{}, std::vector<std::string>{"--dangerously-run-without-limits"}}) {
     const bool limits = create.empty();
     INFO((limits ? "with limits" : "without limits"));
-    Sessions s;
-    std::string id = s.Create(create);
-    const pid_t supervisor = s.Record(id)["supervisor_pid"];
-    std::thread stopper([supervisor] {
-      std::this_thread::sleep_for(500ms);
-      ::kill(supervisor, SIGSTOP);
-      std::this_thread::sleep_for(2500ms);
-      ::kill(supervisor, SIGCONT);
-    });
-    const std::string beat_loop = "while :; do date +%s%N > /tmp/late-beat; sleep 0.05; done";
-    json late = s.Sh(
-        id, (limits ? "setsid sh -c '" + beat_loop + "'" : "sh -c '" + beat_loop + "'") + " >/dev/null 2>&1 & sleep 1",
-        {"--timeout", "2s"});
-    stopper.join();
+    const std::string marker = nsbox::testing::UniqueMarker("late-end");
+    // The beating child is python3, the program sh: the test tells them apart by name. A beat is written whole
+    // (renamed into place), so a kill between two writes never leaves the file empty.
+    const std::string beat_loop =
+        "import os, time\n"
+        "while True:\n"
+        "    open('/tmp/beat.new', 'w').write(str(time.time_ns()))\n"
+        "    os.rename('/tmp/beat.new', '/tmp/late-beat')\n"
+        "    time.sleep(0.05)\n";
+    const std::string script = std::string(limits ? "setsid " : "") + "python3 -c \"" + beat_loop + "\" " + marker +
+                               " >/dev/null 2>&1 & while [ ! -s /tmp/late-beat ]; do sleep 0.02; done; sleep 1; :";
+    auto named = [&](const std::string& comm) {
+      for (pid_t pid : nsbox::testing::ProgramsWithMarker(marker)) {
+        std::ifstream file("/proc/" + std::to_string(pid) + "/comm");
+        std::string name;
+        if (std::getline(file, name) && name == comm) return true;
+      }
+      return false;
+    };
+    // Each attempt has a session of its own, so one that came too late leaves nothing beating in the next.
+    std::optional<Sessions> s;
+    std::string id;
+    json late;
+    bool stopped_in_time = false;
+    for (int attempt = 0; attempt < 3 && !stopped_in_time; ++attempt) {
+      s.emplace();
+      id = s->Create(create);
+      const pid_t supervisor = s->Record(id)["supervisor_pid"];
+      std::thread stopper([&] {
+        if (!WaitFor([&] { return named("python3"); }, 30s)) return;
+        ::kill(supervisor, SIGSTOP);
+        stopped_in_time = named("sh");  // the program is still running: its end is seen only after the resume
+        std::this_thread::sleep_for(2500ms);
+        ::kill(supervisor, SIGCONT);
+      });
+      late = s->Sh(id, script, {"--timeout", "2s"});
+      stopper.join();
+    }
     INFO(late.dump());
+    REQUIRE(stopped_in_time);
     CHECK(late["status"] == "timeout");
-    const std::string beat = s.Sh(id, "cat /tmp/late-beat")["stdout"];
+    const std::string beat = s->Sh(id, "cat /tmp/late-beat")["stdout"];
     CHECK(beat.size() > 10);  // it did beat
     std::this_thread::sleep_for(300ms);
-    CHECK(s.Sh(id, "cat /tmp/late-beat")["stdout"] == beat);  // and beats no more
+    CHECK(s->Sh(id, "cat /tmp/late-beat")["stdout"] == beat);  // and beats no more
   }
 }
 
