@@ -868,7 +868,7 @@ class Auth(SharedCase):
                                                    headers={"Authorization": "bearer " + TOKENS["alice"]})
         self.assertEqual(lower.status, 200, lower)
 
-    def raw_exchange(self, head, wait_s=5):
+    def raw_exchange(self, head, wait_s=30):
         """Sends `head` (a request's head, no body) over TCP and returns what comes back within wait_s."""
         with socket.create_connection(("127.0.0.1", self.server.port), timeout=wait_s) as s:
             s.sendall(head)
@@ -1009,25 +1009,37 @@ class Isolation(SharedCase):
                                      body={"cmd": "true", "output_limit": 30 << 20})
         self.assertIn("share of --max-held-answers",
                       assert_error(self, too_big, 400, "bad_request")["error"]["message"])
-        answers = {}
+        answers, order, lock = {}, [], threading.Lock()  # order: the answers' names and "released", as they came
 
         def run(name, api, sandbox_id, cmd):
-            started = time.monotonic()
-            r = api.request("POST", f"/v1/sandboxes/{sandbox_id}/exec", body={"cmd": cmd, "output_limit": 20 << 20})
-            answers[name] = (r.status, json.loads(r.body).get("stdout"), time.monotonic() - started)
+            r = api.request("POST", f"/v1/sandboxes/{sandbox_id}/exec",
+                            body={"cmd": cmd, "output_limit": 20 << 20, "timeout": 30})
+            with lock:
+                order.append(name)
+                answers[name] = (r.status, json.loads(r.body).get("stdout"))
 
-        first = threading.Thread(target=run, args=("first", self.alice, sbx_a, "sleep 4; echo first"))
+        gate = "go-" + secrets.token_hex(6)
+        held = gated(gate, "echo first")
+        first = threading.Thread(target=run, args=("first", self.alice, sbx_a, held))
         first.start()
-        time.sleep(1)
+        # Its program runs, so its room is reserved (that comes before the program), and it ends only once released.
+        self.assertTrue(wait_for(lambda: host_processes_with_argv(["/bin/sh", "-c", held]), 20),
+                        "alice's first exec did not start")
         second = threading.Thread(target=run, args=("second", self.alice, sbx_a, "echo second"))
         second.start()
         run("bob", self.bob, sbx_b, "echo bob")
+        self.assertEqual(answers["bob"], (200, "bob\n"), f"another client's exec waited for alice's room: {answers}")
+        self.assertNotIn("first", order, "alice's first exec ended before it was released")
+        wait_for(lambda: "second" in answers, 1)  # a moment for a second run beside the first to show its answer
+        with lock:
+            order.append("released")
+        self.alice.call("PUT", files_path(sbx_a, gate), raw=b"")
         first.join(30)
         second.join(30)
-        self.assertEqual(answers["bob"][:2], (200, "bob\n"), answers)
-        self.assertLess(answers["bob"][2], 2.5, "another client's exec waited for alice's room")
-        self.assertEqual(answers["second"][:2], (200, "second\n"), answers)
-        self.assertGreater(answers["second"][2], 2, "alice's second exec ran past her share of the room")
+        self.assertEqual(answers.get("first"), (200, "first\n"), answers)
+        self.assertEqual(answers.get("second"), (200, "second\n"), answers)
+        # Only bob's answer came before the release: alice's second waited for her first's room.
+        self.assertEqual(order[:2], ["bob", "released"], f"alice's second exec ran past her share of the room: {order}")
 
 
 class Concurrency(SharedCase):
@@ -1098,6 +1110,8 @@ class Races(SharedCase):
             time.sleep(secrets.randbelow(300) / 1000)
             self.assertIn(self.server.api().delete(sandbox_id).status, (204, 404))
             time.sleep(0.05)
+            # Requests after the delete are what this test is for: under load the hammers may not have sent one yet.
+            wait_for(lambda: 404 in seen, 10)
             stop.set()
             for t in threads:
                 t.join(30)
@@ -1109,6 +1123,13 @@ class Races(SharedCase):
 def sleep_marker():
     """A `sleep` argument no other process on the host has: its process is found by its command line."""
     return f"{secrets.randbelow(9000) + 1000}.{secrets.randbelow(900000) + 100000}"
+
+
+def gated(gate, then):
+    """A cmd that waits until /workspace/<gate> exists (a PUT through the files API, not an exec, releases it), then
+    runs `then`; give its exec a timeout. With a gate name of its own its shell is found on the host by
+    host_processes_with_argv(["/bin/sh", "-c", cmd]) (an exec's cmd runs as /bin/sh -c cmd)."""
+    return f"while [ ! -e /workspace/{gate} ]; do sleep 0.05; done; {then}"
 
 
 def host_processes_with_argv(argv):
