@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -134,20 +136,40 @@ func countSandboxes(t *testing.T, c *Client) int {
 	return len(list)
 }
 
+// sandboxesLeft polls the server's listing until it is empty or 15 s have passed, and returns its last count: a
+// create cut short by the caller's context may leave a sandbox that the server removes on its own, a little later.
+func sandboxesLeft(t *testing.T, c *Client) int {
+	n := countSandboxes(t, c)
+	for end := time.Now().Add(15 * time.Second); n != 0 && time.Now().Before(end); n = countSandboxes(t, c) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return n
+}
+
+var timeLimitMs = regexp.MustCompile(`time limit of (\d+) ms`)
+
 func TestDeadlineShorterThanTheProgramKillsItWithATimeOut(t *testing.T) {
 	c := startServe(t)
 	rt, _ := NewRuntime(RuntimeOptions{Client: c, FreshSandboxPerCall: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	res, err := rt.Execute(ctx, "python", "import time\ntime.sleep(60)\n")
-	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "time-out") {
+	var e *Error
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "time-out") || !errors.As(err, &e) {
 		t.Fatalf("got %+v, %v; want a time-out error", res, err)
 	}
-	if time.Since(start) > 20*time.Second {
-		t.Fatalf("Execute returned only after %v", time.Since(start))
+	// Either the context ended the call (no result), or the server's result came in time: then the program ran
+	// under a limit inside the 1.5 s deadline, not under the 60 s default.
+	if e.Result != nil {
+		ms := -1
+		if m := timeLimitMs.FindStringSubmatch(e.Result.Reason); m != nil {
+			ms, _ = strconv.Atoi(m[1])
+		}
+		if ms < 0 || ms >= 1500 {
+			t.Fatalf("the program ran under %q; want a limit within the 1.5 s deadline", e.Result.Reason)
+		}
 	}
-	if n := countSandboxes(t, c); n != 0 {
+	if n := sandboxesLeft(t, c); n != 0 {
 		t.Fatalf("%d sandboxes left after the time-out", n)
 	}
 }
@@ -161,7 +183,7 @@ func TestCancellationEndsTheRun(t *testing.T) {
 	if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v; want a cancellation error", err)
 	}
-	if n := countSandboxes(t, c); n != 0 {
+	if n := sandboxesLeft(t, c); n != 0 {
 		t.Fatalf("%d sandboxes left after the cancellation", n)
 	}
 }
@@ -233,14 +255,24 @@ func TestARuntimeWhoseSandboxEndedRunsTheCallInANewOneAndSaysSo(t *testing.T) {
 
 func TestARuntimeCallsDeadlineHoldsWhileAnotherCallsCreateIsStuck(t *testing.T) {
 	release := make(chan struct{})
+	creating := make(chan struct{}, 8)
 	c := scriptedServer(t, func(r *http.Request) string {
+		select {
+		case creating <- struct{}{}:
+		default:
+		}
 		<-release // every create hangs until the test ends
 		return rawAnswer("503 Service Unavailable", "application/json", 2, "{}")
 	})
 	t.Cleanup(func() { close(release) })
 	rt, _ := NewRuntime(RuntimeOptions{Client: c})
 	go func() { _, _ = rt.Execute(context.Background(), "python", "print(1)") }() // holds the create
-	time.Sleep(200 * time.Millisecond)
+	// The first call's create has reached the server: the second call finds it under way.
+	select {
+	case <-creating:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the first call's create never reached the server")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
@@ -652,8 +684,8 @@ func TestAnExecWaitsForACompiledLanguagesCompileStep(t *testing.T) {
 
 func TestAnExecWithoutATimeoutSendsTheClientsDefault(t *testing.T) {
 	// The server's own default (5 s here) is not the client's: the client sends DefaultExecTimeout (60 s, capped at
-	// the server's 10 s), the time-out it waits for.
-	c := startServe(t, "--default-timeout", "5", "--max-timeout", "10")
+	// the server's 30 s), the time-out it waits for.
+	c := startServe(t, "--default-timeout", "5", "--max-timeout", "30")
 	ctx := context.Background()
 	s, err := c.Create(ctx, SandboxOptions{})
 	if err != nil {
@@ -691,23 +723,40 @@ func TestAnExecSendsTheTimeOutItWaitsFor(t *testing.T) {
 
 func TestADeadlineEndsTheProgramInTimeForItsTimeOutResultAndOutput(t *testing.T) {
 	// The program's time-out is set short of the context's deadline: the server's timeout result, with the output
-	// so far, arrives before the deadline cancels the request.
+	// so far, arrives before the deadline cancels the request. A 30 s deadline leaves the server a margin of 3 s
+	// (deadlineMargin) to end the program and answer; the program would run on past the deadline (the 60 s default,
+	// were the time-out not lowered), and the two calls run at once, so the test takes some 27 s.
 	ctx := context.Background()
 	s := smallSandbox(t, ctx)
-	short, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
-	defer cancel()
-	res, err := s.Exec(short, ExecRequest{Cmd: "echo before; sleep 30"})
-	if err != nil || res.Status != "timeout" || res.Stdout != "before\n" {
-		t.Fatalf("got %+v, %v; want the timeout result with its output", res, err)
-	}
 	rt, _ := NewRuntime(RuntimeOptions{Client: s.client})
 	defer rt.Close(ctx)
-	short, cancel = context.WithTimeout(ctx, 2500*time.Millisecond)
-	defer cancel()
-	_, err = rt.Execute(short, "python", "print('before', flush=True)\nimport time\ntime.sleep(30)\n")
+	// The runtime's sandbox is made first, outside the deadline: the deadline's call is the program alone.
+	if _, err := rt.Execute(ctx, "python", "print(1)"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var res *Result
+	var execErr, executeErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		short, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		res, execErr = s.Exec(short, ExecRequest{Cmd: "echo before; sleep 300"})
+	}()
+	go func() {
+		defer wg.Done()
+		short, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, executeErr = rt.Execute(short, "python", "print('before', flush=True)\nimport time\ntime.sleep(300)\n")
+	}()
+	wg.Wait()
+	if execErr != nil || res.Status != "timeout" || res.Stdout != "before\n" {
+		t.Fatalf("got %+v, %v; want the timeout result with its output", res, execErr)
+	}
 	var e *Error
-	if !errors.As(err, &e) || e.Kind != ErrTimeout || e.Result == nil || e.Result.Stdout != "before\n" {
-		t.Fatalf("got %v (%+v); want ErrTimeout carrying the server's result with its output", err, e)
+	if !errors.As(executeErr, &e) || e.Kind != ErrTimeout || e.Result == nil || e.Result.Stdout != "before\n" {
+		t.Fatalf("got %v (%+v); want ErrTimeout carrying the server's result with its output", executeErr, e)
 	}
 }
 
@@ -836,7 +885,7 @@ func TestAnAnswerOverMaxResponseBytesIsErrProtocolNamingTheCapWithTheRestUnread(
 			if werr == nil {
 				t.Fatalf("%s: the client read on past its cap", name)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(60 * time.Second): // a watchdog: the client closes at once, a hung one never does
 			t.Fatalf("%s: the answer was still being written", name)
 		}
 	}

@@ -151,7 +151,7 @@ class RealServer:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
-        end = time.monotonic() + 15  # the sessions end when their server is gone: wait for that, then look
+        end = time.monotonic() + 30  # the sessions end when their server is gone: wait for that, then look
         while self.still_there(snapshot) and time.monotonic() < end:
             time.sleep(0.1)
         self.left = self.still_there(snapshot)
