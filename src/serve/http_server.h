@@ -103,6 +103,9 @@ class HttpServer {
   void Stop(std::chrono::steady_clock::time_point answers_until = std::chrono::steady_clock::now() +
                                                                   std::chrono::seconds(10));
 
+  // Bytes of request bodies held (reserved) now, by all connections: what max_buffered_bytes bounds.
+  uint64_t HeldBodyBytes() const { return buffered_.load(); }
+
   struct Connection;  // one request's state (http_server.cc)
 
  private:

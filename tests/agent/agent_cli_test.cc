@@ -174,16 +174,17 @@ TEST_CASE("Ctrl-C (or a hang-up) ends nsbox agent with 130 and removes its sandb
   INFO("SIG" << signal_name);
   testing::FakeProviderServer server;
   const std::string log = TempFile();
-  // The stand-in nsbox has sessions and logs create/exec/rm; the signal arrives while the loop spins.
-  auto start = std::chrono::steady_clock::now();
-  CliRun run =
-      RunCli({"/usr/bin/timeout", "--preserve-status", "-s", signal_name, "2", NsboxBin(), "agent", "--provider",
-              "anthropic", "--base-url", server.BaseUrl("anthropic"), "Spin forever [scenario:loop]"},
-             {"ANTHROPIC_API_KEY=test-anthropic-key", "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"),
-              "FAKE_NSBOX_LOG=" + log});
+  // The stand-in nsbox has sessions and logs create/exec/rm; the signal arrives once the loop's exec spins (a shell
+  // waits for its line in the log, at most 30 s).
+  CliRun run = RunCli({"/bin/sh", "-c",
+                       "\"$0\" agent --provider anthropic --base-url \"$1\" 'Spin forever [scenario:loop]' & pid=$!; "
+                       "i=0; until grep -q '^exec ' \"$FAKE_NSBOX_LOG\" 2>/dev/null || [ $i -ge 600 ]; do sleep 0.05; "
+                       "i=$((i+1)); done; kill -\"$2\" $pid; wait $pid",
+                       NsboxBin(), server.BaseUrl("anthropic"), signal_name},
+                      {"ANTHROPIC_API_KEY=test-anthropic-key",
+                       "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"), "FAKE_NSBOX_LOG=" + log});
   CHECK(run.exit_code == 130);
   CHECK(run.err == "nsbox agent: interrupted\n");
-  CHECK(std::chrono::steady_clock::now() - start < 8s);
   auto lines = ReadLogLines(log);
   unlink(log.c_str());
   REQUIRE(lines.size() == 3);
@@ -195,12 +196,12 @@ TEST_CASE("the run time-out ends nsbox agent with 124 and removes its sandbox se
   if (!CliReady("run time-out ends nsbox agent")) return;
   testing::FakeProviderServer server;
   const std::string log = TempFile();
-  CliRun run = RunCli({NsboxBin(), "agent", "--timeout", "2s", "--base-url", server.BaseUrl("anthropic"),
+  CliRun run = RunCli({NsboxBin(), "agent", "--timeout", "5s", "--base-url", server.BaseUrl("anthropic"),
                        "Spin forever [scenario:loop]"},
                       {"ANTHROPIC_API_KEY=test-anthropic-key",
                        "NSBOX_BIN=" + testing::SourcePath("tests/agent/fake_nsbox.py"), "FAKE_NSBOX_LOG=" + log});
   CHECK(run.exit_code == 124);
-  CHECK(run.err == "nsbox agent: the run's time-out of 2s (--timeout) passed\n");
+  CHECK(run.err == "nsbox agent: the run's time-out of 5s (--timeout) passed\n");
   auto lines = ReadLogLines(log);
   unlink(log.c_str());
   REQUIRE_FALSE(lines.empty());

@@ -137,7 +137,7 @@ TEST_CASE("an infinite loop is ended by the tool time-out and the model is told"
         INFO(run.outcome.error);
         REQUIRE(run.outcome.end == AgentEnd::kAnswered);
         CHECK(run.outcome.answer.rfind("The program never finished; the sandbox reported status: timeout", 0) == 0);
-        CHECK(run.elapsed < 15s);
+        CHECK(run.elapsed < 40s);  // not the default tool time-out's 60 s
         auto results = ToolResultsSent(server.Requests());
         REQUIRE(results.size() == 1);
         CHECK(results[0].rfind("exit_code: 124\nstatus: timeout", 0) == 0);
@@ -376,7 +376,7 @@ TEST_CASE("a retry-after beyond the run's time-out gives up at once, saying why"
   CHECK(run.outcome.error ==
         "openai (HTTP 429: rate_limit_error: come back in an hour), and waiting 3600000 ms to retry "
         "would pass the run's time-out");
-  CHECK(run.elapsed < 5s);
+  CHECK(run.elapsed < 60s);  // did not wait the hour
 }
 
 TEST_CASE("the turn time-out ends a model call that hangs") {
@@ -385,7 +385,6 @@ TEST_CASE("the turn time-out ends a model call that hangs") {
   FlowRun run = RunFlow(server, "anthropic", rt, "x [scenario:slow]", [](AgentConfig& c) { c.turn_timeout = 1s; });
   CHECK(run.outcome.end == AgentEnd::kTimeout);
   CHECK(run.outcome.error == "the model did not answer within the turn time-out of 1s (--turn-timeout)");
-  CHECK(run.elapsed < 4s);
 }
 
 TEST_CASE("the run time-out is the tightest limit on a tool call") {
@@ -397,7 +396,7 @@ TEST_CASE("the run time-out is the tightest limit on a tool call") {
   });
   // The loop is cut by the run's deadline; the run then ends as a time-out, not after 60 s.
   CHECK(run.outcome.end == AgentEnd::kTimeout);
-  CHECK(run.elapsed < 6s);
+  CHECK(run.elapsed < 30s);
 }
 
 TEST_CASE("max steps ends a model that never stops calling tools") {
@@ -437,7 +436,7 @@ TEST_CASE("cancellation stops a running tool call and the run at once") {
   canceller.join();
   CHECK(run.outcome.end == AgentEnd::kCancelled);
   CHECK(AgentExitCode(run.outcome.end) == 130);
-  CHECK(run.elapsed < 5s);
+  CHECK(run.elapsed < 30s);  // not the tool time-out's 60 s
 }
 
 TEST_CASE("the transcript has every request, response and tool call as JSONL, and no API key") {

@@ -131,7 +131,7 @@ try:
     socket.getaddrinfo("example.com", 443)
     print("resolved")
 except socket.gaierror as e:
-    print("gaierror", time.monotonic() - t < 2.0)
+    print("gaierror", time.monotonic() - t < 4.0)  # under a resolver's 5 s time-out: no query waited on
 )");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");

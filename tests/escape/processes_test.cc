@@ -169,17 +169,23 @@ for i in range(20):
 time.sleep(0.5)
 for i in range(20):
     os.waitpid(-1, 0)        # our own children are ours to reap
-time.sleep(0.2)
-zombies = []
-for p in os.listdir("/proc"):
-    if p.isdigit():
-        try:
-            stat = open(f"/proc/{p}/stat").read()
-        except OSError:
-            continue
-        if stat.rsplit(')', 1)[1].split()[0] == "Z":
-            zombies.append(p)
-print("zombies:", zombies)
+def zombies():
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                stat = open(f"/proc/{p}/stat").read()
+            except OSError:
+                continue
+            if stat.rsplit(')', 1)[1].split()[0] == "Z":
+                found.append(p)
+    return found
+deadline = time.time() + 10  # pid 1 reaps them as they come; a busy machine may take a while
+left = zombies()
+while left and time.time() < deadline:
+    time.sleep(0.05)
+    left = zombies()
+print("zombies:", left)
 )");
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
@@ -190,7 +196,7 @@ print("zombies:", zombies)
 TEST_CASE("a time-out kills double-forked, setsid and SIGTERM-ignoring processes; nothing survives",
           "[escape][processes]") {
   std::string marker = UniqueMarker("timeout");
-  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "4s", "--lang", "python", "--code",
+  auto bg = StartProcess({NsboxBinary(), "run", "--json", "--timeout", "8s", "--lang", "python", "--code",
                           std::string(kPythonPrelude) + EvasiveProcesses(marker)});
   // The evasive processes exist (the test can see them) before the limit strikes.
   bool appeared = WaitForProgramsWithMarker(marker, 2, 10s);  // the two sleepers
@@ -201,7 +207,7 @@ TEST_CASE("a time-out kills double-forked, setsid and SIGTERM-ignoring processes
   CHECK(WIFEXITED(status));
   CHECK(json.value("status", "") == "timeout");
   CHECK(json.value("stdout", "") == "started\n");
-  CHECK(WaitForNoPidsWithMarker(marker, 2s));
+  CHECK(WaitForNoPidsWithMarker(marker, 15s));
 }
 
 // nsbox killed with SIGKILL cannot clean up: the kernel must (PR_SET_PDEATHSIG on pid 1, whose death ends the pid
@@ -216,7 +222,7 @@ TEST_CASE("nsbox killed with SIGKILL mid-run leaves no process behind", "[escape
   bg.Wait();
   CHECK(appeared);
   CHECK(before >= 2);
-  CHECK(WaitForNoPidsWithMarker(marker, 3s));
+  CHECK(WaitForNoPidsWithMarker(marker, 15s));
 }
 
 // Fork bombs exhaust the host's pid table: the pids limit (cgroup) contains them.
@@ -521,7 +527,7 @@ void CheckRemovedCleanly(CloneParentSession& session, const std::string& marker,
   INFO(rm.err);
   CHECK_FALSE(rm.guard_fired);
   CHECK(rm.exit_code == 0);
-  CHECK(WaitForNoPidsWithMarker(marker, 3s));
+  CHECK(WaitForNoPidsWithMarker(marker, 15s));
   CHECK(WaitForGroups(groups_before));
 }
 

@@ -37,7 +37,7 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
 
 nlohmann::json RunCasesJson(const std::string& code, const std::string& cases, int expected_exit) {
   std::string file = WriteTemp("cases.jsonl", cases);
-  auto raw = RunNsboxRaw({"run", "--json", "--timeout", "1s", "--lang", "c", "--code", code, "--cases", file});
+  auto raw = RunNsboxRaw({"run", "--json", "--timeout", "3s", "--lang", "c", "--code", code, "--cases", file});
   ::unlink(file.c_str());
   INFO(raw.out << raw.err);
   CHECK(raw.exit_code == expected_exit);
@@ -102,7 +102,7 @@ TEST_CASE("--cases: a wrong answer and a time-out fail alone, the others pass", 
                                "{\"name\": \"wrong\", \"stdin\": \"3\", \"expected_stdout\": "
                                "\"7\\n8\"}\n{\"name\": \"short\", \"stdin\": \"\", "
                                "\"expected_stdout\": \"\"}\n");
-  auto text = RunNsboxRaw({"run", "--timeout", "1s", "--lang", "c", "--code", kDoubler, "--cases", file});
+  auto text = RunNsboxRaw({"run", "--timeout", "3s", "--lang", "c", "--code", kDoubler, "--cases", file});
   ::unlink(file.c_str());
   INFO(text.out << text.err);
   CHECK(text.exit_code == 1);
@@ -345,7 +345,7 @@ TEST_CASE("batch: a C job's cases are judged after one compile; its compile erro
   nlohmann::json cases = nlohmann::json::array({{{"stdin", "4"}, {"expected_stdout", "8"}},
                                                 {{"name", "wrong"}, {"stdin", "3"}, {"expected_stdout", "7"}},
                                                 {{"name", "loop"}, {"stdin", "-1"}, {"expected_stdout", "0"}}});
-  nlohmann::json c_job = {{"id", "c"}, {"language", "c"}, {"code", kDoubler}, {"timeout", "1s"}, {"cases", cases}};
+  nlohmann::json c_job = {{"id", "c"}, {"language", "c"}, {"code", kDoubler}, {"timeout", "3s"}, {"cases", cases}};
   nlohmann::json bad_job = {
       {"id", "bad"}, {"language", "c"}, {"code", "int main(void) { return nope; }"}, {"cases", cases}};
   auto results = RunBatch({c_job, bad_job});

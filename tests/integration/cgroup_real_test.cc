@@ -261,19 +261,30 @@ TEST_CASE("real cgroup: two spinners under cpus=0.5 get about half a CPU, measur
   std::string backend = RealBackend("cpu spinner");
   if (backend.empty()) return;
   DYNAMIC_SECTION(backend) {
-    // On a busy machine the spinners may not even get half a CPU without a limit, which shows nothing
-    // about the limit: then measure again (up to three times), and report the machine as too busy.
+    // On a busy machine the spinners may not even get half a CPU without a limit, which shows nothing about the
+    // limit: then measure again (up to five times). A limited figure stands when it reaches the limit's range or
+    // passes it (never excused by a busy machine), or when it is measured right after the same spinners got room
+    // without the limit.
     double limited = 0, unlimited = 0;
     uint64_t throttled_us = 0, unlimited_throttled_us = 0;
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    bool stands = false;
+    for (int attempt = 0; attempt < 5 && !stands; ++attempt) {
       limited = SpinnerShare(&throttled_us, backend, 0.5);
-      if (limited >= 0.35 && limited <= 0.65) break;
+      stands = limited >= 0.35;
+      if (stands) break;
       unlimited = SpinnerShare(&unlimited_throttled_us, backend, 2);
-      INFO("cpus=0.5: " << limited << " CPUs; without the limit: " << unlimited << " CPUs");
-      if (unlimited >= 0.7 || limited > 0.65) break;  // the machine had room: the limited figure stands
+      if (unlimited < 0.7) continue;  // too busy to tell
+      limited = SpinnerShare(&throttled_us, backend, 0.5);
+      stands = true;
     }
     INFO("cpus=0.5: " << limited << " CPUs (group usage over wall time); the same without the limit: "
                       << unlimited << " CPUs (0 = not measured; below 0.7 the machine was too busy to tell)");
+    if (!stands) {
+      nsbox::testing::RecordSkip("cgroup_tests", "cpus=0.5 share (" + backend + ")",
+                                 "the machine was too busy to tell: without the limit the spinners got under 0.7 "
+                                 "CPUs, five times");
+      return;
+    }
     CHECK(limited >= 0.35);
     CHECK(limited <= 0.65);
     CHECK(throttled_us > 0);  // the quota, not a lack of work, held it back

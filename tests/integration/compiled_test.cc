@@ -248,12 +248,21 @@ TEST_CASE("a compiler stopped by the pids limit is compile_error whose reason na
 // starts at the supervisor's own: every small C program reported the same 4 MiB, and three children were one.
 TEST_CASE("a compiled program's peak_memory_bytes is its group's peak, children included, as a run's is",
           "[integration][compiled]") {
+  // Each child holds its 100 MiB until all three hold theirs (a barrier of two pipes, not a sleep).
   auto r = RunNsboxJson({"--lang", "c", "--code",
                          "#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n#include <sys/wait.h>\n"
-                         "int main(void) {\n  for (int i = 0; i < 3; i++)\n    if (fork() == 0) {\n"
+                         "int main(void) {\n  int ready[2], go[2];\n  if (pipe(ready) || pipe(go)) return 2;\n"
+                         "  for (int i = 0; i < 3; i++)\n    if (fork() == 0) {\n"
+                         "      close(go[1]);\n      close(ready[0]);\n"
                          "      volatile char *p = malloc(100 << 20);\n      memset((char *)p, 1, 100 << 20);\n"
                          "      long s = 0;\n      for (long j = 0; j < (100 << 20); j += 4096) s += p[j];\n"
-                         "      sleep(1);\n      _exit(s == 0);\n    }\n  while (wait(0) > 0) {}\n  return 0;\n}\n"});
+                         "      char c = 1;\n      if (write(ready[1], &c, 1) != 1) _exit(3);\n"
+                         "      while (read(go[0], &c, 1) > 0) {}\n      _exit(s == 0);\n    }\n"
+                         "  close(ready[1]);\n  char c;\n  for (int n = 0; n < 3; n++)\n"
+                         "    if (read(ready[0], &c, 1) != 1) return 4;\n"
+                         "  close(go[1]);\n  int status, failed = 0;\n"
+                         "  while (wait(&status) > 0) failed |= !WIFEXITED(status) || WEXITSTATUS(status);\n"
+                         "  return failed;\n}\n"});
   INFO(r.Describe());
   REQUIRE(r.status() == "ok");
   const uint64_t peak = r.json.value("peak_memory_bytes", uint64_t{0});

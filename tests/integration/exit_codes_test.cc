@@ -49,15 +49,17 @@ TEST_CASE("death by signal N is status signal and nsbox exits 128+N", "[integrat
   CHECK(r.json.value("reason", "") == "killed by signal 9 (SIGKILL)");
 }
 
-TEST_CASE("a time-out is status timeout, nsbox exits 124, close to the limit", "[integration][exit]") {
-  auto raw = RunNsboxRaw({"run", "--timeout", "300ms", "--", "/bin/sleep", "10"});
+TEST_CASE("a time-out is status timeout, nsbox exits 124, and ends the program", "[integration][exit]") {
+  // The program would run 60 s: the bounds below tell the time-out's end from the program's own, with room for a
+  // loaded machine (how close to the limit a run ends is a figure for tools/bench, not a test).
+  auto raw = RunNsboxRaw({"run", "--timeout", "300ms", "--", "/bin/sleep", "60"});
   CHECK(raw.exit_code == 124);
-  CHECK(raw.elapsed < 3s);
-  auto r = RunNsboxJson({"--timeout", "500ms", "--", "/bin/sleep", "10"});
+  CHECK(raw.elapsed < 30s);
+  auto r = RunNsboxJson({"--timeout", "500ms", "--", "/bin/sleep", "60"});
   INFO(r.Describe());
   CHECK(r.status() == "timeout");
   CHECK(r.json.value("wall_ms", 0) >= 500);
-  CHECK(r.json.value("wall_ms", 0) < 2500);
+  CHECK(r.json.value("wall_ms", 0) < 30000);
   CHECK(r.json.value("reason", "").find("500 ms") != std::string::npos);
 }
 
@@ -132,13 +134,11 @@ TEST_CASE("SIGINT sent to nsbox reaches the program's process group, as a termin
   }
   REQUIRE(is_ready);
   std::this_thread::sleep_for(100ms);  // sleep has started
-  const auto sent = std::chrono::steady_clock::now();
   ::kill(bg.pid, SIGINT);
   bg.Wait();
   auto json = nlohmann::json::parse(bg.Out(), nullptr, false);
   INFO(bg.Out());
-  CHECK(std::chrono::steady_clock::now() - sent < 5s);
-  CHECK(json.value("status", "") == "signal");
+  CHECK(json.value("status", "") == "signal");  // not the 20 s time-out
   CHECK(json.value("signal", 0) == SIGINT);
   CHECK(json.value("stdout", "x").empty());
 }
@@ -165,7 +165,9 @@ TEST_CASE("a signal to nsbox's process group (a terminal's Ctrl-C) reaches the p
       "got = []\n"
       "signal.signal(signal.SIGINT, lambda s, f: got.append(s))\n"
       "print('up', flush=True)\n"
-      "time.sleep(2)\n"
+      "end = time.time() + 30\n"
+      "while not got and time.time() < end: time.sleep(0.05)\n"
+      "time.sleep(1)  # a second copy would come within this\n"
       "print('SIGINTs:', len(got))\n";
   // The shell leads a process group of its own with nsbox in it, waits until the program is up, then signals the group.
   const std::string script = fmt::format(
@@ -182,11 +184,16 @@ TEST_CASE("a signal to nsbox's process group (a terminal's Ctrl-C) reaches the p
 TEST_CASE("CPU time counts every process of the sandbox, also those killed at a time-out or at the end",
           "[integration][exit]") {
   // The kernel lets the processes it kills with pid 1 vanish unreaped, and their CPU time with them.
-  auto timeout = RunShell("while :; do :; done", {"--timeout", "1s"});
+  auto timeout = RunShell("while :; do :; done", {"--timeout", "3s"});
   INFO(timeout.Describe());
   CHECK(timeout.status() == "timeout");
   CHECK(timeout.json.value("cpu_ms", 0) >= 200);
-  auto left = RunShell("setsid sh -c 'while :; do :; done' & sleep 1", {"--timeout", "10s"});
+  // The spinner says when it has used 0.3 s of CPU; the run ends then, and kills it.
+  auto left = RunShell(
+      "setsid /usr/bin/python3 -c \"import time\nwhile time.process_time() < 0.3: pass\n"
+      "open('/tmp/spun', 'w').close()\nwhile True: pass\" & "
+      "until [ -e /tmp/spun ]; do sleep 0.02; done",
+      {"--timeout", "60s"});
   INFO(left.Describe());
   CHECK(left.status() == "ok");
   CHECK(left.json.value("cpu_ms", 0) >= 200);

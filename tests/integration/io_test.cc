@@ -463,8 +463,7 @@ TEST_CASE("without --json, a compiled program's output too is passed on as it ru
                        NsboxBinary()});
   INFO(r.err);
   CHECK(r.out == "rc=125\n");
-  CHECK(r.err == "nsbox: writing the program's output: Broken pipe (EPIPE)\n");
-  CHECK(r.elapsed < 15s);
+  CHECK(r.err == "nsbox: writing the program's output: Broken pipe (EPIPE)\n");  // 125, not the time-out's 124
 }
 
 TEST_CASE("a large JSON result is streamed out, not built whole in nsbox's memory", "[integration][io]") {

@@ -454,7 +454,8 @@ std::set<std::string> NsboxGroups() {
 }
 
 bool WaitForGroups(const std::set<std::string>& expected) {
-  for (int i = 0; i < 500 && NsboxGroups() != expected; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 1500 && NsboxGroups() != expected; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return NsboxGroups() == expected;
 }
 

@@ -404,12 +404,13 @@ TEST_CASE("request bodies held at once are capped as their bytes come: past the 
   nsbox::serve::HttpServerOptions options;
   options.max_body_bytes = 100'000;
   options.max_buffered_bytes = 150'000;
-  std::atomic<bool> release{false};
+  std::atomic<bool> release{false}, taken{false};
   auto server = nsbox::serve::HttpServer::Start(listener.release(), false, options, [&](const auto& request) {
     nsbox::serve::HttpResponse r;
     r.body = std::to_string(request.body.size());
     if (request.path == "/taken") {  // a handler that has its body's worth and then runs long (an exec)
       request.body_taken();
+      taken = true;
       while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return r;
@@ -422,24 +423,33 @@ TEST_CASE("request bodies held at once are capped as their bytes come: past the 
   CHECK(silent.Answer(300).empty());
   RawClient first(port);
   first.Send(head + std::string(79'999, 'x'));
-  CHECK(first.Answer(300).empty());  // its bytes are held; the last one is waited for
+  // Its bytes are held (the server has read them); the last one is waited for.
+  auto held = [&](uint64_t bytes) {
+    for (int i = 0; i < 1000 && (*server)->HeldBodyBytes() < bytes; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return (*server)->HeldBodyBytes() >= bytes;
+  };
+  CHECK(held(79'999));
+  CHECK(first.Answer(300).empty());
   RawClient second(port);
   second.Send(head + std::string(80'000, 'x'));
-  CHECK_THAT(second.Answer(5000), Catch::StartsWith("HTTP/1.1 503"));  // both would pass the cap
+  CHECK_THAT(second.Answer(20000), Catch::StartsWith("HTTP/1.1 503"));  // both would pass the cap
   first.Send("x");
-  CHECK_THAT(first.Answer(5000), Catch::StartsWith("HTTP/1.1 200") && Catch::EndsWith("80000"));
+  CHECK_THAT(first.Answer(20000), Catch::StartsWith("HTTP/1.1 200") && Catch::EndsWith("80000"));
   RawClient third(port);  // the first's reservation is given back with its answer
   third.Send(head + std::string(80'000, 'y'));
-  CHECK_THAT(third.Answer(5000), Catch::StartsWith("HTTP/1.1 200"));
+  CHECK_THAT(third.Answer(20000), Catch::StartsWith("HTTP/1.1 200"));
   // A handler that says it has taken its body no longer holds it against the others while it runs.
   RawClient running(port);
   running.Send("POST /taken HTTP/1.1\r\nHost: x\r\nContent-Length: 80000\r\n\r\n" + std::string(80'000, 'z'));
+  for (int i = 0; i < 1000 && !taken; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(taken);
   CHECK(running.Answer(300).empty());
   RawClient beside(port);
   beside.Send(head + std::string(80'000, 'w'));
-  CHECK_THAT(beside.Answer(5000), Catch::StartsWith("HTTP/1.1 200"));
+  CHECK_THAT(beside.Answer(20000), Catch::StartsWith("HTTP/1.1 200"));
   release = true;
-  CHECK_THAT(running.Answer(5000), Catch::StartsWith("HTTP/1.1 200"));
+  CHECK_THAT(running.Answer(20000), Catch::StartsWith("HTTP/1.1 200"));
   (*server)->Stop();
 }
 
