@@ -60,7 +60,7 @@ class DelegatedCgroup:
             top = f"{CGROUP_ROOT}/{entry}/{self.name}"
             if not os.path.isdir(top):
                 continue
-            for _ in range(20):
+            for _ in range(300):  # podman's own cleanup of conmon's group may take a while on a loaded machine
                 dirs = [d for d, _, _ in os.walk(top, topdown=False)]
                 for d in dirs:
                     try:

@@ -151,8 +151,20 @@ TEST_CASE("a Kill ends the wait for a PassOutputOn pipe that nobody reads") {
   executor.wall_timeout = std::chrono::milliseconds(1500);
   nsbox::Sandbox sandbox(std::move(executor), TestPolicy());
   sandbox.PassOutputOn(pipe_fds[1], pipe_fds[1]);
+  Pid1Hook hook;
+  sandbox.SetHooks(&hook);
   sandbox.RunAsync();
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // the time-out has ended the program; the copy waits
+  // The Kill comes once the time-out has struck (its verdict is what this test keeps): once pid 1 is gone or a zombie,
+  // however long a loaded machine took to set the sandbox up. The copy of the output waits meanwhile.
+  auto ended = [&] {
+    const pid_t pid1 = hook.pid1;
+    if (pid1 <= 0) return false;
+    const std::string stat = ReadWhole("/proc/" + std::to_string(pid1) + "/stat");
+    const size_t paren = stat.rfind(')');
+    return stat.empty() || (paren != std::string::npos && stat.compare(paren, 4, ") Z ") == 0);
+  };
+  for (int i = 0; i < 1200 && !ended(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(ended());
   sandbox.Kill();
   auto awaited = std::async(std::launch::async, [&] { return sandbox.AwaitResult(); });
   bool returned = awaited.wait_for(std::chrono::seconds(20)) == std::future_status::ready;

@@ -456,7 +456,8 @@ TEST_CASE("a build killed with SIGKILL takes its processes along, and the next n
   REQUIRE(::kill(pid, SIGKILL) == 0);
   CHECK(Wait(pid) == 128 + SIGKILL);
   // The parent-death signal ends mkrootfs's pid namespace; its teardown takes a moment.
-  for (int i = 0; i < 50 && ProcessesUsingStore() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 300 && ProcessesUsingStore() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(ProcessesUsingStore() == 0);
   CHECK_FALSE(StorePathMounted());
   CHECK(Leftovers().size() == 1);  // the .build-killed-* directory: SIGKILL cannot be handled

@@ -206,9 +206,17 @@ TEST_CASE("a profile file that has not changed lately is known by its identity, 
 TEST_CASE("a run loads a settled profile by its identity, and an edited profile never by its old one") {
   CacheDir cache;
   fs::path copy = fs::path(cache.root) / "mine.json";
-  fs::copy_file(kCacheProfilesDir + "/strict.json", copy);
-  // Fresh: stored under its text.
-  auto strict = LoadCached(copy.string());
+  // Fresh: stored under its text. A load that a loaded machine held up until the copy had settled would store it
+  // under its identity: then the copy and the load are made again (at most three times).
+  std::vector<sock_filter> strict;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    fs::remove_all(cache.dir());
+    fs::remove(copy);
+    const time_t copied = ::time(nullptr);
+    fs::copy_file(kCacheProfilesDir + "/strict.json", copy);
+    strict = LoadCached(copy.string());
+    if (::time(nullptr) - copied < kSeccompStableSeconds) break;
+  }
   REQUIRE(cache.Entries().size() == 1);
   CHECK(StoredKey(cache.Entries()[0]).find("\"defaultAction\"") != std::string::npos);
   // Settled (its change time kSeccompStableSeconds in the past): stored and found under its identity.
