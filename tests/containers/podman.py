@@ -56,18 +56,20 @@ class DelegatedCgroup:
 
     def close(self):
         # podman made the parent in every hierarchy (blkio, devices, the v2 tree ...), and leaves conmon's group behind.
+        # Its own cleanup of that group may take a while on a loaded machine: 30 s for all the hierarchies together.
+        deadline = time.monotonic() + 30
         for entry in os.listdir(CGROUP_ROOT):
             top = f"{CGROUP_ROOT}/{entry}/{self.name}"
             if not os.path.isdir(top):
                 continue
-            for _ in range(300):  # podman's own cleanup of conmon's group may take a while on a loaded machine
+            for _ in range(300):
                 dirs = [d for d, _, _ in os.walk(top, topdown=False)]
                 for d in dirs:
                     try:
                         os.rmdir(d)
                     except OSError:
                         pass
-                if not os.path.isdir(top):
+                if not os.path.isdir(top) or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
 

@@ -151,9 +151,12 @@ await test("mcp: a long call is ended by notifications/cancelled and the server 
   );
   const endedFirst = pending.then((r) => { throw new Error(`it ended before it was cancelled: ${text(r)}`); });
   endedFirst.catch(() => {}); // the cancellation below rejects it too: handled there
-  await Promise.race([started, endedFirst]);
-  assert.equal(await sleepSeen(true), true, "another call sees the sleep while it runs");
-  controller.abort("user cancelled");
+  try {
+    await Promise.race([started, endedFirst]);
+    assert.equal(await sleepSeen(true), true, "another call sees the sleep while it runs");
+  } finally {
+    controller.abort("user cancelled"); // also when a check above failed: the sleep must not outlive the test
+  }
   await assert.rejects(pending);
   assert.equal(await sleepSeen(false), false, "the cancelled sleep did not run to its end");
   const r = await client.callTool({ name: "run_python", arguments: { code: "print('still here')" } });

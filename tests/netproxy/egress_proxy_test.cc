@@ -392,7 +392,9 @@ TEST_CASE("a client that never completes its request head is answered 408 after 
   RunningProxy proxy = StartProxy(config);
   UniqueFd client = ConnectLoopback(proxy.port);
   SendAllBlocking(client.get(), "GET http://allowed.test/ HTTP/1.1\r\n");
+  Clock::time_point start = Clock::now();
   CHECK_THAT(StatusLine(ReadToEof(client.get())), Catch::StartsWith("HTTP/1.1 408"));
+  CHECK(MillisecondsSince(start) < 15000);  // the configured 300 ms, not the default head timeout of 30 s
 }
 
 TEST_CASE("a request head with bare LF line ends is answered 400 at once, not 408 after the head timeout") {

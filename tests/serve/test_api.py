@@ -1022,20 +1022,25 @@ class Isolation(SharedCase):
         held = gated(gate, "echo first")
         first = threading.Thread(target=run, args=("first", self.alice, sbx_a, held))
         first.start()
-        # Its program runs, so its room is reserved (that comes before the program), and it ends only once released.
-        self.assertTrue(wait_for(lambda: host_processes_with_argv(["/bin/sh", "-c", held]), 20),
-                        "alice's first exec did not start")
         second = threading.Thread(target=run, args=("second", self.alice, sbx_a, "echo second"))
-        second.start()
-        run("bob", self.bob, sbx_b, "echo bob")
-        self.assertEqual(answers["bob"], (200, "bob\n"), f"another client's exec waited for alice's room: {answers}")
-        self.assertNotIn("first", order, "alice's first exec ended before it was released")
-        wait_for(lambda: "second" in answers, 1)  # a moment for a second run beside the first to show its answer
-        with lock:
-            order.append("released")
-        self.alice.call("PUT", files_path(sbx_a, gate), raw=b"")
-        first.join(30)
-        second.join(30)
+        try:
+            # Its program runs, so its room is reserved (that comes before the program); it ends only once released.
+            self.assertTrue(wait_for(lambda: host_processes_with_argv(["/bin/sh", "-c", held]), 20),
+                            "alice's first exec did not start")
+            second.start()
+            run("bob", self.bob, sbx_b, "echo bob")
+            self.assertEqual(answers["bob"], (200, "bob\n"),
+                             f"another client's exec waited for alice's room: {answers}")
+            self.assertNotIn("first", order, "alice's first exec ended before it was released")
+            # A moment for a second run beside the first to show its answer (a waiting one waits up to 10 s).
+            wait_for(lambda: "second" in answers, 3)
+        finally:
+            with lock:
+                order.append("released")
+            self.alice.call("PUT", files_path(sbx_a, gate), raw=b"")
+            first.join(30)
+            if second.ident is not None:  # started
+                second.join(30)
         self.assertEqual(answers.get("first"), (200, "first\n"), answers)
         self.assertEqual(answers.get("second"), (200, "second\n"), answers)
         # Only bob's answer came before the release: alice's second waited for her first's room.
@@ -1084,10 +1089,12 @@ class Races(SharedCase):
     def test_files_racing_a_delete_or_a_write_answer_gone_or_changed_never_500_or_400(self):
         # Bounded stress: the windows are a few system calls wide, so a round catches a regression only sometimes.
         seen, lock = {}, threading.Lock()
+        gone = [0]  # 404s so far: each round waits for one of its own
 
         def note(r):
             with lock:
                 seen.setdefault(r.status, r)
+                gone[0] += r.status == 404
 
         def hammer(sandbox_id, stop, kind):
             api = self.server.api()
@@ -1108,10 +1115,11 @@ class Races(SharedCase):
             for t in threads:
                 t.start()
             time.sleep(secrets.randbelow(300) / 1000)
+            before = gone[0]
             self.assertIn(self.server.api().delete(sandbox_id).status, (204, 404))
             time.sleep(0.05)
             # Requests after the delete are what this test is for: under load the hammers may not have sent one yet.
-            wait_for(lambda: 404 in seen, 10)
+            wait_for(lambda: gone[0] > before, 10)
             stop.set()
             for t in threads:
                 t.join(30)

@@ -628,16 +628,20 @@ class ExecBounds(unittest.TestCase):
 
         # Two execs held until released, both running, then a third in the same sandbox.
         gate = "go-" + secrets.token_hex(6)
-        held = gated(gate, "echo held")
-        threads = [threading.Thread(target=run, args=(f"held-{n}", one, {"cmd": held})) for n in range(2)]
+        # Each its own command line: a held shell's forked child has its parent's for a moment, so a count of one
+        # command's processes could count one exec twice.
+        held = [gated(gate, f"echo held; : {n}") for n in range(2)]
+        threads = [threading.Thread(target=run, args=(f"held-{n}", one, {"cmd": cmd})) for n, cmd in enumerate(held)]
         for t in threads:
             t.start()
-        self.assertTrue(wait_for(lambda: len(host_processes_with_argv(["/bin/sh", "-c", held])) == 2, 20),
-                        "the two held execs did not start")
-        third = server.api().request("POST", f"/v1/sandboxes/{one}/exec", body={"cmd": "echo third"})
-        release(one, gate)
-        for t in threads:
-            t.join(30)
+        try:
+            self.assertTrue(wait_for(lambda: all(host_processes_with_argv(["/bin/sh", "-c", cmd]) for cmd in held),
+                                     20), "the two held execs did not start")
+            third = server.api().request("POST", f"/v1/sandboxes/{one}/exec", body={"cmd": "echo third"})
+        finally:
+            release(one, gate)
+            for t in threads:
+                t.join(30)
         refused = assert_error(self, third, 429, "too_many_requests")
         self.assertIn("runs its maximum of 2 execs at once", refused["error"]["message"])
         self.assertIn("capacity", refused)
@@ -650,15 +654,19 @@ class ExecBounds(unittest.TestCase):
         held = gated(gate, "echo first")
         first = threading.Thread(target=run, args=("first", one, dict(big, cmd=held)))
         first.start()
-        # Its program runs, so its room is reserved (that comes before the program), and it ends only once released.
-        self.assertTrue(wait_for(lambda: host_processes_with_argv(["/bin/sh", "-c", held]), 20),
-                        "the first exec did not start")
         second = threading.Thread(target=run, args=("second", two, dict(big, cmd="echo second")))
-        second.start()
-        wait_for(lambda: "second" in answers, 1)  # a moment for a second run beside the first to show its answer
-        release(one, gate)
-        first.join(30)
-        second.join(30)
+        try:
+            # Its program runs, so its room is reserved (that comes before the program); it ends only once released.
+            self.assertTrue(wait_for(lambda: host_processes_with_argv(["/bin/sh", "-c", held]), 20),
+                            "the first exec did not start")
+            second.start()
+            # A moment for a second run beside the first to show its answer (a waiting one waits up to 10 s).
+            wait_for(lambda: "second" in answers, 3)
+        finally:
+            release(one, gate)
+            first.join(30)
+            if second.ident is not None:  # started
+                second.join(30)
         self.assertEqual({name: (a[0], a[1].get("stdout")) for name, a in answers.items()},
                          {"first": (200, "first\n"), "second": (200, "second\n")}, answers)
         self.assertEqual(order[0], "released", f"the second exec ran beside the first without room: {order}")
