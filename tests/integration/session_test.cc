@@ -1236,14 +1236,7 @@ TEST_CASE("an exec whose end is first seen past its time-out is one, and what it
         "    time.sleep(0.05)\n";
     const std::string script = std::string(limits ? "setsid " : "") + "python3 -c \"" + beat_loop + "\" " + marker +
                                " >/dev/null 2>&1 & while [ ! -s /tmp/late-beat ]; do sleep 0.02; done; sleep 1; :";
-    auto named = [&](const std::string& comm) {
-      for (pid_t pid : nsbox::testing::ProgramsWithMarker(marker)) {
-        std::ifstream file("/proc/" + std::to_string(pid) + "/comm");
-        std::string name;
-        if (std::getline(file, name) && name == comm) return true;
-      }
-      return false;
-    };
+    auto named = [&](const std::string& comm) { return nsbox::testing::ProgramWithMarkerNamed(marker, comm); };
     // Each attempt has a session of its own, so one that came too late leaves nothing beating in the next.
     std::optional<Sessions> s;
     std::string id;
@@ -1330,16 +1323,7 @@ while time.time() < end:
     c_ended = std::chrono::steady_clock::now();
   });
   // C's program is past its execve (its sh holds the marker) before the stopper starts, or the stopper would catch it.
-  REQUIRE(WaitFor(
-      [&] {
-        for (pid_t pid : nsbox::testing::ProgramsWithMarker(c_marker)) {
-          std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-          std::string name;
-          if (std::getline(comm, name) && name == "sh") return true;
-        }
-        return false;
-      },
-      30s));
+  REQUIRE(WaitFor([&] { return nsbox::testing::ProgramWithMarkerNamed(c_marker, "sh"); }, 30s));
   REQUIRE(s.Sh(id, "setsid python3 /workspace/stopper.py </dev/null >/dev/null 2>&1 & sleep 0.5")["status"] == "ok");
   char go[] = "/tmp/nsbox-go-XXXXXX";
   int go_fd = ::mkstemp(go);

@@ -357,6 +357,12 @@ std::vector<pid_t> ProgramsWithMarker(const std::string& marker) {
   return programs;
 }
 
+bool ProgramWithMarkerNamed(const std::string& marker, const std::string& comm) {
+  for (pid_t pid : ProgramsWithMarker(marker))
+    if (ReadWhole("/proc/" + std::to_string(pid) + "/comm") == comm + "\n") return true;
+  return false;
+}
+
 bool WaitForProgramsWithMarker(const std::string& marker, size_t count, std::chrono::milliseconds within) {
   const auto until = Clock::now() + within;
   while (ProgramsWithMarker(marker).size() < count) {

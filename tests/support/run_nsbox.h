@@ -96,6 +96,8 @@ bool WaitForPidsWithMarker(const std::string& marker, size_t count, std::chrono:
 // The sandboxed programs among them: nsbox, its pid 1 and its cgroup reaper (all "nsbox", forks of it) carry nsbox's
 // command line, and with it any marker passed in --code, and are not counted.
 std::vector<pid_t> ProgramsWithMarker(const std::string& marker);
+// Whether one of them runs under this command name (/proc/PID/comm: "sh", "python3").
+bool ProgramWithMarkerNamed(const std::string& marker, const std::string& comm);
 bool WaitForProgramsWithMarker(const std::string& marker, size_t count, std::chrono::milliseconds within);
 std::vector<std::string> MountLinesContaining(const std::string& needle);  // in the host's /proc/self/mounts
 std::string UniqueMarker(const std::string& what);  // "nsbox-test-WHAT-<pid>-<n>-<random>"
