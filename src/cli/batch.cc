@@ -29,6 +29,7 @@
 #include "sandbox/spec/units.h"
 #include "sandbox/stdin_feeder.h"
 #include "src/cli/batch_job.h"
+#include "src/cli/batch_lines.h"
 #include "src/cli/commands.h"
 #include "src/cli/network.h"
 #include "src/cli/parse_error.h"
@@ -36,86 +37,6 @@
 
 namespace nsbox::cli {
 namespace batch_internal {
-
-constexpr size_t kMaxJobLineBytes = 40 << 20;  // 16 MiB of code and 16 of stdin, escaped
-
-// Lines of a descriptor, each at most max_bytes; a longer one is reported as too long (and skipped, or with
-// keep_head, its first max_bytes given).
-class LineReader {
- public:
-  explicit LineReader(int fd, size_t max_bytes = kMaxJobLineBytes, bool keep_head = false)
-      : fd_(fd), max_bytes_(max_bytes), keep_head_(keep_head) {}
-  enum Got { kLine, kEnd, kMore };
-  // The next line, without its newline; kEnd at the end of input. `too_long` when the line was longer than
-  // max_bytes (its text is dropped, or all but its head). Without `read_more`, kMore when no whole line is buffered:
-  // Fill() once the descriptor is readable (batch's loop polls it with its signals). An error is a failed read.
-  StatusOr<Got> Next(std::string& line, bool& too_long, bool read_more = true) {
-    for (;;) {
-      const size_t newline = buffer_.find('\n', scanned_);
-      if (newline != std::string::npos) {
-        Take(newline, line, too_long);
-        return kLine;
-      }
-      scanned_ = buffer_.size();
-      if (buffer_.size() - start_ > max_bytes_) {  // drop the text, keep looking for the line's end
-        if (keep_head_ && !too_long_) head_ = buffer_.substr(start_, max_bytes_);
-        dropped_ += buffer_.size() - start_;
-        too_long_ = true;
-        buffer_.clear();
-        start_ = scanned_ = 0;
-      }
-      if (eof_) {
-        if (buffer_.size() == start_ && !too_long_) return kEnd;
-        Take(buffer_.size(), line, too_long);  // a last line without its newline
-        return kLine;
-      }
-      if (!read_more) return kMore;
-      NSBOX_RETURN_IF_ERROR(Fill());
-    }
-  }
-  // One read(2): what is there (nothing when it would block), or the end of input.
-  Status Fill() {
-    if (start_ > 0) {
-      buffer_.erase(0, start_);
-      scanned_ -= start_;
-      start_ = 0;
-    }
-    char chunk[1 << 16];
-    const ssize_t n = ::read(fd_, chunk, sizeof chunk);
-    if (n < 0) return errno == EINTR || errno == EAGAIN ? OkStatus() : Status::Errno("read(JOBS)");
-    if (n == 0) eof_ = true;
-    buffer_.append(chunk, static_cast<size_t>(n));
-    return OkStatus();
-  }
-  // The last line's length, without its newline, dropped text included.
-  uint64_t last_line_bytes() const { return last_line_bytes_; }
-
- private:
-  void Take(size_t end, std::string& line, bool& too_long) {
-    too_long = too_long_;
-    last_line_bytes_ = dropped_ + (end - start_);
-    dropped_ = 0;
-    if (too_long_)
-      line = keep_head_ ? std::move(head_) : std::string();
-    else
-      line.assign(buffer_.substr(start_, end - start_));
-    head_.clear();
-    start_ = scanned_ = std::min(end + 1, buffer_.size());
-    too_long_ = false;
-  }
-
-  int fd_;
-  size_t max_bytes_;
-  bool keep_head_;
-  std::string head_;  // with keep_head_: the first max_bytes_ of a line too long
-  uint64_t dropped_ = 0, last_line_bytes_ = 0;
-  std::string buffer_;  // buffer_[start_, size) is not taken yet; no newline in [start_, scanned_)
-  size_t start_ = 0, scanned_ = 0;
-  bool too_long_ = false;
-  bool eof_ = false;
-};
-
-bool Blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
 
 // One job in flight: what it needs alive while it runs, and where its result lands.
 struct Running {
@@ -162,44 +83,6 @@ Result SetupError(const Status& status) {
   result.status = RunStatus::kSetupError;
   result.reason = status.message();
   return result;
-}
-
-// The keys of the results already in FILE. A last line without its newline (a write cut short by a kill) is
-// removed; any other line that is not a batch result refuses the resume.
-StatusOr<std::set<std::string>> ReadDone(const std::string& path) {
-  std::set<std::string> done;
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-  if (!fd) {
-    if (errno == ENOENT) return done;
-    return Status::Errno(fmt::format("--output: open({})", path));
-  }
-  struct stat before {};
-  if (::fstat(fd.get(), &before) != 0) return Status::Errno(fmt::format("--output: fstat({})", path));
-  if (!S_ISREG(before.st_mode))  // a device or FIFO can be neither resumed from nor appended to safely
-    return Status::Error(fmt::format("--output {}: not a regular file", path));
-  // A result line may be hundreds of megabytes (output kept, escaped); its key comes first, within a job line's size.
-  LineReader reader(fd.get(), kMaxJobLineBytes, true);
-  std::string line;
-  bool too_long = false;
-  uint64_t number = 0, complete_bytes = 0, total_bytes = 0;
-  for (;;) {
-    auto more = reader.Next(line, too_long);
-    if (!more.ok()) return more.status().Wrap("--output");
-    if (*more == LineReader::kEnd) break;
-    ++number;
-    total_bytes += reader.last_line_bytes() + 1;
-    // The last line without its newline was cut short, even when what was written parses: its job runs again.
-    if (total_bytes > static_cast<uint64_t>(before.st_size)) break;
-    auto key = ResultLineKey(line);
-    if (!key.ok()) return key.status().Wrap(fmt::format("--output {}: line {}", path, number));
-    done.insert(*key);
-    complete_bytes = total_bytes;
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) > complete_bytes &&
-      ::ftruncate(fd.get(), static_cast<off_t>(complete_bytes)) != 0)
-    return Status::Errno(fmt::format("--output: ftruncate({}) of a cut last line", path));
-  return done;
 }
 
 // The policy and program of one job, built in the main thread (BuildProgram reads the umask by setting it).
@@ -388,23 +271,6 @@ void Batch::Progress(bool final) {
                                  running_.size(), seconds > 0 ? static_cast<double>(written_) / seconds : 0.0, seconds);
   if (final) line += "\r\033[K";
   (void)WriteAll(2, line);
-}
-
-// Non-blank lines of a regular file, for the progress line's total; 0 (unknown) for a pipe.
-uint64_t CountJobs(const std::string& path) {
-  struct stat st {};
-  if (path == "-" || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return 0;
-  LineReader reader(fd.get());
-  std::string line;
-  bool too_long = false;
-  uint64_t count = 0;
-  for (;;) {
-    auto more = reader.Next(line, too_long);
-    if (!more.ok() || *more == LineReader::kEnd) return count;
-    if (too_long || !Blank(line)) ++count;
-  }
 }
 
 int Batch::Run() {
