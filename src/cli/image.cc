@@ -27,7 +27,9 @@
 #include "sandbox/base/status.h"
 #include "sandbox/base/unique_fd.h"
 #include "src/cli/commands.h"
+#include "src/cli/file_tree.h"
 #include "src/cli/image_store.h"
+#include "src/cli/image_template.h"
 
 extern char** environ;
 

@@ -1,9 +1,7 @@
-// The image store: listing, resolving, removing and sweeping images; loading templates (layout: image_store.h).
+// The image store: listing, resolving, removing and sweeping images (layout: image_store.h).
 #include "src/cli/image_store.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -23,10 +21,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "sandbox/base/bounded_json.h"
-#include "sandbox/base/data_dir.h"
 #include "sandbox/base/fs.h"
 #include "sandbox/base/unique_fd.h"
+#include "src/cli/file_tree.h"
 
 namespace nsbox::cli {
 namespace {
@@ -47,20 +44,6 @@ bool IsImage(const std::string& store, const std::string& name) {
   return IsDirectory(store + "/" + name) && IsDirectory(store + "/" + name + "/rootfs");
 }
 
-// Entry names of a directory, without "." and "..".
-StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
-  DIR* dir = ::opendir(path.c_str());
-  if (!dir) return Status::Errno(fmt::format("opendir({})", path));
-  std::vector<std::string> names;
-  while (struct dirent* entry = ::readdir(dir)) {
-    std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(std::move(name));
-  }
-  ::closedir(dir);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 std::string JoinNames(const std::vector<std::string>& names) {
   if (names.empty()) return "none";
   std::string out;
@@ -69,27 +52,6 @@ std::string JoinNames(const std::vector<std::string>& names) {
     out += n;
   }
   return out;
-}
-
-// nftw(3) has no user pointer; these hold one walk's state (the CLI is single-threaded).
-uint64_t g_walk_bytes = 0;
-std::set<std::pair<dev_t, ino_t>> g_walk_seen;
-
-int CountEntry(const char*, const struct stat* st, int type, struct FTW*) {
-  if (type == FTW_NS) return 0;
-  if (st->st_nlink > 1 && !S_ISDIR(st->st_mode) && !g_walk_seen.insert({st->st_dev, st->st_ino}).second) return 0;
-  g_walk_bytes += static_cast<uint64_t>(st->st_blocks) * 512;
-  return 0;
-}
-
-// FNV-1a, 64 bits: a stable digest of a template's bytes to key caches with; not a security boundary.
-std::string Fnv1a64(const std::string& data) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (unsigned char c : data) {
-    hash ^= c;
-    hash *= 0x100000001b3ULL;
-  }
-  return fmt::format("{:016x}", hash);
 }
 
 StatusOr<ImageInfo> ReadImageInfo(const std::string& store, const std::string& name) {
@@ -410,202 +372,6 @@ StatusOr<int> SweepStaleEntries(const std::string& store) {
   }
   if (!first_failure.ok()) return first_failure;
   return removed;
-}
-
-namespace {
-
-// One directory of a removal in progress: its name in its parent and the subdirectories still to remove.
-struct RemovalLevel {
-  std::string name;
-  std::vector<std::string> subdirs;
-};
-
-// Unlinks the entries of `dir` that are not directories and returns the names of those that are (on `device`; a
-// directory of another file system is left, so that its parent's rmdir fails).
-StatusOr<std::vector<std::string>> UnlinkFilesIn(int dir, dev_t device, const std::string& shown) {
-  int copy = ::fcntl(dir, F_DUPFD_CLOEXEC, 0);
-  if (copy < 0) return Status::Errno("dup");
-  DIR* stream = ::fdopendir(copy);
-  if (!stream) {
-    ::close(copy);
-    return Status::Errno(fmt::format("opendir({})", shown));
-  }
-  std::vector<std::string> names, subdirs;
-  while (struct dirent* e = ::readdir(stream))
-    if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") names.emplace_back(e->d_name);
-  ::closedir(stream);
-  for (const auto& name : names) {
-    struct stat st;
-    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      if (errno == ENOENT) continue;
-      return Status::Errno(fmt::format("stat({}/{})", shown, name));
-    }
-    if (S_ISDIR(st.st_mode)) {
-      if (st.st_dev == device) subdirs.push_back(name);
-    } else if (::unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
-      return Status::Errno(fmt::format("unlink({}/{})", shown, name));
-    }
-  }
-  return subdirs;
-}
-
-}  // namespace
-
-Status RemoveTree(const std::string& path) {
-  struct stat top;
-  if (::lstat(path.c_str(), &top) != 0)
-    return errno == ENOENT ? OkStatus() : Status::Errno(fmt::format("stat({})", path));
-  if (!S_ISDIR(top.st_mode))
-    return ::unlink(path.c_str()) == 0 || errno == ENOENT ? OkStatus() : Status::Errno(fmt::format("unlink({})", path));
-  // By descriptor, one directory open at a time: an image's tree may be deeper than PATH_MAX allows a path to name,
-  // or than the descriptors allow open at once. Going back up through ".." is safe: the tree is root's and held by
-  // its remover's lock.
-  UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!dir) return Status::Errno(fmt::format("open({})", path));
-  auto shown = [&](size_t depth) { return depth == 0 ? path : fmt::format("{}/... ({} levels down)", path, depth); };
-  std::vector<RemovalLevel> levels(1);
-  auto subdirs = UnlinkFilesIn(dir.get(), top.st_dev, path);
-  if (!subdirs.ok()) return subdirs.status();
-  levels.back().subdirs = std::move(*subdirs);
-  while (true) {
-    RemovalLevel& level = levels.back();
-    if (!level.subdirs.empty()) {
-      std::string name = std::move(level.subdirs.back());
-      level.subdirs.pop_back();
-      UniqueFd sub(::openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!sub) {
-        if (errno == ENOENT) continue;
-        return Status::Errno(fmt::format("open({}/{})", shown(levels.size() - 1), name));
-      }
-      subdirs = UnlinkFilesIn(sub.get(), top.st_dev, shown(levels.size()));
-      if (!subdirs.ok()) return subdirs.status();
-      levels.push_back({std::move(name), std::move(*subdirs)});
-      dir = std::move(sub);
-      continue;
-    }
-    if (levels.size() == 1) break;
-    UniqueFd parent(::openat(dir.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!parent) return Status::Errno(fmt::format("open({}/..)", shown(levels.size() - 1)));
-    if (::unlinkat(parent.get(), level.name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
-      return Status::Errno(fmt::format("rmdir({}/{})", shown(levels.size() - 2), level.name));
-    levels.pop_back();
-    dir = std::move(parent);
-  }
-  dir.reset();
-  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return Status::Errno(fmt::format("rmdir({})", path));
-  return OkStatus();
-}
-
-StatusOr<uint64_t> DiskUsage(const std::string& path) {
-  g_walk_bytes = 0;
-  g_walk_seen.clear();
-  if (::nftw(path.c_str(), CountEntry, 64, FTW_PHYS | FTW_MOUNT) != 0)
-    return Status::Errno(fmt::format("nftw({})", path));
-  g_walk_seen.clear();
-  return g_walk_bytes;
-}
-
-std::string TemplateDir() { return DataDir() + "/rootfs/templates"; }
-
-std::vector<std::string> KnownTemplates(const std::string& template_dir) {
-  std::vector<std::string> names;
-  if (auto entries = ListDirectory(template_dir); entries.ok())
-    for (const auto& e : *entries)
-      if (e.size() > 5 && e.compare(e.size() - 5, 5, ".json") == 0) names.push_back(e.substr(0, e.size() - 5));
-  return names;
-}
-
-StatusOr<ImageTemplate> LoadTemplate(const std::string& name_or_path, const std::string& template_dir) {
-  bool is_path = name_or_path.find('/') != std::string::npos ||
-                 (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
-  std::string path = is_path ? name_or_path : template_dir + "/" + name_or_path + ".json";
-  std::string name = path.substr(path.rfind('/') + 1);
-  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0) name.resize(name.size() - 5);
-  if (!is_path && !std::regex_match(name_or_path, std::regex("[A-Za-z0-9._-]+")))
-    return Status::Error(fmt::format("'{}' is not a template name", name_or_path));
-  if (!PathExists(path)) {
-    if (is_path) return Status::Error(fmt::format("template file {} does not exist", path));
-    return Status::Error(fmt::format("unknown template '{}' (known templates: {}; or give a path to a .json file)",
-                                     name_or_path, JoinNames(KnownTemplates(template_dir))));
-  }
-  auto text = ReadFile(path, 1 << 20);
-  if (!text.ok()) return text.status().Wrap(fmt::format("reading template '{}'", name));
-  return ParseTemplate(name, path, *text);
-}
-
-StatusOr<ImageTemplate> ParseTemplate(const std::string& name, const std::string& path, const std::string& text) {
-  auto broken = [&](const std::string& why) {
-    return Status::Error(fmt::format("template '{}' is broken: {}", name, why));
-  };
-  json j;
-  try {
-    j = ParseBoundedJson(text);
-  } catch (const JsonRefused& e) {
-    return broken(e.what());
-  } catch (const json::exception& e) {
-    return broken(fmt::format("not valid JSON: {}", JsonErrorText(e)));
-  }
-  if (!j.is_object()) return broken("it must be a JSON object");
-  static const std::set<std::string> kKnownKeys = {"comment", "description", "packages",
-                                                   "files",   "customize",   "smoke_test"};
-  for (const auto& [key, value] : j.items())
-    if (!kKnownKeys.count(key))
-      return broken(
-          fmt::format("unknown key '{}' (known: comment, customize, description, files, packages, smoke_test)", key));
-
-  ImageTemplate t;
-  t.name = name;
-  t.path = path;
-  t.digest = Fnv1a64(text);
-  if (j.contains("description")) {
-    if (!j["description"].is_string()) return broken("'description' must be a string");
-    t.description = j["description"];
-  }
-  if (j.contains("packages")) {
-    if (!j["packages"].is_array()) return broken("'packages' must be a list of Debian package names");
-    static const std::regex kPackage("[a-z0-9][a-z0-9+.-]+");
-    for (const auto& p : j["packages"]) {
-      if (!p.is_string() || !std::regex_match(p.get<std::string>(), kPackage))
-        return broken(fmt::format("'packages': {} is not a Debian package name", p.dump()));
-      t.packages.push_back(p);
-    }
-  }
-  if (j.contains("files")) {
-    if (!j["files"].is_array()) return broken("'files' must be a list of {path, content, mode}");
-    static const std::regex kMode("0?[0-7]{3,4}");
-    size_t i = 0;
-    for (const auto& f : j["files"]) {
-      if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("content") ||
-          !f["content"].is_string())
-        return broken(fmt::format("'files'[{}] needs a string 'path' and a string 'content'", i));
-      // tools/mkrootfs hands the path to mmdebstrap's hooks, which a shell reads: plain characters only, so that it
-      // stays data.
-      static const std::regex kPath("(/[A-Za-z0-9_+@,=-][A-Za-z0-9._+@,=-]*)+");
-      std::string file_path = f["path"];
-      if (file_path.empty() || file_path[0] != '/' || file_path.find("/../") != std::string::npos ||
-          file_path.ends_with("/..") || file_path.find_first_of(" \n") != std::string::npos)
-        return broken(fmt::format("'files'[{}]: path '{}' must be absolute, without '..' or spaces", i, file_path));
-      if (!std::regex_match(file_path, kPath))
-        return broken(fmt::format("'files'[{}]: path '{}' may hold only letters, digits and . _ + @ , = - between "
-                                  "its slashes (no component starting with '.')",
-                                  i, file_path));
-      if (f.contains("mode") && (!f["mode"].is_string() || !std::regex_match(f["mode"].get<std::string>(), kMode)))
-        return broken(fmt::format("'files'[{}]: mode must be an octal string like \"0644\"", i));
-      ++i;
-    }
-  }
-  if (j.contains("customize")) {
-    if (!j["customize"].is_array()) return broken("'customize' must be a list of shell commands (run in the chroot)");
-    for (const auto& c : j["customize"])
-      if (!c.is_string()) return broken("'customize' must be a list of shell commands (run in the chroot)");
-  }
-  if (!j.contains("smoke_test") || !j["smoke_test"].is_array() || j["smoke_test"].empty())
-    return broken("'smoke_test' must be a non-empty argv list, e.g. [\"/bin/sh\", \"-c\", \"true\"]");
-  for (const auto& a : j["smoke_test"]) {
-    if (!a.is_string()) return broken("'smoke_test' must be a list of strings");
-    t.smoke_test.push_back(a);
-  }
-  return t;
 }
 
 std::string HumanSize(uint64_t bytes) {

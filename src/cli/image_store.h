@@ -71,28 +71,6 @@ StatusOr<std::string> ForeignEntry(const std::string& store);
 // store that is nsbox's (mode kImageStoreMode, or nothing foreign in it). Returns the number of entries removed.
 StatusOr<int> SweepStaleEntries(const std::string& store);
 
-// Deletes a directory tree without following symlinks or crossing into other mounted filesystems.
-Status RemoveTree(const std::string& path);
-// Disk usage of a tree in bytes (allocated blocks, hard links counted once, same filesystem only).
-StatusOr<uint64_t> DiskUsage(const std::string& path);
-
-// A template: rootfs/templates/NAME.json, or a path to a .json file. See the README for the format.
-struct ImageTemplate {
-  std::string name;  // file name without .json
-  std::string path;
-  std::string description;
-  std::vector<std::string> packages;
-  std::vector<std::string> smoke_test;
-  std::string digest;  // of the file's bytes: equal digests build equal images (cache key)
-};
-
-// The directory of the built-in templates: $NSBOX_DATADIR-style lookup, rootfs/templates.
-std::string TemplateDir();
-std::vector<std::string> KnownTemplates(const std::string& template_dir);
-// Loads and validates a template; errors say what is wrong and, for an unknown name, which templates exist.
-StatusOr<ImageTemplate> LoadTemplate(const std::string& name_or_path, const std::string& template_dir);
-StatusOr<ImageTemplate> ParseTemplate(const std::string& name, const std::string& path, const std::string& text);
-
 // "57.1M" style sizes for `nsbox image ls`.
 std::string HumanSize(uint64_t bytes);
 

@@ -24,7 +24,9 @@
 
 #include "nsbox_config.h"
 #include "sandbox/base/fs.h"
+#include "src/cli/file_tree.h"
 #include "src/cli/image_store.h"
+#include "src/cli/image_template.h"
 #include "tests/support/skip.h"
 
 extern char** environ;

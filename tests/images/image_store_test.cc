@@ -16,7 +16,9 @@
 #include "sandbox/base/unique_fd.h"
 #include <nlohmann/json.hpp>
 
+#include "src/cli/file_tree.h"
 #include "src/cli/image_store.h"
+#include "src/cli/image_template.h"
 #include "tests/support/skip.h"
 
 namespace {
