@@ -1,22 +1,19 @@
 // McpServer: initialize/version negotiation, ping, tools/list, tools/call on worker threads, batches, cancellation,
-// the end of input, and JSON-RPC errors for everything malformed. stdout carries protocol messages only.
+// the end of input, and JSON-RPC errors for everything malformed. stdout carries protocol messages only. A call's
+// arguments and its tool result are made in tool_call.cc.
 #include "nsbox_config.h"
 #include "src/mcp/server.h"
 
 #include <poll.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <string_view>
 #include <system_error>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "sandbox/base/bounded_json.h"
-#include "sandbox/result.h"
-#include "src/agent/tools.h"
-#include "src/cli/languages.h"
+#include "src/mcp/tool_call.h"
 #include "src/mcp/tools.h"
 
 namespace nsbox::mcp {
@@ -34,8 +31,6 @@ constexpr int kInternalError = -32603;
 constexpr size_t kMaxBatchMessages = 128;
 // Tool calls (or batches of them) running at once on one connection.
 constexpr size_t kMaxCallsAtOnce = 16;
-
-json TextContent(const std::string& text) { return json::array({{{"type", "text"}, {"text", text}}}); }
 
 json ErrorResponse(const json& id, int code, const std::string& message) {
   return {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}};
@@ -114,99 +109,13 @@ StatusOr<runtime::SandboxRuntime*> McpServer::Runtime() {
 
 json McpServer::CallTool(const std::string& name, const json& args, const std::atomic<bool>* cancel,
                          const json& progress_token) {
-  auto tool_error = [](const std::string& text) {
-    return json{{"content", TextContent(text)}, {"isError", true}};
-  };
-  // Bad arguments are the model's to fix: each message says what to send instead.
-  auto bad = [&name](const std::string& what) {
-    return ToolArgumentError(fmt::format("invalid arguments for {}: {}", name, what));
-  };
-  // An argument the tool does not have is refused, naming it: a misspelt "timeout" must not run with the default.
-  for (const auto& tool : ToolList({})) {
-    if (tool["name"] != name) continue;
-    const json& known = tool["inputSchema"]["properties"];
-    for (const auto& [key, value] : args.items()) {
-      if (known.contains(key)) continue;
-      std::vector<std::string> takes;
-      for (const auto& [k, v] : known.items()) takes.push_back(k);
-      throw bad(fmt::format("unknown argument '{}' (it takes: {})", key, fmt::join(takes, ", ")));
-    }
-  }
-  auto get_string = [&](const char* key, std::string& out) -> bool {
-    if (!args.contains(key) || !args[key].is_string()) return false;
-    out = args[key].get<std::string>();
-    return true;
-  };
-  std::string language, code;
-  runtime::ExecuteOptions exec;
-  exec.timeout = options_.default_timeout;
-  exec.compile_timeout_cap = options_.max_timeout;  // "the most time any tool call gets": its compile step's too
-  exec.output_limit_bytes = options_.output_limit_bytes;
-  exec.cancel = cancel;
-  std::vector<std::string> notes;  // said to the model before the result
+  ToolRun run = ParseToolCall(name, args, options_);
+  run.exec.cancel = cancel;
 
-  const bool code_tool = name == agent::kExecuteCodeTool || name == agent::kRunPythonTool || name == kPythonReplTool;
-  if (code_tool) {
-    if (name == agent::kExecuteCodeTool) {
-      if (!get_string("language", language))
-        throw bad(fmt::format("'language' must be a string, one of {}", fmt::join(cli::CanonicalLanguageNames(), ", ")));
-      if (auto found = cli::LookupLanguage(language); !found.ok()) throw bad(found.status().message());
-    } else {
-      language = "python";
-    }
-    if (!get_string("code", code)) throw bad("'code' must be a string holding the whole program");
-    if (code.size() > cli::kMaxCodeBytes)
-      throw bad(fmt::format("'code' is {} bytes, more than the {} a program may have: write large data to a "
-                            "file with write_file, or generate it in the code",
-                            code.size(), cli::kMaxCodeBytes));
-    exec.repl = name == kPythonReplTool;
-    if (args.contains("timeout_seconds")) {
-      const json& seconds = args["timeout_seconds"];
-      if (!seconds.is_number() || !(seconds.get<double>() > 0))
-        throw bad(
-            fmt::format("'timeout_seconds' must be a positive number of seconds (one over the cap, {:g}, runs for "
-                        "{:g}), or left out for the default of {:g}",
-                        options_.max_timeout.count() / 1000.0, options_.max_timeout.count() / 1000.0,
-                        options_.default_timeout.count() / 1000.0));
-      // Clamped while still a double: 1e18 s in milliseconds overflows int64 and would wrap to a tiny time-out.
-      const double asked_ms = seconds.get<double>() * 1000;
-      const double cap_ms = static_cast<double>(options_.max_timeout.count());
-      if (asked_ms > cap_ms)
-        notes.push_back(
-            fmt::format("note: timeout_seconds {:g} is over the operator's cap; this run was limited to "
-                        "{:g} s",
-                        seconds.get<double>(), cap_ms / 1000));
-      exec.timeout = std::max(std::chrono::milliseconds(static_cast<int64_t>(std::min(asked_ms, cap_ms))),
-                              std::chrono::milliseconds(1));
-    }
-  } else if (name == "write_file" || name == "read_file" || name == "list_files") {
-    std::string path, content;
-    if (name != "list_files" && !get_string("path", path))
-      throw bad("'path' must be a string, a path relative to /workspace");
-    if (name == "list_files" && args.contains("path") && !get_string("path", path))
-      throw bad("'path' must be a string, a directory relative to /workspace, or left out for all of it");
-    if (name == "list_files" && path.empty()) path.assign(1, '.');
-    if (Status s = CheckWorkspacePath(path); !s.ok()) throw bad(s.message());
-    if (name == "write_file" && !get_string("content", content))
-      throw bad("'content' must be a string, the file's full text");
-    // The content goes into the sandbox base64-encoded inside a program, which may have kMaxCodeBytes.
-    constexpr size_t kMaxContentBytes = cli::kMaxCodeBytes / 4 * 3 - (64 << 10);
-    if (content.size() > kMaxContentBytes)
-      throw bad(
-          fmt::format("'content' is {} bytes, more than write_file takes ({} bytes): generate large data in "
-                      "code instead",
-                      content.size(), kMaxContentBytes));
-    language = "python";
-    // File tools run inside the sandbox too: the sandbox user, its own root, nothing of the host.
-    code = FileToolCode(name, path, content);
-  } else {
-    throw std::out_of_range(fmt::format("unknown tool '{}'", name));
-  }
-
-  if (code_tool && !progress_token.is_null()) {
+  if (run.code_tool && !progress_token.is_null()) {
     // The output as it comes, one notification a chunk (stdout and stderr alike), before the result; progress counts
     // the chunks. None once the call is cancelled: its token is no longer an active request's.
-    exec.on_output = [this, &progress_token, cancel, count = 0](int, std::string_view text) mutable {
+    run.exec.on_output = [this, &progress_token, cancel, count = 0](int, std::string_view text) mutable {
       if (cancel && *cancel) return;
       Send({{"jsonrpc", "2.0"},
             {"method", "notifications/progress"},
@@ -214,45 +123,10 @@ json McpServer::CallTool(const std::string& name, const json& args, const std::a
     };
   }
   auto rt = Runtime();
-  if (!rt.ok()) return tool_error("could not start the sandbox: " + rt.status().message());
-  auto result = (*rt)->execute(language, code, exec);
-  if (!result.ok()) return tool_error("sandbox error: " + result.status().message());
-  Result& r = *result;
-  const bool failed = agent::IsToolError(r);
-  if (const json restarted = GetExtra(r, "session_restarted"); restarted.is_string())
-    notes.push_back("note: " + restarted.get<std::string>());
-  if (exec.repl) {
-    // Shown as an interactive interpreter shows it, after the cell's own output.
-    const json repl = GetExtra(r, "repl");
-    if (repl.is_object() && repl.value("state_lost", false))
-      notes.push_back(
-          "note: the previous Python interpreter had died; this call ran in a fresh one, so variables "
-          "and imports of earlier calls are gone (files in /workspace are not)");
-    if (const json value = repl.is_object() ? repl.value("value", json()) : json(); value.is_string())
-      r.stdout_data += value.get<std::string>() + "\n";
-  }
-  // The structured result carries the streams clipped exactly as the text does: a client that forwards it to the
-  // model must not undo the clipping.
-  json structured = ResultToJson(r);
-  std::string text;
-  if (!code_tool && !failed) {
-    agent::ClipResult clip = agent::ClipHeadTail(r.stdout_data, options_.result_budget_bytes * 2, "file");
-    text = SanitizeUtf8(clip.text);
-    structured["stdout"] = text;
-    structured["stdout_clipped_bytes"] = clip.cut_bytes;
-    structured["stderr"] = SanitizeUtf8(r.stderr_data.substr(0, options_.result_budget_bytes));
-    structured["stderr_clipped_bytes"] = r.stderr_data.size() - structured["stderr"].get<std::string>().size();
-  } else {
-    text = agent::FormatToolResult(r, options_.result_budget_bytes);
-    const agent::ClippedStreams clipped = agent::ClipStreams(r, options_.result_budget_bytes);
-    structured["stdout"] = SanitizeUtf8(clipped.stdout_clip.text);
-    structured["stderr"] = SanitizeUtf8(clipped.stderr_clip.text);
-    structured["stdout_clipped_bytes"] = clipped.stdout_clip.cut_bytes;
-    structured["stderr_clipped_bytes"] = clipped.stderr_clip.cut_bytes;
-  }
-  std::string shown;
-  for (const auto& note : notes) shown += note + "\n";
-  return json{{"content", TextContent(shown + text)}, {"structuredContent", structured}, {"isError", failed}};
+  if (!rt.ok()) return ToolErrorResult("could not start the sandbox: " + rt.status().message());
+  auto result = (*rt)->execute(run.language, run.code, run.exec);
+  if (!result.ok()) return ToolErrorResult("sandbox error: " + result.status().message());
+  return ToolCallResult(*result, run, options_.result_budget_bytes);
 }
 
 std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools, DeferredCall* defer) {
@@ -317,7 +191,7 @@ std::optional<json> McpServer::HandleRequest(const json& msg, bool inline_tools,
       response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", CallTool(tool, args, &call->cancelled, progress_token)}};
     } catch (const ToolArgumentError& e) {
       // The model's mistake: a tool result it can read and act on (MCP 2025-11-25, SEP-1303).
-      response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", {{"content", TextContent(e.what())}, {"isError", true}}}};
+      response = {{"jsonrpc", "2.0"}, {"id", id}, {"result", ToolErrorResult(e.what())}};
     } catch (const std::invalid_argument& e) {
       response = ErrorResponse(id, kInvalidParams, e.what());
     } catch (const std::out_of_range& e) {
