@@ -2,10 +2,9 @@
 // runs on the connection's thread; a streamed answer is produced on a thread of its own and handed to libmicrohttpd
 // chunk by chunk.
 #include "src/serve/http_server.h"
-#include "sandbox/base/defer.h"
+#include "src/serve/http_request_parsing.h"
+#include "src/serve/http_stream.h"
 
-#include <poll.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,14 +12,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
+#include <chrono>
+#include <cstdlib>
 #include <mutex>
-#include <set>
 #include <thread>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -31,10 +26,10 @@ struct HttpServer::Connection {
   std::string raw_uri;  // as the client sent it, before libmicrohttpd's percent-decoding
   std::string body;
   bool too_large = false;
-  bool busy = false;  // the bodies held at once left no room for this one: its bytes are dropped, a 503 at the end
-  bool answered = false;        // a response was queued before the body was read (refused at admission)
-  bool answering = false;       // its handler ran: counted in answers_pending_ until libmicrohttpd is done with it
-  uint64_t counted = 0;         // bytes of server->buffered_ this request holds
+  bool busy = false;       // the bodies held at once left no room for this one: its bytes are dropped, a 503 at the end
+  bool answered = false;   // a response was queued before the body was read (refused at admission)
+  bool answering = false;  // its handler ran: counted in answers_pending_ until libmicrohttpd is done with it
+  uint64_t counted = 0;    // bytes of server->buffered_ this request holds
   std::atomic<uint64_t>* buffered = nullptr;
   ~Connection() { Release(); }
   void Release() {
@@ -56,240 +51,13 @@ struct HttpServer::Connection {
   }
 };
 
-namespace http_detail {  // named, not anonymous: HttpServerCallbacks (the header's friend) holds these
+namespace http_detail {  // with the helpers of http_request_parsing.h and http_stream.h
 
-// Whether the client of `fd` has gone (closed or reset its end): a streamed or long answer stops for it.
-bool PeerGone(int fd) {
-  if (fd < 0) return true;
-  struct pollfd p = {fd, POLLRDHUP, 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-}
-
-// A streamed answer: the producer thread queues chunks, libmicrohttpd's reader callback takes them.
-struct StreamState : StreamSink {
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::deque<std::string> chunks;
-  size_t offset = 0;  // into chunks.front()
-  bool done = false;
-  bool gone = false;  // the response was destroyed (sent, or the connection closed)
-  int client_fd = -1;
-  // While ReadStream waits for the producer (a program that prints nothing for a while), the connection's idle
-  // time-out is lifted: it would cut a quiet program's result off. It is set again, afresh, as soon as there is
-  // something to send, so that a client that stops reading is still dropped.
-  MHD_Connection* connection = nullptr;
-  unsigned idle_timeout_seconds = 0;
-
-  // Bounded in bytes: a client that does not read keeps the producer waiting here, not the server's memory growing.
-  // A chunk larger than the bound (an exec's result line holds all its output) is queued piece by piece as the client
-  // takes the pieces before it.
-  static constexpr size_t kMaxQueuedBytes = 1 << 20;
-  size_t queued = 0;  // bytes in chunks, the front's sent part included
-
-  bool Write(std::string chunk) override {
-    std::unique_lock lock(mutex);
-    for (size_t at = 0; at < chunk.size();) {
-      changed.wait(lock, [&] { return gone || queued < kMaxQueuedBytes; });
-      if (gone) return false;
-      const size_t n = std::min(chunk.size() - at, kMaxQueuedBytes - queued);
-      chunks.push_back(n == chunk.size() ? std::move(chunk) : chunk.substr(at, n));
-      queued += n;
-      at += n;
-      changed.notify_all();
-    }
-    return !gone;
-  }
-  bool ClientGone() const override {
-    {
-      std::lock_guard lock(const_cast<std::mutex&>(mutex));
-      if (gone) return true;
-    }
-    return PeerGone(client_fd);
-  }
-  std::shared_ptr<void> hold;  // given up when the response is freed (FreeStream)
-  void KeepUntilSent(std::shared_ptr<void> h) override {
-    std::lock_guard lock(mutex);
-    if (gone) return;  // freed already: nothing is held for it
-    hold = std::move(h);
-  }
-};
-
-struct StreamHandle {
-  std::shared_ptr<StreamState> state;
-};
-
-ssize_t ReadStream(void* cls, uint64_t, char* buffer, size_t max) {
-  auto& state = *static_cast<StreamHandle*>(cls)->state;
-  std::unique_lock lock(state.mutex);
-  const bool lift = state.chunks.empty() && !state.done && state.connection;
-  if (lift) MHD_set_connection_option(state.connection, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-  Defer restore([&] {
-    if (lift) MHD_set_connection_option(state.connection, MHD_CONNECTION_OPTION_TIMEOUT, state.idle_timeout_seconds);
-  });
-  // Waits in slices, so that a client that goes away while nothing is written is noticed.
-  while (state.chunks.empty() && !state.done) {
-    if (state.changed.wait_for(lock, std::chrono::milliseconds(200)) == std::cv_status::timeout) {
-      lock.unlock();
-      bool gone = PeerGone(state.client_fd);
-      lock.lock();
-      if (gone) {
-        state.gone = true;
-        state.changed.notify_all();
-        return MHD_CONTENT_READER_END_WITH_ERROR;
-      }
-    }
-  }
-  if (state.chunks.empty()) return MHD_CONTENT_READER_END_OF_STREAM;
-  std::string& front = state.chunks.front();
-  size_t n = std::min(max, front.size() - state.offset);
-  memcpy(buffer, front.data() + state.offset, n);
-  state.offset += n;
-  if (state.offset == front.size()) {
-    state.queued -= front.size();
-    state.chunks.pop_front();
-    state.offset = 0;
-    state.changed.notify_all();
-  }
-  return static_cast<ssize_t>(n);
-}
-
-void FreeStream(void* cls) {
-  auto* handle = static_cast<StreamHandle*>(cls);
-  {
-    std::lock_guard lock(handle->state->mutex);
-    handle->state->gone = true;
-    handle->state->hold.reset();
-    handle->state->changed.notify_all();
-  }
-  delete handle;
-}
-
-MHD_Result AddToMap(void* cls, MHD_ValueKind, const char* key, const char* value) {
-  auto& map = *static_cast<std::map<std::string, std::string>*>(cls);
-  std::string name = key ? key : "";
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  map[name] = value ? value : "";
-  return MHD_YES;
-}
-
-// The values of the framing headers, each as often as it was sent, and how often Authorization was.
-struct Framing {
-  std::vector<std::string> content_length, transfer_encoding;
-  int authorization = 0;
-};
-MHD_Result CountFraming(void* cls, MHD_ValueKind, const char* key, const char* value) {
-  auto& framing = *static_cast<Framing*>(cls);
-  if (key && strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) framing.content_length.push_back(value ? value : "");
-  if (key && strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
-    framing.transfer_encoding.push_back(value ? value : "");
-  if (key && strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0) ++framing.authorization;
-  return MHD_YES;
-}
-
-// Why the request's length or its sender is ambiguous, or nullptr. libmicrohttpd frames a body by the first
-// Content-Length and ignores a second; a proxy in front that took the other would read another request boundary than
-// the server (RFC 9112 6.3: such a message is refused). It knows no transfer coding but chunked, and waits for the end
-// of a body framed by any other until the client closes. Of two Authorization headers the service would see the last,
-// a proxy that checked the first another client.
-const char* AmbiguousFraming(MHD_Connection* connection) {
-  Framing framing;
-  MHD_get_connection_values(connection, MHD_HEADER_KIND, &CountFraming, &framing);
-  for (const auto& value : framing.content_length)
-    if (value != framing.content_length.front()) return "two Content-Length headers that differ";
-  if (!framing.content_length.empty() && !framing.transfer_encoding.empty())
-    return "both Content-Length and Transfer-Encoding";
-  if (framing.transfer_encoding.size() > 1) return "more than one Transfer-Encoding header";
-  if (!framing.transfer_encoding.empty() && strcasecmp(framing.transfer_encoding.front().c_str(), "chunked") != 0)
-    return "a Transfer-Encoding other than chunked, the only one the server takes";
-  if (framing.authorization > 1) return "more than one Authorization header";
-  return nullptr;
-}
-
-// Whether the raw URI has a '%' that does not start a percent-escape (RFC 3986 2.1). Such a URI is refused rather
-// than taken literally: "?path=%zz" would name a file "%zz" that a client meant as something else.
-bool HasMalformedEscape(const std::string& raw_uri) {
-  for (size_t i = raw_uri.find('%'); i != std::string::npos; i = raw_uri.find('%', i + 1))
-    if (i + 2 >= raw_uri.size() || !std::isxdigit(static_cast<unsigned char>(raw_uri[i + 1])) ||
-        !std::isxdigit(static_cast<unsigned char>(raw_uri[i + 2])))
-      return true;
-  return false;
-}
-
-// The service's error body, for the answers this layer makes itself. Without a JSON library: a quote, a backslash or
-// a byte outside printable ASCII in the message (a client's query key) becomes a space, which keeps the text one line
-// of valid JSON.
-std::string ErrorBody(std::string_view code, std::string_view message) {
-  std::string escaped;
-  for (char c : message) {
-    const auto byte = static_cast<unsigned char>(c);
-    escaped += c == '"' || c == '\\' || byte < 0x20 || byte > 0x7e ? ' ' : c;
-  }
-  return fmt::format(R"({{"error": {{"code": "{}", "message": "{}"}}}})", code, escaped);
-}
-
-// A query parameter given twice ("?path=../x&path=ok.txt"), or nullopt: refused, as the map keeps one of them and a
-// proxy or a log could read the other.
-MHD_Result FindRepeatedKey(void* cls, MHD_ValueKind, const char* key, size_t key_size, const char*, size_t) {
-  auto* seen = static_cast<std::pair<std::set<std::string>, std::optional<std::string>>*>(cls);
-  std::string name = key ? std::string(key, key_size) : "";
-  if (!seen->first.insert(name).second) {
-    seen->second = std::move(name);
-    return MHD_NO;
-  }
-  return MHD_YES;
-}
-
-std::optional<std::string> RepeatedQueryKey(MHD_Connection* connection) {
-  std::pair<std::set<std::string>, std::optional<std::string>> seen;
-  MHD_get_connection_values_n(connection, MHD_GET_ARGUMENT_KIND, &FindRepeatedKey, &seen);
-  return seen.second;
-}
-
-// With their sizes: a value decoded from "%00" keeps its NUL and the bytes after it, for the handler to refuse.
-MHD_Result AddQuery(void* cls, MHD_ValueKind, const char* key, size_t key_size, const char* value,
-                    size_t value_size) {
-  (*static_cast<std::map<std::string, std::string>*>(cls))[key ? std::string(key, key_size) : ""] =
-      value ? std::string(value, value_size) : "";
-  return MHD_YES;
-}
-
-// The request's path from its raw URI: percent-decoded segment by segment, except that an encoded '/' stays "%2F"
-// (a segment, such as a sandbox id, never gains a slash that would make it two) and an encoded NUL stays "%00".
-std::string DecodePath(const std::string& raw_uri) {
-  const std::string raw = raw_uri.substr(0, raw_uri.find('?'));
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string path;
-  for (size_t i = 0; i < raw.size(); ++i) {
-    if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
-      const char c = static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
-      if (c == '/' || c == '\0') {
-        path += raw.substr(i, 3);
-      } else {
-        path += c;
-      }
-      i += 2;
-    } else {
-      path += raw[i];
-    }
-  }
-  return path;
-}
-
+// The request's state, made when its head is read: with its URI as the client sent it (MHD_OPTION_URI_LOG_CALLBACK).
 void* KeepRawUri(void*, const char* uri, MHD_Connection*) {
   auto* state = new HttpServer::Connection();
   state->raw_uri = uri ? uri : "";
   return state;
-}
-
-int ConnectionFd(MHD_Connection* connection) {
-  const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-  return info ? info->connect_fd : -1;
 }
 
 }  // namespace http_detail
@@ -370,9 +138,9 @@ struct HttpServerCallbacks {
         if (state->body.size() + *upload_data_size > server->options_.max_body_bytes) {
           state->too_large = true;
         } else if (state->body.size() + *upload_data_size > state->counted &&
-                   !state->Reserve(std::min<uint64_t>(server->options_.max_body_bytes,
-                                                      std::max<uint64_t>(2 * state->counted,
-                                                                         state->body.size() + *upload_data_size)),
+                   !state->Reserve(std::min<uint64_t>(
+                                       server->options_.max_body_bytes,
+                                       std::max<uint64_t>(2 * state->counted, state->body.size() + *upload_data_size)),
                                    server->options_.max_buffered_bytes)) {
           state->busy = true;
         } else {
