@@ -172,6 +172,21 @@ StatusOr<UniqueFd> HoldGroup(const std::string& dir) {
 }
 
 bool IsStaleGroup(const std::string& name, const std::string& hold_dir, std::chrono::seconds grace) {
+  return StaleGroupJudge(grace).IsStale(name, hold_dir);
+}
+
+bool IsStaleGroupName(const std::string& name) { return StaleGroupJudge().IsStaleName(name); }
+
+StaleGroupJudge::StaleGroupJudge(std::chrono::seconds grace)
+    : grace_(grace), initial_pid_namespace_(InInitialPidNamespace()) {}
+
+uint64_t StaleGroupJudge::StartTime(pid_t pid) {
+  auto [it, added] = start_times_.try_emplace(pid, 0);
+  if (added) it->second = ProcessStartTime(pid);
+  return it->second;
+}
+
+bool StaleGroupJudge::IsStale(const std::string& name, const std::string& hold_dir) {
   unsigned long pid = 0;
   unsigned long long start = 0, seq = 0;
   int used = 0;
@@ -181,7 +196,7 @@ bool IsStaleGroup(const std::string& name, const std::string& hold_dir, std::chr
   if (!rest.empty() && !nested) return false;  // not ours
   // A creator this process can look up is judged by its pid, as a process of the group that outlived it (a fork
   // that kept the hold) does not keep it alive.
-  if (!nested && InInitialPidNamespace()) return IsStaleGroupName(name);
+  if (!nested && initial_pid_namespace_) return IsStaleName(name);
   // Else by its hold, and then its age: a live creator holds it within microseconds of the mkdir.
   struct stat st;
   if (::stat(hold_dir.c_str(), &st) != 0) return errno == ENOENT;  // only other hierarchies' copies are left
@@ -190,10 +205,10 @@ bool IsStaleGroup(const std::string& name, const std::string& hold_dir, std::chr
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return false;  // held: its creator (or a fork of it) lives
   struct timespec now {};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  return now.tv_sec - st.st_ctim.tv_sec >= grace.count();
+  return now.tv_sec - st.st_ctim.tv_sec >= grace_.count();
 }
 
-bool IsStaleGroupName(const std::string& name) {
+bool StaleGroupJudge::IsStaleName(const std::string& name) {
   unsigned long pid = 0;
   unsigned long long start = 0, seq = 0;
   char extra = 0;
@@ -201,8 +216,8 @@ bool IsStaleGroupName(const std::string& name) {
   if (pid == 0) return false;
   // From a pid namespace of its own (or a /proc of another one), the creator of a live group may be invisible: no
   // group can be judged, and none is taken for stale (it would be killed and removed under another nsbox).
-  if (!InInitialPidNamespace()) return false;
-  uint64_t now_start = ProcessStartTime(static_cast<pid_t>(pid));
+  if (!initial_pid_namespace_) return false;
+  uint64_t now_start = StartTime(static_cast<pid_t>(pid));
   return now_start == 0 || now_start != start;  // creator gone, or its pid reused by another process
 }
 

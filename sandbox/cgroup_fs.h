@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -73,6 +74,23 @@ StatusOr<UniqueFd> HoldGroup(const std::string& dir);
 // `grace` old (a creator takes its hold within microseconds of the mkdir).
 bool IsStaleGroup(const std::string& name, const std::string& hold_dir,
                   std::chrono::seconds grace = std::chrono::seconds(5));
+
+// IsStaleGroup and IsStaleGroupName for the many groups of one sweep: the pid namespace is looked at once, and each
+// creator once, however many of its groups (and hierarchies carrying them) there are. A sweep runs before every
+// sandbox: looked at per group and hierarchy, 64 sandboxes at once cost each new one some 300 reads of /proc.
+class StaleGroupJudge {
+ public:
+  explicit StaleGroupJudge(std::chrono::seconds grace = std::chrono::seconds(5));
+  bool IsStale(const std::string& name, const std::string& hold_dir);
+  bool IsStaleName(const std::string& name);
+
+ private:
+  uint64_t StartTime(pid_t pid);  // ProcessStartTime, looked up once per pid
+
+  std::chrono::seconds grace_;
+  bool initial_pid_namespace_;
+  std::map<pid_t, uint64_t> start_times_;
+};
 
 // Writes a control file with one write(2); *err (if given) gets the errno of a failure.
 Status WriteCgroupFile(const std::string& path, std::string_view content, int* err = nullptr);

@@ -302,7 +302,8 @@ StatusOr<std::unique_ptr<Cgroup>> CreateCgroupV1(const CgroupLimits& limits, con
 }
 
 void SweepStaleV1(const V1Dirs& parents, const CgroupConfig& config) {
-  std::set<std::string> stale;
+  StaleGroupJudge judge;
+  std::set<std::string> seen, stale;  // a group is in each hierarchy: judged once
   const std::string prefix = config.subtree + "-";
   for (const std::string* parent : {&parents.memory, &parents.pids, &parents.cpu, &parents.cpuacct, &parents.freezer}) {
     if (parent->empty()) continue;
@@ -312,7 +313,7 @@ void SweepStaleV1(const V1Dirs& parents, const CgroupConfig& config) {
       std::string_view name = entry->d_name;
       if (entry->d_type != DT_DIR || !name.starts_with(prefix)) continue;
       std::string group(name.substr(prefix.size()));
-      if (IsStaleGroup(group, parents.memory + "/" + prefix + group)) stale.insert(group);
+      if (seen.insert(group).second && judge.IsStale(group, parents.memory + "/" + prefix + group)) stale.insert(group);
     }
     ::closedir(listing);
   }

@@ -288,9 +288,10 @@ void SweepStaleV2(const std::string& parent, const CgroupConfig& config) {
   std::string subtree_dir = parent + "/" + config.subtree;
   DIR* listing = ::opendir(subtree_dir.c_str());
   if (!listing) return;
+  StaleGroupJudge judge;
   std::vector<std::string> stale;
   while (struct dirent* entry = ::readdir(listing)) {
-    if (entry->d_type == DT_DIR && IsStaleGroup(entry->d_name, subtree_dir + "/" + entry->d_name))
+    if (entry->d_type == DT_DIR && judge.IsStale(entry->d_name, subtree_dir + "/" + entry->d_name))
       stale.emplace_back(entry->d_name);
   }
   ::closedir(listing);

@@ -547,6 +547,36 @@ TEST_CASE("a group held by its creator is live from any pid namespace; an unheld
   CHECK_FALSE(IsStaleGroup(gone + "-other", dir.string(), std::chrono::seconds(0)));
 }
 
+TEST_CASE("one sweep's judge, looking each creator up once, gives every group IsStaleGroup's verdict") {
+  FakeTree tree;
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string mine = cgroup_internal::NewGroupName();
+  const std::string mine_too = cgroup_internal::NewGroupName();  // the same creator, a second group
+  const std::string own_pid = mine.substr(0, mine.find('-'));
+  const std::vector<std::string> names = {mine,
+                                          mine_too,
+                                          std::to_string(dead) + "-12345-0",
+                                          std::to_string(dead) + "-12345-1",
+                                          own_pid + "-1-0",  // our pid, another start time: reused
+                                          std::to_string(dead) + "-12345-2-nested",
+                                          "supervisor",
+                                          mine + "-other"};
+  cgroup_internal::StaleGroupJudge judge(std::chrono::seconds(0));
+  std::vector<bool> expected = {false, false, true, true, true, true, false, false};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const fs::path dir = tree.cg() / ("nsbox-" + names[i]);
+    fs::create_directories(dir);
+    INFO(names[i]);
+    CHECK(judge.IsStale(names[i], dir.string()) == expected[i]);
+    CHECK(cgroup_internal::IsStaleGroup(names[i], dir.string(), std::chrono::seconds(0)) == expected[i]);
+  }
+  // Asked again (a group in a second hierarchy), the verdicts stand.
+  CHECK_FALSE(judge.IsStale(mine, (tree.cg() / ("nsbox-" + mine)).string()));
+  CHECK(judge.IsStaleName(std::to_string(dead) + "-12345-0"));
+}
+
 TEST_CASE("a group made by CreateSandboxCgroup is held: another process's sweep leaves it", "[cgroup]") {
   FakeTree tree;
   tree.MakeV2();
