@@ -307,7 +307,8 @@ TEST_CASE("exec --compile-memory limits the compile step alone; the program keep
   {
     Sessions s;
     std::string id = s.Create({"--memory", "128M"});
-    Output tight = s.Nsbox({"exec", id, "--json", "--compile-memory", "16M", "--lang", "cpp", "--code",
+    // 8M, well under what cc1plus allocates (at 16M it could thrash on its text pages until its time-out).
+    Output tight = s.Nsbox({"exec", id, "--json", "--compile-memory", "8M", "--lang", "cpp", "--code",
                             "#include <iostream>\nint main() { std::cout << 1; }"});
     INFO(tight.err);
     CHECK(tight.code == 123);
@@ -315,7 +316,7 @@ TEST_CASE("exec --compile-memory limits the compile step alone; the program keep
     CHECK(t["status"] == "compile_error");
     CHECK(t["compile"]["status"] == "oom");
     CHECK(t["changed_files"] == json::array());  // every exec's answer has it; a failed compile changed nothing
-    CHECK(t["limits"]["memory_max_bytes"] == 16ull << 20);
+    CHECK(t["limits"]["memory_max_bytes"] == 8ull << 20);
     // The default compile memory (the table's 1G, under the session's 128M): the compile fits, the program does not.
     Output bomb = s.Nsbox({"exec", id, "--json", "--lang", "c", "--code",
                            "#include <stdlib.h>\n#include <string.h>\nint main(void) { for (int i = 0; i < 300; i++) "

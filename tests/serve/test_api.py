@@ -280,7 +280,8 @@ class Exec(SharedCase):
 
     def test_compile_memory_and_compile_timeout_limit_the_compile_step_alone(self):
         hello = "#include <iostream>\nint main() { std::cout << 42 << std::endl; }"
-        r = self.run_in(self.sbx, {"language": "cpp", "code": hello, "compile_memory": "16M"})
+        # 8M, well under what cc1plus allocates: at 16M it could thrash on its text pages until its time-out.
+        r = self.run_in(self.sbx, {"language": "cpp", "code": hello, "compile_memory": "8M"})
         self.assertEqual((r["status"], r["compile"]["status"]), ("compile_error", "oom"), r)
         self.assertIn("compile_memory", r["reason"], r)
         r = self.run_in(self.sbx, {"language": "cpp", "code": hello, "compile_timeout": 0.05})
@@ -290,7 +291,7 @@ class Exec(SharedCase):
                                    "compile_memory": "100M"})
         self.assertEqual((r["status"], r["exit_code"], r["compile"]["status"]), ("exit", 3, "ok"), r)
         # The one-shot form takes them too.
-        r = self.api.call("POST", "/v1/run", dict(SMALL, language="cpp", code=hello, compile_memory="16M"))
+        r = self.api.call("POST", "/v1/run", dict(SMALL, language="cpp", code=hello, compile_memory="8M"))
         self.assertEqual((r["status"], r["compile"]["status"]), ("compile_error", "oom"), r)
 
     def test_compile_limits_without_a_compile_step_or_bad_values_and_a_repl_cwd_are_400(self):
