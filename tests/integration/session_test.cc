@@ -598,7 +598,13 @@ TEST_CASE("a session whose memory is full of its files loses an exec to the OOM 
   Sessions s;
   std::string id = s.Create({"--memory", "64M"});
   REQUIRE(s.Sh(id, "echo keep > /workspace/state.txt")["status"] == "ok");
-  json filled = s.Sh(id, "exec cat /dev/zero > /tmp/blob");  // cat, smaller than pid 1, is the one to go
+  // The writer holds 16M of its own: the one to go, it leaves room for the next exec. (With cat as the writer, what its
+  // kill freed was sometimes less than `rm` needs, when nothing else in the group could be reclaimed: then `rm` met the
+  // OOM killer too.)
+  json filled = s.Exec(id, {"/usr/bin/python3", "-c",
+                            "pad = b'x' * (16 << 20)\n"
+                            "with open('/tmp/blob', 'wb') as f:\n"
+                            "    while True: f.write(bytes(1 << 20))"});
   INFO(filled.dump());
   CHECK(filled["status"] == "oom");
   CHECK(s.Exec(id, {"rm", "/tmp/blob"})["status"] == "ok");
